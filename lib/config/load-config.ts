@@ -1,0 +1,125 @@
+/**
+ * The only reader of the configuration file and of `QUEUEBOX_*` environment variables.
+ *
+ * Precedence: schema defaults < YAML file (`QUEUEBOX_CONFIG` or the given path) < environment.
+ * An environment override names a key path in SCREAMING_SNAKE case with `__` between levels:
+ * `QUEUEBOX_OUTBOX__BATCH_SIZE=50` sets `outbox.batchSize`. Values are parsed as YAML scalars, so
+ * numbers and booleans arrive typed. `QUEUEBOX_DATABASE_URL` (and `DATABASE_URL`) set
+ * `database.url` when the file does not.
+ */
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import type { z } from 'zod';
+import { ConfigError } from '../errors.ts';
+import { configSchema, type ConfigInput, type QueueBoxConfig } from './schema.ts';
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+/** Environment variables with the prefix that are not key overrides. */
+const RESERVED_ENV = new Set(['QUEUEBOX_CONFIG', 'QUEUEBOX_DATABASE_URL', 'QUEUEBOX_MSSQL_URL', 'QUEUEBOX_FAULTS_SEED']);
+
+export interface LoadConfigOptions {
+  /** Path of the YAML file; defaults to `QUEUEBOX_CONFIG`, else no file. */
+  path?: string;
+  /** Parsed configuration to use instead of a file (tests, embedding). */
+  input?: ConfigInput;
+  /** Environment to read; defaults to `process.env`. */
+  env?: Env;
+}
+
+/** Loads, merges and validates configuration; throws `ConfigError` naming every bad key. */
+export function loadConfig(options: LoadConfigOptions = {}): QueueBoxConfig {
+  const env = options.env ?? process.env;
+  let raw: unknown = options.input ?? {};
+  const path = options.path ?? env.QUEUEBOX_CONFIG;
+  if (options.input === undefined && path !== undefined && path !== '') {
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (error) {
+      throw new ConfigError([{ key: '(file)', message: `cannot read ${path}: ${(error as Error).message}` }]);
+    }
+    try {
+      raw = parseYaml(text) ?? {};
+    } catch (error) {
+      throw new ConfigError([{ key: '(file)', message: `${path} is not valid YAML: ${(error as Error).message}` }]);
+    }
+  }
+  if (!isPlainObject(raw)) {
+    throw new ConfigError([{ key: '(root)', message: 'must be a mapping of keys to values' }]);
+  }
+  const merged = structuredClone(raw);
+  applyEnvOverrides(merged, env);
+  return parseConfig(merged);
+}
+
+/** Validates an already merged object; throws `ConfigError`. */
+export function parseConfig(input: unknown): QueueBoxConfig {
+  const result = configSchema.safeParse(input);
+  if (!result.success) {
+    throw new ConfigError(result.error.issues.map(toIssue));
+  }
+  return result.data;
+}
+
+function toIssue(issue: z.core.$ZodIssue): { key: string; message: string } {
+  let key = issue.path.map(String).join('.');
+  if (issue.code === 'unrecognized_keys') {
+    key = [...issue.path.map(String), issue.keys[0] ?? ''].filter((p) => p !== '').join('.');
+    return { key, message: `unknown key${issue.keys.length > 1 ? `s ${issue.keys.join(', ')}` : ''}` };
+  }
+  return { key: key === '' ? '(root)' : key, message: issue.message };
+}
+
+function applyEnvOverrides(target: Record<string, unknown>, env: Env): void {
+  const databaseUrl = env.QUEUEBOX_DATABASE_URL ?? env.DATABASE_URL;
+  if (databaseUrl !== undefined && databaseUrl !== '') {
+    const database = (target.database ??= {}) as Record<string, unknown>;
+    if (isPlainObject(database) && database.url === undefined && database.urlEnv === undefined) database.url = databaseUrl;
+  }
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith('QUEUEBOX_') || RESERVED_ENV.has(name) || value === undefined) continue;
+    const path = name
+      .slice('QUEUEBOX_'.length)
+      .split('__')
+      .map((segment) => camelCase(segment));
+    if (path.some((segment) => segment === '')) {
+      throw new ConfigError([{ key: name, message: 'is not a valid override name (use QUEUEBOX_SECTION__KEY_NAME)' }]);
+    }
+    let node: Record<string, unknown> = target;
+    for (const segment of path.slice(0, -1)) {
+      const next = node[segment];
+      if (next === undefined) node[segment] = {};
+      else if (!isPlainObject(next)) throw new ConfigError([{ key: path.join('.'), message: `cannot be set from ${name}: ${segment} is not a mapping` }]);
+      node = node[segment] as Record<string, unknown>;
+    }
+    node[path[path.length - 1]!] = parseScalar(value);
+  }
+}
+
+function parseScalar(value: string): unknown {
+  try {
+    return parseYaml(value);
+  } catch {
+    return value;
+  }
+}
+
+function camelCase(segment: string): string {
+  return segment.toLowerCase().replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Resolves a secret named by an `…Env` key; throws `ConfigError` naming `key` when it is unset.
+ */
+export function requireSecret(env: Env, variable: string, key: string): string {
+  const value = env[variable];
+  if (value === undefined || value === '') {
+    throw new ConfigError([{ key, message: `names environment variable ${variable}, which is not set` }]);
+  }
+  return value;
+}

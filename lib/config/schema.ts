@@ -1,0 +1,262 @@
+/**
+ * The QueueBox configuration schema: every key, its type, its default and its limits.
+ *
+ * This is the single source of truth for configuration. `docs/configuration.md` is tested
+ * against it, and `loadConfig` validates the YAML file plus `QUEUEBOX_*` overrides with it.
+ * Objects are strict: an unknown key is an error that names the key.
+ */
+import { z } from 'zod';
+
+/** A SQL identifier QueueBox will quote and interpolate: lower-case letters, digits, underscores. */
+export const IDENTIFIER_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
+
+const identifier = z
+  .string()
+  .regex(IDENTIFIER_PATTERN, 'must be a lower-case SQL identifier: letters, digits and _ (at most 63), not starting with a digit');
+
+const positiveInt = z.number().int().positive();
+const nonNegativeInt = z.number().int().nonnegative();
+/** Name of an environment variable that holds a secret; the value itself never lives in YAML. */
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name');
+
+export const databaseSchema = z
+  .strictObject({
+    type: z.enum(['postgres', 'sqlserver']).default('postgres'),
+    /** Connection string. For SQL Server: `mssql://user:pass@host:1433/db?encrypt=true`. */
+    url: z.string().min(1).optional(),
+    /** Name of an environment variable holding the connection string (e.g. from SSM/Secrets Manager). */
+    urlEnv: envName.optional(),
+    /** Schema holding QueueBox's tables. Default `public` (PostgreSQL) or `dbo` (SQL Server). */
+    schema: identifier.optional(),
+    /** Connections per container. Lambda: keep 1–2; behind RDS Proxy the proxy pools. */
+    poolMax: positiveInt.max(50).default(2),
+    /** Upper bound for any statement; a pass also bounds it by the time left in the invocation. */
+    statementTimeoutMs: positiveInt.default(30000),
+    /** PostgreSQL `idle_in_transaction_session_timeout`. */
+    idleInTransactionTimeoutMs: positiveInt.default(60000),
+    /** SQL Server driver request timeout; must exceed the 10 s applock wait (spec §8). */
+    requestTimeoutMs: positiveInt.min(30000).default(30000),
+    connectTimeoutMs: positiveInt.default(10000),
+  })
+  .prefault({});
+
+export const tablesSchema = z
+  .strictObject({
+    outbox: identifier.default('outbox'),
+    inbox: identifier.default('inbox'),
+    /** Small table of shared throttles (reclaim gates) kept across invocations. */
+    maintenance: identifier.default('queuebox_maintenance'),
+  })
+  .prefault({});
+
+const awsEndpoint = {
+  /** AWS region of the destination; defaults to the Lambda's `AWS_REGION`. */
+  region: z.string().min(1).optional(),
+  /** Endpoint override (local emulators, VPC endpoints). */
+  endpoint: z.string().url().optional(),
+};
+
+export const sqsDestinationSchema = z.strictObject({
+  type: z.literal('sqs'),
+  /** Full queue URL; a URL ending in `.fifo` is a FIFO queue. */
+  queueUrl: z.string().url(),
+  ...awsEndpoint,
+});
+
+export const eventBridgeDestinationSchema = z.strictObject({
+  type: z.literal('eventbridge'),
+  /** Bus name or ARN. */
+  eventBusName: z.string().min(1),
+  /** EventBridge `Source` of every entry. */
+  source: z.string().min(1).max(256),
+  ...awsEndpoint,
+});
+
+export const destinationSchema = z.discriminatedUnion('type', [sqsDestinationSchema, eventBridgeDestinationSchema]);
+
+export const routeSchema = z.strictObject({
+  /** Anchored pattern: `*` is one dot-free segment, `**` any text. */
+  topicPattern: z.string().min(1).max(255),
+  /** Name of an entry in `destinations`. */
+  destination: z.string().min(1),
+});
+
+export const outboxSchema = z
+  .strictObject({
+    batchSize: positiveInt.max(1000).default(100),
+    /** Destination calls in flight at once within one invocation. */
+    concurrency: positiveInt.max(64).default(8),
+    /** Pause between claims when the last claim found nothing (ms). */
+    pollIntervalMs: nonNegativeInt.default(100),
+    retryBaseDelayMs: positiveInt.default(1000),
+    /** Default `max_attempts` for rows enqueued through the API. */
+    maxAttempts: positiveInt.max(1000).default(5),
+    /** Lease duration; also the reclaim throttle base (reclaim runs at most every claimTimeoutMs / 5). */
+    claimTimeoutMs: positiveInt.min(1000).default(300000),
+    shutdownTimeoutMs: nonNegativeInt.default(30000),
+    routes: z.array(routeSchema).default([]),
+  })
+  .prefault({});
+
+export const hmacAuthSchema = z.strictObject({
+  type: z.literal('hmac'),
+  /** Environment variable holding the shared secret. */
+  secretEnv: envName,
+  algorithm: z.enum(['sha256', 'sha1', 'sha512']).default('sha256'),
+  /** Header carrying the hex signature (an optional `sha256=` prefix is accepted). */
+  signatureHeader: z.string().min(1).default('x-signature'),
+  /** Header carrying the Unix timestamp (seconds) that is signed as `${timestamp}.${body}`. */
+  timestampHeader: z.string().min(1).default('x-timestamp'),
+  toleranceSeconds: positiveInt.default(300),
+});
+
+export const bearerAuthSchema = z.strictObject({
+  type: z.literal('bearer'),
+  tokenEnv: envName,
+});
+
+export const apiKeyAuthSchema = z.strictObject({
+  type: z.literal('api-key'),
+  header: z.string().min(1).default('x-api-key'),
+  keyEnv: envName,
+});
+
+export const noAuthSchema = z.strictObject({ type: z.literal('none') });
+
+export const authSchema = z.discriminatedUnion('type', [hmacAuthSchema, bearerAuthSchema, apiKeyAuthSchema, noAuthSchema]);
+
+export const sourceSchema = z.strictObject({
+  type: z.enum(['http', 'sqs']),
+  /** HTTP path below `inbox.basePath`, e.g. `/stripe`. Required for `http` sources. */
+  path: z.string().regex(/^\/[A-Za-z0-9._~\-/]*$/, 'must start with / and contain only URL path characters').optional(),
+  consumption: z.enum(['push', 'pull']).default('push'),
+  auth: authSchema.default({ type: 'none' }),
+  /** JSONPath into the body for the idempotency key when the header/attribute is absent. */
+  idempotencyKeyPath: z.string().min(1).optional(),
+  eventTypePath: z.string().min(1).optional(),
+  aggregateIdPath: z.string().min(1).optional(),
+  correlationIdPath: z.string().min(1).optional(),
+  /** JSONPath to a delay in milliseconds before the message becomes due. */
+  delayPath: z.string().min(1).optional(),
+  /** Overrides `inbox.topicTemplate` for this source. */
+  topicTemplate: z.string().min(1).optional(),
+});
+
+export const inboxSchema = z
+  .strictObject({
+    basePath: z.string().regex(/^(\/[A-Za-z0-9._~\-]+)*$/, 'must be empty or start with / and not end with /').default('/inbox'),
+    maxBodyBytes: positiveInt.default(1048576),
+    /** Topic of relayed outbox rows; `{{ source }}` and `{{ eventType }}` are replaced. */
+    topicTemplate: z.string().min(1).default('{{ source }}.{{ eventType }}'),
+    relay: z
+      .strictObject({
+        batchSize: positiveInt.max(1000).default(100),
+        concurrency: positiveInt.max(64).default(4),
+        pollIntervalMs: nonNegativeInt.default(100),
+        claimTimeoutMs: positiveInt.min(1000).default(300000),
+        shutdownTimeoutMs: nonNegativeInt.default(30000),
+        retryBaseDelayMs: positiveInt.default(1000),
+        maxAttempts: positiveInt.default(5),
+      })
+      .prefault({}),
+    sources: z.record(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'source names are lower-case letters, digits, - and _'), sourceSchema).prefault({}),
+  })
+  .prefault({});
+
+export const pullSchema = z
+  .strictObject({
+    batchSize: positiveInt.max(1000).default(10),
+    leaseMs: positiveInt.min(1000).default(30000),
+    concurrency: positiveInt.max(64).default(1),
+    pollMs: nonNegativeInt.default(1000),
+    retry: z
+      .strictObject({
+        maxAttempts: positiveInt.default(5),
+        baseDelayMs: positiveInt.default(1000),
+        maxDelayMs: positiveInt.default(300000),
+        jitter: z.number().min(0).max(1).default(0.2),
+      })
+      .prefault({}),
+  })
+  .prefault({});
+
+export const retentionSchema = z
+  .strictObject({
+    /** Off by default: nothing is deleted until an operator turns it on. */
+    enabled: z.boolean().default(false),
+    /** Outbox `sent` rows older than this (by `updated_at`) are deleted. */
+    outboxSentAfterHours: positiveInt.default(168),
+    /** Outbox `dead` rows older than this (by `updated_at`) are deleted. */
+    outboxDeadAfterHours: positiveInt.default(720),
+    /** Inbox `processed` rows older than this (by `created_at`) are deleted. */
+    inboxProcessedAfterHours: positiveInt.default(168),
+    /** Inbox `dead` rows older than this (by `created_at`) are deleted. */
+    inboxDeadAfterHours: positiveInt.default(720),
+    /** Rows per DELETE statement. */
+    batchSize: positiveInt.max(50000).default(1000),
+  })
+  .prefault({});
+
+export const observabilitySchema = z
+  .strictObject({
+    /** CloudWatch metrics namespace. */
+    namespace: z.string().min(1).max(255).default('QueueBox'),
+    /** `service` dimension and logger service name. */
+    serviceName: z.string().min(1).max(255).default('queuebox'),
+    logLevel: z.enum(['DEBUG', 'INFO', 'WARN', 'ERROR', 'SILENT']).default('INFO'),
+  })
+  .prefault({});
+
+export const lambdaSchema = z
+  .strictObject({
+    /** Time kept back from `getRemainingTimeInMillis()` for settling and returning (ms). */
+    deadlineMarginMs: nonNegativeInt.default(5000),
+  })
+  .prefault({});
+
+export const configSchema = z
+  .strictObject({
+    database: databaseSchema,
+    tables: tablesSchema,
+    destinations: z.record(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'destination names are letters, digits, - and _'), destinationSchema).prefault({}),
+    outbox: outboxSchema,
+    inbox: inboxSchema,
+    pull: pullSchema,
+    retention: retentionSchema,
+    observability: observabilitySchema,
+    lambda: lambdaSchema,
+  })
+  .superRefine((config, ctx) => {
+    config.outbox.routes.forEach((route, index) => {
+      if (!(route.destination in config.destinations)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['outbox', 'routes', index, 'destination'],
+          message: `names destination "${route.destination}", which is not defined under destinations`,
+        });
+      }
+    });
+    for (const [name, source] of Object.entries(config.inbox.sources)) {
+      if (source.type === 'http' && source.path === undefined) {
+        ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'path'], message: 'is required for an http source' });
+      }
+      if (source.type === 'sqs' && source.auth.type !== 'none') {
+        ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'auth'], message: 'is only for http sources; SQS access is controlled by IAM' });
+      }
+    }
+    const tables = [config.tables.outbox, config.tables.inbox, config.tables.maintenance];
+    if (new Set(tables).size !== tables.length) {
+      ctx.addIssue({ code: 'custom', path: ['tables'], message: 'outbox, inbox and maintenance must be different tables' });
+    }
+  });
+
+/** Configuration as written by the operator (before defaults). */
+export type ConfigInput = z.input<typeof configSchema>;
+/** Fully validated configuration with every default applied. */
+export type QueueBoxConfig = z.output<typeof configSchema>;
+export type DestinationConfig = z.output<typeof destinationSchema>;
+export type SqsDestinationConfig = z.output<typeof sqsDestinationSchema>;
+export type EventBridgeDestinationConfig = z.output<typeof eventBridgeDestinationSchema>;
+export type RouteConfig = z.output<typeof routeSchema>;
+export type SourceConfig = z.output<typeof sourceSchema>;
+export type AuthConfig = z.output<typeof authSchema>;

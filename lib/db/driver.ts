@@ -1,0 +1,239 @@
+/**
+ * The driver seam: every database operation QueueBox performs, named entity + verb.
+ *
+ * Worker logic (outbox poller, inbox relay, pull client, operations) calls only these methods and
+ * never writes SQL. Each dialect (`postgres/`, `sqlserver/`) implements the same names, and one
+ * conformance suite (`test/conformance/`) runs against every dialect available.
+ *
+ * Invariants every implementation keeps (seed: claims-and-leases):
+ * - Times that decide ownership come from the database clock (`clock_timestamp()`,
+ *   `SYSUTCDATETIME()`), never from the caller's clock and never from the transaction start.
+ * - A claim sets `state = 'processing'`, a fresh random `claim_token` per row,
+ *   `lease_expires_at = db clock + leaseMs`, `claimed_at = db clock`.
+ * - Every finishing write (sent, retry, dead, processed, renew) is fenced on id + `processing`
+ *   + token + `lease_expires_at > db clock`, and reports which rows it changed. A row missing
+ *   from the result lost its claim; that is an outcome, not an exception.
+ * - Batch operations take one round trip.
+ * - No session state: no session advisory locks, no LISTEN, no named prepared statements.
+ */
+
+/** A claimed row's ownership: the row id and the token of this claim. */
+export interface ClaimRef {
+  id: string;
+  token: string;
+}
+
+/** Outbox states. */
+export type OutboxState = 'pending' | 'processing' | 'sent' | 'dead';
+/** Inbox states. */
+export type InboxState = 'pending' | 'processing' | 'processed' | 'dead';
+
+/** A message as the application enqueues it. */
+export interface OutboxMessageInput {
+  topic: string;
+  payload: Record<string, unknown>;
+  key?: string | null;
+  headers?: Record<string, string>;
+  /** Absolute time the row becomes due; default: now. */
+  scheduledAt?: Date;
+  /** Delay from now (database clock) instead of `scheduledAt`. */
+  delayMs?: number;
+  maxAttempts?: number;
+  /** Caller-chosen id (UUID); default: random. */
+  id?: string;
+}
+
+/** An outbox row as a claim returns it. */
+export interface OutboxRow {
+  id: string;
+  topic: string;
+  key: string | null;
+  payload: Record<string, unknown>;
+  headers: Record<string, string>;
+  /** Attempts already spent (0 on the first delivery). */
+  attempt: number;
+  maxAttempts: number;
+  sequence: string;
+  /** Times the row was replayed; part of the FIFO deduplication id after a replay. */
+  replayCount: number;
+  createdAt: Date;
+  claimToken: string;
+  leaseExpiresAt: Date;
+}
+
+/** A fenced retry: back to `pending`, `attempt + 1`, due after `delayMs` on the database clock. */
+export interface RetryItem extends ClaimRef {
+  delayMs: number;
+  error: string;
+}
+
+/** A fenced dead-letter write. */
+export interface DeadItem extends ClaimRef {
+  error: string;
+}
+
+/** Result of a reclaim step. */
+export interface ReclaimResult {
+  /** False when the shared throttle said another invocation reclaimed recently. */
+  ran: boolean;
+  /** Rows returned from `processing` to `pending`. */
+  reclaimed: number;
+}
+
+/** Counts and ages for status, metrics and alarms. */
+export interface TableStats {
+  counts: Record<string, number>;
+  /** Age of the oldest due `pending` row in seconds (0 when none). */
+  oldestPendingAgeSeconds: number;
+}
+
+/** Filter of a replay; at least one field must be set. */
+export interface ReplayFilter {
+  ids?: string[];
+  topics?: string[];
+  /** Topic patterns routed to this destination (resolved by the caller from the routes). */
+  topicPatterns?: string[];
+  createdFrom?: Date;
+  createdTo?: Date;
+  /** States to move; default both `sent` and `dead`. Only `sent` and `dead` are allowed. */
+  states?: Array<'sent' | 'dead'>;
+}
+
+/** A message as a receiver stores it in the inbox. */
+export interface InboxMessageInput {
+  source: string;
+  idempotencyKey: string;
+  aggregateId?: string | null;
+  eventType?: string | null;
+  payload: unknown;
+  headers?: Record<string, string>;
+  correlationId?: string | null;
+  consumption: 'push' | 'pull';
+  /** Delay before the row becomes due (database clock). */
+  delayMs?: number;
+  /** Store directly as `dead` with this reason (a message rejected at receipt, non-HTTP source). */
+  deadReason?: string;
+}
+
+/** Outcome of an inbox insert: a new row, or the existing row of the same (source, key). */
+export interface InboxInsertResult {
+  id: string;
+  duplicate: boolean;
+}
+
+/** An inbox row as the relay or a pull claim returns it. */
+export interface InboxRow {
+  id: string;
+  source: string;
+  idempotencyKey: string;
+  aggregateId: string | null;
+  eventType: string | null;
+  payload: unknown;
+  headers: Record<string, string>;
+  correlationId: string | null;
+  attempt: number;
+  createdAt: Date;
+  claimToken: string;
+  leaseExpiresAt: Date;
+}
+
+/** One relay forward: the outbox row to insert and the fenced `processed` mark, in one transaction. */
+export interface InboxForwardItem extends ClaimRef {
+  outbox: OutboxMessageInput;
+}
+
+/** Age-based deletion of finished rows. */
+export interface DeleteFinishedParams {
+  /** States whose rows may be deleted; never `pending`/`processing`. */
+  state: 'sent' | 'dead' | 'processed';
+  olderThanMs: number;
+  limit: number;
+}
+
+/** Per-state counts of one table plus the dead rows' latest errors (status command). */
+export interface DeadRowSummary {
+  id: string;
+  topicOrSource: string;
+  lastError: string | null;
+  updatedAt: Date;
+}
+
+/**
+ * A transaction handle that belongs to the caller: a `pg` client inside `BEGIN`, or an `mssql`
+ * `Transaction`. Enqueue and pull completion run inside it, so they commit or roll back with the
+ * caller's business change.
+ */
+export type CallerTransaction = unknown;
+
+/** Every operation QueueBox performs on its database. */
+export interface Driver {
+  readonly dialect: 'postgres' | 'sqlserver';
+
+  /** Applies pending numbered migrations under a transaction-scoped lock; idempotent. */
+  migrate(): Promise<{ applied: number[] }>;
+  /** Throws `SchemaMismatchError` with the exact DDL when a column is missing. */
+  schemaVerify(): Promise<void>;
+  /** Database clock now (for tests and status). */
+  clockNow(): Promise<Date>;
+  /** Ends the pool. */
+  close(): Promise<void>;
+
+  // ---- outbox ----
+  /** Inserts one row inside the caller's transaction; returns its id. */
+  outboxInsert(tx: CallerTransaction, message: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string>;
+  /**
+   * Claims up to `limit` due rows, at most one per key (the key's head by `sequence`), keyless
+   * rows freely, ordered by `scheduled_at, sequence`.
+   */
+  outboxClaimMany(params: { limit: number; leaseMs: number }): Promise<OutboxRow[]>;
+  /** Fenced lease renewal; returns ids renewed. */
+  outboxRenewMany(params: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]>;
+  /** Fenced `sent`; returns ids changed. */
+  outboxMarkSentMany(params: { claims: ClaimRef[] }): Promise<string[]>;
+  /** Fenced retry; returns ids changed. */
+  outboxRetryMany(params: { items: RetryItem[] }): Promise<string[]>;
+  /** Fenced `dead`; returns ids changed. */
+  outboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
+  /**
+   * Returns expired `processing` rows to `pending` (attempt unchanged). When `throttleMs` is set,
+   * runs only if no reclaim of this table ran within `throttleMs` (gate kept in the database).
+   */
+  outboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;
+  outboxStats(): Promise<TableStats>;
+  outboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
+  /** Moves matching `sent`/`dead` rows to `pending`, resetting attempt, schedule, error, claim. */
+  outboxReplay(filter: ReplayFilter): Promise<number>;
+  outboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;
+
+  // ---- inbox ----
+  /** Stores a message once per (source, idempotency key). */
+  inboxInsert(message: InboxMessageInput, tx?: CallerTransaction): Promise<InboxInsertResult>;
+  /**
+   * Claims push rows under the relay claim lock, at most one per aggregate across sources,
+   * skipping aggregates with a live `processing` row. Never touches pull rows.
+   */
+  inboxClaimPushMany(params: { limit: number; leaseMs: number }): Promise<InboxRow[]>;
+  inboxRenewMany(params: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]>;
+  /** One transaction: insert the outbox row, fenced mark `processed`; false (rolled back) when the claim was lost. */
+  inboxForward(item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean>;
+  inboxRetryMany(params: { items: RetryItem[] }): Promise<string[]>;
+  inboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
+  inboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;
+  inboxStats(): Promise<TableStats>;
+  inboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
+  inboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;
+
+  // ---- pull ----
+  /**
+   * One statement: due `pending` rows and expired `processing` rows of one pull source, at most
+   * one per aggregate, skipping aggregates under a live lease, ordered by
+   * `scheduled_at, created_at, id`; committed before returning.
+   */
+  pullClaimMany(params: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]>;
+  /** Fenced; true when exactly one row changed. */
+  pullRenew(params: ClaimRef & { leaseMs: number }): Promise<boolean>;
+  /** Fenced `processed` inside the caller's transaction; false means: roll the caller back. */
+  pullComplete(tx: CallerTransaction, claim: ClaimRef): Promise<boolean>;
+  pullRetry(params: RetryItem): Promise<boolean>;
+  pullMarkDead(params: DeadItem): Promise<boolean>;
+}

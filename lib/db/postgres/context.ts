@@ -1,0 +1,15 @@
+/**
+ * What every PostgreSQL query module receives: the pool and the quoted object names.
+ */
+import type { PgNames } from './names.ts';
+import type { PgPool } from './pg-pool.ts';
+
+export interface PgContext {
+  pool: PgPool;
+  names: PgNames;
+}
+
+/** Milliseconds as a PostgreSQL interval expression on a bound parameter: `$n * interval '1 millisecond'`. */
+export function msInterval(param: string): string {
+  return `(${param}::double precision * interval '1 millisecond')`;
+}

@@ -1,0 +1,168 @@
+/**
+ * Numbered PostgreSQL migrations, compiled into the code (nothing reads files at run time).
+ *
+ * Rules: a released migration is never edited; a change is a new number. Each migration is
+ * idempotent on its own (`IF NOT EXISTS`) and runs inside the migrate transaction, which holds
+ * `pg_advisory_xact_lock` so concurrent `migrate` calls serialize instead of failing.
+ */
+import { quoteIdent, type PgNames } from './names.ts';
+
+export interface PgMigration {
+  version: number;
+  name: string;
+  sql(names: PgNames): string;
+}
+
+export const pgMigrations: readonly PgMigration[] = [
+  {
+    version: 1,
+    name: 'outbox, inbox and maintenance tables',
+    sql: (n) => {
+      const o = n.outboxTable;
+      const i = n.inboxTable;
+      return `
+CREATE SEQUENCE IF NOT EXISTS ${n.outboxSequence};
+CREATE TABLE IF NOT EXISTS ${n.outbox} (
+  id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+  topic varchar(255) NOT NULL,
+  key varchar(255) NULL,
+  payload jsonb NOT NULL,
+  headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+  state varchar(50) NOT NULL DEFAULT 'pending',
+  attempt integer NOT NULL DEFAULT 0,
+  max_attempts integer NOT NULL DEFAULT 5,
+  scheduled_at timestamptz NOT NULL DEFAULT now(),
+  created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  claimed_at timestamptz NULL,
+  claim_token uuid NULL,
+  lease_expires_at timestamptz NULL,
+  last_error text NULL,
+  sequence bigint NOT NULL DEFAULT nextval('${n.outboxSequence.replaceAll("'", "''")}'),
+  replay_count integer NOT NULL DEFAULT 0,
+  CONSTRAINT ${quoteIdent(`${o}_state_check`)} CHECK (state IN ('pending', 'processing', 'sent', 'dead')),
+  CONSTRAINT ${quoteIdent(`${o}_headers_object`)} CHECK (jsonb_typeof(headers) = 'object'),
+  CONSTRAINT ${quoteIdent(`${o}_attempts_check`)} CHECK (attempt >= 0 AND max_attempts >= 1)
+);
+ALTER SEQUENCE ${n.outboxSequence} OWNED BY ${n.outbox}.sequence;
+-- Claim path for rows without a key and for key heads: due pending rows in claim order.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${o}_pending_idx`)} ON ${n.outbox} (scheduled_at, sequence) WHERE state = 'pending';
+-- Head of a key: lowest sequence among its pending and processing rows.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${o}_key_head_idx`)} ON ${n.outbox} (key, sequence) WHERE state IN ('pending', 'processing') AND key IS NOT NULL;
+-- Reclaim: processing rows by lease.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${o}_lease_idx`)} ON ${n.outbox} (lease_expires_at) WHERE state = 'processing';
+-- Retention and replay of finished rows.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${o}_finished_idx`)} ON ${n.outbox} (state, updated_at) WHERE state IN ('sent', 'dead');
+
+CREATE SEQUENCE IF NOT EXISTS ${n.inboxSequence};
+CREATE TABLE IF NOT EXISTS ${n.inbox} (
+  id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+  source varchar(255) NOT NULL,
+  idempotency_key varchar(255) NOT NULL,
+  aggregate_id varchar(255) NULL,
+  event_type varchar(255) NULL,
+  payload jsonb NOT NULL,
+  headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+  correlation_id varchar(128) NULL,
+  consumption varchar(10) NOT NULL DEFAULT 'push',
+  state varchar(50) NOT NULL DEFAULT 'pending',
+  attempt integer NOT NULL DEFAULT 0,
+  scheduled_at timestamptz NOT NULL DEFAULT now(),
+  created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  processed_at timestamptz NULL,
+  claimed_at timestamptz NULL,
+  claim_token uuid NULL,
+  lease_expires_at timestamptz NULL,
+  last_error text NULL,
+  sequence bigint NOT NULL DEFAULT nextval('${n.inboxSequence.replaceAll("'", "''")}'),
+  CONSTRAINT ${quoteIdent(`${i}_source_idempotency_key`)} UNIQUE (source, idempotency_key),
+  CONSTRAINT ${quoteIdent(`${i}_state_check`)} CHECK (state IN ('pending', 'processing', 'processed', 'dead')),
+  CONSTRAINT ${quoteIdent(`${i}_consumption_check`)} CHECK (consumption IN ('push', 'pull')),
+  CONSTRAINT ${quoteIdent(`${i}_headers_object`)} CHECK (jsonb_typeof(headers) = 'object')
+);
+ALTER SEQUENCE ${n.inboxSequence} OWNED BY ${n.inbox}.sequence;
+-- Relay claim path: due push rows in receive order.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_push_pending_idx`)} ON ${n.inbox} (scheduled_at, sequence) WHERE state = 'pending' AND consumption = 'push';
+-- Head of an aggregate (push): lowest sequence among its pending and processing rows.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_aggregate_head_idx`)} ON ${n.inbox} (aggregate_id, sequence) WHERE state IN ('pending', 'processing') AND aggregate_id IS NOT NULL AND consumption = 'push';
+-- Pull claim path: open rows of one source in claim order.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_pull_open_idx`)} ON ${n.inbox} (source, scheduled_at, created_at, id) WHERE state IN ('pending', 'processing') AND consumption = 'pull';
+-- Pull: aggregates of a source under a live lease.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_pull_busy_idx`)} ON ${n.inbox} (source, aggregate_id) WHERE state = 'processing' AND consumption = 'pull';
+-- Reclaim: processing rows by lease.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_lease_idx`)} ON ${n.inbox} (lease_expires_at) WHERE state = 'processing';
+-- Retention of finished rows.
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_finished_idx`)} ON ${n.inbox} (state, created_at) WHERE state IN ('processed', 'dead');
+
+CREATE TABLE IF NOT EXISTS ${n.maintenance} (
+  name varchar(255) PRIMARY KEY,
+  last_run_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+`;
+    },
+  },
+];
+
+/** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */
+export function pgExpectedColumns(n: PgNames): Array<{ table: string; qualified: string; columns: Array<{ name: string; ddl: string }> }> {
+  return [
+    {
+      table: n.outboxTable,
+      qualified: n.outbox,
+      columns: [
+        { name: 'id', ddl: 'uuid NOT NULL DEFAULT gen_random_uuid()' },
+        { name: 'topic', ddl: 'varchar(255) NOT NULL' },
+        { name: 'key', ddl: 'varchar(255) NULL' },
+        { name: 'payload', ddl: 'jsonb NOT NULL' },
+        { name: 'headers', ddl: "jsonb NOT NULL DEFAULT '{}'::jsonb" },
+        { name: 'state', ddl: "varchar(50) NOT NULL DEFAULT 'pending'" },
+        { name: 'attempt', ddl: 'integer NOT NULL DEFAULT 0' },
+        { name: 'max_attempts', ddl: 'integer NOT NULL DEFAULT 5' },
+        { name: 'scheduled_at', ddl: 'timestamptz NOT NULL DEFAULT now()' },
+        { name: 'created_at', ddl: 'timestamptz NOT NULL DEFAULT now()' },
+        { name: 'updated_at', ddl: 'timestamptz NOT NULL DEFAULT now()' },
+        { name: 'claimed_at', ddl: 'timestamptz NULL' },
+        { name: 'claim_token', ddl: 'uuid NULL' },
+        { name: 'lease_expires_at', ddl: 'timestamptz NULL' },
+        { name: 'last_error', ddl: 'text NULL' },
+        { name: 'sequence', ddl: `bigint NOT NULL DEFAULT nextval('${n.outboxSequence.replaceAll("'", "''")}')` },
+        { name: 'replay_count', ddl: 'integer NOT NULL DEFAULT 0' },
+      ],
+    },
+    {
+      table: n.inboxTable,
+      qualified: n.inbox,
+      columns: [
+        { name: 'id', ddl: 'uuid NOT NULL DEFAULT gen_random_uuid()' },
+        { name: 'source', ddl: 'varchar(255) NOT NULL' },
+        { name: 'idempotency_key', ddl: 'varchar(255) NOT NULL' },
+        { name: 'aggregate_id', ddl: 'varchar(255) NULL' },
+        { name: 'event_type', ddl: 'varchar(255) NULL' },
+        { name: 'payload', ddl: 'jsonb NOT NULL' },
+        { name: 'headers', ddl: "jsonb NOT NULL DEFAULT '{}'::jsonb" },
+        { name: 'correlation_id', ddl: 'varchar(128) NULL' },
+        { name: 'consumption', ddl: "varchar(10) NOT NULL DEFAULT 'push'" },
+        { name: 'state', ddl: "varchar(50) NOT NULL DEFAULT 'pending'" },
+        { name: 'attempt', ddl: 'integer NOT NULL DEFAULT 0' },
+        { name: 'scheduled_at', ddl: 'timestamptz NOT NULL DEFAULT now()' },
+        { name: 'created_at', ddl: 'timestamptz NOT NULL DEFAULT now()' },
+        { name: 'updated_at', ddl: 'timestamptz NOT NULL DEFAULT now()' },
+        { name: 'processed_at', ddl: 'timestamptz NULL' },
+        { name: 'claimed_at', ddl: 'timestamptz NULL' },
+        { name: 'claim_token', ddl: 'uuid NULL' },
+        { name: 'lease_expires_at', ddl: 'timestamptz NULL' },
+        { name: 'last_error', ddl: 'text NULL' },
+        { name: 'sequence', ddl: `bigint NOT NULL DEFAULT nextval('${n.inboxSequence.replaceAll("'", "''")}')` },
+      ],
+    },
+    {
+      table: n.maintenanceTable,
+      qualified: n.maintenance,
+      columns: [
+        { name: 'name', ddl: 'varchar(255) NOT NULL' },
+        { name: 'last_run_at', ddl: "timestamptz NOT NULL DEFAULT '-infinity'" },
+      ],
+    },
+  ];
+}

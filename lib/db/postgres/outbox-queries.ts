@@ -1,0 +1,271 @@
+/**
+ * PostgreSQL outbox operations (driver methods `outbox*`).
+ *
+ * Every finishing write is fenced on id + `processing` + token + `lease_expires_at >
+ * clock_timestamp()` and settles a whole batch in one statement via `unnest` of parallel arrays.
+ */
+import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, TableStats } from '../driver.ts';
+import { UsageError } from '../../errors.ts';
+import { msInterval, type PgContext } from './context.ts';
+import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { reclaimGate } from './maintenance-queries.ts';
+import type { PgNames } from './names.ts';
+
+const FENCE = `o.state = 'processing' AND o.claim_token = s.token AND o.lease_expires_at > clock_timestamp()`;
+
+interface OutboxDbRow {
+  id: string;
+  topic: string;
+  key: string | null;
+  payload: Record<string, unknown>;
+  headers: Record<string, string>;
+  attempt: number;
+  max_attempts: number;
+  sequence: string;
+  replay_count: number;
+  created_at: Date;
+  claim_token: string;
+  lease_expires_at: Date;
+}
+
+function toOutboxRow(r: OutboxDbRow): OutboxRow {
+  return {
+    id: r.id,
+    topic: r.topic,
+    key: r.key,
+    payload: r.payload,
+    headers: r.headers,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    sequence: r.sequence,
+    replayCount: r.replay_count,
+    createdAt: r.created_at,
+    claimToken: r.claim_token,
+    leaseExpiresAt: r.lease_expires_at,
+  };
+}
+
+/** Inserts one outbox row through `db` (the caller's transaction or a relay transaction). */
+export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
+  const { rows } = await pgQuery<{ id: string }>(
+    db,
+    `INSERT INTO ${names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at)
+     VALUES (COALESCE($1::uuid, gen_random_uuid()), $2, $3, $4::jsonb, $5::jsonb, $6,
+             COALESCE($7::timestamptz, clock_timestamp() + ${msInterval('$8')}))
+     RETURNING id`,
+    [
+      m.id ?? null,
+      m.topic,
+      m.key ?? null,
+      JSON.stringify(m.payload),
+      JSON.stringify(m.headers ?? {}),
+      m.maxAttempts ?? defaults.maxAttempts,
+      m.scheduledAt ?? null,
+      m.delayMs ?? 0,
+    ],
+  );
+  return rows[0]!.id;
+}
+
+/**
+ * Claims due rows: keyless rows freely, keyed rows only when they are the head of their key
+ * (no `pending`/`processing` row of the key with a lower `sequence`). `SKIP LOCKED` keeps
+ * concurrent claims off each other's rows; the head condition keeps one row per key in flight.
+ */
+export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
+  const t = ctx.names.outbox;
+  const { rows } = await pgQuery<OutboxDbRow>(
+    ctx.pool,
+    `WITH candidates AS (
+       SELECT c.id
+         FROM ${t} c
+        WHERE c.state = 'pending'
+          AND c.scheduled_at <= clock_timestamp()
+          AND (c.key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM ${t} h
+                 WHERE h.key = c.key
+                   AND h.state IN ('pending', 'processing')
+                   AND h.sequence < c.sequence))
+        ORDER BY c.scheduled_at, c.sequence
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+     )
+     UPDATE ${t} o
+        SET state = 'processing',
+            claim_token = gen_random_uuid(),
+            claimed_at = clock_timestamp(),
+            lease_expires_at = clock_timestamp() + ${msInterval('$2')},
+            updated_at = clock_timestamp()
+       FROM candidates
+      WHERE o.id = candidates.id
+  RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.attempt, o.max_attempts, o.sequence,
+            o.replay_count, o.created_at, o.claim_token, o.lease_expires_at`,
+    [p.limit, p.leaseMs],
+  );
+  return rows.map(toOutboxRow).sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1));
+}
+
+function claimArrays(claims: ClaimRef[]): [string[], string[]] {
+  return [claims.map((c) => c.id), claims.map((c) => c.token)];
+}
+
+export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
+  if (p.claims.length === 0) return [];
+  const [ids, tokens] = claimArrays(p.claims);
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `UPDATE ${ctx.names.outbox} o
+        SET lease_expires_at = clock_timestamp() + ${msInterval('$3')}
+       FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
+      WHERE o.id = s.id AND ${FENCE}
+  RETURNING o.id`,
+    [ids, tokens, p.leaseMs],
+  );
+  return rows.map((r) => r.id);
+}
+
+export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
+  if (p.claims.length === 0) return [];
+  const [ids, tokens] = claimArrays(p.claims);
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `UPDATE ${ctx.names.outbox} o
+        SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
+       FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
+      WHERE o.id = s.id AND ${FENCE}
+  RETURNING o.id`,
+    [ids, tokens],
+  );
+  return rows.map((r) => r.id);
+}
+
+export async function outboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
+  if (p.items.length === 0) return [];
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `UPDATE ${ctx.names.outbox} o
+        SET state = 'pending',
+            attempt = o.attempt + 1,
+            scheduled_at = clock_timestamp() + ${msInterval('s.delay_ms')},
+            last_error = s.error,
+            claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
+            updated_at = clock_timestamp()
+       FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
+      WHERE o.id = s.id AND ${FENCE}
+  RETURNING o.id`,
+    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.delayMs), p.items.map((i) => i.error)],
+  );
+  return rows.map((r) => r.id);
+}
+
+export async function outboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }): Promise<string[]> {
+  if (p.items.length === 0) return [];
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `UPDATE ${ctx.names.outbox} o
+        SET state = 'dead', last_error = s.error, lease_expires_at = NULL, updated_at = clock_timestamp()
+       FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
+      WHERE o.id = s.id AND ${FENCE}
+  RETURNING o.id`,
+    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.error)],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Expired `processing` rows back to `pending`, attempt unchanged; gated by the shared throttle. */
+export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
+  const gate = reclaimGate(ctx, `reclaim:${ctx.names.outboxTable}`, p.throttleMs, 1);
+  const { rows } = await pgQuery<{ ran: boolean; reclaimed: string }>(
+    ctx.pool,
+    `WITH ${gate.cte},
+     moved AS (
+       UPDATE ${ctx.names.outbox} o
+          SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
+              updated_at = clock_timestamp()
+        WHERE o.state = 'processing' AND o.lease_expires_at <= clock_timestamp()
+          AND EXISTS (SELECT 1 FROM gate)
+    RETURNING 1)
+     SELECT EXISTS (SELECT 1 FROM gate) AS ran, (SELECT count(*) FROM moved) AS reclaimed`,
+    gate.values,
+  );
+  return { ran: rows[0]!.ran, reclaimed: Number(rows[0]!.reclaimed) };
+}
+
+export async function outboxStats(ctx: PgContext): Promise<TableStats> {
+  const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
+    ctx.pool,
+    `SELECT state, count(*) AS n,
+            EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at) FILTER (WHERE state = 'pending' AND scheduled_at <= clock_timestamp()))::float8 AS oldest
+       FROM ${ctx.names.outbox} GROUP BY state`,
+  );
+  const counts: Record<string, number> = { pending: 0, processing: 0, sent: 0, dead: 0 };
+  let oldest = 0;
+  for (const r of rows) {
+    counts[r.state] = Number(r.n);
+    if (r.oldest !== null) oldest = Math.max(oldest, r.oldest);
+  }
+  return { counts, oldestPendingAgeSeconds: oldest };
+}
+
+export async function outboxDeadList(ctx: PgContext, p: { limit: number }): Promise<DeadRowSummary[]> {
+  const { rows } = await pgQuery<{ id: string; topic: string; last_error: string | null; updated_at: Date }>(
+    ctx.pool,
+    `SELECT id, topic, last_error, updated_at FROM ${ctx.names.outbox} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
+    [p.limit],
+  );
+  return rows.map((r) => ({ id: r.id, topicOrSource: r.topic, lastError: r.last_error, updatedAt: r.updated_at }));
+}
+
+/** Translates a route topic pattern (`*` one segment, `**` anything) into an anchored POSIX regex. */
+export function topicPatternToRegex(pattern: string): string {
+  let out = '^';
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i]!;
+    if (c === '*' && pattern[i + 1] === '*') {
+      out += '.*';
+      i++;
+    } else if (c === '*') out += '[^.]+';
+    else out += /[\\^$.|?+()[\]{}]/.test(c) ? `\\${c}` : c;
+  }
+  return `${out}$`;
+}
+
+export async function outboxReplay(ctx: PgContext, f: ReplayFilter): Promise<number> {
+  const where: string[] = [];
+  const values: unknown[] = [];
+  const bind = (v: unknown) => {
+    values.push(v);
+    return `$${values.length}`;
+  };
+  if (f.ids?.length) where.push(`id = ANY(${bind(f.ids)}::uuid[])`);
+  if (f.topics?.length) where.push(`topic = ANY(${bind(f.topics)}::text[])`);
+  if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternToRegex))}::text[])`);
+  if (f.createdFrom) where.push(`created_at >= ${bind(f.createdFrom)}`);
+  if (f.createdTo) where.push(`created_at < ${bind(f.createdTo)}`);
+  if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
+  const states = f.states?.length ? f.states : ['sent', 'dead'];
+  if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');
+  const { rowCount } = await pgQuery(
+    ctx.pool,
+    `UPDATE ${ctx.names.outbox}
+        SET state = 'pending', attempt = 0, scheduled_at = clock_timestamp(), last_error = NULL,
+            claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+            replay_count = replay_count + 1, updated_at = clock_timestamp()
+      WHERE state = ANY(${bind(states)}::text[]) AND ${where.join(' AND ')}`,
+    values,
+  );
+  return rowCount ?? 0;
+}
+
+export async function outboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParams): Promise<number> {
+  if (p.state !== 'sent' && p.state !== 'dead') throw new UsageError(`outbox retention deletes only sent or dead rows, not ${p.state}`);
+  const { rowCount } = await pgQuery(
+    ctx.pool,
+    `DELETE FROM ${ctx.names.outbox} WHERE id IN (
+       SELECT id FROM ${ctx.names.outbox}
+        WHERE state = $1 AND updated_at < clock_timestamp() - ${msInterval('$2')}
+        LIMIT $3)`,
+    [p.state, p.olderThanMs, p.limit],
+  );
+  return rowCount ?? 0;
+}

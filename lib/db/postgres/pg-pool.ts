@@ -1,0 +1,69 @@
+/**
+ * One small `pg` pool per container, with no session state.
+ *
+ * `statement_timeout` and `idle_in_transaction_session_timeout` are startup parameters of each
+ * connection (no `SET` after connecting, so the pool works behind RDS Proxy or PgBouncer in
+ * transaction mode). Statements are unnamed (no prepared-statement names).
+ */
+import pg from 'pg';
+import type { QueueBoxConfig } from '../../config/schema.ts';
+import { mapPgError } from './error-map.ts';
+
+export type PgPool = pg.Pool;
+
+/** Anything that runs a parameterized query: a pool, a pooled client or a plain client. */
+export interface PgQueryable {
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
+}
+
+/** Creates the container's pool; `url` must be resolved already. */
+export function createPgPool(database: QueueBoxConfig['database'], url: string): PgPool {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: database.poolMax,
+    statement_timeout: database.statementTimeoutMs,
+    idle_in_transaction_session_timeout: database.idleInTransactionTimeoutMs,
+    connectionTimeoutMillis: database.connectTimeoutMs,
+    idleTimeoutMillis: 30000,
+    application_name: 'queuebox',
+  });
+  // A pooled idle client whose connection drops emits 'error' on the pool; without a listener
+  // the process would crash. The next checkout simply gets a fresh connection.
+  pool.on('error', () => {});
+  return pool;
+}
+
+/** Runs one statement and maps database errors. */
+export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
+  try {
+    return await db.query<R>(text, values);
+  } catch (error) {
+    throw mapPgError(error);
+  }
+}
+
+/** Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so. */
+export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  let client: pg.PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (error) {
+    throw mapPgError(error);
+  }
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    const result = await work(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    try {
+      await client.query('ROLLBACK');
+    } catch {
+      broken = true;
+    }
+    throw mapPgError(error);
+  } finally {
+    client.release(broken);
+  }
+}

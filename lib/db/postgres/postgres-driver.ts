@@ -1,0 +1,129 @@
+/**
+ * The PostgreSQL driver: wires the per-table query modules to the `Driver` interface.
+ */
+import type pg from 'pg';
+import type { QueueBoxConfig } from '../../config/schema.ts';
+import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
+import type { CallerTransaction, Driver } from '../driver.ts';
+import type { PgContext } from './context.ts';
+import * as inbox from './inbox-queries.ts';
+import { pgExpectedColumns, pgMigrations } from './migrations.ts';
+import { pgNames, quoteIdent } from './names.ts';
+import * as outbox from './outbox-queries.ts';
+import { createPgPool, pgQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
+import * as pull from './pull-queries.ts';
+
+/** Accepts the caller's `pg` client (inside its own `BEGIN`). */
+function asQueryable(tx: CallerTransaction): PgQueryable {
+  if (typeof tx === 'object' && tx !== null && typeof (tx as PgQueryable).query === 'function') return tx as PgQueryable;
+  throw new QueueBoxError('expected a pg client (pg.Client or pg.PoolClient) inside the caller transaction');
+}
+
+export interface PostgresDriverOptions {
+  config: Pick<QueueBoxConfig, 'database' | 'tables'>;
+  url: string;
+  /** Use this pool instead of creating one (it is not ended by `close`). */
+  pool?: PgPool;
+}
+
+export class PostgresDriver implements Driver {
+  readonly dialect = 'postgres' as const;
+  readonly ctx: PgContext;
+  readonly #ownsPool: boolean;
+
+  constructor(options: PostgresDriverOptions) {
+    const pool = options.pool ?? createPgPool(options.config.database, options.url);
+    this.#ownsPool = options.pool === undefined;
+    this.ctx = { pool, names: pgNames(options.config.database.schema ?? 'public', options.config.tables) };
+  }
+
+  get pool(): PgPool {
+    return this.ctx.pool;
+  }
+
+  async migrate(): Promise<{ applied: number[] }> {
+    const n = this.ctx.names;
+    return pgTransaction(this.ctx.pool, async (client) => {
+      // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.
+      await client.query(`SELECT pg_advisory_xact_lock(hashtext('queuebox.migrate'))`);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)}`);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${n.migrations} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${n.migrations}`);
+      const done = new Set(rows.map((r) => r.version));
+      const applied: number[] = [];
+      for (const migration of pgMigrations) {
+        if (done.has(migration.version)) continue;
+        await client.query(migration.sql(n));
+        await client.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
+        applied.push(migration.version);
+      }
+      return applied;
+    }).then((applied) => ({ applied }));
+  }
+
+  async schemaVerify(): Promise<void> {
+    const n = this.ctx.names;
+    const { rows } = await pgQuery<{ table_name: string; column_name: string }>(
+      this.ctx.pool,
+      `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = ANY($2::text[])`,
+      [n.schema, [n.outboxTable, n.inboxTable, n.maintenanceTable]],
+    );
+    const present = new Set(rows.map((r) => `${r.table_name}.${r.column_name}`));
+    const tables = new Set(rows.map((r) => r.table_name));
+    const statements: string[] = [];
+    for (const table of pgExpectedColumns(n)) {
+      if (!tables.has(table.table)) {
+        statements.push(`-- table ${table.qualified} does not exist: run \`queuebox migrate\``);
+        continue;
+      }
+      for (const column of table.columns) {
+        if (!present.has(`${table.table}.${column.name}`)) {
+          statements.push(`ALTER TABLE ${table.qualified} ADD COLUMN ${quoteIdent(column.name)} ${column.ddl};`);
+        }
+      }
+    }
+    if (statements.length > 0) throw new SchemaMismatchError(statements);
+  }
+
+  async clockNow(): Promise<Date> {
+    const { rows } = await pgQuery<{ now: Date }>(this.ctx.pool, 'SELECT clock_timestamp() AS now');
+    return rows[0]!.now;
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsPool) await this.ctx.pool.end();
+  }
+
+  outboxInsert: Driver['outboxInsert'] = (tx, message, defaults) => outbox.outboxInsert(this.ctx.names, asQueryable(tx), message, defaults);
+  outboxClaimMany: Driver['outboxClaimMany'] = (p) => outbox.outboxClaimMany(this.ctx, p);
+  outboxRenewMany: Driver['outboxRenewMany'] = (p) => outbox.outboxRenewMany(this.ctx, p);
+  outboxMarkSentMany: Driver['outboxMarkSentMany'] = (p) => outbox.outboxMarkSentMany(this.ctx, p);
+  outboxRetryMany: Driver['outboxRetryMany'] = (p) => outbox.outboxRetryMany(this.ctx, p);
+  outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = (p) => outbox.outboxMarkDeadMany(this.ctx, p);
+  outboxReclaimExpired: Driver['outboxReclaimExpired'] = (p) => outbox.outboxReclaimExpired(this.ctx, p);
+  outboxStats: Driver['outboxStats'] = () => outbox.outboxStats(this.ctx);
+  outboxDeadList: Driver['outboxDeadList'] = (p) => outbox.outboxDeadList(this.ctx, p);
+  outboxReplay: Driver['outboxReplay'] = (f) => outbox.outboxReplay(this.ctx, f);
+  outboxDeleteFinished: Driver['outboxDeleteFinished'] = (p) => outbox.outboxDeleteFinished(this.ctx, p);
+
+  inboxInsert: Driver['inboxInsert'] = (m, tx) => inbox.inboxInsert(this.ctx, tx === undefined ? this.ctx.pool : asQueryable(tx), m);
+  inboxClaimPushMany: Driver['inboxClaimPushMany'] = (p) => inbox.inboxClaimPushMany(this.ctx, p);
+  inboxRenewMany: Driver['inboxRenewMany'] = (p) => inbox.inboxRenewMany(this.ctx, p);
+  inboxForward: Driver['inboxForward'] = (item, defaults) => inbox.inboxForward(this.ctx, item, defaults);
+  inboxRetryMany: Driver['inboxRetryMany'] = (p) => inbox.inboxRetryMany(this.ctx, p);
+  inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = (p) => inbox.inboxMarkDeadMany(this.ctx, p);
+  inboxReclaimExpired: Driver['inboxReclaimExpired'] = (p) => inbox.inboxReclaimExpired(this.ctx, p);
+  inboxStats: Driver['inboxStats'] = () => inbox.inboxStats(this.ctx);
+  inboxDeadList: Driver['inboxDeadList'] = (p) => inbox.inboxDeadList(this.ctx, p);
+  inboxDeleteFinished: Driver['inboxDeleteFinished'] = (p) => inbox.inboxDeleteFinished(this.ctx, p);
+
+  pullClaimMany: Driver['pullClaimMany'] = (p) => pull.pullClaimMany(this.ctx, p);
+  pullRenew: Driver['pullRenew'] = (p) => pull.pullRenew(this.ctx, p);
+  pullComplete: Driver['pullComplete'] = (tx, claim) => pull.pullComplete(this.ctx, asQueryable(tx), claim);
+  pullRetry: Driver['pullRetry'] = (p) => pull.pullRetry(this.ctx, p);
+  pullMarkDead: Driver['pullMarkDead'] = (p) => pull.pullMarkDead(this.ctx, p);
+}
+
+export type { pg };

@@ -1,0 +1,50 @@
+/**
+ * `enqueue`: the application's side of the transactional outbox.
+ *
+ * The row is written through the caller's own transaction handle, so it commits or rolls back
+ * with the business change. Nothing here opens a connection.
+ */
+import { IDENTIFIER_PATTERN } from '../config/schema.ts';
+import type { CallerTransaction, OutboxMessageInput } from '../db/driver.ts';
+import { pgNames } from '../db/postgres/names.ts';
+import { outboxInsert } from '../db/postgres/outbox-queries.ts';
+import type { PgQueryable } from '../db/postgres/pg-pool.ts';
+import { QueueBoxError, ValidationError } from '../errors.ts';
+import { validateOutboxMessage } from './validate-message.ts';
+
+export interface EnqueueOptions {
+  /** Schema of the outbox table; default `public` (PostgreSQL) or `dbo` (SQL Server). */
+  schema?: string;
+  /** Outbox table name; default `outbox`. */
+  table?: string;
+  /** `max_attempts` when the message does not set it; default 5. */
+  maxAttempts?: number;
+}
+
+/** True for an `mssql` Transaction (it makes requests; a pg client has `query`). */
+function isMssqlTransaction(tx: unknown): boolean {
+  return typeof tx === 'object' && tx !== null && typeof (tx as { request?: unknown }).request === 'function' && typeof (tx as { query?: unknown }).query !== 'function';
+}
+
+/**
+ * Inserts one outbox message inside the caller's open transaction and returns its id.
+ *
+ * `tx` is a `pg` client on which the caller ran `BEGIN` (or an `mssql` Transaction). Throws
+ * `ValidationError` naming the field when the message is invalid; nothing is written then.
+ */
+export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput, options: EnqueueOptions = {}): Promise<string> {
+  const m = validateOutboxMessage(message);
+  const table = options.table ?? 'outbox';
+  if (!IDENTIFIER_PATTERN.test(table)) throw new ValidationError('options.table', 'must be a lower-case SQL identifier');
+  if (options.schema !== undefined && !IDENTIFIER_PATTERN.test(options.schema)) throw new ValidationError('options.schema', 'must be a lower-case SQL identifier');
+  const defaults = { maxAttempts: options.maxAttempts ?? 5 };
+  if (isMssqlTransaction(tx)) {
+    const { sqlServerOutboxInsert } = await import('../db/sqlserver/outbox-queries.ts');
+    return sqlServerOutboxInsert({ schema: options.schema ?? 'dbo', table }, tx, m, defaults);
+  }
+  if (typeof tx !== 'object' || tx === null || typeof (tx as PgQueryable).query !== 'function') {
+    throw new QueueBoxError('enqueue needs the caller transaction: a pg client inside BEGIN, or an mssql Transaction');
+  }
+  const names = pgNames(options.schema ?? 'public', { outbox: table, inbox: 'inbox', maintenance: 'queuebox_maintenance' });
+  return outboxInsert(names, tx as PgQueryable, m, defaults);
+}

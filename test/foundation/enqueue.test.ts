@@ -1,0 +1,81 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { enqueue } from '../../lib/index.ts';
+import { ValidationError } from '../../lib/errors.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+describe('enqueue', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => db.drop());
+
+  it('writes the row inside the caller transaction and returns its id', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const id = await enqueue(client, { topic: 'order.paid', key: 'o-1', payload: { orderId: 'o-1' }, headers: { 'X-Correlation-Id': 'c-1' } }, { schema: db.schema });
+      await client.query('COMMIT');
+      const rows = await db.query(`SELECT topic, key, payload, headers, state FROM "${db.schema}".outbox WHERE id = $1`, [id]);
+      assert.deepEqual(rows, [{ topic: 'order.paid', key: 'o-1', payload: { orderId: 'o-1' }, headers: { 'X-Correlation-Id': 'c-1' }, state: 'pending' }]);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('leaves no row when the caller rolls back', async () => {
+    const client = await db.pool.connect();
+    let id: string;
+    try {
+      await client.query('BEGIN');
+      id = await enqueue(client, { topic: 'order.cancelled', payload: { orderId: 'o-2' } }, { schema: db.schema });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    const rows = await db.query(`SELECT 1 FROM "${db.schema}".outbox WHERE id = $1`, [id]);
+    assert.equal(rows.length, 0);
+  });
+
+  it('honours delayMs on the database clock and maxAttempts', async () => {
+    const client = await db.pool.connect();
+    try {
+      const id = await enqueue(client, { topic: 'later', payload: {}, delayMs: 60_000, maxAttempts: 9 }, { schema: db.schema });
+      const [row] = await db.query<{ due_in: number; max_attempts: number }>(
+        `SELECT EXTRACT(EPOCH FROM scheduled_at - clock_timestamp())::float8 AS due_in, max_attempts FROM "${db.schema}".outbox WHERE id = $1`,
+        [id],
+      );
+      assert.ok(row!.due_in > 55 && row!.due_in <= 60, `due in ~60 s, got ${row!.due_in}`);
+      assert.equal(row!.max_attempts, 9);
+    } finally {
+      client.release();
+    }
+  });
+
+  const invalid: Array<[string, unknown, string]> = [
+    ['a missing topic', { payload: {} }, 'message.topic'],
+    ['an empty topic', { topic: ' ', payload: {} }, 'message.topic'],
+    ['a topic over 255 characters', { topic: 'x'.repeat(256), payload: {} }, 'message.topic'],
+    ['a payload that is an array', { topic: 't', payload: [1] }, 'message.payload'],
+    ['a payload that is a string', { topic: 't', payload: 'x' }, 'message.payload'],
+    ['a payload with a BigInt', { topic: 't', payload: { n: 1n } }, 'message.payload'],
+    ['headers with a number value', { topic: 't', payload: {}, headers: { a: 1 } }, 'message.headers.a'],
+    ['a key over 255 characters', { topic: 't', payload: {}, key: 'k'.repeat(256) }, 'message.key'],
+    ['an unknown field', { topic: 't', payload: {}, priority: 1 }, 'message.priority'],
+    ['an id that is not a UUID', { topic: 't', payload: {}, id: 'abc' }, 'message.id'],
+    ['maxAttempts of zero', { topic: 't', payload: {}, maxAttempts: 0 }, 'message.maxAttempts'],
+  ];
+  for (const [what, message, field] of invalid) {
+    it(`rejects ${what} with an error naming ${field}, writing nothing`, async () => {
+      const before = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+      await assert.rejects(enqueue(db.pool, message as never, { schema: db.schema }), (error: unknown) => {
+        assert.ok(error instanceof ValidationError, `ValidationError, got ${String(error)}`);
+        assert.equal(error.field, field);
+        return true;
+      });
+      const afterRows = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+      assert.equal(afterRows[0]!.n, before[0]!.n);
+    });
+  }
+});
