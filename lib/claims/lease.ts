@@ -1,0 +1,27 @@
+/**
+ * Lease arithmetic shared by every worker (seed: the lease; spec §3: lease sized to the invocation).
+ */
+
+/** Shortest lease QueueBox grants; below this a claim could expire before the claim returns. */
+export const MIN_LEASE_MS = 1000;
+
+/**
+ * The lease to grant or renew now: `min(claimTimeoutMs, time left in this invocation)`.
+ * Nothing can renew after the invocation ends, so a frozen or killed invocation's rows become
+ * reclaimable right after its end, not `claimTimeoutMs` later. Returns 0 when too little time
+ * is left to claim at all.
+ */
+export function leaseMsFor(claimTimeoutMs: number, remainingMs: number | undefined): number {
+  const lease = remainingMs === undefined ? claimTimeoutMs : Math.min(claimTimeoutMs, Math.floor(remainingMs));
+  return lease >= MIN_LEASE_MS ? lease : 0;
+}
+
+/** Renewal cadence: every third of the lease (seed: renewal). */
+export function renewalIntervalMs(leaseMs: number): number {
+  return Math.max(1, Math.floor(leaseMs / 3));
+}
+
+/** Reclaim throttle: at most once per `claimTimeoutMs / 5` (seed: reclaim of stale claims). */
+export function reclaimThrottleMs(claimTimeoutMs: number): number {
+  return Math.floor(claimTimeoutMs / 5);
+}

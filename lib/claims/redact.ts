@@ -1,0 +1,36 @@
+/**
+ * `last_error` text safe to store: secrets redacted, length bounded.
+ *
+ * Error messages from SDKs and HTTP clients can carry credentials (signed URLs, Authorization
+ * headers, connection strings). Operators read `last_error` in dashboards and CLIs, so it is
+ * scrubbed before it is written.
+ */
+export const LAST_ERROR_MAX_LENGTH = 2000;
+
+const RULES: Array<[RegExp, string]> = [
+  // URL user info: scheme://user:password@host → scheme://***@host
+  [/([a-z][a-z0-9+.-]*:\/\/)[^\s/@:]+(?::[^\s/@]*)?@/gi, '$1***@'],
+  // Authorization header values: Bearer/Basic/AWS4-HMAC-SHA256 …
+  [/(authorization["']?\s*[:=]\s*["']?)(?:bearer|basic|digest|aws4-hmac-sha256)?\s*[^\s"',;]+/gi, '$1***'],
+  [/\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}/gi, '$1 ***'],
+  // key=value / key: value pairs whose key names a secret
+  [/((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|session[_-]?token|signature|x-amz-signature|x-amz-security-token|x-amz-credential|client[_-]?secret|private[_-]?key)["']?\s*[:=]\s*["']?)[^\s"'&,;}]+/gi, '$1***'],
+  // AWS access key ids
+  [/\b(AKIA|ASIA)[A-Z0-9]{16}\b/g, '***'],
+];
+
+/** Redacts secrets from an error message and truncates it to 2000 characters. */
+export function redactError(input: unknown): string {
+  let text = input instanceof Error ? `${input.name}: ${input.message}` : typeof input === 'string' ? input : safeString(input);
+  for (const [pattern, replacement] of RULES) text = text.replace(pattern, replacement);
+  if (text.length > LAST_ERROR_MAX_LENGTH) text = `${text.slice(0, LAST_ERROR_MAX_LENGTH - 1)}…`;
+  return text;
+}
+
+function safeString(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}

@@ -1,0 +1,26 @@
+/**
+ * Every metric QueueBox emits, with its unit and the dimensions it may carry.
+ *
+ * This list is the contract between the code, the dashboard and alarms (`infra/`) and the metric
+ * reference (`docs/metrics.md`); tests keep the three in agreement. Dimension values are bounded
+ * by configuration (statuses, components, destination names, table names), never by message data.
+ */
+export const METRICS = {
+  outboxMessages: { name: 'queuebox_outbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Outbox rows settled, by status: sent, dead, retried.' },
+  outboxReclaimed: { name: 'queuebox_outbox_messages_reclaimed_total', unit: 'Count', dimensions: [], help: 'Outbox rows returned from processing to pending by the reclaim step.' },
+  claimsLost: { name: 'queuebox_claims_lost_total', unit: 'Count', dimensions: ['component'], help: 'Fenced writes that changed no row (component: outbox, inbox, pull): work outlived its lease.' },
+  outboxPending: { name: 'queuebox_outbox_messages_pending', unit: 'Count', dimensions: [], help: 'Outbox rows in state pending at the end of a pass.' },
+  outboxOldestPendingAge: { name: 'queuebox_outbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending outbox row.' },
+  outboxPublishDuration: { name: 'queuebox_outbox_publish_duration_seconds', unit: 'Seconds', dimensions: ['destination_type'], help: 'Duration of one destination call (a batch of up to 10 entries).' },
+  outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered, by destination name and outcome: sent, retryable, permanent.' },
+  inboxMessages: { name: 'queuebox_inbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Inbox messages by status: new, duplicate (at receipt), forwarded (by the relay).' },
+  inboxRejections: { name: 'queuebox_inbox_rejections_total', unit: 'Count', dimensions: ['reason'], help: 'Messages refused or dead-lettered at receipt, by reason.' },
+  inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row.' },
+  cleanupDeleted: { name: 'queuebox_cleanup_messages_deleted_total', unit: 'Count', dimensions: ['table'], help: 'Rows deleted by retention, by table.' },
+} as const;
+
+export type MetricKey = keyof typeof METRICS;
+export type MetricName = (typeof METRICS)[MetricKey]['name'];
+
+/** All metric names, for docs and infra tests. */
+export const METRIC_NAMES: readonly MetricName[] = Object.values(METRICS).map((m) => m.name);
