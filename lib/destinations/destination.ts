@@ -1,0 +1,49 @@
+/**
+ * The destination seam: how the outbox poller hands a batch to SQS or EventBridge.
+ *
+ * A destination receives at most `maxBatchSize` (10) envelopes per call and answers per entry.
+ * It never throws for a per-entry failure; a whole-call failure (network, 5xx, throttling of the
+ * call) is reported as the same outcome for every entry of the call. Classification decides
+ * what the poller does with the row: `sent`, `retryable` (retry with backoff while attempts
+ * remain) or `permanent` (dead now when no retry can succeed, see `deadNow`).
+ */
+
+/** What the poller delivers: a claimed row, flattened. */
+export interface OutboundMessage {
+  /** Row id; travels as `X-Message-Id`. */
+  id: string;
+  topic: string;
+  key: string | null;
+  payload: Record<string, unknown>;
+  /** Row headers (application headers, plus relay headers such as `x-inbox-id`). */
+  headers: Record<string, string>;
+  /** 0-based attempt number of this delivery; travels as `X-Attempt`. */
+  attempt: number;
+  /** Times the row was replayed; a replayed row gets a fresh FIFO deduplication id. */
+  replayCount: number;
+}
+
+export type EntryOutcome =
+  | { id: string; status: 'sent' }
+  | {
+      id: string;
+      status: 'retryable' | 'permanent';
+      /** Redaction happens in the poller; this is the raw reason (code + message). */
+      error: string;
+      /** True when no retry can ever succeed (too large, too many attributes, invalid): dead at once. */
+      deadNow?: boolean;
+    };
+
+export interface Destination {
+  /** Config name (used as the `destination` metric dimension). */
+  readonly name: string;
+  /** `sqs` or `eventbridge` (the `destination_type` metric dimension). */
+  readonly type: 'sqs' | 'eventbridge';
+  /** Entries per call (10 for both SQS and EventBridge). */
+  readonly maxBatchSize: number;
+  /**
+   * Publishes up to `maxBatchSize` messages in one call; returns exactly one outcome per input
+   * message (same ids). `signal` aborts the call (lost claim, deadline).
+   */
+  publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]>;
+}
