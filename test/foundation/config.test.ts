@@ -1,0 +1,89 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { loadConfig } from '../../lib/config/load-config.ts';
+import { ConfigError } from '../../lib/errors.ts';
+
+function configError(fn: () => unknown): ConfigError {
+  try {
+    fn();
+  } catch (error) {
+    assert.ok(error instanceof ConfigError, `expected ConfigError, got ${String(error)}`);
+    return error;
+  }
+  assert.fail('expected a ConfigError');
+}
+
+function yamlFile(text: string): string {
+  const path = join(mkdtempSync(join(tmpdir(), 'qb-config-')), 'queuebox.yml');
+  writeFileSync(path, text);
+  return path;
+}
+
+describe('configuration', () => {
+  it('applies every default of the spec when nothing is configured', () => {
+    const config = loadConfig({ env: {} });
+    assert.deepEqual(
+      { ...config.outbox, routes: undefined },
+      { batchSize: 100, concurrency: 8, pollIntervalMs: 100, retryBaseDelayMs: 1000, maxAttempts: 5, claimTimeoutMs: 300000, shutdownTimeoutMs: 30000, routes: undefined },
+    );
+    assert.equal(config.inbox.maxBodyBytes, 1048576);
+    assert.equal(config.inbox.relay.claimTimeoutMs, 300000);
+    assert.deepEqual(config.pull, { batchSize: 10, leaseMs: 30000, concurrency: 1, pollMs: 1000, retry: { maxAttempts: 5, baseDelayMs: 1000, maxDelayMs: 300000, jitter: 0.2 } });
+    assert.equal(config.retention.enabled, false);
+    assert.equal(config.observability.namespace, 'QueueBox');
+    assert.deepEqual(config.tables, { outbox: 'outbox', inbox: 'inbox', maintenance: 'queuebox_maintenance' });
+  });
+
+  it('reads the YAML file and lets QUEUEBOX_* variables override it, typed', () => {
+    const path = yamlFile(`
+database:
+  url: postgres://db/app
+outbox:
+  batchSize: 50
+destinations:
+  orders:
+    type: sqs
+    queueUrl: https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo
+  `);
+    const config = loadConfig({ path, env: { QUEUEBOX_OUTBOX__BATCH_SIZE: '25', QUEUEBOX_RETENTION__ENABLED: 'true', QUEUEBOX_DESTINATIONS__ORDERS__REGION: 'eu-west-1' } });
+    assert.equal(config.outbox.batchSize, 25);
+    assert.equal(config.retention.enabled, true);
+    assert.equal(config.database.url, 'postgres://db/app');
+    assert.equal(config.destinations.orders?.region, 'eu-west-1');
+  });
+
+  it('takes the database URL from QUEUEBOX_DATABASE_URL or DATABASE_URL when the file has none', () => {
+    assert.equal(loadConfig({ env: { DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://a/b');
+    assert.equal(loadConfig({ env: { QUEUEBOX_DATABASE_URL: 'postgres://c/d', DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://c/d');
+  });
+
+  const bad: Array<[string, string, Record<string, string>, string, RegExp]> = [
+    ['an unknown key', 'outbox:\n  batchSzie: 5\n', {}, 'outbox.batchSzie', /unknown key/],
+    ['a wrong type', 'outbox:\n  batchSize: lots\n', {}, 'outbox.batchSize', /number/],
+    ['a value out of range', 'outbox:\n  concurrency: 0\n', {}, 'outbox.concurrency', />/],
+    ['a hostile table name', 'tables:\n  outbox: \'outbox"; DROP TABLE users; --\'\n', {}, 'tables.outbox', /identifier/],
+    ['a hostile schema name', 'database:\n  schema: "public.x"\n', {}, 'database.schema', /identifier/],
+    ['a route to a missing destination', 'outbox:\n  routes:\n    - topicPattern: "orders.*"\n      destination: nowhere\n', {}, 'outbox.routes.0.destination', /nowhere/],
+    ['an unknown environment override', '', { QUEUEBOX_OUTBOX__BATCH_SIZZE: '3' }, 'outbox.batchSizze', /unknown key/],
+    ['an override of a wrong type', '', { QUEUEBOX_OUTBOX__CLAIM_TIMEOUT_MS: 'soon' }, 'outbox.claimTimeoutMs', /number/],
+    ['an http source without a path', 'inbox:\n  sources:\n    stripe:\n      type: http\n', {}, 'inbox.sources.stripe.path', /required/],
+    ['an unknown auth type', 'inbox:\n  sources:\n    stripe:\n      type: http\n      path: /stripe\n      auth:\n        type: magic\n', {}, 'inbox.sources.stripe.auth.type', /./],
+  ];
+  for (const [what, yaml, env, key, message] of bad) {
+    it(`stops on ${what} with a message naming ${key}`, () => {
+      const error = configError(() => loadConfig({ path: yamlFile(yaml), env }));
+      assert.equal(error.key, key, error.message);
+      assert.match(error.issues[0]!.message, message);
+      assert.match(error.message, new RegExp(key.replaceAll('.', '\\.')));
+    });
+  }
+
+  it('stops on a file that is not YAML, naming the file', () => {
+    const path = yamlFile('outbox: [unclosed');
+    const error = configError(() => loadConfig({ path, env: {} }));
+    assert.match(error.message, /not valid YAML/);
+  });
+});
