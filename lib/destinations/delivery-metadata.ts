@@ -1,0 +1,55 @@
+/**
+ * The identity every delivery carries, whatever the destination: the row id as `X-Message-Id`,
+ * `X-Topic`, `X-Attempt` (0-based), `X-Message-Key` when the row has a key, `X-Correlation-Id`
+ * when the row headers carry one, then the row headers.
+ *
+ * SQS carries these as message attributes (`sqs-message-attributes.ts`); EventBridge, which has
+ * no headers, carries them in the `metadata` object of the event envelope (`event-envelope.ts`).
+ */
+import type { OutboundMessage } from './destination.ts';
+
+/** Standard header names, in the order they are emitted. */
+export const STANDARD_HEADERS = ['X-Message-Id', 'X-Topic', 'X-Attempt', 'X-Message-Key', 'X-Correlation-Id'] as const;
+
+const STANDARD_LOWER = new Set(STANDARD_HEADERS.map((name) => name.toLowerCase()));
+
+/** The correlation id of a row: its `x-correlation-id` header, looked up case-insensitively; null when absent or empty. */
+export function correlationIdOf(headers: Readonly<Record<string, unknown>>): string | null {
+  for (const [name, value] of Object.entries(headers)) {
+    if (name.toLowerCase() === 'x-correlation-id') {
+      const text = headerText(value);
+      if (text !== '') return text;
+    }
+  }
+  return null;
+}
+
+/**
+ * The flat header list of one delivery, standard names first, then the row headers in their own
+ * order. A row header whose name equals a standard name (ignoring case) is left out: the standard
+ * value is authoritative (`X-Message-Id` is always the row id). Headers with an empty value are
+ * left out (SQS rejects empty attribute values, and an empty header carries nothing). Non-string
+ * values written by plain SQL are carried as their JSON text.
+ */
+export function deliveryHeaders(message: OutboundMessage): Array<[name: string, value: string]> {
+  const out: Array<[string, string]> = [
+    ['X-Message-Id', message.id],
+    ['X-Topic', message.topic],
+    ['X-Attempt', String(message.attempt)],
+  ];
+  if (message.key !== null && message.key !== '') out.push(['X-Message-Key', message.key]);
+  const correlationId = correlationIdOf(message.headers);
+  if (correlationId !== null) out.push(['X-Correlation-Id', correlationId]);
+  for (const [name, value] of Object.entries(message.headers)) {
+    if (STANDARD_LOWER.has(name.toLowerCase())) continue;
+    const text = headerText(value);
+    if (text !== '') out.push([name, text]);
+  }
+  return out;
+}
+
+function headerText(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (value === null || value === undefined) return '';
+  return typeof value === 'object' ? JSON.stringify(value) : String(value);
+}

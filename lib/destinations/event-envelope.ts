@@ -1,0 +1,50 @@
+/**
+ * The EventBridge `Detail` of a delivery. EventBridge has no message headers, so the delivery
+ * identity travels inside the event, in a stable envelope (documented in docs/destinations.md):
+ *
+ * ```json
+ * { "metadata": { "messageId", "topic", "key", "attempt", "correlationId", "headers" }, "data": payload }
+ * ```
+ *
+ * `metadata.messageId` is the row id (`X-Message-Id`): consumers deduplicate on it, since
+ * EventBridge itself does not. `key` and `correlationId` are `null` when absent; `headers` are the
+ * row headers as stored. Rules can match on `detail.metadata.*` and `detail.data.*`.
+ */
+import { correlationIdOf } from './delivery-metadata.ts';
+import type { OutboundMessage } from './destination.ts';
+
+/** Version of the envelope shape; bumped only on an incompatible change. */
+export const EVENT_ENVELOPE_VERSION = 1;
+
+/** The `Detail` object of every QueueBox event. */
+export interface EventEnvelope {
+  metadata: {
+    /** Envelope shape version (`1`). */
+    version: number;
+    /** Row id; the deduplication key for consumers. */
+    messageId: string;
+    topic: string;
+    key: string | null;
+    /** 0-based attempt of this delivery. */
+    attempt: number;
+    correlationId: string | null;
+    headers: Record<string, string>;
+  };
+  data: Record<string, unknown>;
+}
+
+/** Builds the envelope of one delivery. */
+export function eventEnvelope(message: OutboundMessage): EventEnvelope {
+  return {
+    metadata: {
+      version: EVENT_ENVELOPE_VERSION,
+      messageId: message.id,
+      topic: message.topic,
+      key: message.key,
+      attempt: message.attempt,
+      correlationId: correlationIdOf(message.headers),
+      headers: message.headers,
+    },
+    data: message.payload,
+  };
+}

@@ -1,0 +1,119 @@
+/**
+ * Delivery to one EventBridge bus with `PutEvents`.
+ *
+ * Invariants:
+ * - a call carries at most 10 entries and at most 256 KB (262,144 bytes, entry size as AWS
+ *   documents it: Source + DetailType + Detail in UTF-8); larger batches are split into several
+ *   calls, sent concurrently;
+ * - `Source` and `EventBusName` come from config, `DetailType` is the topic, `Detail` is the
+ *   envelope of `event-envelope.ts` (the row id is `detail.metadata.messageId`);
+ * - an entry that can never be accepted (over 256 KB, topic over 128 characters) is `permanent`
+ *   + `deadNow` and is not sent; the rest of the batch still is;
+ * - per entry: `EventId` → `sent`; `InternalFailure` / `ThrottlingException` → `retryable`;
+ *   `MalformedDetail` / `InvalidArgument` / `ValidationException` (the entry itself is wrong) →
+ *   `permanent` + `deadNow`; any other code (access, authorization, KMS) → `permanent`, which
+ *   spends the row's attempts because an operator can fix it;
+ * - a whole-call error applies to every entry of that call (see `classifyCallError`).
+ */
+import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import { classifyCallError } from './classify-call-error.ts';
+import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
+import { packBatches } from './pack-batches.ts';
+import { eventEnvelope } from './event-envelope.ts';
+
+/** EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB). */
+export const EVENTBRIDGE_MAX_BYTES = 262_144;
+/** EventBridge limit of entries per `PutEvents`. */
+export const EVENTBRIDGE_MAX_BATCH_ENTRIES = 10;
+/** Longest `DetailType`, in characters. */
+export const EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH = 128;
+
+/** Per-entry error codes that are retried while attempts remain. */
+export const EVENTBRIDGE_RETRYABLE_CODES: ReadonlySet<string> = new Set(['InternalFailure', 'ThrottlingException']);
+/** Per-entry error codes that mean the entry itself can never be accepted: dead at once. */
+export const EVENTBRIDGE_DEAD_NOW_CODES: ReadonlySet<string> = new Set(['MalformedDetail', 'InvalidArgument', 'ValidationException']);
+
+export interface EventBridgeDestinationOptions {
+  /** Config name of the destination. */
+  name: string;
+  /** Bus name or ARN. */
+  eventBusName: string;
+  /** `Source` of every entry. */
+  source: string;
+  /** Client built once per container and reused for every call. */
+  client: EventBridgeClient;
+}
+
+interface PreparedEntry {
+  index: number;
+  entry: PutEventsRequestEntry;
+  bytes: number;
+}
+
+/** An EventBridge bus as a `Destination`. */
+export class EventBridgeDestination implements Destination {
+  readonly type = 'eventbridge' as const;
+  readonly maxBatchSize = EVENTBRIDGE_MAX_BATCH_ENTRIES;
+  readonly name: string;
+  readonly eventBusName: string;
+  readonly source: string;
+  readonly #client: EventBridgeClient;
+
+  constructor(options: EventBridgeDestinationOptions) {
+    this.name = options.name;
+    this.eventBusName = options.eventBusName;
+    this.source = options.source;
+    this.#client = options.client;
+  }
+
+  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
+    const outcomes: EntryOutcome[] = new Array(messages.length);
+    const prepared: PreparedEntry[] = [];
+    messages.forEach((message, index) => {
+      const result = this.#prepare(message, index);
+      if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true };
+      else prepared.push(result);
+    });
+    await Promise.all(
+      packBatches(prepared, EVENTBRIDGE_MAX_BATCH_ENTRIES, EVENTBRIDGE_MAX_BYTES).map(async (call) => {
+        for (const [i, outcome] of (await this.#send(call, messages, signal)).entries()) outcomes[call[i]!.index] = outcome;
+      }),
+    );
+    return outcomes;
+  }
+
+  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {
+    if (message.topic.length > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH) {
+      return { error: `topic is ${message.topic.length} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}` };
+    }
+    const detail = JSON.stringify(eventEnvelope(message));
+    const bytes = Buffer.byteLength(this.source) + Buffer.byteLength(message.topic) + Buffer.byteLength(detail);
+    if (bytes > EVENTBRIDGE_MAX_BYTES) return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows ${EVENTBRIDGE_MAX_BYTES}` };
+    return {
+      index,
+      bytes,
+      entry: { Source: this.source, DetailType: message.topic, Detail: detail, EventBusName: this.eventBusName },
+    };
+  }
+
+  async #send(call: PreparedEntry[], messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
+    const idOf = (entry: PreparedEntry) => messages[entry.index]!.id;
+    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted' }));
+    try {
+      const output = await this.#client.send(new PutEventsCommand({ Entries: call.map((c) => c.entry) }), { abortSignal: signal });
+      // PutEvents answers entries in request order.
+      return call.map((entry, i): EntryOutcome => {
+        const id = idOf(entry);
+        const result = output.Entries?.[i];
+        if (result?.EventId && !result.ErrorCode) return { id, status: 'sent' };
+        if (!result?.ErrorCode) return { id, status: 'retryable', error: 'EventBridge PutEvents returned no result for this entry' };
+        const error = `EventBridge PutEvents entry failed: ${result.ErrorCode}: ${result.ErrorMessage ?? ''}`;
+        if (EVENTBRIDGE_RETRYABLE_CODES.has(result.ErrorCode)) return { id, status: 'retryable', error };
+        return { id, status: 'permanent', error, ...(EVENTBRIDGE_DEAD_NOW_CODES.has(result.ErrorCode) ? { deadNow: true } : {}) };
+      });
+    } catch (error) {
+      const failure = classifyCallError('EventBridge PutEvents', error, signal);
+      return call.map((entry) => ({ id: idOf(entry), ...failure }));
+    }
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * Delivery to one SQS queue (standard or FIFO) with `SendMessageBatch`.
+ *
+ * Invariants:
+ * - a call carries at most 10 entries and at most 1 MiB (body + attributes as SQS counts them);
+ *   larger batches are split into several calls, sent concurrently;
+ * - the body is `JSON.stringify(payload)`; the delivery headers travel as message attributes;
+ * - FIFO: `MessageGroupId` = key (the row id when there is no key), `MessageDeduplicationId` =
+ *   row id, or `${id}:r${replayCount}` for a replayed row so SQS does not absorb the replay;
+ * - a row that can never be accepted (too large, too many or invalid attributes, invalid group id
+ *   or characters) is `permanent` + `deadNow` and is not sent; the rest of the batch still is;
+ * - per entry: success → `sent`, `SenderFault=false` → `retryable`, `SenderFault=true` → `permanent`;
+ *   a whole-call error applies to every entry of that call (see `classifyCallError`).
+ */
+import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, type SQSClient } from '@aws-sdk/client-sqs';
+import { classifyCallError } from './classify-call-error.ts';
+import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
+import { packBatches } from './pack-batches.ts';
+import { isValidSqsText, sqsMessageAttributes } from './sqs-message-attributes.ts';
+
+/** SQS limit for one message and for one batch request, in bytes (1 MiB). */
+export const SQS_MAX_BYTES = 1_048_576;
+/** SQS limit of entries per `SendMessageBatch`. */
+export const SQS_MAX_BATCH_ENTRIES = 10;
+/** Longest FIFO `MessageGroupId`, in characters. */
+export const SQS_MAX_GROUP_ID_LENGTH = 128;
+
+const GROUP_ID_CHARS = /^[A-Za-z0-9!"#$%&'()*+,\-./:;<=>?@[\\\]^_`{|}~]+$/;
+
+export interface SqsDestinationOptions {
+  /** Config name of the destination. */
+  name: string;
+  /** Full queue URL; a URL ending in `.fifo` is a FIFO queue. */
+  queueUrl: string;
+  /** Client built once per container and reused for every call. */
+  client: SQSClient;
+}
+
+interface PreparedEntry {
+  index: number;
+  entry: SendMessageBatchRequestEntry;
+  bytes: number;
+}
+
+/** The FIFO deduplication id of a delivery: the row id, fresh (`:r<n>`) after each replay. */
+export function fifoDeduplicationId(message: OutboundMessage): string {
+  return message.replayCount > 0 ? `${message.id}:r${message.replayCount}` : message.id;
+}
+
+/** An SQS queue as a `Destination`. */
+export class SqsDestination implements Destination {
+  readonly type = 'sqs' as const;
+  readonly maxBatchSize = SQS_MAX_BATCH_ENTRIES;
+  readonly name: string;
+  readonly queueUrl: string;
+  /** True for a FIFO queue (URL ends in `.fifo`). */
+  readonly fifo: boolean;
+  readonly #client: SQSClient;
+
+  constructor(options: SqsDestinationOptions) {
+    this.name = options.name;
+    this.queueUrl = options.queueUrl;
+    this.fifo = options.queueUrl.endsWith('.fifo');
+    this.#client = options.client;
+  }
+
+  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
+    const outcomes: EntryOutcome[] = new Array(messages.length);
+    const prepared: PreparedEntry[] = [];
+    messages.forEach((message, index) => {
+      const result = this.#prepare(message, index);
+      if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true };
+      else prepared.push(result);
+    });
+    await Promise.all(
+      packBatches(prepared, SQS_MAX_BATCH_ENTRIES, SQS_MAX_BYTES).map(async (call) => {
+        for (const [i, outcome] of (await this.#send(call, messages, signal)).entries()) outcomes[call[i]!.index] = outcome;
+      }),
+    );
+    return outcomes;
+  }
+
+  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {
+    const attributes = sqsMessageAttributes(message);
+    if (!attributes.ok) return { error: attributes.error };
+    const body = JSON.stringify(message.payload);
+    if (!isValidSqsText(body)) return { error: 'payload contains characters that SQS does not accept in a message body' };
+    const bytes = Buffer.byteLength(body) + attributes.bytes;
+    if (bytes > SQS_MAX_BYTES) return { error: `message is ${bytes} bytes (body and attributes); SQS allows ${SQS_MAX_BYTES}` };
+    const entry: SendMessageBatchRequestEntry = {
+      Id: String(index),
+      MessageBody: body,
+      MessageAttributes: attributes.attributes,
+    };
+    if (this.fifo) {
+      const groupId = message.key ?? message.id;
+      if (groupId.length > SQS_MAX_GROUP_ID_LENGTH || !GROUP_ID_CHARS.test(groupId)) {
+        return {
+          error: `key "${groupId.slice(0, 300)}" cannot be a FIFO MessageGroupId: SQS allows at most ${SQS_MAX_GROUP_ID_LENGTH} characters, letters, digits and ASCII punctuation`,
+        };
+      }
+      entry.MessageGroupId = groupId;
+      entry.MessageDeduplicationId = fifoDeduplicationId(message);
+    }
+    return { index, entry, bytes };
+  }
+
+  async #send(call: PreparedEntry[], messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
+    const idOf = (entry: PreparedEntry) => messages[entry.index]!.id;
+    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted' }));
+    try {
+      const output = await this.#client.send(
+        new SendMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: call.map((c) => c.entry) }),
+        { abortSignal: signal },
+      );
+      const sent = new Set((output.Successful ?? []).map((s) => s.Id));
+      const failed = new Map((output.Failed ?? []).map((f) => [f.Id, f]));
+      return call.map((entry): EntryOutcome => {
+        const id = idOf(entry);
+        if (sent.has(entry.entry.Id)) return { id, status: 'sent' };
+        const failure = failed.get(entry.entry.Id);
+        if (!failure) return { id, status: 'retryable', error: 'SQS SendMessageBatch returned no result for this entry' };
+        const error = `SQS SendMessageBatch entry failed: ${failure.Code ?? 'UnknownError'}${failure.SenderFault ? ' (sender fault)' : ''}: ${failure.Message ?? ''}`;
+        return { id, status: failure.SenderFault ? 'permanent' : 'retryable', error };
+      });
+    } catch (error) {
+      const failure = classifyCallError('SQS SendMessageBatch', error, signal);
+      return call.map((entry) => ({ id: idOf(entry), ...failure }));
+    }
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * Topic routing: which destination a row's topic goes to.
+ *
+ * `routes[]` are tried in order and the first match wins. A `topicPattern` is anchored (it must
+ * match the whole topic): `*` stands for exactly one non-empty, dot-free segment, `**` for any
+ * text (possibly empty, dots included); every other character matches itself.
+ */
+import type { RouteConfig } from '../config/schema.ts';
+import { ConfigError } from '../errors.ts';
+
+/** Resolves a topic to a destination name; `undefined` when no route matches. */
+export type Router = (topic: string) => string | undefined;
+
+/**
+ * Anchored regular-expression source for a topic pattern (`^…$`), valid both as a JavaScript
+ * `RegExp` and as a PostgreSQL `~` pattern, so replay-by-destination can filter in SQL with
+ * exactly the semantics of `createRouter`.
+ */
+export function topicPatternSource(pattern: string): string {
+  let source = '';
+  for (let i = 0; i < pattern.length; i++) {
+    const char = pattern[i]!;
+    if (char === '*') {
+      if (pattern[i + 1] === '*') {
+        source += '.*';
+        i++;
+      } else {
+        source += '[^.]+';
+      }
+    } else if (/[\\^$.|?+()[\]{}/]/.test(char)) {
+      source += `\\${char}`;
+    } else {
+      source += char;
+    }
+  }
+  return `^${source}$`;
+}
+
+/** Compiles one pattern to a `RegExp` with the routing semantics above. */
+export function compileTopicPattern(pattern: string): RegExp {
+  return new RegExp(topicPatternSource(pattern), 'u');
+}
+
+/**
+ * Builds the router once (patterns are compiled here, not per call). Destination names are
+ * validated by the config schema; `destinations` is accepted so a route naming an unknown
+ * destination fails here rather than at delivery time.
+ */
+export function createRouter(routes: readonly RouteConfig[], destinations?: Readonly<Record<string, unknown>>): Router {
+  const compiled = routes.map((route, index) => {
+    if (destinations && !(route.destination in destinations)) {
+      throw new ConfigError([{ key: `outbox.routes.${index}.destination`, message: `names destination "${route.destination}", which is not defined under destinations` }]);
+    }
+    return { regex: compileTopicPattern(route.topicPattern), destination: route.destination };
+  });
+  return (topic) => compiled.find((route) => route.regex.test(topic))?.destination;
+}

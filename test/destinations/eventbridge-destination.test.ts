@@ -1,0 +1,154 @@
+/**
+ * EventBridge delivery through a real EventBridgeClient whose `PutEvents` answers are replayed with
+ * aws-sdk-client-mock: the entries it sends (envelope, source, detail type, bus), the size split,
+ * and the per-entry and whole-call outcome mapping.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { EventBridgeClient, EventBridgeServiceException, PutEventsCommand, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import { mockClient } from 'aws-sdk-client-mock';
+import { createDestinations } from '../../lib/destinations/create-destinations.ts';
+import type { EntryOutcome } from '../../lib/destinations/destination.ts';
+import { EventBridgeDestination } from '../../lib/destinations/eventbridge-destination.ts';
+import { outboundMessage } from '../helpers/outbound-message.ts';
+
+interface Delivered {
+  entries: PutEventsRequestEntry[][];
+}
+
+/** A destination built from config whose client records every call and accepts every entry. */
+function acceptingDestination(): { destination: EventBridgeDestination; delivered: Delivered; mock: ReturnType<typeof mockClient> } {
+  const client = new EventBridgeClient({ region: 'eu-west-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' } });
+  const mock = mockClient(client);
+  const delivered: Delivered = { entries: [] };
+  mock.on(PutEventsCommand).callsFake((input: { Entries: PutEventsRequestEntry[] }) => {
+    delivered.entries.push(input.Entries);
+    return { FailedEntryCount: 0, Entries: input.Entries.map((_, i) => ({ EventId: `e-${delivered.entries.length}-${i}` })) };
+  });
+  const destinations = createDestinations(
+    { destinations: { bus: { type: 'eventbridge', eventBusName: 'orders-bus', source: 'com.example.orders' } } },
+    { eventBridgeClient: () => client },
+  );
+  return { destination: destinations.get('bus') as EventBridgeDestination, delivered, mock };
+}
+
+const statusAndDeadNow = (o: EntryOutcome) => [o.status, o.status === 'sent' ? undefined : o.deadNow];
+
+describe('EventBridge destination', () => {
+  it('sends each row as an entry with the configured source and bus, the topic as detail type and the documented envelope', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const row = outboundMessage({ topic: 'order.paid', key: 'order-7', attempt: 1, payload: { orderId: 'o-7' }, headers: { 'X-Correlation-Id': 'corr-9', 'x-source': 'shop' } });
+    const keyless = outboundMessage({ topic: 'customer.created', payload: { name: 'Zoë' } });
+    const outcomes = await destination.publishBatch([row, keyless]);
+    assert.deepEqual(outcomes, [
+      { id: row.id, status: 'sent' },
+      { id: keyless.id, status: 'sent' },
+    ]);
+    const [first, second] = delivered.entries.flat();
+    assert.equal(first?.Source, 'com.example.orders');
+    assert.equal(first?.EventBusName, 'orders-bus');
+    assert.equal(first?.DetailType, 'order.paid');
+    assert.deepEqual(JSON.parse(first!.Detail!), {
+      metadata: {
+        version: 1,
+        messageId: row.id,
+        topic: 'order.paid',
+        key: 'order-7',
+        attempt: 1,
+        correlationId: 'corr-9',
+        headers: { 'X-Correlation-Id': 'corr-9', 'x-source': 'shop' },
+      },
+      data: { orderId: 'o-7' },
+    });
+    assert.deepEqual(JSON.parse(second!.Detail!).metadata, {
+      version: 1,
+      messageId: keyless.id,
+      topic: 'customer.created',
+      key: null,
+      attempt: 0,
+      correlationId: null,
+      headers: {},
+    });
+  });
+
+  it('splits batches over 10 entries or 256 KB into several calls, each within both limits', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const small = Array.from({ length: 13 }, () => outboundMessage());
+    const large = Array.from({ length: 4 }, () => outboundMessage({ payload: { blob: 'x'.repeat(100_000) } }));
+    const outcomes = await destination.publishBatch([...small, ...large]);
+    assert.deepEqual(outcomes.map((o) => o.status), outcomes.map(() => 'sent'));
+    const size = (e: PutEventsRequestEntry) => Buffer.byteLength(e.Source!) + Buffer.byteLength(e.DetailType!) + Buffer.byteLength(e.Detail!);
+    for (const call of delivered.entries) {
+      assert.ok(call.length <= 10, `a call has ${call.length} entries`);
+      assert.ok(call.map(size).reduce((a, b) => a + b, 0) <= 262_144, 'a call stays within 256 KB');
+    }
+    const ids = delivered.entries.flat().map((e) => JSON.parse(e.Detail!).metadata.messageId);
+    assert.deepEqual(ids.sort(), [...small, ...large].map((r) => r.id).sort(), 'every row is sent exactly once');
+  });
+
+  it('dead-letters at once an entry over 256 KB or a topic too long for a detail type, and sends the rest', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const huge = outboundMessage({ payload: { blob: 'x'.repeat(262_144) } });
+    const longTopic = outboundMessage({ topic: `t.${'x'.repeat(127)}` });
+    const ok = outboundMessage();
+    const outcomes = await destination.publishBatch([huge, longTopic, ok]);
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [['permanent', true], ['permanent', true], ['sent', undefined]]);
+    assert.match((outcomes[0] as { error: string }).error, /^event entry is 262\d{3} bytes \(source, detail type and detail\); EventBridge allows 262144$/);
+    assert.match((outcomes[1] as { error: string }).error, /topic is 129 characters; EventBridge allows a DetailType of at most 128/);
+    assert.deepEqual(delivered.entries.flat().map((e) => JSON.parse(e.Detail!).metadata.messageId), [ok.id]);
+  });
+
+  it('maps each failed entry by its error code', async () => {
+    const { destination, mock } = acceptingDestination();
+    mock.on(PutEventsCommand).resolves({
+      FailedEntryCount: 5,
+      Entries: [
+        { EventId: 'e-1' },
+        { ErrorCode: 'InternalFailure', ErrorMessage: 'internal' },
+        { ErrorCode: 'ThrottlingException', ErrorMessage: 'slow down' },
+        { ErrorCode: 'MalformedDetail', ErrorMessage: 'bad detail' },
+        { ErrorCode: 'InvalidArgument', ErrorMessage: 'bad argument' },
+        { ErrorCode: 'AccessDeniedException', ErrorMessage: 'denied' },
+      ],
+    });
+    const rows = Array.from({ length: 7 }, () => outboundMessage());
+    const outcomes = await destination.publishBatch(rows);
+    assert.deepEqual(outcomes.map((o) => o.id), rows.map((r) => r.id));
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [
+      ['sent', undefined],
+      ['retryable', undefined],
+      ['retryable', undefined],
+      ['permanent', true],
+      ['permanent', true],
+      ['permanent', undefined],
+      ['retryable', undefined],
+    ]);
+    assert.equal((outcomes[3] as { error: string }).error, 'EventBridge PutEvents entry failed: MalformedDetail: bad detail');
+    assert.equal((outcomes[6] as { error: string }).error, 'EventBridge PutEvents returned no result for this entry');
+  });
+
+  const wholeCall: Array<[string, number, 'retryable' | 'permanent']> = [
+    ['ThrottlingException', 400, 'retryable'],
+    ['InternalException', 500, 'retryable'],
+    ['ServiceUnavailable', 503, 'retryable'],
+    ['ResourceNotFoundException', 400, 'permanent'],
+    ['AccessDeniedException', 400, 'permanent'],
+  ];
+  for (const [name, httpStatusCode, status] of wholeCall) {
+    it(`classifies ${name} (HTTP ${httpStatusCode}) on the whole call as ${status} for every entry`, async () => {
+      const { destination, mock } = acceptingDestination();
+      mock.on(PutEventsCommand).rejects(new EventBridgeServiceException({ name, $fault: httpStatusCode >= 500 ? 'server' : 'client', $metadata: { httpStatusCode }, message: 'nope' }));
+      const rows = [outboundMessage(), outboundMessage()];
+      const outcomes = await destination.publishBatch(rows);
+      assert.deepEqual(outcomes.map((o) => [o.id, ...statusAndDeadNow(o)]), rows.map((r) => [r.id, status, undefined]));
+      assert.match((outcomes[0] as { error: string }).error, new RegExp(`^EventBridge PutEvents failed: ${name} HTTP ${httpStatusCode}: nope$`));
+    });
+  }
+
+  it('answers retryable "aborted" for an aborted signal and sends nothing', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const row = outboundMessage();
+    assert.deepEqual(await destination.publishBatch([row], AbortSignal.abort()), [{ id: row.id, status: 'retryable', error: 'aborted' }]);
+    assert.equal(delivered.entries.length, 0);
+  });
+});
