@@ -129,6 +129,11 @@ export const sourceSchema = z.strictObject({
   type: z.enum(['http', 'sqs']),
   /** HTTP path below `inbox.basePath`, e.g. `/stripe`. Required for `http` sources. */
   path: z.string().regex(/^\/[A-Za-z0-9._~\-/]*$/, 'must start with / and contain only URL path characters').optional(),
+  /**
+   * SQS sources only: name of the queue (last part of the event source ARN) this source receives
+   * from. Default: the source name.
+   */
+  queueName: z.string().regex(/^[A-Za-z0-9_-]{1,80}(\.fifo)?$/, 'must be an SQS queue name').optional(),
   consumption: z.enum(['push', 'pull']).default('push'),
   auth: authSchema.default({ type: 'none' }),
   /** JSONPath into the body for the idempotency key when the header/attribute is absent. */

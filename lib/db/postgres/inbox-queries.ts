@@ -1,20 +1,297 @@
 /**
- * PostgreSQL inbox operations (driver methods `inbox*`). Being written (issue 5).
+ * PostgreSQL inbox operations (driver methods `inbox*`).
+ *
+ * Deduplication is the unique constraint on `(source, idempotency_key)`. The relay claim runs
+ * under a transaction-scoped advisory lock keyed on the table, so two relays cannot both see an
+ * aggregate as free and each claim a row of it. Every finishing write is fenced on id +
+ * `processing` + token + `lease_expires_at > clock_timestamp()`; batches settle in one statement
+ * via `unnest`. The relay only ever touches `consumption = 'push'` rows.
  */
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, TableStats } from '../driver.ts';
-import type { PgContext } from './context.ts';
-import type { PgQueryable } from './pg-pool.ts';
+import { QueueBoxError, UsageError } from '../../errors.ts';
+import { msInterval, type PgContext } from './context.ts';
+import { reclaimGate } from './maintenance-queries.ts';
+import { outboxInsert } from './outbox-queries.ts';
+import { pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
-const todo = (name: string): never => {
-  throw new Error(`${name} is not implemented yet`);
-};
-export async function inboxInsert(_ctx: PgContext, _db: PgQueryable, _m: InboxMessageInput): Promise<InboxInsertResult> { return todo('inboxInsert'); }
-export async function inboxClaimPushMany(_ctx: PgContext, _p: { limit: number; leaseMs: number }): Promise<InboxRow[]> { return todo('inboxClaimPushMany'); }
-export async function inboxRenewMany(_ctx: PgContext, _p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> { return todo('inboxRenewMany'); }
-export async function inboxForward(_ctx: PgContext, _item: InboxForwardItem, _d: { maxAttempts: number }): Promise<boolean> { return todo('inboxForward'); }
-export async function inboxRetryMany(_ctx: PgContext, _p: { items: RetryItem[] }): Promise<string[]> { return todo('inboxRetryMany'); }
-export async function inboxMarkDeadMany(_ctx: PgContext, _p: { items: DeadItem[] }): Promise<string[]> { return todo('inboxMarkDeadMany'); }
-export async function inboxReclaimExpired(_ctx: PgContext, _p: { throttleMs?: number }): Promise<ReclaimResult> { return todo('inboxReclaimExpired'); }
-export async function inboxStats(_ctx: PgContext): Promise<TableStats> { return todo('inboxStats'); }
-export async function inboxDeadList(_ctx: PgContext, _p: { limit: number }): Promise<DeadRowSummary[]> { return todo('inboxDeadList'); }
-export async function inboxDeleteFinished(_ctx: PgContext, _p: DeleteFinishedParams): Promise<number> { return todo('inboxDeleteFinished'); }
+const FENCE = `i.state = 'processing' AND i.claim_token = s.token AND i.lease_expires_at > clock_timestamp()`;
+
+interface InboxDbRow {
+  id: string;
+  source: string;
+  idempotency_key: string;
+  aggregate_id: string | null;
+  event_type: string | null;
+  payload: unknown;
+  headers: Record<string, string>;
+  correlation_id: string | null;
+  attempt: number;
+  sequence: string;
+  created_at: Date;
+  claim_token: string;
+  lease_expires_at: Date;
+}
+
+function toInboxRow(r: InboxDbRow): InboxRow {
+  return {
+    id: r.id,
+    source: r.source,
+    idempotencyKey: r.idempotency_key,
+    aggregateId: r.aggregate_id,
+    eventType: r.event_type,
+    payload: r.payload,
+    headers: r.headers,
+    correlationId: r.correlation_id,
+    attempt: r.attempt,
+    createdAt: r.created_at,
+    claimToken: r.claim_token,
+    leaseExpiresAt: r.lease_expires_at,
+  };
+}
+
+/**
+ * Stores a message once per `(source, idempotency_key)`; a second store returns the first row's
+ * id with `duplicate: true`. With `deadReason` the row is written directly as `dead` in the same
+ * statement. Any payload is kept: a non-JSON body arrives as a string and is stored as a JSON
+ * string value.
+ *
+ * Concurrency: `ON CONFLICT DO NOTHING` waits for a concurrent insert of the same key to commit.
+ * The fallback `SELECT` then runs in a new statement (a new READ COMMITTED snapshot), so it sees
+ * the row the conflict was about.
+ */
+export async function inboxInsert(ctx: PgContext, db: PgQueryable, m: InboxMessageInput): Promise<InboxInsertResult> {
+  // Another pass is needed only when the conflicting row vanished (retention) in between.
+  for (let pass = 0; pass < 3; pass++) {
+    const result = await insertOnce(ctx, db, m);
+    if (result !== undefined) return result;
+  }
+  throw new QueueBoxError(`inbox insert of ${m.source}/${m.idempotencyKey} neither inserted nor found a row`);
+}
+
+async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput): Promise<InboxInsertResult | undefined> {
+  const t = ctx.names.inbox;
+  const dead = m.deadReason !== undefined;
+  const insert = await pgQuery<{ id: string; duplicate: boolean }>(
+    db,
+    `WITH ins AS (
+       INSERT INTO ${t} (source, idempotency_key, aggregate_id, event_type, payload, headers, correlation_id,
+                         consumption, state, last_error, scheduled_at, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8, $9, $10,
+               clock_timestamp() + ${msInterval('$11')}, clock_timestamp(), clock_timestamp())
+       ON CONFLICT (source, idempotency_key) DO NOTHING
+       RETURNING id)
+     SELECT id, false AS duplicate FROM ins
+     UNION ALL
+     SELECT id, true AS duplicate FROM ${t}
+      WHERE source = $1 AND idempotency_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
+    [
+      m.source,
+      m.idempotencyKey,
+      m.aggregateId ?? null,
+      m.eventType ?? null,
+      JSON.stringify(m.payload ?? null),
+      JSON.stringify(m.headers ?? {}),
+      m.correlationId ?? null,
+      m.consumption,
+      dead ? 'dead' : 'pending',
+      dead ? m.deadReason : null,
+      m.delayMs ?? 0,
+    ],
+  );
+  if (insert.rows[0]) return { id: insert.rows[0].id, duplicate: insert.rows[0].duplicate };
+  // The conflicting row was committed after this statement's snapshot: look again.
+  const { rows } = await pgQuery<{ id: string }>(db, `SELECT id FROM ${t} WHERE source = $1 AND idempotency_key = $2`, [m.source, m.idempotencyKey]);
+  return rows[0] ? { id: rows[0].id, duplicate: true } : undefined;
+}
+
+/**
+ * Claims due push rows in one transaction: first `pg_advisory_xact_lock` on the table (released
+ * at COMMIT), then `FOR UPDATE SKIP LOCKED`. A row of an aggregate is claimable only when it is
+ * the aggregate's head (no `pending`/`processing` push row of it with a lower `sequence`, so a
+ * row waiting for a retry holds its aggregate) and no `processing` row of the aggregate exists
+ * (an expired one holds it until the reclaim step returns it). Rows without aggregate are free.
+ * Because the lock is taken in an earlier statement, the claim statement's snapshot includes
+ * every claim committed before it.
+ */
+export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
+  const t = ctx.names.inbox;
+  const rows = await pgTransaction(ctx.pool, async (client) => {
+    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
+    const result = await pgQuery<InboxDbRow>(
+      client,
+      `WITH candidates AS (
+         SELECT c.id
+           FROM ${t} c
+          WHERE c.state = 'pending'
+            AND c.consumption = 'push'
+            AND c.scheduled_at <= clock_timestamp()
+            AND (c.aggregate_id IS NULL OR NOT EXISTS (
+                  SELECT 1 FROM ${t} h
+                   WHERE h.aggregate_id = c.aggregate_id
+                     AND h.consumption = 'push'
+                     AND h.state IN ('pending', 'processing')
+                     AND (h.sequence < c.sequence OR h.state = 'processing')))
+          ORDER BY c.scheduled_at, c.sequence
+          LIMIT $1
+          FOR UPDATE SKIP LOCKED
+       )
+       UPDATE ${t} i
+          SET state = 'processing',
+              claim_token = gen_random_uuid(),
+              claimed_at = clock_timestamp(),
+              lease_expires_at = clock_timestamp() + ${msInterval('$2')},
+              updated_at = clock_timestamp()
+         FROM candidates
+        WHERE i.id = candidates.id
+    RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,
+              i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at`,
+      [p.limit, p.leaseMs],
+    );
+    return result.rows;
+  });
+  return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
+}
+
+/** Fenced lease renewal; returns the ids renewed. */
+export async function inboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
+  if (p.claims.length === 0) return [];
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `UPDATE ${ctx.names.inbox} i
+        SET lease_expires_at = clock_timestamp() + ${msInterval('$3')}
+       FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
+      WHERE i.id = s.id AND ${FENCE}
+  RETURNING i.id`,
+    [p.claims.map((c) => c.id), p.claims.map((c) => c.token), p.leaseMs],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Marks the lost claim inside `inboxForward` so its transaction rolls back. */
+class ForwardClaimLost extends Error {}
+
+/**
+ * One transaction: insert the outbox row, then the fenced mark `processed`. When the mark changes
+ * no row the claim was lost: the transaction rolls back (no outbox row) and the result is false.
+ */
+export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean> {
+  try {
+    await pgTransaction(ctx.pool, async (client) => {
+      await outboxInsert(ctx.names, client, item.outbox, defaults);
+      const { rowCount } = await pgQuery(
+        client,
+        `UPDATE ${ctx.names.inbox} i
+            SET state = 'processed', processed_at = clock_timestamp(), updated_at = clock_timestamp(),
+                lease_expires_at = NULL, last_error = NULL
+           FROM (SELECT $1::uuid AS id, $2::uuid AS token) s
+          WHERE i.id = s.id AND ${FENCE}`,
+        [item.id, item.token],
+      );
+      if (rowCount !== 1) throw new ForwardClaimLost();
+    });
+    return true;
+  } catch (error) {
+    if (error instanceof ForwardClaimLost) return false;
+    throw error;
+  }
+}
+
+/** Fenced retry: back to `pending`, `attempt + 1`, due after `delayMs`; returns ids changed. */
+export async function inboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
+  if (p.items.length === 0) return [];
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `UPDATE ${ctx.names.inbox} i
+        SET state = 'pending',
+            attempt = i.attempt + 1,
+            scheduled_at = clock_timestamp() + ${msInterval('s.delay_ms')},
+            last_error = s.error,
+            claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
+            updated_at = clock_timestamp()
+       FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
+      WHERE i.id = s.id AND ${FENCE}
+  RETURNING i.id`,
+    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.delayMs), p.items.map((i) => i.error)],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Fenced `dead`; returns ids changed. */
+export async function inboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }): Promise<string[]> {
+  if (p.items.length === 0) return [];
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `UPDATE ${ctx.names.inbox} i
+        SET state = 'dead', last_error = s.error, lease_expires_at = NULL, updated_at = clock_timestamp()
+       FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
+      WHERE i.id = s.id AND ${FENCE}
+  RETURNING i.id`,
+    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.error)],
+  );
+  return rows.map((r) => r.id);
+}
+
+/**
+ * Expired `processing` push rows back to `pending`, attempt unchanged; gated by the shared
+ * throttle `reclaim:<inbox table>`. Pull rows are left alone: the pull claim takes expired rows
+ * itself.
+ */
+export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
+  const gate = reclaimGate(ctx, `reclaim:${ctx.names.inboxTable}`, p.throttleMs, 1);
+  const { rows } = await pgQuery<{ ran: boolean; reclaimed: string }>(
+    ctx.pool,
+    `WITH ${gate.cte},
+     moved AS (
+       UPDATE ${ctx.names.inbox} i
+          SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
+              updated_at = clock_timestamp()
+        WHERE i.state = 'processing' AND i.consumption = 'push' AND i.lease_expires_at <= clock_timestamp()
+          AND EXISTS (SELECT 1 FROM gate)
+    RETURNING 1)
+     SELECT EXISTS (SELECT 1 FROM gate) AS ran, (SELECT count(*) FROM moved) AS reclaimed`,
+    gate.values,
+  );
+  return { ran: rows[0]!.ran, reclaimed: Number(rows[0]!.reclaimed) };
+}
+
+/** Counts per state (push and pull) and the age in seconds of the oldest due pending push row. */
+export async function inboxStats(ctx: PgContext): Promise<TableStats> {
+  const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
+    ctx.pool,
+    `SELECT state, count(*) AS n,
+            EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at)
+              FILTER (WHERE state = 'pending' AND consumption = 'push' AND scheduled_at <= clock_timestamp()))::float8 AS oldest
+       FROM ${ctx.names.inbox} GROUP BY state`,
+  );
+  const counts: Record<string, number> = { pending: 0, processing: 0, processed: 0, dead: 0 };
+  let oldest = 0;
+  for (const r of rows) {
+    counts[r.state] = Number(r.n);
+    if (r.oldest !== null) oldest = Math.max(oldest, r.oldest);
+  }
+  return { counts, oldestPendingAgeSeconds: oldest };
+}
+
+/** The latest dead rows, newest first; `topicOrSource` is the source. */
+export async function inboxDeadList(ctx: PgContext, p: { limit: number }): Promise<DeadRowSummary[]> {
+  const { rows } = await pgQuery<{ id: string; source: string; last_error: string | null; updated_at: Date }>(
+    ctx.pool,
+    `SELECT id, source, last_error, updated_at FROM ${ctx.names.inbox} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
+    [p.limit],
+  );
+  return rows.map((r) => ({ id: r.id, topicOrSource: r.source, lastError: r.last_error, updatedAt: r.updated_at }));
+}
+
+/** Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago. */
+export async function inboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParams): Promise<number> {
+  if (p.state !== 'processed' && p.state !== 'dead') throw new UsageError(`inbox retention deletes only processed or dead rows, not ${p.state}`);
+  const { rowCount } = await pgQuery(
+    ctx.pool,
+    `DELETE FROM ${ctx.names.inbox} WHERE id IN (
+       SELECT id FROM ${ctx.names.inbox}
+        WHERE state = $1 AND created_at < clock_timestamp() - ${msInterval('$2')}
+        LIMIT $3)`,
+    [p.state, p.olderThanMs, p.limit],
+  );
+  return rowCount ?? 0;
+}

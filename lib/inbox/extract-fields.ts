@@ -1,0 +1,76 @@
+/**
+ * The fields a receiver stores besides the payload: idempotency key, event type, aggregate id,
+ * correlation id and the optional delay, each from its header/attribute or from the source's
+ * JSONPath, each checked against the column it goes to.
+ */
+import type { SourceConfig } from '../config/schema.ts';
+import { InboxRejectionError } from './inbox-rejection.ts';
+import { jsonPathText } from './json-path-value.ts';
+
+/** Column limits (migration 1): varchar(255) for keys and ids, varchar(128) for correlation. */
+export const MAX_KEY_LENGTH = 255;
+export const MAX_CORRELATION_LENGTH = 128;
+/** Longest initial delay a message may ask for: 30 days, in milliseconds. */
+export const MAX_DELAY_MS = 30 * 24 * 60 * 60 * 1000;
+
+/** What a receiver extracted from one message. */
+export interface MessageFields {
+  idempotencyKey: string;
+  eventType: string | null;
+  aggregateId: string | null;
+  correlationId: string | null;
+  /** Milliseconds before the row becomes due (0 = now). */
+  delayMs: number;
+}
+
+/** Values given outside the body: the HTTP headers or SQS message attributes. */
+export interface ExternalValues {
+  idempotencyKey?: string | undefined;
+  correlationId?: string | undefined;
+  /** Used when neither the external key nor the JSONPath yields one (SQS `MessageId`). */
+  fallbackIdempotencyKey?: string | undefined;
+}
+
+function checkLength(value: string | undefined, max: number, what: string): string | null {
+  if (value === undefined) return null;
+  if (value.length > max) throw new InboxRejectionError('invalid_field', `${what} must be at most ${max} characters (got ${value.length})`);
+  return value;
+}
+
+/** Extracts and checks the fields of `body` for `source`; throws `InboxRejectionError`. */
+export function extractMessageFields(sourceName: string, source: SourceConfig, body: unknown, external: ExternalValues): MessageFields {
+  const at = (key: keyof SourceConfig) => `inbox.sources.${sourceName}.${key}`;
+  const idempotencyKey =
+    nonEmpty(external.idempotencyKey) ??
+    (source.idempotencyKeyPath !== undefined ? jsonPathText(body, source.idempotencyKeyPath, at('idempotencyKeyPath')) : undefined) ??
+    nonEmpty(external.fallbackIdempotencyKey);
+  if (idempotencyKey === undefined) {
+    const where = source.idempotencyKeyPath !== undefined ? ` or a value at ${source.idempotencyKeyPath}` : '';
+    throw new InboxRejectionError('missing_idempotency_key', `missing idempotency key: send the X-Idempotency-Key header${where}`);
+  }
+  const eventType = source.eventTypePath !== undefined ? jsonPathText(body, source.eventTypePath, at('eventTypePath')) : undefined;
+  const aggregateId = source.aggregateIdPath !== undefined ? jsonPathText(body, source.aggregateIdPath, at('aggregateIdPath')) : undefined;
+  const correlationId =
+    nonEmpty(external.correlationId) ?? (source.correlationIdPath !== undefined ? jsonPathText(body, source.correlationIdPath, at('correlationIdPath')) : undefined);
+  let delayMs = 0;
+  if (source.delayPath !== undefined) {
+    const text = jsonPathText(body, source.delayPath, at('delayPath'));
+    if (text !== undefined) {
+      delayMs = Number(text);
+      if (!Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_DELAY_MS) {
+        throw new InboxRejectionError('invalid_field', `delay at ${source.delayPath} must be a number of milliseconds from 0 to ${MAX_DELAY_MS} (got ${JSON.stringify(text)})`);
+      }
+    }
+  }
+  return {
+    idempotencyKey: checkLength(idempotencyKey, MAX_KEY_LENGTH, 'idempotency key')!,
+    eventType: checkLength(eventType, MAX_KEY_LENGTH, 'event type'),
+    aggregateId: checkLength(aggregateId, MAX_KEY_LENGTH, 'aggregate id'),
+    correlationId: checkLength(correlationId, MAX_CORRELATION_LENGTH, 'correlation id'),
+    delayMs,
+  };
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value === '' ? undefined : value;
+}

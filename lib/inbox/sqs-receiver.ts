@@ -1,0 +1,115 @@
+/**
+ * The SQS receiver (Lambda SQS trigger with `ReportBatchItemFailures`).
+ *
+ * Source: the sqs source whose `queueName` (default: its name) equals the queue name at the end
+ * of the record's `eventSourceARN`. Key: the `x-idempotency-key` message attribute, else the
+ * source's JSONPath, else the SQS `MessageId`. A record that cannot be accepted (body not a JSON
+ * object, a field too long…) is stored `dead` with the reason in the same statement — it is
+ * stored, so SQS does not redeliver it. A record whose store fails is reported in
+ * `batchItemFailures`; on a FIFO queue every later record of the batch is reported too, so SQS
+ * keeps each message group's order.
+ */
+import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
+import type { Driver, InboxMessageInput } from '../db/driver.ts';
+import type { Logger } from '../observability/logger.ts';
+import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH } from './extract-fields.ts';
+import { parseJsonObject } from './parse-json-object.ts';
+import { InboxRejectionError, type RejectionReason } from './inbox-rejection.ts';
+
+export interface SqsReceiverOptions {
+  config: QueueBoxConfig;
+  driver: Driver;
+  logger: Logger;
+}
+
+/** Handles one SQS batch; `metrics` is the invocation's buffer. */
+export type SqsReceiver = (event: SQSEvent, metrics: QueueBoxMetrics) => Promise<SQSBatchResponse>;
+
+/** The queue name of an SQS ARN (`arn:aws:sqs:region:account:name`). */
+export function queueNameOf(arn: string): string {
+  return arn.slice(arn.lastIndexOf(':') + 1);
+}
+
+function attribute(record: SQSRecord, name: string): string | undefined {
+  for (const [key, value] of Object.entries(record.messageAttributes ?? {})) {
+    if (key.toLowerCase() === name && value.stringValue !== undefined && value.stringValue !== '') return value.stringValue;
+  }
+  return undefined;
+}
+
+/** Builds the receiver once per container. */
+export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
+  const { config, driver, logger } = options;
+  const byQueue = new Map<string, { name: string; config: SourceConfig }>();
+  for (const [name, source] of Object.entries(config.inbox.sources)) {
+    if (source.type === 'sqs') byQueue.set(source.queueName ?? name, { name, config: source });
+  }
+
+  return async (event, metrics) => {
+    const failures: SQSBatchResponse['batchItemFailures'] = [];
+    let failedFifo = false;
+    for (const record of event.Records) {
+      const fifo = record.eventSourceARN.endsWith('.fifo');
+      if (failedFifo && fifo) {
+        failures.push({ itemIdentifier: record.messageId });
+        continue;
+      }
+      const source = byQueue.get(queueNameOf(record.eventSourceARN));
+      if (source === undefined) {
+        metrics.count('inboxRejections', 1, { reason: 'unknown_source' });
+        logger.error('no sqs inbox source for this queue; the record stays in the queue', { queue: queueNameOf(record.eventSourceARN), messageId: record.messageId });
+        failures.push({ itemIdentifier: record.messageId });
+        failedFifo ||= fifo;
+        continue;
+      }
+      const { message, rejection } = toMessage(source.name, source.config, record);
+      try {
+        const result = await driver.inboxInsert(message);
+        if (rejection !== undefined && !result.duplicate) {
+          metrics.count('inboxRejections', 1, { reason: rejection });
+          logger.warn('sqs message stored dead at receipt', { source: source.name, id: result.id, reason: message.deadReason });
+        }
+        metrics.count('inboxMessages', 1, { status: result.duplicate ? 'duplicate' : 'new' });
+      } catch (error) {
+        logger.error('inbox store failed; SQS will redeliver the record', { source: source.name, messageId: record.messageId, error: error as Error });
+        failures.push({ itemIdentifier: record.messageId });
+        failedFifo ||= fifo;
+      }
+    }
+    return { batchItemFailures: failures };
+  };
+
+}
+
+/** The row to store for a record: a pending message, or a `dead` one with the rejection reason. */
+function toMessage(name: string, source: SourceConfig, record: SQSRecord): { message: InboxMessageInput; rejection?: RejectionReason } {
+  const base = { source: name, consumption: source.consumption, headers: {} };
+  try {
+    const body = parseJsonObject(record.body);
+    const fields = extractMessageFields(name, source, body, {
+      idempotencyKey: attribute(record, 'x-idempotency-key'),
+      correlationId: attribute(record, 'x-correlation-id'),
+      fallbackIdempotencyKey: record.messageId,
+    });
+    return { message: { ...base, payload: body, ...fields } };
+  } catch (error) {
+    if (!(error instanceof InboxRejectionError)) throw error;
+    return { message: deadMessage(base, record, error.message), rejection: error.reason };
+  }
+}
+
+/** A rejected record as a `dead` row: the raw body as a JSON string, keyed so a redelivery deduplicates. */
+function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers'>, record: SQSRecord, reason: string): InboxMessageInput {
+  const key = attribute(record, 'x-idempotency-key');
+  const correlation = attribute(record, 'x-correlation-id');
+  const hasNul = record.body.includes('\u0000');
+  return {
+    ...base,
+    idempotencyKey: key !== undefined && key.length <= MAX_KEY_LENGTH ? key : record.messageId,
+    correlationId: correlation !== undefined && correlation.length <= MAX_CORRELATION_LENGTH ? correlation : null,
+    payload: hasNul ? record.body.replaceAll('\u0000', '\uFFFD') : record.body,
+    deadReason: hasNul ? `${reason} (NUL characters were replaced by U+FFFD to store the body)` : reason,
+  };
+}

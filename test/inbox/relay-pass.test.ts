@@ -1,0 +1,245 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { handler } from '../../functions/inbox-relay.ts';
+import type { Driver, InboxMessageInput } from '../../lib/db/driver.ts';
+import { outboxInsert } from '../../lib/db/postgres/outbox-queries.ts';
+import { runRelayPass, type RelaySummary } from '../../lib/inbox/relay-pass.ts';
+import { createLogger } from '../../lib/observability/logger.ts';
+import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
+import { setContainer } from '../../lib/runtime/container.ts';
+import { createDeadline, sleep } from '../../lib/runtime/deadline.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+
+describe('inbox relay pass', () => {
+  let db: TestDatabase;
+  let inbox: string;
+  let outbox: string;
+  const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
+  before(async () => {
+    db = await createTestDatabase({
+      inbox: {
+        relay: { batchSize: 5, concurrency: 4, claimTimeoutMs: 60_000, maxAttempts: 2, retryBaseDelayMs: 1000 },
+        sources: {
+          shop: { type: 'http', path: '/shop' },
+          crm: { type: 'http', path: '/crm', topicTemplate: 'crm.{{ eventType }}.v1' },
+          workers: { type: 'http', path: '/workers', consumption: 'pull' },
+        },
+      },
+      lambda: { deadlineMarginMs: 1000 },
+    });
+    inbox = `"${db.schema}".inbox`;
+    outbox = `"${db.schema}".outbox`;
+  });
+  after(async () => db.drop());
+  beforeEach(async () => {
+    await db.query(`TRUNCATE ${inbox}, ${outbox}, "${db.schema}".queuebox_maintenance`);
+  });
+
+  const store = (key: string, extra: Partial<InboxMessageInput> = {}) =>
+    db.driver.inboxInsert({ source: 'shop', idempotencyKey: key, eventType: 'created', payload: { key }, consumption: 'push', ...extra });
+  const newMetrics = () => new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
+  const pass = (driver: Driver, metrics = newMetrics(), timeoutMs = 20_000): Promise<RelaySummary> =>
+    runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs }), db.config.lambda.deadlineMarginMs) });
+  /** A driver whose forwards take a few milliseconds, recording how many keyless forwards overlap. */
+  const slowDriver = (observed: { keylessInFlight: number; maxKeyless: number }): Driver =>
+    Object.create(db.newDriver(), {
+      inboxForward: {
+        value: async function (this: Driver, item: Parameters<Driver['inboxForward']>[0], defaults: { maxAttempts: number }) {
+          const keyless = item.outbox.key === null;
+          if (keyless) observed.maxKeyless = Math.max(observed.maxKeyless, ++observed.keylessInFlight);
+          try {
+            await sleep(2 + Math.random() * 8);
+            return await Object.getPrototypeOf(this).inboxForward(item, defaults);
+          } finally {
+            if (keyless) observed.keylessInFlight--;
+          }
+        },
+      },
+    });
+
+  it('forward with four relays at once: never two rows of one aggregate in flight, each aggregate in receive order, keyless rows in parallel', async () => {
+    for (let i = 0; i < 8; i++) {
+      for (const aggregate of ['A', 'B', 'C', 'D', 'E']) await store(`${aggregate}-${i}`, { aggregateId: aggregate, source: i % 2 === 0 ? 'shop' : 'crm' });
+      await store(`free-${i}-a`);
+      await store(`free-${i}-b`);
+    }
+    const observed = { keylessInFlight: 0, maxKeyless: 0 };
+    let violations = 0;
+    let running = true;
+    const observer = (async () => {
+      while (running) {
+        const busy = await db.query(`SELECT aggregate_id FROM ${inbox} WHERE state = 'processing' AND aggregate_id IS NOT NULL GROUP BY aggregate_id HAVING count(*) > 1`);
+        violations += busy.length;
+        await sleep(1);
+      }
+    })();
+    const drivers = Array.from({ length: 4 }, () => slowDriver(observed));
+    const summaries: RelaySummary[] = [];
+    for (let round = 0; round < 10; round++) {
+      summaries.push(...(await Promise.all(drivers.map((d) => pass(d)))));
+      if ((await db.query(`SELECT 1 FROM ${inbox} WHERE state <> 'processed'`)).length === 0) break;
+    }
+    running = false;
+    await observer;
+    assert.equal(violations, 0, 'the observer never saw two processing rows of one aggregate');
+    assert.equal(summaries.reduce((n, s) => n + s.forwarded, 0), 56);
+    assert.equal(summaries.reduce((n, s) => n + s.claimsLost, 0), 0);
+    assert.ok(observed.maxKeyless >= 2, `keyless rows were forwarded in parallel (max ${observed.maxKeyless})`);
+    const pairs = await db.query<{ aggregate_id: string; inbox_seq: string; claimed_at: Date; processed_at: Date }>(
+      `SELECT i.aggregate_id, i.sequence AS inbox_seq, i.claimed_at, i.processed_at
+         FROM ${outbox} o JOIN ${inbox} i ON i.id = (o.headers->>'x-inbox-id')::uuid
+        WHERE i.aggregate_id IS NOT NULL ORDER BY i.aggregate_id, o.sequence`,
+    );
+    assert.equal(pairs.length, 40);
+    for (let k = 1; k < pairs.length; k++) {
+      const [prev, cur] = [pairs[k - 1]!, pairs[k]!];
+      if (prev.aggregate_id !== cur.aggregate_id) continue;
+      assert.ok(BigInt(prev.inbox_seq) < BigInt(cur.inbox_seq), `aggregate ${cur.aggregate_id}: outbox order follows receive order`);
+      assert.ok(cur.claimed_at > prev.processed_at, `aggregate ${cur.aggregate_id}: the next row was claimed only after the previous was processed`);
+    }
+    const perRow = await db.query(`SELECT i.id FROM ${inbox} i LEFT JOIN ${outbox} o ON (o.headers->>'x-inbox-id')::uuid = i.id GROUP BY i.id HAVING count(o.id) <> 1`);
+    assert.deepEqual(perRow, [], 'exactly one outbox row per inbox row');
+  });
+
+  it('write the outbox row with the rendered topic, the aggregate as key, the payload and the relay headers', async () => {
+    const { id } = await store('h-1', { aggregateId: 'cust-1', correlationId: 'corr-1', headers: { 'x-tenant': 't1', 'X-Source': 'spoofed' } });
+    await store('h-2', { source: 'crm', eventType: 'updated' });
+    const summary = await pass(db.driver);
+    assert.equal(summary.forwarded, 2);
+    const rows = await db.query(`SELECT topic, key, payload, headers, state FROM ${outbox} ORDER BY sequence`);
+    assert.deepEqual(rows[0], {
+      topic: 'shop.created',
+      key: 'cust-1',
+      payload: { key: 'h-1' },
+      headers: { 'x-tenant': 't1', 'x-inbox-id': id, 'x-source': 'shop', 'x-idempotency-key': 'h-1', 'X-Correlation-Id': 'corr-1' },
+      state: 'pending',
+    });
+    assert.equal(rows[1]!.topic, 'crm.updated.v1');
+    assert.equal(rows[1]!.key, null);
+  });
+
+  it('mark dead, with a clear reason, a row whose topic needs an event type it lacks or whose payload is not an object', async () => {
+    await store('d-1', { eventType: null });
+    await store('d-2', { payload: [1, 2] });
+    const summary = await pass(db.driver);
+    assert.deepEqual([summary.dead, summary.forwarded], [2, 0]);
+    const rows = await db.query<{ state: string; last_error: string }>(`SELECT state, last_error FROM ${inbox} ORDER BY sequence`);
+    assert.ok(rows.every((r) => r.state === 'dead'));
+    assert.match(rows[0]!.last_error, /needs an event type.*source shop has none/);
+    assert.match(rows[1]!.last_error, /message\.payload must be a JSON object/);
+    assert.deepEqual(await db.query(`SELECT 1 FROM ${outbox}`), []);
+  });
+
+  it('retry a failing forward with backoff, then mark it dead after maxAttempts', async () => {
+    await store('r-1');
+    const failing: Driver = Object.create(db.driver, { inboxForward: { value: async () => Promise.reject(new Error('database: password=hunter2 refused')) } });
+    const first = await pass(failing);
+    assert.deepEqual([first.retried, first.dead], [1, 0]);
+    const [retried] = await db.query<{ state: string; attempt: number; due_in: number; last_error: string }>(
+      `SELECT state, attempt, EXTRACT(EPOCH FROM scheduled_at - clock_timestamp())::float8 AS due_in, last_error FROM ${inbox}`,
+    );
+    assert.deepEqual([retried!.state, retried!.attempt], ['pending', 1]);
+    assert.ok(retried!.due_in > 0.5 && retried!.due_in <= 1.25, `due after ~1 s, got ${retried!.due_in}`);
+    assert.doesNotMatch(retried!.last_error, /hunter2/);
+    await db.query(`UPDATE ${inbox} SET scheduled_at = clock_timestamp()`);
+    const second = await pass(failing);
+    assert.deepEqual([second.retried, second.dead], [0, 1]);
+    const [dead] = await db.query<{ state: string; last_error: string }>(`SELECT state, last_error FROM ${inbox}`);
+    assert.equal(dead!.state, 'dead');
+    assert.match(dead!.last_error, /forward failed 2 times/);
+  });
+
+  it('roll back the outbox insert of a relay whose claim was lost, count it, and leave one outbox row per inbox row', async () => {
+    const { id } = await store('lost-1', { aggregateId: 'L' });
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let paused!: () => void;
+    const isPaused = new Promise<void>((resolve) => (paused = resolve));
+    const slow: Driver = Object.create(db.newDriver(), {
+      inboxForward: {
+        value: async function (this: Driver, ...args: Parameters<Driver['inboxForward']>) {
+          paused();
+          await gate;
+          return Object.getPrototypeOf(this).inboxForward(...args);
+        },
+      },
+    });
+    const metrics = newMetrics();
+    const stale = pass(slow, metrics);
+    await isPaused;
+    await db.query(`UPDATE ${inbox} SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, [id]);
+    assert.equal((await db.driver.inboxReclaimExpired({})).reclaimed, 1);
+    const fresh = await pass(db.newDriver());
+    assert.equal(fresh.forwarded, 1);
+    release();
+    const summary = await stale;
+    assert.deepEqual([summary.claimed, summary.forwarded, summary.claimsLost], [1, 0, 1]);
+    assert.equal(metrics.value('claimsLost', { component: 'inbox' }), 1);
+    const rows = await db.query(`SELECT headers->>'x-inbox-id' AS inbox_id FROM ${outbox}`);
+    assert.deepEqual(rows, [{ inbox_id: id }]);
+  });
+
+  it('leave a row processing with no outbox row when its relay dies mid-transaction, then reclaim and forward it once', async () => {
+    const { id } = await store('killed-1', { aggregateId: 'K' });
+    const [row] = await db.driver.inboxClaimPushMany({ limit: 1, leaseMs: 1000 });
+    assert.equal(row!.id, id);
+    const victim = await db.pool.connect();
+    victim.on('error', () => {});
+    const { rows: pidRows } = await victim.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    await victim.query('BEGIN');
+    await outboxInsert(db.driver.ctx.names, victim, { topic: 'shop.created', key: 'K', payload: {}, headers: { 'x-inbox-id': id } }, { maxAttempts: 5 });
+    await db.query('SELECT pg_terminate_backend($1)', [pidRows[0]!.pid]);
+    victim.release(true);
+    const [mid] = await db.query(`SELECT state FROM ${inbox} WHERE id = $1`, [id]);
+    assert.equal(mid!.state, 'processing');
+    assert.deepEqual(await db.query(`SELECT 1 FROM ${outbox}`), []);
+    const early = await pass(db.driver);
+    assert.deepEqual([early.reclaimed, early.forwarded], [0, 0], 'a live lease is not reclaimed');
+    await db.query(`DELETE FROM "${db.schema}".queuebox_maintenance`);
+    await sleep(1100);
+    const later = await pass(db.driver);
+    assert.deepEqual([later.reclaimed, later.forwarded], [1, 1]);
+    assert.equal((await db.query(`SELECT 1 FROM ${outbox} WHERE headers->>'x-inbox-id' = $1`, [id])).length, 1);
+  });
+
+  it('never touch pull rows, pending or expired', async () => {
+    await store('p-1', { source: 'workers', consumption: 'pull' });
+    await store('p-2', { source: 'workers', consumption: 'pull' });
+    await db.query(`UPDATE ${inbox} SET state = 'processing', claim_token = gen_random_uuid(), lease_expires_at = clock_timestamp() - interval '1 minute' WHERE idempotency_key = 'p-2'`);
+    const before = await db.query(`SELECT * FROM ${inbox} ORDER BY sequence`);
+    const summary = await pass(db.driver);
+    assert.deepEqual([summary.claimed, summary.reclaimed], [0, 0]);
+    assert.deepEqual(await db.query(`SELECT * FROM ${inbox} ORDER BY sequence`), before);
+  });
+
+  it('claim nothing when the invocation has too little time left', async () => {
+    await store('late-1');
+    const summary = await pass(db.driver, newMetrics(), 1500);
+    assert.equal(summary.claimed, 0);
+    assert.equal((await db.query(`SELECT 1 FROM ${inbox} WHERE state = 'pending'`)).length, 1);
+  });
+
+  it('return the summary from the Lambda handler and flush forwarded and oldest-pending-age metrics as EMF', async () => {
+    await store('emf-1');
+    await store('emf-2');
+    await store('emf-later', { delayMs: 600_000 });
+    await store('x-1', { aggregateId: 'X' });
+    await store('x-2', { aggregateId: 'X' });
+    await db.query(`UPDATE ${inbox} SET state = 'processing', claim_token = gen_random_uuid(), lease_expires_at = clock_timestamp() + interval '1 minute' WHERE idempotency_key = 'x-1'`);
+    await db.query(`UPDATE ${inbox} SET scheduled_at = clock_timestamp() - interval '30 seconds' WHERE idempotency_key = 'x-2'`);
+    const lines: string[] = [];
+    setContainer({ config: db.config, driver: db.driver, logger, env: {}, writeMetrics: (line) => lines.push(line) });
+    let summary: RelaySummary;
+    try {
+      summary = await handler({}, fakeLambdaContext({ timeoutMs: 20_000 }));
+    } finally {
+      setContainer(undefined);
+    }
+    assert.equal(summary.forwarded, 2);
+    const emf = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.equal(emf.find((e) => e.status === 'forwarded')?.queuebox_inbox_messages_total, 2);
+    const age = Number(emf.find((e) => 'queuebox_inbox_oldest_pending_age_seconds' in e)?.queuebox_inbox_oldest_pending_age_seconds);
+    assert.ok(age >= 30 && age < 60, `x-2 waits behind its busy aggregate for ~30 s, got ${age}`);
+  });
+});
