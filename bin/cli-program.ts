@@ -1,0 +1,187 @@
+/**
+ * The `queuebox` command line as a commander program, built around injectable output streams
+ * and environment so tests run it in-process. `bin/queuebox.ts` runs it on `process.argv`.
+ *
+ * Configuration: `--config <path>`, else `QUEUEBOX_CONFIG`, plus `QUEUEBOX_*` overrides and
+ * `QUEUEBOX_DATABASE_URL`/`DATABASE_URL`. Results go to stdout; progress and errors to stderr.
+ * A `QueueBoxError` (bad config, refused replay, missing columns) prints its message and sets
+ * exit code 1.
+ */
+import { Command, Option } from 'commander';
+import { loadConfig } from '../lib/config/load-config.ts';
+import type { QueueBoxConfig } from '../lib/config/schema.ts';
+import { createDriver } from '../lib/db/create-driver.ts';
+import type { Driver } from '../lib/db/driver.ts';
+import { QueueBoxError, UsageError } from '../lib/errors.ts';
+import { reclaimNow } from '../lib/operations/reclaim-now.ts';
+import { replayOutbox } from '../lib/operations/replay.ts';
+import { runRetention } from '../lib/operations/retention.ts';
+import { collectStatus, formatStatus } from '../lib/operations/status.ts';
+
+/** Where the program writes and what it reads. */
+export interface CliIo {
+  stdout: (text: string) => void;
+  stderr: (text: string) => void;
+  env: Readonly<Record<string, string | undefined>>;
+  /** Runs the local scheduler; default: `runLocal` of `lib/runtime/local-runner.ts`. */
+  runLocal?: (options: Record<string, unknown>) => Promise<unknown>;
+}
+
+/** Default IO: the process streams and environment. */
+export function processIo(): CliIo {
+  return { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env };
+}
+
+const collect = (value: string, previous: string[] = []) => [...previous, ...value.split(',').filter((v) => v !== '')];
+const positive = (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new UsageError(`expected a positive integer, got ${value}`);
+  return n;
+};
+
+/** Builds the program (commander throws instead of exiting; `runCli` maps that to an exit code). */
+export function createProgram(io: CliIo): Command {
+  const program = new Command('queuebox')
+    .description('QueueBox: transactional outbox and inbox operations')
+    .option('-c, --config <path>', 'YAML configuration file (default: $QUEUEBOX_CONFIG)')
+    .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
+    .exitOverride()
+    .showHelpAfterError();
+
+  const config = (): QueueBoxConfig => {
+    const path = program.opts<{ config?: string }>().config;
+    return loadConfig({ env: io.env, ...(path !== undefined ? { path } : {}) });
+  };
+  async function withDriver<T>(verify: boolean, fn: (driver: Driver, cfg: QueueBoxConfig) => Promise<T>): Promise<T> {
+    const cfg = config();
+    const driver = await createDriver(cfg, io.env);
+    try {
+      if (verify) await driver.schemaVerify();
+      return await fn(driver, cfg);
+    } finally {
+      await driver.close();
+    }
+  }
+
+  program
+    .command('migrate')
+    .description('apply pending database migrations (idempotent)')
+    .action(() =>
+      withDriver(false, async (driver) => {
+        io.stderr('applying migrations...\n');
+        const { applied } = await driver.migrate();
+        io.stdout(applied.length ? `applied migrations ${applied.join(', ')}\n` : 'schema is up to date\n');
+      }),
+    );
+
+  program
+    .command('status')
+    .description('rows per state per table, oldest pending age, latest dead rows with their errors')
+    .option('--json', 'print JSON instead of a table')
+    .option('--dead-limit <n>', 'dead rows to list per table', positive, 10)
+    .action((opts: { json?: boolean; deadLimit: number }) =>
+      withDriver(true, async (driver, cfg) => {
+        const report = await collectStatus(driver, cfg, { deadLimit: opts.deadLimit });
+        io.stdout(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatStatus(report));
+      }),
+    );
+
+  program
+    .command('reclaim')
+    .description('return expired processing rows (outbox and inbox) to pending now, ignoring the throttle')
+    .option('--json', 'print JSON')
+    .action((opts: { json?: boolean }) =>
+      withDriver(true, async (driver, cfg) => {
+        const counts = await reclaimNow({ driver, config: cfg, throttled: false });
+        io.stdout(opts.json ? `${JSON.stringify(counts)}\n` : `reclaimed: outbox ${counts.outbox}, inbox ${counts.inbox}\n`);
+      }),
+    );
+
+  program
+    .command('replay')
+    .description('move sent/dead outbox rows back to pending (at least one filter)')
+    .option('--id <ids>', 'row id (repeatable, or comma-separated)', collect)
+    .option('--topic <topics>', 'exact topic (repeatable, or comma-separated)', collect)
+    .option('--destination <name>', 'rows whose topic a route sends to this destination')
+    .option('--created-from <time>', 'created at or after (ISO-8601)')
+    .option('--created-to <time>', 'created before (ISO-8601)')
+    .addOption(new Option('--state <states>', 'states to move: sent, dead (default both)').argParser(collect))
+    .option('--json', 'print JSON')
+    .action((opts: { id?: string[]; topic?: string[]; destination?: string; createdFrom?: string; createdTo?: string; state?: string[]; json?: boolean }) =>
+      withDriver(true, async (driver, cfg) => {
+        io.stderr('replaying...\n');
+        const result = await replayOutbox(driver, cfg, {
+          ...(opts.id ? { ids: opts.id } : {}),
+          ...(opts.topic ? { topics: opts.topic } : {}),
+          ...(opts.destination !== undefined ? { destination: opts.destination } : {}),
+          ...(opts.createdFrom !== undefined ? { createdFrom: opts.createdFrom } : {}),
+          ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
+          ...(opts.state ? { states: opts.state } : {}),
+        });
+        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `replayed ${result.moved} rows\n`);
+      }),
+    );
+
+  program
+    .command('cleanup')
+    .description('delete finished rows older than the retention ages, in batches')
+    .option('--force', 'run even when retention.enabled is false')
+    .option('--json', 'print JSON')
+    .action((opts: { force?: boolean; json?: boolean }) =>
+      withDriver(true, async (driver, cfg) => {
+        if (!cfg.retention.enabled && !opts.force) {
+          throw new UsageError('retention is disabled (retention.enabled: false); pass --force to delete by the configured ages anyway');
+        }
+        const result = await runRetention({
+          driver,
+          config: cfg,
+          onBatch: (policy, deleted, total) => io.stderr(`${policy.table} ${policy.state} older than ${policy.olderThanHours} h: +${deleted} (${total})\n`),
+        });
+        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `deleted: outbox ${result.deleted.outbox}, inbox ${result.deleted.inbox}\n`);
+      }),
+    );
+
+  program
+    .command('local')
+    .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
+    .option('--messages <n>', 'enqueue this many demo messages first', positive)
+    .option('--exit-when-drained', 'stop when every row is finished')
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .action(async (opts: Record<string, unknown>, command: Command) => {
+      const run = io.runLocal ?? (await loadLocalRunner());
+      const path = program.opts<{ config?: string }>().config;
+      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}), args: command.args });
+    });
+
+  return program;
+}
+
+async function loadLocalRunner(): Promise<(options: Record<string, unknown>) => Promise<unknown>> {
+  // A variable specifier: the local runner lives in another area and is loaded only for `local`.
+  const specifier = '../lib/runtime/local-runner.ts';
+  const module = (await import(specifier)) as { runLocal?: (options: Record<string, unknown>) => Promise<unknown> };
+  if (typeof module.runLocal !== 'function') throw new QueueBoxError('lib/runtime/local-runner.ts does not export runLocal');
+  return module.runLocal;
+}
+
+/** Runs the program on `argv`; returns the exit code (0 success, 1 failure) instead of exiting. */
+export async function runCli(argv: readonly string[], io: CliIo = processIo()): Promise<number> {
+  const program = createProgram(io);
+  try {
+    await program.parseAsync([...argv], { from: 'user' });
+    return 0;
+  } catch (error) {
+    if (isCommanderExit(error)) return error.exitCode;
+    if (error instanceof QueueBoxError) {
+      io.stderr(`queuebox: ${error.message}\n`);
+      return 1;
+    }
+    io.stderr(`queuebox: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    return 1;
+  }
+}
+
+function isCommanderExit(error: unknown): error is { exitCode: number; code: string } {
+  return typeof error === 'object' && error !== null && typeof (error as { code?: unknown }).code === 'string' && (error as { code: string }).code.startsWith('commander.');
+}

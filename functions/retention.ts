@@ -1,0 +1,27 @@
+/**
+ * Retention function (scheduled). Does nothing unless `retention.enabled`; otherwise deletes
+ * finished rows by the configured ages in bounded batches until done or the invocation deadline,
+ * counting `queuebox_cleanup_messages_deleted_total{table}`. Never touches pending/processing.
+ */
+import type { Context } from 'aws-lambda';
+import { runRetention, type RetentionResult } from '../lib/operations/retention.ts';
+import { getContainer, passMetrics } from '../lib/runtime/container.ts';
+import { createDeadline } from '../lib/runtime/deadline.ts';
+
+export async function handler(_event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
+  const container = await getContainer();
+  const { config, driver, logger } = container;
+  if (!config.retention.enabled) {
+    logger.info('retention is disabled (retention.enabled = false)');
+    return { enabled: false, deleted: { outbox: 0, inbox: 0 }, complete: true };
+  }
+  const deadline = createDeadline(context, config.lambda.deadlineMarginMs);
+  const metrics = passMetrics(container);
+  try {
+    const result = await runRetention({ driver, config, metrics, expired: () => deadline.expired() });
+    logger.info('retention finished', { ...result });
+    return { enabled: true, ...result };
+  } finally {
+    metrics.flush();
+  }
+}

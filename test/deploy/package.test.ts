@@ -1,0 +1,156 @@
+/**
+ * `npm run package` offline: build the bundles and stack fragment from a fixture config, run
+ * `osls package` with telemetry and notifications off, and check the CloudFormation template.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { before, describe, it } from 'node:test';
+import { METRIC_NAMES, METRICS } from '../../lib/observability/metric-names.ts';
+import { buildAll } from '../../infra/build.ts';
+import { FUNCTIONS, functionLogicalId } from '../../infra/functions.ts';
+
+type Resource = { Type: string; Properties: Record<string, unknown>; Condition?: string };
+const FIXTURE = 'test/deploy/fixtures/queuebox.yml';
+/** Actions AWS requires on `*` (VPC network interfaces), allowed nowhere else. */
+const STAR_EXEMPT = new Set(['ec2:CreateNetworkInterface', 'ec2:DescribeNetworkInterfaces', 'ec2:DeleteNetworkInterface', 'ec2:AssignPrivateIpAddresses', 'ec2:UnassignPrivateIpAddresses']);
+
+/** Replaces `Ref`s in a `Fn::Join` with readable placeholders and returns the text. */
+function joinText(value: unknown): string {
+  const join = (value as { 'Fn::Join': [string, unknown[]] })['Fn::Join'];
+  return join[1].map((p) => (typeof p === 'string' ? p : `<${(p as { Ref: string }).Ref}>`)).join(join[0]);
+}
+
+describe('osls package (offline)', () => {
+  let template: { Resources: Record<string, Resource>; Conditions?: Record<string, unknown> };
+  let resources: Record<string, Resource>;
+  let sizes: Record<string, number>;
+  const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
+
+  before(async () => {
+    sizes = await buildAll({ configPath: FIXTURE, outDir: 'dist', log: () => {} });
+    const run = spawnSync(process.execPath, ['node_modules/osls/bin/serverless.js', 'package', '--stage', 'test'], {
+      encoding: 'utf8',
+      env: { ...process.env, SLS_TELEMETRY_DISABLED: '1', SLS_TRACKING_DISABLED: '1', SLS_NOTIFICATIONS_MODE: 'off', SLS_DEPRECATION_DISABLE: '*', AWS_ACCESS_KEY_ID: '', AWS_PROFILE: '' },
+      timeout: 120_000,
+    });
+    assert.equal(run.status, 0, `osls package failed:\n${run.stdout}\n${run.stderr}`);
+    template = JSON.parse(readFileSync('.serverless/cloudformation-template-update-stack.json', 'utf8'));
+    resources = template.Resources;
+  });
+
+  it('declares every function on nodejs20.x arm64, each shipping only its own bundle', () => {
+    const functions = ofType('AWS::Lambda::Function');
+    assert.deepEqual(functions.map(([id]) => id).sort(), FUNCTIONS.map((f) => functionLogicalId(f.name)).sort());
+    for (const fn of FUNCTIONS) {
+      const props = resources[functionLogicalId(fn.name)]!.Properties;
+      assert.equal(props.Runtime, 'nodejs20.x');
+      assert.deepEqual(props.Architectures, ['arm64']);
+      assert.equal(props.Handler, `dist/${fn.name}/index.handler`);
+      assert.equal((props.Environment as { Variables: Record<string, string> }).Variables.QUEUEBOX_CONFIG, '/var/task/dist/queuebox.yml');
+      const zip = spawnSync('unzip', ['-Z1', `.serverless/${fn.name}.zip`], { encoding: 'utf8' });
+      if (zip.status === 0) {
+        assert.deepEqual(zip.stdout.trim().split('\n').sort(), ['dist/queuebox.yml', `dist/${fn.name}/index.mjs`, `dist/${fn.name}/index.mjs.map`].sort());
+      }
+      assert.ok(sizes[fn.name]! > 0);
+    }
+  });
+
+  it('schedules the pollers, reclaim and retention, with a timeout that fits the schedule', () => {
+    const rules = ofType('AWS::Events::Rule');
+    const scheduled = FUNCTIONS.filter((f) => f.scheduled);
+    assert.equal(rules.length, scheduled.length);
+    for (const fn of scheduled) {
+      const [, rule] = rules.find(([, r]) => JSON.stringify(r.Properties.Targets).includes(functionLogicalId(fn.name)))!;
+      const match = /^rate\((\d+) (minute|minutes|hour|hours)\)$/.exec(String(rule.Properties.ScheduleExpression));
+      assert.ok(match, `${fn.name}: ${String(rule.Properties.ScheduleExpression)}`);
+      const periodSeconds = Number(match[1]) * (match[2]!.startsWith('hour') ? 3600 : 60);
+      const timeout = resources[functionLogicalId(fn.name)]!.Properties.Timeout as number;
+      assert.ok(timeout <= periodSeconds && timeout <= 900, `${fn.name}: timeout ${timeout}s must fit its ${periodSeconds}s schedule`);
+    }
+    assert.equal(resources.OutboxPollerEventsRuleSchedule1!.Properties.ScheduleExpression, 'rate(1 minute)');
+  });
+
+  it('turns async retries off for every function (EventInvokeConfig MaximumRetryAttempts 0)', () => {
+    const configs = ofType('AWS::Lambda::EventInvokeConfig');
+    assert.equal(configs.length, FUNCTIONS.length);
+    for (const [, c] of configs) assert.equal(c.Properties.MaximumRetryAttempts, 0);
+  });
+
+  it('wires the inbox: an HTTP route per http source and an SQS trigger with partial batch responses', () => {
+    const routes = ofType('AWS::ApiGatewayV2::Route').map(([, r]) => r.Properties.RouteKey);
+    assert.deepEqual(routes, ['POST /inbox/stripe']);
+    const [mapping] = ofType('AWS::Lambda::EventSourceMapping');
+    assert.deepEqual(mapping![1].Properties.FunctionResponseTypes, ['ReportBatchItemFailures']);
+    assert.match(joinText(mapping![1].Properties.EventSourceArn), /:sqs:<AWS::Region>:<AWS::AccountId>:partner-events$/);
+  });
+
+  it('grants least privilege: no wildcard action, nothing on * but VPC interfaces, sends only to configured targets', () => {
+    const role = resources.IamRoleLambdaExecution!.Properties as { Policies: Array<{ PolicyDocument: { Statement: Array<{ Action: string[]; Resource: unknown[] }> } }> };
+    const statements = role.Policies.flatMap((p) => p.PolicyDocument.Statement);
+    for (const s of statements) {
+      for (const action of s.Action) assert.ok(!action.includes('*'), `wildcard action ${action}`);
+      if (s.Resource.includes('*')) for (const action of s.Action) assert.ok(STAR_EXEMPT.has(action), `${action} on *`);
+    }
+    const byAction = (action: string) => statements.filter((s) => s.Action.includes(action)).flatMap((s) => s.Resource.map((r) => (typeof r === 'string' ? r : joinText(r))));
+    assert.deepEqual(byAction('sqs:SendMessage'), ['arn:<AWS::Partition>:sqs:eu-west-1:123456789012:orders.fifo']);
+    assert.deepEqual(byAction('events:PutEvents'), ['arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:event-bus/app-bus']);
+    assert.deepEqual(byAction('sqs:ReceiveMessage'), ['arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:partner-events']);
+    const actions = new Set(statements.flatMap((s) => s.Action));
+    assert.deepEqual([...actions].filter((a) => !a.startsWith('logs:')).sort(), ['events:PutEvents', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ReceiveMessage', 'sqs:SendMessage']);
+  });
+
+  it('has a dashboard whose body is JSON naming only metrics the code emits, with the emitted dimensions', () => {
+    const [[, dashboard]] = ofType('AWS::CloudWatch::Dashboard') as [[string, Resource]];
+    const body = JSON.parse(joinText(dashboard.Properties.DashboardBody)) as { widgets: Array<{ properties: { title: string; metrics: unknown[][] } }> };
+    const named = new Set<string>();
+    for (const widget of body.widgets) {
+      assert.ok(widget.properties.metrics.length > 0, `widget ${widget.properties.title} has metrics`);
+      for (const row of widget.properties.metrics) {
+        if (row[0] === 'QueueBox') {
+          const name = row[1] as string;
+          named.add(name);
+          const metric = Object.values(METRICS).find((m) => m.name === name)!;
+          assert.ok(metric, `${name} is in METRICS`);
+          const dims = row.slice(2, -1).filter((_, i) => i % 2 === 0);
+          assert.deepEqual([...dims].sort(), ['service', ...metric.dimensions].sort(), `${name} dimensions`);
+        } else if (row[0] === 'AWS/Lambda') {
+          assert.ok(['Errors', 'Throttles', 'Duration'].includes(row[1] as string));
+        } else {
+          const expression = (row[0] as { expression: string }).expression;
+          const name = /MetricName="([^"]+)"/.exec(expression)![1]!;
+          assert.ok(METRIC_NAMES.includes(name as never), `${name} in METRICS`);
+          named.add(name);
+        }
+      }
+    }
+    for (const m of ['queuebox_outbox_messages_total', 'queuebox_claims_lost_total', 'queuebox_outbox_messages_reclaimed_total', 'queuebox_outbox_oldest_pending_age_seconds', 'queuebox_inbox_oldest_pending_age_seconds', 'queuebox_inbox_messages_total', 'queuebox_inbox_rejections_total', 'queuebox_outbox_publish_duration_seconds']) {
+      assert.ok(named.has(m), `dashboard shows ${m}`);
+    }
+    const lambdaRows = body.widgets.flatMap((w) => w.properties.metrics).filter((r) => r[0] === 'AWS/Lambda');
+    for (const fn of FUNCTIONS) for (const metric of ['Errors', 'Throttles', 'Duration']) {
+      assert.ok(lambdaRows.some((r) => r[1] === metric && r[3] === `<${functionLogicalId(fn.name)}>`), `${fn.name} ${metric}`);
+    }
+  });
+
+  it('has the spec alarms, each on an emitted metric with exactly the emitted dimensions, notifying the optional topic', () => {
+    const alarms = ofType('AWS::CloudWatch::Alarm').map(([, a]) => a.Properties as { MetricName: string; Namespace: string; Dimensions: Array<{ Name: string; Value: unknown }>; Threshold: number; Period: number; EvaluationPeriods: number; AlarmActions: unknown });
+    const queuebox = alarms.filter((a) => a.Namespace === 'QueueBox');
+    for (const a of queuebox) {
+      const metric = Object.values(METRICS).find((m) => m.name === a.MetricName);
+      assert.ok(metric, `${a.MetricName} is in METRICS`);
+      assert.deepEqual(a.Dimensions.map((d) => d.Name).sort(), ['service', ...metric.dimensions].sort());
+      assert.equal(a.Dimensions.find((d) => d.Name === 'service')!.Value, 'queuebox');
+      assert.deepEqual(a.AlarmActions, { 'Fn::If': ['QueueBoxAlarmTopicSet', [{ Ref: 'QueueBoxAlarmTopicArn' }], { Ref: 'AWS::NoValue' }] });
+    }
+    const age = queuebox.filter((a) => a.MetricName.endsWith('oldest_pending_age_seconds'));
+    assert.equal(age.length, 2);
+    for (const a of age) assert.equal(a.Period * a.EvaluationPeriods, 300, "for 5 minutes");
+    for (const a of age) assert.equal(a.Threshold, 300);
+    assert.deepEqual(queuebox.filter((a) => a.MetricName === 'queuebox_claims_lost_total').map((a) => a.Dimensions.find((d) => d.Name === 'component')!.Value).sort(), ['inbox', 'outbox', 'pull']);
+    assert.deepEqual(queuebox.filter((a) => a.MetricName === 'queuebox_outbox_messages_total').map((a) => a.Dimensions.find((d) => d.Name === 'status')!.Value), ['dead']);
+    const errors = alarms.filter((a) => a.Namespace === 'AWS/Lambda' && a.MetricName === 'Errors');
+    assert.equal(errors.length, FUNCTIONS.length);
+    assert.ok(template.Conditions?.QueueBoxAlarmTopicSet, 'the topic condition is declared');
+  });
+});

@@ -1,0 +1,143 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { handler as reclaimHandler } from '../../functions/reclaim.ts';
+import { handler as replayHandler } from '../../functions/replay.ts';
+import { handler as retentionHandler } from '../../functions/retention.ts';
+import { UsageError } from '../../lib/errors.ts';
+import { collectStatus, formatStatus } from '../../lib/operations/status.ts';
+import { setContainer } from '../../lib/runtime/container.ts';
+import { createLogger } from '../../lib/observability/logger.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+
+describe('operations: reclaim, replay, retention, status', () => {
+  let db: TestDatabase;
+  let emf: string[];
+  const outbox = () => `"${db.schema}".outbox`;
+  const inbox = () => `"${db.schema}".inbox`;
+
+  before(async () => {
+    db = await createTestDatabase({
+      destinations: { orders: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/1/orders' }, bus: { type: 'eventbridge', eventBusName: 'b', source: 's' } },
+      outbox: { routes: [{ topicPattern: 'order.*', destination: 'orders' }, { topicPattern: '**', destination: 'bus' }] },
+      retention: { enabled: true, batchSize: 2 },
+    });
+  });
+  beforeEach(async () => {
+    emf = [];
+    setContainer({ config: db.config, driver: db.driver, logger: createLogger({ serviceName: 'test', logLevel: 'SILENT' }), env: {}, writeMetrics: (l) => emf.push(l) });
+    await db.query(`DELETE FROM ${outbox()}`);
+    await db.query(`DELETE FROM ${inbox()}`);
+    await db.query(`DELETE FROM "${db.schema}".queuebox_maintenance`).catch(() => {});
+  });
+  after(async () => {
+    setContainer(undefined);
+    await db.drop();
+  });
+
+  /** Inserts an outbox row in `state`, `ageHours` old (created and updated). */
+  async function outboxRow(state: string, topic = 'order.paid', ageHours = 0, extra = ''): Promise<string> {
+    const id = randomUUID();
+    await db.query(
+      `INSERT INTO ${outbox()} (id, topic, payload, state, created_at, updated_at, scheduled_at, last_error${extra ? ', claim_token, lease_expires_at, claimed_at' : ''})
+       VALUES ($1, $2, '{}', $3, now() - make_interval(hours => $4), now() - make_interval(hours => $4), now() - make_interval(hours => $4), $5${extra ? `, gen_random_uuid(), ${extra}, now()` : ''})`,
+      [id, topic, state, ageHours, state === 'dead' ? 'boom: 500' : null],
+    );
+    return id;
+  }
+  async function inboxRow(state: string, ageHours = 0, lease = ''): Promise<string> {
+    const id = randomUUID();
+    await db.query(
+      `INSERT INTO ${inbox()} (id, source, idempotency_key, payload, state, created_at${lease ? ', claim_token, lease_expires_at, claimed_at' : ''})
+       VALUES ($1, 'src', $2, '{}', $3, now() - make_interval(hours => $4)${lease ? `, gen_random_uuid(), ${lease}, now()` : ''})`,
+      [id, randomUUID(), state, ageHours],
+    );
+    return id;
+  }
+  const states = async (table: string) =>
+    Object.fromEntries((await db.query<{ state: string; n: string }>(`SELECT state, count(*) AS n FROM ${table} GROUP BY state`)).map((r) => [r.state, Number(r.n)]));
+
+  it('reclaim invoked by hand returns expired outbox and inbox rows to pending at once, ignoring the throttle', async () => {
+    await outboxRow('processing', 't', 0, `now() - interval '1 second'`);
+    await outboxRow('processing', 't', 0, `now() + interval '5 minutes'`);
+    await inboxRow('processing', 0, `now() - interval '1 second'`);
+    // A worker reclaimed a moment ago: the throttle gate is closed for claimTimeoutMs / 5.
+    await db.driver.outboxReclaimExpired({ throttleMs: 60_000 });
+    await db.driver.inboxReclaimExpired({ throttleMs: 60_000 });
+    await outboxRow('processing', 't', 0, `now() - interval '1 second'`);
+    const scheduled = await reclaimHandler({ source: 'aws.events', 'detail-type': 'Scheduled Event' }, fakeLambdaContext({ timeoutMs: 30_000 }));
+    assert.deepEqual(scheduled, { outbox: 0, inbox: 0, throttled: true }, 'a scheduled run respects the gate');
+    const manual = await reclaimHandler({}, fakeLambdaContext({ timeoutMs: 30_000 }));
+    assert.deepEqual(manual, { outbox: 1, inbox: 0, throttled: false });
+    await inboxRow('processing', 0, `now() - interval '1 second'`);
+    assert.deepEqual(await reclaimHandler({ source: 'aws.events', force: true }, fakeLambdaContext({ timeoutMs: 30_000 })), { outbox: 0, inbox: 1, throttled: false });
+    assert.deepEqual(await states(outbox()), { pending: 2, processing: 1 }, 'the live lease is untouched');
+    assert.ok(emf.some((l) => JSON.parse(l).queuebox_outbox_messages_reclaimed_total === 1), 'reclaimed rows are counted');
+  });
+
+  it('replay refuses a request without any filter and a request for another state, moving nothing', async () => {
+    await outboxRow('dead');
+    await assert.rejects(replayHandler({}, fakeLambdaContext({ timeoutMs: 30_000 })), (e: unknown) => e instanceof UsageError && /at least one filter/.test(e.message));
+    await assert.rejects(replayHandler({ topics: ['order.paid'], states: ['pending'] }, fakeLambdaContext({ timeoutMs: 30_000 })), (e: unknown) => e instanceof UsageError && /only sent or dead/.test(e.message));
+    await assert.rejects(replayHandler({ destination: 'nowhere' }, fakeLambdaContext({ timeoutMs: 30_000 })), (e: unknown) => e instanceof UsageError && /not configured/.test(e.message));
+    assert.deepEqual(await states(outbox()), { dead: 1 });
+  });
+
+  it('replay moves only sent and dead rows matching the filter, resetting them and counting the replay', async () => {
+    const dead = await outboxRow('dead', 'order.paid');
+    const sent = await outboxRow('sent', 'order.shipped');
+    await outboxRow('pending', 'order.paid');
+    await outboxRow('processing', 'order.paid', 0, `now() + interval '5 minutes'`);
+    await outboxRow('dead', 'user.created');
+    const result = await replayHandler({ destination: 'orders' }, fakeLambdaContext({ timeoutMs: 30_000 }));
+    assert.deepEqual(result, { moved: 2 });
+    const rows = await db.query<{ id: string; state: string; attempt: number; last_error: string | null; replay_count: number }>(
+      `SELECT id, state, attempt, last_error, replay_count FROM ${outbox()} WHERE id = ANY($1::uuid[]) ORDER BY topic`,
+      [[dead, sent]],
+    );
+    assert.deepEqual(rows.map((r) => [r.state, r.attempt, r.last_error, r.replay_count]), [['pending', 0, null, 1], ['pending', 0, null, 1]]);
+    assert.deepEqual(await replayHandler({ ids: [dead], states: ['dead'] }, fakeLambdaContext({ timeoutMs: 30_000 })), { moved: 0 }, 'a pending row is not moved again');
+    assert.deepEqual(await states(outbox()), { pending: 3, processing: 1, dead: 1 });
+  });
+
+  it('retention deletes old finished rows in bounded batches and never touches pending or processing rows', async () => {
+    for (let i = 0; i < 5; i++) await outboxRow('sent', 't', 200);
+    await outboxRow('sent', 't', 1);
+    await outboxRow('dead', 't', 800);
+    await outboxRow('pending', 't', 2000);
+    await outboxRow('processing', 't', 2000, `now() + interval '5 minutes'`);
+    for (let i = 0; i < 3; i++) await inboxRow('processed', 200);
+    await inboxRow('dead', 800);
+    await inboxRow('pending', 2000);
+    await inboxRow('processing', 2000, `now() + interval '5 minutes'`);
+    const result = await retentionHandler({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 60_000 }));
+    assert.deepEqual(result, { enabled: true, deleted: { outbox: 6, inbox: 4 }, complete: true });
+    assert.deepEqual(await states(outbox()), { sent: 1, pending: 1, processing: 1 });
+    assert.deepEqual(await states(inbox()), { pending: 1, processing: 1 });
+    const deleted = emf.map((l) => JSON.parse(l)).filter((m) => 'queuebox_cleanup_messages_deleted_total' in m);
+    assert.deepEqual(deleted.map((m) => [m.table, m.queuebox_cleanup_messages_deleted_total]).sort(), [['inbox', 4], ['outbox', 6]]);
+  });
+
+  it('retention stops at the invocation deadline and reports that it is not complete', async () => {
+    for (let i = 0; i < 4; i++) await outboxRow('sent', 't', 200);
+    const result = await retentionHandler({}, fakeLambdaContext({ timeoutMs: 1_000 }));
+    assert.equal(result.complete, false);
+    assert.deepEqual(await states(outbox()), { sent: 4 }, 'a deadline already inside the margin deletes nothing');
+  });
+
+  it('status counts rows per state, reports the oldest due pending age and lists dead rows with their errors', async () => {
+    await outboxRow('pending', 'a', 1);
+    await outboxRow('dead', 'order.paid');
+    await inboxRow('processed');
+    const report = await collectStatus(db.driver, db.config);
+    assert.equal(report.outbox.counts.pending, 1);
+    assert.equal(report.outbox.counts.dead, 1);
+    assert.equal(report.inbox.counts.processed, 1);
+    assert.ok(report.outbox.oldestPendingAgeSeconds >= 3500, `~1 h, got ${report.outbox.oldestPendingAgeSeconds}`);
+    assert.equal(report.outbox.dead[0]!.lastError, 'boom: 500');
+    const text = formatStatus(report);
+    assert.match(text, /outbox\s+dead\s+1/);
+    assert.match(text, /order\.paid\s+\S+\s+boom: 500/);
+  });
+});
