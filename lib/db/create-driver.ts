@@ -18,7 +18,7 @@ export async function createDriver(config: QueueBoxConfig, env: Readonly<Record<
   const url = resolveDatabaseUrl(config, env);
   if (config.database.type === 'sqlserver') {
     const { SqlServerDriver } = await import('./sqlserver/sqlserver-driver.ts');
-    return new SqlServerDriver({ config, url }) as unknown as Driver;
+    return new SqlServerDriver({ config, url });
   }
   return new PostgresDriver({ config, url });
 }

@@ -1,8 +1,243 @@
 /**
- * SQL Server outbox operations. Being written (issue 9).
+ * SQL Server outbox operations (driver methods `outbox*`), as statement builders plus runners.
+ *
+ * Builders are pure (text + parameters), so tests inspect the SQL without a server. Every
+ * finishing write is fenced on id + `processing` + token + `lease_expires_at > SYSUTCDATETIME()`
+ * and settles a whole batch in one statement via `OPENJSON(@p_items)`.
  */
-import type { OutboxMessageInput } from '../driver.ts';
+import { randomUUID } from 'node:crypto';
+import sql from 'mssql';
+import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, TableStats } from '../driver.ts';
+import { QueueBoxError, UsageError } from '../../errors.ts';
+import { topicPatternToRegex } from '../postgres/outbox-queries.ts';
+import { withSessionClaimLock } from './claim-locks.ts';
+import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
+import { buildGatedReclaim, reclaimUpdateSql, runGatedReclaim } from './maintenance-queries.ts';
+import { dbNowPlusMs, isMssqlTransaction, lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { MSSQL_DEFAULT_SCHEMA, mssqlNames, type MssqlNames } from './names.ts';
+import { buildStats, runStats } from './table-stats.ts';
 
-export async function sqlServerOutboxInsert(_names: { schema: string; table: string }, _tx: unknown, _m: OutboxMessageInput, _d: { maxAttempts: number }): Promise<string> {
-  throw new Error('SQL Server enqueue is not implemented yet');
+const RETURNED = 'inserted.id, inserted.topic, inserted.[key], inserted.payload, inserted.headers, inserted.attempt, inserted.max_attempts, inserted.[sequence], inserted.replay_count, inserted.created_at, inserted.claim_token, inserted.lease_expires_at';
+
+interface OutboxDbRow {
+  id: string;
+  topic: string;
+  key: string | null;
+  payload: string;
+  headers: string;
+  attempt: number;
+  max_attempts: number;
+  sequence: string;
+  replay_count: number;
+  created_at: Date;
+  claim_token: string;
+  lease_expires_at: Date;
+}
+
+function toOutboxRow(r: OutboxDbRow): OutboxRow {
+  return {
+    id: lowerUuid(r.id),
+    topic: r.topic,
+    key: r.key,
+    payload: JSON.parse(r.payload) as Record<string, unknown>,
+    headers: JSON.parse(r.headers) as Record<string, string>,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    sequence: String(r.sequence),
+    replayCount: r.replay_count,
+    createdAt: r.created_at,
+    claimToken: lowerUuid(r.claim_token),
+    leaseExpiresAt: r.lease_expires_at,
+  };
+}
+
+/** INSERT of one outbox row with a caller-chosen or fresh id (known before the insert: no OUTPUT needed). */
+export function buildOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): { id: string; statement: MssqlStatement } {
+  const id = m.id ?? randomUUID();
+  return {
+    id,
+    statement: {
+      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at)
+VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALESCE(@p_scheduled_at, ${dbNowPlusMs('@p_delay_ms')}));`,
+      params: [
+        param('p_id', sql.UniqueIdentifier, id),
+        param('p_topic', sql.NVarChar(255), m.topic),
+        param('p_key', sql.NVarChar(255), m.key ?? null),
+        param('p_payload', sql.NVarChar(sql.MAX), JSON.stringify(m.payload)),
+        param('p_headers', sql.NVarChar(sql.MAX), JSON.stringify(m.headers ?? {})),
+        param('p_max_attempts', sql.Int, m.maxAttempts ?? defaults.maxAttempts),
+        param('p_scheduled_at', sql.DateTime2(7), m.scheduledAt ?? null),
+        param('p_delay_ms', sql.BigInt, Math.round(m.delayMs ?? 0)),
+      ],
+    },
+  };
+}
+
+/** Inserts one outbox row through a runner (QueueBox's own transaction or the caller's). */
+export async function outboxInsert(names: Pick<MssqlNames, 'outbox'>, runner: MssqlRunner, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
+  const { id, statement } = buildOutboxInsert(names, m, defaults);
+  await runStatement(runner, statement);
+  return id.toLowerCase();
+}
+
+/** `enqueue` on SQL Server: inserts inside the caller's `mssql` Transaction. */
+export async function sqlServerOutboxInsert(names: { schema: string; table: string }, tx: unknown, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
+  if (!isMssqlTransaction(tx)) throw new QueueBoxError('expected an mssql Transaction (begun) as the caller transaction');
+  const n = mssqlNames(names.schema || MSSQL_DEFAULT_SCHEMA, { outbox: names.table, inbox: 'inbox', maintenance: 'queuebox_maintenance' });
+  return outboxInsert(n, tx, m, defaults);
+}
+
+/**
+ * Claim of due rows under the session lock `queuebox_outbox_claim_<table>`: keyless rows freely,
+ * keyed rows only as the head of their key (no `pending`/`processing` row of the key with a lower
+ * `sequence`). READPAST keeps the claim off rows a fence write holds; the head check reads without
+ * READPAST, so a locked head is waited for, never skipped.
+ */
+export function buildOutboxClaim(names: MssqlNames, p: { limit: number; leaseMs: number }): MssqlStatement {
+  const t = names.outbox;
+  const claim = `  UPDATE o
+     SET state = N'processing',
+         claim_token = NEWID(),
+         claimed_at = SYSUTCDATETIME(),
+         lease_expires_at = DATEADD(millisecond, @p_lease_ms, SYSUTCDATETIME()),
+         updated_at = SYSUTCDATETIME()
+  OUTPUT ${RETURNED}
+    FROM ${t} AS o
+   INNER JOIN (
+         SELECT TOP (@p_limit) c.id
+           FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
+          WHERE c.state = N'pending'
+            AND c.scheduled_at <= SYSUTCDATETIME()
+            AND (c.[key] IS NULL OR NOT EXISTS (
+                  SELECT 1 FROM ${t} AS h
+                   WHERE h.[key] = c.[key]
+                     AND h.state IN (N'pending', N'processing')
+                     AND h.[sequence] < c.[sequence]))
+          ORDER BY c.scheduled_at, c.[sequence]
+         ) AS picked ON picked.id = o.id;`;
+  return {
+    text: withSessionClaimLock(names.outboxClaimLock, claim),
+    params: [param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.Int, Math.round(p.leaseMs))],
+  };
+}
+
+export async function outboxClaimMany(runner: MssqlRunner, names: MssqlNames, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
+  if (p.limit <= 0) return [];
+  const { recordset } = await runStatement<OutboxDbRow>(runner, buildOutboxClaim(names, p));
+  return recordset.map(toOutboxRow).sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1));
+}
+
+export async function outboxRenewMany(runner: MssqlRunner, names: MssqlNames, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
+  return p.claims.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'renew', p.claims, { leaseMs: p.leaseMs }));
+}
+export async function outboxMarkSentMany(runner: MssqlRunner, names: MssqlNames, p: { claims: ClaimRef[] }): Promise<string[]> {
+  return p.claims.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'sent', p.claims));
+}
+export async function outboxRetryMany(runner: MssqlRunner, names: MssqlNames, p: { items: RetryItem[] }): Promise<string[]> {
+  return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'retry', p.items));
+}
+export async function outboxMarkDeadMany(runner: MssqlRunner, names: MssqlNames, p: { items: DeadItem[] }): Promise<string[]> {
+  return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'dead', p.items));
+}
+
+/** Expired `processing` rows back to `pending` (attempt unchanged), behind the shared gate `reclaim:<table>`. */
+export function buildOutboxReclaim(names: MssqlNames, throttleMs: number | undefined): MssqlStatement {
+  return buildGatedReclaim(names, `reclaim:${names.outboxTable}`, throttleMs, reclaimUpdateSql(names.outbox));
+}
+export async function outboxReclaimExpired(runner: MssqlRunner, names: MssqlNames, p: { throttleMs?: number }): Promise<ReclaimResult> {
+  return runGatedReclaim(runner, buildOutboxReclaim(names, p.throttleMs));
+}
+
+export async function outboxStats(runner: MssqlRunner, names: MssqlNames): Promise<TableStats> {
+  return runStats(runner, buildStats(names.outbox), ['pending', 'processing', 'sent', 'dead']);
+}
+
+export function buildOutboxDeadList(names: MssqlNames, limit: number): MssqlStatement {
+  return {
+    text: `SELECT TOP (@p_limit) id, topic, last_error, updated_at FROM ${names.outbox} WHERE state = N'dead' ORDER BY updated_at DESC;`,
+    params: [param('p_limit', sql.Int, limit)],
+  };
+}
+export async function outboxDeadList(runner: MssqlRunner, names: MssqlNames, p: { limit: number }): Promise<DeadRowSummary[]> {
+  const { recordset } = await runStatement<{ id: string; topic: string; last_error: string | null; updated_at: Date }>(runner, buildOutboxDeadList(names, p.limit));
+  return recordset.map((r) => ({ id: lowerUuid(r.id), topicOrSource: r.topic, lastError: r.last_error, updatedAt: r.updated_at }));
+}
+
+/** States a replay may move; throws `UsageError` on an empty filter or another state. */
+function replayStates(f: ReplayFilter): string[] {
+  if (!f.ids?.length && !f.topics?.length && !f.topicPatterns?.length && !f.createdFrom && !f.createdTo) {
+    throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
+  }
+  const states = f.states?.length ? f.states : ['sent', 'dead'];
+  if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');
+  return states;
+}
+
+/** Distinct topics of replayable rows (SQL Server has no regex: patterns are matched in the caller). */
+export function buildOutboxReplayTopics(names: MssqlNames, states: string[]): MssqlStatement {
+  return {
+    text: `SELECT DISTINCT topic FROM ${names.outbox} WHERE state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'));`,
+    params: [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))],
+  };
+}
+
+/** The replay UPDATE; `matchedTopics` are the topics the route patterns matched (when patterns were given). */
+export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTopics?: string[]): MssqlStatement {
+  const states = replayStates(f);
+  const where = [`state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'))`];
+  const params = [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))];
+  if (f.ids?.length) {
+    where.push(`id IN (SELECT value FROM OPENJSON(@p_ids) WITH (value UNIQUEIDENTIFIER '$'))`);
+    params.push(param('p_ids', sql.NVarChar(sql.MAX), JSON.stringify(f.ids)));
+  }
+  if (f.topics?.length) {
+    where.push(`topic IN (SELECT value FROM OPENJSON(@p_topics) WITH (value NVARCHAR(255) '$'))`);
+    params.push(param('p_topics', sql.NVarChar(sql.MAX), JSON.stringify(f.topics)));
+  }
+  if (f.topicPatterns?.length) {
+    where.push(`topic IN (SELECT value FROM OPENJSON(@p_matched_topics) WITH (value NVARCHAR(255) '$'))`);
+    params.push(param('p_matched_topics', sql.NVarChar(sql.MAX), JSON.stringify(matchedTopics ?? [])));
+  }
+  if (f.createdFrom) {
+    where.push('created_at >= @p_created_from');
+    params.push(param('p_created_from', sql.DateTime2(7), f.createdFrom));
+  }
+  if (f.createdTo) {
+    where.push('created_at < @p_created_to');
+    params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
+  }
+  return {
+    text: `UPDATE ${names.outbox}
+   SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
+       claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+       replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()
+ WHERE ${where.join('\n   AND ')};`,
+    params,
+  };
+}
+
+export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<number> {
+  const states = replayStates(f);
+  let matched: string[] | undefined;
+  if (f.topicPatterns?.length) {
+    const patterns = f.topicPatterns.map((p) => new RegExp(topicPatternToRegex(p)));
+    const { recordset } = await runStatement<{ topic: string }>(runner, buildOutboxReplayTopics(names, states));
+    matched = recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
+    if (matched.length === 0) return 0;
+  }
+  const result = await runStatement(runner, buildOutboxReplay(names, f, matched));
+  return result.rowsAffected.reduce((a, b) => a + b, 0);
+}
+
+/** Deletes at most `limit` rows of one finished state older than `olderThanMs` (by `updated_at`). */
+export function buildOutboxDeleteFinished(names: MssqlNames, p: DeleteFinishedParams): MssqlStatement {
+  if (p.state !== 'sent' && p.state !== 'dead') throw new UsageError(`outbox retention deletes only sent or dead rows, not ${p.state}`);
+  return {
+    text: `DELETE TOP (@p_limit) FROM ${names.outbox} WHERE state = @p_state AND updated_at < ${dbNowPlusMs('-@p_older_than_ms')};`,
+    params: [param('p_limit', sql.Int, p.limit), param('p_state', sql.NVarChar(50), p.state), param('p_older_than_ms', sql.BigInt, Math.round(p.olderThanMs))],
+  };
+}
+export async function outboxDeleteFinished(runner: MssqlRunner, names: MssqlNames, p: DeleteFinishedParams): Promise<number> {
+  const result = await runStatement(runner, buildOutboxDeleteFinished(names, p));
+  return result.rowsAffected.reduce((a, b) => a + b, 0);
 }

@@ -1,10 +1,137 @@
 /**
- * The SQL Server driver. Being written (issue 9).
+ * The SQL Server driver: wires the per-table query modules to the `Driver` interface.
+ *
+ * One `mssql` ConnectionPool per driver (create one driver per container), connected lazily.
+ * The request timeout (≥ 30 s) stays above the 10 s claim-lock wait (spec §8).
  */
+import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
+import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
+import type { CallerTransaction, Driver } from '../driver.ts';
+import * as inbox from './inbox-queries.ts';
+import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from './migrations.ts';
+import { createMssqlPool, ensureConnected, isMssqlTransaction, param, runBatch, runStatement, mssqlTransaction } from './mssql-pool.ts';
+import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
+import * as outbox from './outbox-queries.ts';
+import * as pull from './pull-queries.ts';
 
-export class SqlServerDriver {
-  constructor(_options: { config: QueueBoxConfig; url: string }) {
-    throw new Error('The SQL Server driver is not implemented yet');
+/** Accepts the caller's begun `mssql` Transaction. */
+function asTransaction(tx: CallerTransaction): sql.Transaction {
+  if (isMssqlTransaction(tx)) return tx;
+  throw new QueueBoxError('expected an mssql Transaction (after begin()) as the caller transaction');
+}
+
+export interface SqlServerDriverOptions {
+  config: Pick<QueueBoxConfig, 'database' | 'tables'>;
+  url: string;
+  /** Use this pool instead of creating one (it is not closed by `close`). */
+  pool?: sql.ConnectionPool;
+}
+
+export class SqlServerDriver implements Driver {
+  readonly dialect = 'sqlserver' as const;
+  readonly names: MssqlNames;
+  readonly #pool: sql.ConnectionPool;
+  readonly #ownsPool: boolean;
+  readonly #connection: { connecting?: Promise<unknown> } = {};
+
+  constructor(options: SqlServerDriverOptions) {
+    this.#pool = options.pool ?? createMssqlPool(options.config.database, options.url);
+    this.#ownsPool = options.pool === undefined;
+    this.names = mssqlNames(options.config.database.schema ?? MSSQL_DEFAULT_SCHEMA, options.config.tables);
   }
+
+  /** The connected pool. */
+  async pool(): Promise<sql.ConnectionPool> {
+    await ensureConnected(this.#pool, this.#connection);
+    return this.#pool;
+  }
+
+  async migrate(): Promise<{ applied: number[] }> {
+    const n = this.names;
+    const applied = await mssqlTransaction(await this.pool(), async (tx) => {
+      await runBatch(tx, MIGRATE_LOCK_SQL);
+      for (const statement of migrationsTableSql(n)) await runBatch(tx, statement);
+      const { recordset } = await runStatement<{ version: number }>(tx, { text: `SELECT version FROM ${n.migrations};`, params: [] });
+      const done = new Set(recordset.map((r) => r.version));
+      const versions: number[] = [];
+      for (const migration of mssqlMigrations) {
+        if (done.has(migration.version)) continue;
+        for (const statement of migration.statements(n)) await runBatch(tx, statement);
+        await runStatement(tx, {
+          text: `INSERT INTO ${n.migrations} (version, name) VALUES (@p_version, @p_name);`,
+          params: [param('p_version', sql.Int, migration.version), param('p_name', sql.NVarChar(255), migration.name)],
+        });
+        versions.push(migration.version);
+      }
+      return versions;
+    });
+    return { applied };
+  }
+
+  async schemaVerify(): Promise<void> {
+    const n = this.names;
+    const { recordset } = await runStatement<{ table_name: string; column_name: string }>(await this.pool(), {
+      text: `SELECT TABLE_NAME AS table_name, COLUMN_NAME AS column_name FROM INFORMATION_SCHEMA.COLUMNS
+ WHERE TABLE_SCHEMA = @p_schema AND TABLE_NAME IN (@p_outbox, @p_inbox, @p_maintenance);`,
+      params: [
+        param('p_schema', sql.NVarChar(128), n.schema),
+        param('p_outbox', sql.NVarChar(128), n.outboxTable),
+        param('p_inbox', sql.NVarChar(128), n.inboxTable),
+        param('p_maintenance', sql.NVarChar(128), n.maintenanceTable),
+      ],
+    });
+    const present = new Set(recordset.map((r) => `${r.table_name}.${r.column_name}`));
+    const tables = new Set(recordset.map((r) => r.table_name));
+    const statements: string[] = [];
+    for (const table of mssqlExpectedColumns(n)) {
+      if (!tables.has(table.table)) {
+        statements.push(`-- table ${table.qualified} does not exist: run \`queuebox migrate\``);
+        continue;
+      }
+      for (const column of table.columns) {
+        if (!present.has(`${table.table}.${column.name}`)) statements.push(`ALTER TABLE ${table.qualified} ADD ${quoteMssqlIdent(column.name)} ${column.ddl};`);
+      }
+    }
+    if (statements.length > 0) throw new SchemaMismatchError(statements);
+  }
+
+  async clockNow(): Promise<Date> {
+    const { recordset } = await runStatement<{ now: Date }>(await this.pool(), { text: 'SELECT SYSUTCDATETIME() AS now;', params: [] });
+    return recordset[0]!.now;
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsPool && (this.#pool.connected || this.#pool.connecting)) await this.#pool.close();
+  }
+
+  outboxInsert: Driver['outboxInsert'] = (tx, message, defaults) => outbox.outboxInsert(this.names, asTransaction(tx), message, defaults);
+  outboxClaimMany: Driver['outboxClaimMany'] = async (p) => outbox.outboxClaimMany(await this.pool(), this.names, p);
+  outboxRenewMany: Driver['outboxRenewMany'] = async (p) => outbox.outboxRenewMany(await this.pool(), this.names, p);
+  outboxMarkSentMany: Driver['outboxMarkSentMany'] = async (p) => outbox.outboxMarkSentMany(await this.pool(), this.names, p);
+  outboxRetryMany: Driver['outboxRetryMany'] = async (p) => outbox.outboxRetryMany(await this.pool(), this.names, p);
+  outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = async (p) => outbox.outboxMarkDeadMany(await this.pool(), this.names, p);
+  outboxReclaimExpired: Driver['outboxReclaimExpired'] = async (p) => outbox.outboxReclaimExpired(await this.pool(), this.names, p);
+  outboxStats: Driver['outboxStats'] = async () => outbox.outboxStats(await this.pool(), this.names);
+  outboxDeadList: Driver['outboxDeadList'] = async (p) => outbox.outboxDeadList(await this.pool(), this.names, p);
+  outboxReplay: Driver['outboxReplay'] = async (f) => outbox.outboxReplay(await this.pool(), this.names, f);
+  outboxDeleteFinished: Driver['outboxDeleteFinished'] = async (p) => outbox.outboxDeleteFinished(await this.pool(), this.names, p);
+
+  inboxInsert: Driver['inboxInsert'] = async (m, tx) => inbox.inboxInsert(tx === undefined ? await this.pool() : asTransaction(tx), this.names, m);
+  inboxClaimPushMany: Driver['inboxClaimPushMany'] = async (p) => inbox.inboxClaimPushMany(await this.pool(), this.names, p);
+  inboxRenewMany: Driver['inboxRenewMany'] = async (p) => inbox.inboxRenewMany(await this.pool(), this.names, p);
+  inboxForward: Driver['inboxForward'] = async (item, defaults) => inbox.inboxForward(await this.pool(), this.names, item, defaults);
+  inboxRetryMany: Driver['inboxRetryMany'] = async (p) => inbox.inboxRetryMany(await this.pool(), this.names, p);
+  inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = async (p) => inbox.inboxMarkDeadMany(await this.pool(), this.names, p);
+  inboxReclaimExpired: Driver['inboxReclaimExpired'] = async (p) => inbox.inboxReclaimExpired(await this.pool(), this.names, p);
+  inboxStats: Driver['inboxStats'] = async () => inbox.inboxStats(await this.pool(), this.names);
+  inboxDeadList: Driver['inboxDeadList'] = async (p) => inbox.inboxDeadList(await this.pool(), this.names, p);
+  inboxDeleteFinished: Driver['inboxDeleteFinished'] = async (p) => inbox.inboxDeleteFinished(await this.pool(), this.names, p);
+
+  pullClaimMany: Driver['pullClaimMany'] = async (p) => pull.pullClaimMany(await this.pool(), this.names, p);
+  pullRenew: Driver['pullRenew'] = async (p) => pull.pullRenew(await this.pool(), this.names, p);
+  pullComplete: Driver['pullComplete'] = (tx, claim) => pull.pullComplete(asTransaction(tx), this.names, claim);
+  pullRetry: Driver['pullRetry'] = async (p) => pull.pullRetry(await this.pool(), this.names, p);
+  pullMarkDead: Driver['pullMarkDead'] = async (p) => pull.pullMarkDead(await this.pool(), this.names, p);
+  pullRelease: Driver['pullRelease'] = async (c) => pull.pullRelease(await this.pool(), this.names, c);
 }

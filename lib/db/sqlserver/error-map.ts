@@ -1,0 +1,38 @@
+/**
+ * The one place that maps SQL Server (`mssql`/`tedious`) errors to QueueBox errors.
+ */
+import { QueueBoxError, TransientDatabaseError, UniqueViolationError } from '../../errors.ts';
+
+/** Error number QueueBox's own batches `THROW` when `sp_getapplock` returns < 0 (timeout, deadlock, cancel). */
+export const APPLOCK_NOT_GRANTED = 51000;
+
+/** SQL Server error numbers that are expected to pass when retried later. */
+const TRANSIENT_NUMBERS = new Set([
+  APPLOCK_NOT_GRANTED,
+  1205, // deadlock victim
+  1222, // lock request time out period exceeded
+  -2, // client-side timeout reported as an error number
+  233, 10053, 10054, 10060, 64, // transport errors
+  40197, 40501, 40613, 49918, 49919, 49920, 10928, 10929, 4221, // Azure SQL: service busy, failover
+]);
+
+/** `mssql` error codes for connection loss and timeouts. */
+const TRANSIENT_CODES = new Set(['ETIMEOUT', 'ESOCKET', 'ECONNCLOSED', 'ECONNRESET', 'ECONNREFUSED', 'ENOTOPEN', 'ENOCONN', 'ECANCEL', 'EPIPE']);
+
+/** Converts an `mssql` error into the matching QueueBox error; other errors pass through. */
+export function mapMssqlError(error: unknown): unknown {
+  if (error instanceof QueueBoxError || typeof error !== 'object' || error === null) return error;
+  const e = error as { number?: unknown; code?: unknown; message?: unknown; originalError?: { code?: unknown } };
+  const message = String(e.message);
+  if (e.number === 2627 || e.number === 2601) {
+    const constraint = /constraint '([^']+)'|index '([^']+)'/.exec(message);
+    return new UniqueViolationError(constraint?.[1] ?? constraint?.[2], { cause: error });
+  }
+  if (typeof e.number === 'number' && TRANSIENT_NUMBERS.has(e.number)) {
+    return new TransientDatabaseError(`database: ${message}`, String(e.number), { cause: error });
+  }
+  // mssql wraps driver errors (code EREQUEST/ECONNCLOSED…); the socket's code is on originalError.
+  const code = [e.code, e.originalError?.code].find((c): c is string => typeof c === 'string' && TRANSIENT_CODES.has(c));
+  if (code !== undefined) return new TransientDatabaseError(`database: ${message}`, code, { cause: error });
+  return error;
+}

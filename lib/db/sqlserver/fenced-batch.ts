@@ -1,0 +1,66 @@
+/**
+ * Fenced batch writes (renew, sent/processed, retry, dead) shared by the outbox and inbox tables.
+ *
+ * One statement settles a whole batch: the rows come from `OPENJSON(@p_items)`, each matched on
+ * all four fence conditions, and `OUTPUT inserted.id` reports the rows that kept their claim.
+ */
+import sql from 'mssql';
+import type { ClaimRef } from '../driver.ts';
+import { dbNowPlusMs, lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+
+/** The four fence conditions (seed: the claim fence) on alias `r`, with the batch row `s(id, token)`. */
+export const FENCE = `r.id = s.id AND r.state = N'processing' AND r.claim_token = s.token AND r.lease_expires_at > SYSUTCDATETIME()`;
+
+/** Which fenced write: its SET list and the extra OPENJSON columns it reads. */
+const FENCED = {
+  renew: { set: 'lease_expires_at = DATEADD(millisecond, @p_lease_ms, SYSUTCDATETIME())', columns: '' },
+  sent: { set: "state = N'sent', updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL", columns: '' },
+  processed: { set: "state = N'processed', processed_at = SYSUTCDATETIME(), updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL", columns: '' },
+  retry: {
+    set: `state = N'pending', attempt = r.attempt + 1, scheduled_at = ${dbNowPlusMs('s.delay_ms')}, last_error = s.error,
+         claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()`,
+    columns: ", delay_ms BIGINT '$.delayMs', error NVARCHAR(MAX) '$.error'",
+  },
+  release: { set: "state = N'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL, updated_at = SYSUTCDATETIME()", columns: '' },
+  dead: { set: "state = N'dead', last_error = s.error, lease_expires_at = NULL, updated_at = SYSUTCDATETIME()", columns: ", error NVARCHAR(MAX) '$.error'" },
+} as const;
+
+/** Kinds of fenced batch writes. */
+export type FencedKind = keyof typeof FENCED;
+
+/**
+ * A fenced batch write on `table` (alias `r`): one statement for the whole batch, rows from
+ * `OPENJSON(@p_items)`; `OUTPUT inserted.id` reports the rows that kept their claim.
+ */
+export function buildFencedBatch(
+  table: string,
+  kind: FencedKind,
+  items: ReadonlyArray<ClaimRef & { delayMs?: number; error?: string }>,
+  options: { leaseMs?: number; extraCondition?: string } = {},
+): MssqlStatement {
+  const f = FENCED[kind];
+  const params = [
+    param(
+      'p_items',
+      sql.NVarChar(sql.MAX),
+      JSON.stringify(items.map((i) => ({ id: i.id, token: i.token, delayMs: Math.round(i.delayMs ?? 0), error: i.error ?? null }))),
+    ),
+  ];
+  if (kind === 'renew') params.push(param('p_lease_ms', sql.Int, Math.round(options.leaseMs ?? 0)));
+  return {
+    text: `UPDATE r
+   SET ${f.set}
+OUTPUT inserted.id
+  FROM ${table} AS r
+ INNER JOIN OPENJSON(@p_items) WITH (id UNIQUEIDENTIFIER '$.id', token UNIQUEIDENTIFIER '$.token'${f.columns}) AS s ON r.id = s.id
+ WHERE ${FENCE}${options.extraCondition ?? ''};`,
+    params,
+  };
+}
+
+/** Runs a fenced batch; returns the ids (lower-case) that changed. */
+export async function runFencedBatch(runner: MssqlRunner, statement: MssqlStatement): Promise<string[]> {
+  const { recordset } = await runStatement<{ id: string }>(runner, statement);
+  return recordset.map((r) => lowerUuid(r.id));
+}
+

@@ -1,0 +1,62 @@
+/**
+ * The shared throttle: a row per gate in the maintenance table, advanced by a conditional update.
+ *
+ * "Reclaim at most once per claimTimeoutMs / 5" must hold across overlapping Lambda invocations,
+ * so the last run time lives in the database, compared with the database clock. A missing gate row
+ * is inserted under UPDLOCK/HOLDLOCK (a key-range lock, so two first callers cannot both insert);
+ * an existing one is advanced by an UPDATE whose condition is re-checked under the row's update
+ * lock, so of two concurrent callers only one opens the gate.
+ */
+import sql from 'mssql';
+import type { ReclaimResult } from '../driver.ts';
+import { param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import type { MssqlNames } from './names.ts';
+
+/**
+ * One batch: open the gate `gateName` (always when `throttleMs` is undefined; a forced run still
+ * records its time), then, only when it opened, run `reclaimSql` (an UPDATE of expired rows).
+ * Returns `ran` and `reclaimed` as the single result row.
+ */
+export function buildGatedReclaim(names: MssqlNames, gateName: string, throttleMs: number | undefined, reclaimSql: string): MssqlStatement {
+  const m = names.maintenance;
+  return {
+    text: `DECLARE @v_gate_rows INT = 0;
+DECLARE @v_reclaimed INT = 0;
+INSERT INTO ${m} (name, last_run_at)
+SELECT @p_gate_name, SYSUTCDATETIME()
+ WHERE NOT EXISTS (SELECT 1 FROM ${m} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_gate_name);
+SET @v_gate_rows = @@ROWCOUNT;
+IF @v_gate_rows = 0
+BEGIN
+  UPDATE ${m} WITH (UPDLOCK, HOLDLOCK)
+     SET last_run_at = SYSUTCDATETIME()
+   WHERE name = @p_gate_name
+     AND (@p_throttle_ms IS NULL OR last_run_at <= DATEADD(millisecond, -@p_throttle_ms, SYSUTCDATETIME()));
+  SET @v_gate_rows = @@ROWCOUNT;
+END;
+IF @v_gate_rows > 0
+BEGIN
+  ${reclaimSql}
+  SET @v_reclaimed = @@ROWCOUNT;
+END;
+SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_reclaimed AS reclaimed;`,
+    params: [
+      param('p_gate_name', sql.NVarChar(255), gateName),
+      param('p_throttle_ms', sql.Int, throttleMs === undefined ? null : Math.round(throttleMs)),
+    ],
+  };
+}
+
+/** Expired `processing` rows of `table` (qualified) back to `pending`; `extraCondition` narrows it. */
+export function reclaimUpdateSql(table: string, extraCondition = ''): string {
+  return `UPDATE ${table}
+     SET state = N'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()
+   WHERE state = N'processing' AND lease_expires_at <= SYSUTCDATETIME()${extraCondition};`;
+}
+
+/** Runs a gated reclaim statement and reads its result row. */
+export async function runGatedReclaim(runner: MssqlRunner, statement: MssqlStatement): Promise<ReclaimResult> {
+  const result = await runStatement<{ ran: boolean; reclaimed: number }>(runner, statement);
+  const row = result.recordset[0];
+  return { ran: row?.ran === true, reclaimed: Number(row?.reclaimed ?? 0) };
+}

@@ -1,0 +1,232 @@
+/**
+ * Numbered SQL Server migrations, compiled into the code (nothing reads files at run time).
+ *
+ * Same tables and columns as the PostgreSQL migrations: UNIQUEIDENTIFIER ids, NVARCHAR text,
+ * NVARCHAR(MAX) JSON with ISJSON checks, DATETIME2(7) in UTC (SYSUTCDATETIME()), `[key]` and
+ * `[sequence]` bracketed, `sequence` from a SEQUENCE object. Rules: a released migration is never
+ * edited; each statement is idempotent on its own (guarded by OBJECT_ID / sys.indexes); all run in
+ * one transaction that holds `sp_getapplock 'queuebox_migrate'` owned by the transaction.
+ */
+import { quoteMssqlIdent as q, type MssqlNames } from './names.ts';
+
+export interface MssqlMigration {
+  version: number;
+  name: string;
+  /** Statements run one by one, each as its own batch, in the migrate transaction. */
+  statements(names: MssqlNames): string[];
+}
+
+/**
+ * Filtered indexes (and every later insert or update of their table) need these SET options;
+ * QUOTED_IDENTIFIER is a parse-time option, so it is set at the top of the batch that creates the index.
+ * They equal the driver's connection defaults, so nothing changes for later use of the connection.
+ */
+export const FILTERED_INDEX_SET_OPTIONS =
+  'SET ANSI_NULLS ON; SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;';
+
+function literal(name: string): string {
+  // Names are validated identifiers (no quotes possible); N'…' keeps them Unicode literals.
+  return `N'${name}'`;
+}
+
+function createSequence(qualified: string): string {
+  return `IF OBJECT_ID(${literal(qualified)}, N'SO') IS NULL CREATE SEQUENCE ${qualified} AS BIGINT START WITH 1 INCREMENT BY 1;`;
+}
+
+function createIndex(table: string, index: string, definition: string, filtered: boolean): string {
+  const guard = `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(index)})`;
+  return `${filtered ? `${FILTERED_INDEX_SET_OPTIONS}\n` : ''}${guard}\n  CREATE ${definition.replace('{index}', q(index)).replace('{table}', table)};`;
+}
+
+export const mssqlMigrations: readonly MssqlMigration[] = [
+  {
+    version: 1,
+    name: 'outbox, inbox and maintenance tables',
+    statements: (n) => {
+      const o = n.outboxTable;
+      const i = n.inboxTable;
+      return [
+        createSequence(n.outboxSequence),
+        `IF OBJECT_ID(${literal(n.outbox)}, N'U') IS NULL
+CREATE TABLE ${n.outbox} (
+  id UNIQUEIDENTIFIER NOT NULL DEFAULT NEWID(),
+  topic NVARCHAR(255) NOT NULL,
+  [key] NVARCHAR(255) NULL,
+  payload NVARCHAR(MAX) NOT NULL,
+  headers NVARCHAR(MAX) NOT NULL DEFAULT N'{}',
+  state NVARCHAR(50) NOT NULL DEFAULT N'pending',
+  attempt INT NOT NULL DEFAULT 0,
+  max_attempts INT NOT NULL DEFAULT 5,
+  scheduled_at DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME(),
+  created_at DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME(),
+  updated_at DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME(),
+  claimed_at DATETIME2(7) NULL,
+  claim_token UNIQUEIDENTIFIER NULL,
+  lease_expires_at DATETIME2(7) NULL,
+  last_error NVARCHAR(MAX) NULL,
+  [sequence] BIGINT NOT NULL DEFAULT (NEXT VALUE FOR ${n.outboxSequence}),
+  replay_count INT NOT NULL DEFAULT 0,
+  CONSTRAINT ${q(`${o}_pkey`)} PRIMARY KEY NONCLUSTERED (id),
+  CONSTRAINT ${q(`${o}_state_check`)} CHECK (state IN (N'pending', N'processing', N'sent', N'dead')),
+  CONSTRAINT ${q(`${o}_payload_json`)} CHECK (ISJSON(payload) = 1),
+  CONSTRAINT ${q(`${o}_headers_object`)} CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{'),
+  CONSTRAINT ${q(`${o}_attempts_check`)} CHECK (attempt >= 0 AND max_attempts >= 1)
+);`,
+        // Rows cluster in insert order (a random UUID clustering key would fragment the table).
+        createIndex(n.outbox, `${o}_sequence_idx`, 'UNIQUE CLUSTERED INDEX {index} ON {table} ([sequence])', false),
+        // Claim path for rows without a key and for key heads: due pending rows in claim order.
+        createIndex(n.outbox, `${o}_pending_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending'`, true),
+        // Head of a key: lowest sequence among its pending and processing rows.
+        createIndex(n.outbox, `${o}_key_head_idx`, `INDEX {index} ON {table} ([key], [sequence]) WHERE state IN (N'pending', N'processing') AND [key] IS NOT NULL`, true),
+        // Reclaim: processing rows by lease.
+        createIndex(n.outbox, `${o}_lease_idx`, `INDEX {index} ON {table} (lease_expires_at) WHERE state = N'processing'`, true),
+        // Retention and replay of finished rows.
+        createIndex(n.outbox, `${o}_finished_idx`, `INDEX {index} ON {table} (state, updated_at) WHERE state IN (N'sent', N'dead')`, true),
+
+        createSequence(n.inboxSequence),
+        `IF OBJECT_ID(${literal(n.inbox)}, N'U') IS NULL
+CREATE TABLE ${n.inbox} (
+  id UNIQUEIDENTIFIER NOT NULL DEFAULT NEWID(),
+  source NVARCHAR(255) NOT NULL,
+  idempotency_key NVARCHAR(255) NOT NULL,
+  aggregate_id NVARCHAR(255) NULL,
+  event_type NVARCHAR(255) NULL,
+  payload NVARCHAR(MAX) NOT NULL,
+  headers NVARCHAR(MAX) NOT NULL DEFAULT N'{}',
+  correlation_id NVARCHAR(128) NULL,
+  consumption NVARCHAR(10) NOT NULL DEFAULT N'push',
+  state NVARCHAR(50) NOT NULL DEFAULT N'pending',
+  attempt INT NOT NULL DEFAULT 0,
+  scheduled_at DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME(),
+  created_at DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME(),
+  updated_at DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME(),
+  processed_at DATETIME2(7) NULL,
+  claimed_at DATETIME2(7) NULL,
+  claim_token UNIQUEIDENTIFIER NULL,
+  lease_expires_at DATETIME2(7) NULL,
+  last_error NVARCHAR(MAX) NULL,
+  [sequence] BIGINT NOT NULL DEFAULT (NEXT VALUE FOR ${n.inboxSequence}),
+  CONSTRAINT ${q(`${i}_pkey`)} PRIMARY KEY NONCLUSTERED (id),
+  CONSTRAINT ${q(`${i}_source_idempotency_key`)} UNIQUE (source, idempotency_key),
+  CONSTRAINT ${q(`${i}_state_check`)} CHECK (state IN (N'pending', N'processing', N'processed', N'dead')),
+  CONSTRAINT ${q(`${i}_consumption_check`)} CHECK (consumption IN (N'push', N'pull')),
+  -- Any JSON value (a non-JSON body is stored as a JSON string); ISJSON before 2022 accepts only
+  -- objects and arrays, so a scalar is checked wrapped in an array.
+  CONSTRAINT ${q(`${i}_payload_json`)} CHECK (ISJSON(payload) = 1 OR ISJSON(N'[' + payload + N']') = 1),
+  CONSTRAINT ${q(`${i}_headers_object`)} CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{')
+);`,
+        createIndex(n.inbox, `${i}_sequence_idx`, 'UNIQUE CLUSTERED INDEX {index} ON {table} ([sequence])', false),
+        // Relay claim path: due push rows in receive order.
+        createIndex(n.inbox, `${i}_push_pending_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push'`, true),
+        // Head of an aggregate (push): lowest sequence among its pending and processing rows.
+        createIndex(n.inbox, `${i}_aggregate_head_idx`, `INDEX {index} ON {table} (aggregate_id, [sequence]) WHERE state IN (N'pending', N'processing') AND aggregate_id IS NOT NULL AND consumption = N'push'`, true),
+        // Pull claim path: open rows of one source in claim order.
+        createIndex(n.inbox, `${i}_pull_open_idx`, `INDEX {index} ON {table} (source, scheduled_at, created_at, id) WHERE state IN (N'pending', N'processing') AND consumption = N'pull'`, true),
+        // Pull: aggregates of a source under a live lease.
+        createIndex(n.inbox, `${i}_pull_busy_idx`, `INDEX {index} ON {table} (source, aggregate_id) INCLUDE (lease_expires_at) WHERE state = N'processing' AND consumption = N'pull'`, true),
+        // Reclaim: processing rows by lease.
+        createIndex(n.inbox, `${i}_lease_idx`, `INDEX {index} ON {table} (lease_expires_at) WHERE state = N'processing'`, true),
+        // Retention of finished rows.
+        createIndex(n.inbox, `${i}_finished_idx`, `INDEX {index} ON {table} (state, created_at) WHERE state IN (N'processed', N'dead')`, true),
+
+        `IF OBJECT_ID(${literal(n.maintenance)}, N'U') IS NULL
+CREATE TABLE ${n.maintenance} (
+  name NVARCHAR(255) NOT NULL,
+  last_run_at DATETIME2(7) NOT NULL DEFAULT '0001-01-01T00:00:00',
+  CONSTRAINT ${q(`${n.maintenanceTable}_pkey`)} PRIMARY KEY (name)
+);`,
+      ];
+    },
+  },
+];
+
+/** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */
+export function mssqlExpectedColumns(n: MssqlNames): Array<{ table: string; qualified: string; columns: Array<{ name: string; ddl: string }> }> {
+  const common = {
+    state: "NVARCHAR(50) NOT NULL DEFAULT N'pending'",
+    time: 'DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME()',
+    nullTime: 'DATETIME2(7) NULL',
+    headers: "NVARCHAR(MAX) NOT NULL DEFAULT N'{}'",
+  };
+  return [
+    {
+      table: n.outboxTable,
+      qualified: n.outbox,
+      columns: [
+        { name: 'id', ddl: 'UNIQUEIDENTIFIER NOT NULL DEFAULT NEWID()' },
+        { name: 'topic', ddl: 'NVARCHAR(255) NOT NULL' },
+        { name: 'key', ddl: 'NVARCHAR(255) NULL' },
+        { name: 'payload', ddl: 'NVARCHAR(MAX) NOT NULL' },
+        { name: 'headers', ddl: common.headers },
+        { name: 'state', ddl: common.state },
+        { name: 'attempt', ddl: 'INT NOT NULL DEFAULT 0' },
+        { name: 'max_attempts', ddl: 'INT NOT NULL DEFAULT 5' },
+        { name: 'scheduled_at', ddl: common.time },
+        { name: 'created_at', ddl: common.time },
+        { name: 'updated_at', ddl: common.time },
+        { name: 'claimed_at', ddl: common.nullTime },
+        { name: 'claim_token', ddl: 'UNIQUEIDENTIFIER NULL' },
+        { name: 'lease_expires_at', ddl: common.nullTime },
+        { name: 'last_error', ddl: 'NVARCHAR(MAX) NULL' },
+        { name: 'sequence', ddl: `BIGINT NOT NULL DEFAULT (NEXT VALUE FOR ${n.outboxSequence})` },
+        { name: 'replay_count', ddl: 'INT NOT NULL DEFAULT 0' },
+      ],
+    },
+    {
+      table: n.inboxTable,
+      qualified: n.inbox,
+      columns: [
+        { name: 'id', ddl: 'UNIQUEIDENTIFIER NOT NULL DEFAULT NEWID()' },
+        { name: 'source', ddl: 'NVARCHAR(255) NOT NULL' },
+        { name: 'idempotency_key', ddl: 'NVARCHAR(255) NOT NULL' },
+        { name: 'aggregate_id', ddl: 'NVARCHAR(255) NULL' },
+        { name: 'event_type', ddl: 'NVARCHAR(255) NULL' },
+        { name: 'payload', ddl: 'NVARCHAR(MAX) NOT NULL' },
+        { name: 'headers', ddl: common.headers },
+        { name: 'correlation_id', ddl: 'NVARCHAR(128) NULL' },
+        { name: 'consumption', ddl: "NVARCHAR(10) NOT NULL DEFAULT N'push'" },
+        { name: 'state', ddl: common.state },
+        { name: 'attempt', ddl: 'INT NOT NULL DEFAULT 0' },
+        { name: 'scheduled_at', ddl: common.time },
+        { name: 'created_at', ddl: common.time },
+        { name: 'updated_at', ddl: common.time },
+        { name: 'processed_at', ddl: common.nullTime },
+        { name: 'claimed_at', ddl: common.nullTime },
+        { name: 'claim_token', ddl: 'UNIQUEIDENTIFIER NULL' },
+        { name: 'lease_expires_at', ddl: common.nullTime },
+        { name: 'last_error', ddl: 'NVARCHAR(MAX) NULL' },
+        { name: 'sequence', ddl: `BIGINT NOT NULL DEFAULT (NEXT VALUE FOR ${n.inboxSequence})` },
+      ],
+    },
+    {
+      table: n.maintenanceTable,
+      qualified: n.maintenance,
+      columns: [
+        { name: 'name', ddl: 'NVARCHAR(255) NOT NULL' },
+        { name: 'last_run_at', ddl: "DATETIME2(7) NOT NULL DEFAULT '0001-01-01T00:00:00'" },
+      ],
+    },
+  ];
+}
+
+/** Wait of the migrate lock: other migrations finish in seconds; below the 30 s request timeout. */
+export const MIGRATE_LOCK_WAIT_MS = 20_000;
+
+/** First statement of the migrate transaction: `queuebox_migrate`, exclusive, owned by the transaction. */
+export const MIGRATE_LOCK_SQL = `DECLARE @v_lock_result INT;
+EXEC @v_lock_result = sp_getapplock @Resource = N'queuebox_migrate', @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = ${MIGRATE_LOCK_WAIT_MS};
+IF @v_lock_result < 0
+  THROW 51000, N'queuebox: migrate lock not granted; another migrate is running', 1;`;
+
+/** Creates the schema (when missing), then the migrations table: two batches, so the second compiles after the first ran. */
+export function migrationsTableSql(n: MssqlNames): string[] {
+  return [
+    `IF SCHEMA_ID(N'${n.schema}') IS NULL EXEC(N'CREATE SCHEMA ${q(n.schema)}');`,
+    `IF OBJECT_ID(N'${n.migrations}', N'U') IS NULL
+CREATE TABLE ${n.migrations} (
+  version INT NOT NULL PRIMARY KEY,
+  name NVARCHAR(255) NOT NULL,
+  applied_at DATETIME2(7) NOT NULL DEFAULT SYSUTCDATETIME()
+);`,
+  ];
+}

@@ -1,0 +1,167 @@
+/**
+ * One small `mssql` ConnectionPool per container, the statement shape every query builder returns,
+ * and the helpers that run statements and transactions with errors mapped.
+ *
+ * Connection strings: the URL form `mssql://user:pass@host:1433/db?encrypt=true&trustServerCertificate=true`
+ * (also `sqlserver://`), or an ADO string `Server=host,1433;Database=db;User Id=…;Password=…;Encrypt=true`.
+ */
+import sql from 'mssql';
+import type { QueueBoxConfig } from '../../config/schema.ts';
+import { ConfigError } from '../../errors.ts';
+import { mapMssqlError } from './error-map.ts';
+
+/** The applock wait of every claim lock, in milliseconds (seed: "waits up to 10 seconds"). */
+export const APPLOCK_WAIT_MS = 10_000;
+/** Lowest request timeout the driver accepts: above the applock wait with room for the claim itself. */
+export const MIN_REQUEST_TIMEOUT_MS = 30_000;
+
+/** A bound parameter: `name` without `@`, always `p_…` so it never equals a DECLAREd `@v_…`. */
+export interface MssqlParam {
+  name: string;
+  type: sql.ISqlType | (() => sql.ISqlType);
+  value: unknown;
+}
+
+/** SQL text plus its parameters: built without a server, so tests can inspect it. */
+export interface MssqlStatement {
+  text: string;
+  params: MssqlParam[];
+}
+
+/** Something that makes requests: the pool, or a transaction (the caller's or QueueBox's own). */
+export type MssqlRunner = sql.ConnectionPool | sql.Transaction;
+
+/** Builds a parameter; refuses names outside the `p_` convention (spec §8: parameters ≠ variables). */
+export function param(name: string, type: MssqlParam['type'], value: unknown): MssqlParam {
+  if (!/^p_[a-z0-9_]+$/.test(name)) throw new Error(`parameter name ${name} must match p_[a-z0-9_]+`);
+  return { name, type, value };
+}
+
+/** The mssql pool options for this configuration; pure, so the timeouts can be checked without a server. */
+export function mssqlPoolConfig(database: QueueBoxConfig['database'], url: string): sql.config {
+  const base = /^(mssql|sqlserver):\/\//i.test(url) ? parseMssqlUrl(url) : parseAdo(url);
+  return {
+    ...base,
+    requestTimeout: Math.max(database.requestTimeoutMs, MIN_REQUEST_TIMEOUT_MS),
+    connectionTimeout: database.connectTimeoutMs,
+    pool: { max: database.poolMax, min: 0, idleTimeoutMillis: 30_000 },
+    options: {
+      ...base.options,
+      // Dates travel as UTC; the columns hold UTC (SYSUTCDATETIME()).
+      useUTC: true,
+      appName: 'queuebox',
+      // The SET options filtered indexes require; these are tedious's defaults, stated explicitly.
+      enableQuotedIdentifier: true,
+      enableAnsiNull: true,
+      enableAnsiPadding: true,
+      enableAnsiWarnings: true,
+      enableArithAbort: true,
+      enableConcatNullYieldsNull: true,
+      enableNumericRoundabort: false,
+    },
+  };
+}
+
+function parseMssqlUrl(url: string): sql.config {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new ConfigError([{ key: 'database.url', message: 'is not a valid mssql:// URL' }]);
+  }
+  const q = u.searchParams;
+  const flag = (name: string, fallback: boolean) => (q.has(name) ? q.get(name) === 'true' : fallback);
+  const database = decodeURIComponent(u.pathname.replace(/^\//, ''));
+  return {
+    server: decodeURIComponent(u.hostname),
+    port: u.port ? Number(u.port) : 1433,
+    ...(database ? { database } : {}),
+    ...(u.username ? { user: decodeURIComponent(u.username) } : {}),
+    ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
+    options: {
+      encrypt: flag('encrypt', true),
+      trustServerCertificate: flag('trustServerCertificate', false),
+      ...(q.get('instanceName') ? { instanceName: q.get('instanceName')! } : {}),
+    },
+  };
+}
+
+function parseAdo(connectionString: string): sql.config {
+  try {
+    return sql.ConnectionPool.parseConnectionString(connectionString);
+  } catch (error) {
+    throw new ConfigError([{ key: 'database.url', message: `is neither an mssql:// URL nor an ADO connection string (${String(error)})` }]);
+  }
+}
+
+/** Creates the container's pool (connects lazily on first use). */
+export function createMssqlPool(database: QueueBoxConfig['database'], url: string): sql.ConnectionPool {
+  const pool = new sql.ConnectionPool(mssqlPoolConfig(database, url));
+  // A dropped idle connection emits 'error'; without a listener the process would crash.
+  pool.on('error', () => {});
+  return pool;
+}
+
+/** Connects the pool when it is not connected yet (shared by concurrent callers). */
+export async function ensureConnected(pool: sql.ConnectionPool, state: { connecting?: Promise<unknown> }): Promise<void> {
+  if (pool.connected) return;
+  state.connecting ??= pool.connect().catch((error: unknown) => {
+    state.connecting = undefined;
+    throw mapMssqlError(error);
+  });
+  await state.connecting;
+}
+
+/** Runs one statement (one round trip) on a pool or a transaction; maps database errors. */
+export async function runStatement<R>(runner: MssqlRunner, statement: MssqlStatement): Promise<sql.IResult<R>> {
+  const request = runner.request();
+  for (const p of statement.params) request.input(p.name, p.type, p.value);
+  try {
+    return await request.query<R>(statement.text);
+  } catch (error) {
+    throw mapMssqlError(error);
+  }
+}
+
+/** Runs `work` in a READ COMMITTED transaction; rolls back on error. */
+export async function mssqlTransaction<T>(pool: sql.ConnectionPool, work: (tx: sql.Transaction) => Promise<T>): Promise<T> {
+  const tx = new sql.Transaction(pool);
+  try {
+    await tx.begin(sql.ISOLATION_LEVEL.READ_COMMITTED);
+  } catch (error) {
+    throw mapMssqlError(error);
+  }
+  try {
+    const result = await work(tx);
+    await tx.commit();
+    return result;
+  } catch (error) {
+    // An aborted transaction (XACT_ABORT, severe error) is already rolled back by the server.
+    await tx.rollback().catch(() => {});
+    throw mapMssqlError(error);
+  }
+}
+
+/** Accepts the caller's `mssql` Transaction (anything that makes requests on its connection). */
+export function isMssqlTransaction(tx: unknown): tx is sql.Transaction {
+  return typeof tx === 'object' && tx !== null && typeof (tx as { request?: unknown }).request === 'function' && typeof (tx as { begin?: unknown }).begin === 'function';
+}
+
+/** UUIDs come back upper-case from SQL Server; QueueBox reports them lower-case like PostgreSQL. */
+export function lowerUuid<T extends string | null>(value: T): T {
+  return (typeof value === 'string' ? value.toLowerCase() : value) as T;
+}
+
+/** A time `ms` milliseconds after the database clock; safe for BIGINT amounts beyond INT milliseconds. */
+export function dbNowPlusMs(expression: string): string {
+  return `DATEADD(millisecond, CAST((${expression}) % 1000 AS INT), DATEADD(second, CAST((${expression}) / 1000 AS INT), SYSUTCDATETIME()))`;
+}
+
+/** Runs parameterless text as a plain SQL batch (DDL whose parse-time SET options must apply). */
+export async function runBatch(runner: MssqlRunner, text: string): Promise<void> {
+  try {
+    await runner.request().batch(text);
+  } catch (error) {
+    throw mapMssqlError(error);
+  }
+}

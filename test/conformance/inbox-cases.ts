@@ -1,0 +1,201 @@
+/**
+ * Conformance cases of the inbox methods (receive, relay claim, forward, settle, operations).
+ */
+import assert from 'node:assert/strict';
+import type { ClaimRef } from '../../lib/db/driver.ts';
+import { UsageError } from '../../lib/errors.ts';
+import { receiveRows, type ConformanceTarget, type DefineCase } from './driver-conformance.ts';
+import { defineFenceCases } from './fence-cases.ts';
+
+const LEASE = 60_000;
+
+async function claimOne(t: ConformanceTarget): Promise<ClaimRef> {
+  await receiveRows(t, [{ idempotencyKey: `fenced-${Math.random()}` }]);
+  const [row] = await t.driver.inboxClaimPushMany({ limit: 1, leaseMs: LEASE });
+  return { id: row!.id, token: row!.claimToken };
+}
+
+/** Receives one row and finishes it as `processed` (through a forward) or `dead`. */
+async function finishedRow(t: ConformanceTarget, key: string, outcome: 'processed' | 'dead'): Promise<string> {
+  await receiveRows(t, [{ idempotencyKey: key, source: `source-${key}` }]);
+  const [row] = await t.driver.inboxClaimPushMany({ limit: 1, leaseMs: LEASE });
+  const claim = { id: row!.id, token: row!.claimToken };
+  if (outcome === 'processed') assert.equal(await t.driver.inboxForward({ ...claim, outbox: { topic: `relayed.${key}`, payload: {} } }, { maxAttempts: 5 }), true);
+  else assert.deepEqual(await t.driver.inboxMarkDeadMany({ items: [{ ...claim, error: `failed ${key}` }] }), [claim.id]);
+  return claim.id;
+}
+
+export function defineInboxCases(define: DefineCase): void {
+  define('inboxInsert stores a message once per (source, idempotency key) and reports the duplicate', async (t) => {
+    const message = { source: 'stripe', idempotencyKey: 'evt-1', aggregateId: 'cus-1', eventType: 'paid', payload: { amount: 5 }, headers: { 'x-a': 'b' }, correlationId: 'c-1', consumption: 'push' as const };
+    const first = await t.driver.inboxInsert(message);
+    const second = await t.driver.inboxInsert({ ...message, payload: { amount: 6 } });
+    const otherSource = await t.driver.inboxInsert({ ...message, source: 'github' });
+    assert.equal(first.duplicate, false);
+    assert.deepEqual(second, { id: first.id, duplicate: true });
+    assert.equal(otherSource.duplicate, false);
+    const row = (await t.row('inbox', first.id))!;
+    assert.equal(row.state, 'pending');
+    assert.deepEqual(row.payload, { amount: 5 });
+    assert.deepEqual(row.headers, { 'x-a': 'b' });
+    assert.equal(row.aggregate_id, 'cus-1');
+    assert.equal(row.event_type, 'paid');
+    assert.equal(row.correlation_id, 'c-1');
+    assert.equal(row.consumption, 'push');
+  });
+
+  define('inboxInsert of the same key by five receivers at once stores one row', async (t) => {
+    const receivers = [0, 1, 2, 3, 4].map(() => t.newDriver());
+    const results = await Promise.all(receivers.map((d) => d.inboxInsert({ source: 'sqs', idempotencyKey: 'same', payload: 'not json', consumption: 'push' })));
+    await Promise.all(receivers.map((d) => d.close()));
+    assert.equal(results.filter((r) => !r.duplicate).length, 1);
+    assert.equal(new Set(results.map((r) => r.id)).size, 1);
+    assert.equal(await t.count('inbox'), 1);
+    assert.equal((await t.row('inbox', results[0]!.id))!.payload, 'not json', 'a string payload is kept as a JSON string');
+  });
+
+  define('inboxInsert stores a rejected message directly as dead, and inside a caller transaction', async (t) => {
+    const dead = await t.driver.inboxInsert({ source: 'sqs', idempotencyKey: 'bad', payload: 'x', consumption: 'push', deadReason: 'body is not JSON' });
+    const row = (await t.row('inbox', dead.id))!;
+    assert.equal(row.state, 'dead');
+    assert.equal(row.last_error, 'body is not JSON');
+    const rolledBack = await t.inTransaction((tx) => t.driver.inboxInsert({ source: 'sqs', idempotencyKey: 'tx', payload: {}, consumption: 'push' }, tx), 'rollback');
+    assert.equal(await t.row('inbox', rolledBack.id), undefined);
+  });
+
+  define('inboxClaimPushMany claims one row per aggregate across sources; rows without aggregate freely', async (t) => {
+    const [a1, a2, b1, a3, free] = await receiveRows(t, [
+      { idempotencyKey: 'a1', aggregateId: 'A' },
+      { idempotencyKey: 'a2', aggregateId: 'A' },
+      { idempotencyKey: 'b1', aggregateId: 'B' },
+      { idempotencyKey: 'a3', aggregateId: 'A', source: 'other' },
+      { idempotencyKey: 'free' },
+    ]);
+    const claimed = await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE });
+    assert.deepEqual(claimed.map((r) => r.id).sort(), [a1, b1, free].sort());
+    const row = claimed.find((r) => r.id === a1)!;
+    assert.equal(row.idempotencyKey, 'a1');
+    assert.equal(row.aggregateId, 'A');
+    assert.deepEqual(row.payload, { k: 'a1' });
+    assert.equal((await t.row('inbox', a1!))!.state, 'processing');
+    assert.ok(a2 && a3);
+  });
+
+  define('inboxClaimPushMany skips pull rows, rows not yet due and aggregates with a processing row', async (t) => {
+    await receiveRows(t, [
+      { idempotencyKey: 'pull', consumption: 'pull' },
+      { idempotencyKey: 'later', delayMs: 60_000 },
+      { idempotencyKey: 'a1', aggregateId: 'A' },
+    ]);
+    const claimed = await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE });
+    assert.deepEqual(claimed.map((r) => r.idempotencyKey), ['a1']);
+    const first = claimed[0];
+    await t.setTime('inbox', first!.id, 'lease_expires_at', -1000);
+    await receiveRows(t, [{ idempotencyKey: 'a0', aggregateId: 'A', source: 'other' }]);
+    assert.deepEqual(await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE }), [], 'an expired processing row holds its aggregate until reclaimed');
+  });
+
+  define('inboxClaimPushMany by four relays at once: one row per aggregate', async (t) => {
+    const messages = [];
+    for (let n = 0; n < 3; n++) for (const aggregateId of ['a', 'b', 'c', 'd']) messages.push({ idempotencyKey: `${aggregateId}-${n}`, aggregateId });
+    await receiveRows(t, messages);
+    const relays = [t.newDriver(), t.newDriver(), t.newDriver(), t.newDriver()];
+    const all = (await Promise.all(relays.map((d) => d.inboxClaimPushMany({ limit: 3, leaseMs: LEASE })))).flat();
+    await Promise.all(relays.map((d) => d.close()));
+    assert.equal(all.length, 4);
+    assert.deepEqual(all.map((r) => r.idempotencyKey).sort(), ['a-0', 'b-0', 'c-0', 'd-0']);
+  });
+
+  defineFenceCases(define, {
+    method: 'inboxRenewMany',
+    table: 'inbox',
+    claim: claimOne,
+    write: async (t, c) => (await t.driver.inboxRenewMany({ claims: [c], leaseMs: 600_000 })).includes(c.id),
+    check: (row, before) => assert.ok(row.lease_expires_at!.getTime() > before.lease_expires_at!.getTime() + 500_000),
+  });
+  defineFenceCases(define, {
+    method: 'inboxForward',
+    table: 'inbox',
+    claim: claimOne,
+    write: (t, c) => t.driver.inboxForward({ ...c, outbox: { topic: 'relayed', key: 'agg', payload: { x: 1 } } }, { maxAttempts: 5 }),
+    check: (row) => {
+      assert.equal(row.state, 'processed');
+      assert.ok(row.processed_at instanceof Date);
+    },
+  });
+  defineFenceCases(define, {
+    method: 'inboxRetryMany',
+    table: 'inbox',
+    claim: claimOne,
+    write: async (t, c) => (await t.driver.inboxRetryMany({ items: [{ ...c, delayMs: 30_000, error: 'boom' }] })).includes(c.id),
+    check: (row, before) => {
+      assert.equal(row.state, 'pending');
+      assert.equal(row.attempt, before.attempt + 1);
+      assert.equal(row.last_error, 'boom');
+      assert.ok(row.scheduled_at.getTime() >= before.claimed_at!.getTime() + 29_000);
+    },
+  });
+  defineFenceCases(define, {
+    method: 'inboxMarkDeadMany',
+    table: 'inbox',
+    claim: claimOne,
+    write: async (t, c) => (await t.driver.inboxMarkDeadMany({ items: [{ ...c, error: 'bad topic' }] })).includes(c.id),
+    check: (row) => assert.equal(row.state, 'dead'),
+  });
+
+  define('inboxForward writes the outbox row with the processed mark; a lost claim leaves no outbox row', async (t) => {
+    const claim = await claimOne(t);
+    assert.equal(await t.driver.inboxForward({ ...claim, token: '00000000-0000-4000-8000-000000000000', outbox: { topic: 'lost', payload: {} } }, { maxAttempts: 5 }), false);
+    assert.equal(await t.count('outbox'), 0, 'the outbox insert was rolled back');
+    assert.equal(await t.driver.inboxForward({ ...claim, outbox: { id: '7f9619ff-8b86-4011-b42d-00c04fd430c8', topic: 'kept', key: 'agg', payload: { x: 1 } } }, { maxAttempts: 3 }), true);
+    const outboxRow = (await t.row('outbox', '7f9619ff-8b86-4011-b42d-00c04fd430c8'))!;
+    assert.equal(outboxRow.topic, 'kept');
+    assert.equal(outboxRow.max_attempts, 3);
+    assert.equal(await t.count('outbox'), 1);
+  });
+
+  define('inboxReclaimExpired returns expired push rows to pending, leaves pull rows, and is throttled', async (t) => {
+    await receiveRows(t, [{ idempotencyKey: 'push' }, { idempotencyKey: 'pull', consumption: 'pull', source: 'p' }]);
+    const [push] = await t.driver.inboxClaimPushMany({ limit: 1, leaseMs: LEASE });
+    const [pull] = await t.driver.pullClaimMany({ source: 'p', limit: 1, leaseMs: LEASE });
+    await t.setTime('inbox', push!.id, 'lease_expires_at', -1000);
+    await t.setTime('inbox', pull!.id, 'lease_expires_at', -1000);
+    assert.deepEqual(await t.driver.inboxReclaimExpired({ throttleMs: 60_000 }), { ran: true, reclaimed: 1 });
+    assert.equal((await t.row('inbox', push!.id))!.state, 'pending');
+    assert.equal((await t.row('inbox', push!.id))!.attempt, 0);
+    assert.equal((await t.row('inbox', pull!.id))!.state, 'processing');
+    assert.deepEqual(await t.driver.inboxReclaimExpired({ throttleMs: 60_000 }), { ran: false, reclaimed: 0 });
+    assert.equal((await t.driver.inboxReclaimExpired({})).ran, true);
+  });
+
+  define('inboxStats counts rows per state and the oldest due pending push row', async (t) => {
+    await finishedRow(t, 'done', 'processed');
+    const [old] = await receiveRows(t, [{ idempotencyKey: 'old' }, { idempotencyKey: 'pull', consumption: 'pull' }]);
+    await t.setTime('inbox', old!, 'scheduled_at', -20_000);
+    const stats = await t.driver.inboxStats();
+    assert.deepEqual(stats.counts, { pending: 2, processing: 0, processed: 1, dead: 0 });
+    assert.ok(stats.oldestPendingAgeSeconds >= 19 && stats.oldestPendingAgeSeconds < 60, `age ${stats.oldestPendingAgeSeconds}`);
+  });
+
+  define('inboxDeadList lists dead rows newest first with source and last error', async (t) => {
+    await finishedRow(t, 'first', 'dead');
+    const second = await finishedRow(t, 'second', 'dead');
+    const [row] = await t.driver.inboxDeadList({ limit: 1 });
+    assert.deepEqual([row!.id, row!.topicOrSource, row!.lastError], [second, 'source-second', 'failed second']);
+    assert.equal((await t.driver.inboxDeadList({ limit: 10 })).length, 2);
+  });
+
+  define('inboxDeleteFinished deletes old processed or dead rows, at most limit, never pending', async (t) => {
+    const old1 = await finishedRow(t, 'a', 'processed');
+    const old2 = await finishedRow(t, 'b', 'processed');
+    const fresh = await finishedRow(t, 'c', 'processed');
+    const [pending] = await receiveRows(t, [{ idempotencyKey: 'p' }]);
+    for (const id of [old1, old2, pending!]) await t.setTime('inbox', id, 'created_at', -7_200_000);
+    assert.equal(await t.driver.inboxDeleteFinished({ state: 'processed', olderThanMs: 3_600_000, limit: 1 }), 1);
+    assert.equal(await t.driver.inboxDeleteFinished({ state: 'processed', olderThanMs: 3_600_000, limit: 10 }), 1);
+    assert.equal(await t.count('inbox', 'processed'), 1);
+    assert.ok(await t.row('inbox', fresh));
+    assert.ok(await t.row('inbox', pending!));
+    await assert.rejects(t.driver.inboxDeleteFinished({ state: 'sent', olderThanMs: 0, limit: 10 }), UsageError);
+  });
+}

@@ -1,0 +1,87 @@
+/**
+ * Every SQL Server statement the driver sends, built without a server from sentinel values, so
+ * the shape tests can inspect text and parameters.
+ */
+import { buildFencedBatch, type FencedKind } from '../../lib/db/sqlserver/fenced-batch.ts';
+import { buildInboxClaimPush, buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim } from '../../lib/db/sqlserver/inbox-queries.ts';
+import { buildGatedReclaim } from '../../lib/db/sqlserver/maintenance-queries.ts';
+import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
+import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
+import {
+  buildOutboxClaim,
+  buildOutboxDeadList,
+  buildOutboxDeleteFinished,
+  buildOutboxInsert,
+  buildOutboxReclaim,
+  buildOutboxReplay,
+  buildOutboxReplayTopics,
+} from '../../lib/db/sqlserver/outbox-queries.ts';
+import { buildPullClaim, buildPullFenced } from '../../lib/db/sqlserver/pull-queries.ts';
+import { buildStats } from '../../lib/db/sqlserver/table-stats.ts';
+
+export const names = mssqlNames('dbo', { outbox: 'outbox', inbox: 'inbox', maintenance: 'queuebox_maintenance' });
+
+/** Values that must never appear in SQL text (they travel as parameters). */
+export const SENTINELS = {
+  id: '11111111-2222-4333-8444-555555555555',
+  token: '66666666-7777-4888-8999-aaaaaaaaaaaa',
+  topic: 'SENTINEL_TOPIC',
+  key: 'SENTINEL_KEY',
+  source: 'SENTINEL_SOURCE',
+  idempotencyKey: 'SENTINEL_IDEMPOTENCY',
+  aggregateId: 'SENTINEL_AGGREGATE',
+  error: 'SENTINEL_ERROR',
+  payload: 'SENTINEL_PAYLOAD',
+  header: 'SENTINEL_HEADER',
+  correlation: 'SENTINEL_CORRELATION',
+  gate: 'SENTINEL_GATE',
+  limit: 987,
+  leaseMs: 45678,
+  delayMs: 34567,
+} as const;
+
+const s = SENTINELS;
+const claim = { id: s.id, token: s.token, delayMs: s.delayMs, error: s.error };
+const FENCED_KINDS: FencedKind[] = ['renew', 'sent', 'processed', 'retry', 'dead', 'release'];
+
+/** Fenced statements by name. */
+export function fencedStatements(): Record<string, MssqlStatement> {
+  const out: Record<string, MssqlStatement> = {};
+  for (const kind of FENCED_KINDS) {
+    out[`outbox ${kind}`] = buildFencedBatch(names.outbox, kind, [claim, { ...claim, id: s.id }], { leaseMs: s.leaseMs });
+    out[`inbox ${kind}`] = buildFencedBatch(names.inbox, kind, [claim], { leaseMs: s.leaseMs });
+    out[`pull ${kind}`] = buildPullFenced(names, kind, claim, s.leaseMs);
+  }
+  return out;
+}
+
+/** Every statement by name. */
+export function allStatements(): Record<string, MssqlStatement> {
+  return {
+    'outbox insert': buildOutboxInsert(names, { id: s.id, topic: s.topic, key: s.key, payload: { p: s.payload }, headers: { h: s.header }, delayMs: s.delayMs }, { maxAttempts: 5 }).statement,
+    'outbox claim': buildOutboxClaim(names, { limit: s.limit, leaseMs: s.leaseMs }),
+    'outbox reclaim': buildOutboxReclaim(names, 60_000),
+    'outbox stats': buildStats(names.outbox),
+    'outbox dead list': buildOutboxDeadList(names, s.limit),
+    'outbox replay topics': buildOutboxReplayTopics(names, ['dead']),
+    'outbox replay': buildOutboxReplay(
+      names,
+      { ids: [s.id], topics: [s.topic], topicPatterns: ['orders.*'], createdFrom: new Date(0), createdTo: new Date(), states: ['dead'] },
+      [s.topic],
+    ),
+    'outbox delete finished': buildOutboxDeleteFinished(names, { state: 'sent', olderThanMs: 1000, limit: s.limit }),
+    'inbox insert': buildInboxInsert(
+      names,
+      { source: s.source, idempotencyKey: s.idempotencyKey, aggregateId: s.aggregateId, payload: { p: s.payload }, headers: { h: s.header }, correlationId: s.correlation, consumption: 'push', deadReason: s.error },
+      s.id,
+    ),
+    'inbox claim push': buildInboxClaimPush(names, { limit: s.limit, leaseMs: s.leaseMs }),
+    'inbox reclaim': buildInboxReclaim(names, undefined),
+    'inbox stats': buildStats(names.inbox, ` AND consumption = N'push'`),
+    'inbox dead list': buildInboxDeadList(names, s.limit),
+    'inbox delete finished': buildInboxDeleteFinished(names, { state: 'processed', olderThanMs: 1000, limit: s.limit }),
+    'pull claim': buildPullClaim(names, { source: s.source, limit: s.limit, leaseMs: s.leaseMs }),
+    'reclaim gate': buildGatedReclaim(names, s.gate, 1000, 'SELECT 1;'),
+    ...fencedStatements(),
+  };
+}
