@@ -1,0 +1,66 @@
+/**
+ * Lambda entry point of the outbox poller, scheduled by `serverless.yml`.
+ *
+ * Thin by design: the container (config, driver, logger) and the destinations and router are
+ * built once per container; each invocation computes its deadline, runs one pass, flushes its
+ * EMF metrics, logs the summary and returns it. Nothing keeps running after it returns.
+ */
+import type { Context } from 'aws-lambda';
+import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
+import { OutboxPassError, runOutboxPass, type OutboxPassSummary } from '../lib/outbox/outbox-pass.ts';
+import { createRouter, type Router } from '../lib/outbox/routes.ts';
+import { getContainer, passMetrics, type Container } from '../lib/runtime/container.ts';
+import { createDeadline } from '../lib/runtime/deadline.ts';
+
+export interface OutboxPollerOptions {
+  /** Builds the destinations of a container; default `createDestinations(config)` (tests inject their own). */
+  buildDestinations?: (container: Container) => Destinations;
+}
+
+interface PollerDependencies {
+  destinations: Destinations;
+  router: Router;
+}
+
+/** Builds a poller handler; the module's `handler` is the one deployed. */
+export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: unknown, context: Context) => Promise<OutboxPassSummary> {
+  const build = options.buildDestinations ?? ((container: Container) => createDestinations(container.config));
+  const perContainer = new WeakMap<Container, PollerDependencies>();
+  const dependencies = (container: Container): PollerDependencies => {
+    let deps = perContainer.get(container);
+    if (!deps) {
+      const destinations = build(container);
+      deps = { destinations, router: createRouter(container.config.outbox.routes, Object.fromEntries(destinations)) };
+      perContainer.set(container, deps);
+    }
+    return deps;
+  };
+
+  return async function outboxPoller(_event, context) {
+    const container = await getContainer();
+    const { destinations, router } = dependencies(container);
+    const metrics = passMetrics(container);
+    const logger = container.logger;
+    try {
+      const summary = await runOutboxPass({
+        driver: container.driver,
+        config: container.config,
+        destinations,
+        router,
+        deadline: createDeadline(context, container.config.lambda.deadlineMarginMs),
+        metrics,
+        logger,
+      });
+      logger.info('outbox pass finished', { summary });
+      return summary;
+    } catch (error) {
+      if (error instanceof OutboxPassError) logger.error('outbox pass failed', { summary: error.summary, error: String(error.cause) });
+      throw error;
+    } finally {
+      metrics.flush();
+    }
+  };
+}
+
+/** The deployed handler (`functions/outbox-poller.handler`). */
+export const handler = createOutboxPoller();

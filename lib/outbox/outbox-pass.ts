@@ -1,0 +1,194 @@
+/**
+ * One scheduled pass of the outbox poller (spec §3–4; seed: claims and leases).
+ *
+ * 1. Reclaim: expired `processing` rows back to `pending`, at most once per `claimTimeoutMs / 5`
+ *    across all invocations (the gate lives in the database).
+ * 2. Loop: claim a batch (one statement; lease = min(claimTimeoutMs, time left in the
+ *    invocation)), deliver it, settle it; the next claim is issued while earlier batches publish
+ *    (at most `MAX_BATCHES_IN_FLIGHT`), and all of them share `outbox.concurrency` call slots.
+ *    In-flight claims are renewed every third of the lease, fenced; a lost renewal aborts the
+ *    row's publish and the row is never settled by this pass.
+ * 3. Stop claiming when the time left before the deadline is below the claim window
+ *    (`max(MIN_CLAIM_WINDOW_MS, 2 × the slowest destination call of this pass)`), when the lease
+ *    would be shorter than `MIN_LEASE_MS`, when `signal` aborts, or — in `drain` mode — as soon
+ *    as a claim finds nothing and nothing is in flight. An idle claim in `deadline` mode waits
+ *    `pollIntervalMs` and claims again until the deadline.
+ * 4. Wait for in-flight work up to `shutdownTimeoutMs`, never past the deadline. Work still in
+ *    flight then is abandoned: its rows stay `processing` and the reclaim recovers them once
+ *    their lease (which never outlives the invocation) expires.
+ * 5. Gauges: pending count and oldest pending age from `outboxStats()`.
+ */
+import { LeaseKeeper } from '../claims/lease-keeper.ts';
+import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
+import type { Destinations } from '../destinations/create-destinations.ts';
+import { QueueBoxError } from '../errors.ts';
+import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import type { Deadline } from '../runtime/deadline.ts';
+import { CallLimiter } from './call-limiter.ts';
+import { deliverBatch } from './deliver-batch.ts';
+import type { OutboxPassDriver, PassContext, PassLogger, PassTally } from './pass-context.ts';
+import type { Router } from './routes.ts';
+import { waitAny } from './wait-any.ts';
+
+/** The least time before the deadline in which the pass still claims (ms). */
+export const MIN_CLAIM_WINDOW_MS = 1000;
+/** Claimed batches being published at once (the next claim overlaps the current publish). */
+export const MAX_BATCHES_IN_FLIGHT = 2;
+
+export type StopReason = 'deadline' | 'drained' | 'stopped' | 'error';
+
+/** What a pass did; counts are rows unless named otherwise. */
+export interface OutboxPassSummary extends PassTally {
+  /** False when the shared throttle skipped the reclaim step (another invocation ran it recently). */
+  reclaimRan: boolean;
+  /** Rows still in flight when the pass stopped waiting; they stay `processing` until reclaimed. */
+  abandoned: number;
+  durationMs: number;
+  stoppedBecause: StopReason;
+}
+
+export interface OutboxPassOptions {
+  driver: OutboxPassDriver;
+  config: Pick<QueueBoxConfig, 'outbox'>;
+  destinations: Destinations;
+  router: Router;
+  deadline: Deadline;
+  metrics: QueueBoxMetrics;
+  logger: PassLogger;
+  /** Stops claiming when it aborts (local runner shutdown); in-flight work is still awaited. */
+  signal?: AbortSignal;
+  /** `deadline` (scheduled pass, default): claim until the deadline. `drain`: return once a claim finds nothing. */
+  mode?: 'deadline' | 'drain';
+  /** Jitter source for retry delays (tests); default `Math.random`. */
+  random?: () => number;
+}
+
+/** A pass that failed (database error); `summary` is what it did before and while stopping. */
+export class OutboxPassError extends QueueBoxError {
+  override readonly name = 'OutboxPassError';
+  constructor(
+    readonly summary: OutboxPassSummary,
+    cause: unknown,
+  ) {
+    super(`outbox pass failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
+/** Runs one pass; resolves with its summary, or rejects with `OutboxPassError` after settling what it can. */
+export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
+  const started = performance.now();
+  const { driver, deadline, logger, metrics } = options;
+  const outbox = options.config.outbox;
+  const stop = new AbortController();
+  const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0 };
+  const slowest = new Map<string, number>();
+  let closed = false;
+  let failure: unknown;
+  const firstLeaseMs = leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs());
+  const ctx: PassContext = {
+    driver,
+    destinations: options.destinations,
+    router: options.router,
+    limiter: new CallLimiter(outbox.concurrency),
+    keeper: new LeaseKeeper({
+      leaseMs: Math.max(firstLeaseMs, 1),
+      nextLeaseMs: () => leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs()),
+      renew: (claims, leaseMs) => driver.outboxRenewMany({ claims, leaseMs }),
+      onLost: (claim, reason, error) => {
+        ctx.lost.add(claim.id);
+        tally.claimsLost++;
+        metrics.count('claimsLost', 1, { component: 'outbox' });
+        logger.warn('outbox claim lost at renewal: its publish is aborted and the row is left to its new owner', {
+          id: claim.id,
+          reason,
+          ...(error !== undefined ? { error: String(error) } : {}),
+        });
+      },
+    }),
+    metrics,
+    logger,
+    retryBaseDelayMs: outbox.retryBaseDelayMs,
+    random: options.random ?? Math.random,
+    stopSignal: stop.signal,
+    closed: () => closed,
+    lost: new Set(),
+    tally,
+    publishTimed: (type, ms) => slowest.set(type, Math.max(slowest.get(type) ?? 0, ms)),
+  };
+  const inFlight = new Map<Promise<void>, number>();
+  const claimWindowMs = () => Math.max(MIN_CLAIM_WINDOW_MS, 2 * Math.max(0, ...slowest.values()));
+  let reclaimRan = false;
+  let stoppedBecause: StopReason = 'deadline';
+
+  try {
+    const reclaim = await driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) });
+    reclaimRan = reclaim.ran;
+    tally.reclaimed = reclaim.reclaimed;
+    metrics.count('outboxReclaimed', reclaim.reclaimed);
+  } catch (error) {
+    failure = error;
+  }
+
+  while (failure === undefined) {
+    if (options.signal?.aborted) {
+      stoppedBecause = 'stopped';
+      break;
+    }
+    const leaseMs = leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs());
+    if (leaseMs === 0 || deadline.remainingMs() < claimWindowMs()) {
+      stoppedBecause = 'deadline';
+      break;
+    }
+    if (inFlight.size >= MAX_BATCHES_IN_FLIGHT) {
+      await waitAny([...inFlight.keys()], deadline.remainingMs(), options.signal);
+      continue;
+    }
+    let rows;
+    try {
+      rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs });
+    } catch (error) {
+      failure = error;
+      break;
+    }
+    if (rows.length === 0) {
+      if (inFlight.size === 0 && options.mode === 'drain') {
+        stoppedBecause = 'drained';
+        break;
+      }
+      const idleMs = Math.min(outbox.pollIntervalMs, Math.max(0, deadline.remainingMs() - claimWindowMs()));
+      await waitAny([...inFlight.keys()], inFlight.size > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, options.signal);
+      continue;
+    }
+    tally.claimed += rows.length;
+    tally.batches++;
+    const signals = new Map(rows.map((row) => [row.id, ctx.keeper.track({ id: row.id, token: row.claimToken })]));
+    const work: Promise<void> = deliverBatch(ctx, rows, signals)
+      .catch((error: unknown) => {
+        failure ??= error;
+      })
+      .finally(() => inFlight.delete(work));
+    inFlight.set(work, rows.length);
+  }
+  if (failure !== undefined) stoppedBecause = 'error';
+
+  const allDone = Promise.all(inFlight.keys()).then(() => undefined);
+  await waitAny([allDone], Math.min(outbox.shutdownTimeoutMs, deadline.remainingMs()));
+  const abandoned = [...inFlight.values()].reduce((sum, n) => sum + n, 0);
+  closed = true;
+  stop.abort(new Error('outbox pass stopped waiting for in-flight work'));
+  ctx.keeper.stop();
+  if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });
+
+  for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });
+  try {
+    const stats = await driver.outboxStats();
+    metrics.gauge('outboxPending', stats.counts.pending ?? 0);
+    metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
+  } catch (error) {
+    logger.warn('outbox stats failed; pending gauges not emitted this pass', { error: String(error) });
+  }
+  const summary: OutboxPassSummary = { ...tally, reclaimRan, abandoned, durationMs: Math.round(performance.now() - started), stoppedBecause };
+  if (failure !== undefined) throw new OutboxPassError(summary, failure);
+  return summary;
+}

@@ -1,0 +1,62 @@
+/**
+ * What the pieces of one outbox pass share: dependencies, the lease keeper, the set of claims
+ * lost during the pass and the running tally that becomes the pass summary.
+ */
+import type { LeaseKeeper } from '../claims/lease-keeper.ts';
+import type { Driver } from '../db/driver.ts';
+import type { Destinations } from '../destinations/create-destinations.ts';
+import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import type { CallLimiter } from './call-limiter.ts';
+import type { Router } from './routes.ts';
+
+/** The driver methods the poller uses (a full `Driver` satisfies it). */
+export type OutboxPassDriver = Pick<
+  Driver,
+  'outboxClaimMany' | 'outboxRenewMany' | 'outboxMarkSentMany' | 'outboxRetryMany' | 'outboxMarkDeadMany' | 'outboxReclaimExpired' | 'outboxStats'
+>;
+
+/** The logging the poller does; a Powertools `Logger` satisfies it. */
+export interface PassLogger {
+  debug(message: string, ...extra: Array<Record<string, unknown>>): void;
+  info(message: string, ...extra: Array<Record<string, unknown>>): void;
+  warn(message: string, ...extra: Array<Record<string, unknown>>): void;
+  error(message: string, ...extra: Array<Record<string, unknown>>): void;
+}
+
+/** Counters of one pass; every count is of rows unless named otherwise. */
+export interface PassTally {
+  claimed: number;
+  sent: number;
+  retried: number;
+  dead: number;
+  /** Claims this pass lost: a renewal or a fenced settle write changed no row. */
+  claimsLost: number;
+  /** Rows the reclaim step returned to `pending`. */
+  reclaimed: number;
+  /** Claim statements that returned at least one row. */
+  batches: number;
+  /** Destination calls made. */
+  publishCalls: number;
+}
+
+export interface PassContext {
+  driver: OutboxPassDriver;
+  destinations: Destinations;
+  router: Router;
+  limiter: CallLimiter;
+  keeper: LeaseKeeper;
+  metrics: QueueBoxMetrics;
+  logger: PassLogger;
+  retryBaseDelayMs: number;
+  /** Jitter source for retry delays. */
+  random: () => number;
+  /** Fires when the pass gives up on in-flight work: every destination call aborts. */
+  stopSignal: AbortSignal;
+  /** True once the pass has returned: late results are not settled (the rows stay `processing`). */
+  closed(): boolean;
+  /** Ids whose claim a renewal lost during this pass; their outcomes are never settled. */
+  lost: Set<string>;
+  tally: PassTally;
+  /** Records the duration of one destination call. */
+  publishTimed(destinationType: string, ms: number): void;
+}

@@ -1,0 +1,93 @@
+/**
+ * Turning destination outcomes into row states, and writing them: one fenced statement per
+ * outcome kind (sent, retry, dead) per claimed batch.
+ *
+ * Attempts: `max_attempts` is the total number of deliveries a row gets. A delivery with 0-based
+ * `attempt` that fails retryably goes back to `pending` with `attempt + 1` while
+ * `attempt + 1 < max_attempts`; otherwise the row is `dead` (its `attempt` then names the last
+ * delivery, `max_attempts − 1`). So the default of 5 means five deliveries, four retries.
+ * A permanent failure marked `deadNow` (no retry can succeed) is `dead` at once; other permanent
+ * failures are retried like retryable ones, as spec §4 asks.
+ */
+import { backoffDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
+import { redactError } from '../claims/redact.ts';
+import type { ClaimRef, DeadItem, OutboxRow, RetryItem } from '../db/driver.ts';
+import type { EntryOutcome } from '../destinations/destination.ts';
+import type { PassContext } from './pass-context.ts';
+
+/** Jitter of outbox retries: up to +25 % (spec §4). */
+export const OUTBOX_RETRY_JITTER = 0.25;
+
+/** The writes one batch needs, collected while its destination calls answer. */
+export class SettlePlan {
+  readonly sent: ClaimRef[] = [];
+  readonly retry: RetryItem[] = [];
+  readonly dead: DeadItem[] = [];
+
+  constructor(
+    private readonly retryBaseDelayMs: number,
+    private readonly random: () => number,
+  ) {}
+
+  /** A row that can never be delivered: dead now, attempt unchanged. */
+  deadNow(row: OutboxRow, reason: string): void {
+    this.dead.push({ id: row.id, token: row.claimToken, error: redactError(reason) });
+  }
+
+  /** Maps one destination answer to the row's next state. */
+  add(row: OutboxRow, outcome: EntryOutcome): void {
+    const claim = { id: row.id, token: row.claimToken };
+    if (outcome.status === 'sent') {
+      this.sent.push(claim);
+    } else if (outcome.status === 'permanent' && outcome.deadNow === true) {
+      this.deadNow(row, `permanent failure, not retried: ${outcome.error}`);
+    } else if (row.attempt + 1 < row.maxAttempts) {
+      const delayMs = backoffDelayMs(row.attempt, { baseMs: this.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: OUTBOX_RETRY_JITTER }, this.random);
+      this.retry.push({ ...claim, delayMs, error: redactError(outcome.error) });
+    } else {
+      this.dead.push({ ...claim, error: redactError(`gave up after ${row.attempt + 1} of ${row.maxAttempts} attempts: ${outcome.error}`) });
+    }
+  }
+
+  /** Drops the rows whose claim is already known to be lost. */
+  without(lost: ReadonlySet<string>): SettlePlan {
+    if (lost.size === 0) return this;
+    const plan = new SettlePlan(this.retryBaseDelayMs, this.random);
+    plan.sent.push(...this.sent.filter((c) => !lost.has(c.id)));
+    plan.retry.push(...this.retry.filter((c) => !lost.has(c.id)));
+    plan.dead.push(...this.dead.filter((c) => !lost.has(c.id)));
+    return plan;
+  }
+}
+
+/**
+ * Writes a batch's outcomes: at most three statements, run together. A row a fenced write did not
+ * change lost its claim: a lost `sent` is logged as an error (the destination holds the message
+ * and the new owner will publish it again), a lost retry or dead as a warning; each counts in
+ * `queuebox_claims_lost_total{component="outbox"}` and the row is left to its new owner.
+ */
+export async function settleBatch(ctx: PassContext, plan: SettlePlan): Promise<void> {
+  const [sentIds, retryIds, deadIds] = await Promise.all([
+    ctx.driver.outboxMarkSentMany({ claims: plan.sent }),
+    ctx.driver.outboxRetryMany({ items: plan.retry }),
+    ctx.driver.outboxMarkDeadMany({ items: plan.dead }),
+  ]);
+  record(ctx, 'sent', plan.sent, sentIds);
+  record(ctx, 'retried', plan.retry, retryIds);
+  record(ctx, 'dead', plan.dead, deadIds);
+}
+
+function record(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: ClaimRef[], changed: string[]): void {
+  ctx.tally[status] += changed.length;
+  ctx.metrics.count('outboxMessages', changed.length, { status });
+  if (changed.length === asked.length) return;
+  const done = new Set(changed);
+  const lostIds = asked.filter((c) => !done.has(c.id)).map((c) => c.id);
+  ctx.tally.claimsLost += lostIds.length;
+  ctx.metrics.count('claimsLost', lostIds.length, { component: 'outbox' });
+  if (status === 'sent') {
+    ctx.logger.error('outbox claim lost before marking sent: the destination already holds these messages and the new owner will publish them again', { ids: lostIds });
+  } else {
+    ctx.logger.warn(`outbox claim lost before marking ${status === 'dead' ? 'dead' : 'for retry'}: the row is left to its new owner`, { ids: lostIds });
+  }
+}

@@ -1,0 +1,259 @@
+/**
+ * `queuebox local` (`npm start`): QueueBox on a laptop, through the real Lambda handlers.
+ *
+ * Starts an embedded PostgreSQL unless a database URL is configured (`DATABASE_URL`,
+ * `QUEUEBOX_DATABASE_URL` or the config file), an in-process SQS emulator (fauxqs) with a FIFO
+ * and a standard demo queue, migrates, then invokes each scheduled function of `LOCAL_FUNCTIONS`
+ * on its `serverless.yml` schedule with a real-shaped, counting-down context — overlapping
+ * invocations included, as in Lambda — while a demo application enqueues orders. A progress line
+ * per second shows rows per state, messages/s, claims lost and messages in the emulator.
+ *
+ * Stopping (Ctrl-C, SIGTERM, `signal`, or `exitWhenDrained` once the fed messages are all
+ * finished) stops the feed and brings each running invocation's end forward to
+ * `now + deadline margin + MIN_CLAIM_WINDOW_MS − 1 ms`: like a Lambda near its timeout, the pass
+ * claims nothing more, finishes what it holds and returns. Then the emulator and the embedded
+ * database stop and `runLocal` resolves.
+ *
+ * `speed` compresses time for demos: schedule periods and timeouts are divided by it (the
+ * timeout never below margin + 5 s).
+ */
+import { loadConfig, parseConfig } from '../config/load-config.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
+import { createDriver } from '../db/create-driver.ts';
+import type { Driver } from '../db/driver.ts';
+import { createLogger } from '../observability/logger.ts';
+import { MIN_CLAIM_WINDOW_MS } from '../outbox/outbox-pass.ts';
+import { setContainer } from './container.ts';
+import { sleep } from './deadline.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
+import { createInvocationContext } from './invocation-context.ts';
+import { DemoFeed } from './local-demo-feed.ts';
+import { DEFAULT_SCHEDULE, LOCAL_FUNCTIONS, readSchedules, type Schedule, type ScheduledHandler } from './local-schedules.ts';
+import { EMULATOR_REGION, startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulator.ts';
+
+export interface LocalRunOptions {
+  /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. */
+  messages?: number;
+  /** Stop once every fed message is finished (`sent` or `dead`). */
+  exitWhenDrained?: boolean;
+  /** Config file (else `QUEUEBOX_CONFIG`, else embedded defaults). */
+  configPath?: string;
+  /** Schema for QueueBox's tables (tests isolate runs with it). */
+  schema?: string;
+  /** Time compression factor; default 1. */
+  speed?: number;
+  /** Demo messages per second of the continuous stream; default 4. */
+  feedPerSecond?: number;
+  /** Stops the run when it aborts (in addition to SIGINT/SIGTERM). */
+  signal?: AbortSignal;
+  /** Progress output; default standard output. */
+  out?: (line: string) => void;
+  /** Environment; default `process.env`. */
+  env?: Record<string, string | undefined>;
+  /** Other CLI arguments: `--speed N` (or `--speed=N`) sets `speed`; the rest are ignored. */
+  args?: unknown;
+}
+
+/** What a local run did. */
+export interface LocalRunSummary {
+  fed: number;
+  counts: Record<string, number>;
+  emulator: Record<string, number>;
+  invocations: number;
+  claimsLost: number;
+  stoppedBecause: 'drained' | 'signal';
+}
+
+export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunSummary> {
+  const env = options.env ?? process.env;
+  const out = options.out ?? ((line: string) => process.stdout.write(`${line}\n`));
+  const speed = options.speed ?? speedFromArgs(options.args) ?? 1;
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  options.signal?.addEventListener('abort', onSignal, { once: true });
+
+  let embedded: EmbeddedDatabase | undefined;
+  let emulator: LocalSqsEmulator | undefined;
+  let driver: Driver | undefined;
+  let feed: DemoFeed | undefined;
+  try {
+    const base = loadConfig({ ...(options.configPath !== undefined ? { path: options.configPath } : {}), env });
+    let url = base.database.url ?? (base.database.urlEnv !== undefined ? env[base.database.urlEnv] : undefined);
+    if (url === undefined || url === '') {
+      out('starting embedded PostgreSQL…');
+      embedded = await startEmbeddedDatabase();
+      url = embedded.url;
+    }
+    emulator = await startLocalSqsEmulator();
+    // The SDK's default credential chain needs some credentials; the emulator accepts any.
+    env.AWS_ACCESS_KEY_ID ??= 'local';
+    env.AWS_SECRET_ACCESS_KEY ??= 'local';
+    const config = localConfig(base, url, emulator, options.schema);
+    driver = await createDriver(config, env);
+    await driver.migrate();
+    const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
+    setContainer({ config, driver, logger, env, writeMetrics: () => {} });
+    if (config.database.type === 'postgres') {
+      feed = new DemoFeed({ url, schema: config.database.schema ?? 'public', outboxTable: config.tables.outbox, maxAttempts: config.outbox.maxAttempts });
+      await feed.prepare();
+    }
+    out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : url.replace(/:[^:@/]*@/, ':***@')}, SQS emulator ${emulator.endpoint}`);
+    out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ')}`);
+    return await runScheduler({ options, config, driver, emulator, feed, out, speed, stop: stop.signal });
+  } finally {
+    process.removeListener('SIGINT', onSignal);
+    process.removeListener('SIGTERM', onSignal);
+    options.signal?.removeEventListener('abort', onSignal);
+    setContainer(undefined);
+    await feed?.close().catch(() => {});
+    await driver?.close().catch(() => {});
+    await emulator?.stop().catch(() => {});
+    await embedded?.stop().catch(() => {});
+  }
+}
+
+/** `--speed N` / `--speed=N` among the CLI's extra arguments; undefined when absent or not a positive number. */
+function speedFromArgs(args: unknown): number | undefined {
+  if (!Array.isArray(args)) return undefined;
+  const list = args.map(String);
+  const index = list.findIndex((a) => a === '--speed' || a.startsWith('--speed='));
+  if (index < 0) return undefined;
+  const value = Number(list[index]!.includes('=') ? list[index]!.split('=')[1] : list[index + 1]);
+  return Number.isFinite(value) && value > 0 ? value : undefined;
+}
+
+/** The config of a local run: the loaded one, with the database URL, and demo destinations when it names none. */
+function localConfig(base: QueueBoxConfig, url: string, emulator: LocalSqsEmulator, schema: string | undefined): QueueBoxConfig {
+  const demo = Object.keys(base.destinations).length === 0;
+  return parseConfig({
+    ...base,
+    database: { ...base.database, url, urlEnv: undefined, ...(schema !== undefined ? { schema } : {}) },
+    destinations: demo
+      ? {
+          orders: { type: 'sqs', queueUrl: emulator.fifoQueueUrl, endpoint: emulator.endpoint, region: EMULATOR_REGION },
+          events: { type: 'sqs', queueUrl: emulator.standardQueueUrl, endpoint: emulator.endpoint, region: EMULATOR_REGION },
+        }
+      : base.destinations,
+    outbox: demo
+      ? {
+          ...base.outbox,
+          routes: [
+            { topicPattern: 'orders.**', destination: 'orders' },
+            { topicPattern: '**', destination: 'events' },
+          ],
+        }
+      : base.outbox,
+  });
+}
+
+interface SchedulerInput {
+  options: LocalRunOptions;
+  config: QueueBoxConfig;
+  driver: Driver;
+  emulator: LocalSqsEmulator;
+  feed: DemoFeed | undefined;
+  out: (line: string) => void;
+  speed: number;
+  stop: AbortSignal;
+}
+
+async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
+  const { options, config, driver, emulator, feed, out, speed, stop } = input;
+  const margin = config.lambda.deadlineMarginMs;
+  const schedules = readSchedules();
+  const running = new Set<Promise<void>>();
+  const stopAt: { at?: number } = {};
+  let invocations = 0;
+  let claimsLost = 0;
+  let stoppedBecause: LocalRunSummary['stoppedBecause'] = 'signal';
+
+  const invoke = (name: string, handler: ScheduledHandler, schedule: Schedule) => {
+    invocations++;
+    const timeoutMs = Math.max(margin + 5000, Math.round(schedule.timeoutMs / speed));
+    const started = Date.now();
+    // Time left is min(the timeout, the stop point) — stopping brings the invocation's end forward.
+    const context = createInvocationContext({ functionName: `queuebox-local-${name}`, timeoutMs, now: () => Math.max(Date.now(), started + timeoutMs - ((stopAt.at ?? Infinity) - Date.now())) });
+    const work = handler({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, context)
+      .then((result) => {
+        const lost = (result as { claimsLost?: unknown } | undefined)?.claimsLost;
+        if (typeof lost === 'number') claimsLost += lost;
+      })
+      .catch((error: unknown) => out(`${name} failed: ${error instanceof Error ? error.message : String(error)}`))
+      .finally(() => running.delete(work));
+    running.add(work);
+  };
+
+  const timers: NodeJS.Timeout[] = [];
+  for (const fn of LOCAL_FUNCTIONS) {
+    const handler = await fn.load();
+    const schedule = schedules.get(fn.name) ?? DEFAULT_SCHEDULE;
+    out(`${fn.name}: ${schedule.expression}, timeout ${schedule.timeoutMs / 1000} s${speed !== 1 ? ` (speed ×${speed})` : ''}`);
+    invoke(fn.name, handler, schedule);
+    timers.push(setInterval(() => invoke(fn.name, handler, schedule), Math.max(1000, Math.round(schedule.periodMs / speed))));
+  }
+
+  const feeding = feedDemo(feed, options, stop, out);
+  const started = Date.now();
+  let lastSent = 0;
+  let lastAt = started;
+  let counts: Record<string, number> = {};
+  try {
+    while (!stop.aborted) {
+      await sleep(1000, stop);
+      counts = (await driver.outboxStats()).counts;
+      const now = Date.now();
+      const sent = counts.sent ?? 0;
+      const rate = ((sent - lastSent) * 1000) / Math.max(1, now - lastAt);
+      [lastSent, lastAt] = [sent, now];
+      const queues = Object.entries(emulator.counts()).map(([q, n]) => `${q} ${n}`).join(', ');
+      out(
+        `[${Math.round((now - started) / 1000)}s] fed ${feed?.fed ?? 0} · pending ${counts.pending ?? 0} · processing ${counts.processing ?? 0} · sent ${sent} · dead ${counts.dead ?? 0} | ${rate.toFixed(1)} msg/s | claims lost ${claimsLost} | emulator: ${queues}`,
+      );
+      if (options.exitWhenDrained && feeding.done && (counts.pending ?? 0) + (counts.processing ?? 0) === 0) {
+        stoppedBecause = 'drained';
+        break;
+      }
+    }
+  } finally {
+    for (const timer of timers) clearInterval(timer);
+    feeding.stop();
+    stopAt.at = Date.now() + margin + MIN_CLAIM_WINDOW_MS - 1;
+    out('stopping: no new invocations; waiting for the running ones to finish…');
+    await Promise.all(running);
+    await feeding.finished;
+  }
+  counts = (await driver.outboxStats()).counts;
+  const summary: LocalRunSummary = { fed: feed?.fed ?? 0, counts, emulator: emulator.counts(), invocations, claimsLost, stoppedBecause };
+  out(`stopped (${stoppedBecause}): ${JSON.stringify(summary)}`);
+  return summary;
+}
+
+/** Runs the demo feed: `messages` at once, or a steady stream until stopped. */
+function feedDemo(feed: DemoFeed | undefined, options: LocalRunOptions, stop: AbortSignal, out: (line: string) => void): { done: boolean; stop(): void; finished: Promise<void> } {
+  const halt = new AbortController();
+  const state = {
+    done: feed === undefined,
+    stop: () => halt.abort(),
+    finished: Promise.resolve(),
+  };
+  if (!feed) return state;
+  const signal = AbortSignal.any([stop, halt.signal]);
+  state.finished = (async () => {
+    if (options.messages !== undefined) {
+      await feed.feed(options.messages);
+    } else {
+      const perSecond = options.feedPerSecond ?? 4;
+      while (!signal.aborted) {
+        await feed.feed(1);
+        await sleep(1000 / perSecond, signal);
+      }
+    }
+  })()
+    .catch((error: unknown) => out(`demo feed stopped: ${error instanceof Error ? error.message : String(error)}`))
+    .finally(() => {
+      state.done = true;
+    });
+  return state;
+}

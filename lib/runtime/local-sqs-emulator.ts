@@ -1,0 +1,39 @@
+/**
+ * The in-process SQS emulator of `queuebox local` (fauxqs on a free port) with the demo queues:
+ * a FIFO queue for orders and a standard queue for everything else.
+ */
+import { startFauxqs, type FauxqsServer } from 'fauxqs';
+
+/** Demo queue names. */
+export const DEMO_FIFO_QUEUE = 'queuebox-demo.fifo';
+export const DEMO_STANDARD_QUEUE = 'queuebox-demo-events';
+/** The emulator's region (any name works; the SDK needs one). */
+export const EMULATOR_REGION = 'us-east-1';
+
+export interface LocalSqsEmulator {
+  endpoint: string;
+  fifoQueueUrl: string;
+  standardQueueUrl: string;
+  /** Messages held by each demo queue (ready, in flight and delayed). */
+  counts(): Record<string, number>;
+  stop(): Promise<void>;
+}
+
+export async function startLocalSqsEmulator(): Promise<LocalSqsEmulator> {
+  const server: FauxqsServer = await startFauxqs({ port: 0, logger: false });
+  const fifo = server.createQueue(DEMO_FIFO_QUEUE, { attributes: { FifoQueue: 'true' } });
+  const standard = server.createQueue(DEMO_STANDARD_QUEUE);
+  return {
+    endpoint: `http://127.0.0.1:${server.port}`,
+    fifoQueueUrl: fifo.queueUrl,
+    standardQueueUrl: standard.queueUrl,
+    counts: () =>
+      Object.fromEntries(
+        [DEMO_FIFO_QUEUE, DEMO_STANDARD_QUEUE].map((name) => {
+          const q = server.inspectQueue(name);
+          return [name, q ? q.messages.ready.length + q.messages.inflight.length + q.messages.delayed.length : 0];
+        }),
+      ),
+    stop: () => server.stop(),
+  };
+}

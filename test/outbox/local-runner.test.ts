@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { after, describe, it } from 'node:test';
+import pg from 'pg';
+import { runLocal } from '../../lib/runtime/local-runner.ts';
+import { testDatabaseUrl } from '../helpers/database.ts';
+
+describe('local run (npm start)', () => {
+  const schemas: string[] = [];
+  const newSchema = () => {
+    const schema = `qb_local_${randomBytes(5).toString('hex')}`;
+    schemas.push(schema);
+    return schema;
+  };
+  after(async () => {
+    const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 1 });
+    for (const schema of schemas) await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool.end();
+  });
+
+  it('`queuebox local --messages 20 --exit-when-drained` delivers the demo messages to the emulator queues and exits 0', async () => {
+    const schema = newSchema();
+    // `npm start` is `tsx bin/queuebox.ts local`; node --import tsx runs the same without npx's start-up.
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/queuebox.ts', 'local', '--messages', '20', '--exit-when-drained'], {
+      env: { ...process.env, QUEUEBOX_DATABASE__SCHEMA: schema },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    clearTimeout(timer);
+    assert.equal(code, 0, `exit code 0\nstdout:\n${stdout}\nstderr:\n${stderr}`);
+    const last = /stopped \(drained\): (\{.*\})/.exec(stdout);
+    assert.ok(last, `a final summary line:\n${stdout}`);
+    const summary = JSON.parse(last[1]!) as { fed: number; counts: Record<string, number>; emulator: Record<string, number> };
+    assert.equal(summary.fed, 20);
+    assert.deepEqual(summary.counts, { pending: 0, processing: 0, sent: 20, dead: 0 });
+    assert.equal(Object.values(summary.emulator).reduce((a, b) => a + b, 0), 20, 'every message is in an emulator queue');
+    assert.ok(summary.emulator['queuebox-demo.fifo']! > 0 && summary.emulator['queuebox-demo-events']! > 0, 'orders went to the FIFO queue, notifications to the standard one');
+  });
+
+  it('stops cleanly when asked while feeding a continuous stream: the running invocation finishes what it holds', async () => {
+    const stop = new AbortController();
+    const lines: string[] = [];
+    const running = runLocal({ schema: newSchema(), feedPerSecond: 20, signal: stop.signal, out: (line) => lines.push(line) });
+    const until = Date.now() + 30_000;
+    while (!lines.some((l) => /sent [1-9]/.test(l)) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    stop.abort();
+    const summary = await running;
+    assert.equal(summary.stoppedBecause, 'signal');
+    assert.ok(summary.fed > 0 && (summary.counts.sent ?? 0) > 0, JSON.stringify(summary));
+    assert.equal(summary.counts.processing ?? 0, 0, 'no row left in flight');
+    assert.equal(summary.emulator['queuebox-demo.fifo']! + summary.emulator['queuebox-demo-events']!, summary.counts.sent);
+  });
+});
