@@ -236,4 +236,6 @@ export interface Driver {
   pullComplete(tx: CallerTransaction, claim: ClaimRef): Promise<boolean>;
   pullRetry(params: RetryItem): Promise<boolean>;
   pullMarkDead(params: DeadItem): Promise<boolean>;
+  /** Fenced return of a claimed, never-started row to `pending`; attempt and schedule unchanged. */
+  pullRelease(params: ClaimRef): Promise<boolean>;
 }

@@ -124,6 +124,7 @@ export class PostgresDriver implements Driver {
   pullComplete: Driver['pullComplete'] = (tx, claim) => pull.pullComplete(this.ctx, asQueryable(tx), claim);
   pullRetry: Driver['pullRetry'] = (p) => pull.pullRetry(this.ctx, p);
   pullMarkDead: Driver['pullMarkDead'] = (p) => pull.pullMarkDead(this.ctx, p);
+  pullRelease: Driver['pullRelease'] = (p) => pull.pullRelease(this.ctx, p);
 }
 
 export type { pg };

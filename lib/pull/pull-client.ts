@@ -1,0 +1,76 @@
+/**
+ * The low-level pull API (spec §6), bound to one driver: claim rows of a pull source, then renew,
+ * complete (inside the caller's transaction), retry, dead-letter or release each claim.
+ *
+ * Every call after `claim` is fenced and must change exactly one row. Zero rows is not an error:
+ * it is the outcome `{ ok: false, reason: 'ownership-lost' }`, counted in
+ * `queuebox_claims_lost_total{component="pull"}`. After that outcome the caller must stop work on
+ * the row and never retry with another token (seed: the claim fence).
+ */
+import { MIN_LEASE_MS } from '../claims/lease.ts';
+import { redactError } from '../claims/redact.ts';
+import type { CallerTransaction, ClaimRef, Driver, InboxRow } from '../db/driver.ts';
+import { UsageError } from '../errors.ts';
+import type { QueueBoxMetrics } from '../observability/metrics.ts';
+
+/** A claimed inbox row plus the claim that owns it. */
+export interface PullMessage extends InboxRow {
+  /** The row id and this claim's token: pass it to renew, complete, retry, dead, release. */
+  readonly claim: ClaimRef;
+}
+
+/** Result of a fenced write: `ok` exactly when one row changed. */
+export type PullOutcome = { ok: true } | { ok: false; reason: 'ownership-lost' };
+
+export interface PullClaimOptions {
+  /** Most rows to claim (at most one per aggregate); ≥ 1. */
+  batch: number;
+  /** Lease in milliseconds on the database clock; ≥ 1000. */
+  leaseMs: number;
+}
+
+export interface PullClient {
+  /** Claims up to `batch` due or expired rows of `source`; the claim is committed on return. */
+  claim(source: string, options: PullClaimOptions): Promise<PullMessage[]>;
+  /** Extends the lease to db clock + `leaseMs`. */
+  renew(claim: ClaimRef, leaseMs: number): Promise<PullOutcome>;
+  /** Marks the row `processed` inside `tx`; on `ownership-lost` the caller must roll `tx` back. */
+  complete(tx: CallerTransaction, claim: ClaimRef): Promise<PullOutcome>;
+  /** Back to `pending` with `attempt + 1`, due after `delayMs`; `error` is stored redacted. */
+  retry(claim: ClaimRef, delayMs: number, error: unknown): Promise<PullOutcome>;
+  /** Marks the row `dead`; `error` is stored redacted. */
+  dead(claim: ClaimRef, error: unknown): Promise<PullOutcome>;
+  /** Returns a claimed row that no handler started to `pending`, spending no attempt. */
+  release(claim: ClaimRef): Promise<PullOutcome>;
+}
+
+export interface PullClientOptions {
+  /** Counts lost claims (`queuebox_claims_lost_total{component="pull"}`). */
+  metrics?: QueueBoxMetrics;
+}
+
+const OK: PullOutcome = { ok: true };
+const LOST: PullOutcome = { ok: false, reason: 'ownership-lost' };
+
+/** Creates a pull client on `driver`; it holds no state besides the driver and the metrics. */
+export function createPullClient(driver: Driver, options: PullClientOptions = {}): PullClient {
+  const outcome = (changed: boolean): PullOutcome => {
+    if (changed) return OK;
+    options.metrics?.count('claimsLost', 1, { component: 'pull' });
+    return LOST;
+  };
+  return {
+    async claim(source, { batch, leaseMs }) {
+      if (!Number.isInteger(batch) || batch < 1) throw new UsageError(`pull batch must be a positive integer, got ${batch}`);
+      if (!Number.isFinite(leaseMs) || leaseMs < MIN_LEASE_MS) throw new UsageError(`pull leaseMs must be at least ${MIN_LEASE_MS}, got ${leaseMs}`);
+      const rows = await driver.pullClaimMany({ source, limit: batch, leaseMs: Math.floor(leaseMs) });
+      return rows.map((row) => ({ ...row, claim: { id: row.id, token: row.claimToken } }));
+    },
+    renew: async (claim, leaseMs) => outcome(await driver.pullRenew({ id: claim.id, token: claim.token, leaseMs: Math.floor(leaseMs) })),
+    complete: async (tx, claim) => outcome(await driver.pullComplete(tx, { id: claim.id, token: claim.token })),
+    retry: async (claim, delayMs, error) =>
+      outcome(await driver.pullRetry({ id: claim.id, token: claim.token, delayMs: Math.max(0, delayMs), error: redactError(error) })),
+    dead: async (claim, error) => outcome(await driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) })),
+    release: async (claim) => outcome(await driver.pullRelease({ id: claim.id, token: claim.token })),
+  };
+}

@@ -1,0 +1,169 @@
+/**
+ * A pull worker for applications (spec §6, seed: pull worker): claims rows of one `consumption:
+ * pull` source and runs a handler on each, completing the row inside the handler's business
+ * transaction.
+ *
+ * - `start()`: a long-running loop that polls every `pollMs` when idle, until `stop()`.
+ * - `runOnce({ context })`: claims until nothing is claimable or the deadline passes, then returns
+ *   a summary. Inside a Lambda every lease granted or renewed is
+ *   `min(leaseMs, context.getRemainingTimeInMillis())`, so no lease outlives the invocation.
+ * - `stop()`: stops claiming, releases claimed rows no handler started (no attempt spent), waits
+ *   for running handlers up to `shutdownTimeoutMs`, then aborts them and completes nothing more.
+ * Defaults come from `config.pull` (batch 10, lease 30000 ms, concurrency 1, poll 1000 ms, retry
+ * 5 attempts, 1000 ms × 2^attempt capped at 300000 ms, 20 % jitter).
+ */
+import type pg from 'pg';
+import { leaseMsFor } from '../claims/lease.ts';
+import { parseConfig } from '../config/load-config.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
+import type { Driver } from '../db/driver.ts';
+import { PostgresDriver } from '../db/postgres/postgres-driver.ts';
+import { UsageError } from '../errors.ts';
+import { createLogger } from '../observability/logger.ts';
+import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { createDeadline, type Deadline, type RemainingTime } from '../runtime/deadline.ts';
+import type { PullHandler, PullLogger, PullRetryPolicy } from './handle-pull-message.ts';
+import { createPullClient } from './pull-client.ts';
+import { PullRun, type PullRunPolicy, type PullRunSettings, type PullRunSummary } from './pull-run.ts';
+import { defaultTransactionRunner, type TransactionRunner } from './transaction-runner.ts';
+
+/** Default time `stop()` waits for running handlers. */
+export const PULL_SHUTDOWN_TIMEOUT_MS = 30_000;
+
+export interface PullWorkerOptions<Tx = pg.PoolClient> {
+  /** The driver to use; or give `pool` (+ `config` for schema and table names). */
+  driver?: Driver;
+  /** A `pg` pool to build a PostgreSQL driver on (it is not ended by the worker). */
+  pool?: pg.Pool;
+  /** Table names, schema and the `pull` defaults; default: the schema defaults. */
+  config?: QueueBoxConfig;
+  /** The `consumption: pull` source to claim from. */
+  source: string;
+  handler: PullHandler<Tx>;
+  /** Lease per claim and renewal, ms (renewed every third). Default `config.pull.leaseMs`. */
+  leaseMs?: number;
+  /** Rows per claim statement. Default `config.pull.batchSize`. */
+  batch?: number;
+  /** Handlers running at once. Default `config.pull.concurrency`. */
+  concurrency?: number;
+  /** Idle poll interval of `start()`, ms. Default `config.pull.pollMs`. */
+  pollMs?: number;
+  retry?: Partial<PullRetryPolicy>;
+  /** How long `stop()` waits for running handlers. Default 30000 ms. */
+  shutdownTimeoutMs?: number;
+  /** Opens business transactions; default: the PostgreSQL driver's pool. Required for SQL Server. */
+  transactions?: TransactionRunner<Tx>;
+  /** Counts `queuebox_claims_lost_total{component="pull"}`. */
+  metrics?: QueueBoxMetrics;
+  logger?: PullLogger;
+}
+
+export interface PullRunOnceOptions {
+  /** The Lambda context: the pass ends `config.lambda.deadlineMarginMs` before the invocation. */
+  context?: RemainingTime;
+  /** An explicit deadline instead of `context` (another margin). */
+  deadline?: Deadline;
+}
+
+export interface PullWorker {
+  /** Starts the long-running loop in the background; `stop()` ends it. */
+  start(): void;
+  /** One bounded pass: claims until nothing is claimable or the deadline passes. */
+  runOnce(options?: PullRunOnceOptions): Promise<PullRunSummary>;
+  /** Graceful stop of `start()` (or of a running `runOnce`); resolves with the loop's summary. */
+  stop(options?: { timeoutMs?: number }): Promise<PullRunSummary | undefined>;
+}
+
+function positive(name: string, value: number, min = 1): number {
+  if (!Number.isFinite(value) || value < min) throw new UsageError(`pull worker ${name} must be at least ${min}, got ${value}`);
+  return value;
+}
+
+/** Resolves the worker's settings from the options and `config.pull`; validates them. */
+function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx> & { shutdownTimeoutMs: number; deadlineMarginMs: number } {
+  const config = options.config ?? parseConfig({});
+  const defaults = config.pull;
+  let driver = options.driver;
+  if (driver === undefined) {
+    if (options.pool === undefined) throw new UsageError('a pull worker needs `driver` or `pool`');
+    driver = new PostgresDriver({ config, url: '', pool: options.pool });
+  }
+  if (!options.source) throw new UsageError('a pull worker needs `source`');
+  const retry = { ...defaults.retry, ...options.retry };
+  positive('retry.maxAttempts', retry.maxAttempts);
+  positive('retry.baseDelayMs', retry.baseDelayMs);
+  positive('retry.maxDelayMs', retry.maxDelayMs);
+  if (!(retry.jitter >= 0 && retry.jitter <= 1)) throw new UsageError(`pull worker retry.jitter must be within 0..1, got ${retry.jitter}`);
+  return {
+    driver,
+    client: createPullClient(driver, { metrics: options.metrics }),
+    source: options.source,
+    handler: options.handler,
+    transactions: options.transactions ?? (defaultTransactionRunner(driver) as unknown as TransactionRunner<Tx>),
+    retry,
+    leaseMs: positive('leaseMs', options.leaseMs ?? defaults.leaseMs, 1000),
+    batch: positive('batch', options.batch ?? defaults.batchSize),
+    concurrency: positive('concurrency', options.concurrency ?? defaults.concurrency),
+    pollMs: positive('pollMs', options.pollMs ?? defaults.pollMs, 0),
+    deadlineMarginMs: config.lambda.deadlineMarginMs,
+    shutdownTimeoutMs: positive('shutdownTimeoutMs', options.shutdownTimeoutMs ?? PULL_SHUTDOWN_TIMEOUT_MS, 0),
+    metrics: options.metrics,
+    logger: options.logger ?? powertoolsPullLogger(config),
+  };
+}
+
+/** The default logger: Powertools structured JSON at the configured level. */
+function powertoolsPullLogger(config: QueueBoxConfig): PullLogger {
+  const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
+  return {
+    warn: (message, attributes = {}) => logger.warn(message, attributes),
+    error: (message, attributes = {}) => logger.error(message, attributes),
+  };
+}
+
+/** Creates a pull worker; nothing runs until `start()` or `runOnce()`. */
+export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<Tx>): PullWorker {
+  const settings = resolveSettings(options);
+  let current: { run: PullRun<Tx>; done: Promise<PullRunSummary>; shutdownTimeoutMs: number } | undefined;
+
+  const begin = (policyFor: (shutdownTimeoutMs: () => number) => PullRunPolicy): Promise<PullRunSummary> => {
+    if (current) throw new UsageError('this pull worker is already running');
+    const state = { shutdownTimeoutMs: settings.shutdownTimeoutMs } as { run: PullRun<Tx>; done: Promise<PullRunSummary>; shutdownTimeoutMs: number };
+    state.run = new PullRun(settings, policyFor(() => state.shutdownTimeoutMs));
+    state.done = state.run.run().finally(() => {
+      if (current === state) current = undefined;
+    });
+    current = state;
+    return state.done;
+  };
+
+  return {
+    start() {
+      begin((drainMs) => ({
+        leaseMs: () => settings.leaseMs,
+        mayStart: () => true,
+        msUntilEnd: () => undefined,
+        exitWhenIdle: false,
+        drainTimeoutMs: drainMs,
+      })).catch((error: unknown) => settings.logger.error('pull worker loop failed', { source: settings.source, error: String(error) }));
+    },
+    runOnce(options = {}) {
+      const deadline = options.deadline ?? (options.context ? createDeadline(options.context, settings.deadlineMarginMs) : undefined);
+      return begin((drainMs) => ({
+        leaseMs: () => leaseMsFor(settings.leaseMs, deadline?.invocationRemainingMs()),
+        mayStart: () => deadline === undefined || !deadline.expired(),
+        msUntilEnd: () => deadline?.remainingMs(),
+        exitWhenIdle: true,
+        // Running handlers may use the margin, never time past the invocation.
+        drainTimeoutMs: () => Math.min(drainMs(), deadline?.invocationRemainingMs() ?? Infinity),
+      }));
+    },
+    async stop({ timeoutMs } = {}) {
+      const state = current;
+      if (!state) return undefined;
+      if (timeoutMs !== undefined) state.shutdownTimeoutMs = positive('stop timeoutMs', timeoutMs, 0);
+      state.run.requestStop();
+      return state.done;
+    },
+  };
+}

@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { createPullClient, createPullWorker, OwnershipLostError } from '../../lib/index.ts';
+import { sleep } from '../../lib/runtime/deadline.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { expireLease, insertPullRows, memoryLogger, readPullRows } from './pull-fixtures.ts';
+
+function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((resolve) => (open = resolve));
+  return { promise, open };
+}
+
+/** Polls `check` every 10 ms for up to 5 s; fails the test when it never holds. */
+async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    if (await check()) return;
+    await sleep(10);
+  }
+  assert.fail(`never happened: ${what}`);
+}
+
+describe('graceful stop of a pull worker', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase({ database: { poolMax: 3 } });
+    await db.query(`CREATE TABLE "${db.schema}".work (idempotency_key text)`);
+  });
+  after(async () => db.drop());
+
+  it('releases claimed rows no handler started at once, spending no attempt, and lets the running handler finish', async () => {
+    await insertPullRows(db, 'stop', ['s1', 's2', 's3', 's4', 's5'].map((key) => ({ key })));
+    const started = gate();
+    const finish = gate();
+    const handled: string[] = [];
+    const worker = createPullWorker({
+      driver: db.driver,
+      source: 'stop',
+      batch: 5,
+      concurrency: 1,
+      logger: memoryLogger(),
+      handler: async (message, { transaction }) => {
+        handled.push(message.idempotencyKey);
+        started.open();
+        await finish.promise;
+        await transaction(async (tx) => tx.query(`INSERT INTO "${db.schema}".work VALUES ($1)`, [message.idempotencyKey]));
+      },
+    });
+    worker.start();
+    await started.promise;
+    const stopping = worker.stop();
+    await eventually('the four unstarted rows are back to pending', async () => (await readPullRows(db, 'stop')).filter((r) => r.state === 'pending').length === 4);
+    finish.open();
+    const summary = await stopping;
+
+    assert.deepEqual(handled, ['s1']);
+    assert.deepEqual([summary!.claimed, summary!.completed, summary!.released, summary!.retried], [5, 1, 4, 0]);
+    const rows = await readPullRows(db, 'stop');
+    assert.deepEqual(rows.map((r) => [r.idempotency_key, r.state, r.attempt, r.claim_token]), [
+      ['s1', 'processed', 0, rows[0]!.claim_token],
+      ['s2', 'pending', 0, null],
+      ['s3', 'pending', 0, null],
+      ['s4', 'pending', 0, null],
+      ['s5', 'pending', 0, null],
+    ]);
+    const again = await createPullClient(db.driver).claim('stop', { batch: 10, leaseMs: 30000 });
+    assert.deepEqual(again.map((m) => [m.idempotencyKey, m.attempt]), [['s2', 0], ['s3', 0], ['s4', 0], ['s5', 0]]);
+  });
+
+  it('after the shutdown timeout aborts the handler, commits nothing and spends no attempt', async () => {
+    const [id] = await insertPullRows(db, 'force', [{ key: 'f1' }]);
+    const started = gate();
+    const release = gate();
+    const done = gate();
+    let signalFired = false;
+    let transactionError: unknown;
+    const worker = createPullWorker({
+      driver: db.driver,
+      source: 'force',
+      leaseMs: 1000,
+      logger: memoryLogger(),
+      handler: async (message, { signal, transaction }) => {
+        started.open();
+        await release.promise;
+        signalFired = signal.aborted;
+        try {
+          await transaction(async (tx) => tx.query(`INSERT INTO "${db.schema}".work VALUES ($1)`, [message.idempotencyKey]));
+        } catch (error) {
+          transactionError = error;
+          throw error;
+        } finally {
+          done.open();
+        }
+      },
+    });
+    worker.start();
+    await started.promise;
+    const summary = await worker.stop({ timeoutMs: 100 });
+    release.open();
+    await done.promise;
+    await sleep(20);
+
+    assert.ok(signalFired, 'the handler saw its signal aborted');
+    assert.ok(transactionError instanceof OwnershipLostError);
+    assert.equal(summary!.abandoned, 1);
+    assert.equal(summary!.retried, 0);
+    assert.deepEqual(await db.query(`SELECT * FROM "${db.schema}".work WHERE idempotency_key = 'f1'`), []);
+    const [row] = await readPullRows(db, 'force');
+    assert.deepEqual([row!.state, row!.attempt], ['processing', 0], 'left to its lease, no attempt spent');
+    // Once its lease runs out, the next claim takes it on the same attempt.
+    await expireLease(db, id!);
+    const [again] = await createPullClient(db.driver).claim('force', { batch: 1, leaseMs: 30000 });
+    assert.deepEqual([again!.id, again!.attempt], [id, 0]);
+  });
+});
