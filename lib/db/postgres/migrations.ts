@@ -102,6 +102,15 @@ CREATE TABLE IF NOT EXISTS ${n.maintenance} (
 `;
     },
   },
+  {
+    version: 2,
+    name: 'pull head-of-aggregate index',
+    // The pull claim's head check (no earlier open row of the same source and aggregate) probes
+    // this index instead of scanning the source's open rows per candidate.
+    sql: (n) => `
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_pull_head_idx`)} ON ${n.inbox} (source, aggregate_id, sequence) WHERE state IN ('pending', 'processing') AND consumption = 'pull';
+`,
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -31,6 +31,7 @@ TABLE inbox
   INDEX CREATE INDEX inbox_lease_idx ON <schema>.inbox USING btree (lease_expires_at) WHERE ((state)::text = 'processing'::text)
   INDEX CREATE UNIQUE INDEX inbox_pkey ON <schema>.inbox USING btree (id)
   INDEX CREATE INDEX inbox_pull_busy_idx ON <schema>.inbox USING btree (source, aggregate_id) WHERE (((state)::text = 'processing'::text) AND ((consumption)::text = 'pull'::text))
+  INDEX CREATE INDEX inbox_pull_head_idx ON <schema>.inbox USING btree (source, aggregate_id, sequence) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND ((consumption)::text = 'pull'::text))
   INDEX CREATE INDEX inbox_pull_open_idx ON <schema>.inbox USING btree (source, scheduled_at, created_at, id) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND ((consumption)::text = 'pull'::text))
   INDEX CREATE INDEX inbox_push_pending_idx ON <schema>.inbox USING btree (scheduled_at, sequence) WHERE (((state)::text = 'pending'::text) AND ((consumption)::text = 'push'::text))
   INDEX CREATE UNIQUE INDEX inbox_source_idempotency_key ON <schema>.inbox USING btree (source, idempotency_key)

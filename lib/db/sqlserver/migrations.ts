@@ -138,6 +138,14 @@ CREATE TABLE ${n.maintenance} (
       ];
     },
   },
+  {
+    version: 2,
+    name: 'pull head-of-aggregate index',
+    // Same index as PostgreSQL migration 2: the pull claim's head check probes it.
+    statements: (n) => [
+      createIndex(n.inbox, `${n.inboxTable}_pull_head_idx`, `INDEX {index} ON {table} (source, aggregate_id, [sequence]) WHERE state IN (N'pending', N'processing') AND consumption = N'pull'`, true),
+    ],
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */
