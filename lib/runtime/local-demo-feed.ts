@@ -10,6 +10,14 @@ import pg from 'pg';
 import { quoteIdent } from '../db/postgres/names.ts';
 import { enqueue } from '../outbox/enqueue.ts';
 
+/** One demo order as written: its business row id, customer, amount (cents) and feed index `n`. */
+export interface DemoOrder {
+  orderId: string;
+  customer: string;
+  amountCents: number;
+  n: number;
+}
+
 export interface DemoFeedOptions {
   url: string;
   schema: string;
@@ -39,19 +47,21 @@ export class DemoFeed {
     );
   }
 
-  /** Writes the next `count` messages, each in its own transaction with its business row. */
-  async feed(count: number): Promise<void> {
+  /** Writes the next `count` messages, each in its own transaction with its business row; returns their orders. */
+  async feed(count: number): Promise<DemoOrder[]> {
+    const orders: DemoOrder[] = [];
     for (let n = 0; n < count; n++) {
       const i = this.fed;
       const customer = `customer-${i % 5}`;
       const topic = i % 3 === 2 ? 'customer.notified' : i % 2 === 0 ? 'orders.created' : 'orders.paid';
+      const amountCents = 100 + ((i * 37) % 900);
       const client = await this.#pool.connect();
       try {
         await client.query('BEGIN');
         const { rows } = await client.query<{ id: string }>(`INSERT INTO ${this.#table} (customer, event, amount_cents) VALUES ($1, $2, $3) RETURNING id`, [
           customer,
           topic,
-          100 + ((i * 37) % 900),
+          amountCents,
         ]);
         await enqueue(
           client,
@@ -60,6 +70,7 @@ export class DemoFeed {
         );
         await client.query('COMMIT');
         this.fed++;
+        orders.push({ orderId: rows[0]!.id, customer, amountCents, n: i });
       } catch (error) {
         await client.query('ROLLBACK').catch(() => {});
         throw error;
@@ -67,6 +78,7 @@ export class DemoFeed {
         client.release();
       }
     }
+    return orders;
   }
 
   async close(): Promise<void> {

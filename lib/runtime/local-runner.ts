@@ -4,12 +4,22 @@
  * Starts an embedded PostgreSQL unless a database URL is configured (`DATABASE_URL`,
  * `QUEUEBOX_DATABASE_URL` or the config file), an in-process SQS emulator (fauxqs) with a FIFO
  * and a standard demo queue, migrates, then invokes each scheduled function of `LOCAL_FUNCTIONS`
- * on its `serverless.yml` schedule with a real-shaped, counting-down context — overlapping
- * invocations included, as in Lambda — while a demo application enqueues orders. A progress line
- * per second shows rows per state, messages/s, claims lost and messages in the emulator.
+ * (the outbox poller and the inbox relay) on its `serverless.yml` schedule with a real-shaped,
+ * counting-down context — overlapping invocations included, as in Lambda — while a demo
+ * application enqueues orders and a demo payment provider sends a signed webhook per order through
+ * the real HTTP inbox handler (`local-demo-webhooks.ts`; duplicates and a forgery included). The
+ * relay forwards the stored webhooks to the outbox, and the poller delivers them to the FIFO queue.
+ * A progress line per second shows outbox rows per state, messages/s, claims lost, webhook answers,
+ * inbox rows per state and messages in the emulator.
+ *
+ * With `messages`, the whole demo batch (orders and webhooks) is written before the first
+ * invocations, so the relay's first run finds every webhook instead of leaving them to its next
+ * scheduled run a minute later. A continuous stream runs alongside the schedules; its webhooks are
+ * relayed on the relay's schedule, as deployed.
  *
  * Stopping (Ctrl-C, SIGTERM, `signal`, or `exitWhenDrained` once the fed messages are all
- * finished) stops the feed and brings each running invocation's end forward to
+ * finished: no outbox row pending or processing, and — with the demo inbox — no inbox row pending
+ * or processing either) stops the feed and brings each running invocation's end forward to
  * `now + deadline margin + MIN_CLAIM_WINDOW_MS − 1 ms`: like a Lambda near its timeout, the pass
  * claims nothing more, finishes what it holds and returns. Then the emulator and the embedded
  * database stop and `runLocal` resolves.
@@ -17,7 +27,7 @@
  * `speed` compresses time for demos: schedule periods and timeouts are divided by it (the
  * timeout never below margin + 5 s).
  */
-import { loadConfig, parseConfig } from '../config/load-config.ts';
+import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
@@ -27,9 +37,11 @@ import { setContainer } from './container.ts';
 import { sleep } from './deadline.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
 import { createInvocationContext } from './invocation-context.ts';
+import { DEMO_PAYMENTS_DEFAULT_SECRET, DEMO_PAYMENTS_SECRET_ENV, demoSource, localConfig } from './local-config.ts';
 import { DemoFeed } from './local-demo-feed.ts';
+import { DemoWebhooks, type WebhookTally } from './local-demo-webhooks.ts';
 import { DEFAULT_SCHEDULE, LOCAL_FUNCTIONS, readSchedules, type Schedule, type ScheduledHandler } from './local-schedules.ts';
-import { EMULATOR_REGION, startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulator.ts';
+import { startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulator.ts';
 
 export interface LocalRunOptions {
   /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. */
@@ -52,6 +64,8 @@ export interface LocalRunOptions {
   env?: Record<string, string | undefined>;
   /** Other CLI arguments: `--speed N` (or `--speed=N`) sets `speed`; the rest are ignored. */
   args?: unknown;
+  /** An SQS emulator to deliver to instead of starting one; the caller stops it (tests read the queues after the run). */
+  emulator?: LocalSqsEmulator;
 }
 
 /** What a local run did. */
@@ -59,6 +73,10 @@ export interface LocalRunSummary {
   fed: number;
   counts: Record<string, number>;
   emulator: Record<string, number>;
+  /** Answers to the demo webhooks (all 0 without the demo inbox). */
+  webhooks: WebhookTally;
+  /** Inbox rows per state. */
+  inbox: Record<string, number>;
   invocations: number;
   claimsLost: number;
   stoppedBecause: 'drained' | 'signal';
@@ -86,11 +104,12 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
       embedded = await startEmbeddedDatabase();
       url = embedded.url;
     }
-    emulator = await startLocalSqsEmulator();
+    emulator = options.emulator ?? (await startLocalSqsEmulator());
     // The SDK's default credential chain needs some credentials; the emulator accepts any.
     env.AWS_ACCESS_KEY_ID ??= 'local';
     env.AWS_SECRET_ACCESS_KEY ??= 'local';
-    const config = localConfig(base, url, emulator, options.schema);
+    const { config, demoInbox } = localConfig(base, url, emulator, options.schema);
+    if (demoInbox && !env[DEMO_PAYMENTS_SECRET_ENV]) env[DEMO_PAYMENTS_SECRET_ENV] = DEMO_PAYMENTS_DEFAULT_SECRET;
     driver = await createDriver(config, env);
     await driver.migrate();
     const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
@@ -99,9 +118,14 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
       feed = new DemoFeed({ url, schema: config.database.schema ?? 'public', outboxTable: config.tables.outbox, maxAttempts: config.outbox.maxAttempts });
       await feed.prepare();
     }
+    const source = demoSource(config);
+    const webhookPath = `${config.inbox.basePath}${source?.path ?? ''}`;
+    const webhooks =
+      feed !== undefined && demoInbox && source !== undefined ? new DemoWebhooks({ path: webhookPath, source, secret: env[DEMO_PAYMENTS_SECRET_ENV]!, out }) : undefined;
     out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : url.replace(/:[^:@/]*@/, ':***@')}, SQS emulator ${emulator.endpoint}`);
     out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ')}`);
-    return await runScheduler({ options, config, driver, emulator, feed, out, speed, stop: stop.signal });
+    if (webhooks) out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
+    return await runScheduler({ options, config, driver, emulator, feed, webhooks, out, speed, stop: stop.signal });
   } finally {
     process.removeListener('SIGINT', onSignal);
     process.removeListener('SIGTERM', onSignal);
@@ -109,7 +133,7 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     setContainer(undefined);
     await feed?.close().catch(() => {});
     await driver?.close().catch(() => {});
-    await emulator?.stop().catch(() => {});
+    if (emulator !== options.emulator) await emulator?.stop().catch(() => {});
     await embedded?.stop().catch(() => {});
   }
 }
@@ -124,43 +148,20 @@ function speedFromArgs(args: unknown): number | undefined {
   return Number.isFinite(value) && value > 0 ? value : undefined;
 }
 
-/** The config of a local run: the loaded one, with the database URL, and demo destinations when it names none. */
-function localConfig(base: QueueBoxConfig, url: string, emulator: LocalSqsEmulator, schema: string | undefined): QueueBoxConfig {
-  const demo = Object.keys(base.destinations).length === 0;
-  return parseConfig({
-    ...base,
-    database: { ...base.database, url, urlEnv: undefined, ...(schema !== undefined ? { schema } : {}) },
-    destinations: demo
-      ? {
-          orders: { type: 'sqs', queueUrl: emulator.fifoQueueUrl, endpoint: emulator.endpoint, region: EMULATOR_REGION },
-          events: { type: 'sqs', queueUrl: emulator.standardQueueUrl, endpoint: emulator.endpoint, region: EMULATOR_REGION },
-        }
-      : base.destinations,
-    outbox: demo
-      ? {
-          ...base.outbox,
-          routes: [
-            { topicPattern: 'orders.**', destination: 'orders' },
-            { topicPattern: '**', destination: 'events' },
-          ],
-        }
-      : base.outbox,
-  });
-}
-
 interface SchedulerInput {
   options: LocalRunOptions;
   config: QueueBoxConfig;
   driver: Driver;
   emulator: LocalSqsEmulator;
   feed: DemoFeed | undefined;
+  webhooks: DemoWebhooks | undefined;
   out: (line: string) => void;
   speed: number;
   stop: AbortSignal;
 }
 
 async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
-  const { options, config, driver, emulator, feed, out, speed, stop } = input;
+  const { options, config, driver, emulator, feed, webhooks, out, speed, stop } = input;
   const margin = config.lambda.deadlineMarginMs;
   const schedules = readSchedules();
   const running = new Set<Promise<void>>();
@@ -185,6 +186,11 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     running.add(work);
   };
 
+  const feeding = feedDemo(feed, webhooks, options, stop, out);
+  if (options.messages !== undefined) {
+    out(`writing ${options.messages} demo orders${webhooks ? ' and their payment webhooks' : ''}…`);
+    await feeding.finished;
+  }
   const timers: NodeJS.Timeout[] = [];
   for (const fn of LOCAL_FUNCTIONS) {
     const handler = await fn.load();
@@ -194,24 +200,31 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     timers.push(setInterval(() => invoke(fn.name, handler, schedule), Math.max(1000, Math.round(schedule.periodMs / speed))));
   }
 
-  const feeding = feedDemo(feed, options, stop, out);
   const started = Date.now();
   let lastSent = 0;
   let lastAt = started;
   let counts: Record<string, number> = {};
+  let inbox: Record<string, number> = {};
   try {
     while (!stop.aborted) {
       await sleep(1000, stop);
+      // Inbox first: a relay forward commits its outbox row with the inbox mark, so every row
+      // counted processed here is already counted by the outbox read that follows.
+      inbox = (await driver.inboxStats()).counts;
       counts = (await driver.outboxStats()).counts;
       const now = Date.now();
       const sent = counts.sent ?? 0;
       const rate = ((sent - lastSent) * 1000) / Math.max(1, now - lastAt);
       [lastSent, lastAt] = [sent, now];
       const queues = Object.entries(emulator.counts()).map(([q, n]) => `${q} ${n}`).join(', ');
+      const inboxLine = webhooks
+        ? ` | webhooks: received ${webhooks.tally.received} · duplicate ${webhooks.tally.duplicate} · rejected ${webhooks.tally.rejected} | inbox: ${stateLine(inbox)}`
+        : '';
       out(
-        `[${Math.round((now - started) / 1000)}s] fed ${feed?.fed ?? 0} · pending ${counts.pending ?? 0} · processing ${counts.processing ?? 0} · sent ${sent} · dead ${counts.dead ?? 0} | ${rate.toFixed(1)} msg/s | claims lost ${claimsLost} | emulator: ${queues}`,
+        `[${Math.round((now - started) / 1000)}s] fed ${feed?.fed ?? 0} · pending ${counts.pending ?? 0} · processing ${counts.processing ?? 0} · sent ${sent} · dead ${counts.dead ?? 0} | ${rate.toFixed(1)} msg/s | claims lost ${claimsLost}${inboxLine} | emulator: ${queues}`,
       );
-      if (options.exitWhenDrained && feeding.done && (counts.pending ?? 0) + (counts.processing ?? 0) === 0) {
+      const inboxBusy = webhooks ? (inbox.pending ?? 0) + (inbox.processing ?? 0) : 0;
+      if (options.exitWhenDrained && feeding.done && inboxBusy + (counts.pending ?? 0) + (counts.processing ?? 0) === 0) {
         stoppedBecause = 'drained';
         break;
       }
@@ -224,14 +237,37 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     await Promise.all(running);
     await feeding.finished;
   }
+  inbox = (await driver.inboxStats()).counts;
   counts = (await driver.outboxStats()).counts;
-  const summary: LocalRunSummary = { fed: feed?.fed ?? 0, counts, emulator: emulator.counts(), invocations, claimsLost, stoppedBecause };
+  const summary: LocalRunSummary = {
+    fed: feed?.fed ?? 0,
+    counts,
+    emulator: emulator.counts(),
+    webhooks: { ...(webhooks?.tally ?? { received: 0, duplicate: 0, rejected: 0, failed: 0 }) },
+    inbox,
+    invocations,
+    claimsLost,
+    stoppedBecause,
+  };
   out(`stopped (${stoppedBecause}): ${JSON.stringify(summary)}`);
   return summary;
 }
 
-/** Runs the demo feed: `messages` at once, or a steady stream until stopped. */
-function feedDemo(feed: DemoFeed | undefined, options: LocalRunOptions, stop: AbortSignal, out: (line: string) => void): { done: boolean; stop(): void; finished: Promise<void> } {
+/** `pending 0 · processing 0 · processed 3 · dead 0`: rows per state. */
+function stateLine(counts: Record<string, number>): string {
+  return Object.entries(counts)
+    .map(([state, n]) => `${state} ${n}`)
+    .join(' · ');
+}
+
+/** Runs the demo feed — each order, then its webhooks — `messages` times, or as a steady stream until stopped. */
+function feedDemo(
+  feed: DemoFeed | undefined,
+  webhooks: DemoWebhooks | undefined,
+  options: LocalRunOptions,
+  stop: AbortSignal,
+  out: (line: string) => void,
+): { done: boolean; stop(): void; finished: Promise<void> } {
   const halt = new AbortController();
   const state = {
     done: feed === undefined,
@@ -240,13 +276,16 @@ function feedDemo(feed: DemoFeed | undefined, options: LocalRunOptions, stop: Ab
   };
   if (!feed) return state;
   const signal = AbortSignal.any([stop, halt.signal]);
+  const feedOne = async () => {
+    for (const order of await feed.feed(1)) await webhooks?.deliverFor(order);
+  };
   state.finished = (async () => {
     if (options.messages !== undefined) {
-      await feed.feed(options.messages);
+      for (let n = 0; n < options.messages && !signal.aborted; n++) await feedOne();
     } else {
       const perSecond = options.feedPerSecond ?? 4;
       while (!signal.aborted) {
-        await feed.feed(1);
+        await feedOne();
         await sleep(1000 / perSecond, signal);
       }
     }

@@ -22,6 +22,7 @@ export interface LocalFunction {
 /** Scheduled functions run by `queuebox local`, in start order. */
 export const LOCAL_FUNCTIONS: readonly LocalFunction[] = [
   { name: 'outboxPoller', load: async () => (await import('../../functions/outbox-poller.ts')).handler },
+  { name: 'inboxRelay', load: async () => (await import('../../functions/inbox-relay.ts')).handler },
 ];
 
 /** When and for how long a function runs (ms). */

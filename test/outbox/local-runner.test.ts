@@ -19,7 +19,7 @@ describe('local run (npm start)', () => {
     await pool.end();
   });
 
-  it('`queuebox local --messages 20 --exit-when-drained` delivers the demo messages to the emulator queues and exits 0', async () => {
+  it('`queuebox local --messages 20 --exit-when-drained` delivers the demo messages and the relayed payment webhooks to the emulator queues and exits 0', async () => {
     const schema = newSchema();
     // `npm start` is `tsx bin/queuebox.ts local`; node --import tsx runs the same without npx's start-up.
     const child = spawn(process.execPath, ['--import', 'tsx', 'bin/queuebox.ts', 'local', '--messages', '20', '--exit-when-drained'], {
@@ -36,11 +36,33 @@ describe('local run (npm start)', () => {
     assert.equal(code, 0, `exit code 0\nstdout:\n${stdout}\nstderr:\n${stderr}`);
     const last = /stopped \(drained\): (\{.*\})/.exec(stdout);
     assert.ok(last, `a final summary line:\n${stdout}`);
-    const summary = JSON.parse(last[1]!) as { fed: number; counts: Record<string, number>; emulator: Record<string, number> };
+    const summary = JSON.parse(last[1]!) as {
+      fed: number;
+      counts: Record<string, number>;
+      emulator: Record<string, number>;
+      webhooks: Record<string, number>;
+      inbox: Record<string, number>;
+    };
     assert.equal(summary.fed, 20);
-    assert.deepEqual(summary.counts, { pending: 0, processing: 0, sent: 20, dead: 0 });
-    assert.equal(Object.values(summary.emulator).reduce((a, b) => a + b, 0), 20, 'every message is in an emulator queue');
+    // One webhook per order; orders n % 4 === 1 (5 of 20) are delivered twice, orders n % 10 === 7 (2 of 20) draw a forgery.
+    assert.deepEqual(summary.webhooks, { received: 20, duplicate: 5, rejected: 2, failed: 0 });
+    assert.deepEqual(summary.inbox, { pending: 0, processing: 0, processed: 20, dead: 0 }, 'each webhook stored once and relayed');
+    assert.deepEqual(summary.counts, { pending: 0, processing: 0, sent: 40, dead: 0 }, '20 orders and 20 relayed webhooks sent');
+    assert.equal(Object.values(summary.emulator).reduce((a, b) => a + b, 0), 40, 'every message is in an emulator queue');
     assert.ok(summary.emulator['queuebox-demo.fifo']! > 0 && summary.emulator['queuebox-demo-events']! > 0, 'orders went to the FIFO queue, notifications to the standard one');
+    assert.match(stdout, /webhooks: received \d+ · duplicate \d+ · rejected \d+ \| inbox: pending \d+ · processing \d+ · processed \d+ · dead \d+/, 'progress shows the inbox');
+
+    const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 1 });
+    try {
+      const inbox = await pool.query<{ id: string; idempotency_key: string; state: string }>(`SELECT id, idempotency_key, state FROM "${schema}".inbox`);
+      const orders = await pool.query<{ id: string }>(`SELECT id FROM "${schema}".queuebox_demo_orders`);
+      assert.deepEqual(inbox.rows.map((r) => r.idempotency_key).sort(), orders.rows.map((r) => `pay_${r.id}`).sort(), 'one row per order; forgeries stored nothing');
+      const relayed = await pool.query<{ inbox_id: string; state: string }>(`SELECT headers->>'x-inbox-id' AS inbox_id, state FROM "${schema}".outbox WHERE headers ? 'x-inbox-id'`);
+      assert.deepEqual(relayed.rows.map((r) => r.inbox_id).sort(), inbox.rows.map((r) => r.id).sort(), 'each inbox row reached the outbox once');
+      assert.ok(relayed.rows.every((r) => r.state === 'sent'));
+    } finally {
+      await pool.end();
+    }
   });
 
   it('stops cleanly when asked while feeding a continuous stream: the running invocation finishes what it holds', async () => {
@@ -55,5 +77,7 @@ describe('local run (npm start)', () => {
     assert.ok(summary.fed > 0 && (summary.counts.sent ?? 0) > 0, JSON.stringify(summary));
     assert.equal(summary.counts.processing ?? 0, 0, 'no row left in flight');
     assert.equal(summary.emulator['queuebox-demo.fifo']! + summary.emulator['queuebox-demo-events']!, summary.counts.sent);
+    assert.ok(summary.webhooks.received > 0 && summary.webhooks.failed === 0, JSON.stringify(summary.webhooks));
+    assert.equal(summary.inbox.processing ?? 0, 0, 'no inbox row left in flight');
   });
 });
