@@ -10,13 +10,13 @@
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { reclaimGate } from './maintenance-queries.ts';
+import { FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
-const FENCE = `i.state = 'processing' AND i.claim_token = s.token AND i.lease_expires_at > clock_timestamp()`;
 
-interface InboxDbRow {
+/** An inbox row as the claim statements return it. */
+export interface InboxDbRow {
   id: string;
   source: string;
   idempotency_key: string;
@@ -32,7 +32,8 @@ interface InboxDbRow {
   lease_expires_at: Date;
 }
 
-function toInboxRow(r: InboxDbRow): InboxRow {
+/** Maps a claimed inbox row to the driver's `InboxRow`. */
+export function toInboxRow(r: InboxDbRow): InboxRow {
   return {
     id: r.id,
     source: r.source,
@@ -154,17 +155,7 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
 
 /** Fenced lease renewal; returns the ids renewed. */
 export async function inboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
-  if (p.claims.length === 0) return [];
-  const { rows } = await pgQuery<{ id: string }>(
-    ctx.pool,
-    `UPDATE ${ctx.names.inbox} i
-        SET lease_expires_at = clock_timestamp() + ${msInterval('$3')}
-       FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
-      WHERE i.id = s.id AND ${FENCE}
-  RETURNING i.id`,
-    [p.claims.map((c) => c.id), p.claims.map((c) => c.token), p.leaseMs],
-  );
-  return rows.map((r) => r.id);
+  return fencedRenewMany(ctx.pool, ctx.names.inbox, p.claims, p.leaseMs);
 }
 
 /** Marks the lost claim inside `inboxForward` so its transaction rolls back. */
@@ -180,11 +171,11 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
       await outboxInsert(ctx.names, client, item.outbox, defaults);
       const { rowCount } = await pgQuery(
         client,
-        `UPDATE ${ctx.names.inbox} i
+        `UPDATE ${ctx.names.inbox} t
             SET state = 'processed', processed_at = clock_timestamp(), updated_at = clock_timestamp(),
                 lease_expires_at = NULL, last_error = NULL
            FROM (SELECT $1::uuid AS id, $2::uuid AS token) s
-          WHERE i.id = s.id AND ${FENCE}`,
+          WHERE t.id = s.id AND ${FENCE}`,
         [item.id, item.token],
       );
       if (rowCount !== 1) throw new ForwardClaimLost();
@@ -198,37 +189,12 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
 
 /** Fenced retry: back to `pending`, `attempt + 1`, due after `delayMs`; returns ids changed. */
 export async function inboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
-  if (p.items.length === 0) return [];
-  const { rows } = await pgQuery<{ id: string }>(
-    ctx.pool,
-    `UPDATE ${ctx.names.inbox} i
-        SET state = 'pending',
-            attempt = i.attempt + 1,
-            scheduled_at = clock_timestamp() + ${msInterval('s.delay_ms')},
-            last_error = s.error,
-            claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-            updated_at = clock_timestamp()
-       FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
-      WHERE i.id = s.id AND ${FENCE}
-  RETURNING i.id`,
-    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.delayMs), p.items.map((i) => i.error)],
-  );
-  return rows.map((r) => r.id);
+  return fencedRetryMany(ctx.pool, ctx.names.inbox, p.items);
 }
 
 /** Fenced `dead`; returns ids changed. */
 export async function inboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }): Promise<string[]> {
-  if (p.items.length === 0) return [];
-  const { rows } = await pgQuery<{ id: string }>(
-    ctx.pool,
-    `UPDATE ${ctx.names.inbox} i
-        SET state = 'dead', last_error = s.error, lease_expires_at = NULL, updated_at = clock_timestamp()
-       FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
-      WHERE i.id = s.id AND ${FENCE}
-  RETURNING i.id`,
-    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.error)],
-  );
-  return rows.map((r) => r.id);
+  return fencedDeadMany(ctx.pool, ctx.names.inbox, p.items);
 }
 
 /**
@@ -237,21 +203,7 @@ export async function inboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }
  * itself.
  */
 export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
-  const gate = reclaimGate(ctx, `reclaim:${ctx.names.inboxTable}`, p.throttleMs, 1);
-  const { rows } = await pgQuery<{ ran: boolean; reclaimed: string }>(
-    ctx.pool,
-    `WITH ${gate.cte},
-     moved AS (
-       UPDATE ${ctx.names.inbox} i
-          SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-              updated_at = clock_timestamp()
-        WHERE i.state = 'processing' AND i.consumption = 'push' AND i.lease_expires_at <= clock_timestamp()
-          AND EXISTS (SELECT 1 FROM gate)
-    RETURNING 1)
-     SELECT EXISTS (SELECT 1 FROM gate) AS ran, (SELECT count(*) FROM moved) AS reclaimed`,
-    gate.values,
-  );
-  return { ran: rows[0]!.ran, reclaimed: Number(rows[0]!.reclaimed) };
+  return reclaimExpired(ctx, ctx.names.inbox, `reclaim:${ctx.names.inboxTable}`, p.throttleMs, `t.consumption = 'push'`);
 }
 
 /** Counts per state (push and pull) and the age in seconds of the oldest due pending push row. */

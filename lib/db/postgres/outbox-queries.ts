@@ -8,10 +8,9 @@ import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMe
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
-import { reclaimGate } from './maintenance-queries.ts';
+import { FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 
-const FENCE = `o.state = 'processing' AND o.claim_token = s.token AND o.lease_expires_at > clock_timestamp()`;
 
 interface OutboxDbRow {
   id: string;
@@ -110,18 +109,7 @@ function claimArrays(claims: ClaimRef[]): [string[], string[]] {
 }
 
 export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
-  if (p.claims.length === 0) return [];
-  const [ids, tokens] = claimArrays(p.claims);
-  const { rows } = await pgQuery<{ id: string }>(
-    ctx.pool,
-    `UPDATE ${ctx.names.outbox} o
-        SET lease_expires_at = clock_timestamp() + ${msInterval('$3')}
-       FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
-      WHERE o.id = s.id AND ${FENCE}
-  RETURNING o.id`,
-    [ids, tokens, p.leaseMs],
-  );
-  return rows.map((r) => r.id);
+  return fencedRenewMany(ctx.pool, ctx.names.outbox, p.claims, p.leaseMs);
 }
 
 export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
@@ -129,66 +117,27 @@ export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[]
   const [ids, tokens] = claimArrays(p.claims);
   const { rows } = await pgQuery<{ id: string }>(
     ctx.pool,
-    `UPDATE ${ctx.names.outbox} o
+    `UPDATE ${ctx.names.outbox} t
         SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
-      WHERE o.id = s.id AND ${FENCE}
-  RETURNING o.id`,
+      WHERE t.id = s.id AND ${FENCE}
+  RETURNING t.id`,
     [ids, tokens],
   );
   return rows.map((r) => r.id);
 }
 
 export async function outboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
-  if (p.items.length === 0) return [];
-  const { rows } = await pgQuery<{ id: string }>(
-    ctx.pool,
-    `UPDATE ${ctx.names.outbox} o
-        SET state = 'pending',
-            attempt = o.attempt + 1,
-            scheduled_at = clock_timestamp() + ${msInterval('s.delay_ms')},
-            last_error = s.error,
-            claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-            updated_at = clock_timestamp()
-       FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
-      WHERE o.id = s.id AND ${FENCE}
-  RETURNING o.id`,
-    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.delayMs), p.items.map((i) => i.error)],
-  );
-  return rows.map((r) => r.id);
+  return fencedRetryMany(ctx.pool, ctx.names.outbox, p.items);
 }
 
 export async function outboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }): Promise<string[]> {
-  if (p.items.length === 0) return [];
-  const { rows } = await pgQuery<{ id: string }>(
-    ctx.pool,
-    `UPDATE ${ctx.names.outbox} o
-        SET state = 'dead', last_error = s.error, lease_expires_at = NULL, updated_at = clock_timestamp()
-       FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
-      WHERE o.id = s.id AND ${FENCE}
-  RETURNING o.id`,
-    [p.items.map((i) => i.id), p.items.map((i) => i.token), p.items.map((i) => i.error)],
-  );
-  return rows.map((r) => r.id);
+  return fencedDeadMany(ctx.pool, ctx.names.outbox, p.items);
 }
 
 /** Expired `processing` rows back to `pending`, attempt unchanged; gated by the shared throttle. */
 export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
-  const gate = reclaimGate(ctx, `reclaim:${ctx.names.outboxTable}`, p.throttleMs, 1);
-  const { rows } = await pgQuery<{ ran: boolean; reclaimed: string }>(
-    ctx.pool,
-    `WITH ${gate.cte},
-     moved AS (
-       UPDATE ${ctx.names.outbox} o
-          SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-              updated_at = clock_timestamp()
-        WHERE o.state = 'processing' AND o.lease_expires_at <= clock_timestamp()
-          AND EXISTS (SELECT 1 FROM gate)
-    RETURNING 1)
-     SELECT EXISTS (SELECT 1 FROM gate) AS ran, (SELECT count(*) FROM moved) AS reclaimed`,
-    gate.values,
-  );
-  return { ran: rows[0]!.ran, reclaimed: Number(rows[0]!.reclaimed) };
+  return reclaimExpired(ctx, ctx.names.outbox, `reclaim:${ctx.names.outboxTable}`, p.throttleMs);
 }
 
 export async function outboxStats(ctx: PgContext): Promise<TableStats> {

@@ -15,41 +15,10 @@
  */
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
+import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
 
 const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp()`;
-
-interface InboxDbRow {
-  id: string;
-  source: string;
-  idempotency_key: string;
-  aggregate_id: string | null;
-  event_type: string | null;
-  payload: unknown;
-  headers: Record<string, string>;
-  correlation_id: string | null;
-  attempt: number;
-  created_at: Date;
-  claim_token: string;
-  lease_expires_at: Date;
-}
-
-function toInboxRow(r: InboxDbRow): InboxRow {
-  return {
-    id: r.id,
-    source: r.source,
-    idempotencyKey: r.idempotency_key,
-    aggregateId: r.aggregate_id,
-    eventType: r.event_type,
-    payload: r.payload,
-    headers: r.headers,
-    correlationId: r.correlation_id,
-    attempt: r.attempt,
-    createdAt: r.created_at,
-    claimToken: r.claim_token,
-    leaseExpiresAt: r.lease_expires_at,
-  };
-}
 
 /**
  * Claims up to `limit` rows of one pull source: due `pending` rows and `processing` rows whose
