@@ -79,7 +79,9 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
        SELECT c.id
          FROM ${t} c
         WHERE c.state = 'pending'
-          AND c.scheduled_at <= clock_timestamp()
+          -- Due check: statement_timestamp() is stable, so it bounds the pending-index scan and
+          -- rows scheduled for later (retries) are not walked. Leases still use clock_timestamp().
+          AND c.scheduled_at <= statement_timestamp()
           AND (c.key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM ${t} h
                  WHERE h.key = c.key
