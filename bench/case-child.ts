@@ -1,0 +1,114 @@
+/**
+ * Runs one bench case in its own process, so its peak RSS is its own.
+ *
+ * Input: one JSON argument (`ChildInput`). Output: the last stdout line is the `CaseResult` JSON.
+ * Round trips are counted only during `drain`; RSS is sampled every 50 ms during `drain` and
+ * `maxRSS` (whole child lifetime) is reported too.
+ */
+import { randomBytes } from 'node:crypto';
+import { loadavg } from 'node:os';
+import type { BenchCase, CaseContext } from './bench-case.ts';
+import { caseByName } from './cases.ts';
+import { installQueryCounter, queryCount, uncountedClient } from './query-counter.ts';
+import type { Workload } from './workloads.ts';
+
+export interface ChildInput {
+  caseName: string;
+  url: string;
+  workload: Workload;
+  workers: number;
+  timeLimitMs: number;
+  sqs?: { endpoint: string; queueUrl: string };
+}
+
+/** One JSON line of the bench output. */
+export interface CaseResult {
+  case: string;
+  workload: string;
+  settings: string;
+  messages: number;
+  capped: boolean;
+  seconds: number;
+  messagesPerSecond: number;
+  p50Ms: number | null;
+  p99Ms: number | null;
+  roundTripsPerMessage: number;
+  peakRssMb: number;
+  maxRssMb: number;
+  prepareSeconds: number;
+  /** 1-minute load average when the drain started (the machine is shared). */
+  loadAverage: number;
+  notes?: Record<string, number | string>;
+}
+
+async function runCase(c: BenchCase, ctx: CaseContext, input: ChildInput): Promise<CaseResult> {
+  const p0 = performance.now();
+  await c.prepare(ctx);
+  const prepareSeconds = (performance.now() - p0) / 1000;
+  let peak = process.memoryUsage.rss();
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage.rss());
+  }, 50);
+  const load = loadavg()[0]!;
+  const q0 = queryCount();
+  const t0 = performance.now();
+  const result = await c.drain(ctx);
+  const seconds = (performance.now() - t0) / 1000;
+  const trips = queryCount() - q0;
+  clearInterval(sampler);
+  peak = Math.max(peak, process.memoryUsage.rss());
+  const latency = await c.latency(ctx);
+  return {
+    case: input.caseName,
+    workload: input.workload.name,
+    settings: c.describe(ctx),
+    messages: result.moved,
+    capped: result.capped,
+    seconds: round(seconds, 3),
+    messagesPerSecond: Math.round(result.moved / seconds),
+    p50Ms: latency ? round(latency.p50Ms, 1) : null,
+    p99Ms: latency ? round(latency.p99Ms, 1) : null,
+    roundTripsPerMessage: result.moved === 0 ? 0 : round(trips / result.moved, 3),
+    peakRssMb: round(peak / 1048576, 1),
+    maxRssMb: round(process.resourceUsage().maxRSS / 1024, 1),
+    prepareSeconds: round(prepareSeconds, 1),
+    loadAverage: round(load, 1),
+    ...(result.notes ? { notes: result.notes } : {}),
+  };
+}
+
+function round(value: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(value * f) / f;
+}
+
+async function main(): Promise<void> {
+  const input = JSON.parse(process.argv[2] ?? '{}') as ChildInput;
+  installQueryCounter();
+  const c = caseByName(input.caseName);
+  const probe = await uncountedClient(input.url);
+  const ctx: CaseContext = {
+    url: input.url,
+    schema: `qb_bench_${randomBytes(4).toString('hex')}`,
+    workload: input.workload,
+    workers: input.workers,
+    timeLimitMs: input.timeLimitMs,
+    probe,
+    ...(input.sqs ? { sqs: input.sqs } : {}),
+  };
+  try {
+    const result = await runCase(c, ctx, input);
+    process.stdout.write(`\n${JSON.stringify(result)}\n`);
+  } finally {
+    await c.cleanup(ctx).catch(() => {});
+    await probe.end();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exit(1);
+  },
+);

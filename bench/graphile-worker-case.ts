@@ -1,0 +1,95 @@
+/**
+ * Peer: graphile-worker 0.16.6 draining the same number of jobs with a no-op task.
+ *
+ * Settings: one runner with `concurrency` = 4 × `workers` (jobs in flight; each worker slot runs
+ * `get_job` → task → `complete_job`, two round trips per job — 0.16 has no batched fetch or
+ * completion), `pollInterval` 100 ms (only matters when idle; new jobs wake workers via
+ * LISTEN/NOTIFY), prepared statements on (its default), `NO_LOG_SUCCESS`. Keyed workloads use
+ * `queue_name` = key: graphile-worker runs the jobs of one named queue serially, in order —
+ * its documented per-key ordering. Its "batch jobs" (array payloads merged under one `job_key`)
+ * are not used: they turn many messages into one job that succeeds or fails as a whole.
+ * Jobs are seeded with `add_jobs(job_spec[])` in chunks, server-side. graphile-worker deletes a
+ * job when it completes, so claim-to-complete latency is measured in process, from the
+ * `job:start` event (after `get_job` returned) to `job:complete` (after `complete_job`).
+ */
+import { run, runMigrations, type Logger } from 'graphile-worker';
+import { Logger as GraphileLogger } from 'graphile-worker';
+import type { BenchCase, CaseContext, DrainResult, Latency } from './bench-case.ts';
+import { quoteIdent } from '../lib/db/postgres/names.ts';
+import { dropSchema } from './outbox-table.ts';
+import { keyExpression } from './workloads.ts';
+
+const SEED_CHUNK = 100_000;
+const POLL_INTERVAL_MS = 100;
+const silentLogger: Logger = new GraphileLogger(() => () => {});
+const latencies = new Map<string, number[]>();
+
+const concurrencyFor = (ctx: CaseContext) => 4 * ctx.workers;
+
+async function prepare(ctx: CaseContext): Promise<void> {
+  process.env.NO_LOG_SUCCESS = '1';
+  await runMigrations({ connectionString: ctx.url, schema: ctx.schema, logger: silentLogger });
+  const s = quoteIdent(ctx.schema);
+  for (let from = 1; from <= ctx.workload.seed; from += SEED_CHUNK) {
+    const to = Math.min(ctx.workload.seed, from + SEED_CHUNK - 1);
+    await ctx.probe.query(
+      `SELECT count(*) FROM ${s}.add_jobs(ARRAY(
+         SELECT ROW('noop', json_build_object('i', g, 'body', 'x'), ${keyExpression(ctx.workload.keys, 'g')},
+                    NULL, NULL, NULL, NULL, NULL)::${s}.job_spec
+           FROM generate_series($1::int, $2::int) AS g ORDER BY g))`,
+      [from, to],
+    );
+  }
+}
+
+async function drain(ctx: CaseContext): Promise<DrainResult> {
+  const target = ctx.workload.drain;
+  const durations: number[] = [];
+  latencies.set(ctx.schema, durations);
+  const started = new Map<string, number>();
+  let moved = 0;
+  let finish!: () => void;
+  const done = new Promise<void>((resolve) => (finish = resolve));
+  const runner = await run({
+    connectionString: ctx.url,
+    schema: ctx.schema,
+    concurrency: concurrencyFor(ctx),
+    maxPoolSize: concurrencyFor(ctx) + 2,
+    pollInterval: POLL_INTERVAL_MS,
+    noHandleSignals: true,
+    logger: silentLogger,
+    taskList: { noop: async () => {} },
+  });
+  runner.events.on('job:start', ({ job }) => started.set(job.id, performance.now()));
+  runner.events.on('job:complete', ({ job, error }) => {
+    if (error) return;
+    const t = started.get(job.id);
+    if (t !== undefined) durations.push(performance.now() - t);
+    started.delete(job.id);
+    moved++;
+    if (moved >= target) finish();
+  });
+  const cap = setTimeout(finish, ctx.timeLimitMs);
+  await done;
+  clearTimeout(cap);
+  const at = moved;
+  await runner.stop();
+  return { moved: Math.min(at, target), capped: at < target };
+}
+
+async function latency(ctx: CaseContext): Promise<Latency | null> {
+  const d = (latencies.get(ctx.schema) ?? []).sort((a, b) => a - b);
+  if (d.length === 0) return null;
+  const at = (q: number) => d[Math.min(d.length - 1, Math.floor(q * d.length))]!;
+  return { p50Ms: at(0.5), p99Ms: at(0.99) };
+}
+
+export const graphileWorkerCase: BenchCase = {
+  name: 'graphile-worker',
+  describe: (ctx) =>
+    `graphile-worker 0.16.6, concurrency ${concurrencyFor(ctx)}, pollInterval ${POLL_INTERVAL_MS} ms, get_job/complete_job per job${ctx.workload.keys > 0 ? ', queue_name = key (serial per key)' : ''}`,
+  prepare,
+  drain,
+  latency,
+  cleanup: (ctx) => dropSchema(ctx.probe, ctx.schema),
+};

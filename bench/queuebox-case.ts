@@ -1,0 +1,115 @@
+/**
+ * The queuebox cases: the real outbox pass (`runOutboxPass`) draining the seeded table.
+ *
+ * `workers` passes run at once (as concurrent scheduled invocations would), each with its own
+ * driver and pool, in `drain` mode with default settings (batch 100, concurrency 8, two batches
+ * in flight per pass). The destination is an in-process no-op (`queuebox`) or an SQS queue on
+ * the fauxqs emulator (`queuebox-sqs`). A counting wrapper around `outboxMarkSentMany` aborts
+ * every pass once the workload's drain count is sent (so a backlog drain stops at its target).
+ */
+import type { QueueBoxConfig } from '../lib/config/schema.ts';
+import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
+import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
+import { NoopDestination } from '../lib/destinations/noop-destination.ts';
+import { QueueBoxMetrics } from '../lib/observability/metrics.ts';
+import { runOutboxPass } from '../lib/outbox/outbox-pass.ts';
+import type { OutboxPassDriver, PassLogger } from '../lib/outbox/pass-context.ts';
+import { createRouter } from '../lib/outbox/routes.ts';
+import { createDeadline } from '../lib/runtime/deadline.ts';
+import type { BenchCase, CaseContext, DrainResult } from './bench-case.ts';
+import { benchConfig, dropSchema, outboxLatency, seedOutbox } from './outbox-table.ts';
+
+const silent: PassLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+function passConfig(ctx: CaseContext): QueueBoxConfig {
+  const queueUrl = ctx.sqs?.queueUrl ?? 'http://127.0.0.1:1/000000000000/bench';
+  return benchConfig(ctx, {
+    destinations: { bench: { type: 'sqs', queueUrl, region: 'us-east-1' } },
+    outbox: { routes: [{ topicPattern: '**', destination: 'bench' }] },
+  });
+}
+
+function destinationsFor(ctx: CaseContext, config: QueueBoxConfig, kind: 'noop' | 'sqs'): Destinations {
+  if (kind === 'noop') return new Map([['bench', new NoopDestination('bench')]]);
+  if (!ctx.sqs) throw new Error('queuebox-sqs needs the SQS emulator');
+  return createDestinations(config, {
+    clientOverrides: { endpoint: ctx.sqs.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'bench', secretAccessKey: 'bench' } },
+  });
+}
+
+async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs'): Promise<DrainResult> {
+  const config = passConfig(ctx);
+  const target = ctx.workload.drain;
+  const stop = new AbortController();
+  const cap = setTimeout(() => stop.abort(), ctx.timeLimitMs);
+  let sent = 0;
+  const endAt = Date.now() + ctx.timeLimitMs + 60_000;
+  const drivers = Array.from({ length: ctx.workers }, () => new PostgresDriver({ config, url: ctx.url }));
+  const destinations = destinationsFor(ctx, config, kind);
+  const router = createRouter(config.outbox.routes, config.destinations);
+  const counting = (driver: PostgresDriver): OutboxPassDriver => ({
+    outboxClaimMany: (p) => driver.outboxClaimMany(p),
+    outboxRenewMany: (p) => driver.outboxRenewMany(p),
+    outboxMarkSentMany: async (p) => {
+      const ids = await driver.outboxMarkSentMany(p);
+      sent += ids.length;
+      if (sent >= target) stop.abort();
+      return ids;
+    },
+    outboxRetryMany: (p) => driver.outboxRetryMany(p),
+    outboxMarkDeadMany: (p) => driver.outboxMarkDeadMany(p),
+    outboxReclaimExpired: (p) => driver.outboxReclaimExpired(p),
+    outboxStats: () => driver.outboxStats(),
+  });
+  let passes = 0;
+  let dead = 0;
+  let retried = 0;
+  let emptyPasses = 0;
+  try {
+    await Promise.all(
+      drivers.map(async (driver) => {
+        // A pass in drain mode returns when a claim finds nothing; with several passes and keyed
+        // rows that can happen while others still hold heads, so run passes until the target.
+        // A run of passes that claim nothing means nothing is left to move (e.g. rows went dead).
+        while (sent < target && !stop.signal.aborted && emptyPasses < 50) {
+          passes++;
+          const summary = await runOutboxPass({
+            driver: counting(driver),
+            config,
+            destinations,
+            router,
+            deadline: createDeadline({ getRemainingTimeInMillis: () => endAt - Date.now() }, 0),
+            metrics: new QueueBoxMetrics({ namespace: 'bench', serviceName: 'bench', write: () => {} }),
+            logger: silent,
+            signal: stop.signal,
+            mode: 'drain',
+          });
+          dead += summary.dead;
+          retried += summary.retried;
+          emptyPasses = summary.claimed === 0 ? emptyPasses + 1 : 0;
+        }
+      }),
+    );
+  } finally {
+    clearTimeout(cap);
+    await Promise.all(drivers.map((d) => d.close()));
+  }
+  return { moved: Math.min(sent, target), capped: sent < target, notes: { passes, dead, retried } };
+}
+
+function queueboxCase(name: string, kind: 'noop' | 'sqs'): BenchCase {
+  return {
+    name,
+    describe: (ctx) =>
+      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize 100, concurrency 8, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}`,
+    prepare: seedOutbox,
+    drain: (ctx) => drainWithPasses(ctx, kind),
+    latency: outboxLatency,
+    cleanup: (ctx) => dropSchema(ctx.probe, ctx.schema),
+  };
+}
+
+/** The real pass to an in-process no-op destination. */
+export const queueboxNoopCase = queueboxCase('queuebox', 'noop');
+/** The real pass to SQS on the fauxqs emulator. */
+export const queueboxSqsCase = queueboxCase('queuebox-sqs', 'sqs');

@@ -1,0 +1,112 @@
+/**
+ * `npm run bench`: every case x workload against one PostgreSQL, one child process per case.
+ *
+ * Options:
+ *   --quick                 small sizes (2,000 messages; 100,000 backlog, drain 5,000), < 60 s
+ *   --cases a,b             subset of cases (default: all, see bench/cases.ts)
+ *   --workloads a,b         subset of workloads (unkeyed, keys-100, keys-10000, backlog)
+ *   --sizes m[,b[,d]]       messages per workload, backlog rows, backlog drain
+ *   --workers n             parallel loops / passes / worker slots per case (default 2)
+ *   --peer-seconds s        time cap of a peer's or the SQS case's drain (default 20; quick 5)
+ * Uses DATABASE_URL, or starts an embedded PostgreSQL. Prints one JSON line per case, then a table.
+ */
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
+import type { CaseResult, ChildInput } from './case-child.ts';
+import { CASES } from './cases.ts';
+import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';
+import { FULL_SIZES, QUICK_SIZES, parseSizes, workloads } from './workloads.ts';
+import { formatTable, type RatedResult } from './format-table.ts';
+import { serverInfo } from './server-info.ts';
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** Cases whose drain is capped by `--peer-seconds` (slow by nature) rather than by the generous default. */
+const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs']);
+const DEFAULT_CAP_MS = 300_000;
+
+function runChild(input: ChildInput): Promise<CaseResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(here, 'case-child.ts'), JSON.stringify(input)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const last = out.trim().split('\n').pop() ?? '';
+      if (code === 0 && last.startsWith('{')) resolve(JSON.parse(last) as CaseResult);
+      else reject(new Error(`case ${input.caseName}/${input.workload.name} exited ${code}: ${err.trim().slice(0, 1500)}`));
+    });
+  });
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false },
+      cases: { type: 'string' },
+      workloads: { type: 'string' },
+      sizes: { type: 'string' },
+      workers: { type: 'string', default: '2' },
+      'peer-seconds': { type: 'string' },
+    },
+  });
+  const base = values.quick ? QUICK_SIZES : FULL_SIZES;
+  const sizes = values.sizes ? parseSizes(values.sizes, base) : base;
+  const caseNames = values.cases ? values.cases.split(',') : CASES.map((c) => c.name);
+  const unknown = caseNames.filter((n) => !CASES.some((c) => c.name === n));
+  if (unknown.length) throw new Error(`unknown case(s) ${unknown.join(', ')}; known: ${CASES.map((c) => c.name).join(', ')}`);
+  const all = workloads(sizes);
+  const selected = values.workloads ? all.filter((w) => values.workloads!.split(',').includes(w.name)) : all;
+  const workers = Number(values.workers);
+  const peerCapMs = Number(values['peer-seconds'] ?? (values.quick ? 5 : 20)) * 1000;
+
+  let embedded: EmbeddedDatabase | undefined;
+  let url = process.env.DATABASE_URL;
+  if (!url) {
+    process.stderr.write('DATABASE_URL not set: starting an embedded PostgreSQL\n');
+    embedded = await startEmbeddedDatabase();
+    url = embedded.url;
+  }
+  let sqs: SqsEmulator | undefined;
+  if (caseNames.some((n) => n.endsWith('-sqs'))) sqs = await startSqsEmulator();
+  const info = await serverInfo(url);
+  process.stderr.write(`${info}\n`);
+  const results: RatedResult[] = [];
+  try {
+    for (const workload of selected) {
+      for (const caseName of caseNames) {
+        const result = await runChild({
+          caseName,
+          url,
+          workload,
+          workers,
+          timeLimitMs: PEERS.has(caseName) ? peerCapMs : DEFAULT_CAP_MS,
+          ...(sqs && caseName.endsWith('-sqs') ? { sqs: await sqs.newQueue() } : {}),
+        }).catch((error: unknown) => {
+          process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+          return undefined;
+        });
+        if (!result) continue;
+        const floor = results.find((r) => r.workload === workload.name && r.case === 'floor');
+        const withRatio: RatedResult = { ...result, ratioToFloor: floor ? Math.round((result.messagesPerSecond / floor.messagesPerSecond) * 100) / 100 : null };
+        results.push(withRatio);
+        process.stdout.write(`${JSON.stringify(withRatio)}\n`);
+      }
+    }
+  } finally {
+    await sqs?.stop();
+    await embedded?.stop();
+  }
+  process.stdout.write(`\n${formatTable(results)}\n\n${info}\n`);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
