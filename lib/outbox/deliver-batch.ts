@@ -65,12 +65,14 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
   ctx.tally.publishCalls++;
   ctx.publishTimed(destination.type, performance.now() - started);
   const byId = new Map(outcomes.map((o) => [o.id, o]));
+  const perOutcome = new Map<EntryOutcome['status'], number>();
   for (const row of owned) {
     const outcome = byId.get(row.id) ?? { id: row.id, status: 'retryable' as const, error: `destination ${destination.name} returned no outcome for this entry` };
-    const outcomeLabel = outcome.status;
-    ctx.metrics.count('outboxDestinationMessages', 1, { destination: destination.name, outcome: outcomeLabel });
+    perOutcome.set(outcome.status, (perOutcome.get(outcome.status) ?? 0) + 1);
     plan.add(row, outcome);
   }
+  // One metric update per outcome kind and call, not per row.
+  for (const [outcome, n] of perOutcome) ctx.metrics.count('outboxDestinationMessages', n, { destination: destination.name, outcome });
 }
 
 /** A signal that aborts when the pass stops, or when every row of the call has lost its claim. */
