@@ -8,6 +8,7 @@
  */
 import type pg from 'pg';
 import type { Driver } from '../db/driver.ts';
+import type { SqlServerDriver } from '../db/sqlserver/sqlserver-driver.ts';
 import { PostgresDriver } from '../db/postgres/postgres-driver.ts';
 import { pgTransaction } from '../db/postgres/pg-pool.ts';
 import { UsageError } from '../errors.ts';
@@ -20,8 +21,20 @@ export function pgTransactionRunner(pool: pg.Pool): TransactionRunner<pg.PoolCli
   return (work) => pgTransaction(pool, work);
 }
 
-/** The runner of a driver that can open transactions itself (PostgreSQL); others must pass one. */
-export function defaultTransactionRunner(driver: Driver): TransactionRunner<pg.PoolClient> {
-  if (driver instanceof PostgresDriver) return pgTransactionRunner(driver.pool);
-  throw new UsageError(`a pull worker on ${driver.dialect} needs the \`transactions\` option (a TransactionRunner)`);
+/**
+ * A runner on the SQL Server driver's pool: one `mssql` Transaction (READ COMMITTED) per call.
+ * `mssql` is loaded only when a SQL Server worker runs.
+ */
+export function mssqlTransactionRunner(driver: Pick<SqlServerDriver, 'pool'>): TransactionRunner<unknown> {
+  return async (work) => {
+    const { mssqlTransaction } = await import('../db/sqlserver/mssql-pool.ts');
+    return mssqlTransaction(await driver.pool(), work);
+  };
+}
+
+/** The runner of a QueueBox driver: its own pool, on either dialect; other drivers must pass one. */
+export function defaultTransactionRunner(driver: Driver): TransactionRunner<unknown> {
+  if (driver instanceof PostgresDriver) return pgTransactionRunner(driver.pool) as TransactionRunner<unknown>;
+  if (driver.dialect === 'sqlserver' && typeof (driver as Partial<SqlServerDriver>).pool === 'function') return mssqlTransactionRunner(driver as SqlServerDriver);
+  throw new UsageError(`a pull worker on this ${driver.dialect} driver needs the \`transactions\` option (a TransactionRunner)`);
 }
