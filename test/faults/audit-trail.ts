@@ -1,0 +1,47 @@
+/**
+ * The checker's own view of the outbox: a row trigger (installed in the test schema only) that
+ * records every state change with the token it replaced and whether the replaced lease was still
+ * live at that moment (database clock, 50 ms of tolerance for the time between the fence check
+ * and the trigger). It is a BEFORE trigger: it fires as each row qualifies, whereas an AFTER row
+ * trigger fires at the end of the statement, possibly long after a multi-row statement checked
+ * the first row's lease. The trigger adds work to each write, never changes one.
+ */
+import type pg from 'pg';
+
+/** One audited state change of an outbox row, in commit-independent insertion order. */
+export interface AuditEntry {
+  row_id: string;
+  old_state: string;
+  new_state: string;
+  old_token: string | null;
+  old_attempt: number;
+  new_attempt: number;
+  lease_live: boolean;
+}
+
+/** Creates the audit table and the trigger on `schema`.outbox. */
+export async function installAuditTrail(pool: pg.Pool, schema: string): Promise<void> {
+  const s = `"${schema}"`;
+  await pool.query(`
+    CREATE TABLE ${s}.faults_audit (
+      n bigserial PRIMARY KEY, row_id uuid NOT NULL, old_state text NOT NULL, new_state text NOT NULL,
+      old_token uuid, old_attempt int NOT NULL, new_attempt int NOT NULL, lease_live boolean NOT NULL);
+    CREATE FUNCTION ${s}.faults_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF OLD.state IS DISTINCT FROM NEW.state THEN
+        INSERT INTO ${s}.faults_audit (row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live)
+        VALUES (OLD.id, OLD.state, NEW.state, OLD.claim_token, OLD.attempt, NEW.attempt,
+                COALESCE(OLD.lease_expires_at > clock_timestamp() - interval '50 milliseconds', false));
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER faults_audit BEFORE UPDATE ON ${s}.outbox FOR EACH ROW EXECUTE FUNCTION ${s}.faults_audit_fn();`);
+}
+
+/** Every audited change. */
+export async function readAuditTrail(pool: pg.Pool, schema: string): Promise<AuditEntry[]> {
+  const { rows } = await pool.query<AuditEntry>(
+    `SELECT row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live FROM "${schema}".faults_audit ORDER BY n`,
+  );
+  return rows;
+}

@@ -1,0 +1,78 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { insertOutboxRows } from '../helpers/outbox-pass-fixture.ts';
+import { delay } from '../helpers/wait.ts';
+import { installAuditTrail } from './audit-trail.ts';
+import { brokenFenceDriver } from './broken-fence-driver.ts';
+import { checkRun } from './checker.ts';
+import type { FaultDelivery } from './fault-destination.ts';
+import { faultyDriver, InvocationFaults, Ledger } from './invocation-faults.ts';
+
+describe('the fault checker', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase();
+    await db.pool.query(`CREATE TABLE "${db.schema}".faults_effects (n bigserial PRIMARY KEY, inbox_id uuid NOT NULL)`);
+    await installAuditTrail(db.pool, db.schema);
+  });
+  after(async () => db.drop());
+
+  it('reports a fence violation when a frozen owner thaws and its mark-sent ignores the claim token and lease', async () => {
+    const ids = await insertOutboxRows(db, [0, 1, 2].map((i) => ({ topic: 'orders.created', key: `k${i}`, payload: { i } })));
+    const ledger = new Ledger();
+    const stale = db.newDriver();
+    const owner = faultyDriver(brokenFenceDriver(stale), new InvocationFaults(stale.pool), ledger);
+    const deliveries: FaultDelivery[] = [];
+    const deliver = (rowIds: string[]) => rowIds.forEach((id) => deliveries.push({ n: deliveries.length, id, key: null, attempt: 0, at: Date.now() }));
+
+    // The old owner claims and publishes, then freezes past its lease.
+    const first = await owner.outboxClaimMany({ limit: 10, leaseMs: 1000 });
+    assert.equal(first.length, 3);
+    deliver(first.map((r) => r.id));
+    await delay(1100);
+    // A new owner reclaims, claims again and is still publishing when the old owner thaws.
+    assert.equal((await db.driver.outboxReclaimExpired({})).reclaimed, 3);
+    const second = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
+    assert.equal(second.length, 3);
+    const changed = await owner.outboxMarkSentMany({ claims: first.map((r) => ({ id: r.id, token: r.claimToken })) });
+    assert.deepEqual(new Set(changed), new Set(ids), 'the broken fence let the stale owner write');
+    deliver(second.map((r) => r.id));
+
+    const report = await checkRun({
+      pool: db.pool,
+      schema: db.schema,
+      deliveries,
+      ledger,
+      counters: { outboxClaimsLost: 0, outboxReclaimed: 3, inboxClaimsLost: 0, pullClaimsLost: 0 },
+    });
+    assert.equal(report.violations.get('fence: a stale token marked a row sent')?.count, 3, [...report.violations.keys()].join(', '));
+  });
+
+  it('reports nothing for the same schedule when the fence is intact', async () => {
+    await db.pool.query(`TRUNCATE "${db.schema}".outbox, "${db.schema}".faults_audit`);
+    await insertOutboxRows(db, [0, 1, 2].map((i) => ({ topic: 'orders.created', key: `k${i}`, payload: { i } })));
+    const ledger = new Ledger();
+    const stale = db.newDriver();
+    const owner = faultyDriver(stale, new InvocationFaults(stale.pool), ledger);
+    const deliveries: FaultDelivery[] = [];
+    const deliver = (rowIds: string[]) => rowIds.forEach((id) => deliveries.push({ n: deliveries.length, id, key: null, attempt: 0, at: Date.now() }));
+    const first = await owner.outboxClaimMany({ limit: 10, leaseMs: 1000 });
+    deliver(first.map((r) => r.id));
+    await delay(1100);
+    assert.equal((await db.driver.outboxReclaimExpired({})).reclaimed, 3);
+    const second = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
+    assert.deepEqual(await owner.outboxMarkSentMany({ claims: first.map((r) => ({ id: r.id, token: r.claimToken })) }), []);
+    deliver(second.map((r) => r.id));
+    await db.driver.outboxMarkSentMany({ claims: second.map((r) => ({ id: r.id, token: r.claimToken })) });
+
+    const report = await checkRun({
+      pool: db.pool,
+      schema: db.schema,
+      deliveries,
+      ledger,
+      counters: { outboxClaimsLost: 3, outboxReclaimed: 3, inboxClaimsLost: 0, pullClaimsLost: 0 },
+    });
+    assert.equal(report.violationCount, 0, [...report.violations.entries()].map(([k, v]) => `${k}: ${v.examples.join('; ')}`).join('\n'));
+  });
+});

@@ -1,0 +1,259 @@
+/**
+ * One fault run: seeds outbox, push-inbox and pull-inbox rows, runs several outbox pollers, inbox
+ * relays and pull workers at once as short overlapping invocations (short leases, clocks skewed
+ * by minutes, some with a tiny statement timeout, some frozen past their lease, some killed),
+ * while the injector cuts connections, holds locks and emulates a restart; then the checker
+ * judges the outcome. A seed fixes every fault decision (timings still vary with the machine).
+ */
+import type { Driver } from '../../lib/db/driver.ts';
+import { createPgPool, pgTransaction } from '../../lib/db/postgres/pg-pool.ts';
+import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
+import { runRelayPass } from '../../lib/inbox/relay-pass.ts';
+import { createLogger } from '../../lib/observability/logger.ts';
+import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
+import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { createRouter } from '../../lib/outbox/routes.ts';
+import { createPullWorker } from '../../lib/pull/pull-worker.ts';
+import { createDeadline } from '../../lib/runtime/deadline.ts';
+import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { installAuditTrail } from './audit-trail.ts';
+import { brokenFenceDriver } from './broken-fence-driver.ts';
+import { checkRun, type CheckReport, type CounterTotals } from './checker.ts';
+import { DEFAULT_DESTINATION_RATES, FaultDestination } from './fault-destination.ts';
+import { Injector } from './injector.ts';
+import { faultyDriver, InvocationFaults, Ledger } from './invocation-faults.ts';
+import { Prng } from './prng.ts';
+import { seedRows } from './seed-rows.ts';
+
+export interface FaultRunOptions {
+  seed: number;
+  /** Total messages: outbox rows, push inbox rows (relayed, then delivered) and pull rows. */
+  messages: number;
+  /** Shares of push and pull inbox rows; default 0.25 and 0.15 (the rest are outbox rows). */
+  pushShare?: number;
+  pullShare?: number;
+  /** Invocations of each kind running at once. */
+  outboxWorkers?: number;
+  relayWorkers?: number;
+  pullWorkers?: number;
+  /** Give up (and report what is unfinished as loss) after this long. */
+  maxRunMs?: number;
+  /** Use the deliberately broken mark-sent (proves the checker). */
+  brokenFence?: boolean;
+  /** Progress lines. */
+  log?: (line: string) => void;
+}
+
+export interface FaultRunResult {
+  seed: number;
+  messages: number;
+  durationMs: number;
+  invocations: Record<string, number>;
+  faults: Record<string, number>;
+  counters: CounterTotals;
+  report: CheckReport;
+  database: string;
+}
+
+const silent = createLogger({ serviceName: 'queuebox-faults', logLevel: 'SILENT' });
+const pullLogger = { warn: () => {}, error: () => {} };
+
+export async function runFaults(options: FaultRunOptions): Promise<FaultRunResult> {
+  const started = Date.now();
+  const log = options.log ?? (() => {});
+  const root = new Prng(options.seed);
+  const db: TestDatabase = await createTestDatabase({
+    outbox: { batchSize: 50, concurrency: 4, pollIntervalMs: 20, retryBaseDelayMs: 20, maxAttempts: 10, claimTimeoutMs: 1500, shutdownTimeoutMs: 500 },
+    inbox: {
+      relay: { batchSize: 50, concurrency: 4, pollIntervalMs: 20, claimTimeoutMs: 1500, shutdownTimeoutMs: 500, retryBaseDelayMs: 20, maxAttempts: 10 },
+      sources: { shop: { type: 'http', path: '/shop' }, jobs: { type: 'http', path: '/jobs', consumption: 'pull' } },
+    },
+    database: { poolMax: 3 },
+  });
+  const s = `"${db.schema}"`;
+  try {
+    await db.pool.query(`CREATE TABLE ${s}.faults_effects (n bigserial PRIMARY KEY, inbox_id uuid NOT NULL)`);
+    await installAuditTrail(db.pool, db.schema);
+    const counts = await seedRows(db, options.messages, root.fork('seed'), { push: options.pushShare ?? 0.25, pull: options.pullShare ?? 0.15 });
+    log(`seeded ${counts.outbox} outbox, ${counts.push} push, ${counts.pull} pull rows in schema ${db.schema}`);
+
+    const ledger = new Ledger();
+    const destination = new FaultDestination(root.fork('destination'), DEFAULT_DESTINATION_RATES, 2500);
+    const live = new Set<InvocationFaults>();
+    const injector = new Injector(db.pool, db.schema, live, root.fork('injector'));
+    const metrics: QueueBoxMetrics[] = [];
+    const invocations: Record<string, number> = { outbox: 0, relay: 0, pull: 0 };
+    const injected = { kill: 0, freeze: 0, skewedClock: 0, shortStatementTimeout: 0, handlerError: 0 };
+    const router = createRouter([{ topicPattern: '**', destination: 'faults' }]);
+    let stop = false;
+    let clientErrors = 0;
+    const everyPid: Array<Set<number>> = [];
+
+    const invoke = async (kind: 'outbox' | 'relay' | 'pull', index: number): Promise<void> => {
+      const rng = root.fork(`${kind}:${index}`);
+      invocations[kind]!++;
+      const timeoutMs = rng.int(2500, 6000);
+      const claimTimeoutMs = rng.int(1000, 3000);
+      const skewMs = rng.pick([0, 0, 0, 5 * 60_000, -5 * 60_000, 3 * 60_000]);
+      if (skewMs !== 0) injected.skewedClock++;
+      const shortTimeout = rng.chance(0.15);
+      if (shortTimeout) injected.shortStatementTimeout++;
+      const pool = createPgPool({ ...db.config.database, statementTimeoutMs: shortTimeout ? 150 : 10_000 }, db.url);
+      const faults = new InvocationFaults(pool);
+      live.add(faults);
+      everyPid.push(faults.pids);
+      const base = new PostgresDriver({ config: db.config, url: db.url, pool });
+      const driver: Driver = faultyDriver(options.brokenFence ? brokenFenceDriver(base) : base, faults, ledger);
+      const timers: NodeJS.Timeout[] = [];
+      let onKill = () => {};
+      const killed = new Promise<void>((resolve) => (onKill = resolve));
+      if (rng.chance(0.08)) {
+        timers.push(setTimeout(() => {
+          injected.kill++;
+          faults.kill();
+          void injector.terminate(faults.pids);
+          onKill();
+        }, rng.int(100, timeoutMs - 500)));
+      }
+      if (rng.chance(options.brokenFence ? 0.5 : 0.1)) {
+        const freezeMs = Math.round(claimTimeoutMs * (1.5 + rng.float()));
+        timers.push(setTimeout(() => {
+          injected.freeze++;
+          faults.freeze(freezeMs);
+        }, rng.int(50, timeoutMs - 500)));
+      }
+      const context = createInvocationContext({ timeoutMs, functionName: `faults-${kind}`, now: () => Date.now() + skewMs });
+      const deadline = createDeadline(context, 300);
+      const m = new QueueBoxMetrics({ namespace: 'QueueBoxFaults', serviceName: 'faults', write: () => {} });
+      metrics.push(m);
+      let work: Promise<unknown>;
+      if (kind === 'outbox') {
+        work = runOutboxPass({
+          driver,
+          config: { outbox: { ...db.config.outbox, claimTimeoutMs } },
+          destinations: new Map([['faults', destination.forInvocation(faults)]]),
+          router,
+          deadline,
+          metrics: m,
+          logger: silent,
+          mode: 'deadline',
+          random: rng.float,
+        });
+      } else if (kind === 'relay') {
+        work = runRelayPass({ config: { ...db.config, inbox: { ...db.config.inbox, relay: { ...db.config.inbox.relay, claimTimeoutMs } } }, driver, logger: silent, metrics: m, deadline, random: rng.float });
+      } else {
+        work = createPullWorker({
+          driver,
+          config: db.config,
+          source: 'jobs',
+          leaseMs: claimTimeoutMs,
+          batch: 50,
+          concurrency: 8,
+          retry: { maxAttempts: 10, baseDelayMs: 20, maxDelayMs: 500, jitter: 0.2 },
+          shutdownTimeoutMs: 300,
+          metrics: m,
+          logger: pullLogger,
+          transactions: (fn) => faults.run(() => pgTransaction(pool, fn)),
+          handler: async (message, { transaction }) => {
+            await faults.gate();
+            if ((message.payload as { poison?: boolean }).poison === true) throw new Error('poison message (injected)');
+            if (rng.chance(0.03)) {
+              injected.handlerError++;
+              throw new Error('handler failed (injected)');
+            }
+            await transaction((tx) => tx.query(`INSERT INTO ${s}.faults_effects (inbox_id) VALUES ($1)`, [message.id]));
+          },
+        }).runOnce({ deadline });
+      }
+      await Promise.race([work.catch(() => {}), killed]);
+      for (const t of timers) clearTimeout(t);
+      clientErrors += faults.clientErrors;
+      live.delete(faults);
+      if (faults.killed) void pool.end().catch(() => {});
+      else await pool.end().catch(() => {});
+    };
+
+    const loop = async (kind: 'outbox' | 'relay' | 'pull', slot: number, width: number): Promise<void> => {
+      for (let i = slot; !stop; i += width) {
+        await invoke(kind, i);
+        await new Promise((resolve) => setTimeout(resolve, 5 + (i % 7) * 5));
+      }
+    };
+    const widths = { outbox: options.outboxWorkers ?? 3, relay: options.relayWorkers ?? 2, pull: options.pullWorkers ?? 2 };
+    const loops: Array<Promise<void>> = [];
+    for (const kind of ['outbox', 'relay', 'pull'] as const) for (let slot = 0; slot < widths[kind]; slot++) loops.push(loop(kind, slot, widths[kind]));
+    injector.start(root.fork('restart').int(2000, 5000));
+    // What autovacuum does on a normal server (the CI machine's PostgreSQL runs with it off):
+    // without it, dead row versions pile up and every claim slows down as the run goes on.
+    const vacuum = (async () => {
+      while (!stop) {
+        await new Promise((resolve) => setTimeout(resolve, 10_000));
+        for (const table of ['outbox', 'inbox']) if (!stop) await db.pool.query(`VACUUM (ANALYZE) ${s}.${table}`).catch(() => {});
+      }
+    })();
+
+    const maxRunMs = options.maxRunMs ?? 10 * 60_000;
+    let lastLog = Date.now();
+    for (;;) {
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const { rows } = await db.pool.query<{ open: number }>(
+        `SELECT (SELECT count(*) FROM ${s}.outbox WHERE state IN ('pending', 'processing'))::int + (SELECT count(*) FROM ${s}.inbox WHERE state IN ('pending', 'processing'))::int AS open`,
+      );
+      const open = rows[0]!.open;
+      if (Date.now() - lastLog > 10_000) {
+        lastLog = Date.now();
+        log(`${Math.round((Date.now() - started) / 1000)} s: ${open} rows open, ${destination.deliveries.length} deliveries`);
+      }
+      if (open === 0 || Date.now() - started > maxRunMs) break;
+    }
+    stop = true;
+    await injector.stop();
+    await Promise.all(loops);
+    await vacuum;
+
+    // Connections a killed invocation left behind (its pool was never drained) would hold locks.
+    await injector.terminate(everyPid.flatMap((pids) => [...pids]));
+    const sum = (key: 'claimsLost' | 'outboxReclaimed', dims: Record<string, string> = {}) => metrics.reduce((n, m) => n + m.value(key, dims), 0);
+    const counters: CounterTotals = {
+      outboxClaimsLost: sum('claimsLost', { component: 'outbox' }),
+      outboxReclaimed: sum('outboxReclaimed'),
+      inboxClaimsLost: sum('claimsLost', { component: 'inbox' }),
+      pullClaimsLost: sum('claimsLost', { component: 'pull' }),
+    };
+    const report = await checkRun({ pool: db.pool, schema: db.schema, deliveries: destination.deliveries, ledger, counters });
+    const server = (await db.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)).rows[0]!.v;
+    return {
+      seed: options.seed,
+      messages: counts.outbox + counts.push + counts.pull,
+      durationMs: Date.now() - started,
+      invocations,
+      faults: {
+        'invocation killed (mid-publish / mid-transaction)': injected.kill,
+        'invocation frozen past its lease': injected.freeze,
+        'host clock skewed ±3–5 min': injected.skewedClock,
+        'invocation with 150 ms statement_timeout': injected.shortStatementTimeout,
+        'table lock window (statement timeouts)': injector.counts.lockWindows,
+        'statement timeouts hit': ledger.errors.statementTimeout,
+        'connection terminated (pg_terminate_backend)': injector.counts.connectionKills,
+        'connection errors seen by invocations': ledger.errors.connection,
+        'client error events on checked-out connections': clientErrors,
+        'database restart (emulated: all backends terminated for 1.2 s)': injector.counts.restarts,
+        'destination throttled': destination.injected.throttle,
+        'destination timeout': destination.injected.timeout,
+        'destination slow call (2.5 s, longer than the lease)': destination.injected.slow,
+        'destination partial batch': destination.injected.partial,
+        'destination entry retryable': destination.injected.entryRetryable,
+        'destination entry permanent (retried)': destination.injected.entryPermanent,
+        'destination poison (permanent, dead now)': destination.injected.poison,
+        'pull handler error': injected.handlerError,
+      },
+      counters,
+      report,
+      database: `PostgreSQL ${server}`,
+    };
+  } finally {
+    if (process.env.FAULTS_KEEP_SCHEMA !== '1') await db.drop().catch(() => {});
+  }
+}
+
