@@ -30,6 +30,13 @@ export function createPgPool(database: QueueBoxConfig['database'], url: string):
   // A pooled idle client whose connection drops emits 'error' on the pool; without a listener
   // the process would crash. The next checkout simply gets a fresh connection.
   pool.on('error', () => {});
+  // The same for a client that is checked out (e.g. idle between two statements of a
+  // transaction) when the server ends its connection: the event has no other listener and would
+  // crash the process. The caller's next statement fails instead (mapped to a transient error)
+  // and the broken client is discarded on release.
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
   return pool;
 }
 
