@@ -126,12 +126,19 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
           WHERE c.state = 'pending'
             AND c.consumption = 'push'
             AND c.scheduled_at <= clock_timestamp()
-            AND (c.aggregate_id IS NULL OR NOT EXISTS (
-                  SELECT 1 FROM ${t} h
-                   WHERE h.aggregate_id = c.aggregate_id
-                     AND h.consumption = 'push'
-                     AND h.state IN ('pending', 'processing')
-                     AND (h.sequence < c.sequence OR h.state = 'processing')))
+            AND (c.aggregate_id IS NULL OR (
+                  NOT EXISTS (
+                    SELECT 1 FROM ${t} h
+                     WHERE h.aggregate_id = c.aggregate_id
+                       AND h.consumption = 'push'
+                       AND h.state IN ('pending', 'processing')
+                       AND h.sequence < c.sequence)
+                  -- two probes, not one OR: each is an index range (head; in-flight rows)
+                  AND NOT EXISTS (
+                    SELECT 1 FROM ${t} b
+                     WHERE b.aggregate_id = c.aggregate_id
+                       AND b.consumption = 'push'
+                       AND b.state = 'processing')))
           ORDER BY c.scheduled_at, c.sequence
           LIMIT $1
           FOR UPDATE SKIP LOCKED

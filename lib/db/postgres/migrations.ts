@@ -111,6 +111,17 @@ CREATE TABLE IF NOT EXISTS ${n.maintenance} (
 CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_pull_head_idx`)} ON ${n.inbox} (source, aggregate_id, sequence) WHERE state IN ('pending', 'processing') AND consumption = 'pull';
 `,
   },
+  {
+    version: 3,
+    name: 'in-flight rows per key and per aggregate',
+    // A row that commits after a later row of its key was claimed (its sequence came first but
+    // its transaction committed last) must not go in flight beside it: the claims check these
+    // small indexes of processing rows, besides the head check.
+    sql: (n) => `
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.outboxTable}_key_processing_idx`)} ON ${n.outbox} (key) WHERE state = 'processing' AND key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_aggregate_processing_idx`)} ON ${n.inbox} (aggregate_id) WHERE state = 'processing' AND consumption = 'push' AND aggregate_id IS NOT NULL;
+`,
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

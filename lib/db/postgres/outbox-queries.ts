@@ -82,11 +82,16 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
           -- Due check: statement_timestamp() is stable, so it bounds the pending-index scan and
           -- rows scheduled for later (retries) are not walked. Leases still use clock_timestamp().
           AND c.scheduled_at <= statement_timestamp()
-          AND (c.key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM ${t} h
-                 WHERE h.key = c.key
-                   AND h.state IN ('pending', 'processing')
-                   AND h.sequence < c.sequence))
+          AND (c.key IS NULL OR (
+                NOT EXISTS (
+                  SELECT 1 FROM ${t} h
+                   WHERE h.key = c.key
+                     AND h.state IN ('pending', 'processing')
+                     AND h.sequence < c.sequence)
+                -- a later row of the key already in flight (this row committed after it was claimed)
+                AND NOT EXISTS (
+                  SELECT 1 FROM ${t} b
+                   WHERE b.key = c.key AND b.state = 'processing')))
         ORDER BY c.scheduled_at, c.sequence
         LIMIT $1
         FOR UPDATE SKIP LOCKED

@@ -146,6 +146,15 @@ CREATE TABLE ${n.maintenance} (
       createIndex(n.inbox, `${n.inboxTable}_pull_head_idx`, `INDEX {index} ON {table} (source, aggregate_id, [sequence]) WHERE state IN (N'pending', N'processing') AND consumption = N'pull'`, true),
     ],
   },
+  {
+    version: 3,
+    name: 'in-flight rows per key and per aggregate',
+    // Same indexes as PostgreSQL migration 3.
+    statements: (n) => [
+      createIndex(n.outbox, `${n.outboxTable}_key_processing_idx`, `INDEX {index} ON {table} ([key]) WHERE state = N'processing' AND [key] IS NOT NULL`, true),
+      createIndex(n.inbox, `${n.inboxTable}_aggregate_processing_idx`, `INDEX {index} ON {table} (aggregate_id) WHERE state = N'processing' AND consumption = N'push' AND aggregate_id IS NOT NULL`, true),
+    ],
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -108,11 +108,15 @@ export function buildOutboxClaim(names: MssqlNames, p: { limit: number; leaseMs:
            FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
           WHERE c.state = N'pending'
             AND c.scheduled_at <= SYSUTCDATETIME()
-            AND (c.[key] IS NULL OR NOT EXISTS (
-                  SELECT 1 FROM ${t} AS h
-                   WHERE h.[key] = c.[key]
-                     AND h.state IN (N'pending', N'processing')
-                     AND h.[sequence] < c.[sequence]))
+            AND (c.[key] IS NULL OR (
+                  NOT EXISTS (
+                    SELECT 1 FROM ${t} AS h
+                     WHERE h.[key] = c.[key]
+                       AND h.state IN (N'pending', N'processing')
+                       AND h.[sequence] < c.[sequence])
+                  AND NOT EXISTS (
+                    SELECT 1 FROM ${t} AS b
+                     WHERE b.[key] = c.[key] AND b.state = N'processing')))
           ORDER BY c.scheduled_at, c.[sequence]
          ) AS picked ON picked.id = o.id;`;
   return {
