@@ -9,7 +9,7 @@ import type { Context } from 'aws-lambda';
 import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
 import { OutboxPassError, runOutboxPass, type OutboxPassSummary } from '../lib/outbox/outbox-pass.ts';
 import { createRouter, type Router } from '../lib/outbox/routes.ts';
-import { getContainer, passMetrics, type Container } from '../lib/runtime/container.ts';
+import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
 
 export interface OutboxPollerOptions {
@@ -25,16 +25,10 @@ interface PollerDependencies {
 /** Builds a poller handler; the module's `handler` is the one deployed. */
 export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: unknown, context: Context) => Promise<OutboxPassSummary> {
   const build = options.buildDestinations ?? ((container: Container) => createDestinations(container.config));
-  const perContainer = new WeakMap<Container, PollerDependencies>();
-  const dependencies = (container: Container): PollerDependencies => {
-    let deps = perContainer.get(container);
-    if (!deps) {
-      const destinations = build(container);
-      deps = { destinations, router: createRouter(container.config.outbox.routes, Object.fromEntries(destinations)) };
-      perContainer.set(container, deps);
-    }
-    return deps;
-  };
+  const dependencies = perContainer((container): PollerDependencies => {
+    const destinations = build(container);
+    return { destinations, router: createRouter(container.config.outbox.routes, Object.fromEntries(destinations)) };
+  });
 
   return async function outboxPoller(_event, context) {
     const container = await getContainer();

@@ -7,34 +7,12 @@
  */
 import type { RouteConfig } from '../config/schema.ts';
 import { ConfigError } from '../errors.ts';
+import { topicPatternSource } from '../config/topic-pattern.ts';
+
+export { topicPatternSource };
 
 /** Resolves a topic to a destination name; `undefined` when no route matches. */
 export type Router = (topic: string) => string | undefined;
-
-/**
- * Anchored regular-expression source for a topic pattern (`^…$`), valid both as a JavaScript
- * `RegExp` and as a PostgreSQL `~` pattern, so replay-by-destination can filter in SQL with
- * exactly the semantics of `createRouter`.
- */
-export function topicPatternSource(pattern: string): string {
-  let source = '';
-  for (let i = 0; i < pattern.length; i++) {
-    const char = pattern[i]!;
-    if (char === '*') {
-      if (pattern[i + 1] === '*') {
-        source += '.*';
-        i++;
-      } else {
-        source += '[^.]+';
-      }
-    } else if (/[\\^$.|?+()[\]{}/]/.test(char)) {
-      source += `\\${char}`;
-    } else {
-      source += char;
-    }
-  }
-  return `^${source}$`;
-}
 
 /** Compiles one pattern to a `RegExp` with the routing semantics above. */
 export function compileTopicPattern(pattern: string): RegExp {

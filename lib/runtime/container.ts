@@ -53,3 +53,19 @@ export function passMetrics(container: Container): QueueBoxMetrics {
     ...(container.writeMetrics ? { write: container.writeMetrics } : {}),
   });
 }
+
+/**
+ * Memoizes `build(container)` per container: handlers build their receivers, destinations and
+ * routers once per Lambda container, not per invocation.
+ */
+export function perContainer<T>(build: (container: Container) => T): (container: Container) => T {
+  const built = new WeakMap<Container, T>();
+  return (container) => {
+    let value = built.get(container);
+    if (value === undefined) {
+      value = build(container);
+      built.set(container, value);
+    }
+    return value;
+  };
+}

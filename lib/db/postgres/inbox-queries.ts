@@ -13,6 +13,7 @@ import { msInterval, type PgContext } from './context.ts';
 import { FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
+import { deadList, tableStats } from './table-reads.ts';
 
 
 /** An inbox row as the claim statements return it. */
@@ -215,30 +216,12 @@ export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: numb
 
 /** Counts per state (push and pull) and the age in seconds of the oldest due pending push row. */
 export async function inboxStats(ctx: PgContext): Promise<TableStats> {
-  const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
-    ctx.pool,
-    `SELECT state, count(*) AS n,
-            EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at)
-              FILTER (WHERE state = 'pending' AND consumption = 'push' AND scheduled_at <= clock_timestamp()))::float8 AS oldest
-       FROM ${ctx.names.inbox} GROUP BY state`,
-  );
-  const counts: Record<string, number> = { pending: 0, processing: 0, processed: 0, dead: 0 };
-  let oldest = 0;
-  for (const r of rows) {
-    counts[r.state] = Number(r.n);
-    if (r.oldest !== null) oldest = Math.max(oldest, r.oldest);
-  }
-  return { counts, oldestPendingAgeSeconds: oldest };
+  return tableStats(ctx.pool, ctx.names.inbox, ['pending', 'processing', 'processed', 'dead'], `consumption = 'push'`);
 }
 
 /** The latest dead rows, newest first; `topicOrSource` is the source. */
 export async function inboxDeadList(ctx: PgContext, p: { limit: number }): Promise<DeadRowSummary[]> {
-  const { rows } = await pgQuery<{ id: string; source: string; last_error: string | null; updated_at: Date }>(
-    ctx.pool,
-    `SELECT id, source, last_error, updated_at FROM ${ctx.names.inbox} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
-    [p.limit],
-  );
-  return rows.map((r) => ({ id: r.id, topicOrSource: r.source, lastError: r.last_error, updatedAt: r.updated_at }));
+  return deadList(ctx.pool, ctx.names.inbox, 'source', p.limit);
 }
 
 /** Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago. */

@@ -10,6 +10,8 @@ import { msInterval, type PgContext } from './context.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
 import { FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
+import { deadList, tableStats } from './table-reads.ts';
+import { topicPatternSource } from '../../config/topic-pattern.ts';
 
 
 interface OutboxDbRow {
@@ -148,42 +150,11 @@ export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: num
 }
 
 export async function outboxStats(ctx: PgContext): Promise<TableStats> {
-  const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
-    ctx.pool,
-    `SELECT state, count(*) AS n,
-            EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at) FILTER (WHERE state = 'pending' AND scheduled_at <= clock_timestamp()))::float8 AS oldest
-       FROM ${ctx.names.outbox} GROUP BY state`,
-  );
-  const counts: Record<string, number> = { pending: 0, processing: 0, sent: 0, dead: 0 };
-  let oldest = 0;
-  for (const r of rows) {
-    counts[r.state] = Number(r.n);
-    if (r.oldest !== null) oldest = Math.max(oldest, r.oldest);
-  }
-  return { counts, oldestPendingAgeSeconds: oldest };
+  return tableStats(ctx.pool, ctx.names.outbox, ['pending', 'processing', 'sent', 'dead']);
 }
 
 export async function outboxDeadList(ctx: PgContext, p: { limit: number }): Promise<DeadRowSummary[]> {
-  const { rows } = await pgQuery<{ id: string; topic: string; last_error: string | null; updated_at: Date }>(
-    ctx.pool,
-    `SELECT id, topic, last_error, updated_at FROM ${ctx.names.outbox} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
-    [p.limit],
-  );
-  return rows.map((r) => ({ id: r.id, topicOrSource: r.topic, lastError: r.last_error, updatedAt: r.updated_at }));
-}
-
-/** Translates a route topic pattern (`*` one segment, `**` anything) into an anchored POSIX regex. */
-export function topicPatternToRegex(pattern: string): string {
-  let out = '^';
-  for (let i = 0; i < pattern.length; i++) {
-    const c = pattern[i]!;
-    if (c === '*' && pattern[i + 1] === '*') {
-      out += '.*';
-      i++;
-    } else if (c === '*') out += '[^.]+';
-    else out += /[\\^$.|?+()[\]{}]/.test(c) ? `\\${c}` : c;
-  }
-  return `${out}$`;
+  return deadList(ctx.pool, ctx.names.outbox, 'topic', p.limit);
 }
 
 export async function outboxReplay(ctx: PgContext, f: ReplayFilter): Promise<number> {
@@ -195,7 +166,7 @@ export async function outboxReplay(ctx: PgContext, f: ReplayFilter): Promise<num
   };
   if (f.ids?.length) where.push(`id = ANY(${bind(f.ids)}::uuid[])`);
   if (f.topics?.length) where.push(`topic = ANY(${bind(f.topics)}::text[])`);
-  if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternToRegex))}::text[])`);
+  if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternSource))}::text[])`);
   if (f.createdFrom) where.push(`created_at >= ${bind(f.createdFrom)}`);
   if (f.createdTo) where.push(`created_at < ${bind(f.createdTo)}`);
   if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
-import { topicPatternToRegex } from '../postgres/outbox-queries.ts';
+import { topicPatternSource } from '../../config/topic-pattern.ts';
 import { withSessionClaimLock } from './claim-locks.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildGatedReclaim, reclaimUpdateSql, runGatedReclaim } from './maintenance-queries.ts';
@@ -224,7 +224,7 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
   const states = replayStates(f);
   let matched: string[] | undefined;
   if (f.topicPatterns?.length) {
-    const patterns = f.topicPatterns.map((p) => new RegExp(topicPatternToRegex(p)));
+    const patterns = f.topicPatterns.map((p) => new RegExp(topicPatternSource(p), 'u'));
     const { recordset } = await runStatement<{ topic: string }>(runner, buildOutboxReplayTopics(names, states));
     matched = recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
     if (matched.length === 0) return 0;

@@ -1,0 +1,39 @@
+/**
+ * Read-only queries the outbox and inbox tables share: counts per state with the oldest due
+ * pending age, and the latest dead rows.
+ *
+ * `table` is a quoted, qualified name from `PgNames`; `label` is an unquoted column of it.
+ */
+import type { DeadRowSummary, TableStats } from '../driver.ts';
+import { pgQuery, type PgQueryable } from './pg-pool.ts';
+
+/**
+ * Rows per state (every state in `states` present, 0 when empty) and the age in seconds of the
+ * oldest due `pending` row matching `pendingCondition` (SQL on the table's columns).
+ */
+export async function tableStats(db: PgQueryable, table: string, states: readonly string[], pendingCondition = 'TRUE'): Promise<TableStats> {
+  const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
+    db,
+    `SELECT state, count(*) AS n,
+            EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at)
+              FILTER (WHERE state = 'pending' AND (${pendingCondition}) AND scheduled_at <= clock_timestamp()))::float8 AS oldest
+       FROM ${table} GROUP BY state`,
+  );
+  const counts: Record<string, number> = Object.fromEntries(states.map((s) => [s, 0]));
+  let oldest = 0;
+  for (const r of rows) {
+    counts[r.state] = Number(r.n);
+    if (r.oldest !== null) oldest = Math.max(oldest, r.oldest);
+  }
+  return { counts, oldestPendingAgeSeconds: oldest };
+}
+
+/** The latest `limit` dead rows, newest first; `label` (topic or source) becomes `topicOrSource`. */
+export async function deadList(db: PgQueryable, table: string, label: 'topic' | 'source', limit: number): Promise<DeadRowSummary[]> {
+  const { rows } = await pgQuery<{ id: string; label: string; last_error: string | null; updated_at: Date }>(
+    db,
+    `SELECT id, ${label} AS label, last_error, updated_at FROM ${table} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
+    [limit],
+  );
+  return rows.map((r) => ({ id: r.id, topicOrSource: r.label, lastError: r.last_error, updatedAt: r.updated_at }));
+}
