@@ -18,7 +18,7 @@
 import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import { classifyCallError } from './classify-call-error.ts';
 import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
-import { packBatches } from './pack-batches.ts';
+import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelope } from './event-envelope.ts';
 
 /** EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB). */
@@ -67,19 +67,12 @@ export class EventBridgeDestination implements Destination {
   }
 
   async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
-    const outcomes: EntryOutcome[] = new Array(messages.length);
-    const prepared: PreparedEntry[] = [];
-    messages.forEach((message, index) => {
-      const result = this.#prepare(message, index);
-      if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true };
-      else prepared.push(result);
-    });
-    await Promise.all(
-      packBatches(prepared, EVENTBRIDGE_MAX_BATCH_ENTRIES, EVENTBRIDGE_MAX_BYTES).map(async (call) => {
-        for (const [i, outcome] of (await this.#send(call, messages, signal)).entries()) outcomes[call[i]!.index] = outcome;
-      }),
+    return publishInCalls(
+      messages,
+      { maxEntries: EVENTBRIDGE_MAX_BATCH_ENTRIES, maxBytes: EVENTBRIDGE_MAX_BYTES },
+      (message, index) => this.#prepare(message, index),
+      (call) => this.#send(call, messages, signal),
     );
-    return outcomes;
   }
 
   #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {

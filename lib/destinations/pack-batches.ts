@@ -1,6 +1,7 @@
 /**
  * Splitting of a destination batch into calls that respect a service's request limits.
  */
+import type { EntryOutcome, OutboundMessage } from './destination.ts';
 
 /**
  * Splits `entries`, keeping their order, into groups of at most `maxEntries` whose `bytes` add up
@@ -21,4 +22,30 @@ export function packBatches<T extends { bytes: number }>(entries: readonly T[], 
   }
   if (current.length > 0) calls.push(current);
   return calls;
+}
+
+/**
+ * The shared shape of a destination's `publishBatch`: prepare every message (a message that can
+ * never be accepted is permanent and dead at once), pack the rest into calls within the limits,
+ * send the calls concurrently, and return one outcome per message, in input order.
+ */
+export async function publishInCalls<T extends { bytes: number; index: number }>(
+  messages: readonly OutboundMessage[],
+  limits: { maxEntries: number; maxBytes: number },
+  prepare: (message: OutboundMessage, index: number) => T | { error: string },
+  send: (call: T[]) => Promise<EntryOutcome[]>,
+): Promise<EntryOutcome[]> {
+  const outcomes: EntryOutcome[] = new Array(messages.length);
+  const prepared: T[] = [];
+  messages.forEach((message, index) => {
+    const result = prepare(message, index);
+    if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true };
+    else prepared.push(result);
+  });
+  await Promise.all(
+    packBatches(prepared, limits.maxEntries, limits.maxBytes).map(async (call) => {
+      for (const [i, outcome] of (await send(call)).entries()) outcomes[call[i]!.index] = outcome;
+    }),
+  );
+  return outcomes;
 }

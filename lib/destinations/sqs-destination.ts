@@ -15,7 +15,7 @@
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, type SQSClient } from '@aws-sdk/client-sqs';
 import { classifyCallError } from './classify-call-error.ts';
 import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
-import { packBatches } from './pack-batches.ts';
+import { publishInCalls } from './pack-batches.ts';
 import { isValidSqsText, sqsMessageAttributes } from './sqs-message-attributes.ts';
 
 /** SQS limit for one message and for one batch request, in bytes (1 MiB). */
@@ -65,19 +65,12 @@ export class SqsDestination implements Destination {
   }
 
   async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
-    const outcomes: EntryOutcome[] = new Array(messages.length);
-    const prepared: PreparedEntry[] = [];
-    messages.forEach((message, index) => {
-      const result = this.#prepare(message, index);
-      if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true };
-      else prepared.push(result);
-    });
-    await Promise.all(
-      packBatches(prepared, SQS_MAX_BATCH_ENTRIES, SQS_MAX_BYTES).map(async (call) => {
-        for (const [i, outcome] of (await this.#send(call, messages, signal)).entries()) outcomes[call[i]!.index] = outcome;
-      }),
+    return publishInCalls(
+      messages,
+      { maxEntries: SQS_MAX_BATCH_ENTRIES, maxBytes: SQS_MAX_BYTES },
+      (message, index) => this.#prepare(message, index),
+      (call) => this.#send(call, messages, signal),
     );
-    return outcomes;
   }
 
   #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {
