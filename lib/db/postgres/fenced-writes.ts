@@ -10,6 +10,18 @@ import { msInterval, type PgContext } from './context.ts';
 import { reclaimGate } from './maintenance-queries.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
 
+/**
+ * The claim (seed: the claim): `processing`, a new random token per row, the lease from the
+ * database clock, the claim time. `leaseParam` is the bind parameter holding the lease in ms.
+ */
+export function claimSet(leaseParam: string): string {
+  return `state = 'processing',
+            claim_token = gen_random_uuid(),
+            claimed_at = clock_timestamp(),
+            lease_expires_at = clock_timestamp() + ${msInterval(leaseParam)},
+            updated_at = clock_timestamp()`;
+}
+
 /** The fence every finishing write matches, besides the row id: still ours, lease not expired. */
 export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp()`;
 

@@ -10,7 +10,7 @@
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -145,11 +145,7 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
           FOR UPDATE SKIP LOCKED
        )
        UPDATE ${t} i
-          SET state = 'processing',
-              claim_token = gen_random_uuid(),
-              claimed_at = clock_timestamp(),
-              lease_expires_at = clock_timestamp() + ${msInterval('$2')},
-              updated_at = clock_timestamp()
+          SET ${claimSet('$2')}
          FROM candidates
         WHERE i.id = candidates.id
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,

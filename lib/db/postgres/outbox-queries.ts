@@ -8,7 +8,7 @@ import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMe
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
-import { FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
@@ -99,11 +99,7 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
         FOR UPDATE SKIP LOCKED
      )
      UPDATE ${t} o
-        SET state = 'processing',
-            claim_token = gen_random_uuid(),
-            claimed_at = clock_timestamp(),
-            lease_expires_at = clock_timestamp() + ${msInterval('$2')},
-            updated_at = clock_timestamp()
+        SET ${claimSet('$2')}
        FROM candidates
       WHERE o.id = candidates.id
   RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.attempt, o.max_attempts, o.sequence,

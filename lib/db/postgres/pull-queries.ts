@@ -15,6 +15,7 @@
  */
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
+import { claimSet } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
 
@@ -55,11 +56,7 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
      ),
      claimed AS (
      UPDATE ${t} i
-        SET state = 'processing',
-            claim_token = gen_random_uuid(),
-            claimed_at = clock_timestamp(),
-            lease_expires_at = clock_timestamp() + ${msInterval('$3')},
-            updated_at = clock_timestamp()
+        SET ${claimSet('$3')}
        FROM candidates
       WHERE i.id = candidates.id
   RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,
