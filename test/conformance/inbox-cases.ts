@@ -95,6 +95,18 @@ export function defineInboxCases(define: DefineCase): void {
     assert.deepEqual(await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE }), [], 'an expired processing row holds its aggregate until reclaimed');
   });
 
+  define('inboxClaimPushMany takes due retries before first attempts received earlier', async (t) => {
+    const [a1] = await receiveRows(t, [{ idempotencyKey: 'a1', aggregateId: 'A' }, { idempotencyKey: 'a2', aggregateId: 'A' }]);
+    const [row] = await t.driver.inboxClaimPushMany({ limit: 1, leaseMs: LEASE });
+    assert.equal(row!.id, a1);
+    assert.deepEqual(await t.driver.inboxRetryMany({ items: [{ id: a1!, token: row!.claimToken, delayMs: 0, error: 'outbox busy' }] }), [a1]);
+    const [b1, b2] = await receiveRows(t, [{ idempotencyKey: 'b1' }, { idempotencyKey: 'b2' }]);
+    for (const [id, ms] of [[b1!, -30_000], [b2!, -20_000]] as const) await t.setTime('inbox', id, 'scheduled_at', ms);
+    const claimed = await t.driver.inboxClaimPushMany({ limit: 2, leaseMs: LEASE });
+    assert.deepEqual(claimed.map((r) => r.id).sort(), [a1, b1].sort(), 'the due retry, then the earliest first attempt');
+    assert.equal(claimed.find((r) => r.id === a1)!.attempt, 1);
+  });
+
   define('inboxClaimPushMany by four relays at once: one row per aggregate', async (t) => {
     const messages = [];
     for (let n = 0; n < 3; n++) for (const aggregateId of ['a', 'b', 'c', 'd']) messages.push({ idempotencyKey: `${aggregateId}-${n}`, aggregateId });

@@ -93,6 +93,29 @@ export function defineOutboxCases(define: DefineCase): void {
     assert.deepEqual(await t.driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }), []);
   });
 
+  define('outboxClaimMany takes due retries before first attempts scheduled earlier: a retried head does not wait behind the backlog', async (t) => {
+    const [k1, k2] = await enqueueRows(t, [{ topic: 't', key: 'k', payload: {} }, { topic: 't', key: 'k', payload: {} }]);
+    const [row] = await t.driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+    assert.equal(row!.id, k1);
+    assert.deepEqual(await t.driver.outboxRetryMany({ items: [{ id: k1!, token: row!.claimToken, delayMs: 0, error: 'throttled' }] }), [k1]);
+    const now = Date.now();
+    const [b1, b2] = await enqueueRows(t, [
+      { topic: 'backlog', payload: {}, scheduledAt: new Date(now - 30_000) },
+      { topic: 'backlog', payload: {}, scheduledAt: new Date(now - 20_000) },
+    ]);
+    const [again] = await t.driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+    assert.equal(again!.id, k1, 'the due retry goes before b1 and b2, scheduled 20–30 s earlier');
+    assert.equal(again!.attempt, 1);
+    const next = await t.driver.outboxClaimMany({ limit: 2, leaseMs: LEASE });
+    assert.deepEqual(next.map((r) => r.id).sort(), [b1, b2].sort());
+    const [waiting] = await enqueueRows(t, [{ topic: 'retry-later', key: 'w', payload: {} }]);
+    const [wRow] = await t.driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+    assert.equal(wRow!.id, waiting);
+    assert.deepEqual(await t.driver.outboxRetryMany({ items: [{ id: waiting!, token: wRow!.claimToken, delayMs: 60_000, error: 'later' }] }), [waiting]);
+    assert.deepEqual(await t.driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }), [], 'k2 waits for k1 in flight; a retry not yet due is not taken');
+    assert.ok(k2);
+  });
+
   define('outboxClaimMany takes only due rows', async (t) => {
     const [due] = await enqueueRows(t, [{ topic: 'now', payload: {} }, { topic: 'later', payload: {}, delayMs: 60_000 }]);
     const claimed = await t.driver.outboxClaimMany({ limit: 10, leaseMs: LEASE });

@@ -55,6 +55,19 @@ export function definePullCases(define: DefineCase): void {
     assert.equal(await t.inTransaction((tx) => t.driver.pullComplete(tx, oldOwner), 'commit'), false, 'the old owner is fenced out');
   });
 
+  define('pullClaimMany takes due retries before first attempts received earlier, and returns them first', async (t) => {
+    const [a1] = await receivePull(t, 'orders', [{ key: 'a1', aggregateId: 'A' }, { key: 'a2', aggregateId: 'A' }]);
+    const [row] = await t.driver.pullClaimMany({ source: 'orders', limit: 1, leaseMs: LEASE });
+    assert.equal(row!.id, a1);
+    assert.equal(await t.driver.pullRetry({ id: a1!, token: row!.claimToken, delayMs: 0, error: 'handler failed' }), true);
+    const [f1, f2] = await receivePull(t, 'orders', [{ key: 'f1' }, { key: 'f2' }]);
+    for (const [id, ms] of [[f1!, -30_000], [f2!, -20_000]] as const) await t.setTime('inbox', id, 'scheduled_at', ms);
+    const claimed = await t.driver.pullClaimMany({ source: 'orders', limit: 2, leaseMs: LEASE });
+    assert.deepEqual(claimed.map((r) => r.id), [a1, f1]);
+    assert.deepEqual(claimed.map((r) => r.attempt), [1, 0]);
+    assert.ok(f2);
+  });
+
   define('pullClaimMany by four workers at once: every row once, one per aggregate', async (t) => {
     const rows = [];
     for (let n = 0; n < 3; n++) for (const aggregateId of ['a', 'b', 'c', 'd', 'e']) rows.push({ key: `${aggregateId}-${n}`, aggregateId });

@@ -197,13 +197,15 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
     let lastLog = Date.now();
     for (;;) {
       await new Promise((resolve) => setTimeout(resolve, 1000));
-      const { rows } = await db.pool.query<{ open: number }>(
-        `SELECT (SELECT count(*) FROM ${s}.outbox WHERE state IN ('pending', 'processing'))::int + (SELECT count(*) FROM ${s}.inbox WHERE state IN ('pending', 'processing'))::int AS open`,
+      const { rows } = await db.pool.query<{ outbox: number; push: number; pull: number }>(
+        `SELECT (SELECT count(*) FROM ${s}.outbox WHERE state IN ('pending', 'processing'))::int AS outbox,
+                (SELECT count(*) FROM ${s}.inbox WHERE state IN ('pending', 'processing') AND consumption = 'push')::int AS push,
+                (SELECT count(*) FROM ${s}.inbox WHERE state IN ('pending', 'processing') AND consumption = 'pull')::int AS pull`,
       );
-      const open = rows[0]!.open;
+      const open = rows[0]!.outbox + rows[0]!.push + rows[0]!.pull;
       if (Date.now() - lastLog > 10_000) {
         lastLog = Date.now();
-        log(`${Math.round((Date.now() - started) / 1000)} s: ${open} rows open, ${destination.deliveries.length} deliveries`);
+        log(`${Math.round((Date.now() - started) / 1000)} s: ${open} rows open (outbox ${rows[0]!.outbox}, push ${rows[0]!.push}, pull ${rows[0]!.pull}), ${destination.deliveries.length} deliveries`);
       }
       if (open === 0 || Date.now() - started > maxRunMs) break;
     }

@@ -56,6 +56,22 @@ describe('SQL Server statement shapes', () => {
     assert.ok(statement.params.some((p) => p.name === 'p_source' && p.value === SENTINELS.source));
   });
 
+  it('claims take due retries first: two TOP branches (attempt > 0, attempt = 0), each with the hints, ordered by priority then the claim order', () => {
+    for (const [name, order] of [
+      ['outbox claim', 'u.scheduled_at, u.[sequence], u.id'],
+      ['inbox claim push', 'u.scheduled_at, u.[sequence], u.id'],
+      ['pull claim', 'u.scheduled_at, u.created_at, u.id'],
+    ] as const) {
+      const text = allStatements()[name]!.text;
+      const retried = text.indexOf('AND c.attempt > 0');
+      const fresh = text.indexOf('AND c.attempt = 0');
+      assert.ok(retried > 0 && fresh > retried, `${name}: the retry branch comes first`);
+      assert.equal(text.split(HINTS).length - 1, 2, `${name}: both branches skip locked rows`);
+      assert.equal(text.split('SELECT TOP (@p_limit)').length - 1, 3, `${name}: each branch and the outer pick are bounded`);
+      assert.ok(text.includes(`ORDER BY u.claim_priority, ${order}`), `${name}: outer order`);
+    }
+  });
+
   it('claims set a fresh token per row and a lease on the database clock', () => {
     for (const name of ['outbox claim', 'inbox claim push', 'pull claim']) {
       const text = allStatements()[name]!.text;

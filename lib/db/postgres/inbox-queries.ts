@@ -112,20 +112,18 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
  * the aggregate's head (no `pending`/`processing` push row of it with a lower `sequence`, so a
  * row waiting for a retry holds its aggregate) and no `processing` row of the aggregate exists
  * (an expired one holds it until the reclaim step returns it). Rows without aggregate are free.
+ * Order: due retries (`attempt > 0`) first, then first attempts, each by `scheduled_at, sequence`.
  * Because the lock is taken in an earlier statement, the claim statement's snapshot includes
  * every claim committed before it.
  */
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const t = ctx.names.inbox;
-  const rows = await pgTransaction(ctx.pool, async (client) => {
-    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-    const result = await pgQuery<InboxDbRow>(
-      client,
-      `WITH candidates AS (
-         SELECT c.id
+  // Due retries first, then first attempts (same reason as the outbox claim).
+  const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
            FROM ${t} c
           WHERE c.state = 'pending'
             AND c.consumption = 'push'
+            AND ${attempts}
             AND c.scheduled_at <= clock_timestamp()
             AND (c.aggregate_id IS NULL OR (
                   NOT EXISTS (
@@ -142,7 +140,16 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
                        AND b.state = 'processing')))
           ORDER BY c.scheduled_at, c.sequence
           LIMIT $1
-          FOR UPDATE SKIP LOCKED
+          FOR UPDATE SKIP LOCKED) AS branch`;
+  const rows = await pgTransaction(ctx.pool, async (client) => {
+    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
+    const result = await pgQuery<InboxDbRow>(
+      client,
+      `WITH candidates AS (
+         ${branch('c.attempt > 0')}
+         UNION ALL
+         ${branch('c.attempt = 0')}
+         LIMIT $1
        )
        UPDATE ${t} i
           SET ${claimSet('$2')}

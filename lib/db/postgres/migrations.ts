@@ -122,6 +122,17 @@ CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.outboxTable}_key_processing_idx`)} 
 CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_aggregate_processing_idx`)} ON ${n.inbox} (aggregate_id) WHERE state = 'processing' AND consumption = 'push' AND aggregate_id IS NOT NULL;
 `,
   },
+  {
+    version: 4,
+    name: 'due retries first',
+    // The claims take due retries (attempt > 0) before first attempts: these small indexes hold
+    // only rows waiting for another attempt, so that first branch of each claim is an index range.
+    sql: (n) => `
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.outboxTable}_retry_idx`)} ON ${n.outbox} (scheduled_at, sequence) WHERE state = 'pending' AND attempt > 0;
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_push_retry_idx`)} ON ${n.inbox} (scheduled_at, sequence) WHERE state = 'pending' AND consumption = 'push' AND attempt > 0;
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_pull_retry_idx`)} ON ${n.inbox} (source, scheduled_at, created_at, id) WHERE state IN ('pending', 'processing') AND consumption = 'pull' AND attempt > 0;
+`,
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -71,16 +71,18 @@ export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMes
 /**
  * Claims due rows: keyless rows freely, keyed rows only when they are the head of their key
  * (no `pending`/`processing` row of the key with a lower `sequence`). `SKIP LOCKED` keeps
- * concurrent claims off each other's rows; the head condition keeps one row per key in flight.
+ * concurrent claims off each other's rows; the head check keeps one row per key in flight.
+ *
+ * Order: due retries (`attempt > 0`) first, then first attempts, each by `scheduled_at, sequence`.
+ * A retry moves `scheduled_at` to after its backoff, behind every row already waiting; in plain
+ * `scheduled_at` order a retried head would wait for the whole backlog, holding every later row
+ * of its key, and each claim would walk over those blocked rows (see docs/reliability.md).
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
   const t = ctx.names.outbox;
-  const { rows } = await pgQuery<OutboxDbRow>(
-    ctx.pool,
-    `WITH candidates AS (
-       SELECT c.id
+  const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
          FROM ${t} c
-        WHERE c.state = 'pending'
+        WHERE c.state = 'pending' AND ${attempts}
           -- Due check: statement_timestamp() is stable, so it bounds the pending-index scan and
           -- rows scheduled for later (retries) are not walked. Leases still use clock_timestamp().
           AND c.scheduled_at <= statement_timestamp()
@@ -96,7 +98,16 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
                    WHERE b.key = c.key AND b.state = 'processing')))
         ORDER BY c.scheduled_at, c.sequence
         LIMIT $1
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE SKIP LOCKED) AS branch`;
+  const { rows } = await pgQuery<OutboxDbRow>(
+    ctx.pool,
+    // Append runs its branches in order and the outer LIMIT stops pulling (and locking) as soon
+    // as it has enough rows, so first attempts are read only when retries leave room.
+    `WITH candidates AS (
+       ${branch('c.attempt > 0')}
+       UNION ALL
+       ${branch('c.attempt = 0')}
+       LIMIT $1
      )
      UPDATE ${t} o
         SET ${claimSet('$2')}

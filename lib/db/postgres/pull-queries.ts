@@ -24,18 +24,17 @@ const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND cla
 /**
  * Claims up to `limit` rows of one pull source: due `pending` rows and `processing` rows whose
  * lease expired (no separate reclaim), at most one per aggregate (its head), none of an aggregate
- * with a row under a live lease, in `scheduled_at, created_at, id` order. Autocommits, so the
- * claim is durable before any handler runs.
+ * with a row under a live lease; due retries (`attempt > 0`) first, then first attempts, each in
+ * `scheduled_at, created_at, id` order. Autocommits, so the claim is durable before any handler runs.
  */
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const t = ctx.names.inbox;
-  const { rows } = await pgQuery<InboxDbRow>(
-    ctx.pool,
-    `WITH candidates AS (
-       SELECT c.id
+  // Due retries first, then first attempts (same reason as the outbox claim).
+  const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
          FROM ${t} c
         WHERE c.source = $1
           AND c.consumption = 'pull'
+          AND ${attempts}
           AND c.state IN ('pending', 'processing')
           AND ((c.state = 'pending' AND c.scheduled_at <= clock_timestamp())
             OR (c.state = 'processing' AND c.lease_expires_at <= clock_timestamp()))
@@ -52,7 +51,14 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
                      AND b.state = 'processing' AND b.lease_expires_at > clock_timestamp())))
         ORDER BY c.scheduled_at, c.created_at, c.id
         LIMIT $2
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE SKIP LOCKED) AS branch`;
+  const { rows } = await pgQuery<InboxDbRow>(
+    ctx.pool,
+    `WITH candidates AS (
+       ${branch('c.attempt > 0')}
+       UNION ALL
+       ${branch('c.attempt = 0')}
+       LIMIT $2
      ),
      claimed AS (
      UPDATE ${t} i
@@ -64,7 +70,7 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
             i.lease_expires_at)
      -- UPDATE … RETURNING does not keep the candidates' order; restore the claim order here,
      -- in the database, where timestamps keep their microseconds.
-     SELECT * FROM claimed ORDER BY scheduled_at, created_at, id`,
+     SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`,
     [p.source, p.limit, p.leaseMs],
   );
   return rows.map(toInboxRow);

@@ -34,7 +34,9 @@ TABLE inbox
   INDEX CREATE INDEX inbox_pull_busy_idx ON <schema>.inbox USING btree (source, aggregate_id) WHERE (((state)::text = 'processing'::text) AND ((consumption)::text = 'pull'::text))
   INDEX CREATE INDEX inbox_pull_head_idx ON <schema>.inbox USING btree (source, aggregate_id, sequence) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND ((consumption)::text = 'pull'::text))
   INDEX CREATE INDEX inbox_pull_open_idx ON <schema>.inbox USING btree (source, scheduled_at, created_at, id) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND ((consumption)::text = 'pull'::text))
+  INDEX CREATE INDEX inbox_pull_retry_idx ON <schema>.inbox USING btree (source, scheduled_at, created_at, id) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND ((consumption)::text = 'pull'::text) AND (attempt > 0))
   INDEX CREATE INDEX inbox_push_pending_idx ON <schema>.inbox USING btree (scheduled_at, sequence) WHERE (((state)::text = 'pending'::text) AND ((consumption)::text = 'push'::text))
+  INDEX CREATE INDEX inbox_push_retry_idx ON <schema>.inbox USING btree (scheduled_at, sequence) WHERE (((state)::text = 'pending'::text) AND ((consumption)::text = 'push'::text) AND (attempt > 0))
   INDEX CREATE UNIQUE INDEX inbox_source_idempotency_key ON <schema>.inbox USING btree (source, idempotency_key)
 
 TABLE outbox
@@ -65,6 +67,7 @@ TABLE outbox
   INDEX CREATE INDEX outbox_lease_idx ON <schema>.outbox USING btree (lease_expires_at) WHERE ((state)::text = 'processing'::text)
   INDEX CREATE INDEX outbox_pending_idx ON <schema>.outbox USING btree (scheduled_at, sequence) WHERE ((state)::text = 'pending'::text)
   INDEX CREATE UNIQUE INDEX outbox_pkey ON <schema>.outbox USING btree (id)
+  INDEX CREATE INDEX outbox_retry_idx ON <schema>.outbox USING btree (scheduled_at, sequence) WHERE (((state)::text = 'pending'::text) AND (attempt > 0))
 
 TABLE queuebox_maintenance
   COLUMN name character varying(255) NOT NULL

@@ -5,6 +5,7 @@
  * the session lock `queuebox_inbox_claim_<table>` plus `UPDLOCK, READPAST, ROWLOCK`, so two relays
  * cannot both see an aggregate as free. The relay only ever touches `consumption = 'push'` rows.
  */
+import { retriesFirst } from './claim-order.ts';
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, TableStats } from '../driver.ts';
@@ -100,6 +101,7 @@ export async function inboxInsert(runner: MssqlRunner, names: MssqlNames, m: Inb
  * Relay claim under the session lock `queuebox_inbox_claim_<table>`: due push rows; a row of an
  * aggregate only as its head (no `pending`/`processing` push row of it with a lower `sequence`)
  * and only while no `processing` row of the aggregate exists; rows without aggregate are free.
+ * Due retries first (`retriesFirst`).
  */
 export function buildInboxClaimPush(names: MssqlNames, p: { limit: number; leaseMs: number }): MssqlStatement {
   const t = names.inbox;
@@ -112,18 +114,20 @@ export function buildInboxClaimPush(names: MssqlNames, p: { limit: number; lease
   OUTPUT ${INBOX_RETURNED}
     FROM ${t} AS i
    INNER JOIN (
-         SELECT TOP (@p_limit) c.id
-           FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
+         ${retriesFirst(
+           (attempts) => `           FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
           WHERE c.state = N'pending'
             AND c.consumption = N'push'
+            AND ${attempts}
             AND c.scheduled_at <= SYSUTCDATETIME()
             AND (c.aggregate_id IS NULL OR NOT EXISTS (
                   SELECT 1 FROM ${t} AS h
                    WHERE h.aggregate_id = c.aggregate_id
                      AND h.consumption = N'push'
                      AND h.state IN (N'pending', N'processing')
-                     AND (h.[sequence] < c.[sequence] OR h.state = N'processing')))
-          ORDER BY c.scheduled_at, c.[sequence]
+                     AND (h.[sequence] < c.[sequence] OR h.state = N'processing')))`,
+           ['scheduled_at', '[sequence]', 'id'],
+         )}
          ) AS picked ON picked.id = i.id;`;
   return {
     text: withSessionClaimLock(names.inboxClaimLock, claim),

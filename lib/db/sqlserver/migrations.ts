@@ -155,6 +155,17 @@ CREATE TABLE ${n.maintenance} (
       createIndex(n.inbox, `${n.inboxTable}_aggregate_processing_idx`, `INDEX {index} ON {table} (aggregate_id) WHERE state = N'processing' AND consumption = N'push' AND aggregate_id IS NOT NULL`, true),
     ],
   },
+  {
+    version: 4,
+    name: 'due retries first',
+    // Same indexes as PostgreSQL migration 4: rows waiting for another attempt, for the claims'
+    // first branch (`retriesFirst`).
+    statements: (n) => [
+      createIndex(n.outbox, `${n.outboxTable}_retry_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND attempt > 0`, true),
+      createIndex(n.inbox, `${n.inboxTable}_push_retry_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push' AND attempt > 0`, true),
+      createIndex(n.inbox, `${n.inboxTable}_pull_retry_idx`, `INDEX {index} ON {table} (source, scheduled_at, created_at, id) WHERE state IN (N'pending', N'processing') AND consumption = N'pull' AND attempt > 0`, true),
+    ],
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -5,6 +5,7 @@
  * finishing write is fenced on id + `processing` + token + `lease_expires_at > SYSUTCDATETIME()`
  * and settles a whole batch in one statement via `OPENJSON(@p_items)`.
  */
+import { retriesFirst } from './claim-order.ts';
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, TableStats } from '../driver.ts';
@@ -91,7 +92,7 @@ export async function sqlServerOutboxInsert(names: { schema: string; table: stri
  * Claim of due rows under the session lock `queuebox_outbox_claim_<table>`: keyless rows freely,
  * keyed rows only as the head of their key (no `pending`/`processing` row of the key with a lower
  * `sequence`). READPAST keeps the claim off rows a fence write holds; the head check reads without
- * READPAST, so a locked head is waited for, never skipped.
+ * READPAST, so a locked head is waited for, never skipped. Due retries first (`retriesFirst`).
  */
 export function buildOutboxClaim(names: MssqlNames, p: { limit: number; leaseMs: number }): MssqlStatement {
   const t = names.outbox;
@@ -104,9 +105,10 @@ export function buildOutboxClaim(names: MssqlNames, p: { limit: number; leaseMs:
   OUTPUT ${RETURNED}
     FROM ${t} AS o
    INNER JOIN (
-         SELECT TOP (@p_limit) c.id
-           FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
+         ${retriesFirst(
+           (attempts) => `           FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
           WHERE c.state = N'pending'
+            AND ${attempts}
             AND c.scheduled_at <= SYSUTCDATETIME()
             AND (c.[key] IS NULL OR (
                   NOT EXISTS (
@@ -116,8 +118,9 @@ export function buildOutboxClaim(names: MssqlNames, p: { limit: number; leaseMs:
                        AND h.[sequence] < c.[sequence])
                   AND NOT EXISTS (
                     SELECT 1 FROM ${t} AS b
-                     WHERE b.[key] = c.[key] AND b.state = N'processing')))
-          ORDER BY c.scheduled_at, c.[sequence]
+                     WHERE b.[key] = c.[key] AND b.state = N'processing')))`,
+           ['scheduled_at', '[sequence]', 'id'],
+         )}
          ) AS picked ON picked.id = o.id;`;
   return {
     text: withSessionClaimLock(names.outboxClaimLock, claim),

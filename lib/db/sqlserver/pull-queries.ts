@@ -10,6 +10,7 @@
  * Every other write is fenced on id + `processing` + token + `lease_expires_at > SYSUTCDATETIME()`
  * (and `consumption = 'pull'`) and reports true only when exactly one row changed.
  */
+import { retriesFirst } from './claim-order.ts';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { transactionPullLock } from './claim-locks.ts';
@@ -38,10 +39,11 @@ UPDATE i
 OUTPUT ${INBOX_RETURNED}, inserted.scheduled_at
   FROM ${t} AS i
  INNER JOIN (
-       SELECT TOP (@p_limit) c.id
-         FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
+       ${retriesFirst(
+         (attempts) => `         FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
         WHERE c.source = @p_source
           AND c.consumption = N'pull'
+          AND ${attempts}
           AND ((c.state = N'pending' AND c.scheduled_at <= SYSUTCDATETIME())
             OR (c.state = N'processing' AND c.lease_expires_at <= SYSUTCDATETIME()))
           AND (c.aggregate_id IS NULL OR (
@@ -52,8 +54,9 @@ OUTPUT ${INBOX_RETURNED}, inserted.scheduled_at
                 AND NOT EXISTS (
                   SELECT 1 FROM ${t} AS b
                    WHERE b.source = c.source AND b.consumption = N'pull' AND b.aggregate_id = c.aggregate_id
-                     AND b.state = N'processing' AND b.lease_expires_at > SYSUTCDATETIME())))
-        ORDER BY c.scheduled_at, c.created_at, c.id
+                     AND b.state = N'processing' AND b.lease_expires_at > SYSUTCDATETIME())))`,
+         ['scheduled_at', 'created_at', 'id'],
+       )}
        ) AS picked ON picked.id = i.id;`,
     params: [param('p_source', sql.NVarChar(255), p.source), param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.Int, Math.round(p.leaseMs))],
   };
@@ -63,7 +66,7 @@ OUTPUT ${INBOX_RETURNED}, inserted.scheduled_at
 export async function pullClaimMany(pool: sql.ConnectionPool, names: MssqlNames, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
   if (p.limit <= 0) return [];
   const rows = await mssqlTransaction(pool, async (tx) => (await runStatement<InboxDbRow & { scheduled_at: Date }>(tx, buildPullClaim(names, p))).recordset);
-  rows.sort((a, b) => a.scheduled_at.getTime() - b.scheduled_at.getTime() || a.created_at.getTime() - b.created_at.getTime() || (a.id.toLowerCase() < b.id.toLowerCase() ? -1 : 1));
+  rows.sort((a, b) => Number(a.attempt === 0) - Number(b.attempt === 0) || a.scheduled_at.getTime() - b.scheduled_at.getTime() || a.created_at.getTime() - b.created_at.getTime() || (a.id.toLowerCase() < b.id.toLowerCase() ? -1 : 1));
   return rows.map(toInboxRow);
 }
 
