@@ -59,7 +59,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs'): Promise<
     outboxRetryMany: (p) => driver.outboxRetryMany(p),
     outboxMarkDeadMany: (p) => driver.outboxMarkDeadMany(p),
     outboxReclaimExpired: (p) => driver.outboxReclaimExpired(p),
-    outboxStats: () => driver.outboxStats(),
+    outboxStats: (scope) => driver.outboxStats(scope),
   });
   let passes = 0;
   let dead = 0;

@@ -80,7 +80,15 @@ export interface ReclaimResult {
   reclaimed: number;
 }
 
-/** Counts and ages for status, metrics and alarms. */
+/**
+ * What a stats read covers: every state (status), or only the backlog (`pendingOnly`: the passes'
+ * gauges, read at the end of every pass, so it reads the pending rows' index, not the table).
+ */
+export interface StatsScope {
+  pendingOnly?: boolean;
+}
+
+/** Counts and ages for status, metrics and alarms. With `pendingOnly`, `counts` holds only `pending`. */
 export interface TableStats {
   counts: Record<string, number>;
   /** Age of the oldest due `pending` row in seconds (0 when none). */
@@ -199,7 +207,7 @@ export interface Driver {
    * runs only if no reclaim of this table ran within `throttleMs` (gate kept in the database).
    */
   outboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;
-  outboxStats(): Promise<TableStats>;
+  outboxStats(scope?: StatsScope): Promise<TableStats>;
   outboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
   /** Moves matching `sent`/`dead` rows to `pending`, resetting attempt, schedule, error, claim. */
   outboxReplay(filter: ReplayFilter): Promise<number>;
@@ -219,7 +227,8 @@ export interface Driver {
   inboxRetryMany(params: { items: RetryItem[] }): Promise<string[]>;
   inboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
   inboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;
-  inboxStats(): Promise<TableStats>;
+  /** Counts per state; the oldest age and, with `pendingOnly`, the count are of push rows (the relay's backlog). */
+  inboxStats(scope?: StatsScope): Promise<TableStats>;
   inboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
   inboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;
 

@@ -113,7 +113,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     if (!finished) break;
   }
   try {
-    const stats = await driver.inboxStats();
+    const stats = await driver.inboxStats({ pendingOnly: true });
     metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
   } catch (error) {
     logger.warn('inbox stats failed', { error: error as Error });

@@ -16,7 +16,8 @@
  * 4. Wait for in-flight work up to `shutdownTimeoutMs`, never past the deadline. Work still in
  *    flight then is abandoned: its rows stay `processing` and the reclaim recovers them once
  *    their lease (which never outlives the invocation) expires.
- * 5. Gauges: pending count and oldest pending age from `outboxStats()`.
+ * 5. Gauges: pending count and oldest pending age from `outboxStats({ pendingOnly: true })`, which
+ *    reads the pending rows only (the table's finished rows are not counted at every pass).
  */
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
@@ -182,7 +183,7 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
 
   for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });
   try {
-    const stats = await driver.outboxStats();
+    const stats = await driver.outboxStats({ pendingOnly: true });
     metrics.gauge('outboxPending', stats.counts.pending ?? 0);
     metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
   } catch (error) {

@@ -187,6 +187,9 @@ export function defineInboxCases(define: DefineCase): void {
     const stats = await t.driver.inboxStats();
     assert.deepEqual(stats.counts, { pending: 2, processing: 0, processed: 1, dead: 0 });
     assert.ok(stats.oldestPendingAgeSeconds >= 19 && stats.oldestPendingAgeSeconds < 60, `age ${stats.oldestPendingAgeSeconds}`);
+    const backlog = await t.driver.inboxStats({ pendingOnly: true });
+    assert.deepEqual(backlog.counts, { pending: 1 }, 'pendingOnly counts pending push rows only (the relay backlog)');
+    assert.ok(Math.abs(backlog.oldestPendingAgeSeconds - stats.oldestPendingAgeSeconds) < 5, `age ${backlog.oldestPendingAgeSeconds}`);
   });
 
   define('inboxDeadList lists dead rows newest first with source and last error', async (t) => {

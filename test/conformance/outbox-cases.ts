@@ -228,6 +228,9 @@ export function defineOutboxCases(define: DefineCase): void {
     const stats = await t.driver.outboxStats();
     assert.deepEqual(stats.counts, { pending: 3, processing: 0, sent: 0, dead: 1 });
     assert.ok(stats.oldestPendingAgeSeconds >= 19 && stats.oldestPendingAgeSeconds < 60, `age ${stats.oldestPendingAgeSeconds}`);
+    const backlog = await t.driver.outboxStats({ pendingOnly: true });
+    assert.deepEqual(backlog.counts, { pending: 3 }, 'pendingOnly counts the backlog only');
+    assert.ok(Math.abs(backlog.oldestPendingAgeSeconds - stats.oldestPendingAgeSeconds) < 5, `age ${backlog.oldestPendingAgeSeconds}`);
   });
 
   define('outboxDeadList lists dead rows newest first with their last error, up to the limit', async (t) => {

@@ -62,6 +62,7 @@ export function allStatements(): Record<string, MssqlStatement> {
     'outbox claim': buildOutboxClaim(names, { limit: s.limit, leaseMs: s.leaseMs }),
     'outbox reclaim': buildOutboxReclaim(names, 60_000),
     'outbox stats': buildStats(names.outbox),
+    'outbox backlog stats': buildStats(names.outbox, '', { pendingOnly: true }),
     'outbox dead list': buildOutboxDeadList(names, s.limit),
     'outbox replay topics': buildOutboxReplayTopics(names, ['dead']),
     'outbox replay': buildOutboxReplay(

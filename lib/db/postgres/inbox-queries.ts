@@ -7,7 +7,7 @@
  * `processing` + token + `lease_expires_at > clock_timestamp()`; batches settle in one statement
  * via `unnest`. The relay only ever touches `consumption = 'push'` rows.
  */
-import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, TableStats } from '../driver.ts';
+import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
@@ -218,8 +218,8 @@ export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: numb
 }
 
 /** Counts per state (push and pull) and the age in seconds of the oldest due pending push row. */
-export async function inboxStats(ctx: PgContext): Promise<TableStats> {
-  return tableStats(ctx.pool, ctx.names.inbox, ['pending', 'processing', 'processed', 'dead'], `consumption = 'push'`);
+export async function inboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {
+  return tableStats(ctx.pool, ctx.names.inbox, ['pending', 'processing', 'processed', 'dead'], `consumption = 'push'`, scope);
 }
 
 /** The latest dead rows, newest first; `topicOrSource` is the source. */

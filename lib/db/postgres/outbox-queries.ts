@@ -4,7 +4,7 @@
  * Every finishing write is fenced on id + `processing` + token + `lease_expires_at >
  * clock_timestamp()` and settles a whole batch in one statement via `unnest` of parallel arrays.
  */
-import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, TableStats } from '../driver.ts';
+import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
@@ -156,8 +156,8 @@ export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: num
   return reclaimExpired(ctx, ctx.names.outbox, `reclaim:${ctx.names.outboxTable}`, p.throttleMs);
 }
 
-export async function outboxStats(ctx: PgContext): Promise<TableStats> {
-  return tableStats(ctx.pool, ctx.names.outbox, ['pending', 'processing', 'sent', 'dead']);
+export async function outboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {
+  return tableStats(ctx.pool, ctx.names.outbox, ['pending', 'processing', 'sent', 'dead'], 'TRUE', scope);
 }
 
 export async function outboxDeadList(ctx: PgContext, p: { limit: number }): Promise<DeadRowSummary[]> {

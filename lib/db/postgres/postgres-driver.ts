@@ -103,7 +103,7 @@ export class PostgresDriver implements Driver {
   outboxRetryMany: Driver['outboxRetryMany'] = (p) => outbox.outboxRetryMany(this.ctx, p);
   outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = (p) => outbox.outboxMarkDeadMany(this.ctx, p);
   outboxReclaimExpired: Driver['outboxReclaimExpired'] = (p) => outbox.outboxReclaimExpired(this.ctx, p);
-  outboxStats: Driver['outboxStats'] = () => outbox.outboxStats(this.ctx);
+  outboxStats: Driver['outboxStats'] = (scope) => outbox.outboxStats(this.ctx, scope);
   outboxDeadList: Driver['outboxDeadList'] = (p) => outbox.outboxDeadList(this.ctx, p);
   outboxReplay: Driver['outboxReplay'] = (f) => outbox.outboxReplay(this.ctx, f);
   outboxDeleteFinished: Driver['outboxDeleteFinished'] = (p) => outbox.outboxDeleteFinished(this.ctx, p);
@@ -115,7 +115,7 @@ export class PostgresDriver implements Driver {
   inboxRetryMany: Driver['inboxRetryMany'] = (p) => inbox.inboxRetryMany(this.ctx, p);
   inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = (p) => inbox.inboxMarkDeadMany(this.ctx, p);
   inboxReclaimExpired: Driver['inboxReclaimExpired'] = (p) => inbox.inboxReclaimExpired(this.ctx, p);
-  inboxStats: Driver['inboxStats'] = () => inbox.inboxStats(this.ctx);
+  inboxStats: Driver['inboxStats'] = (scope) => inbox.inboxStats(this.ctx, scope);
   inboxDeadList: Driver['inboxDeadList'] = (p) => inbox.inboxDeadList(this.ctx, p);
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = (p) => inbox.inboxDeleteFinished(this.ctx, p);
 

@@ -4,14 +4,25 @@
  *
  * `table` is a quoted, qualified name from `PgNames`; `label` is an unquoted column of it.
  */
-import type { DeadRowSummary, TableStats } from '../driver.ts';
+import type { DeadRowSummary, StatsScope, TableStats } from '../driver.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
 
 /**
  * Rows per state (every state in `states` present, 0 when empty) and the age in seconds of the
- * oldest due `pending` row matching `pendingCondition` (SQL on the table's columns).
+ * oldest due `pending` row matching `pendingCondition` (SQL on the table's columns). With
+ * `pendingOnly`, only the pending rows matching `pendingCondition` are read (through the partial
+ * pending index: the cost follows the backlog, not the table with its finished rows).
  */
-export async function tableStats(db: PgQueryable, table: string, states: readonly string[], pendingCondition = 'TRUE'): Promise<TableStats> {
+export async function tableStats(db: PgQueryable, table: string, states: readonly string[], pendingCondition = 'TRUE', scope: StatsScope = {}): Promise<TableStats> {
+  if (scope.pendingOnly === true) {
+    const { rows } = await pgQuery<{ n: string; oldest: number | null }>(
+      db,
+      `SELECT count(*) AS n,
+              EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at) FILTER (WHERE scheduled_at <= clock_timestamp()))::float8 AS oldest
+         FROM ${table} WHERE state = 'pending' AND (${pendingCondition})`,
+    );
+    return { counts: { pending: Number(rows[0]!.n) }, oldestPendingAgeSeconds: Math.max(0, rows[0]!.oldest ?? 0) };
+  }
   const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
     db,
     `SELECT state, count(*) AS n,

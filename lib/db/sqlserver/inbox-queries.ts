@@ -8,7 +8,7 @@
 import { retriesFirst } from './claim-order.ts';
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
-import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, TableStats } from '../driver.ts';
+import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { UsageError } from '../../errors.ts';
 import { withSessionClaimLock } from './claim-locks.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
@@ -181,8 +181,8 @@ export async function inboxReclaimExpired(runner: MssqlRunner, names: MssqlNames
   return runGatedReclaim(runner, buildInboxReclaim(names, p.throttleMs));
 }
 
-export async function inboxStats(runner: MssqlRunner, names: MssqlNames): Promise<TableStats> {
-  return runStats(runner, buildStats(names.inbox, ` AND consumption = N'push'`), ['pending', 'processing', 'processed', 'dead']);
+export async function inboxStats(runner: MssqlRunner, names: MssqlNames, scope: StatsScope = {}): Promise<TableStats> {
+  return runStats(runner, buildStats(names.inbox, ` AND consumption = N'push'`, scope), scope.pendingOnly === true ? ['pending'] : ['pending', 'processing', 'processed', 'dead']);
 }
 
 export function buildInboxDeadList(names: MssqlNames, limit: number): MssqlStatement {

@@ -8,7 +8,7 @@
 import { retriesFirst } from './claim-order.ts';
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
-import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, TableStats } from '../driver.ts';
+import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import { withSessionClaimLock } from './claim-locks.ts';
@@ -155,8 +155,8 @@ export async function outboxReclaimExpired(runner: MssqlRunner, names: MssqlName
   return runGatedReclaim(runner, buildOutboxReclaim(names, p.throttleMs));
 }
 
-export async function outboxStats(runner: MssqlRunner, names: MssqlNames): Promise<TableStats> {
-  return runStats(runner, buildStats(names.outbox), ['pending', 'processing', 'sent', 'dead']);
+export async function outboxStats(runner: MssqlRunner, names: MssqlNames, scope: StatsScope = {}): Promise<TableStats> {
+  return runStats(runner, buildStats(names.outbox, '', scope), scope.pendingOnly === true ? ['pending'] : ['pending', 'processing', 'sent', 'dead']);
 }
 
 export function buildOutboxDeadList(names: MssqlNames, limit: number): MssqlStatement {

@@ -112,7 +112,7 @@ export class SqlServerDriver implements Driver {
   outboxRetryMany: Driver['outboxRetryMany'] = async (p) => outbox.outboxRetryMany(await this.pool(), this.names, p);
   outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = async (p) => outbox.outboxMarkDeadMany(await this.pool(), this.names, p);
   outboxReclaimExpired: Driver['outboxReclaimExpired'] = async (p) => outbox.outboxReclaimExpired(await this.pool(), this.names, p);
-  outboxStats: Driver['outboxStats'] = async () => outbox.outboxStats(await this.pool(), this.names);
+  outboxStats: Driver['outboxStats'] = async (scope) => outbox.outboxStats(await this.pool(), this.names, scope);
   outboxDeadList: Driver['outboxDeadList'] = async (p) => outbox.outboxDeadList(await this.pool(), this.names, p);
   outboxReplay: Driver['outboxReplay'] = async (f) => outbox.outboxReplay(await this.pool(), this.names, f);
   outboxDeleteFinished: Driver['outboxDeleteFinished'] = async (p) => outbox.outboxDeleteFinished(await this.pool(), this.names, p);
@@ -124,7 +124,7 @@ export class SqlServerDriver implements Driver {
   inboxRetryMany: Driver['inboxRetryMany'] = async (p) => inbox.inboxRetryMany(await this.pool(), this.names, p);
   inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = async (p) => inbox.inboxMarkDeadMany(await this.pool(), this.names, p);
   inboxReclaimExpired: Driver['inboxReclaimExpired'] = async (p) => inbox.inboxReclaimExpired(await this.pool(), this.names, p);
-  inboxStats: Driver['inboxStats'] = async () => inbox.inboxStats(await this.pool(), this.names);
+  inboxStats: Driver['inboxStats'] = async (scope) => inbox.inboxStats(await this.pool(), this.names, scope);
   inboxDeadList: Driver['inboxDeadList'] = async (p) => inbox.inboxDeadList(await this.pool(), this.names, p);
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = async (p) => inbox.inboxDeleteFinished(await this.pool(), this.names, p);
 

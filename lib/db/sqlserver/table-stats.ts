@@ -1,11 +1,22 @@
 /**
  * Per-state counts and the oldest due pending row's age of one table (status, metrics, alarms).
  */
-import type { TableStats } from '../driver.ts';
+import type { StatsScope, TableStats } from '../driver.ts';
 import { runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 
-/** Per-state counts and the age in ms of the oldest due pending row of `table`; `pendingFilter` narrows "pending". */
-export function buildStats(table: string, pendingFilter = ''): MssqlStatement {
+/**
+ * Per-state counts and the age in ms of the oldest due pending row of `table`; `pendingFilter`
+ * narrows "pending". With `pendingOnly`, only pending rows are read (one row, state `pending`).
+ */
+export function buildStats(table: string, pendingFilter = '', scope: StatsScope = {}): MssqlStatement {
+  if (scope.pendingOnly === true) {
+    return {
+      text: `SELECT N'pending' AS state, COUNT_BIG(*) AS n,
+       DATEDIFF_BIG(millisecond, MIN(CASE WHEN scheduled_at <= SYSUTCDATETIME() THEN scheduled_at END), SYSUTCDATETIME()) AS oldest_ms
+  FROM ${table} WHERE state = N'pending'${pendingFilter};`,
+      params: [],
+    };
+  }
   return {
     text: `SELECT state, COUNT_BIG(*) AS n,
        DATEDIFF_BIG(millisecond, MIN(CASE WHEN state = N'pending'${pendingFilter} AND scheduled_at <= SYSUTCDATETIME() THEN scheduled_at END), SYSUTCDATETIME()) AS oldest_ms
