@@ -34,10 +34,14 @@ export interface CaseResult {
   p99Ms: number | null;
   roundTripsPerMessage: number;
   peakRssMb: number;
+  /** CPU time (user + system) of this process during the drain, per 1,000 messages moved. */
+  cpuMsPer1000: number;
   maxRssMb: number;
   prepareSeconds: number;
   /** 1-minute load average when the drain started (the machine is shared). */
   loadAverage: number;
+  /** msg/s of every run of this case when the bench ran it several times (this line is the median run). */
+  runs?: number[];
   notes?: Record<string, number | string>;
 }
 
@@ -51,9 +55,11 @@ async function runCase(c: BenchCase, ctx: CaseContext, input: ChildInput): Promi
   }, 50);
   const load = loadavg()[0]!;
   const q0 = queryCount();
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   const result = await c.drain(ctx);
   const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   const trips = queryCount() - q0;
   clearInterval(sampler);
   peak = Math.max(peak, process.memoryUsage.rss());
@@ -70,6 +76,7 @@ async function runCase(c: BenchCase, ctx: CaseContext, input: ChildInput): Promi
     p99Ms: latency ? round(latency.p99Ms, 1) : null,
     roundTripsPerMessage: result.moved === 0 ? 0 : round(trips / result.moved, 3),
     peakRssMb: round(peak / 1048576, 1),
+    cpuMsPer1000: result.moved === 0 ? 0 : round((cpu.user + cpu.system) / 1000 / (result.moved / 1000), 1),
     maxRssMb: round(process.resourceUsage().maxRSS / 1024, 1),
     prepareSeconds: round(prepareSeconds, 1),
     loadAverage: round(load, 1),

@@ -1,7 +1,8 @@
 /**
  * Keeps the leases of in-flight claims alive: every third of the lease it renews all of them in
  * one fenced statement. A claim the renewal did not return — or every claim, when the renewal
- * fails — is lost: its `AbortController` fires so the work on that row stops (seed: renewal).
+ * fails — is lost: its signal fires (or its `watch` callback runs) so the work on that row stops
+ * (seed: renewal).
  */
 import type { ClaimRef } from '../db/driver.ts';
 import { renewalIntervalMs } from './lease.ts';
@@ -14,12 +15,15 @@ export interface LeaseKeeperOptions {
   /** Fenced renewal of many claims; returns the ids renewed. */
   renew: (claims: ClaimRef[], leaseMs: number) => Promise<string[]>;
   /** Called once per claim that is lost (zero rows or a failed renewal). */
-  onLost: (claim: ClaimRef, reason: 'fenced' | 'renew-failed', error?: unknown) => void;
+  onLost: (claim: ClaimRef, reason: LostReason, error?: unknown) => void;
 }
+
+/** Why a claim was lost: its renewal changed no row (`fenced`) or failed (`renew-failed`). */
+export type LostReason = 'fenced' | 'renew-failed';
 
 interface Tracked {
   claim: ClaimRef;
-  controller: AbortController;
+  lost: (reason: LostReason) => void;
 }
 
 export class LeaseKeeper {
@@ -35,12 +39,20 @@ export class LeaseKeeper {
   /** Starts tracking a claim; returns the signal that fires when the claim is lost. */
   track(claim: ClaimRef): AbortSignal {
     const controller = new AbortController();
-    this.#tracked.set(claim.id, { claim, controller });
+    this.watch(claim, (reason) => controller.abort(new Error(reason === 'fenced' ? 'claim lost: renewal changed no row' : 'claim lost: renewal failed')));
+    return controller.signal;
+  }
+
+  /**
+   * Starts tracking a claim; `lost` is called once if the claim is lost. The batch form of
+   * `track`: the outbox pass watches every row of a batch without an `AbortController` per row.
+   */
+  watch(claim: ClaimRef, lost: (reason: LostReason) => void): void {
+    this.#tracked.set(claim.id, { claim, lost });
     if (this.#timer === undefined) {
       this.#timer = setInterval(() => void this.renewNow(), renewalIntervalMs(this.#options.leaseMs));
       this.#timer.unref();
     }
-    return controller.signal;
   }
 
   /** Stops tracking a claim (its work finished, successfully or not). */
@@ -78,11 +90,11 @@ export class LeaseKeeper {
     for (const t of tracked) if (!renewed.has(t.claim.id)) this.#lose(t, 'fenced');
   }
 
-  #lose(t: Tracked, reason: 'fenced' | 'renew-failed', error?: unknown): void {
+  #lose(t: Tracked, reason: LostReason, error?: unknown): void {
     if (!this.#tracked.has(t.claim.id)) return;
     this.#tracked.delete(t.claim.id);
-    t.controller.abort(new Error(reason === 'fenced' ? 'claim lost: renewal changed no row' : 'claim lost: renewal failed'));
     this.#options.onLost(t.claim, reason, error);
+    t.lost(reason);
     if (this.#tracked.size === 0) this.#clear();
   }
 

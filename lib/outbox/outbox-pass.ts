@@ -163,8 +163,7 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
     }
     tally.claimed += rows.length;
     tally.batches++;
-    const signals = new Map(rows.map((row) => [row.id, ctx.keeper.track({ id: row.id, token: row.claimToken })]));
-    const work: Promise<void> = deliverBatch(ctx, rows, signals)
+    const work: Promise<void> = deliverBatch(ctx, rows)
       .catch((error: unknown) => {
         failure ??= error;
       })

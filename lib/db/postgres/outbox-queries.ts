@@ -24,9 +24,10 @@ interface OutboxDbRow {
   max_attempts: number;
   sequence: string;
   replay_count: number;
-  created_at: Date;
+  /** Epoch milliseconds (a float8 parses faster than a timestamptz, twice per claimed row). */
+  created_ms: number;
   claim_token: string;
-  lease_expires_at: Date;
+  lease_expires_ms: number;
 }
 
 function toOutboxRow(r: OutboxDbRow): OutboxRow {
@@ -40,9 +41,9 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
     maxAttempts: r.max_attempts,
     sequence: r.sequence,
     replayCount: r.replay_count,
-    createdAt: r.created_at,
+    createdAt: new Date(r.created_ms),
     claimToken: r.claim_token,
-    leaseExpiresAt: r.lease_expires_at,
+    leaseExpiresAt: new Date(r.lease_expires_ms),
   };
 }
 
@@ -114,10 +115,17 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
        FROM candidates
       WHERE o.id = candidates.id
   RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.attempt, o.max_attempts, o.sequence,
-            o.replay_count, o.created_at, o.claim_token, o.lease_expires_at`,
+            o.replay_count, o.claim_token,
+            date_part('epoch', o.created_at) * 1000 AS created_ms,
+            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms`,
     [p.limit, p.leaseMs],
   );
-  return rows.map(toOutboxRow).sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1));
+  return rows.map(toOutboxRow).sort(bySequence);
+}
+
+/** Claim order within a batch: `sequence` (a non-negative bigint as text) without BigInt allocations. */
+function bySequence(a: OutboxRow, b: OutboxRow): number {
+  return a.sequence.length - b.sequence.length || (a.sequence < b.sequence ? -1 : a.sequence > b.sequence ? 1 : 0);
 }
 
 function claimArrays(claims: ClaimRef[]): [string[], string[]] {
