@@ -21,12 +21,13 @@ import { benchConfig, dropSchema, outboxLatency, seedOutbox } from './outbox-tab
 
 const silent: PassLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
-function passConfig(ctx: CaseContext): QueueBoxConfig {
+function passConfig(ctx: CaseContext, prepared: boolean): QueueBoxConfig {
   const queueUrl = ctx.sqs?.queueUrl ?? 'http://127.0.0.1:1/000000000000/bench';
-  return benchConfig(ctx, {
+  const config = benchConfig(ctx, {
     destinations: { bench: { type: 'sqs', queueUrl, region: 'us-east-1' } },
     outbox: { routes: [{ topicPattern: '**', destination: 'bench' }] },
   });
+  return { ...config, database: { ...config.database, preparedStatements: prepared } };
 }
 
 function destinationsFor(ctx: CaseContext, config: QueueBoxConfig, kind: 'noop' | 'sqs'): Destinations {
@@ -37,8 +38,8 @@ function destinationsFor(ctx: CaseContext, config: QueueBoxConfig, kind: 'noop' 
   });
 }
 
-async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs'): Promise<DrainResult> {
-  const config = passConfig(ctx);
+async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared: boolean): Promise<DrainResult> {
+  const config = passConfig(ctx, prepared);
   const target = ctx.workload.drain;
   const stop = new AbortController();
   const cap = setTimeout(() => stop.abort(), ctx.timeLimitMs);
@@ -97,13 +98,13 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs'): Promise<
   return { moved: Math.min(sent, target), capped: sent < target, notes: { passes, dead, retried } };
 }
 
-function queueboxCase(name: string, kind: 'noop' | 'sqs'): BenchCase {
+function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false): BenchCase {
   return {
     name,
     describe: (ctx) =>
-      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize 100, concurrency 8, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}`,
+      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize 100, concurrency 8, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}${prepared ? ', database.preparedStatements' : ''}`,
     prepare: seedOutbox,
-    drain: (ctx) => drainWithPasses(ctx, kind),
+    drain: (ctx) => drainWithPasses(ctx, kind, prepared),
     latency: outboxLatency,
     cleanup: (ctx) => dropSchema(ctx.probe, ctx.schema),
   };
@@ -111,5 +112,7 @@ function queueboxCase(name: string, kind: 'noop' | 'sqs'): BenchCase {
 
 /** The real pass to an in-process no-op destination. */
 export const queueboxNoopCase = queueboxCase('queuebox', 'noop');
+/** The same with `database.preparedStatements` (claims planned once per connection; direct connections only). */
+export const queueboxPreparedCase = queueboxCase('queuebox-prepared', 'noop', true);
 /** The real pass to SQS on the fauxqs emulator. */
 export const queueboxSqsCase = queueboxCase('queuebox-sqs', 'sqs');

@@ -5,8 +5,9 @@ import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 import type { ConformanceTarget, InspectedRow } from './driver-conformance.ts';
 
-export async function createPostgresTarget(): Promise<ConformanceTarget> {
-  const db = await createTestDatabase();
+/** `preparedStatements`: the driver runs its claims as named prepared statements (`database.preparedStatements`). */
+export async function createPostgresTarget(options: { preparedStatements?: boolean } = {}): Promise<ConformanceTarget> {
+  const db = await createTestDatabase(options.preparedStatements ? { database: { preparedStatements: true } } : {});
   const extra: PostgresDriver[] = [];
   const table = (name: 'outbox' | 'inbox') => `"${db.schema}"."${db.config.tables[name]}"`;
   return {

@@ -7,6 +7,8 @@ import type { PgPool } from './pg-pool.ts';
 export interface PgContext {
   pool: PgPool;
   names: PgNames;
+  /** `database.preparedStatements`: claims run as named prepared statements (`pgClaimQuery`). */
+  prepared?: boolean;
 }
 
 /** Milliseconds as a PostgreSQL interval expression on a bound parameter: `$n * interval '1 millisecond'`. */

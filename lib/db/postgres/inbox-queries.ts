@@ -10,9 +10,10 @@
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
+import type { PgNames } from './names.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
-import { pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
+import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
 
 
@@ -117,7 +118,20 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
  * every claim committed before it.
  */
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
-  const t = ctx.names.inbox;
+  const rows = await pgTransaction(ctx.pool, async (client) => {
+    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
+    return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names), [p.limit, p.leaseMs], ctx.prepared)).rows;
+  });
+  return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
+}
+
+const relayClaimTexts = new WeakMap<PgNames, string>();
+
+/** The relay claim statement of `names`, built once. */
+function relayClaimText(names: PgNames): string {
+  const cached = relayClaimTexts.get(names);
+  if (cached !== undefined) return cached;
+  const t = names.inbox;
   // Due retries first, then first attempts (same reason as the outbox claim).
   const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
            FROM ${t} c
@@ -141,11 +155,7 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
           ORDER BY c.scheduled_at, c.sequence
           LIMIT $1
           FOR UPDATE SKIP LOCKED) AS branch`;
-  const rows = await pgTransaction(ctx.pool, async (client) => {
-    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-    const result = await pgQuery<InboxDbRow>(
-      client,
-      `WITH candidates AS (
+  const text = `WITH candidates AS (
          ${branch('c.attempt > 0')}
          UNION ALL
          ${branch('c.attempt = 0')}
@@ -156,12 +166,9 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
          FROM candidates
         WHERE i.id = candidates.id
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,
-              i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at`,
-      [p.limit, p.leaseMs],
-    );
-    return result.rows;
-  });
-  return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
+              i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at`;
+  relayClaimTexts.set(names, text);
+  return text;
 }
 
 /** Fenced lease renewal; returns the ids renewed. */

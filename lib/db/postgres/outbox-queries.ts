@@ -7,7 +7,7 @@
 import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -69,18 +69,13 @@ export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMes
   return rows[0]!.id;
 }
 
-/**
- * Claims due rows: keyless rows freely, keyed rows only when they are the head of their key
- * (no `pending`/`processing` row of the key with a lower `sequence`). `SKIP LOCKED` keeps
- * concurrent claims off each other's rows; the head check keeps one row per key in flight.
- *
- * Order: due retries (`attempt > 0`) first, then first attempts, each by `scheduled_at, sequence`.
- * A retry moves `scheduled_at` to after its backoff, behind every row already waiting; in plain
- * `scheduled_at` order a retried head would wait for the whole backlog, holding every later row
- * of its key, and each claim would walk over those blocked rows (see docs/reliability.md).
- */
-export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const t = ctx.names.outbox;
+const claimTexts = new WeakMap<PgNames, string>();
+
+/** The claim statement of `names` (built once: the same text every batch, and for prepared statements). */
+function outboxClaimText(names: PgNames): string {
+  const cached = claimTexts.get(names);
+  if (cached !== undefined) return cached;
+  const t = names.outbox;
   const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
          FROM ${t} c
         WHERE c.state = 'pending' AND ${attempts}
@@ -100,8 +95,7 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
         ORDER BY c.scheduled_at, c.sequence
         LIMIT $1
         FOR UPDATE SKIP LOCKED) AS branch`;
-  const { rows } = await pgQuery<OutboxDbRow>(
-    ctx.pool,
+  const text =
     // Append runs its branches in order and the outer LIMIT stops pulling (and locking) as soon
     // as it has enough rows, so first attempts are read only when retries leave room.
     `WITH candidates AS (
@@ -117,9 +111,23 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
   RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
-            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms`,
-    [p.limit, p.leaseMs],
-  );
+            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms`;
+  claimTexts.set(names, text);
+  return text;
+}
+
+/**
+ * Claims due rows: keyless rows freely, keyed rows only when they are the head of their key
+ * (no `pending`/`processing` row of the key with a lower `sequence`). `SKIP LOCKED` keeps
+ * concurrent claims off each other's rows; the head check keeps one row per key in flight.
+ *
+ * Order: due retries (`attempt > 0`) first, then first attempts, each by `scheduled_at, sequence`.
+ * A retry moves `scheduled_at` to after its backoff, behind every row already waiting; in plain
+ * `scheduled_at` order a retried head would wait for the whole backlog, holding every later row
+ * of its key, and each claim would walk over those blocked rows (see docs/reliability.md).
+ */
+export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
+  const { rows } = await pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names), [p.limit, p.leaseMs], ctx.prepared);
   return rows.map(toOutboxRow).sort(bySequence);
 }
 

@@ -3,8 +3,10 @@
  *
  * `statement_timeout` and `idle_in_transaction_session_timeout` are startup parameters of each
  * connection (no `SET` after connecting, so the pool works behind RDS Proxy or PgBouncer in
- * transaction mode). Statements are unnamed (no prepared-statement names).
+ * transaction mode). Statements are unnamed (no prepared-statement names), unless
+ * `database.preparedStatements` opts the claim statements in (`pgClaimQuery`).
  */
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { mapPgError } from './error-map.ts';
@@ -44,6 +46,32 @@ export function createPgPool(database: QueueBoxConfig['database'], url: string):
 export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
   try {
     return await db.query<R>(text, values);
+  } catch (error) {
+    throw mapPgError(error);
+  }
+}
+
+const statementNames = new Map<string, string>();
+
+/** A stable statement name per SQL text (the same text on every connection gets the same name). */
+function statementName(text: string): string {
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    name = `queuebox_${createHash('sha1').update(text).digest('hex').slice(0, 24)}`;
+    statementNames.set(text, name);
+  }
+  return name;
+}
+
+/**
+ * Runs a claim statement: unnamed by default; with `prepared`, as a named prepared statement
+ * that each connection parses and plans once (`pg` prepares it on first use per connection).
+ * `text` must be the same string object or content on every call (the claim builders memoize it).
+ */
+export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg.PoolClient, text: string, values: unknown[], prepared: boolean | undefined): Promise<pg.QueryResult<R>> {
+  if (prepared !== true) return pgQuery<R>(db, text, values);
+  try {
+    return await db.query<R>({ name: statementName(text), text, values });
   } catch (error) {
     throw mapPgError(error);
   }

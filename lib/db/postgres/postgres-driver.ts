@@ -34,7 +34,7 @@ export class PostgresDriver implements Driver {
   constructor(options: PostgresDriverOptions) {
     const pool = options.pool ?? createPgPool(options.config.database, options.url);
     this.#ownsPool = options.pool === undefined;
-    this.ctx = { pool, names: pgNames(options.config.database.schema ?? 'public', options.config.tables) };
+    this.ctx = { pool, names: pgNames(options.config.database.schema ?? 'public', options.config.tables), prepared: options.config.database.preparedStatements };
   }
 
   get pool(): PgPool {

@@ -15,9 +15,10 @@
  */
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
+import type { PgNames } from './names.ts';
 import { claimSet } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
-import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 
 const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp()`;
 
@@ -28,7 +29,17 @@ const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND cla
  * `scheduled_at, created_at, id` order. Autocommits, so the claim is durable before any handler runs.
  */
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
-  const t = ctx.names.inbox;
+  const { rows } = await pgClaimQuery<InboxDbRow>(ctx.pool, pullClaimText(ctx.names), [p.source, p.limit, p.leaseMs], ctx.prepared);
+  return rows.map(toInboxRow);
+}
+
+const pullClaimTexts = new WeakMap<PgNames, string>();
+
+/** The pull claim statement of `names`, built once. */
+function pullClaimText(names: PgNames): string {
+  const cached = pullClaimTexts.get(names);
+  if (cached !== undefined) return cached;
+  const t = names.inbox;
   // Due retries first, then first attempts (same reason as the outbox claim).
   const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
          FROM ${t} c
@@ -52,9 +63,7 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
         ORDER BY c.scheduled_at, c.created_at, c.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED) AS branch`;
-  const { rows } = await pgQuery<InboxDbRow>(
-    ctx.pool,
-    `WITH candidates AS (
+  const text = `WITH candidates AS (
        ${branch('c.attempt > 0')}
        UNION ALL
        ${branch('c.attempt = 0')}
@@ -70,10 +79,9 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
             i.lease_expires_at)
      -- UPDATE … RETURNING does not keep the candidates' order; restore the claim order here,
      -- in the database, where timestamps keep their microseconds.
-     SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`,
-    [p.source, p.limit, p.leaseMs],
-  );
-  return rows.map(toInboxRow);
+     SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;
+  pullClaimTexts.set(names, text);
+  return text;
 }
 
 /** Fenced lease renewal: the lease becomes db clock + `leaseMs`. */

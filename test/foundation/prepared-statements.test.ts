@@ -1,0 +1,46 @@
+/**
+ * `database.preparedStatements`: off by default (no session state, as poolers need), and when on,
+ * the claim statements are named prepared statements on the connection that ran them.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+async function preparedOnDriverConnection(db: TestDatabase): Promise<string[]> {
+  // poolMax 1: the driver's only connection is the one that ran the claims.
+  const { rows } = await db.driver.pool.query<{ name: string; statement: string }>('SELECT name, statement FROM pg_prepared_statements ORDER BY name');
+  return rows.map((r) => `${r.name}: ${r.statement.trim().slice(0, 40)}`);
+}
+
+async function claimEverything(db: TestDatabase): Promise<void> {
+  await db.driver.outboxClaimMany({ limit: 10, leaseMs: 60_000 });
+  await db.driver.outboxClaimMany({ limit: 10, leaseMs: 60_000 });
+  await db.driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 });
+  await db.driver.pullClaimMany({ source: 'jobs', limit: 10, leaseMs: 60_000 });
+}
+
+describe('database.preparedStatements', () => {
+  let plain: TestDatabase;
+  let prepared: TestDatabase;
+  before(async () => {
+    plain = await createTestDatabase({ database: { poolMax: 1 } });
+    prepared = await createTestDatabase({ database: { poolMax: 1, preparedStatements: true } });
+  });
+  after(async () => {
+    await plain.drop();
+    await prepared.drop();
+  });
+
+  it('is off by default: the claims leave no prepared statement on the connection', async () => {
+    assert.equal(plain.config.database.preparedStatements, false);
+    await claimEverything(plain);
+    assert.deepEqual(await preparedOnDriverConnection(plain), []);
+  });
+
+  it('when on, prepares each claim statement once per connection under a stable name', async () => {
+    await claimEverything(prepared);
+    const statements = await preparedOnDriverConnection(prepared);
+    assert.equal(statements.length, 3, `outbox, relay and pull claims: ${statements.join(' | ')}`);
+    for (const s of statements) assert.match(s, /^queuebox_[0-9a-f]{24}: WITH candidates AS \(/);
+  });
+});
