@@ -10,7 +10,7 @@
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
-import type { PgNames } from './names.ts';
+import { oncePerNames, retriesFirst } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -125,15 +125,10 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
   return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
 }
 
-const relayClaimTexts = new WeakMap<PgNames, string>();
-
-/** The relay claim statement of `names`, built once. */
-function relayClaimText(names: PgNames): string {
-  const cached = relayClaimTexts.get(names);
-  if (cached !== undefined) return cached;
+/** The relay claim statement of `names`. */
+const relayClaimText = oncePerNames((names) => {
   const t = names.inbox;
-  // Due retries first, then first attempts (same reason as the outbox claim).
-  const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
+  const select = (attempts: string) => `SELECT c.id
            FROM ${t} c
           WHERE c.state = 'pending'
             AND c.consumption = 'push'
@@ -154,12 +149,9 @@ function relayClaimText(names: PgNames): string {
                        AND b.state = 'processing')))
           ORDER BY c.scheduled_at, c.sequence
           LIMIT $1
-          FOR UPDATE SKIP LOCKED) AS branch`;
-  const text = `WITH candidates AS (
-         ${branch('c.attempt > 0')}
-         UNION ALL
-         ${branch('c.attempt = 0')}
-         LIMIT $1
+          FOR UPDATE SKIP LOCKED`;
+  return `WITH candidates AS (
+         ${retriesFirst(select, '$1')}
        )
        UPDATE ${t} i
           SET ${claimSet('$2')}
@@ -167,9 +159,7 @@ function relayClaimText(names: PgNames): string {
         WHERE i.id = candidates.id
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,
               i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at`;
-  relayClaimTexts.set(names, text);
-  return text;
-}
+});
 
 /** Fenced lease renewal; returns the ids renewed. */
 export async function inboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {

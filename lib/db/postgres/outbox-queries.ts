@@ -8,6 +8,7 @@ import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMe
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
+import { oncePerNames, retriesFirst } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -69,14 +70,10 @@ export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMes
   return rows[0]!.id;
 }
 
-const claimTexts = new WeakMap<PgNames, string>();
-
-/** The claim statement of `names` (built once: the same text every batch, and for prepared statements). */
-function outboxClaimText(names: PgNames): string {
-  const cached = claimTexts.get(names);
-  if (cached !== undefined) return cached;
+/** The claim statement of `names`. */
+const outboxClaimText = oncePerNames((names) => {
   const t = names.outbox;
-  const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
+  const select = (attempts: string) => `SELECT c.id
          FROM ${t} c
         WHERE c.state = 'pending' AND ${attempts}
           -- Due check: statement_timestamp() is stable, so it bounds the pending-index scan and
@@ -94,15 +91,9 @@ function outboxClaimText(names: PgNames): string {
                    WHERE b.key = c.key AND b.state = 'processing')))
         ORDER BY c.scheduled_at, c.sequence
         LIMIT $1
-        FOR UPDATE SKIP LOCKED) AS branch`;
-  const text =
-    // Append runs its branches in order and the outer LIMIT stops pulling (and locking) as soon
-    // as it has enough rows, so first attempts are read only when retries leave room.
-    `WITH candidates AS (
-       ${branch('c.attempt > 0')}
-       UNION ALL
-       ${branch('c.attempt = 0')}
-       LIMIT $1
+        FOR UPDATE SKIP LOCKED`;
+  return `WITH candidates AS (
+       ${retriesFirst(select, '$1')}
      )
      UPDATE ${t} o
         SET ${claimSet('$2')}
@@ -112,9 +103,7 @@ function outboxClaimText(names: PgNames): string {
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
             date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms`;
-  claimTexts.set(names, text);
-  return text;
-}
+});
 
 /**
  * Claims due rows: keyless rows freely, keyed rows only when they are the head of their key

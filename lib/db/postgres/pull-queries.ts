@@ -15,7 +15,7 @@
  */
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
-import type { PgNames } from './names.ts';
+import { oncePerNames, retriesFirst } from './claim-text.ts';
 import { claimSet } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
@@ -33,15 +33,10 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
   return rows.map(toInboxRow);
 }
 
-const pullClaimTexts = new WeakMap<PgNames, string>();
-
-/** The pull claim statement of `names`, built once. */
-function pullClaimText(names: PgNames): string {
-  const cached = pullClaimTexts.get(names);
-  if (cached !== undefined) return cached;
+/** The pull claim statement of `names`. */
+const pullClaimText = oncePerNames((names) => {
   const t = names.inbox;
-  // Due retries first, then first attempts (same reason as the outbox claim).
-  const branch = (attempts: string) => `SELECT id FROM (SELECT c.id
+  const select = (attempts: string) => `SELECT c.id
          FROM ${t} c
         WHERE c.source = $1
           AND c.consumption = 'pull'
@@ -62,12 +57,9 @@ function pullClaimText(names: PgNames): string {
                      AND b.state = 'processing' AND b.lease_expires_at > clock_timestamp())))
         ORDER BY c.scheduled_at, c.created_at, c.id
         LIMIT $2
-        FOR UPDATE SKIP LOCKED) AS branch`;
-  const text = `WITH candidates AS (
-       ${branch('c.attempt > 0')}
-       UNION ALL
-       ${branch('c.attempt = 0')}
-       LIMIT $2
+        FOR UPDATE SKIP LOCKED`;
+  return `WITH candidates AS (
+       ${retriesFirst(select, '$2')}
      ),
      claimed AS (
      UPDATE ${t} i
@@ -80,9 +72,7 @@ function pullClaimText(names: PgNames): string {
      -- UPDATE … RETURNING does not keep the candidates' order; restore the claim order here,
      -- in the database, where timestamps keep their microseconds.
      SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;
-  pullClaimTexts.set(names, text);
-  return text;
-}
+});
 
 /** Fenced lease renewal: the lease becomes db clock + `leaseMs`. */
 export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number }): Promise<boolean> {
