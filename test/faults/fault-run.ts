@@ -108,7 +108,9 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
       const timers: NodeJS.Timeout[] = [];
       let onKill = () => {};
       const killed = new Promise<void>((resolve) => (onKill = resolve));
-      if (rng.chance(0.08)) {
+      // Every run kills and freezes at least one early invocation of each kind, however fast the
+      // machine drains (a fast run may otherwise end before the 8 % / 10 % draws come up).
+      if (rng.chance(0.08) || index === 2) {
         timers.push(setTimeout(() => {
           injected.kill++;
           faults.kill();
@@ -116,7 +118,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
           onKill();
         }, rng.int(100, timeoutMs - 500)));
       }
-      if (rng.chance(options.brokenFence ? 0.5 : 0.1)) {
+      if (rng.chance(options.brokenFence ? 0.5 : 0.1) || index === 3) {
         const freezeMs = Math.round(claimTimeoutMs * (1.5 + rng.float()));
         timers.push(setTimeout(() => {
           injected.freeze++;
