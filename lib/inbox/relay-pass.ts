@@ -1,6 +1,9 @@
 /**
  * One pass of the push relay, shaped for a scheduled Lambda: reclaim (throttled in the
- * database), then claim → forward until nothing is claimable or the deadline nears.
+ * database), then claim → forward until the deadline nears; a claim that finds nothing waits
+ * `inbox.relay.pollIntervalMs` and claims again, so a webhook stored mid-invocation is relayed
+ * within about that long, not at the next schedule. `mode: 'drain'` returns at the first empty
+ * claim instead.
  *
  * Each claimed row is forwarded in one transaction (`driver.inboxForward`): the outbox row
  * (topic from the template, key = aggregate id, headers of spec §5) and the fenced mark
@@ -33,6 +36,8 @@ export interface RelayPassOptions {
   signal?: AbortSignal;
   /** Randomness of the retry jitter (tests). */
   random?: () => number;
+  /** `deadline` (scheduled pass, default): claim until the deadline. `drain`: return once a claim finds nothing. */
+  mode?: 'deadline' | 'drain';
 }
 
 /** What one pass did; counts of rows. */
@@ -96,7 +101,11 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
     if (leaseMs === 0) break;
     const rows = await driver.inboxClaimPushMany({ limit: relay.batchSize, leaseMs });
-    if (rows.length === 0) break;
+    if (rows.length === 0) {
+      if (options.mode === 'drain') break;
+      await sleep(Math.min(relay.pollIntervalMs, Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);
+      continue;
+    }
     summary.claimed += rows.length;
     const keeper = new LeaseKeeper({
       leaseMs,

@@ -40,7 +40,7 @@ describe('inbox relay pass', () => {
     db.driver.inboxInsert({ source: 'shop', idempotencyKey: key, eventType: 'created', payload: { key }, consumption: 'push', ...extra });
   const newMetrics = () => new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
   const pass = (driver: Driver, metrics = newMetrics(), timeoutMs = 20_000): Promise<RelaySummary> =>
-    runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs }), db.config.lambda.deadlineMarginMs) });
+    runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs }), db.config.lambda.deadlineMarginMs), mode: 'drain' });
   /** A driver whose forwards take a few milliseconds, recording how many keyless forwards overlap. */
   const slowDriver = (observed: { keylessInFlight: number; maxKeyless: number }): Driver =>
     Object.create(db.newDriver(), {
@@ -220,6 +220,21 @@ describe('inbox relay pass', () => {
     assert.equal((await db.query(`SELECT 1 FROM ${inbox} WHERE state = 'pending'`)).length, 1);
   });
 
+  it('keep polling until the deadline in a scheduled pass: a row stored mid-invocation is relayed by the same pass', async () => {
+    const started = Date.now();
+    const running = runRelayPass({ config: db.config, driver: db.driver, logger, metrics: newMetrics(), deadline: createDeadline(fakeLambdaContext({ timeoutMs: 4_000 }), db.config.lambda.deadlineMarginMs) });
+    await sleep(500);
+    await store('late-1');
+    await sleep(400);
+    const relayed = await db.query<{ state: string }>(`SELECT state FROM ${inbox} WHERE idempotency_key = 'late-1'`);
+    assert.equal(relayed[0]?.state, 'processed', 'relayed within a few poll intervals, by the pass already running');
+    const summary = await running;
+    assert.equal(summary.forwarded, 1);
+    const took = Date.now() - started;
+    // Deadline = 4 s − 1 s margin; the pass claims while a lease of MIN_LEASE_MS (1 s) still fits.
+    assert.ok(took >= 1800 && took < 2800, `the pass polled until it could no longer take a lease (~2 s), took ${took} ms`);
+  });
+
   it('return the summary from the Lambda handler and flush forwarded and oldest-pending-age metrics as EMF', async () => {
     await store('emf-1');
     await store('emf-2');
@@ -232,7 +247,7 @@ describe('inbox relay pass', () => {
     setContainer({ config: db.config, driver: db.driver, logger, env: {}, writeMetrics: (line) => lines.push(line) });
     let summary: RelaySummary;
     try {
-      summary = await handler({}, fakeLambdaContext({ timeoutMs: 20_000 }));
+      summary = await handler({}, fakeLambdaContext({ timeoutMs: 2_500 }));
     } finally {
       setContainer(undefined);
     }
