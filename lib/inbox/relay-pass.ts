@@ -115,7 +115,9 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     });
     const queue = [...rows];
     const worker = async () => {
-      for (let row = queue.shift(); row !== undefined && canStart(); row = queue.shift()) await relayRow(row, keeper);
+      // Rows already claimed are forwarded while the invocation lasts (a shutdown or a shortened
+      // deadline stops new claims, not the work this pass holds); `waitBounded` bounds the wait.
+      for (let row = queue.shift(); row !== undefined && deadline.remainingMs() > 0; row = queue.shift()) await relayRow(row, keeper);
     };
     const finished = await waitBounded(Promise.all(Array.from({ length: Math.min(relay.concurrency, rows.length) }, worker)));
     keeper.stop();
