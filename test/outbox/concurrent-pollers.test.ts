@@ -35,7 +35,11 @@ describe('outbox pass: several pollers at once', () => {
 
     assert.deepEqual(held.violations, []);
     assert.deepEqual(destination.overlaps, [], 'no row and no key was in two destination calls at once');
-    assert.deepEqual(await stateCounts(db), { sent: ids.length });
+    const unfinished = await db.query(
+      `SELECT key, sequence, state, attempt, last_error, round(extract(epoch FROM scheduled_at - clock_timestamp()) * 1000) AS due_in_ms
+         FROM "${db.schema}".outbox WHERE state <> 'sent' ORDER BY sequence`,
+    );
+    assert.deepEqual(await stateCounts(db), { sent: ids.length }, `unfinished rows: ${JSON.stringify(unfinished)}; passes: ${JSON.stringify(summaries)}`);
     const counts = destination.deliveryCounts();
     assert.equal(counts.size, ids.length, 'every row delivered');
     assert.ok([...counts.values()].every((n) => n === 1), 'each exactly once');
