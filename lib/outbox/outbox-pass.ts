@@ -11,7 +11,7 @@
  * 3. Stop claiming when the time left before the deadline is below the claim window
  *    (`max(MIN_CLAIM_WINDOW_MS, 2 × the slowest destination call of this pass)`), when the lease
  *    would be shorter than `MIN_LEASE_MS`, when `signal` aborts, or — in `drain` mode — as soon
- *    as a claim finds nothing and nothing is in flight. An idle claim in `deadline` mode waits
+ *    as a claim that started with nothing in flight finds nothing. An idle claim in `deadline` mode waits
  *    `pollIntervalMs` and claims again until the deadline.
  * 4. Wait for in-flight work up to `shutdownTimeoutMs`, never past the deadline. Work still in
  *    flight then is abandoned: its rows stay `processing` and the reclaim recovers them once
@@ -146,6 +146,9 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
       continue;
     }
     let rows;
+    // A batch that settles while this claim runs may free key heads the claim's snapshot did not
+    // see; only a claim that started with nothing in flight can prove the table drained.
+    const inFlightAtClaim = inFlight.size;
     try {
       rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs });
     } catch (error) {
@@ -154,6 +157,7 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
     }
     if (rows.length === 0) {
       if (inFlight.size === 0 && options.mode === 'drain') {
+        if (inFlightAtClaim > 0) continue;
         stoppedBecause = 'drained';
         break;
       }
