@@ -16,6 +16,7 @@
 import type { Destination, EntryOutcome, OutboundMessage } from '../../lib/destinations/destination.ts';
 import type { InvocationFaults } from './invocation-faults.ts';
 import type { Prng } from './prng.ts';
+import { pause } from '../helpers/recording-destination.ts';
 
 /** One accepted entry, in acceptance order (`n`). */
 export interface FaultDelivery {
@@ -37,21 +38,6 @@ export interface DestinationFaultRates {
 }
 
 export const DEFAULT_DESTINATION_RATES: DestinationFaultRates = { throttle: 0.03, timeout: 0.02, slow: 0.01, partial: 0.04, entryRetryable: 0.01, entryPermanent: 0.003 };
-
-function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
-  if (signal?.aborted) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve(false);
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      resolve(true);
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
 
 export class FaultDestination {
   readonly deliveries: FaultDelivery[] = [];
@@ -78,17 +64,17 @@ export class FaultDestination {
     const p = this.prng;
     if (p.chance(this.rates.throttle)) {
       this.injected.throttle++;
-      await sleep(5);
+      await pause(5);
       throw Object.assign(new Error('Rate exceeded (injected)'), { name: 'ThrottlingException' });
     }
     if (p.chance(this.rates.timeout)) {
       this.injected.timeout++;
-      await sleep(150);
+      await pause(150);
       throw Object.assign(new Error('socket timeout (injected)'), { name: 'TimeoutError' });
     }
     if (p.chance(this.rates.slow)) {
       this.injected.slow++;
-      if (await sleep(this.slowMs, signal)) return messages.map((m) => ({ id: m.id, status: 'retryable', error: 'aborted' }));
+      if (await pause(this.slowMs, signal)) return messages.map((m) => ({ id: m.id, status: 'retryable', error: 'aborted' }));
     }
     const partial = p.chance(this.rates.partial);
     if (partial) this.injected.partial++;

@@ -102,8 +102,8 @@ export class RecordingDestination implements Destination {
   }
 }
 
-/** Waits `ms`; true when `signal` aborted first. */
-function pause(ms: number, signal?: AbortSignal): Promise<boolean> {
+/** Waits `ms`; true when `signal` aborted first (also used by the fault suite's destination). */
+export function pause(ms: number, signal?: AbortSignal): Promise<boolean> {
   if (signal?.aborted) return Promise.resolve(true);
   if (ms <= 0) return Promise.resolve(false);
   return new Promise((resolve) => {
