@@ -18,26 +18,35 @@ describe('the fault checker', () => {
   });
   after(async () => db.drop());
 
-  it('reports a fence violation when a frozen owner thaws and its mark-sent ignores the claim token and lease', async () => {
+  /**
+   * The stale-owner schedule: an owner claims the three rows with a 1 s lease and publishes, then
+   * freezes past its lease; a new owner reclaims and claims them again; the old owner thaws and
+   * marks sent (through `fence`). Returns what both owners claimed and what the stale mark changed.
+   */
+  async function staleOwnerSchedule(fence: 'broken' | 'intact') {
+    await db.pool.query(`TRUNCATE "${db.schema}".outbox, "${db.schema}".faults_audit`);
     const ids = await insertOutboxRows(db, [0, 1, 2].map((i) => ({ topic: 'orders.created', key: `k${i}`, payload: { i } })));
     const ledger = new Ledger();
     const stale = db.newDriver();
-    const owner = faultyDriver(brokenFenceDriver(stale), new InvocationFaults(stale.pool), ledger);
+    const owner = faultyDriver(fence === 'broken' ? brokenFenceDriver(stale) : stale, new InvocationFaults(stale.pool), ledger);
     const deliveries: FaultDelivery[] = [];
     const deliver = (rowIds: string[]) => rowIds.forEach((id) => deliveries.push({ n: deliveries.length, id, key: null, attempt: 0, at: Date.now() }));
-
-    // The old owner claims and publishes, then freezes past its lease.
     const first = await owner.outboxClaimMany({ limit: 10, leaseMs: 1000 });
-    assert.equal(first.length, 3);
     deliver(first.map((r) => r.id));
     await delay(1100);
-    // A new owner reclaims, claims again and is still publishing when the old owner thaws.
-    assert.equal((await db.driver.outboxReclaimExpired({})).reclaimed, 3);
+    const reclaimed = (await db.driver.outboxReclaimExpired({})).reclaimed;
     const second = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
-    assert.equal(second.length, 3);
     const changed = await owner.outboxMarkSentMany({ claims: first.map((r) => ({ id: r.id, token: r.claimToken })) });
-    assert.deepEqual(new Set(changed), new Set(ids), 'the broken fence let the stale owner write');
     deliver(second.map((r) => r.id));
+    return { ids, ledger, deliveries, first, second, reclaimed, changed };
+  }
+
+  it('reports a fence violation when a frozen owner thaws and its mark-sent ignores the claim token and lease', async () => {
+    const { ids, ledger, deliveries, first, second, reclaimed, changed } = await staleOwnerSchedule('broken');
+    assert.equal(first.length, 3);
+    assert.equal(reclaimed, 3);
+    assert.equal(second.length, 3);
+    assert.deepEqual(new Set(changed), new Set(ids), 'the broken fence let the stale owner write');
 
     const report = await checkRun({
       pool: db.pool,
@@ -50,20 +59,9 @@ describe('the fault checker', () => {
   });
 
   it('reports nothing for the same schedule when the fence is intact', async () => {
-    await db.pool.query(`TRUNCATE "${db.schema}".outbox, "${db.schema}".faults_audit`);
-    await insertOutboxRows(db, [0, 1, 2].map((i) => ({ topic: 'orders.created', key: `k${i}`, payload: { i } })));
-    const ledger = new Ledger();
-    const stale = db.newDriver();
-    const owner = faultyDriver(stale, new InvocationFaults(stale.pool), ledger);
-    const deliveries: FaultDelivery[] = [];
-    const deliver = (rowIds: string[]) => rowIds.forEach((id) => deliveries.push({ n: deliveries.length, id, key: null, attempt: 0, at: Date.now() }));
-    const first = await owner.outboxClaimMany({ limit: 10, leaseMs: 1000 });
-    deliver(first.map((r) => r.id));
-    await delay(1100);
-    assert.equal((await db.driver.outboxReclaimExpired({})).reclaimed, 3);
-    const second = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
-    assert.deepEqual(await owner.outboxMarkSentMany({ claims: first.map((r) => ({ id: r.id, token: r.claimToken })) }), []);
-    deliver(second.map((r) => r.id));
+    const { ledger, deliveries, second, reclaimed, changed } = await staleOwnerSchedule('intact');
+    assert.equal(reclaimed, 3);
+    assert.deepEqual(changed, []);
     await db.driver.outboxMarkSentMany({ claims: second.map((r) => ({ id: r.id, token: r.claimToken })) });
 
     const report = await checkRun({
