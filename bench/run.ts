@@ -10,6 +10,8 @@
  *   --peer-seconds s        time cap of a peer's or the SQS case's drain (default 20; quick 5)
  *   --rounds n              runs of the floor and QueueBox cases per workload, alternating; the
  *                           median is reported (default 3; quick 1; the backlog and peers run once)
+ *   --warmup n              messages each case child drains from a separate table of the same
+ *                           shape before its timed drain (default 2,000; quick 200; 0 = cold process)
  * Uses DATABASE_URL, or starts an embedded PostgreSQL. Prints one JSON line per case, then a table.
  */
 import { spawn } from 'node:child_process';
@@ -64,6 +66,7 @@ async function main(): Promise<void> {
       workers: { type: 'string', default: '2' },
       'peer-seconds': { type: 'string' },
       rounds: { type: 'string' },
+      warmup: { type: 'string' },
     },
   });
   const base = values.quick ? QUICK_SIZES : FULL_SIZES;
@@ -76,6 +79,8 @@ async function main(): Promise<void> {
   const workers = Number(values.workers);
   const peerCapMs = Number(values['peer-seconds'] ?? (values.quick ? 5 : 20)) * 1000;
   const rounds = Math.max(1, Number(values.rounds ?? (values.quick ? 1 : 3)));
+  const warmup = Number(values.warmup ?? (values.quick ? 200 : 2000));
+  if (!Number.isInteger(warmup) || warmup < 0) throw new Error(`--warmup: ${values.warmup} is not a non-negative integer`);
 
   let embedded: EmbeddedDatabase | undefined;
   let url = process.env.DATABASE_URL;
@@ -104,6 +109,7 @@ async function main(): Promise<void> {
             url,
             workload,
             workers,
+            warmup,
             timeLimitMs: PEERS.has(caseName) ? peerCapMs : DEFAULT_CAP_MS,
             ...(sqs && caseName.endsWith('-sqs') ? { sqs: await sqs.newQueue() } : {}),
           }).catch((error: unknown) => {

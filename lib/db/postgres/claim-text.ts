@@ -19,6 +19,32 @@ export function oncePerNames(build: (names: PgNames) => string): (names: PgNames
 }
 
 /**
+ * `build` runs once per `PgNames` object and batch size; later calls return the same text. The
+ * batch size is written into the text as a literal (`LIMIT 100`), not bound: a prepared claim
+ * (`database.preparedStatements`) with `LIMIT $1` is planned again at every execution, because
+ * PostgreSQL rates a generic plan with an unknown LIMIT as too costly and keeps custom plans;
+ * with the literal it switches to the generic plan after five executions and plans no more.
+ * The literal costs nothing unprepared (every execution is planned anyway).
+ */
+export function oncePerNamesAndLimit(build: (names: PgNames, limit: number) => string): (names: PgNames, limit: number) => string {
+  const texts = new WeakMap<PgNames, Map<number, string>>();
+  return (names, limit) => {
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`claim batch size must be a positive integer, not ${limit}`);
+    let byLimit = texts.get(names);
+    if (byLimit === undefined) {
+      byLimit = new Map();
+      texts.set(names, byLimit);
+    }
+    let text = byLimit.get(limit);
+    if (text === undefined) {
+      text = build(names, limit);
+      byLimit.set(limit, text);
+    }
+    return text;
+  };
+}
+
+/**
  * The claim's candidate ids: due retries (`attempt > 0`) first, then first attempts (see
  * docs/claims-and-leases.md, "Which rows a claim takes first"). `select(attempts)` is one ordered,
  * limited `SELECT c.id … FOR UPDATE SKIP LOCKED` with `attempts` among its conditions. PostgreSQL

@@ -10,7 +10,7 @@
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { oncePerNames, retriesFirst } from './claim-text.ts';
+import { oncePerNamesAndLimit, retriesFirst } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -120,13 +120,13 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const rows = await pgTransaction(ctx.pool, async (client) => {
     await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-    return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names), [p.limit, p.leaseMs], ctx.prepared)).rows;
+    return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared)).rows;
   });
   return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
 }
 
-/** The relay claim statement of `names`. */
-const relayClaimText = oncePerNames((names) => {
+/** The relay claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease in ms). */
+const relayClaimText = oncePerNamesAndLimit((names, limit) => {
   const t = names.inbox;
   const select = (attempts: string) => `SELECT c.id
            FROM ${t} c
@@ -148,13 +148,13 @@ const relayClaimText = oncePerNames((names) => {
                        AND b.consumption = 'push'
                        AND b.state = 'processing')))
           ORDER BY c.scheduled_at, c.sequence
-          LIMIT $1
+          LIMIT ${limit}
           FOR UPDATE SKIP LOCKED`;
   return `WITH candidates AS (
-         ${retriesFirst(select, '$1')}
+         ${retriesFirst(select, String(limit))}
        )
        UPDATE ${t} i
-          SET ${claimSet('$2')}
+          SET ${claimSet('$1')}
          FROM candidates
         WHERE i.id = candidates.id
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,

@@ -8,7 +8,7 @@ import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMe
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
-import { oncePerNames, retriesFirst } from './claim-text.ts';
+import { oncePerNamesAndLimit, retriesFirst } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -70,8 +70,8 @@ export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMes
   return rows[0]!.id;
 }
 
-/** The claim statement of `names`. */
-const outboxClaimText = oncePerNames((names) => {
+/** The claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease in ms). */
+const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
   const t = names.outbox;
   const select = (attempts: string) => `SELECT c.id
          FROM ${t} c
@@ -90,13 +90,13 @@ const outboxClaimText = oncePerNames((names) => {
                   SELECT 1 FROM ${t} b
                    WHERE b.key = c.key AND b.state = 'processing')))
         ORDER BY c.scheduled_at, c.sequence
-        LIMIT $1
+        LIMIT ${limit}
         FOR UPDATE SKIP LOCKED`;
   return `WITH candidates AS (
-       ${retriesFirst(select, '$1')}
+       ${retriesFirst(select, String(limit))}
      )
      UPDATE ${t} o
-        SET ${claimSet('$2')}
+        SET ${claimSet('$1')}
        FROM candidates
       WHERE o.id = candidates.id
   RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.attempt, o.max_attempts, o.sequence,
@@ -116,7 +116,7 @@ const outboxClaimText = oncePerNames((names) => {
  * of its key, and each claim would walk over those blocked rows (see docs/reliability.md).
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const { rows } = await pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names), [p.limit, p.leaseMs], ctx.prepared);
+  const { rows } = await pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared);
   return rows.map(toOutboxRow).sort(bySequence);
 }
 
