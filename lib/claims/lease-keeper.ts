@@ -21,14 +21,33 @@ export interface LeaseKeeperOptions {
 /** Why a claim was lost: its renewal changed no row (`fenced`) or failed (`renew-failed`). */
 export type LostReason = 'fenced' | 'renew-failed';
 
-interface Tracked {
-  claim: ClaimRef;
-  lost: (reason: LostReason) => void;
+/** What `watchMany` returns: give it back to `releaseMany`. */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- an opaque handle
+export interface WatchedClaims {}
+
+/**
+ * Claims watched together (one destination call's rows, or one claim): the items are the caller's
+ * own objects, turned into `ClaimRef`s only when a renewal runs, so watching a batch allocates
+ * nothing per row. `gone` marks the items already lost.
+ */
+interface Group<T> extends WatchedClaims {
+  items: readonly T[];
+  ref: (item: T) => ClaimRef;
+  lost: (item: T, reason: LostReason) => void;
+  gone: Set<number> | undefined;
+  /** Position in `#groups` while watched; -1 once removed. */
+  slot: number;
 }
 
 export class LeaseKeeper {
   readonly #options: LeaseKeeperOptions;
-  readonly #tracked = new Map<string, Tracked>();
+  // Per claim for `track`/`watch` + `release(id)`; per call for `watchMany` + `releaseMany`.
+  readonly #byId = new Map<string, Group<ClaimRef>>();
+  // An array, not a Set: a long-lived Set or Map whose entries point at young objects (each
+  // batch's rows) made the pass spend most of its CPU in the garbage collector (measured: 3.9
+  // against 1.1 µs of pass CPU per message).
+  readonly #groups: Array<Group<unknown>> = [];
+  #size = 0;
   #timer: NodeJS.Timeout | undefined;
   #renewing: Promise<void> | undefined;
 
@@ -43,27 +62,40 @@ export class LeaseKeeper {
     return controller.signal;
   }
 
-  /**
-   * Starts tracking a claim; `lost` is called once if the claim is lost. The batch form of
-   * `track`: the outbox pass watches every row of a batch without an `AbortController` per row.
-   */
+  /** Starts tracking a claim; `lost` is called once if the claim is lost. `release(claim.id)` ends it. */
   watch(claim: ClaimRef, lost: (reason: LostReason) => void): void {
-    this.#tracked.set(claim.id, { claim, lost });
-    if (this.#timer === undefined) {
-      this.#timer = setInterval(() => void this.renewNow(), renewalIntervalMs(this.#options.leaseMs));
-      this.#timer.unref();
-    }
+    const previous = this.#byId.get(claim.id);
+    if (previous) this.#remove(erase(previous));
+    const group: Group<ClaimRef> = { items: [claim], ref: identity, lost: (_c, reason) => lost(reason), gone: undefined, slot: -1 };
+    this.#byId.set(claim.id, group);
+    this.#add(erase(group));
   }
 
   /** Stops tracking a claim (its work finished, successfully or not). */
   release(id: string): void {
-    this.#tracked.delete(id);
-    if (this.#tracked.size === 0) this.#clear();
+    const group = this.#byId.get(id);
+    if (group) this.#remove(erase(group));
+  }
+
+  /**
+   * Starts tracking the claims of `items` (e.g. the rows of one destination call): `ref` gives an
+   * item's claim when a renewal runs, `lost` is called once per item whose claim is lost.
+   * `releaseMany` with the returned handle ends the watch of all of them.
+   */
+  watchMany<T>(items: readonly T[], ref: (item: T) => ClaimRef, lost: (item: T, reason: LostReason) => void): WatchedClaims {
+    const group: Group<T> = { items, ref, lost, gone: undefined, slot: -1 };
+    this.#add(erase(group));
+    return group;
+  }
+
+  /** Stops tracking the claims of a `watchMany` handle. */
+  releaseMany(handle: WatchedClaims): void {
+    this.#remove(handle as Group<unknown>);
   }
 
   /** Number of claims tracked. */
   get size(): number {
-    return this.#tracked.size;
+    return this.#size;
   }
 
   /** Renews every tracked claim now (also used by tests). */
@@ -76,7 +108,12 @@ export class LeaseKeeper {
   }
 
   async #renew(): Promise<void> {
-    const tracked = [...this.#tracked.values()];
+    const tracked: Array<{ group: Group<unknown>; index: number; claim: ClaimRef }> = [];
+    for (const group of this.#groups) {
+      for (let index = 0; index < group.items.length; index++) {
+        if (!group.gone?.has(index)) tracked.push({ group, index, claim: group.ref(group.items[index]) });
+      }
+    }
     if (tracked.length === 0) return;
     const leaseMs = this.#options.nextLeaseMs();
     if (leaseMs <= 0) return; // the invocation is ending; let the leases run out with it
@@ -84,23 +121,54 @@ export class LeaseKeeper {
     try {
       renewed = new Set(await this.#options.renew(tracked.map((t) => t.claim), leaseMs));
     } catch (error) {
-      for (const t of tracked) this.#lose(t, 'renew-failed', error);
+      for (const t of tracked) this.#lose(t.group, t.index, t.claim, 'renew-failed', error);
       return;
     }
-    for (const t of tracked) if (!renewed.has(t.claim.id)) this.#lose(t, 'fenced');
+    for (const t of tracked) if (!renewed.has(t.claim.id)) this.#lose(t.group, t.index, t.claim, 'fenced');
   }
 
-  #lose(t: Tracked, reason: LostReason, error?: unknown): void {
-    if (!this.#tracked.has(t.claim.id)) return;
-    this.#tracked.delete(t.claim.id);
-    this.#options.onLost(t.claim, reason, error);
-    t.lost(reason);
-    if (this.#tracked.size === 0) this.#clear();
+  #lose(group: Group<unknown>, index: number, claim: ClaimRef, reason: LostReason, error?: unknown): void {
+    // Released (work finished) or already lost while the renewal ran: nothing to report.
+    if (group.slot === -1 || group.gone?.has(index)) return;
+    (group.gone ??= new Set()).add(index);
+    this.#size--;
+    if (group.gone.size === group.items.length) this.#remove(group);
+    this.#options.onLost(claim, reason, error);
+    group.lost(group.items[index], reason);
+  }
+
+  #add(group: Group<unknown>): void {
+    group.slot = this.#groups.length;
+    this.#groups.push(group);
+    this.#size += group.items.length;
+    if (this.#timer === undefined && this.#size > 0) {
+      this.#timer = setInterval(() => void this.renewNow(), renewalIntervalMs(this.#options.leaseMs));
+      this.#timer.unref();
+    }
+  }
+
+  #remove(group: Group<unknown>): void {
+    if (group.slot === -1) return;
+    const last = this.#groups.pop()!;
+    if (last !== group) {
+      last.slot = group.slot;
+      this.#groups[group.slot] = last;
+    }
+    group.slot = -1;
+    this.#size -= group.items.length - (group.gone?.size ?? 0);
+    if (group.ref === identity) {
+      const id = (group.items[0] as ClaimRef).id;
+      if (this.#byId.get(id) === (group as Group<ClaimRef>)) this.#byId.delete(id);
+    }
+    if (this.#size === 0) this.#clear();
   }
 
   /** Stops the timer; tracked claims are left to expire. */
   stop(): void {
-    this.#tracked.clear();
+    for (const group of this.#groups) group.slot = -1;
+    this.#groups.length = 0;
+    this.#byId.clear();
+    this.#size = 0;
     this.#clear();
   }
 
@@ -108,4 +176,11 @@ export class LeaseKeeper {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
   }
+}
+
+const identity = (c: ClaimRef): ClaimRef => c;
+
+/** A group's item type does not matter once it is stored (items only go back to its own callbacks). */
+function erase<T>(group: Group<T>): Group<unknown> {
+  return group as unknown as Group<unknown>;
 }

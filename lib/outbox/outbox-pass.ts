@@ -28,9 +28,10 @@ import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import type { Deadline } from '../runtime/deadline.ts';
 import { CallLimiter } from './call-limiter.ts';
 import { deliverBatch } from './deliver-batch.ts';
+import { OpenCalls } from './open-calls.ts';
 import type { OutboxPassDriver, PassContext, PassLogger, PassTally } from './pass-context.ts';
 import type { Router } from './routes.ts';
-import { waitAny } from './wait-any.ts';
+import { signalSettled, waitAny } from './wait-any.ts';
 
 /** The least time before the deadline in which the pass still claims (ms). */
 export const MIN_CLAIM_WINDOW_MS = 1000;
@@ -81,7 +82,7 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
   const started = performance.now();
   const { driver, deadline, logger, metrics } = options;
   const outbox = options.config.outbox;
-  const stop = new AbortController();
+  const calls = new OpenCalls();
   const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0 };
   const slowest = new Map<string, number>();
   let closed = false;
@@ -111,13 +112,17 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
     logger,
     retryBaseDelayMs: outbox.retryBaseDelayMs,
     random: options.random ?? Math.random,
-    stopSignal: stop.signal,
+    calls,
     closed: () => closed,
     lost: new Set(),
     tally,
     publishTimed: (type, ms) => slowest.set(type, Math.max(slowest.get(type) ?? 0, ms)),
   };
-  const inFlight = new Map<Promise<void>, number>();
+  // Batches being published: an array (at most MAX_BATCHES_IN_FLIGHT), not a Map, for the
+  // garbage collector's sake (see OpenCalls).
+  const inFlight: Array<{ work: Promise<void>; rows: number }> = [];
+  const inFlightWork = () => inFlight.map((b) => b.work);
+  const stopWait = signalSettled(options.signal);
   const claimWindowMs = () => Math.max(MIN_CLAIM_WINDOW_MS, 2 * Math.max(0, ...slowest.values()));
   let reclaimRan = false;
   let stoppedBecause: StopReason = 'deadline';
@@ -141,14 +146,14 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
       stoppedBecause = 'deadline';
       break;
     }
-    if (inFlight.size >= MAX_BATCHES_IN_FLIGHT) {
-      await waitAny([...inFlight.keys()], deadline.remainingMs(), options.signal);
+    if (inFlight.length >= MAX_BATCHES_IN_FLIGHT) {
+      await waitAny(inFlightWork(), deadline.remainingMs(), stopWait.settled);
       continue;
     }
     let rows;
     // A batch that settles while this claim runs may free key heads the claim's snapshot did not
     // see; only a claim that started with nothing in flight can prove the table drained.
-    const inFlightAtClaim = inFlight.size;
+    const inFlightAtClaim = inFlight.length;
     try {
       rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs });
     } catch (error) {
@@ -156,31 +161,36 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
       break;
     }
     if (rows.length === 0) {
-      if (inFlight.size === 0 && options.mode === 'drain') {
+      if (inFlight.length === 0 && options.mode === 'drain') {
         if (inFlightAtClaim > 0) continue;
         stoppedBecause = 'drained';
         break;
       }
       const idleMs = Math.min(outbox.pollIntervalMs, Math.max(0, deadline.remainingMs() - claimWindowMs()));
-      await waitAny([...inFlight.keys()], inFlight.size > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, options.signal);
+      await waitAny(inFlightWork(), inFlight.length > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, stopWait.settled);
       continue;
     }
     tally.claimed += rows.length;
     tally.batches++;
-    const work: Promise<void> = deliverBatch(ctx, rows)
+    const entry = { work: Promise.resolve(), rows: rows.length };
+    entry.work = deliverBatch(ctx, rows)
       .catch((error: unknown) => {
         failure ??= error;
       })
-      .finally(() => inFlight.delete(work));
-    inFlight.set(work, rows.length);
+      .finally(() => {
+        const at = inFlight.indexOf(entry);
+        if (at !== -1) inFlight.splice(at, 1);
+      });
+    inFlight.push(entry);
   }
   if (failure !== undefined) stoppedBecause = 'error';
 
-  const allDone = Promise.all(inFlight.keys()).then(() => undefined);
+  stopWait.dispose();
+  const allDone = Promise.all(inFlightWork()).then(() => undefined);
   await waitAny([allDone], Math.min(outbox.shutdownTimeoutMs, deadline.remainingMs()));
-  const abandoned = [...inFlight.values()].reduce((sum, n) => sum + n, 0);
+  const abandoned = inFlight.reduce((sum, b) => sum + b.rows, 0);
   closed = true;
-  stop.abort(new Error('outbox pass stopped waiting for in-flight work'));
+  calls.abortAll(new Error('outbox pass stopped waiting for in-flight work'));
   ctx.keeper.stop();
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });
 

@@ -3,6 +3,7 @@
  * lost during the pass and the running tally that becomes the pass summary.
  */
 import type { LeaseKeeper } from '../claims/lease-keeper.ts';
+import type { OpenCalls } from './open-calls.ts';
 import type { Driver } from '../db/driver.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -50,8 +51,8 @@ export interface PassContext {
   retryBaseDelayMs: number;
   /** Jitter source for retry delays. */
   random: () => number;
-  /** Fires when the pass gives up on in-flight work: every destination call aborts. */
-  stopSignal: AbortSignal;
+  /** The destination calls in flight; `abortAll` when the pass gives up on in-flight work. */
+  calls: OpenCalls;
   /** True once the pass has returned: late results are not settled (the rows stay `processing`). */
   closed(): boolean;
   /** Ids whose claim a renewal lost during this pass; their outcomes are never settled. */

@@ -86,8 +86,12 @@ describe('inbox relay pass', () => {
     assert.equal(summaries.reduce((n, s) => n + s.forwarded, 0), 56);
     assert.equal(summaries.reduce((n, s) => n + s.claimsLost, 0), 0);
     assert.ok(observed.maxKeyless >= 2, `keyless rows were forwarded in parallel (max ${observed.maxKeyless})`);
-    const pairs = await db.query<{ aggregate_id: string; inbox_seq: string; claimed_at: Date; processed_at: Date }>(
-      `SELECT i.aggregate_id, i.sequence AS inbox_seq, i.claimed_at, i.processed_at
+    // Microseconds, compared as integers: a JavaScript Date keeps milliseconds, and a claim that
+    // follows the previous row's commit within the same millisecond would compare equal.
+    const pairs = await db.query<{ aggregate_id: string; inbox_seq: string; claimed_us: string; processed_us: string }>(
+      `SELECT i.aggregate_id, i.sequence AS inbox_seq,
+              (EXTRACT(EPOCH FROM i.claimed_at) * 1000000)::bigint::text AS claimed_us,
+              (EXTRACT(EPOCH FROM i.processed_at) * 1000000)::bigint::text AS processed_us
          FROM ${outbox} o JOIN ${inbox} i ON i.id = (o.headers->>'x-inbox-id')::uuid
         WHERE i.aggregate_id IS NOT NULL ORDER BY i.aggregate_id, o.sequence`,
     );
@@ -96,7 +100,10 @@ describe('inbox relay pass', () => {
       const [prev, cur] = [pairs[k - 1]!, pairs[k]!];
       if (prev.aggregate_id !== cur.aggregate_id) continue;
       assert.ok(BigInt(prev.inbox_seq) < BigInt(cur.inbox_seq), `aggregate ${cur.aggregate_id}: outbox order follows receive order`);
-      assert.ok(cur.claimed_at > prev.processed_at, `aggregate ${cur.aggregate_id}: the next row was claimed only after the previous was processed`);
+      assert.ok(
+        BigInt(cur.claimed_us) > BigInt(prev.processed_us),
+        `aggregate ${cur.aggregate_id}: the next row was claimed (${cur.claimed_us} µs) only after the previous was processed (${prev.processed_us} µs)`,
+      );
     }
     const perRow = await db.query(`SELECT i.id FROM ${inbox} i LEFT JOIN ${outbox} o ON (o.headers->>'x-inbox-id')::uuid = i.id GROUP BY i.id HAVING count(o.id) <> 1`);
     assert.deepEqual(perRow, [], 'exactly one outbox row per inbox row');
@@ -107,7 +114,8 @@ describe('inbox relay pass', () => {
     await store('h-2', { source: 'crm', eventType: 'updated' });
     const summary = await pass(db.driver);
     assert.equal(summary.forwarded, 2);
-    const rows = await db.query(`SELECT topic, key, payload, headers, state FROM ${outbox} ORDER BY sequence`);
+    // Two aggregates (one and none): the relay forwards them concurrently, in no set order.
+    const rows = await db.query<{ topic: string; key: string | null }>(`SELECT topic, key, payload, headers, state FROM ${outbox} ORDER BY topic DESC`);
     assert.deepEqual(rows[0], {
       topic: 'shop.created',
       key: 'cust-1',
