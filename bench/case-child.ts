@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import type { BenchCase, CaseContext } from './bench-case.ts';
-import { caseByName } from './cases.ts';
+import { loadCase } from './cases.ts';
 import { installQueryCounter, queryCount, uncountedClient } from './query-counter.ts';
 import type { Workload } from './workloads.ts';
 
@@ -110,7 +110,7 @@ function round(value: number, digits: number): number {
 async function main(): Promise<void> {
   const input = JSON.parse(process.argv[2] ?? '{}') as ChildInput;
   installQueryCounter();
-  const c = caseByName(input.caseName);
+  const c = await loadCase(input.caseName);
   const probe = await uncountedClient(input.url);
   const ctx: CaseContext = {
     url: input.url,

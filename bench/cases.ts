@@ -1,18 +1,27 @@
 /**
- * The registry of bench cases, in the order a full run executes them.
+ * The registry of bench cases, in the order a full run executes them. Each case module is loaded
+ * only when its case runs, so a child's RSS holds its own libraries only (pg-boss and
+ * graphile-worker are not in QueueBox's process, nor QueueBox's AWS SDK in theirs).
  */
 import type { BenchCase } from './bench-case.ts';
-import { floorCase } from './floor-case.ts';
-import { graphileWorkerCase } from './graphile-worker-case.ts';
-import { pgBossCase } from './pg-boss-case.ts';
-import { queueboxNoopCase, queueboxPreparedCase, queueboxSqsCase } from './queuebox-case.ts';
 
-/** Every case, by name. */
-export const CASES: readonly BenchCase[] = [floorCase, queueboxNoopCase, queueboxPreparedCase, queueboxSqsCase, pgBossCase, graphileWorkerCase];
+const LOADERS: Record<string, () => Promise<BenchCase>> = {
+  floor: async () => (await import('./floor-case.ts')).floorCase,
+  queuebox: async () => (await import('./queuebox-case.ts')).queueboxNoopCase,
+  'queuebox-prepared': async () => (await import('./queuebox-case.ts')).queueboxPreparedCase,
+  'queuebox-sqs': async () => (await import('./queuebox-case.ts')).queueboxSqsCase,
+  'pg-boss': async () => (await import('./pg-boss-case.ts')).pgBossCase,
+  'graphile-worker': async () => (await import('./graphile-worker-case.ts')).graphileWorkerCase,
+};
 
-/** The case named `name`; throws for an unknown name. */
-export function caseByName(name: string): BenchCase {
-  const found = CASES.find((c) => c.name === name);
-  if (!found) throw new Error(`unknown bench case ${name}; known: ${CASES.map((c) => c.name).join(', ')}`);
+/** Every case name, in run order. */
+export const CASE_NAMES: readonly string[] = Object.keys(LOADERS);
+
+/** Loads the case named `name`; throws for an unknown name. */
+export async function loadCase(name: string): Promise<BenchCase> {
+  const load = LOADERS[name];
+  if (!load) throw new Error(`unknown bench case ${name}; known: ${CASE_NAMES.join(', ')}`);
+  const found = await load();
+  if (found.name !== name) throw new Error(`bench case module for ${name} exports case ${found.name}`);
   return found;
 }

@@ -17,12 +17,14 @@
  * Uses DATABASE_URL, or starts an embedded PostgreSQL. Prints one JSON line per case, then a table.
  */
 import { spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { build } from 'esbuild';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
 import type { CaseResult, ChildInput } from './case-child.ts';
-import { CASES } from './cases.ts';
+import { CASE_NAMES } from './cases.ts';
 import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';
 import { FULL_SIZES, QUICK_SIZES, parseSizes, workloads } from './workloads.ts';
 import { formatTable, type RatedResult } from './format-table.ts';
@@ -33,9 +35,35 @@ const here = dirname(fileURLToPath(import.meta.url));
 const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs']);
 const DEFAULT_CAP_MS = 300_000;
 
-function runChild(input: ChildInput): Promise<CaseResult> {
+/**
+ * Compiles the case child once per run with esbuild, as `npm run build` compiles the Lambda
+ * functions: the children then run plain JavaScript, like a deployed poller, instead of going
+ * through the `tsx` loader (which added ~30 MB of RSS and CPU for on-the-fly compilation and
+ * `keepNames` wrappers to every case). Dependencies stay in node_modules (`packages: 'external'`).
+ */
+async function buildChild(): Promise<string> {
+  const outdir = join(here, '..', 'node_modules', '.cache', 'queuebox-bench');
+  rmSync(outdir, { recursive: true, force: true });
+  await build({
+    entryPoints: { 'case-child': join(here, 'case-child.ts') },
+    outdir,
+    outExtension: { '.js': '.mjs' },
+    // One chunk per case module, loaded when its case runs (see cases.ts).
+    splitting: true,
+    bundle: true,
+    packages: 'external',
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    sourcemap: true,
+    logLevel: 'error',
+  });
+  return join(outdir, 'case-child.mjs');
+}
+
+function runChild(script: string, input: ChildInput): Promise<CaseResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(here, 'case-child.ts'), JSON.stringify(input)], {
+    const child = spawn(process.execPath, ['--enable-source-maps', script, JSON.stringify(input)], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
@@ -73,9 +101,9 @@ async function main(): Promise<void> {
   });
   const base = values.quick ? QUICK_SIZES : FULL_SIZES;
   const sizes = values.sizes ? parseSizes(values.sizes, base) : base;
-  const caseNames = values.cases ? values.cases.split(',') : CASES.map((c) => c.name);
-  const unknown = caseNames.filter((n) => !CASES.some((c) => c.name === n));
-  if (unknown.length) throw new Error(`unknown case(s) ${unknown.join(', ')}; known: ${CASES.map((c) => c.name).join(', ')}`);
+  const caseNames = values.cases ? values.cases.split(',') : [...CASE_NAMES];
+  const unknown = caseNames.filter((n) => !CASE_NAMES.includes(n));
+  if (unknown.length) throw new Error(`unknown case(s) ${unknown.join(', ')}; known: ${CASE_NAMES.join(', ')}`);
   const all = workloads(sizes);
   const selected = values.workloads ? all.filter((w) => values.workloads!.split(',').includes(w.name)) : all;
   const workers = Number(values.workers);
@@ -93,6 +121,7 @@ async function main(): Promise<void> {
   }
   let sqs: SqsEmulator | undefined;
   if (caseNames.some((n) => n.endsWith('-sqs'))) sqs = await startSqsEmulator();
+  const childScript = await buildChild();
   const info = await serverInfo(url);
   process.stderr.write(`${info}\n`);
   const results: RatedResult[] = [];
@@ -106,7 +135,7 @@ async function main(): Promise<void> {
       for (let round = 0; round < times; round++) {
         for (const caseName of caseNames) {
           if (round > 0 && PEERS.has(caseName)) continue;
-          const result = await runChild({
+          const result = await runChild(childScript, {
             caseName,
             url,
             workload,

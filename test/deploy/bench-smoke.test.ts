@@ -1,0 +1,62 @@
+/**
+ * `npm run bench` keeps working (docs/performance.md tells operators to run it): a tiny run of
+ * the floor and the QueueBox pass on two workloads, checked for what it reports — every message
+ * moved, a ratio to the floor, round trips — never for how fast (speed is measured by the bench
+ * itself, not by tests).
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { testDatabaseUrl } from '../helpers/database.ts';
+
+interface Line {
+  case: string;
+  workload: string;
+  messages: number;
+  capped: boolean;
+  messagesPerSecond: number;
+  ratioToFloor: number | null;
+  roundTripsPerMessage: number;
+  peakRssMb: number;
+}
+
+function runBench(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bench/run.ts', ...args], {
+      env: { ...process.env, DATABASE_URL: testDatabaseUrl() },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('npm run bench', () => {
+  it('drains every message of each workload in each case and reports ratios, round trips and RSS', async () => {
+    const { code, stdout, stderr } = await runBench(['--cases', 'floor,queuebox', '--workloads', 'unkeyed,keys-100', '--sizes', '400', '--rounds', '1', '--warmup', '100']);
+    assert.equal(code, 0, stderr);
+    const lines = stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Line);
+    assert.deepEqual(
+      lines.map((l) => `${l.workload}/${l.case}`),
+      ['unkeyed/floor', 'unkeyed/queuebox', 'keys-100/floor', 'keys-100/queuebox'],
+    );
+    for (const l of lines) {
+      assert.equal(l.messages, 400, `${l.workload}/${l.case} moved every message`);
+      assert.equal(l.capped, false);
+      assert.ok(l.messagesPerSecond > 0 && l.peakRssMb > 0 && l.roundTripsPerMessage > 0, JSON.stringify(l));
+      assert.equal(l.ratioToFloor === null, l.case === 'floor', `${l.case}: a ratio to the floor unless it is the floor`);
+    }
+    assert.match(stdout, /\| workload \| case \| msg\/s \| × floor \|/, 'the readable table follows the JSON lines');
+  });
+});
