@@ -44,7 +44,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'inbox.maxBodyBytes': 'Largest accepted HTTP body (413 above).',
   'inbox.topicTemplate': 'Topic of relayed outbox rows; `{{ source }}` and `{{ eventType }}` are replaced.',
   'inbox.relay.batchSize': 'Rows per relay claim.',
-  'inbox.relay.concurrency': 'Forwards in flight at once within one invocation.',
+  'inbox.relay.concurrency': 'Row-by-row forwards in flight at once within one invocation, when a batched forward failed and its rows are forwarded one by one (and always on SQL Server).',
   'inbox.relay.pollIntervalMs': 'Pause between claims when the last claim found nothing.',
   'inbox.relay.claimTimeoutMs': 'Relay lease duration; relay reclaim runs at most every `claimTimeoutMs / 5`.',
   'inbox.relay.shutdownTimeoutMs': 'Wait for in-flight forwards at the end of a pass.',

@@ -5,12 +5,15 @@
  * within about that long, not at the next schedule. `mode: 'drain'` returns at the first empty
  * claim instead.
  *
- * Each claimed row is forwarded in one transaction (`driver.inboxForward`): the outbox row
- * (topic from the template, key = aggregate id, headers of spec §5) and the fenced mark
- * `processed`. A forward that lost its claim was rolled back: it is logged and counted in
- * `queuebox_claims_lost_total{component="inbox"}`, and the row is left to its new owner. A failing
- * forward is retried with backoff (fenced) until `inbox.relay.maxAttempts`, then `dead`. Leases are
- * sized to the invocation and renewed every third. Pull rows are never claimed.
+ * A claimed batch is forwarded at once (`driver.inboxForwardMany`, one statement on PostgreSQL):
+ * for every row whose claim holds, the outbox row (topic from the template, key = aggregate id,
+ * headers of spec §5) and the fenced mark `processed`. A row whose claim was lost gets neither: it
+ * is logged and counted in `queuebox_claims_lost_total{component="inbox"}`, and left to its new
+ * owner. A row that cannot become an outbox message is `dead` at once, with the reason. When the
+ * batched forward fails, the batch is forwarded row by row (`driver.inboxForward`,
+ * `inbox.relay.concurrency` at a time), so one row the outbox refuses cannot hold the others; a
+ * failing row forward is retried with backoff (fenced) until `inbox.relay.maxAttempts`, then
+ * `dead`. Leases are sized to the invocation and renewed every third. Pull rows are never claimed.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
@@ -18,7 +21,7 @@ import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { ValidationError } from '../errors.ts';
+import { PartialForwardError, ValidationError } from '../errors.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
@@ -74,6 +77,8 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
   }
 }
 
+const claimOf = (row: InboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
+
 /** Runs one relay pass and returns its summary; never runs past `deadline`. */
 export async function runRelayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const { config, driver, logger, metrics, deadline, signal } = options;
@@ -113,13 +118,11 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
       renew: (claims, ms) => driver.inboxRenewMany({ claims, leaseMs: ms }),
       onLost: (claim) => loseClaim(claim.id, 'renewal'),
     });
-    const queue = [...rows];
-    const worker = async () => {
-      // Rows already claimed are forwarded while the invocation lasts (a shutdown or a shortened
-      // deadline stops new claims, not the work this pass holds); `waitBounded` bounds the wait.
-      for (let row = queue.shift(); row !== undefined && deadline.remainingMs() > 0; row = queue.shift()) await relayRow(row, keeper);
-    };
-    const finished = await waitBounded(Promise.all(Array.from({ length: Math.min(relay.concurrency, rows.length) }, worker)));
+    // Rows already claimed are forwarded while the invocation lasts (a shutdown or a shortened
+    // deadline stops new claims, not the work this pass holds); `waitBounded` bounds the wait.
+    const watched = keeper.watchMany(rows, claimOf, () => {});
+    const finished = await waitBounded(relayBatch(rows));
+    keeper.releaseMany(watched);
     keeper.stop();
     if (!finished) break;
   }
@@ -132,31 +135,67 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
   summary.durationMs = Date.now() - started;
   return summary;
 
-  async function relayRow(row: InboxRow, keeper: LeaseKeeper): Promise<void> {
-    const claim: ClaimRef = { id: row.id, token: row.claimToken };
-    const claimSignal = keeper.track(claim);
-    try {
+  /** Forwards one claimed batch: dead rows in one write, the rest in one batched forward. */
+  async function relayBatch(rows: InboxRow[]): Promise<void> {
+    const dead: Array<{ claim: ClaimRef; reason: string }> = [];
+    const forward: Array<{ row: InboxRow; message: OutboxMessageInput }> = [];
+    for (const row of rows) {
       const template = config.inbox.sources[row.source]?.topicTemplate ?? config.inbox.topicTemplate;
       const built = relayMessage(row, template);
-      if ('error' in built) return await markDead(claim, built.error);
-      if (claimSignal.aborted) return;
-      if (await driver.inboxForward({ ...claim, outbox: built.message }, { maxAttempts: config.outbox.maxAttempts })) {
-        summary.forwarded++;
-        metrics.count('inboxMessages', 1, { status: 'forwarded' });
-      } else {
-        loseClaim(row.id, 'forward');
-      }
+      if ('error' in built) dead.push({ claim: claimOf(row), reason: built.error });
+      else forward.push({ row, message: built.message });
+    }
+    if (dead.length > 0) await markDead(dead);
+    const live = forward.filter((f) => !lost.has(f.row.id));
+    if (live.length === 0) return;
+    let forwarded: readonly string[];
+    try {
+      forwarded = await driver.inboxForwardMany(
+        live.map((f) => ({ ...claimOf(f.row), outbox: f.message })),
+        { maxAttempts: config.outbox.maxAttempts },
+      );
     } catch (error) {
-      if (claimSignal.aborted) return;
+      const done = error instanceof PartialForwardError ? error.forwarded : [];
+      countForwarded(done.length);
+      const rest = live.filter((f) => !done.includes(f.row.id));
+      logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: rest.length, error: redactError(error) });
+      await forwardOneByOne(rest);
+      return;
+    }
+    countForwarded(forwarded.length);
+    const changed = new Set(forwarded);
+    for (const f of live) if (!changed.has(f.row.id)) loseClaim(f.row.id, 'forward');
+  }
+
+  function countForwarded(n: number): void {
+    summary.forwarded += n;
+    metrics.count('inboxMessages', n, { status: 'forwarded' });
+  }
+
+  /** The fallback: each row in its own transaction, `relay.concurrency` at a time. */
+  async function forwardOneByOne(items: Array<{ row: InboxRow; message: OutboxMessageInput }>): Promise<void> {
+    const queue = [...items];
+    const worker = async () => {
+      for (let item = queue.shift(); item !== undefined && deadline.remainingMs() > 0; item = queue.shift()) await forwardOne(item.row, item.message);
+    };
+    await Promise.all(Array.from({ length: Math.min(relay.concurrency, items.length) }, worker));
+  }
+
+  async function forwardOne(row: InboxRow, message: OutboxMessageInput): Promise<void> {
+    const claim = claimOf(row);
+    if (lost.has(row.id)) return;
+    try {
+      if (await driver.inboxForward({ ...claim, outbox: message }, { maxAttempts: config.outbox.maxAttempts })) countForwarded(1);
+      else loseClaim(row.id, 'forward');
+    } catch (error) {
+      if (lost.has(row.id)) return;
       await settleFailure(row, claim, error);
-    } finally {
-      keeper.release(row.id);
     }
   }
 
   async function settleFailure(row: InboxRow, claim: ClaimRef, error: unknown): Promise<void> {
     const reason = redactError(error);
-    if (row.attempt + 1 >= relay.maxAttempts) return markDead(claim, `forward failed ${row.attempt + 1} times; last error: ${reason}`);
+    if (row.attempt + 1 >= relay.maxAttempts) return markDead([{ claim, reason: `forward failed ${row.attempt + 1} times; last error: ${reason}` }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
       const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });
@@ -168,15 +207,23 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     }
   }
 
-  async function markDead(claim: ClaimRef, reason: string): Promise<void> {
-    const error = redactError(reason);
+  /** Marks rows `dead` in one fenced write, each with its (redacted) reason. */
+  async function markDead(items: Array<{ claim: ClaimRef; reason: string }>): Promise<void> {
+    const writes = items.map((i) => ({ ...i.claim, error: redactError(i.reason) }));
+    let changed: Set<string>;
     try {
-      const changed = await driver.inboxMarkDeadMany({ items: [{ ...claim, error }] });
-      if (changed.length === 0) return loseClaim(claim.id, 'dead');
-      summary.dead++;
-      logger.error('inbox row is dead', { id: claim.id, error });
+      changed = new Set(await driver.inboxMarkDeadMany({ items: writes }));
     } catch (deadError) {
-      logger.error('inbox dead write failed; the row is reclaimed after its lease', { id: claim.id, error: deadError as Error });
+      logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: deadError as Error });
+      return;
+    }
+    for (const w of writes) {
+      if (!changed.has(w.id)) {
+        loseClaim(w.id, 'dead');
+        continue;
+      }
+      summary.dead++;
+      logger.error('inbox row is dead', { id: w.id, error: w.error });
     }
   }
 

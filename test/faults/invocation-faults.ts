@@ -155,6 +155,8 @@ export function faultyDriver(base: Driver, faults: InvocationFaults, ledger: Led
       },
       fail,
     });
+  d.inboxForwardMany = (items, defaults) =>
+    faults.run(() => base.inboxForwardMany(items, defaults), { ok: lostOf('inbox', items.length), fail });
   d.inboxForward = (item, defaults) =>
     faults.run(() => base.inboxForward(item, defaults), {
       ok: (changed) => {

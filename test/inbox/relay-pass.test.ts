@@ -41,18 +41,19 @@ describe('inbox relay pass', () => {
   const newMetrics = () => new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
   const pass = (driver: Driver, metrics = newMetrics(), timeoutMs = 20_000): Promise<RelaySummary> =>
     runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs }), db.config.lambda.deadlineMarginMs), mode: 'drain' });
-  /** A driver whose forwards take a few milliseconds, recording how many keyless forwards overlap. */
+  /** A driver whose batched forwards take a few milliseconds, recording how many keyless rows are forwarded at once. */
   const slowDriver = (observed: { keylessInFlight: number; maxKeyless: number }): Driver =>
     Object.create(db.newDriver(), {
-      inboxForward: {
-        value: async function (this: Driver, item: Parameters<Driver['inboxForward']>[0], defaults: { maxAttempts: number }) {
-          const keyless = item.outbox.key === null;
-          if (keyless) observed.maxKeyless = Math.max(observed.maxKeyless, ++observed.keylessInFlight);
+      inboxForwardMany: {
+        value: async function (this: Driver, items: Parameters<Driver['inboxForwardMany']>[0], defaults: { maxAttempts: number }) {
+          const keyless = items.filter((item) => item.outbox.key === null).length;
+          observed.keylessInFlight += keyless;
+          observed.maxKeyless = Math.max(observed.maxKeyless, observed.keylessInFlight);
           try {
             await sleep(2 + Math.random() * 8);
-            return await Object.getPrototypeOf(this).inboxForward(item, defaults);
+            return await Object.getPrototypeOf(this).inboxForwardMany(items, defaults);
           } finally {
-            if (keyless) observed.keylessInFlight--;
+            observed.keylessInFlight -= keyless;
           }
         },
       },
@@ -141,7 +142,8 @@ describe('inbox relay pass', () => {
 
   it('retry a failing forward with backoff, then mark it dead after maxAttempts', async () => {
     await store('r-1');
-    const failing: Driver = Object.create(db.driver, { inboxForward: { value: async () => Promise.reject(new Error('database: password=hunter2 refused')) } });
+    const refuse = { value: async () => Promise.reject(new Error('database: password=hunter2 refused')) };
+    const failing: Driver = Object.create(db.driver, { inboxForwardMany: refuse, inboxForward: refuse });
     const first = await pass(failing);
     assert.deepEqual([first.retried, first.dead], [1, 0]);
     const [retried] = await db.query<{ state: string; attempt: number; due_in: number; last_error: string }>(
@@ -158,6 +160,42 @@ describe('inbox relay pass', () => {
     assert.match(dead!.last_error, /forward failed 2 times/);
   });
 
+  it('forward a claimed batch in one call; when that call fails, forward its rows one by one, retrying only the row that fails', async () => {
+    for (const key of ['b-1', 'b-2', 'b-3', 'b-4']) await store(key, { aggregateId: key });
+    const calls = { many: 0, one: 0 };
+    const base = db.newDriver();
+    const batched: Driver = Object.create(base, {
+      inboxForwardMany: { value: async (...args: Parameters<Driver['inboxForwardMany']>) => (calls.many++, base.inboxForwardMany(...args)) },
+      inboxForward: { value: async (...args: Parameters<Driver['inboxForward']>) => (calls.one++, base.inboxForward(...args)) },
+    });
+    const ok = await pass(batched);
+    assert.deepEqual([ok.claimed, ok.forwarded, calls.many, calls.one], [4, 4, 1, 0], 'four rows, one batched call');
+    assert.equal((await db.query(`SELECT 1 FROM ${outbox}`)).length, 4);
+
+    await db.query(`TRUNCATE ${inbox}, ${outbox}`);
+    for (const key of ['f-1', 'f-2', 'f-3']) await store(key, { aggregateId: key });
+    const metrics = newMetrics();
+    const flaky: Driver = Object.create(base, {
+      inboxForwardMany: { value: async () => Promise.reject(new Error('statement timeout')) },
+      inboxForward: {
+        value: async (item: Parameters<Driver['inboxForward']>[0], defaults: { maxAttempts: number }) =>
+          item.outbox.key === 'f-2' ? Promise.reject(new Error('outbox refused f-2')) : base.inboxForward(item, defaults),
+      },
+    });
+    const fallback = await pass(flaky, metrics);
+    assert.deepEqual([fallback.forwarded, fallback.retried, fallback.dead, fallback.claimsLost], [2, 1, 0, 0]);
+    assert.equal(metrics.value('inboxMessages', { status: 'forwarded' }), 2);
+    const states = await db.query<{ idempotency_key: string; state: string; last_error: string | null }>(
+      `SELECT idempotency_key, state, last_error FROM ${inbox} ORDER BY idempotency_key`,
+    );
+    assert.deepEqual(
+      states.map((r) => `${r.idempotency_key}:${r.state}`),
+      ['f-1:processed', 'f-2:pending', 'f-3:processed'],
+    );
+    assert.match(states[1]!.last_error ?? '', /outbox refused f-2/);
+    assert.deepEqual((await db.query<{ key: string }>(`SELECT key FROM ${outbox} ORDER BY key`)).map((r) => r.key), ['f-1', 'f-3']);
+  });
+
   it('roll back the outbox insert of a relay whose claim was lost, count it, and leave one outbox row per inbox row', async () => {
     const { id } = await store('lost-1', { aggregateId: 'L' });
     let release!: () => void;
@@ -165,11 +203,11 @@ describe('inbox relay pass', () => {
     let paused!: () => void;
     const isPaused = new Promise<void>((resolve) => (paused = resolve));
     const slow: Driver = Object.create(db.newDriver(), {
-      inboxForward: {
-        value: async function (this: Driver, ...args: Parameters<Driver['inboxForward']>) {
+      inboxForwardMany: {
+        value: async function (this: Driver, ...args: Parameters<Driver['inboxForwardMany']>) {
           paused();
           await gate;
-          return Object.getPrototypeOf(this).inboxForward(...args);
+          return Object.getPrototypeOf(this).inboxForwardMany(...args);
         },
       },
     });

@@ -195,6 +195,55 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
   }
 }
 
+/**
+ * Forwards a batch in one statement (so in one transaction): the fenced mark `processed` of every
+ * item, and an outbox row for each item the mark changed, inserted in the items' order. Items
+ * whose claim was lost get neither. Returns the ids forwarded. Any error (one row the outbox
+ * refuses fails them all) changes nothing; the relay then forwards the batch row by row.
+ */
+export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]> {
+  if (items.length === 0) return [];
+  const { rows } = await pgQuery<{ id: string }>(
+    ctx.pool,
+    `WITH s AS (
+       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],
+                            $8::integer[], $9::timestamptz[], $10::double precision[])
+                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, ord)
+     ),
+     marked AS (
+       UPDATE ${ctx.names.inbox} t
+          SET state = 'processed', processed_at = clock_timestamp(), updated_at = clock_timestamp(),
+              lease_expires_at = NULL, last_error = NULL
+         FROM s
+        WHERE t.id = s.id AND ${FENCE}
+    RETURNING t.id
+     ),
+     forwarded AS (
+       INSERT INTO ${ctx.names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at)
+       SELECT COALESCE(s.outbox_id, gen_random_uuid()), s.topic, s.key, s.payload, s.headers, s.max_attempts,
+              COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')})
+         FROM s JOIN marked ON marked.id = s.id
+        ORDER BY s.ord
+    RETURNING 1
+     )
+     SELECT id FROM marked`,
+    [
+      items.map((i) => i.id),
+      items.map((i) => i.token),
+      items.map((i) => i.outbox.id ?? null),
+      items.map((i) => i.outbox.topic),
+      items.map((i) => i.outbox.key ?? null),
+      items.map((i) => JSON.stringify(i.outbox.payload)),
+      items.map((i) => JSON.stringify(i.outbox.headers ?? {})),
+      items.map((i) => i.outbox.maxAttempts ?? defaults.maxAttempts),
+      items.map((i) => (i.outbox.scheduledAt === undefined ? null : i.outbox.scheduledAt)),
+      items.map((i) => i.outbox.delayMs ?? 0),
+    ],
+  );
+  const forwarded = new Set(rows.map((r) => r.id));
+  return items.filter((i) => forwarded.has(i.id)).map((i) => i.id);
+}
+
 /** Fenced retry: back to `pending`, `attempt + 1`, due after `delayMs`; returns ids changed. */
 export async function inboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
   return fencedRetryMany(ctx.pool, ctx.names.inbox, p.items);

@@ -112,6 +112,7 @@ export class PostgresDriver implements Driver {
   inboxClaimPushMany: Driver['inboxClaimPushMany'] = (p) => inbox.inboxClaimPushMany(this.ctx, p);
   inboxRenewMany: Driver['inboxRenewMany'] = (p) => inbox.inboxRenewMany(this.ctx, p);
   inboxForward: Driver['inboxForward'] = (item, defaults) => inbox.inboxForward(this.ctx, item, defaults);
+  inboxForwardMany: Driver['inboxForwardMany'] = (items, defaults) => inbox.inboxForwardMany(this.ctx, items, defaults);
   inboxRetryMany: Driver['inboxRetryMany'] = (p) => inbox.inboxRetryMany(this.ctx, p);
   inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = (p) => inbox.inboxMarkDeadMany(this.ctx, p);
   inboxReclaimExpired: Driver['inboxReclaimExpired'] = (p) => inbox.inboxReclaimExpired(this.ctx, p);
