@@ -72,17 +72,3 @@ export class UniqueViolationError extends QueueBoxError {
 export class UsageError extends QueueBoxError {
   override readonly name = 'UsageError';
 }
-
-/**
- * A batched forward (`inboxForwardMany`) that failed part-way on a driver that forwards item by
- * item (SQL Server): `forwarded` are the ids it had already committed; the error is the `cause`.
- */
-export class PartialForwardError extends QueueBoxError {
-  override readonly name = 'PartialForwardError';
-  constructor(
-    readonly forwarded: readonly string[],
-    cause: unknown,
-  ) {
-    super(`forward failed after ${forwarded.length} row(s): ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
-  }
-}

@@ -225,12 +225,12 @@ export interface Driver {
   /** One transaction: insert the outbox row, fenced mark `processed`; false (rolled back) when the claim was lost. */
   inboxForward(item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean>;
   /**
-   * `inboxForward` for a batch: every item whose claim holds is marked `processed` with its
-   * outbox row (inserted in the items' order); returns their ids. PostgreSQL: one statement, so
-   * an error changes nothing. SQL Server: one `inboxForward` per item, in order; an error is a
-   * `PartialForwardError` naming the items already forwarded.
+   * `inboxForward` for a batch, in one statement: every item whose claim holds is marked
+   * `processed` with its outbox row (inserted in the items' order); returns their ids; an error
+   * changes nothing. Optional: PostgreSQL has it; without it (SQL Server) the relay forwards row
+   * by row with `inboxForward`.
    */
-  inboxForwardMany(items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]>;
+  inboxForwardMany?(items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]>;
   inboxRetryMany(params: { items: RetryItem[] }): Promise<string[]>;
   inboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
   inboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;

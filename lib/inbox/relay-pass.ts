@@ -5,13 +5,14 @@
  * within about that long, not at the next schedule. `mode: 'drain'` returns at the first empty
  * claim instead.
  *
- * A claimed batch is forwarded at once (`driver.inboxForwardMany`, one statement on PostgreSQL):
+ * A claimed batch is forwarded at once (`driver.inboxForwardMany`, one statement; PostgreSQL):
  * for every row whose claim holds, the outbox row (topic from the template, key = aggregate id,
  * headers of spec §5) and the fenced mark `processed`. A row whose claim was lost gets neither: it
  * is logged and counted in `queuebox_claims_lost_total{component="inbox"}`, and left to its new
  * owner. A row that cannot become an outbox message is `dead` at once, with the reason. When the
  * batched forward fails, the batch is forwarded row by row (`driver.inboxForward`,
- * `inbox.relay.concurrency` at a time), so one row the outbox refuses cannot hold the others; a
+ * `inbox.relay.concurrency` at a time, as always on SQL Server), so one row the outbox refuses
+ * cannot hold the others; a
  * failing row forward is retried with backoff (fenced) until `inbox.relay.maxAttempts`, then
  * `dead`. Leases are sized to the invocation and renewed every third. Pull rows are never claimed.
  */
@@ -21,7 +22,7 @@ import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { PartialForwardError, ValidationError } from '../errors.ts';
+import { ValidationError } from '../errors.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
@@ -148,6 +149,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     if (dead.length > 0) await markDead(dead);
     const live = forward.filter((f) => !lost.has(f.row.id));
     if (live.length === 0) return;
+    if (driver.inboxForwardMany === undefined) return forwardOneByOne(live);
     let forwarded: readonly string[];
     try {
       forwarded = await driver.inboxForwardMany(
@@ -155,11 +157,10 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
         { maxAttempts: config.outbox.maxAttempts },
       );
     } catch (error) {
-      const done = error instanceof PartialForwardError ? error.forwarded : [];
-      countForwarded(done.length);
-      const rest = live.filter((f) => !done.includes(f.row.id));
-      logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: rest.length, error: redactError(error) });
-      await forwardOneByOne(rest);
+      // The statement changed nothing: forward row by row, so one row the outbox refuses cannot
+      // hold the others.
+      logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: live.length, error: redactError(error) });
+      await forwardOneByOne(live);
       return;
     }
     countForwarded(forwarded.length);

@@ -155,8 +155,9 @@ export function faultyDriver(base: Driver, faults: InvocationFaults, ledger: Led
       },
       fail,
     });
-  d.inboxForwardMany = (items, defaults) =>
-    faults.run(() => base.inboxForwardMany(items, defaults), { ok: lostOf('inbox', items.length), fail });
+  const forwardMany = base.inboxForwardMany;
+  d.inboxForwardMany =
+    forwardMany === undefined ? undefined : (items, defaults) => faults.run(() => forwardMany(items, defaults), { ok: lostOf('inbox', items.length), fail });
   d.inboxForward = (item, defaults) =>
     faults.run(() => base.inboxForward(item, defaults), {
       ok: (changed) => {

@@ -11,6 +11,9 @@ import { createDeadline, sleep } from '../../lib/runtime/deadline.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
+/** The PostgreSQL driver's batched forward (optional in the Driver interface). */
+type ForwardMany = NonNullable<Driver['inboxForwardMany']>;
+
 describe('inbox relay pass', () => {
   let db: TestDatabase;
   let inbox: string;
@@ -45,7 +48,7 @@ describe('inbox relay pass', () => {
   const slowDriver = (observed: { keylessInFlight: number; maxKeyless: number }): Driver =>
     Object.create(db.newDriver(), {
       inboxForwardMany: {
-        value: async function (this: Driver, items: Parameters<Driver['inboxForwardMany']>[0], defaults: { maxAttempts: number }) {
+        value: async function (this: Driver, items: Parameters<ForwardMany>[0], defaults: { maxAttempts: number }) {
           const keyless = items.filter((item) => item.outbox.key === null).length;
           observed.keylessInFlight += keyless;
           observed.maxKeyless = Math.max(observed.maxKeyless, observed.keylessInFlight);
@@ -165,7 +168,7 @@ describe('inbox relay pass', () => {
     const calls = { many: 0, one: 0 };
     const base = db.newDriver();
     const batched: Driver = Object.create(base, {
-      inboxForwardMany: { value: async (...args: Parameters<Driver['inboxForwardMany']>) => (calls.many++, base.inboxForwardMany(...args)) },
+      inboxForwardMany: { value: async (...args: Parameters<ForwardMany>) => (calls.many++, base.inboxForwardMany!(...args)) },
       inboxForward: { value: async (...args: Parameters<Driver['inboxForward']>) => (calls.one++, base.inboxForward(...args)) },
     });
     const ok = await pass(batched);
@@ -204,7 +207,7 @@ describe('inbox relay pass', () => {
     const isPaused = new Promise<void>((resolve) => (paused = resolve));
     const slow: Driver = Object.create(db.newDriver(), {
       inboxForwardMany: {
-        value: async function (this: Driver, ...args: Parameters<Driver['inboxForwardMany']>) {
+        value: async function (this: Driver, ...args: Parameters<ForwardMany>) {
           paused();
           await gate;
           return Object.getPrototypeOf(this).inboxForwardMany(...args);

@@ -6,7 +6,7 @@
  */
 import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
-import { QueueBoxError, SchemaMismatchError, PartialForwardError } from '../../errors.ts';
+import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
 import type { CallerTransaction, Driver } from '../driver.ts';
 import * as inbox from './inbox-queries.ts';
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from './migrations.ts';
@@ -121,19 +121,7 @@ export class SqlServerDriver implements Driver {
   inboxClaimPushMany: Driver['inboxClaimPushMany'] = async (p) => inbox.inboxClaimPushMany(await this.pool(), this.names, p);
   inboxRenewMany: Driver['inboxRenewMany'] = async (p) => inbox.inboxRenewMany(await this.pool(), this.names, p);
   inboxForward: Driver['inboxForward'] = async (item, defaults) => inbox.inboxForward(await this.pool(), this.names, item, defaults);
-  // Not batched on SQL Server (no server here to prove a batched form): one transaction per item;
-  // an error names the items already committed (PartialForwardError).
-  inboxForwardMany: Driver['inboxForwardMany'] = async (items, defaults) => {
-    const forwarded: string[] = [];
-    for (const item of items) {
-      try {
-        if (await this.inboxForward(item, defaults)) forwarded.push(item.id);
-      } catch (error) {
-        throw new PartialForwardError(forwarded, error);
-      }
-    }
-    return forwarded;
-  };
+  // No inboxForwardMany: the relay forwards row by row here (no SQL Server was available to prove a batched form).
   inboxRetryMany: Driver['inboxRetryMany'] = async (p) => inbox.inboxRetryMany(await this.pool(), this.names, p);
   inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = async (p) => inbox.inboxMarkDeadMany(await this.pool(), this.names, p);
   inboxReclaimExpired: Driver['inboxReclaimExpired'] = async (p) => inbox.inboxReclaimExpired(await this.pool(), this.names, p);
