@@ -61,20 +61,24 @@ export class SettlePlan {
 }
 
 /**
- * Writes a batch's outcomes: at most three statements, run together. A row a fenced write did not
+ * Writes a batch's outcomes: at most three statements, run together; rejects with the first error
+ * after counting every write that answered. A row a fenced write did not
  * change lost its claim: a lost `sent` is logged as an error (the destination holds the message
  * and the new owner will publish it again), a lost retry or dead as a warning; each counts in
  * `queuebox_claims_lost_total{component="outbox"}` and the row is left to its new owner.
  */
 export async function settleBatch(ctx: PassContext, plan: SettlePlan): Promise<void> {
-  const [sentIds, retryIds, deadIds] = await Promise.all([
+  // allSettled, not all: when one statement fails (a dropped connection), the others may have
+  // written; each write that answered is counted (its lost claims too) before the error is thrown.
+  const [sent, retried, dead] = await Promise.allSettled([
     ctx.driver.outboxMarkSentMany({ claims: plan.sent }),
     ctx.driver.outboxRetryMany({ items: plan.retry }),
     ctx.driver.outboxMarkDeadMany({ items: plan.dead }),
   ]);
-  record(ctx, 'sent', plan.sent, sentIds);
-  record(ctx, 'retried', plan.retry, retryIds);
-  record(ctx, 'dead', plan.dead, deadIds);
+  if (sent.status === 'fulfilled') record(ctx, 'sent', plan.sent, sent.value);
+  if (retried.status === 'fulfilled') record(ctx, 'retried', plan.retry, retried.value);
+  if (dead.status === 'fulfilled') record(ctx, 'dead', plan.dead, dead.value);
+  for (const result of [sent, retried, dead]) if (result.status === 'rejected') throw result.reason;
 }
 
 function record(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: ClaimRef[], changed: string[]): void {
