@@ -1,17 +1,16 @@
 /**
  * The destination calls in flight in one outbox pass, so that stopping the pass aborts them all.
  *
- * Kept in an array with slot indexes rather than as one `abort` listener per call on a pass-wide
- * `AbortSignal`: a long-lived collection (an `EventTarget`'s listener map, a `Set`, a `Map`)
+ * Kept in a slot list (`lib/runtime/slot-list.ts`) rather than as one `abort` listener per call
+ * on a pass-wide `AbortSignal`: a long-lived collection (an `EventTarget`'s listener map, a `Set`, a `Map`)
  * that keeps taking and dropping short-lived entries made the pass spend most of its CPU in the
  * garbage collector (see `LeaseKeeper`).
  */
+import { addToSlots, removeFromSlots, type Slotted } from '../runtime/slot-list.ts';
 
-/** One call's abort: `abort` runs at most once, with the reason the pass stopped or a loss. */
-export interface AbortableCall {
+/** One call's abort, with the reason the pass stopped or a loss. `slot` is owned by `OpenCalls`. */
+export interface AbortableCall extends Slotted {
   abort(reason: unknown): void;
-  /** Position in the registry while open; -1 otherwise. Owned by `OpenCalls`. */
-  slot: number;
 }
 
 export class OpenCalls {
@@ -31,19 +30,12 @@ export class OpenCalls {
       call.abort(this.#reason);
       return;
     }
-    call.slot = this.#open.length;
-    this.#open.push(call);
+    addToSlots(this.#open, call);
   }
 
   /** Unregisters a call (it finished); harmless when it was not registered. */
   remove(call: AbortableCall): void {
-    if (call.slot === -1) return;
-    const last = this.#open.pop()!;
-    if (last !== call) {
-      last.slot = call.slot;
-      this.#open[call.slot] = last;
-    }
-    call.slot = -1;
+    removeFromSlots(this.#open, call);
   }
 
   /** Aborts every open call with `reason`, and every call opened later. */

@@ -5,9 +5,9 @@
  * itself, not by tests).
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { testDatabaseUrl } from '../helpers/database.ts';
+import { runTsx } from '../helpers/run-tsx.ts';
 
 interface Line {
   case: string;
@@ -20,28 +20,9 @@ interface Line {
   peakRssMb: number;
 }
 
-function runBench(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bench/run.ts', ...args], {
-      env: { ...process.env, DATABASE_URL: testDatabaseUrl() },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
 describe('npm run bench', () => {
   it('drains every message of each workload in each case and reports ratios, round trips and RSS', async () => {
-    const { code, stdout, stderr } = await runBench(['--cases', 'floor,queuebox', '--workloads', 'unkeyed,keys-100', '--sizes', '400', '--rounds', '1', '--warmup', '100']);
+    const { code, stdout, stderr } = await runTsx(['bench/run.ts', '--cases', 'floor,queuebox', '--workloads', 'unkeyed,keys-100', '--sizes', '400', '--rounds', '1', '--warmup', '100'], { ...process.env, DATABASE_URL: testDatabaseUrl() });
     assert.equal(code, 0, stderr);
     const lines = stdout
       .split('\n')

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import { runLocal } from '../../lib/runtime/local-runner.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
+import { runTsx } from '../helpers/run-tsx.ts';
 
 describe('local run (npm start)', () => {
   const schemas: string[] = [];
@@ -22,17 +22,7 @@ describe('local run (npm start)', () => {
   it('`queuebox local --messages 20 --exit-when-drained` delivers the demo messages and the relayed payment webhooks to the emulator queues and exits 0', async () => {
     const schema = newSchema();
     // `npm start` is `tsx bin/queuebox.ts local`; node --import tsx runs the same without npx's start-up.
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/queuebox.ts', 'local', '--messages', '20', '--exit-when-drained'], {
-      env: { ...process.env, QUEUEBOX_DATABASE__SCHEMA: schema },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
-    clearTimeout(timer);
+    const { code, stdout, stderr } = await runTsx(['bin/queuebox.ts', 'local', '--messages', '20', '--exit-when-drained'], { ...process.env, QUEUEBOX_DATABASE__SCHEMA: schema });
     assert.equal(code, 0, `exit code 0\nstdout:\n${stdout}\nstderr:\n${stderr}`);
     const last = /stopped \(drained\): (\{.*\})/.exec(stdout);
     assert.ok(last, `a final summary line:\n${stdout}`);
