@@ -131,7 +131,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     const stats = await driver.inboxStats({ pendingOnly: true });
     metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
   } catch (error) {
-    logger.warn('inbox stats failed', { error: error as Error });
+    logger.warn('inbox stats failed; oldest-pending gauge not emitted this pass', { error: String(error) });
   }
   summary.durationMs = Date.now() - started;
   return summary;
