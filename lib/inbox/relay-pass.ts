@@ -80,6 +80,39 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
 
 const claimOf = (row: InboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
 
+/** A claimed row and the outbox message it becomes. */
+interface ForwardItem {
+  row: InboxRow;
+  message: OutboxMessageInput;
+}
+
+/**
+ * Payload and headers (as JSON text) one batched forward statement carries at most; a larger
+ * batch is forwarded in several statements. A claimed batch of 100 webhooks of a few kB is one
+ * statement; 100 bodies of 1 MiB would otherwise be one 100 MB statement, built in memory twice
+ * over (JSON, then the array literal) in a Lambda sized for far less.
+ */
+export const FORWARD_STATEMENT_BYTES = 4 * 1024 * 1024;
+
+/** Splits `items` in order into runs of at most `budget` characters of JSON (at least one item each). */
+export function byJsonSize<T extends { message: OutboxMessageInput }>(items: readonly T[], budget: number): T[][] {
+  const chunks: T[][] = [];
+  let chunk: T[] = [];
+  let size = 0;
+  for (const item of items) {
+    const itemSize = JSON.stringify(item.message.payload).length + JSON.stringify(item.message.headers ?? {}).length;
+    if (chunk.length > 0 && size + itemSize > budget) {
+      chunks.push(chunk);
+      chunk = [];
+      size = 0;
+    }
+    chunk.push(item);
+    size += itemSize;
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
+}
+
 /** Runs one relay pass and returns its summary; never runs past `deadline`. */
 export async function runRelayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const { config, driver, logger, metrics, deadline, signal } = options;
@@ -139,7 +172,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
   /** Forwards one claimed batch: dead rows in one write, the rest in one batched forward. */
   async function relayBatch(rows: InboxRow[]): Promise<void> {
     const dead: Array<{ claim: ClaimRef; reason: string }> = [];
-    const forward: Array<{ row: InboxRow; message: OutboxMessageInput }> = [];
+    const forward: ForwardItem[] = [];
     for (const row of rows) {
       const template = config.inbox.sources[row.source]?.topicTemplate ?? config.inbox.topicTemplate;
       const built = relayMessage(row, template);
@@ -150,22 +183,30 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     const live = forward.filter((f) => !lost.has(f.row.id));
     if (live.length === 0) return;
     if (driver.inboxForwardMany === undefined) return forwardOneByOne(live);
+    // In receive order, one statement per FORWARD_STATEMENT_BYTES of payload and headers.
+    for (const chunk of byJsonSize(live, FORWARD_STATEMENT_BYTES)) {
+      if (deadline.remainingMs() <= 0) return;
+      await forwardBatched(driver.inboxForwardMany.bind(driver), chunk);
+    }
+  }
+
+  async function forwardBatched(forwardMany: NonNullable<Driver['inboxForwardMany']>, items: ForwardItem[]): Promise<void> {
     let forwarded: readonly string[];
     try {
-      forwarded = await driver.inboxForwardMany(
-        live.map((f) => ({ ...claimOf(f.row), outbox: f.message })),
+      forwarded = await forwardMany(
+        items.map((f) => ({ ...claimOf(f.row), outbox: f.message })),
         { maxAttempts: config.outbox.maxAttempts },
       );
     } catch (error) {
       // The statement changed nothing: forward row by row, so one row the outbox refuses cannot
       // hold the others.
-      logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: live.length, error: redactError(error) });
-      await forwardOneByOne(live);
+      logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: items.length, error: redactError(error) });
+      await forwardOneByOne(items);
       return;
     }
     countForwarded(forwarded.length);
     const changed = new Set(forwarded);
-    for (const f of live) if (!changed.has(f.row.id)) loseClaim(f.row.id, 'forward');
+    for (const f of items) if (!changed.has(f.row.id)) loseClaim(f.row.id, 'forward');
   }
 
   function countForwarded(n: number): void {
@@ -174,7 +215,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
   }
 
   /** The fallback: each row in its own transaction, `relay.concurrency` at a time. */
-  async function forwardOneByOne(items: Array<{ row: InboxRow; message: OutboxMessageInput }>): Promise<void> {
+  async function forwardOneByOne(items: ForwardItem[]): Promise<void> {
     const queue = [...items];
     const worker = async () => {
       for (let item = queue.shift(); item !== undefined && deadline.remainingMs() > 0; item = queue.shift()) await forwardOne(item.row, item.message);

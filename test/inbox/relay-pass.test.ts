@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { handler } from '../../functions/inbox-relay.ts';
 import type { Driver, InboxMessageInput } from '../../lib/db/driver.ts';
 import { outboxInsert } from '../../lib/db/postgres/outbox-queries.ts';
-import { runRelayPass, type RelaySummary } from '../../lib/inbox/relay-pass.ts';
+import { byJsonSize, FORWARD_STATEMENT_BYTES, runRelayPass, type RelaySummary } from '../../lib/inbox/relay-pass.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
@@ -197,6 +197,35 @@ describe('inbox relay pass', () => {
     );
     assert.match(states[1]!.last_error ?? '', /outbox refused f-2/);
     assert.deepEqual((await db.query<{ key: string }>(`SELECT key FROM ${outbox} ORDER BY key`)).map((r) => r.key), ['f-1', 'f-3']);
+  });
+
+  it('split a batch of large bodies into several forward statements of at most FORWARD_STATEMENT_BYTES, in receive order', async () => {
+    const body = 'x'.repeat(Math.ceil(FORWARD_STATEMENT_BYTES * 0.4));
+    for (const key of ['big-1', 'big-2', 'big-3', 'big-4', 'big-5']) await store(key, { payload: { key, body } });
+    const statements: string[][] = [];
+    const base = db.newDriver();
+    const counting: Driver = Object.create(base, {
+      inboxForwardMany: {
+        value: async (...args: Parameters<ForwardMany>) => {
+          statements.push(args[0].map((item) => String(item.outbox.payload.key)));
+          return base.inboxForwardMany!(...args);
+        },
+      },
+    });
+    const summary = await pass(counting);
+    assert.equal(summary.forwarded, 5);
+    assert.deepEqual(statements, [['big-1', 'big-2'], ['big-3', 'big-4'], ['big-5']], 'two 40 % bodies per statement');
+    const keys = await db.query<{ key: string }>(`SELECT payload->>'key' AS key FROM ${outbox} ORDER BY sequence`);
+    assert.deepEqual(keys.map((r) => r.key), ['big-1', 'big-2', 'big-3', 'big-4', 'big-5']);
+  });
+
+  it('byJsonSize keeps order, never splits below one item, and starts a new chunk only when the budget would be exceeded', () => {
+    const item = (n: number) => ({ message: { topic: 't', payload: { s: 'y'.repeat(n) }, headers: {} } });
+    const sizes = (chunks: Array<Array<{ message: { payload: Record<string, unknown> } }>>) => chunks.map((c) => c.map((i) => String(i.message.payload.s).length));
+    // each item is its JSON length: {"s":"…"} = n + 8 characters, plus {} for the headers = n + 10
+    assert.deepEqual(sizes(byJsonSize([item(90), item(90), item(500), item(10)], 200)), [[90, 90], [500], [10]]);
+    assert.deepEqual(sizes(byJsonSize([item(90), item(90)], 199)), [[90], [90]]);
+    assert.deepEqual(byJsonSize([], 100), []);
   });
 
   it('roll back the outbox insert of a relay whose claim was lost, count it, and leave one outbox row per inbox row', async () => {
