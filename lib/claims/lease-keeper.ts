@@ -36,6 +36,8 @@ interface Group<T> extends WatchedClaims, Slotted {
   ref: (item: T) => ClaimRef;
   lost: (item: T, reason: LostReason) => void;
   gone: Set<number> | undefined;
+  /** Set for a single claim watched by id (`watch`/`track`): its key in `#byId`. */
+  claimId?: string;
 }
 
 export class LeaseKeeper {
@@ -65,7 +67,7 @@ export class LeaseKeeper {
   watch(claim: ClaimRef, lost: (reason: LostReason) => void): void {
     const previous = this.#byId.get(claim.id);
     if (previous) this.#remove(erase(previous));
-    const group: Group<ClaimRef> = { items: [claim], ref: identity, lost: (_c, reason) => lost(reason), gone: undefined, slot: -1 };
+    const group: Group<ClaimRef> = { items: [claim], ref: (c) => c, lost: (_c, reason) => lost(reason), gone: undefined, slot: -1, claimId: claim.id };
     this.#byId.set(claim.id, group);
     this.#add(erase(group));
   }
@@ -148,10 +150,7 @@ export class LeaseKeeper {
   #remove(group: Group<unknown>): void {
     if (!removeFromSlots(this.#groups, group)) return;
     this.#size -= group.items.length - (group.gone?.size ?? 0);
-    if (group.ref === identity) {
-      const id = (group.items[0] as ClaimRef).id;
-      if (this.#byId.get(id) === (group as Group<ClaimRef>)) this.#byId.delete(id);
-    }
+    if (group.claimId !== undefined && this.#byId.get(group.claimId) === (group as Group<ClaimRef>)) this.#byId.delete(group.claimId);
     if (this.#size === 0) this.#clear();
   }
 
@@ -169,8 +168,6 @@ export class LeaseKeeper {
     this.#timer = undefined;
   }
 }
-
-const identity = (c: ClaimRef): ClaimRef => c;
 
 /** A group's item type does not matter once it is stored (items only go back to its own callbacks). */
 function erase<T>(group: Group<T>): Group<unknown> {

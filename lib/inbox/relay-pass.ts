@@ -154,9 +154,9 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     });
     // Rows already claimed are forwarded while the invocation lasts (a shutdown or a shortened
     // deadline stops new claims, not the work this pass holds); `waitBounded` bounds the wait.
-    const watched = keeper.watchMany(rows, claimOf, () => {});
+    // A lost claim is reported through `onLost` above; `keeper.stop()` ends the watch.
+    keeper.watchMany(rows, claimOf, () => {});
     const finished = await waitBounded(relayBatch(rows));
-    keeper.releaseMany(watched);
     keeper.stop();
     if (!finished) break;
   }
@@ -182,11 +182,12 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     if (dead.length > 0) await markDead(dead);
     const live = forward.filter((f) => !lost.has(f.row.id));
     if (live.length === 0) return;
-    if (driver.inboxForwardMany === undefined) return forwardOneByOne(live);
+    const forwardMany = driver.inboxForwardMany?.bind(driver);
+    if (forwardMany === undefined) return forwardOneByOne(live);
     // In receive order, one statement per FORWARD_STATEMENT_BYTES of payload and headers.
     for (const chunk of byJsonSize(live, FORWARD_STATEMENT_BYTES)) {
       if (deadline.remainingMs() <= 0) return;
-      await forwardBatched(driver.inboxForwardMany.bind(driver), chunk);
+      await forwardBatched(forwardMany, chunk);
     }
   }
 

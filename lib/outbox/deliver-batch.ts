@@ -82,7 +82,7 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
   const calls: Array<Promise<void>> = [];
   for (const [destination, list] of byDestination) {
     for (let i = 0; i < list.length; i += destination.maxBatchSize) {
-      const chunk = list.length <= destination.maxBatchSize ? list : list.slice(i, i + destination.maxBatchSize);
+      const chunk = list.slice(i, i + destination.maxBatchSize);
       const claims = new CallClaims(chunk.length);
       watched.push(ctx.keeper.watchMany(chunk, claimOf, () => claims.rowLost()));
       calls.push(ctx.limiter.run(() => publishChunk(ctx, destination, chunk, claims, plan)));

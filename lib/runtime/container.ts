@@ -9,6 +9,7 @@ import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
 import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
+import { memoizeByObject } from './memo.ts';
 
 export interface Container {
   config: QueueBoxConfig;
@@ -59,13 +60,5 @@ export function passMetrics(container: Container): QueueBoxMetrics {
  * routers once per Lambda container, not per invocation.
  */
 export function perContainer<T>(build: (container: Container) => T): (container: Container) => T {
-  const built = new WeakMap<Container, T>();
-  return (container) => {
-    let value = built.get(container);
-    if (value === undefined) {
-      value = build(container);
-      built.set(container, value);
-    }
-    return value;
-  };
+  return memoizeByObject(build);
 }

@@ -3,19 +3,12 @@
  * per table names (the same string every batch, and the same name when prepared), and their
  * candidates are read due retries first.
  */
+import { memoizeByObject } from '../../runtime/memo.ts';
 import type { PgNames } from './names.ts';
 
 /** `build` runs once per `PgNames` object; later calls return the same text. */
 export function oncePerNames(build: (names: PgNames) => string): (names: PgNames) => string {
-  const texts = new WeakMap<PgNames, string>();
-  return (names) => {
-    let text = texts.get(names);
-    if (text === undefined) {
-      text = build(names);
-      texts.set(names, text);
-    }
-    return text;
-  };
+  return memoizeByObject(build);
 }
 
 /**
@@ -27,18 +20,14 @@ export function oncePerNames(build: (names: PgNames) => string): (names: PgNames
  * The literal costs nothing unprepared (every execution is planned anyway).
  */
 export function oncePerNamesAndLimit(build: (names: PgNames, limit: number) => string): (names: PgNames, limit: number) => string {
-  const texts = new WeakMap<PgNames, Map<number, string>>();
+  const textsOf = memoizeByObject((_names: PgNames) => new Map<number, string>());
   return (names, limit) => {
     if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`claim batch size must be a positive integer, not ${limit}`);
-    let byLimit = texts.get(names);
-    if (byLimit === undefined) {
-      byLimit = new Map();
-      texts.set(names, byLimit);
-    }
-    let text = byLimit.get(limit);
+    const texts = textsOf(names);
+    let text = texts.get(limit);
     if (text === undefined) {
       text = build(names, limit);
-      byLimit.set(limit, text);
+      texts.set(limit, text);
     }
     return text;
   };
