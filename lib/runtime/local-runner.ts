@@ -88,8 +88,11 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
   const speed = options.speed ?? speedFromArgs(options.args) ?? 1;
   const stop = new AbortController();
   const onSignal = () => stop.abort();
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  // `on`, not `once`: under `npm start` a Ctrl-C reaches this process twice (from the terminal
+  // and forwarded by npm); with `once`, the second SIGINT met no handler and killed the run
+  // before its summary. Repeats are harmless (the stop is already under way).
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   options.signal?.addEventListener('abort', onSignal, { once: true });
 
   let embedded: EmbeddedDatabase | undefined;

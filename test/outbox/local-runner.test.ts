@@ -55,6 +55,20 @@ describe('local run (npm start)', () => {
     }
   });
 
+  it('ends with its summary when Ctrl-C arrives twice, as under `npm start` (from the terminal and forwarded by npm)', async () => {
+    const schema = newSchema();
+    let signalled = false;
+    const { code, stdout, stderr } = await runTsx(['bin/queuebox.ts', 'local'], { ...process.env, QUEUEBOX_DATABASE__SCHEMA: schema }, 120_000, (child, out) => {
+      if (signalled || !/sent [1-9]/.test(out)) return;
+      signalled = true;
+      child.kill('SIGINT');
+      setTimeout(() => child.kill('SIGINT'), 20);
+    });
+    assert.ok(signalled, `the run made progress before the signal:\n${stdout}\n${stderr}`);
+    assert.equal(code, 0, `exit code 0\nstdout:\n${stdout}\nstderr:\n${stderr}`);
+    assert.match(stdout, /stopped \(signal\): \{/, 'the final summary line');
+  });
+
   it('stops cleanly when asked while feeding a continuous stream: the running invocation finishes what it holds', async () => {
     const stop = new AbortController();
     const lines: string[] = [];
