@@ -68,8 +68,9 @@ describe('SQL Server identifiers', () => {
     for (const bad of ['a]; DROP TABLE x; --', 'Outbox', '1x', 'a b', '']) assert.throws(() => quoteMssqlIdent(bad), QueueBoxError, bad);
     const n = mssqlNames('app', { outbox: 'ob', inbox: 'ib', maintenance: 'mt' });
     assert.equal(n.outbox, '[app].[ob]');
-    assert.equal(n.outboxClaimLock, 'queuebox_outbox_claim_ob');
-    assert.equal(n.inboxClaimLock, 'queuebox_inbox_claim_ib');
+    assert.equal(n.outboxClaimLock, 'queuebox:app.ob:outbox_claim');
+    assert.equal(n.inboxClaimLock, 'queuebox:app.ib:relay_claim');
+    assert.equal(n.pullClaimLockPrefix, 'queuebox:app.ib:pull_claim:');
   });
 });
 

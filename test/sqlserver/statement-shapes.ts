@@ -3,12 +3,13 @@
  * the shape tests can inspect text and parameters.
  */
 import { buildFencedBatch, type FencedKind } from '../../lib/db/sqlserver/fenced-batch.ts';
-import { buildInboxClaimPush, buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim } from '../../lib/db/sqlserver/inbox-queries.ts';
+import { buildInboxClaimPush } from '../../lib/db/sqlserver/inbox-claim.ts';
+import { buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim } from '../../lib/db/sqlserver/inbox-queries.ts';
 import { buildGatedReclaim } from '../../lib/db/sqlserver/maintenance-queries.ts';
 import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
+import { buildOutboxClaim } from '../../lib/db/sqlserver/outbox-claim.ts';
 import {
-  buildOutboxClaim,
   buildOutboxDeadList,
   buildOutboxDeleteFinished,
   buildOutboxInsert,
@@ -82,6 +83,8 @@ export function allStatements(): Record<string, MssqlStatement> {
     'inbox dead list': buildInboxDeadList(names, s.limit),
     'inbox delete finished': buildInboxDeleteFinished(names, { state: 'processed', olderThanMs: 1000, limit: s.limit }),
     'pull claim': buildPullClaim(names, { source: s.source, limit: s.limit, leaseMs: s.leaseMs }),
+    'outbox renew': buildFencedBatch(names.outbox, 'renew', [claim], { leaseMs: s.leaseMs }),
+    'pull renew': buildPullFenced(names, 'renew', claim, s.leaseMs),
     'reclaim gate': buildGatedReclaim(names, s.gate, 1000, 'SELECT 1;'),
     ...fencedStatements(),
   };

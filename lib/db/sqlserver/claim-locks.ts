@@ -1,55 +1,50 @@
 /**
- * The SQL Server claim locks of the seed, as batch text around a claim statement.
+ * The SQL Server claim batch: one explicit transaction that owns the claim's application lock.
  *
- * - Outbox and relay claims: an exclusive application lock owned by the *session*, taken right
- *   before the claim and released right after it, in TRY/CATCH so an error releases it too. The
- *   claim UPDATE autocommits before the release, so the next holder's statement sees the claim
- *   committed, with or without READ_COMMITTED_SNAPSHOT.
- * - Pull claims: an exclusive application lock on the source name owned by the claim
- *   *transaction*, released by its COMMIT or ROLLBACK.
+ * The batch starts with `SESSION_SETTINGS` (READ COMMITTED, `XACT_ABORT ON`, a `LOCK_TIMEOUT`),
+ * refuses to run inside an open transaction (`@@TRANCOUNT` > 0: a nested `BEGIN`/`COMMIT` would
+ * commit nothing and keep the lock), then `BEGIN TRANSACTION`, the exclusive lock owned by that
+ * transaction, the claim, and `COMMIT`. The lock ends with the transaction whatever the client
+ * does: an error rolls back (`XACT_ABORT`), and so does a client-side timeout or cancel (an
+ * attention with `XACT_ABORT ON` rolls the open transaction back); a lost connection ends it too.
+ * No lock can stay with a pooled connection.
  *
- * Every lock waits at most `APPLOCK_WAIT_MS`; a return code < 0 (timeout, cancel, deadlock) raises
- * `APPLOCK_NOT_GRANTED`, which the error map turns into a `TransientDatabaseError` to back off from.
+ * Every lock waits at most `APPLOCK_WAIT_MS`; a return code < 0 (timeout, cancel, deadlock)
+ * raises `APPLOCK_NOT_GRANTED`, which the error map turns into a `TransientDatabaseError`.
  */
-import { APPLOCK_NOT_GRANTED } from './error-map.ts';
+import { APPLOCK_NOT_GRANTED, CLAIM_IN_OPEN_TRANSACTION } from './error-map.ts';
 import { APPLOCK_WAIT_MS } from './mssql-pool.ts';
 
-function nameLiteral(resource: string): string {
-  if (!/^[a-z0-9_:]+$/.test(resource)) throw new Error(`unexpected lock name ${resource}`);
+/** A lock name as a T-SQL literal; names are built from validated identifiers only. */
+export function lockNameLiteral(resource: string): string {
+  if (!/^[a-z0-9_:.]+$/.test(resource) || resource.length > 191) throw new Error(`unexpected lock name ${resource}`);
   return `N'${resource}'`;
 }
 
-/**
- * Wraps `claimSql` in the session lock `resource` (built from validated identifiers only).
- * A lock this session still holds from a batch the client aborted (request timeout) is released
- * first: claims on one connection run one after another, so such a lock is always stale.
- */
-export function withSessionClaimLock(resource: string, claimSql: string): string {
-  return `DECLARE @v_lock_resource NVARCHAR(255) = ${nameLiteral(resource)};
-DECLARE @v_lock_result INT;
-WHILE APPLOCK_MODE(N'public', @v_lock_resource, N'Session') <> N'NoLock'
-  EXEC sp_releaseapplock @Resource = @v_lock_resource, @LockOwner = N'Session';
-EXEC @v_lock_result = sp_getapplock @Resource = @v_lock_resource, @LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = ${APPLOCK_WAIT_MS};
-IF @v_lock_result < 0
-  THROW ${APPLOCK_NOT_GRANTED}, N'queuebox: claim lock not granted within the lock wait; back off and claim again', 1;
-BEGIN TRY
-${claimSql}
-END TRY
-BEGIN CATCH
-  EXEC sp_releaseapplock @Resource = @v_lock_resource, @LockOwner = N'Session';
-  THROW;
-END CATCH;
-EXEC sp_releaseapplock @Resource = @v_lock_resource, @LockOwner = N'Session';`;
+/** The pull lock of the exact source `@p_source`: the prefix plus the SHA-256 of the name in hex (64 characters). */
+export function pullLockExpression(prefix: string): string {
+  return `CONCAT(${lockNameLiteral(prefix)}, CONVERT(NVARCHAR(64), HASHBYTES('SHA2_256', @p_source), 2))`;
 }
 
 /**
- * Prefix of a pull claim batch run inside a transaction: the exclusive lock on
- * `prefix + @p_source`, owned by the transaction.
+ * Wraps `claimSql` (statements that write the claimed rows into table variables) in the claim
+ * transaction holding the exclusive lock named by the T-SQL expression `resource`; `resultSql`
+ * runs after the COMMIT and returns the claimed rows, so a row reaches the client only once its
+ * claim is committed.
  */
-export function transactionPullLock(prefix: string): string {
-  return `DECLARE @v_lock_resource NVARCHAR(255) = CONCAT(${nameLiteral(prefix)}, @p_source);
+export function inClaimTransaction(resource: string, claimSql: string, resultSql: string): string {
+  return `IF @@TRANCOUNT > 0
+  THROW ${CLAIM_IN_OPEN_TRANSACTION}, N'queuebox: a claim must not run inside an open transaction', 1;
+DECLARE @v_lock_resource NVARCHAR(255) = ${resource};
 DECLARE @v_lock_result INT;
+BEGIN TRANSACTION;
 EXEC @v_lock_result = sp_getapplock @Resource = @v_lock_resource, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = ${APPLOCK_WAIT_MS};
 IF @v_lock_result < 0
-  THROW ${APPLOCK_NOT_GRANTED}, N'queuebox: pull claim lock of the source not granted within the lock wait; back off and claim again', 1;`;
+BEGIN
+  ROLLBACK TRANSACTION;
+  THROW ${APPLOCK_NOT_GRANTED}, N'queuebox: claim lock not granted within the lock wait; back off and claim again', 1;
+END;
+${claimSql}
+COMMIT TRANSACTION;
+${resultSql}`;
 }

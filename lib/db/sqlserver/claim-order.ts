@@ -1,22 +1,65 @@
 /**
- * The claim order shared by the SQL Server claims: due retries (`attempt > 0`) first, then first
- * attempts, each in the claim's own order (same rule and reason as the PostgreSQL claims).
+ * Pieces the three SQL Server claims share: the claim order (due retries first, then first
+ * attempts, each in the claim's own order; same rule and reason as the PostgreSQL claims) and the
+ * loose index scan that lists the distinct keys or aggregates with open rows.
  *
- * T-SQL allows `ORDER BY` in a `UNION ALL` branch only inside a derived table with `TOP`, so each
- * branch is its own `TOP (@p_limit)` range (an index seek each) and the outer `TOP` keeps the
- * first `@p_limit` of at most twice that many ids.
+ * A claim picks its rows in two steps. The pick reads with `READCOMMITTEDLOCK` and no lock hint
+ * that holds anything: under either READ_COMMITTED_SNAPSHOT setting it reads the latest committed
+ * rows (a row version from the statement's start would let two rows of one key through), and
+ * its shared locks are released row by row, so the rows it looks at and rejects (a hot key's
+ * thousands of waiting rows) hold no lock and cannot escalate to a table lock. Only the picked
+ * rows (at most the batch size) are then updated with `UPDLOCK, READPAST, ROWLOCK`.
  */
-export function retriesFirst(branch: (attempts: string) => string, order: readonly string[]): string {
-  const columns = order.map((c) => `c.${c}`).join(', ');
-  const outer = order.map((c) => `u.${c}`).join(', ');
-  const pick = (priority: number, attempts: string) => `SELECT * FROM (
-           SELECT TOP (@p_limit) ${priority} AS claim_priority, ${columns}
-${branch(attempts)}
-            ORDER BY ${columns}) AS r${priority}`;
-  return `SELECT TOP (@p_limit) u.id FROM (
-         ${pick(0, 'c.attempt > 0')}
-         UNION ALL
-         ${pick(1, 'c.attempt = 0')}
-       ) AS u
-        ORDER BY u.claim_priority, ${outer}`;
+import { dbNowPlusMs } from './mssql-pool.ts';
+
+/**
+ * `SELECT *` of one ordered, bounded branch: `TOP (@p_limit)` rows of `body` (a `FROM … WHERE …`
+ * on alias `c`), tagged with `priority` (0: due retries, 1: first attempts). T-SQL allows
+ * `ORDER BY` in a `UNION ALL` branch only inside a derived table with `TOP`.
+ */
+export function orderedBranch(alias: string, priority: 0 | 1, columns: readonly string[], body: string, order: readonly string[]): string {
+  return `SELECT * FROM (
+           SELECT TOP (@p_limit) ${priority} AS claim_priority, ${columns.map((c) => `c.${c}`).join(', ')}
+${body}
+            ORDER BY ${order.map((c) => `c.${c}`).join(', ')}) AS ${alias}`;
 }
+
+/** The priority of a row: 0 for a due retry (`attempt > 0`), 1 for a first attempt. */
+export function priorityOf(alias: string): string {
+  return `CASE WHEN ${alias}.attempt > 0 THEN 0 ELSE 1 END`;
+}
+
+/**
+ * A recursive CTE `name(v)` listing each distinct value of `col` (not NULL; not empty either with
+ * `nonEmpty`) among the rows of `table` matching `open` (conditions on alias `k`), one index seek per value: the first value,
+ * then repeatedly the next value above the previous one (`ROW_NUMBER() … = 1` stands for the
+ * `TOP (1)` a recursive member may not use). Its cost grows with the number of distinct values,
+ * not with the rows per value. It skips rows locked by others (`READPAST`): a value whose open
+ * rows are all being written right now is found by the next claim; the head lookup that follows
+ * never skips. The statement that reads it needs `OPTION (MAXRECURSION 0)`.
+ */
+export function looseIndexScan(name: string, table: string, col: string, open: string, nonEmpty: boolean): string {
+  const present = nonEmpty ? `k.${col} <> N''` : `k.${col} IS NOT NULL`;
+  return `${name} AS (
+  SELECT MIN(k.${col}) AS v
+    FROM ${table} AS k WITH (READCOMMITTEDLOCK, READPAST)
+   WHERE ${open} AND ${present}
+  UNION ALL
+  SELECT n.v
+    FROM (SELECT k.${col} AS v, ROW_NUMBER() OVER (ORDER BY k.${col}) AS rn
+            FROM ${table} AS k WITH (READCOMMITTEDLOCK, READPAST)
+           INNER JOIN ${name} AS p ON k.${col} > p.v
+           WHERE ${open} AND ${present}) AS n
+   WHERE n.rn = 1
+)`;
+}
+
+/** The SET list of every claim: fresh token per row, lease on the database clock (BIGINT milliseconds). */
+export const CLAIM_SET = `SET state = N'processing',
+       claim_token = NEWID(),
+       claimed_at = SYSUTCDATETIME(),
+       lease_expires_at = ${dbNowPlusMs('@p_lease_ms')},
+       updated_at = SYSUTCDATETIME()`;
+
+/** The picked ids with their priority: filled by the pick, joined by the UPDATE. */
+export const DECLARE_PICKED = 'DECLARE @v_picked TABLE (id UNIQUEIDENTIFIER NOT NULL PRIMARY KEY, claim_priority INT NOT NULL);';

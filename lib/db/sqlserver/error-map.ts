@@ -6,6 +6,12 @@ import { QueueBoxError, TransientDatabaseError, UniqueViolationError } from '../
 /** Error number QueueBox's own batches `THROW` when `sp_getapplock` returns < 0 (timeout, deadlock, cancel). */
 export const APPLOCK_NOT_GRANTED = 51000;
 
+/**
+ * Error number a claim batch `THROW`s when its connection already has an open transaction
+ * (`@@TRANCOUNT` > 0): the claim would nest and commit nothing. Not transient: it names a defect.
+ */
+export const CLAIM_IN_OPEN_TRANSACTION = 51001;
+
 /** SQL Server error numbers that are expected to pass when retried later. */
 const TRANSIENT_NUMBERS = new Set([
   APPLOCK_NOT_GRANTED,
@@ -13,8 +19,21 @@ const TRANSIENT_NUMBERS = new Set([
   1222, // lock request time out period exceeded
   -2, // client-side timeout reported as an error number
   233, 10053, 10054, 10060, 64, // transport errors
-  40197, 40501, 40613, 49918, 49919, 49920, 10928, 10929, 4221, // Azure SQL: service busy, failover
+  40197, 40501, 40613, 49918, 49919, 49920, 10928, 10929, 4221, 40540, 40143, // Azure SQL: service busy, failover
 ]);
+
+/**
+ * Login failures that pass when retried: tedious reports a failed login as `ELOGIN` with the
+ * server's message but without its number (it marks the ones it retries itself `isTransient`),
+ * so the Azure failover and throttling messages (40613, 40197, 40501, 49918–49920) are recognised by their text.
+ */
+const TRANSIENT_LOGIN_MESSAGES = [
+  /is not currently available/i, // 40613
+  /error processing the request/i, // 40197
+  /service is currently busy/i, // 40501
+  /cannot process (the )?(create or update )?request/i, // 49918, 49919, 49920
+  /too many (create or update )?operations in progress/i, // 49919
+];
 
 /** `mssql` error codes for connection loss and timeouts. */
 const TRANSIENT_CODES = new Set(['ETIMEOUT', 'ESOCKET', 'ECONNCLOSED', 'ECONNRESET', 'ECONNREFUSED', 'ENOTOPEN', 'ENOCONN', 'ECANCEL', 'EPIPE']);
@@ -22,14 +41,22 @@ const TRANSIENT_CODES = new Set(['ETIMEOUT', 'ESOCKET', 'ECONNCLOSED', 'ECONNRES
 /** Converts an `mssql` error into the matching QueueBox error; other errors pass through. */
 export function mapMssqlError(error: unknown): unknown {
   if (error instanceof QueueBoxError || typeof error !== 'object' || error === null) return error;
-  const e = error as { number?: unknown; code?: unknown; message?: unknown; originalError?: { code?: unknown } };
+  const e = error as { number?: unknown; code?: unknown; message?: unknown; originalError?: { code?: unknown; message?: unknown; isTransient?: unknown } };
   const message = String(e.message);
+  if (e.number === CLAIM_IN_OPEN_TRANSACTION) return new QueueBoxError(`database: ${message} (the pooled connection still holds a transaction)`, { cause: error });
   if (e.number === 2627 || e.number === 2601) {
     const constraint = /constraint '([^']+)'|index '([^']+)'/.exec(message);
     return new UniqueViolationError(constraint?.[1] ?? constraint?.[2], { cause: error });
   }
   if (typeof e.number === 'number' && TRANSIENT_NUMBERS.has(e.number)) {
     return new TransientDatabaseError(`database: ${message}`, String(e.number), { cause: error });
+  }
+  if (e.code === 'ELOGIN' || e.originalError?.code === 'ELOGIN') {
+    const texts = `${message} ${String(e.originalError?.message ?? '')}`;
+    if (e.originalError?.isTransient === true || TRANSIENT_LOGIN_MESSAGES.some((m) => m.test(texts))) {
+      return new TransientDatabaseError(`database login: ${message}`, 'ELOGIN', { cause: error });
+    }
+    return error;
   }
   // mssql wraps driver errors (code EREQUEST/ECONNCLOSED…); the socket's code is on originalError.
   const code = [e.code, e.originalError?.code].find((c): c is string => typeof c === 'string' && TRANSIENT_CODES.has(c));

@@ -6,14 +6,14 @@
  */
 import sql from 'mssql';
 import type { ClaimRef } from '../driver.ts';
-import { dbNowPlusMs, lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, lowerUuid, msValue, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 
 /** The four fence conditions (seed: the claim fence) on alias `r`, with the batch row `s(id, token)`. */
 export const FENCE = `r.id = s.id AND r.state = N'processing' AND r.claim_token = s.token AND r.lease_expires_at > SYSUTCDATETIME()`;
 
 /** Which fenced write: its SET list and the extra OPENJSON columns it reads. */
 const FENCED = {
-  renew: { set: 'lease_expires_at = DATEADD(millisecond, @p_lease_ms, SYSUTCDATETIME())', columns: '' },
+  renew: { set: `lease_expires_at = ${dbNowPlusMs('@p_lease_ms')}`, columns: '' },
   sent: { set: "state = N'sent', updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL", columns: '' },
   processed: { set: "state = N'processed', processed_at = SYSUTCDATETIME(), updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL", columns: '' },
   retry: {
@@ -43,10 +43,10 @@ export function buildFencedBatch(
     param(
       'p_items',
       sql.NVarChar(sql.MAX),
-      JSON.stringify(items.map((i) => ({ id: i.id, token: i.token, delayMs: Math.round(i.delayMs ?? 0), error: i.error ?? null }))),
+      JSON.stringify(items.map((i) => ({ id: i.id, token: i.token, delayMs: msValue('delayMs', i.delayMs ?? 0, true), error: i.error ?? null }))),
     ),
   ];
-  if (kind === 'renew') params.push(param('p_lease_ms', sql.Int, Math.round(options.leaseMs ?? 0)));
+  if (kind === 'renew') params.push(param('p_lease_ms', sql.BigInt, msValue('leaseMs', options.leaseMs ?? 0)));
   return {
     text: `UPDATE r
    SET ${f.set}
@@ -58,9 +58,14 @@ OUTPUT inserted.id
   };
 }
 
-/** Runs a fenced batch; returns the ids (lower-case) that changed. */
+/**
+ * Runs a fenced batch; returns the ids (lower-case) that changed. On the pool, a deadlock victim
+ * (1205) runs again: the statement was rolled back whole and the fence decides again, so a
+ * deadlock never turns a landed `sent` into a lost claim and a duplicate publish. Inside a
+ * transaction the deadlock ended the transaction, and its owner decides.
+ */
 export async function runFencedBatch(runner: MssqlRunner, statement: MssqlStatement): Promise<string[]> {
-  const { recordset } = await runStatement<{ id: string }>(runner, statement);
-  return recordset.map((r) => lowerUuid(r.id));
+  const run = async () => (await runStatement<{ id: string }>(runner, statement)).recordset.map((r) => lowerUuid(r.id));
+  return runner instanceof sql.ConnectionPool ? retryDeadlocks(run) : run();
 }
 

@@ -1,61 +1,25 @@
 /**
- * SQL Server inbox operations (driver methods `inbox*`), as statement builders plus runners.
+ * SQL Server inbox operations (driver methods `inbox*` except the relay claim, in
+ * `inbox-claim.ts`), as statement builders plus runners.
  *
- * Deduplication is the unique constraint on `(source, idempotency_key)`. The relay claim runs under
- * the session lock `queuebox_inbox_claim_<table>` plus `UPDLOCK, READPAST, ROWLOCK`, so two relays
- * cannot both see an aggregate as free. The relay only ever touches `consumption = 'push'` rows.
+ * Deduplication is the unique index on `(source, idempotency_key)` plus their byte lengths: the
+ * columns use a binary collation (case-exact), and the lengths make it trailing-space-exact too
+ * (SQL Server's `=` ignores trailing spaces). The relay only ever touches `consumption = 'push'` rows.
  */
-import { retriesFirst } from './claim-order.ts';
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
-import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
+import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { UsageError } from '../../errors.ts';
-import { withSessionClaimLock } from './claim-locks.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
-import { buildGatedReclaim, reclaimUpdateSql, runGatedReclaim } from './maintenance-queries.ts';
-import { dbNowPlusMs, lowerUuid, mssqlTransaction, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { buildDeleteFinished, buildGatedReclaim, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
+import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { buildStats, runStats } from './table-stats.ts';
 
-/** Columns a claim returns (`OUTPUT inserted.…`). */
-export const INBOX_RETURNED =
-  'inserted.id, inserted.source, inserted.idempotency_key, inserted.aggregate_id, inserted.event_type, inserted.payload, inserted.headers, inserted.correlation_id, inserted.attempt, inserted.[sequence], inserted.created_at, inserted.claim_token, inserted.lease_expires_at';
-
-/** An inbox row as SQL Server returns it. */
-export interface InboxDbRow {
-  id: string;
-  source: string;
-  idempotency_key: string;
-  aggregate_id: string | null;
-  event_type: string | null;
-  payload: string;
-  headers: string;
-  correlation_id: string | null;
-  attempt: number;
-  sequence: string;
-  created_at: Date;
-  claim_token: string;
-  lease_expires_at: Date;
-}
-
-/** Maps a returned row: JSON parsed, UUIDs lower-case. */
-export function toInboxRow(r: InboxDbRow): InboxRow {
-  return {
-    id: lowerUuid(r.id),
-    source: r.source,
-    idempotencyKey: r.idempotency_key,
-    aggregateId: r.aggregate_id,
-    eventType: r.event_type,
-    payload: JSON.parse(r.payload) as unknown,
-    headers: JSON.parse(r.headers) as Record<string, string>,
-    correlationId: r.correlation_id,
-    attempt: r.attempt,
-    createdAt: r.created_at,
-    claimToken: lowerUuid(r.claim_token),
-    leaseExpiresAt: r.lease_expires_at,
-  };
-}
+/** The exact `(source, idempotency_key)` of the call: binary-collated `=` plus equal byte lengths. */
+const SAME_KEY = `source = @p_source AND idempotency_key = @p_idempotency_key
+   AND source_bytes = DATALENGTH(@p_source) AND idempotency_key_bytes = DATALENGTH(@p_idempotency_key)`;
 
 /**
  * Stores a message once per `(source, idempotency_key)` without raising an error on a duplicate
@@ -70,9 +34,9 @@ export function buildInboxInsert(names: MssqlNames, m: InboxMessageInput, id: st
                    consumption, state, last_error, scheduled_at, created_at, updated_at)
 SELECT @p_id, @p_source, @p_idempotency_key, @p_aggregate_id, @p_event_type, @p_payload, @p_headers, @p_correlation_id,
        @p_consumption, @p_state, @p_last_error, ${dbNowPlusMs('@p_delay_ms')}, SYSUTCDATETIME(), SYSUTCDATETIME()
- WHERE NOT EXISTS (SELECT 1 FROM ${names.inbox} WITH (UPDLOCK, HOLDLOCK) WHERE source = @p_source AND idempotency_key = @p_idempotency_key);
+ WHERE NOT EXISTS (SELECT 1 FROM ${names.inbox} WITH (UPDLOCK, HOLDLOCK) WHERE ${SAME_KEY});
 SELECT id, CAST(CASE WHEN id = @p_id THEN 0 ELSE 1 END AS BIT) AS duplicate
-  FROM ${names.inbox} WHERE source = @p_source AND idempotency_key = @p_idempotency_key;`,
+  FROM ${names.inbox} WHERE ${SAME_KEY};`,
     params: [
       param('p_id', sql.UniqueIdentifier, id),
       param('p_source', sql.NVarChar(255), m.source),
@@ -85,60 +49,26 @@ SELECT id, CAST(CASE WHEN id = @p_id THEN 0 ELSE 1 END AS BIT) AS duplicate
       param('p_consumption', sql.NVarChar(10), m.consumption),
       param('p_state', sql.NVarChar(50), dead ? 'dead' : 'pending'),
       param('p_last_error', sql.NVarChar(sql.MAX), dead ? m.deadReason : null),
-      param('p_delay_ms', sql.BigInt, Math.round(m.delayMs ?? 0)),
+      param('p_delay_ms', sql.BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
     ],
   };
 }
 
-export async function inboxInsert(runner: MssqlRunner, names: MssqlNames, m: InboxMessageInput): Promise<InboxInsertResult> {
-  const { recordset } = await runStatement<{ id: string; duplicate: boolean }>(runner, buildInboxInsert(names, m, randomUUID()));
-  const row = recordset[0];
-  if (!row) throw new UsageError(`inbox insert of ${m.source}/${m.idempotencyKey} neither inserted nor found a row`);
-  return { id: lowerUuid(row.id), duplicate: row.duplicate };
-}
+/** How often an insert runs again when retention deleted the duplicate row between its two statements. */
+const INSERT_ATTEMPTS = 3;
 
 /**
- * Relay claim under the session lock `queuebox_inbox_claim_<table>`: due push rows; a row of an
- * aggregate only as its head (no `pending`/`processing` push row of it with a lower `sequence`)
- * and only while no `processing` row of the aggregate exists; rows without aggregate are free.
- * Due retries first (`retriesFirst`).
+ * Stores the message, or finds the row of its key. Retention may delete that row (a finished one)
+ * between the INSERT's check and the read-back; the insert then runs again and stores the message.
+ * On QueueBox's own connection a deadlock victim runs again too.
  */
-export function buildInboxClaimPush(names: MssqlNames, p: { limit: number; leaseMs: number }): MssqlStatement {
-  const t = names.inbox;
-  const claim = `  UPDATE i
-     SET state = N'processing',
-         claim_token = NEWID(),
-         claimed_at = SYSUTCDATETIME(),
-         lease_expires_at = DATEADD(millisecond, @p_lease_ms, SYSUTCDATETIME()),
-         updated_at = SYSUTCDATETIME()
-  OUTPUT ${INBOX_RETURNED}
-    FROM ${t} AS i
-   INNER JOIN (
-         ${retriesFirst(
-           (attempts) => `           FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
-          WHERE c.state = N'pending'
-            AND c.consumption = N'push'
-            AND ${attempts}
-            AND c.scheduled_at <= SYSUTCDATETIME()
-            AND (c.aggregate_id IS NULL OR NOT EXISTS (
-                  SELECT 1 FROM ${t} AS h
-                   WHERE h.aggregate_id = c.aggregate_id
-                     AND h.consumption = N'push'
-                     AND h.state IN (N'pending', N'processing')
-                     AND (h.[sequence] < c.[sequence] OR h.state = N'processing')))`,
-           ['scheduled_at', '[sequence]', 'id'],
-         )}
-         ) AS picked ON picked.id = i.id;`;
-  return {
-    text: withSessionClaimLock(names.inboxClaimLock, claim),
-    params: [param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.Int, Math.round(p.leaseMs))],
-  };
-}
-
-export async function inboxClaimPushMany(runner: MssqlRunner, names: MssqlNames, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
-  if (p.limit <= 0) return [];
-  const { recordset } = await runStatement<InboxDbRow>(runner, buildInboxClaimPush(names, p));
-  return recordset.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
+export async function inboxInsert(runner: MssqlRunner, names: MssqlNames, m: InboxMessageInput): Promise<InboxInsertResult> {
+  const attempt = async () => (await runStatement<{ id: string; duplicate: boolean }>(runner, buildInboxInsert(names, m, randomUUID()))).recordset[0];
+  for (let i = 0; i < INSERT_ATTEMPTS; i += 1) {
+    const row = runner instanceof sql.ConnectionPool ? await retryDeadlocks(attempt) : await attempt();
+    if (row) return { id: lowerUuid(row.id), duplicate: row.duplicate };
+  }
+  throw new UsageError(`inbox insert of ${m.source}/${m.idempotencyKey} neither inserted nor found a row after ${INSERT_ATTEMPTS} attempts`);
 }
 
 export async function inboxRenewMany(runner: MssqlRunner, names: MssqlNames, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
@@ -154,11 +84,14 @@ class ForwardClaimLost extends Error {}
  */
 export async function inboxForward(pool: sql.ConnectionPool, names: MssqlNames, item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean> {
   try {
-    await mssqlTransaction(pool, async (tx) => {
-      await outboxInsert(names, tx, item.outbox, defaults);
-      const changed = await runFencedBatch(tx, buildFencedBatch(names.inbox, 'processed', [item]));
-      if (changed.length !== 1) throw new ForwardClaimLost();
-    });
+    // A deadlock victim's transaction was rolled back whole: running it again is safe.
+    await retryDeadlocks(() =>
+      mssqlTransaction(pool, async (tx) => {
+        await outboxInsert(names, tx, item.outbox, defaults);
+        const changed = await runFencedBatch(tx, buildFencedBatch(names.inbox, 'processed', [item]));
+        if (changed.length !== 1) throw new ForwardClaimLost();
+      }),
+    );
     return true;
   } catch (error) {
     if (error instanceof ForwardClaimLost) return false;
@@ -199,12 +132,8 @@ export async function inboxDeadList(runner: MssqlRunner, names: MssqlNames, p: {
 /** Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago. */
 export function buildInboxDeleteFinished(names: MssqlNames, p: DeleteFinishedParams): MssqlStatement {
   if (p.state !== 'processed' && p.state !== 'dead') throw new UsageError(`inbox retention deletes only processed or dead rows, not ${p.state}`);
-  return {
-    text: `DELETE TOP (@p_limit) FROM ${names.inbox} WHERE state = @p_state AND created_at < ${dbNowPlusMs('-@p_older_than_ms')};`,
-    params: [param('p_limit', sql.Int, p.limit), param('p_state', sql.NVarChar(50), p.state), param('p_older_than_ms', sql.BigInt, Math.round(p.olderThanMs))],
-  };
+  return buildDeleteFinished(names.inbox, p.state, 'created_at', p.limit, p.olderThanMs);
 }
 export async function inboxDeleteFinished(runner: MssqlRunner, names: MssqlNames, p: DeleteFinishedParams): Promise<number> {
-  const result = await runStatement(runner, buildInboxDeleteFinished(names, p));
-  return result.rowsAffected.reduce((a, b) => a + b, 0);
+  return runDeleteFinished(runner, buildInboxDeleteFinished(names, p));
 }

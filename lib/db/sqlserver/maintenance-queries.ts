@@ -9,7 +9,7 @@
  */
 import sql from 'mssql';
 import type { ReclaimResult } from '../driver.ts';
-import { param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 
 /**
@@ -31,7 +31,7 @@ BEGIN
   UPDATE ${m} WITH (UPDLOCK, HOLDLOCK)
      SET last_run_at = SYSUTCDATETIME()
    WHERE name = @p_gate_name
-     AND (@p_throttle_ms IS NULL OR last_run_at <= DATEADD(millisecond, -@p_throttle_ms, SYSUTCDATETIME()));
+     AND (@p_throttle_ms IS NULL OR last_run_at <= ${dbNowPlusMs('-@p_throttle_ms')});
   SET @v_gate_rows = @@ROWCOUNT;
 END;
 IF @v_gate_rows > 0
@@ -42,7 +42,7 @@ END;
 SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_reclaimed AS reclaimed;`,
     params: [
       param('p_gate_name', sql.NVarChar(255), gateName),
-      param('p_throttle_ms', sql.Int, throttleMs === undefined ? null : Math.round(throttleMs)),
+      param('p_throttle_ms', sql.BigInt, throttleMs === undefined ? null : msValue('throttleMs', throttleMs)),
     ],
   };
 }
@@ -59,4 +59,37 @@ export async function runGatedReclaim(runner: MssqlRunner, statement: MssqlState
   const result = await runStatement<{ ran: boolean; reclaimed: number }>(runner, statement);
   const row = result.recordset[0];
   return { ran: row?.ran === true, reclaimed: Number(row?.reclaimed ?? 0) };
+}
+
+/** Rows one retention DELETE removes at most: with every index entry they lock, far below the 5,000 locks that escalate to a table lock. */
+export const DELETE_CHUNK = 500;
+
+/**
+ * Retention: deletes up to `@p_limit` rows of one finished `state` whose `timeColumn` is older
+ * than `@p_older_than_ms`, in autocommitted chunks of `DELETE_CHUNK` rows (each releases its
+ * locks before the next), and returns the count as `deleted`. The state is a literal, so the
+ * filtered index of finished rows matches the statement.
+ */
+export function buildDeleteFinished(table: string, state: 'sent' | 'dead' | 'processed', timeColumn: 'updated_at' | 'created_at', limit: number, olderThanMs: number): MssqlStatement {
+  return {
+    text: `DECLARE @v_cutoff DATETIME2(7) = ${dbNowPlusMs('-@p_older_than_ms')};
+DECLARE @v_deleted INT = 0;
+DECLARE @v_chunk INT = 1;
+WHILE @v_chunk > 0 AND @v_deleted < @p_limit
+BEGIN
+  DELETE TOP (CASE WHEN @p_limit - @v_deleted < ${DELETE_CHUNK} THEN @p_limit - @v_deleted ELSE ${DELETE_CHUNK} END)
+    FROM ${table} WITH (ROWLOCK)
+   WHERE state = N'${state}' AND ${timeColumn} < @v_cutoff;
+  SET @v_chunk = @@ROWCOUNT;
+  SET @v_deleted = @v_deleted + @v_chunk;
+END;
+SELECT @v_deleted AS deleted;`,
+    params: [param('p_limit', sql.Int, limit), param('p_older_than_ms', sql.BigInt, msValue('olderThanMs', olderThanMs))],
+  };
+}
+
+/** Runs a retention statement; returns the rows deleted. */
+export async function runDeleteFinished(runner: MssqlRunner, statement: MssqlStatement): Promise<number> {
+  const { recordset } = await runStatement<{ deleted: number }>(runner, statement);
+  return Number(recordset[0]?.deleted ?? 0);
 }

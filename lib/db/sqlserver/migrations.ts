@@ -33,9 +33,46 @@ function createSequence(qualified: string): string {
   return `IF OBJECT_ID(${literal(qualified)}, N'SO') IS NULL CREATE SEQUENCE ${qualified} AS BIGINT START WITH 1 INCREMENT BY 1;`;
 }
 
+/** Editions that build indexes ONLINE: Enterprise/Developer/Evaluation (3), Azure SQL Database (5), Azure SQL Managed Instance (8). */
+export const ONLINE_INDEX_EDITIONS = '3, 5, 8';
+
+/**
+ * Creates an index once: `ONLINE = ON` where the edition can (concurrent reads and writes of the
+ * table go on during the build), an ordinary build elsewhere. The clustered index is created with
+ * its (still empty) table and always builds plainly.
+ */
 function createIndex(table: string, index: string, definition: string, filtered: boolean): string {
   const guard = `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(index)})`;
-  return `${filtered ? `${FILTERED_INDEX_SET_OPTIONS}\n` : ''}${guard}\n  CREATE ${definition.replace('{index}', q(index)).replace('{table}', table)};`;
+  const create = `CREATE ${definition.replace('{index}', q(index)).replace('{table}', table)}`;
+  const dynamic = (text: string) => `EXEC(N'${text.replace(/'/g, "''")}');`;
+  const body = /CLUSTERED/.test(definition)
+    ? `  ${create};`
+    : `BEGIN
+  IF CAST(SERVERPROPERTY('EngineEdition') AS INT) IN (${ONLINE_INDEX_EDITIONS})
+    ${dynamic(`${create} WITH (ONLINE = ON)`)}
+  ELSE
+    ${dynamic(create)}
+END;`;
+  return `${filtered ? `${FILTERED_INDEX_SET_OPTIONS}\n` : ''}${guard}\n${body}`;
+}
+
+function dropIndex(table: string, index: string): string {
+  return `IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(index)}) DROP INDEX ${q(index)} ON ${table};`;
+}
+
+/** The collation of keys, sources, idempotency keys and aggregate ids: binary, so case and accents count. */
+export const KEY_COLLATION = 'Latin1_General_100_BIN2';
+
+function binaryColumn(table: string, column: string, ddl: string): string {
+  return `IF EXISTS (SELECT 1 FROM sys.columns WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(column)} AND collation_name <> N'${KEY_COLLATION}')
+  ALTER TABLE ${table} ALTER COLUMN ${q(column)} ${ddl.replace('NVARCHAR(255)', `NVARCHAR(255) COLLATE ${KEY_COLLATION}`)};`;
+}
+
+/** A persisted `<column>_bytes` column: SQL Server's `=` ignores trailing spaces, equal byte lengths make it exact. */
+function byteLengthColumn(table: string, column: string): string {
+  return `${FILTERED_INDEX_SET_OPTIONS}
+IF COL_LENGTH(${literal(table)}, ${literal(`${column}_bytes`)}) IS NULL
+  ALTER TABLE ${table} ADD ${q(`${column}_bytes`)} AS CAST(DATALENGTH(${q(column)}) AS INT) PERSISTED;`;
 }
 
 export const mssqlMigrations: readonly MssqlMigration[] = [
@@ -166,6 +203,44 @@ CREATE TABLE ${n.maintenance} (
       createIndex(n.inbox, `${n.inboxTable}_pull_retry_idx`, `INDEX {index} ON {table} (source, scheduled_at, created_at, id) WHERE state IN (N'pending', N'processing') AND consumption = N'pull' AND attempt > 0`, true),
     ],
   },
+  {
+    version: 5,
+    name: 'binary collation of keys, sources, idempotency and aggregate ids; per-source aggregates; keyless rows',
+    // Keys that differ in case (or trailing spaces) are different keys, as on PostgreSQL. The
+    // indexes and the unique constraint on those columns are dropped, the columns re-collated, and
+    // the indexes rebuilt: aggregates per (source, aggregate_id), deduplication on the exact
+    // (source, idempotency_key) including byte lengths, and indexes for rows without a key or
+    // aggregate (the claims' free branches).
+    statements: (n) => {
+      const o = n.outboxTable;
+      const i = n.inboxTable;
+      const outboxIndexes = [`${o}_key_head_idx`, `${o}_key_processing_idx`];
+      const inboxIndexes = [`${i}_aggregate_head_idx`, `${i}_aggregate_processing_idx`, `${i}_pull_open_idx`, `${i}_pull_busy_idx`, `${i}_pull_head_idx`, `${i}_pull_retry_idx`, `${i}_source_idempotency_key`];
+      const open = `state IN (N'pending', N'processing')`;
+      return [
+        `IF OBJECT_ID(${literal(`${q(n.schema)}.${q(`${i}_source_idempotency_key`)}`)}, N'UQ') IS NOT NULL ALTER TABLE ${n.inbox} DROP CONSTRAINT ${q(`${i}_source_idempotency_key`)};`,
+        ...outboxIndexes.map((index) => dropIndex(n.outbox, index)),
+        ...inboxIndexes.map((index) => dropIndex(n.inbox, index)),
+        binaryColumn(n.outbox, 'key', 'NVARCHAR(255) NULL'),
+        binaryColumn(n.inbox, 'source', 'NVARCHAR(255) NOT NULL'),
+        binaryColumn(n.inbox, 'idempotency_key', 'NVARCHAR(255) NOT NULL'),
+        binaryColumn(n.inbox, 'aggregate_id', 'NVARCHAR(255) NULL'),
+        byteLengthColumn(n.inbox, 'source'),
+        byteLengthColumn(n.inbox, 'idempotency_key'),
+        createIndex(n.inbox, `${i}_source_idempotency_key`, 'UNIQUE INDEX {index} ON {table} (source, idempotency_key, source_bytes, idempotency_key_bytes)', false),
+        createIndex(n.outbox, `${o}_key_head_idx`, `INDEX {index} ON {table} ([key], [sequence]) WHERE ${open} AND [key] IS NOT NULL`, true),
+        createIndex(n.outbox, `${o}_key_processing_idx`, `INDEX {index} ON {table} ([key]) WHERE state = N'processing' AND [key] IS NOT NULL`, true),
+        createIndex(n.outbox, `${o}_keyless_pending_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND [key] IS NULL`, true),
+        createIndex(n.inbox, `${i}_aggregate_head_idx`, `INDEX {index} ON {table} (source, aggregate_id, [sequence]) WHERE ${open} AND aggregate_id IS NOT NULL AND consumption = N'push'`, true),
+        createIndex(n.inbox, `${i}_aggregate_processing_idx`, `INDEX {index} ON {table} (source, aggregate_id) WHERE state = N'processing' AND consumption = N'push' AND aggregate_id IS NOT NULL`, true),
+        createIndex(n.inbox, `${i}_push_free_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push' AND aggregate_id IS NULL`, true),
+        createIndex(n.inbox, `${i}_pull_open_idx`, `INDEX {index} ON {table} (source, scheduled_at, created_at, id) INCLUDE (source_bytes, aggregate_id) WHERE ${open} AND consumption = N'pull'`, true),
+        createIndex(n.inbox, `${i}_pull_busy_idx`, `INDEX {index} ON {table} (source, aggregate_id) INCLUDE (lease_expires_at, source_bytes) WHERE state = N'processing' AND consumption = N'pull'`, true),
+        createIndex(n.inbox, `${i}_pull_head_idx`, `INDEX {index} ON {table} (source, aggregate_id, [sequence]) INCLUDE (source_bytes) WHERE ${open} AND consumption = N'pull'`, true),
+        createIndex(n.inbox, `${i}_pull_retry_idx`, `INDEX {index} ON {table} (source, scheduled_at, created_at, id) INCLUDE (source_bytes, aggregate_id) WHERE ${open} AND consumption = N'pull' AND attempt > 0`, true),
+      ];
+    },
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */
@@ -224,6 +299,9 @@ export function mssqlExpectedColumns(n: MssqlNames): Array<{ table: string; qual
         { name: 'lease_expires_at', ddl: common.nullTime },
         { name: 'last_error', ddl: 'NVARCHAR(MAX) NULL' },
         { name: 'sequence', ddl: `BIGINT NOT NULL DEFAULT (NEXT VALUE FOR ${n.inboxSequence})` },
+        // SQL Server only: byte lengths that make the deduplication trailing-space-exact (migration 5).
+        { name: 'source_bytes', ddl: 'AS CAST(DATALENGTH([source]) AS INT) PERSISTED' },
+        { name: 'idempotency_key_bytes', ddl: 'AS CAST(DATALENGTH([idempotency_key]) AS INT) PERSISTED' },
       ],
     },
     {

@@ -7,13 +7,30 @@
  */
 import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
-import { ConfigError } from '../../errors.ts';
+import { ConfigError, TransientDatabaseError, UsageError } from '../../errors.ts';
 import { mapMssqlError } from './error-map.ts';
 
 /** The applock wait of every claim lock, in milliseconds (seed: "waits up to 10 seconds"). */
 export const APPLOCK_WAIT_MS = 10_000;
 /** Lowest request timeout the driver accepts: above the applock wait with room for the claim itself. */
 export const MIN_REQUEST_TIMEOUT_MS = 30_000;
+/** `SET LOCK_TIMEOUT` of every QueueBox statement: a row or key lock is waited for at most this long (error 1222). */
+export const LOCK_WAIT_MS = 10_000;
+
+/**
+ * The session settings every statement QueueBox runs on its own connections starts with, so
+ * nothing a previous user of a pooled connection set (a pull handler's isolation level, XACT_ABORT,
+ * a lock timeout, an ANSI option) changes how it runs. `mssql` sends statements through
+ * `sp_executesql`, and SET options set inside it revert when it returns: nothing set here leaks
+ * to the next user of the connection either. The ANSI options and QUOTED_IDENTIFIER are the ones
+ * filtered and computed-column indexes require.
+ */
+export const SESSION_SETTINGS = `SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET XACT_ABORT ON; SET LOCK_TIMEOUT ${LOCK_WAIT_MS};
+SET ANSI_NULLS ON; SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;
+`;
+
+/** Transactions QueueBox opened itself (`mssqlTransaction`), as opposed to a caller's transaction. */
+const OWN_TRANSACTIONS = new WeakSet<sql.Transaction>();
 
 /** A bound parameter: `name` without `@`, always `p_…` so it never equals a DECLAREd `@v_…`. */
 export interface MssqlParam {
@@ -45,6 +62,8 @@ export function mssqlPoolConfig(database: QueueBoxConfig['database'], url: strin
     requestTimeout: Math.max(database.requestTimeoutMs, MIN_REQUEST_TIMEOUT_MS),
     connectionTimeout: database.connectTimeoutMs,
     pool: { max: database.poolMax, min: 0, idleTimeoutMillis: 30_000 },
+    // A socket check on checkout, not a `SELECT 1` round trip before every statement.
+    validateConnection: 'socket',
     options: {
       ...base.options,
       // Dates travel as UTC; the columns hold UTC (SYSUTCDATETIME()).
@@ -112,12 +131,22 @@ export async function ensureConnected(pool: sql.ConnectionPool, state: { connect
   await state.connecting;
 }
 
+/** True when `runner` is QueueBox's own: the pool or a transaction `mssqlTransaction` opened. */
+function isOwnRunner(runner: MssqlRunner): boolean {
+  return runner instanceof sql.ConnectionPool || OWN_TRANSACTIONS.has(runner);
+}
+
+/** The text sent for `statement` on `runner`: `SESSION_SETTINGS` first on QueueBox's own connections, the caller's transaction untouched. */
+export function statementText(runner: MssqlRunner, statement: MssqlStatement): string {
+  return isOwnRunner(runner) ? `${SESSION_SETTINGS}${statement.text}` : statement.text;
+}
+
 /** Runs one statement (one round trip) on a pool or a transaction; maps database errors. */
 export async function runStatement<R>(runner: MssqlRunner, statement: MssqlStatement): Promise<sql.IResult<R>> {
   const request = runner.request();
   for (const p of statement.params) request.input(p.name, p.type, p.value);
   try {
-    return await request.query<R>(statement.text);
+    return await request.query<R>(statementText(runner, statement));
   } catch (error) {
     throw mapMssqlError(error);
   }
@@ -126,6 +155,7 @@ export async function runStatement<R>(runner: MssqlRunner, statement: MssqlState
 /** Runs `work` in a READ COMMITTED transaction; rolls back on error. */
 export async function mssqlTransaction<T>(pool: sql.ConnectionPool, work: (tx: sql.Transaction) => Promise<T>): Promise<T> {
   const tx = new sql.Transaction(pool);
+  OWN_TRANSACTIONS.add(tx);
   try {
     await tx.begin(sql.ISOLATION_LEVEL.READ_COMMITTED);
   } catch (error) {
@@ -140,6 +170,40 @@ export async function mssqlTransaction<T>(pool: sql.ConnectionPool, work: (tx: s
     await tx.rollback().catch(() => {});
     throw mapMssqlError(error);
   }
+}
+
+/** How often a statement that was chosen as a deadlock victim (1205) is run again. */
+export const DEADLOCK_ATTEMPTS = 3;
+
+/**
+ * Runs `work` again when SQL Server chose it as a deadlock victim (error 1205: the victim's
+ * statement or transaction was rolled back whole), up to `DEADLOCK_ATTEMPTS` times with a short
+ * random pause. Only for idempotent work on QueueBox's own connections: fenced writes (the fence
+ * decides again), a relay forward, an inbox insert.
+ */
+export async function retryDeadlocks<T>(work: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await work();
+    } catch (error) {
+      if (attempt >= DEADLOCK_ATTEMPTS || !isDeadlock(error)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 5 + Math.floor(Math.random() * 20 * attempt)));
+    }
+  }
+}
+
+function isDeadlock(error: unknown): boolean {
+  return error instanceof TransientDatabaseError && error.code === '1205';
+}
+
+/**
+ * A lease, delay or age in milliseconds as a BIGINT parameter value (a lease beyond 24.8 days no
+ * longer overflows an INT); refuses what is not a finite number, or a negative one unless
+ * `signed` (a delay may point into the past).
+ */
+export function msValue(name: string, ms: number, signed = false): number {
+  if (!Number.isFinite(ms) || (!signed && ms < 0)) throw new UsageError(`${name} must be a finite number of milliseconds${signed ? '' : ' >= 0'}, not ${String(ms)}`);
+  return Math.round(ms);
 }
 
 /** Accepts the caller's `mssql` Transaction (anything that makes requests on its connection). */

@@ -29,12 +29,20 @@ export interface MssqlNames {
   migrations: string;
   outboxSequence: string;
   inboxSequence: string;
-  /** Session application lock serializing outbox claims (seed: claim locks). */
+  /** Application lock serializing outbox claims (seed: claim locks), qualified by schema and table. */
   outboxClaimLock: string;
-  /** Session application lock serializing relay claims. */
+  /** Application lock serializing relay claims. */
   inboxClaimLock: string;
-  /** Prefix of the per-source pull claim lock; the source name is appended in SQL from a parameter. */
+  /**
+   * Prefix of the per-source pull claim lock; the claim appends the SHA-256 of the exact source
+   * name in SQL (from its parameter), so every source, however long, has its own lock name.
+   */
   pullClaimLockPrefix: string;
+}
+
+/** A validated identifier as part of a lock name (at most 63 characters each, so every name fits 255). */
+function lockPart(name: string): string {
+  return quoteMssqlIdent(name).slice(1, -1);
 }
 
 /** Builds the names; throws on an identifier the config schema would refuse. */
@@ -51,8 +59,8 @@ export function mssqlNames(schema: string, tables: { outbox: string; inbox: stri
     migrations: q('queuebox_migrations'),
     outboxSequence: q(`${tables.outbox}_sequence_seq`),
     inboxSequence: q(`${tables.inbox}_sequence_seq`),
-    outboxClaimLock: `queuebox_outbox_claim_${quoteMssqlIdent(tables.outbox).slice(1, -1)}`,
-    inboxClaimLock: `queuebox_inbox_claim_${quoteMssqlIdent(tables.inbox).slice(1, -1)}`,
-    pullClaimLockPrefix: `queuebox_pull_claim_${quoteMssqlIdent(tables.inbox).slice(1, -1)}:`,
+    outboxClaimLock: `queuebox:${lockPart(schema)}.${lockPart(tables.outbox)}:outbox_claim`,
+    inboxClaimLock: `queuebox:${lockPart(schema)}.${lockPart(tables.inbox)}:relay_claim`,
+    pullClaimLockPrefix: `queuebox:${lockPart(schema)}.${lockPart(tables.inbox)}:pull_claim:`,
   };
 }

@@ -5,52 +5,16 @@
  * finishing write is fenced on id + `processing` + token + `lease_expires_at > SYSUTCDATETIME()`
  * and settles a whole batch in one statement via `OPENJSON(@p_items)`.
  */
-import { retriesFirst } from './claim-order.ts';
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
-import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
+import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
-import { withSessionClaimLock } from './claim-locks.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
-import { buildGatedReclaim, reclaimUpdateSql, runGatedReclaim } from './maintenance-queries.ts';
-import { dbNowPlusMs, isMssqlTransaction, lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { buildDeleteFinished, buildGatedReclaim, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
+import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, type MssqlNames } from './names.ts';
 import { buildStats, runStats } from './table-stats.ts';
-
-const RETURNED = 'inserted.id, inserted.topic, inserted.[key], inserted.payload, inserted.headers, inserted.attempt, inserted.max_attempts, inserted.[sequence], inserted.replay_count, inserted.created_at, inserted.claim_token, inserted.lease_expires_at';
-
-interface OutboxDbRow {
-  id: string;
-  topic: string;
-  key: string | null;
-  payload: string;
-  headers: string;
-  attempt: number;
-  max_attempts: number;
-  sequence: string;
-  replay_count: number;
-  created_at: Date;
-  claim_token: string;
-  lease_expires_at: Date;
-}
-
-function toOutboxRow(r: OutboxDbRow): OutboxRow {
-  return {
-    id: lowerUuid(r.id),
-    topic: r.topic,
-    key: r.key,
-    payload: JSON.parse(r.payload) as Record<string, unknown>,
-    headers: JSON.parse(r.headers) as Record<string, string>,
-    attempt: r.attempt,
-    maxAttempts: r.max_attempts,
-    sequence: String(r.sequence),
-    replayCount: r.replay_count,
-    createdAt: r.created_at,
-    claimToken: lowerUuid(r.claim_token),
-    leaseExpiresAt: r.lease_expires_at,
-  };
-}
 
 /** INSERT of one outbox row with a caller-chosen or fresh id (known before the insert: no OUTPUT needed). */
 export function buildOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): { id: string; statement: MssqlStatement } {
@@ -68,7 +32,7 @@ VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALES
         param('p_headers', sql.NVarChar(sql.MAX), JSON.stringify(m.headers ?? {})),
         param('p_max_attempts', sql.Int, m.maxAttempts ?? defaults.maxAttempts),
         param('p_scheduled_at', sql.DateTime2(7), m.scheduledAt ?? null),
-        param('p_delay_ms', sql.BigInt, Math.round(m.delayMs ?? 0)),
+        param('p_delay_ms', sql.BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
       ],
     },
   };
@@ -86,52 +50,6 @@ export async function sqlServerOutboxInsert(names: { schema: string; table: stri
   if (!isMssqlTransaction(tx)) throw new QueueBoxError('expected an mssql Transaction (begun) as the caller transaction');
   const n = mssqlNames(names.schema || MSSQL_DEFAULT_SCHEMA, { outbox: names.table, inbox: 'inbox', maintenance: 'queuebox_maintenance' });
   return outboxInsert(n, tx, m, defaults);
-}
-
-/**
- * Claim of due rows under the session lock `queuebox_outbox_claim_<table>`: keyless rows freely,
- * keyed rows only as the head of their key (no `pending`/`processing` row of the key with a lower
- * `sequence`). READPAST keeps the claim off rows a fence write holds; the head check reads without
- * READPAST, so a locked head is waited for, never skipped. Due retries first (`retriesFirst`).
- */
-export function buildOutboxClaim(names: MssqlNames, p: { limit: number; leaseMs: number }): MssqlStatement {
-  const t = names.outbox;
-  const claim = `  UPDATE o
-     SET state = N'processing',
-         claim_token = NEWID(),
-         claimed_at = SYSUTCDATETIME(),
-         lease_expires_at = DATEADD(millisecond, @p_lease_ms, SYSUTCDATETIME()),
-         updated_at = SYSUTCDATETIME()
-  OUTPUT ${RETURNED}
-    FROM ${t} AS o
-   INNER JOIN (
-         ${retriesFirst(
-           (attempts) => `           FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
-          WHERE c.state = N'pending'
-            AND ${attempts}
-            AND c.scheduled_at <= SYSUTCDATETIME()
-            AND (c.[key] IS NULL OR (
-                  NOT EXISTS (
-                    SELECT 1 FROM ${t} AS h
-                     WHERE h.[key] = c.[key]
-                       AND h.state IN (N'pending', N'processing')
-                       AND h.[sequence] < c.[sequence])
-                  AND NOT EXISTS (
-                    SELECT 1 FROM ${t} AS b
-                     WHERE b.[key] = c.[key] AND b.state = N'processing')))`,
-           ['scheduled_at', '[sequence]', 'id'],
-         )}
-         ) AS picked ON picked.id = o.id;`;
-  return {
-    text: withSessionClaimLock(names.outboxClaimLock, claim),
-    params: [param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.Int, Math.round(p.leaseMs))],
-  };
-}
-
-export async function outboxClaimMany(runner: MssqlRunner, names: MssqlNames, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  if (p.limit <= 0) return [];
-  const { recordset } = await runStatement<OutboxDbRow>(runner, buildOutboxClaim(names, p));
-  return recordset.map(toOutboxRow).sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1));
 }
 
 export async function outboxRenewMany(runner: MssqlRunner, names: MssqlNames, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
@@ -239,12 +157,8 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
 /** Deletes at most `limit` rows of one finished state older than `olderThanMs` (by `updated_at`). */
 export function buildOutboxDeleteFinished(names: MssqlNames, p: DeleteFinishedParams): MssqlStatement {
   if (p.state !== 'sent' && p.state !== 'dead') throw new UsageError(`outbox retention deletes only sent or dead rows, not ${p.state}`);
-  return {
-    text: `DELETE TOP (@p_limit) FROM ${names.outbox} WHERE state = @p_state AND updated_at < ${dbNowPlusMs('-@p_older_than_ms')};`,
-    params: [param('p_limit', sql.Int, p.limit), param('p_state', sql.NVarChar(50), p.state), param('p_older_than_ms', sql.BigInt, Math.round(p.olderThanMs))],
-  };
+  return buildDeleteFinished(names.outbox, p.state, 'updated_at', p.limit, p.olderThanMs);
 }
 export async function outboxDeleteFinished(runner: MssqlRunner, names: MssqlNames, p: DeleteFinishedParams): Promise<number> {
-  const result = await runStatement(runner, buildOutboxDeleteFinished(names, p));
-  return result.rowsAffected.reduce((a, b) => a + b, 0);
+  return runDeleteFinished(runner, buildOutboxDeleteFinished(names, p));
 }

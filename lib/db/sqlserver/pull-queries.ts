@@ -1,73 +1,104 @@
 /**
  * SQL Server pull operations (driver methods `pull*`, spec §6 and §8).
  *
- * The claim runs in its own transaction under an exclusive application lock on the source name,
- * owned by that transaction (10 s wait; a lock not granted is a `TransientDatabaseError` to back
- * off from), plus `UPDLOCK, READPAST, ROWLOCK` on the rows. The lock serializes claims of one
- * source, which is what makes "one row per aggregate" hold on SQL Server whatever the isolation
- * details (RCSI on or off); it also caps one source at roughly 110–140 claims per second.
+ * The claim runs in its own transaction under an exclusive application lock on the source,
+ * owned by that transaction (`claim-locks.ts`; 10 s wait; a lock not granted is a
+ * `TransientDatabaseError` to back off from); its pick reads the latest committed rows under
+ * either RCSI setting and only the picked rows are locked (`claim-order.ts`). The lock serializes
+ * claims of one source; it also caps one source at roughly 110–140 claims per second.
  *
  * Every other write is fenced on id + `processing` + token + `lease_expires_at > SYSUTCDATETIME()`
  * (and `consumption = 'pull'`) and reports true only when exactly one row changed.
  */
-import { retriesFirst } from './claim-order.ts';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
-import { transactionPullLock } from './claim-locks.ts';
+import { inClaimTransaction, pullLockExpression } from './claim-locks.ts';
+import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf } from './claim-order.ts';
 import { buildFencedBatch, runFencedBatch, type FencedKind } from './fenced-batch.ts';
-import { type InboxDbRow, INBOX_RETURNED, toInboxRow } from './inbox-queries.ts';
-import { mssqlTransaction, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { DECLARE_INBOX_CLAIMED, INBOX_COLUMNS, type InboxDbRow, toInboxRow } from './inbox-rows.ts';
+import { msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 
 const PULL_ONLY = ` AND r.consumption = N'pull'`;
 
+/** Rows of exactly the source `@p_source` (alias `a`): `=` ignores trailing spaces, the byte length does not. */
+function ofSource(a: string): string {
+  return `${a}.source = @p_source AND ${a}.source_bytes = DATALENGTH(@p_source) AND ${a}.consumption = N'pull'`;
+}
+
+/** A row a pull claim may take (alias `a`): due `pending`, or `processing` with an expired lease. */
+function claimable(a: string): string {
+  return `((${a}.state = N'pending' AND ${a}.scheduled_at <= SYSUTCDATETIME()) OR (${a}.state = N'processing' AND ${a}.lease_expires_at <= SYSUTCDATETIME()))`;
+}
+
 /**
- * The claim batch (run inside a transaction): the source lock, then one UPDATE taking due
+ * The claim batch: under the transaction-owned lock of the exact source (its SHA-256), due
  * `pending` rows and expired `processing` rows of the source, at most one per aggregate (its head
- * by `sequence` among open rows), none of an aggregate with a row under a live lease.
+ * by `sequence` among open rows), none of an aggregate with a row under a live lease, due retries
+ * first. Aggregates come from a loose index scan of the pull head index, so the claim costs the
+ * number of open aggregates of the source, not the rows waiting behind them. Rows come back in
+ * claim order (retries first, then `scheduled_at, created_at, id`), sorted by SQL.
  */
 export function buildPullClaim(names: MssqlNames, p: { source: string; limit: number; leaseMs: number }): MssqlStatement {
   const t = names.inbox;
-  return {
-    text: `${transactionPullLock(names.pullClaimLockPrefix)}
+  const order = ['scheduled_at', 'created_at', 'id'] as const;
+  const free = (attempts: string) => `             FROM ${t} AS c WITH (READCOMMITTEDLOCK, READPAST)
+            WHERE ${ofSource('c')} AND ${attempts} AND c.aggregate_id IS NULL
+              AND c.state IN (N'pending', N'processing') AND ${claimable('c')}`;
+  const claim = `${DECLARE_PICKED}
+${DECLARE_INBOX_CLAIMED}
+WITH ${looseIndexScan('open_aggregates', t, 'aggregate_id', `${ofSource('k')} AND k.state IN (N'pending', N'processing')`, false)},
+heads AS (
+  SELECT h.id, h.attempt, h.scheduled_at, h.created_at
+    FROM open_aggregates AS k
+   CROSS APPLY (SELECT TOP (1) r.id, r.state, r.attempt, r.scheduled_at, r.created_at, r.lease_expires_at
+                  FROM ${t} AS r WITH (READCOMMITTEDLOCK)
+                 WHERE ${ofSource('r')} AND r.aggregate_id = k.v AND r.state IN (N'pending', N'processing')
+                 ORDER BY r.[sequence]) AS h
+   WHERE ${claimable('h')}
+     AND NOT EXISTS (SELECT 1 FROM ${t} AS b WITH (READCOMMITTEDLOCK)
+                      WHERE ${ofSource('b')} AND b.aggregate_id = k.v AND b.state = N'processing' AND b.lease_expires_at > SYSUTCDATETIME())
+)
+INSERT INTO @v_picked (id, claim_priority)
+SELECT TOP (@p_limit) u.id, u.claim_priority
+  FROM (
+         SELECT * FROM (
+           SELECT TOP (@p_limit) ${priorityOf('c')} AS claim_priority, c.scheduled_at, c.created_at, c.id
+             FROM heads AS c
+            ORDER BY claim_priority, c.scheduled_at, c.created_at, c.id) AS keyed
+         UNION ALL
+         ${orderedBranch('free_retried', 0, order, free('c.attempt > 0'), order)}
+         UNION ALL
+         ${orderedBranch('free_fresh', 1, order, free('c.attempt = 0'), order)}
+       ) AS u
+ ORDER BY u.claim_priority, u.scheduled_at, u.created_at, u.id
+OPTION (MAXRECURSION 0);
 UPDATE i
-   SET state = N'processing',
-       claim_token = NEWID(),
-       claimed_at = SYSUTCDATETIME(),
-       lease_expires_at = DATEADD(millisecond, @p_lease_ms, SYSUTCDATETIME()),
-       updated_at = SYSUTCDATETIME()
-OUTPUT ${INBOX_RETURNED}, inserted.scheduled_at
-  FROM ${t} AS i
- INNER JOIN (
-       ${retriesFirst(
-         (attempts) => `         FROM ${t} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
-        WHERE c.source = @p_source
-          AND c.consumption = N'pull'
-          AND ${attempts}
-          AND ((c.state = N'pending' AND c.scheduled_at <= SYSUTCDATETIME())
-            OR (c.state = N'processing' AND c.lease_expires_at <= SYSUTCDATETIME()))
-          AND (c.aggregate_id IS NULL OR (
-                NOT EXISTS (
-                  SELECT 1 FROM ${t} AS h
-                   WHERE h.source = c.source AND h.consumption = N'pull' AND h.aggregate_id = c.aggregate_id
-                     AND h.state IN (N'pending', N'processing') AND h.[sequence] < c.[sequence])
-                AND NOT EXISTS (
-                  SELECT 1 FROM ${t} AS b
-                   WHERE b.source = c.source AND b.consumption = N'pull' AND b.aggregate_id = c.aggregate_id
-                     AND b.state = N'processing' AND b.lease_expires_at > SYSUTCDATETIME())))`,
-         ['scheduled_at', 'created_at', 'id'],
-       )}
-       ) AS picked ON picked.id = i.id;`,
-    params: [param('p_source', sql.NVarChar(255), p.source), param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.Int, Math.round(p.leaseMs))],
+   ${CLAIM_SET}
+OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
+  INTO @v_claimed (${INBOX_COLUMNS.join(', ')}, claim_priority)
+  FROM ${t} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
+ INNER JOIN @v_picked AS p ON p.id = i.id
+ WHERE ${ofSource('i')} AND ${claimable('i')}
+   AND (i.aggregate_id IS NULL OR NOT EXISTS (
+         SELECT 1 FROM ${t} AS h WITH (READCOMMITTEDLOCK)
+          WHERE ${ofSource('h')} AND h.aggregate_id = i.aggregate_id
+            AND h.state IN (N'pending', N'processing') AND h.[sequence] < i.[sequence]));`;
+  return {
+    text: inClaimTransaction(
+      pullLockExpression(names.pullClaimLockPrefix),
+      claim,
+      `SELECT ${INBOX_COLUMNS.join(', ')} FROM @v_claimed ORDER BY claim_priority, scheduled_at, created_at, id;`,
+    ),
+    params: [param('p_source', sql.NVarChar(255), p.source), param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs))],
   };
 }
 
-/** Claims and commits before returning (the transaction-owned lock ends with the COMMIT). */
+/** Claims and commits in one round trip (the claim's own transaction ends inside the batch); rows in claim order, as SQL sorted them. */
 export async function pullClaimMany(pool: sql.ConnectionPool, names: MssqlNames, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
   if (p.limit <= 0) return [];
-  const rows = await mssqlTransaction(pool, async (tx) => (await runStatement<InboxDbRow & { scheduled_at: Date }>(tx, buildPullClaim(names, p))).recordset);
-  rows.sort((a, b) => Number(a.attempt === 0) - Number(b.attempt === 0) || a.scheduled_at.getTime() - b.scheduled_at.getTime() || a.created_at.getTime() - b.created_at.getTime() || (a.id.toLowerCase() < b.id.toLowerCase() ? -1 : 1));
-  return rows.map(toInboxRow);
+  const { recordset } = await runStatement<InboxDbRow>(pool, buildPullClaim(names, p));
+  return recordset.map(toInboxRow);
 }
 
 /** One fenced write of a pull row. */

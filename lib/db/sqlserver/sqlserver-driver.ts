@@ -9,6 +9,9 @@ import type { QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
 import type { CallerTransaction, Driver } from '../driver.ts';
 import * as inbox from './inbox-queries.ts';
+import { inboxClaimPushMany } from './inbox-claim.ts';
+import { outboxClaimMany } from './outbox-claim.ts';
+import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from './compatibility-check.ts';
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from './migrations.ts';
 import { createMssqlPool, ensureConnected, isMssqlTransaction, param, runBatch, runStatement, mssqlTransaction } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
@@ -50,6 +53,8 @@ export class SqlServerDriver implements Driver {
   async migrate(): Promise<{ applied: number[] }> {
     const n = this.names;
     const applied = await mssqlTransaction(await this.pool(), async (tx) => {
+      const { recordset: levels } = await runStatement<{ level: number }>(tx, { text: COMPATIBILITY_LEVEL_SQL, params: [] });
+      assertCompatibilityLevel(levels[0]?.level);
       await runBatch(tx, MIGRATE_LOCK_SQL);
       for (const statement of migrationsTableSql(n)) await runBatch(tx, statement);
       const { recordset } = await runStatement<{ version: number }>(tx, { text: `SELECT version FROM ${n.migrations};`, params: [] });
@@ -71,9 +76,10 @@ export class SqlServerDriver implements Driver {
 
   async schemaVerify(): Promise<void> {
     const n = this.names;
-    const { recordset } = await runStatement<{ table_name: string; column_name: string }>(await this.pool(), {
+    const { recordsets } = await runStatement<{ table_name: string; column_name: string }>(await this.pool(), {
       text: `SELECT TABLE_NAME AS table_name, COLUMN_NAME AS column_name FROM INFORMATION_SCHEMA.COLUMNS
- WHERE TABLE_SCHEMA = @p_schema AND TABLE_NAME IN (@p_outbox, @p_inbox, @p_maintenance);`,
+ WHERE TABLE_SCHEMA = @p_schema AND TABLE_NAME IN (@p_outbox, @p_inbox, @p_maintenance);
+${COMPATIBILITY_LEVEL_SQL}`,
       params: [
         param('p_schema', sql.NVarChar(128), n.schema),
         param('p_outbox', sql.NVarChar(128), n.outboxTable),
@@ -81,6 +87,9 @@ export class SqlServerDriver implements Driver {
         param('p_maintenance', sql.NVarChar(128), n.maintenanceTable),
       ],
     });
+    const [columns = [], levels = []] = recordsets as unknown as [Array<{ table_name: string; column_name: string }>?, Array<{ level: number }>?];
+    assertCompatibilityLevel(levels[0]?.level);
+    const recordset = columns;
     const present = new Set(recordset.map((r) => `${r.table_name}.${r.column_name}`));
     const tables = new Set(recordset.map((r) => r.table_name));
     const statements: string[] = [];
@@ -106,7 +115,7 @@ export class SqlServerDriver implements Driver {
   }
 
   outboxInsert: Driver['outboxInsert'] = (tx, message, defaults) => outbox.outboxInsert(this.names, asTransaction(tx), message, defaults);
-  outboxClaimMany: Driver['outboxClaimMany'] = async (p) => outbox.outboxClaimMany(await this.pool(), this.names, p);
+  outboxClaimMany: Driver['outboxClaimMany'] = async (p) => outboxClaimMany(await this.pool(), this.names, p);
   outboxRenewMany: Driver['outboxRenewMany'] = async (p) => outbox.outboxRenewMany(await this.pool(), this.names, p);
   outboxMarkSentMany: Driver['outboxMarkSentMany'] = async (p) => outbox.outboxMarkSentMany(await this.pool(), this.names, p);
   outboxRetryMany: Driver['outboxRetryMany'] = async (p) => outbox.outboxRetryMany(await this.pool(), this.names, p);
@@ -118,7 +127,7 @@ export class SqlServerDriver implements Driver {
   outboxDeleteFinished: Driver['outboxDeleteFinished'] = async (p) => outbox.outboxDeleteFinished(await this.pool(), this.names, p);
 
   inboxInsert: Driver['inboxInsert'] = async (m, tx) => inbox.inboxInsert(tx === undefined ? await this.pool() : asTransaction(tx), this.names, m);
-  inboxClaimPushMany: Driver['inboxClaimPushMany'] = async (p) => inbox.inboxClaimPushMany(await this.pool(), this.names, p);
+  inboxClaimPushMany: Driver['inboxClaimPushMany'] = async (p) => inboxClaimPushMany(await this.pool(), this.names, p);
   inboxRenewMany: Driver['inboxRenewMany'] = async (p) => inbox.inboxRenewMany(await this.pool(), this.names, p);
   inboxForward: Driver['inboxForward'] = async (item, defaults) => inbox.inboxForward(await this.pool(), this.names, item, defaults);
   // No inboxForwardMany: the relay forwards row by row here (no SQL Server was available to prove a batched form).
