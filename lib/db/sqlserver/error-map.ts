@@ -29,7 +29,7 @@ const TRANSIENT_NUMBERS = new Set([
  */
 const TRANSIENT_LOGIN_MESSAGES = [
   /is not currently available/i, // 40613
-  /error processing the request/i, // 40197
+  /error processing (the|your) request/i, // 40197
   /service is currently busy/i, // 40501
   /cannot process (the )?(create or update )?request/i, // 49918, 49919, 49920
   /too many (create or update )?operations in progress/i, // 49919
