@@ -9,6 +9,7 @@
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { CallerTransaction, Driver, InboxMessageInput, OutboxMessageInput } from '../../lib/db/driver.ts';
+import { defineConcurrencyCases } from './concurrency-cases.ts';
 import { defineGeneralCases } from './general-cases.ts';
 import { defineInboxCases } from './inbox-cases.ts';
 import { defineOutboxCases } from './outbox-cases.ts';
@@ -41,6 +42,13 @@ export interface ConformanceTarget {
   setTime(table: 'outbox' | 'inbox', id: string, column: TimeColumn, msFromNow: number): Promise<void>;
   /** Runs `work` in a caller transaction of this dialect, then commits or rolls back. */
   inTransaction<T>(work: (tx: CallerTransaction) => Promise<T>, end: 'commit' | 'rollback'): Promise<T>;
+  /**
+   * Sets READ_COMMITTED_SNAPSHOT of the database and returns its previous value; only where the
+   * dialect has the setting (SQL Server). Cases that must hold under both settings run under each.
+   */
+  readCommittedSnapshot?(on: boolean): Promise<boolean>;
+  /** Lock escalations so far on `table` (SQL Server); absent where locks do not escalate. */
+  lockEscalations?(table: 'outbox' | 'inbox'): Promise<number>;
   /** Empties the outbox, inbox and maintenance tables. */
   reset(): Promise<void>;
   close(): Promise<void>;
@@ -90,5 +98,6 @@ export function runDriverConformance(name: string, setup: () => Promise<Conforma
     describe('outbox', () => defineOutboxCases(define));
     describe('inbox', () => defineInboxCases(define));
     describe('pull', () => definePullCases(define));
+    describe('concurrency', () => defineConcurrencyCases(define));
   });
 }

@@ -34,7 +34,8 @@ export async function createSqlServerTarget(url: string): Promise<ConformanceTar
   };
   const driver = newDriver();
   await driver.migrate();
-  const pool = createMssqlPool(config.database, url);
+  // Inspection connections; replaced after a READ_COMMITTED_SNAPSHOT switch, which ends every other session.
+  let pool = createMssqlPool(config.database, url);
   await pool.connect();
   const table = (name: 'outbox' | 'inbox') => `${quoteMssqlIdent(schema)}.${quoteMssqlIdent(config.tables[name])}`;
   return {
@@ -68,6 +69,25 @@ export async function createSqlServerTarget(url: string): Promise<ConformanceTar
         await tx.rollback().catch(() => {});
         throw error;
       }
+    },
+    async readCommittedSnapshot(on) {
+      const { recordset } = await runStatement<{ rcsi: boolean }>(pool, { text: 'SELECT is_read_committed_snapshot_on AS rcsi FROM sys.databases WHERE database_id = DB_ID();', params: [] });
+      const before = recordset[0]!.rcsi;
+      if (before !== on) {
+        // Switching needs the database to itself: other sessions (the drivers' pooled connections) are rolled back and closed.
+        await runBatch(pool, `ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ${on ? 'ON' : 'OFF'} WITH ROLLBACK IMMEDIATE;`);
+        await pool.close();
+        pool = createMssqlPool(config.database, url);
+        await pool.connect();
+      }
+      return before;
+    },
+    async lockEscalations(name) {
+      const { recordset } = await runStatement<{ n: number | null }>(pool, {
+        text: `SELECT SUM(index_lock_promotion_count) AS n FROM sys.dm_db_index_operational_stats(DB_ID(), OBJECT_ID(@p_table), NULL, NULL);`,
+        params: [param('p_table', sql.NVarChar(300), table(name))],
+      });
+      return Number(recordset[0]?.n ?? 0);
     },
     async reset() {
       await runBatch(pool, `DELETE FROM ${table('outbox')}; DELETE FROM ${table('inbox')}; DELETE FROM ${quoteMssqlIdent(schema)}.${quoteMssqlIdent(config.tables.maintenance)};`);
