@@ -1,0 +1,77 @@
+/**
+ * SQL Server behaviour only a live server shows, beyond the conformance suite: a claim cut off by
+ * the client (cancel or request timeout) leaves no transaction and no claim lock on its pooled
+ * connection, and a claim refuses to run inside an open transaction. Runs when
+ * `QUEUEBOX_MSSQL_URL` is set; skipped with the reason otherwise.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import sql from 'mssql';
+import { parseConfig } from '../../lib/config/load-config.ts';
+import { QueueBoxError } from '../../lib/errors.ts';
+import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
+import { buildOutboxClaim } from '../../lib/db/sqlserver/outbox-claim.ts';
+import { createMssqlPool, runStatement, statementText } from '../../lib/db/sqlserver/mssql-pool.ts';
+import { createSqlServerTarget } from '../conformance/sqlserver-target.ts';
+import { enqueueRows, type ConformanceTarget } from '../conformance/driver-conformance.ts';
+
+const url = process.env.QUEUEBOX_MSSQL_URL;
+const skip = url ? false : 'QUEUEBOX_MSSQL_URL is not set: no SQL Server on this machine';
+
+describe('SQL Server on a live server', () => {
+  let t: ConformanceTarget;
+  let single: sql.ConnectionPool;
+  let blocker: sql.ConnectionPool;
+  let names: ReturnType<typeof mssqlNames>;
+
+  before(async () => {
+    if (!url) return;
+    t = await createSqlServerTarget(url!);
+    names = (t.driver as unknown as { names: ReturnType<typeof mssqlNames> }).names;
+    const database = parseConfig({ database: { type: 'sqlserver', url: url!, poolMax: 1 } }).database;
+    single = createMssqlPool(database, url!);
+    blocker = createMssqlPool(database, url!);
+    await Promise.all([single.connect(), blocker.connect()]);
+  });
+  after(async () => {
+    await Promise.all([single?.close(), blocker?.close()]);
+    await t?.close();
+  });
+
+  it('a claim cancelled while it waits leaves no transaction and no claim lock on its connection; the next claim is not held up', { skip }, async () => {
+    await t.reset();
+    const [head] = await enqueueRows(t, [{ topic: 'cut', key: 'K', payload: { n: 1 } }, { topic: 'cut', key: 'K', payload: { n: 2 } }]);
+    const hold = new sql.Transaction(blocker);
+    await hold.begin(sql.ISOLATION_LEVEL.READ_COMMITTED);
+    await hold.request().input('id', sql.UniqueIdentifier, head).query(`UPDATE ${names.outbox} SET payload = payload WHERE id = @id;`);
+
+    const statement = buildOutboxClaim(names, { limit: 10, leaseMs: 60_000 });
+    const request = single.request();
+    for (const p of statement.params) request.input(p.name, p.type, p.value);
+    const claim = request.query(statementText(single, statement));
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    request.cancel();
+    await assert.rejects(claim, 'the claim waited on the locked head and was cancelled');
+
+    const { recordset } = await single.request().input('lock', sql.NVarChar(255), names.outboxClaimLock).query<{ open: number; held: string }>(
+      `SELECT @@TRANCOUNT AS [open], APPLOCK_MODE(N'public', @lock, N'Transaction') AS held;`,
+    );
+    assert.deepEqual(recordset[0], { open: 0, held: 'NoLock' });
+
+    await hold.rollback();
+    const started = Date.now();
+    const claimed = await t.newDriver().outboxClaimMany({ limit: 10, leaseMs: 60_000 });
+    assert.deepEqual(claimed.map((r) => r.id), [head]);
+    assert.ok(Date.now() - started < 5_000, 'no 10 s wait for a lock left behind');
+  });
+
+  it('a claim refuses to run inside an open transaction (it would commit nothing and keep its lock)', { skip }, async () => {
+    const tx = new sql.Transaction(single);
+    await tx.begin();
+    try {
+      await assert.rejects(runStatement(tx, buildOutboxClaim(names, { limit: 1, leaseMs: 60_000 })), (e: unknown) => e instanceof QueueBoxError && /open transaction/.test(e.message));
+    } finally {
+      await tx.rollback().catch(() => {});
+    }
+  });
+});
