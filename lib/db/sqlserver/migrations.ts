@@ -68,6 +68,17 @@ function binaryColumn(table: string, column: string, ddl: string): string {
   ALTER TABLE ${table} ALTER COLUMN ${q(column)} ${ddl.replace('NVARCHAR(255)', `NVARCHAR(255) COLLATE ${KEY_COLLATION}`)};`;
 }
 
+/** Drops the statistics SQL Server created by itself on `columns` of `table`: they would block the column's ALTER. */
+function dropAutoStatistics(table: string, columns: readonly string[]): string {
+  return `DECLARE @v_drop NVARCHAR(MAX) = N'';
+SELECT @v_drop = @v_drop + N'DROP STATISTICS ${table.replace(/'/g, "''")}.' + QUOTENAME(s.name) + N';'
+  FROM sys.stats AS s
+  JOIN sys.stats_columns AS sc ON sc.object_id = s.object_id AND sc.stats_id = s.stats_id
+  JOIN sys.columns AS c ON c.object_id = sc.object_id AND c.column_id = sc.column_id
+ WHERE s.object_id = OBJECT_ID(${literal(table)}) AND s.auto_created = 1 AND c.name IN (${columns.map(literal).join(', ')});
+EXEC(@v_drop);`;
+}
+
 /** A persisted `<column>_bytes` column: SQL Server's `=` ignores trailing spaces, equal byte lengths make it exact. */
 function byteLengthColumn(table: string, column: string): string {
   return `${FILTERED_INDEX_SET_OPTIONS}
@@ -221,6 +232,8 @@ CREATE TABLE ${n.maintenance} (
         `IF OBJECT_ID(${literal(`${q(n.schema)}.${q(`${i}_source_idempotency_key`)}`)}, N'UQ') IS NOT NULL ALTER TABLE ${n.inbox} DROP CONSTRAINT ${q(`${i}_source_idempotency_key`)};`,
         ...outboxIndexes.map((index) => dropIndex(n.outbox, index)),
         ...inboxIndexes.map((index) => dropIndex(n.inbox, index)),
+        dropAutoStatistics(n.outbox, ['key']),
+        dropAutoStatistics(n.inbox, ['source', 'idempotency_key', 'aggregate_id']),
         binaryColumn(n.outbox, 'key', 'NVARCHAR(255) NULL'),
         binaryColumn(n.inbox, 'source', 'NVARCHAR(255) NOT NULL'),
         binaryColumn(n.inbox, 'idempotency_key', 'NVARCHAR(255) NOT NULL'),
