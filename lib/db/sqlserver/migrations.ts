@@ -3,87 +3,22 @@
  *
  * Same tables and columns as the PostgreSQL migrations: UNIQUEIDENTIFIER ids, NVARCHAR text,
  * NVARCHAR(MAX) JSON with ISJSON checks, DATETIME2(7) in UTC (SYSUTCDATETIME()), `[key]` and
- * `[sequence]` bracketed, `sequence` from a SEQUENCE object. Rules: a released migration is never
- * edited; each statement is idempotent on its own (guarded by OBJECT_ID / sys.indexes); all run in
- * one transaction that holds `sp_getapplock 'queuebox_migrate'` owned by the transaction.
+ * `[sequence]` bracketed, `sequence` from a SEQUENCE object; plus, from migration 5, binary-collated
+ * key columns and the inbox's byte-length columns. Rules: a released migration never changes what
+ * it creates (how an index is built — online or not — may change); each statement is idempotent
+ * on its own (guarded by OBJECT_ID / sys.indexes); all run in one transaction that holds
+ * `sp_getapplock 'queuebox_migrate'` owned by the transaction.
  */
+import { binaryColumn, byteLengthColumn, createIndex, createSequence, dropAutoStatistics, dropIndex, literal } from './migration-ddl.ts';
 import { quoteMssqlIdent as q, type MssqlNames } from './names.ts';
+
+export { FILTERED_INDEX_SET_OPTIONS, KEY_COLLATION, ONLINE_INDEX_EDITIONS } from './migration-ddl.ts';
 
 export interface MssqlMigration {
   version: number;
   name: string;
   /** Statements run one by one, each as its own batch, in the migrate transaction. */
   statements(names: MssqlNames): string[];
-}
-
-/**
- * Filtered indexes (and every later insert or update of their table) need these SET options;
- * QUOTED_IDENTIFIER is a parse-time option, so it is set at the top of the batch that creates the index.
- * They equal the driver's connection defaults, so nothing changes for later use of the connection.
- */
-export const FILTERED_INDEX_SET_OPTIONS =
-  'SET ANSI_NULLS ON; SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;';
-
-function literal(name: string): string {
-  // Names are validated identifiers (no quotes possible); N'…' keeps them Unicode literals.
-  return `N'${name}'`;
-}
-
-function createSequence(qualified: string): string {
-  return `IF OBJECT_ID(${literal(qualified)}, N'SO') IS NULL CREATE SEQUENCE ${qualified} AS BIGINT START WITH 1 INCREMENT BY 1;`;
-}
-
-/** Editions that build indexes ONLINE: Enterprise/Developer/Evaluation (3), Azure SQL Database (5), Azure SQL Managed Instance (8). */
-export const ONLINE_INDEX_EDITIONS = '3, 5, 8';
-
-/**
- * Creates an index once: `ONLINE = ON` where the edition can (concurrent reads and writes of the
- * table go on during the build), an ordinary build elsewhere. The clustered index is created with
- * its (still empty) table and always builds plainly.
- */
-function createIndex(table: string, index: string, definition: string, filtered: boolean): string {
-  const guard = `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(index)})`;
-  const create = `CREATE ${definition.replace('{index}', q(index)).replace('{table}', table)}`;
-  const dynamic = (text: string) => `EXEC(N'${text.replace(/'/g, "''")}');`;
-  const body = /CLUSTERED/.test(definition)
-    ? `  ${create};`
-    : `BEGIN
-  IF CAST(SERVERPROPERTY('EngineEdition') AS INT) IN (${ONLINE_INDEX_EDITIONS})
-    ${dynamic(`${create} WITH (ONLINE = ON)`)}
-  ELSE
-    ${dynamic(create)}
-END;`;
-  return `${filtered ? `${FILTERED_INDEX_SET_OPTIONS}\n` : ''}${guard}\n${body}`;
-}
-
-function dropIndex(table: string, index: string): string {
-  return `IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(index)}) DROP INDEX ${q(index)} ON ${table};`;
-}
-
-/** The collation of keys, sources, idempotency keys and aggregate ids: binary, so case and accents count. */
-export const KEY_COLLATION = 'Latin1_General_100_BIN2';
-
-function binaryColumn(table: string, column: string, ddl: string): string {
-  return `IF EXISTS (SELECT 1 FROM sys.columns WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(column)} AND collation_name <> N'${KEY_COLLATION}')
-  ALTER TABLE ${table} ALTER COLUMN ${q(column)} ${ddl.replace('NVARCHAR(255)', `NVARCHAR(255) COLLATE ${KEY_COLLATION}`)};`;
-}
-
-/** Drops the statistics SQL Server created by itself on `columns` of `table`: they would block the column's ALTER. */
-function dropAutoStatistics(table: string, columns: readonly string[]): string {
-  return `DECLARE @v_drop NVARCHAR(MAX) = N'';
-SELECT @v_drop = @v_drop + N'DROP STATISTICS ${table.replace(/'/g, "''")}.' + QUOTENAME(s.name) + N';'
-  FROM sys.stats AS s
-  JOIN sys.stats_columns AS sc ON sc.object_id = s.object_id AND sc.stats_id = s.stats_id
-  JOIN sys.columns AS c ON c.object_id = sc.object_id AND c.column_id = sc.column_id
- WHERE s.object_id = OBJECT_ID(${literal(table)}) AND s.auto_created = 1 AND c.name IN (${columns.map(literal).join(', ')});
-EXEC(@v_drop);`;
-}
-
-/** A persisted `<column>_bytes` column: SQL Server's `=` ignores trailing spaces, equal byte lengths make it exact. */
-function byteLengthColumn(table: string, column: string): string {
-  return `${FILTERED_INDEX_SET_OPTIONS}
-IF COL_LENGTH(${literal(table)}, ${literal(`${column}_bytes`)}) IS NULL
-  ALTER TABLE ${table} ADD ${q(`${column}_bytes`)} AS CAST(DATALENGTH(${q(column)}) AS INT) PERSISTED;`;
 }
 
 export const mssqlMigrations: readonly MssqlMigration[] = [
