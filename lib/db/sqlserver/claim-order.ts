@@ -31,8 +31,8 @@ export function priorityOf(alias: string): string {
 
 /**
  * A recursive CTE `name(v)` listing each distinct value of `col` (not NULL; not empty either with
- * `nonEmpty`) among the rows of `table` matching `open` (conditions on alias `k`), one index seek per value: the first value,
- * then repeatedly the next value above the previous one (`ROW_NUMBER() … = 1` stands for the
+ * `nonEmpty`) among the rows of `table` matching `open` (conditions on alias `k`), one index seek
+ * per value: the first value, then repeatedly the next value above the previous one (`ROW_NUMBER() … = 1` stands for the
  * `TOP (1)` a recursive member may not use). Its cost grows with the number of distinct values,
  * not with the rows per value. It skips rows locked by others (`READPAST`): a value whose open
  * rows are all being written right now is found by the next claim; the head lookup that follows
