@@ -68,7 +68,7 @@ describe('SQL Server claim statements', () => {
       assert.ok(tableReads.length >= 5, name);
       for (const [read, alias, , hints] of tableReads) {
         if (alias === 'o' || alias === 'i') {
-          assert.equal(hints, 'UPDLOCK, READPAST, ROWLOCK', `${name}: the UPDATE target`);
+          assert.equal(hints, 'UPDLOCK, READPAST, ROWLOCK, FORCESEEK', `${name}: the UPDATE target, reached by seeks on the picked ids only`);
           continue;
         }
         assert.ok(hints?.startsWith('READCOMMITTEDLOCK'), `${name}: ${read} reads committed rows with locking reads, not a snapshot`);

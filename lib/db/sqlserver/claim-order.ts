@@ -8,7 +8,8 @@
  * rows (a row version from the statement's start would let two rows of one key through), and
  * its shared locks are released row by row, so the rows it looks at and rejects (a hot key's
  * thousands of waiting rows) hold no lock and cannot escalate to a table lock. Only the picked
- * rows (at most the batch size) are then updated with `UPDLOCK, READPAST, ROWLOCK`.
+ * rows (at most the batch size) are then updated with `UPDLOCK, READPAST, ROWLOCK`, reached by
+ * seeks on their ids (`FORCESEEK`: a scan would hold an update lock on every row it reads).
  */
 import { dbNowPlusMs } from './mssql-pool.ts';
 

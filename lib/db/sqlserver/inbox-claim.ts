@@ -54,7 +54,7 @@ UPDATE i
    ${CLAIM_SET}
 OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
   INTO @v_claimed (${INBOX_COLUMNS.join(', ')}, claim_priority)
-  FROM ${t} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
+  FROM ${t} AS i WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
  INNER JOIN @v_picked AS p ON p.id = i.id
  WHERE i.state = N'pending' AND i.consumption = N'push' AND i.scheduled_at <= SYSUTCDATETIME()
    AND (i.aggregate_id IS NULL OR NOT EXISTS (
