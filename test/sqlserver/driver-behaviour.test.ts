@@ -13,13 +13,14 @@ import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from '../../lib/db/
 import { CLAIM_IN_OPEN_TRANSACTION, mapMssqlError } from '../../lib/db/sqlserver/error-map.ts';
 import { buildFencedBatch, runFencedBatch } from '../../lib/db/sqlserver/fenced-batch.ts';
 import { inboxInsert } from '../../lib/db/sqlserver/inbox-queries.ts';
-import { KEY_COLLATION, mssqlMigrations, ONLINE_INDEX_EDITIONS } from '../../lib/db/sqlserver/migrations.ts';
+import { KEY_COLLATION, mssqlExpectedColumns, mssqlMigrations, ONLINE_INDEX_EDITIONS } from '../../lib/db/sqlserver/migrations.ts';
+import { SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts';
 import { DEADLOCK_ATTEMPTS, mssqlPoolConfig, retryDeadlocks } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { outboxClaimMany } from '../../lib/db/sqlserver/outbox-claim.ts';
 import { pullClaimMany } from '../../lib/db/sqlserver/pull-queries.ts';
 import { names } from './statement-shapes.ts';
 
-type Answer = { recordset?: unknown[] } | { error: unknown };
+type Answer = { recordset?: unknown[]; recordsets?: unknown[][] } | { error: unknown };
 
 /** A pool (it passes `instanceof sql.ConnectionPool`) that answers each query with the next answer and records the texts. */
 function standInPool(answers: Answer[]): { pool: sql.ConnectionPool; texts: string[] } {
@@ -31,10 +32,11 @@ function standInPool(answers: Answer[]): { pool: sql.ConnectionPool; texts: stri
       const answer = answers.shift();
       if (answer === undefined) throw new Error('no answer left');
       if ('error' in answer) throw answer.error;
-      return { recordset: answer.recordset ?? [], recordsets: [answer.recordset ?? []], rowsAffected: [] };
+      return { recordset: answer.recordset ?? answer.recordsets?.[0] ?? [], recordsets: answer.recordsets ?? [answer.recordset ?? []], rowsAffected: [] };
     },
   });
   const pool = Object.assign(Object.create(sql.ConnectionPool.prototype) as sql.ConnectionPool, { request });
+  Object.defineProperty(pool, 'connected', { value: true });
   return { pool, texts };
 }
 
@@ -138,6 +140,18 @@ describe('SQL Server start-up checks and pool', () => {
     assertCompatibilityLevel(130);
     assertCompatibilityLevel(160);
     assert.match(COMPATIBILITY_LEVEL_SQL, /compatibility_level .* FROM sys\.databases WHERE database_id = DB_ID\(\)/);
+  });
+
+  it('start-up (schemaVerify) reads the compatibility level in the same round trip and refuses 120', async () => {
+    const config = parseConfig({ database: { type: 'sqlserver', url: 'mssql://x@h/db' } });
+    const present = mssqlExpectedColumns(names).flatMap((t) => t.columns.map((c) => ({ table_name: t.table, column_name: c.name })));
+    const low = standInPool([{ recordsets: [present, [{ level: 120 }]] }]);
+    const driver = new SqlServerDriver({ config, url: 'mssql://x@h/db', pool: low.pool });
+    await assert.rejects(driver.schemaVerify(), (e: unknown) => e instanceof QueueBoxError && /compatibility level 120/.test(e.message));
+    assert.equal(low.texts.length, 1);
+    assert.ok(low.texts[0]!.includes(COMPATIBILITY_LEVEL_SQL));
+    const ok = standInPool([{ recordsets: [present, [{ level: 150 }]] }]);
+    await new SqlServerDriver({ config, url: 'mssql://x@h/db', pool: ok.pool }).schemaVerify();
   });
 
   it('checks a pooled connection by its socket, not with a SELECT 1 round trip before every statement', () => {
