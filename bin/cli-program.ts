@@ -4,8 +4,8 @@
  *
  * Configuration: `--config <path>`, else `QUEUEBOX_CONFIG`, plus `QUEUEBOX_*` overrides and
  * `QUEUEBOX_DATABASE_URL`/`DATABASE_URL`. Results go to stdout; progress and errors to stderr.
- * A `QueueBoxError` (bad config, refused replay, missing columns) prints its message and sets
- * exit code 1.
+ * A failure prints one line without a stack (`--debug` prints the stack) and sets exit code 1;
+ * a `QueueBoxError` (bad config, refused replay, missing columns) prints its own message.
  */
 import { Command, Option } from 'commander';
 import { loadConfig } from '../lib/config/load-config.ts';
@@ -16,7 +16,9 @@ import { QueueBoxError, UsageError } from '../lib/errors.ts';
 import { reclaimNow } from '../lib/operations/reclaim-now.ts';
 import { formatReplayPreview } from '../lib/operations/format-replay-preview.ts';
 import { parseReplayRequest, previewReplay, REPLAY_CONFIRM_ABOVE, REPLAY_SAMPLE_SIZE, runReplayCommand } from '../lib/operations/replay.ts';
+import { describeCliError } from '../lib/operations/describe-cli-error.ts';
 import { runRetention } from '../lib/operations/retention.ts';
+import { retentionProgress } from '../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../lib/operations/status.ts';
 
 /** Where the program writes and what it reads. */
@@ -24,13 +26,15 @@ export interface CliIo {
   stdout: (text: string) => void;
   stderr: (text: string) => void;
   env: Readonly<Record<string, string | undefined>>;
+  /** Whether stderr is a terminal (progress then updates one line in place). */
+  stderrIsTTY?: boolean;
   /** Runs the local scheduler; default: `runLocal` of `lib/runtime/local-runner.ts`. */
   runLocal?: (options: Record<string, unknown>) => Promise<unknown>;
 }
 
 /** Default IO: the process streams and environment. */
 export function processIo(): CliIo {
-  return { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env };
+  return { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env, stderrIsTTY: process.stderr.isTTY === true };
 }
 
 const collect = (value: string, previous: string[] = []) => [...previous, ...value.split(',').filter((v) => v !== '')];
@@ -45,6 +49,7 @@ export function createProgram(io: CliIo): Command {
   const program = new Command('queuebox')
     .description('QueueBox: transactional outbox and inbox operations')
     .option('-c, --config <path>', 'YAML configuration file (default: $QUEUEBOX_CONFIG)')
+    .option('--debug', 'print the stack of an unexpected error')
     .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
     .exitOverride()
     .showHelpAfterError();
@@ -112,15 +117,16 @@ export function createProgram(io: CliIo): Command {
     .option('--yes', `confirm a replay of more than ${REPLAY_CONFIRM_ABOVE} rows`)
     .option('--json', 'print JSON')
     .action((opts: { id?: string[]; topic?: string[]; destination?: string; createdFrom?: string; createdTo?: string; state?: string[]; dryRun?: boolean; sample: number; yes?: boolean; json?: boolean }) =>
-      withDriver(true, async (driver, cfg) => {
-        const request = parseReplayRequest({
-          ...(opts.id ? { ids: opts.id } : {}),
-          ...(opts.topic ? { topics: opts.topic } : {}),
-          ...(opts.destination !== undefined ? { destination: opts.destination } : {}),
-          ...(opts.createdFrom !== undefined ? { createdFrom: opts.createdFrom } : {}),
-          ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
-          ...(opts.state ? { states: opts.state } : {}),
-        });
+{
+      const request = parseReplayRequest({
+        ...(opts.id ? { ids: opts.id } : {}),
+        ...(opts.topic ? { topics: opts.topic } : {}),
+        ...(opts.destination !== undefined ? { destination: opts.destination } : {}),
+        ...(opts.createdFrom !== undefined ? { createdFrom: opts.createdFrom } : {}),
+        ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
+        ...(opts.state ? { states: opts.state } : {}),
+      });
+      return withDriver(true, async (driver, cfg) => {
         if (opts.dryRun) {
           const preview = await previewReplay(driver, cfg, request, { sampleSize: opts.sample });
           io.stdout(opts.json ? `${JSON.stringify({ dryRun: true, ...preview })}\n` : formatReplayPreview(preview, request.states ?? ['dead']));
@@ -129,8 +135,8 @@ export function createProgram(io: CliIo): Command {
         io.stderr('replaying...\n');
         const result = await runReplayCommand(driver, cfg, { request, dryRun: false, yes: opts.yes === true });
         io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `replayed ${'moved' in result ? result.moved : 0} rows\n`);
-      }),
-    );
+      });
+    });
 
   program
     .command('cleanup')
@@ -142,11 +148,8 @@ export function createProgram(io: CliIo): Command {
         if (!cfg.retention.enabled && !opts.force) {
           throw new UsageError('retention is disabled (retention.enabled: false); pass --force to delete by the configured ages anyway');
         }
-        const result = await runRetention({
-          driver,
-          config: cfg,
-          onBatch: (policy, deleted, total) => io.stderr(`${policy.table} ${policy.state} older than ${policy.olderThanHours} h: +${deleted} (${total})\n`),
-        });
+        const progress = retentionProgress(io.stderr, { updating: io.stderrIsTTY === true, batchSize: cfg.retention.batchSize });
+        const result = await runRetention({ driver, config: cfg, onBatch: progress.onBatch }).finally(progress.finish);
         io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `deleted: outbox ${result.deleted.outbox}, inbox ${result.deleted.inbox}\n`);
       }),
     );
@@ -156,6 +159,7 @@ export function createProgram(io: CliIo): Command {
     .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
     .option('--messages <n>', 'enqueue this many demo messages first', positive)
     .option('--exit-when-drained', 'stop when every row is finished')
+    .option('--use-existing', 'run even though the database already holds outbox or inbox rows (they will be published and relayed)')
     .allowUnknownOption()
     .allowExcessArguments()
     .action(async (opts: Record<string, unknown>, command: Command) => {
@@ -183,11 +187,8 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo()): 
     return 0;
   } catch (error) {
     if (isCommanderExit(error)) return error.exitCode;
-    if (error instanceof QueueBoxError) {
-      io.stderr(`queuebox: ${error.message}\n`);
-      return 1;
-    }
-    io.stderr(`queuebox: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    const debug = program.opts<{ debug?: boolean }>().debug === true || argv.includes('--debug');
+    io.stderr(`queuebox: ${describeCliError(error, debug)}\n`);
     return 1;
   }
 }

@@ -100,6 +100,41 @@ describe('queuebox CLI', () => {
     assert.deepEqual(JSON.parse(forced.stdout).deleted, { outbox: 0, inbox: 0 });
   });
 
+  it('cleanup reports progress in a bounded number of lines, or one updating line at a terminal', async () => {
+    await db.query(`DELETE FROM "${db.schema}".outbox`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at) SELECT 'old', '{}', 'sent', now() - interval '30 days' FROM generate_series(1, 2000)`);
+    env.QUEUEBOX_RETENTION__BATCH_SIZE = '20';
+    const log = await cli('cleanup', '--force', '--json');
+    assert.equal(log.code, 0);
+    assert.equal(JSON.parse(log.stdout).deleted.outbox, 2000);
+    assert.ok(log.stderr.split('\n').length <= 6, `100 batches, a handful of lines:\n${log.stderr}`);
+    assert.match(log.stderr, /^outbox sent older than \d+ h: 2000 deleted$/m);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at) SELECT 'old', '{}', 'sent', now() - interval '30 days' FROM generate_series(1, 200)`);
+    let stderr = '';
+    const code = await runCli(['cleanup', '--force'], { stdout: () => {}, stderr: (t) => (stderr += t), env, stderrIsTTY: true });
+    delete env.QUEUEBOX_RETENTION__BATCH_SIZE;
+    assert.equal(code, 0);
+    assert.ok(stderr.split('\n').length <= 5, `one updating line per policy:\n${JSON.stringify(stderr)}`);
+    assert.ok(stderr.includes('\r') && stderr.includes('outbox sent older than') && stderr.includes(': 200 deleted'));
+  });
+
+  it('an unreachable database is one line without a stack; --debug prints the stack', async () => {
+    let stderr = '';
+    const io = { stdout: () => {}, stderr: (t: string) => (stderr += t), env: { QUEUEBOX_DATABASE_URL: 'postgres://postgres@127.0.0.1:1/test' } };
+    assert.equal(await runCli(['status'], io), 1);
+    assert.match(stderr, /^queuebox: cannot reach the database: connect ECONNREFUSED 127\.0\.0\.1:1 .*--debug.*\n$/);
+    assert.equal(stderr.split('\n').length, 2, 'one line');
+    stderr = '';
+    assert.equal(await runCli(['--debug', 'status'], io), 1);
+    assert.match(stderr, /\n\s+at /, 'the stack with --debug');
+  });
+
+  it('a database error is one line with its code and no stack', async () => {
+    let stderr = '';
+    assert.equal(await runCli(['status'], { stdout: () => {}, stderr: (t) => (stderr += t), env: { ...env, QUEUEBOX_DATABASE_URL: db.url.replace(/\/[^/?]+(\?|$)/, '/queuebox_no_such_db$1') } }), 1);
+    assert.match(stderr, /^queuebox: database "queuebox_no_such_db" does not exist \(3D000\) \(run with --debug for the stack\)\n$/);
+  });
+
   it('a configuration error names the key and exits 1', async () => {
     env.QUEUEBOX_OUTBOX__BATCH_SIZE = 'many';
     const result = await cli('status');
@@ -110,9 +145,10 @@ describe('queuebox CLI', () => {
 
   it('local hands its options to the local runner', async () => {
     let seen: Record<string, unknown> | undefined;
-    const code = await runCli(['local', '--messages', '5', '--exit-when-drained'], { stdout: () => {}, stderr: () => {}, env, runLocal: async (o) => (seen = o) });
+    const code = await runCli(['local', '--messages', '5', '--exit-when-drained', '--use-existing'], { stdout: () => {}, stderr: () => {}, env, runLocal: async (o) => (seen = o) });
     assert.equal(code, 0);
     assert.equal(seen?.messages, 5);
     assert.equal(seen?.exitWhenDrained, true);
+    assert.equal(seen?.useExisting, true);
   });
 });

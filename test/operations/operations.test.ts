@@ -5,6 +5,7 @@ import { handler as reclaimHandler } from '../../functions/reclaim.ts';
 import { handler as replayHandler } from '../../functions/replay.ts';
 import { handler as retentionHandler } from '../../functions/retention.ts';
 import { UsageError } from '../../lib/errors.ts';
+import { retentionProgress } from '../../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../../lib/operations/status.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
@@ -166,6 +167,21 @@ describe('operations: reclaim, replay, retention, status', () => {
     const result = await retentionHandler({}, fakeLambdaContext({ timeoutMs: 1_000 }));
     assert.equal(result.complete, false);
     assert.deepEqual(await states(outbox()), { sent: 4 }, 'a deadline already inside the margin deletes nothing');
+  });
+
+  it('retention progress in a log prints at most one line per interval while a policy runs, and one when it ends', () => {
+    const lines: string[] = [];
+    let clock = 0;
+    const progress = retentionProgress((t) => lines.push(t), { updating: false, intervalMs: 10_000, batchSize: 100, now: () => clock });
+    const policy = { table: 'outbox' as const, state: 'sent' as const, olderThanHours: 168 };
+    for (let batch = 1; batch <= 3000; batch++) {
+      clock += 100;
+      progress.onBatch(policy, 100, batch * 100);
+    }
+    progress.onBatch(policy, 7, 300_007);
+    progress.finish();
+    assert.equal(lines.length, 31, '300 s of batches: 30 interim lines and the final one');
+    assert.equal(lines.at(-1), 'outbox sent older than 168 h: 300007 deleted\n');
   });
 
   it('status counts rows per state, reports the oldest due pending age and lists dead rows with their errors', async () => {
