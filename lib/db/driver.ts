@@ -126,6 +126,8 @@ export interface InboxMessageInput {
   aggregateId?: string | null;
   eventType?: string | null;
   payload: unknown;
+  /** The payload as the sender wrote it (valid JSON); stored instead of `JSON.stringify(payload)`, so large numbers keep their digits. */
+  payloadText?: string;
   headers?: Record<string, string>;
   correlationId?: string | null;
   consumption: 'push' | 'pull';
