@@ -8,9 +8,10 @@
  * `database.url` when the file does not.
  */
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, YAMLError } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError } from '../errors.ts';
+import { looksLikeSecret } from './looks-like-secret.ts';
 import { configSchema, type ConfigInput, type QueueBoxConfig } from './schema.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -42,7 +43,7 @@ export function loadConfig(options: LoadConfigOptions = {}): QueueBoxConfig {
     try {
       raw = parseYaml(text) ?? {};
     } catch (error) {
-      throw new ConfigError([{ key: '(file)', message: `${path} is not valid YAML: ${(error as Error).message}` }]);
+      throw new ConfigError([{ key: '(file)', message: `${path} is not valid YAML: ${yamlProblem(error)}` }]);
     }
   }
   if (!isPlainObject(raw)) {
@@ -97,6 +98,17 @@ function applyEnvOverrides(target: Record<string, unknown>, env: Env): void {
   }
 }
 
+/**
+ * A YAML error as its position and kind only: the parser's own message quotes the offending line,
+ * which may hold a password, so that excerpt is never shown.
+ */
+function yamlProblem(error: unknown): string {
+  if (!(error instanceof YAMLError)) return 'the file could not be parsed';
+  const kind = error.message.split(' at line ')[0]!.split(':\n')[0]!;
+  const at = error.linePos?.[0];
+  return `${at ? `line ${at.line}, column ${at.col}: ` : ''}${kind} (${error.code})`;
+}
+
 function parseScalar(value: string): unknown {
   try {
     return parseYaml(value);
@@ -118,6 +130,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
  */
 export function requireSecret(env: Env, variable: string, key: string): string {
   const value = env[variable];
+  if (looksLikeSecret(variable)) throw new ConfigError([{ key, message: 'holds what looks like a secret, not the name of an environment variable (not shown)' }]);
   if (value === undefined || value === '') {
     throw new ConfigError([{ key, message: `names environment variable ${variable}, which is not set` }]);
   }
