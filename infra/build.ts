@@ -1,6 +1,6 @@
 /**
  * `npm run build`: bundles every function of `infra/functions.ts` with esbuild into
- * `dist/<name>/index.mjs` (ESM, node20, minified, with a source map), copies the configuration
+ * `dist/<name>/index.mjs` (ESM, node24, minified, with a source map), copies the configuration
  * file to `dist/queuebox.yml` (the functions read it through `QUEUEBOX_CONFIG`), and writes
  * `dist/stack.json` (IAM, inbox triggers, dashboard, alarms) for `serverless.yml`.
  *
@@ -47,7 +47,7 @@ export async function buildAll(options: BuildOptions): Promise<BuildReport> {
       bundle: true,
       format: 'esm',
       platform: 'node',
-      target: 'node20',
+      target: 'node24',
       minify: true,
       sourcemap: true,
       legalComments: 'none',

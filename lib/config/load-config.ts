@@ -17,7 +17,16 @@ import { configSchema, type ConfigInput, type QueueBoxConfig } from './schema.ts
 type Env = Readonly<Record<string, string | undefined>>;
 
 /** Environment variables with the prefix that are not key overrides. */
-const RESERVED_ENV = new Set(['QUEUEBOX_CONFIG', 'QUEUEBOX_DATABASE_URL', 'QUEUEBOX_MSSQL_URL', 'QUEUEBOX_FAULTS_SEED']);
+const RESERVED_ENV = new Set([
+  'QUEUEBOX_CONFIG',
+  'QUEUEBOX_DATABASE_URL',
+  'QUEUEBOX_MSSQL_URL',
+  'QUEUEBOX_FAULTS_SEED',
+  // Where secrets are (lib/runtime/secrets.ts), not configuration keys.
+  'QUEUEBOX_DATABASE_SECRET_ID',
+  'QUEUEBOX_DATABASE_URL_PARAMETER',
+  'QUEUEBOX_SECRETS_PARAMETER_PATH',
+]);
 
 export interface LoadConfigOptions {
   /** Path of the YAML file; defaults to `QUEUEBOX_CONFIG`, else no file. */

@@ -39,12 +39,12 @@ describe('osls package (offline)', () => {
     resources = template.Resources;
   });
 
-  it('declares every function on nodejs20.x arm64, each shipping only its own bundle', () => {
+  it('declares every function on nodejs24.x arm64, each shipping only its own bundle', () => {
     const functions = ofType('AWS::Lambda::Function');
     assert.deepEqual(functions.map(([id]) => id).sort(), FUNCTIONS.map((f) => functionLogicalId(f.name)).sort());
     for (const fn of FUNCTIONS) {
       const props = resources[functionLogicalId(fn.name)]!.Properties;
-      assert.equal(props.Runtime, 'nodejs20.x');
+      assert.equal(props.Runtime, 'nodejs24.x');
       assert.deepEqual(props.Architectures, ['arm64']);
       assert.equal(props.Handler, `dist/${fn.name}/index.handler`);
       assert.equal((props.Environment as { Variables: Record<string, string> }).Variables.QUEUEBOX_CONFIG, '/var/task/dist/queuebox.yml');
