@@ -60,8 +60,12 @@ export async function buildAll(options: BuildOptions): Promise<BuildReport> {
     log(`built ${outfile} (${Math.round(report[fn.name]! / 1024)} KiB)`);
   }
   copyFileSync(options.configPath, join(options.outDir, 'queuebox.yml'));
-  writeFileSync(join(options.outDir, 'stack.json'), `${JSON.stringify(buildStackFragment(config), null, 2)}\n`);
+  const fragment = buildStackFragment(config);
+  writeFileSync(join(options.outDir, 'stack.json'), `${JSON.stringify(fragment, null, 2)}\n`);
   log(`wrote ${join(options.outDir, 'stack.json')} and ${join(options.outDir, 'queuebox.yml')}`);
+  if (fragment.secretNames.length > 0) {
+    log(`inboxHttp reads these secrets at cold start from SSM SecureStrings under the stage's secretsParameterPath: ${fragment.secretNames.map((n) => `<path>/${n}`).join(', ')}`);
+  }
   return report;
 }
 
