@@ -28,8 +28,6 @@ import { InboxRejectionError } from './inbox-rejection.ts';
 import { parseJsonBody } from './parse-json-body.ts';
 import { createAuthenticator, isSigned, type Authenticator } from './source-auth.ts';
 
-export { headerLookup } from './http-request.ts';
-
 /** Seconds a sender is asked to wait before retrying when the database is unavailable. */
 export const RETRY_AFTER_SECONDS = 5;
 

@@ -38,7 +38,7 @@ function refuse(message: string): never {
 export function parseJsonBody(raw: Buffer | string): JsonBody {
   let text: string;
   try {
-    text = typeof raw === 'string' ? raw : new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(raw);
+    text = typeof raw === 'string' ? raw : new TextDecoder('utf-8', { fatal: true }).decode(raw);
   } catch {
     refuse('body is not valid UTF-8');
   }
