@@ -62,10 +62,10 @@ export interface ReplayRequest {
   topics?: string[];
   /** Name of an entry in `destinations`. */
   destination?: string;
-  /** Inclusive lower bound of `created_at`. */
-  createdFrom?: Date;
-  /** Exclusive upper bound of `created_at`. */
-  createdTo?: Date;
+  /** Inclusive lower bound of `created_at` (ISO-8601 text or a Date; a `Date` after parsing). */
+  createdFrom?: string | Date;
+  /** Exclusive upper bound of `created_at` (ISO-8601 text or a Date; a `Date` after parsing). */
+  createdTo?: string | Date;
   /** States to move; default `['dead']`. */
   states?: Array<'sent' | 'dead'>;
 }
@@ -116,7 +116,7 @@ function toRequest(data: z.output<typeof requestSchema>): ReplayRequest {
   if (!request.ids && !request.topics && request.destination === undefined && !request.createdFrom && !request.createdTo) {
     throw new UsageError('replay needs at least one filter: ids, topics, destination, createdFrom or createdTo');
   }
-  if (request.createdFrom && request.createdTo && request.createdFrom >= request.createdTo) {
+  if (request.createdFrom instanceof Date && request.createdTo instanceof Date && request.createdFrom >= request.createdTo) {
     throw new UsageError('replay: createdFrom must be before createdTo');
   }
   return request;
@@ -138,8 +138,8 @@ export function resolveReplayFilter(config: Pick<QueueBoxConfig, 'outbox' | 'des
     if (patterns.length === 0) throw new UsageError(`replay: no route in outbox.routes sends to destination "${name}"`);
     filter.topicPatterns = patterns;
   }
-  if (request.createdFrom) filter.createdFrom = request.createdFrom;
-  if (request.createdTo) filter.createdTo = request.createdTo;
+  if (request.createdFrom !== undefined) filter.createdFrom = new Date(request.createdFrom);
+  if (request.createdTo !== undefined) filter.createdTo = new Date(request.createdTo);
   return filter;
 }
 
