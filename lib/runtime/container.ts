@@ -71,8 +71,8 @@ async function buildWithSecrets(forceFetch: boolean): Promise<Container> {
 function discardOnLoginFailure(driver: Driver): Driver {
   const mine = current;
   return new Proxy(driver, {
-    get(target, property, receiver) {
-      const value = Reflect.get(target, property, receiver) as unknown;
+    get(target, property) {
+      const value = Reflect.get(target, property) as unknown;
       if (typeof value !== 'function') return value;
       return (...args: unknown[]) => {
         const result = (value as (...a: unknown[]) => unknown).apply(target, args);
