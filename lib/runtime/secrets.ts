@@ -12,8 +12,8 @@
  * Powertools Parameters and cached for `SECRET_MAX_AGE_SECONDS` across invocations; `forceFetch`
  * bypasses the cache (after a failed database login: the secret was rotated).
  */
-import { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
-import { SSMProvider } from '@aws-lambda-powertools/parameters/ssm';
+import type { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
+import type { SSMProvider } from '@aws-lambda-powertools/parameters/ssm';
 import type { QueueBoxConfig } from '../config/schema.ts';
 
 /** How long a fetched secret is reused before it is fetched again, in seconds. */
@@ -30,9 +30,13 @@ export interface SecretStores {
   ssm: Pick<SSMProvider, 'get'>;
 }
 
-let defaultStores: SecretStores | undefined;
-function stores(): SecretStores {
-  defaultStores ??= { secrets: new SecretsProvider(), ssm: new SSMProvider() };
+let defaultStores: Promise<SecretStores> | undefined;
+/** The Powertools providers, loaded on first use: a function whose secrets are all in its environment never loads the SDK clients. */
+function stores(): Promise<SecretStores> {
+  defaultStores ??= Promise.all([import('@aws-lambda-powertools/parameters/secrets'), import('@aws-lambda-powertools/parameters/ssm')]).then(([secrets, ssm]) => ({
+    secrets: new secrets.SecretsProvider(),
+    ssm: new ssm.SSMProvider(),
+  }));
   return defaultStores;
 }
 
@@ -53,14 +57,15 @@ export function secretEnvNames(config: Pick<QueueBoxConfig, 'inbox'>): string[] 
  */
 export async function withDatabaseUrl(env: Env, options: { forceFetch?: boolean; stores?: SecretStores } = {}): Promise<Env> {
   if (nonEmpty(env.QUEUEBOX_DATABASE_URL) || nonEmpty(env.DATABASE_URL)) return env;
-  const store = options.stores ?? stores();
-  const fetchOptions = { maxAge: SECRET_MAX_AGE_SECONDS, forceFetch: options.forceFetch === true };
   const secretId = nonEmpty(env.QUEUEBOX_DATABASE_SECRET_ID);
+  const parameter = nonEmpty(env.QUEUEBOX_DATABASE_URL_PARAMETER);
+  if (secretId === undefined && parameter === undefined) return env;
+  const store = options.stores ?? (await stores());
+  const fetchOptions = { maxAge: SECRET_MAX_AGE_SECONDS, forceFetch: options.forceFetch === true };
   if (secretId !== undefined) {
     const value = await store.secrets.get(secretId, fetchOptions);
     return { ...env, QUEUEBOX_DATABASE_URL: connectionString(typeof value === 'string' ? value : Buffer.from(value as Uint8Array).toString('utf8'), secretId) };
   }
-  const parameter = nonEmpty(env.QUEUEBOX_DATABASE_URL_PARAMETER);
   if (parameter !== undefined) {
     const value = await store.ssm.get(parameter, { ...fetchOptions, decrypt: true });
     if (typeof value !== 'string' || value === '') throw new Error(`SSM parameter ${parameter} holds no connection string`);
@@ -74,7 +79,7 @@ export async function withSourceSecrets(env: Env, config: Pick<QueueBoxConfig, '
   const path = nonEmpty(env.QUEUEBOX_SECRETS_PARAMETER_PATH)?.replace(/\/+$/, '');
   const missing = secretEnvNames(config).filter((name) => nonEmpty(env[name]) === undefined);
   if (path === undefined || missing.length === 0) return env;
-  const store = options.stores ?? stores();
+  const store = options.stores ?? (await stores());
   const filled: Record<string, string> = {};
   for (const name of missing) {
     const value = await store.ssm.get(`${path}/${name}`, { maxAge: SECRET_MAX_AGE_SECONDS, forceFetch: options.forceFetch === true, decrypt: true });
