@@ -38,7 +38,7 @@ interface RelayResult {
 
 async function drainOnce(url: string, admin: pg.Client, messages: number, aggregates: number, mode: Mode): Promise<number> {
   const schema = `qb_bench_${randomBytes(4).toString('hex')}`;
-  const config = parseConfig({ database: { url, schema, poolMax: 6 }, inbox: { sources: { shop: { type: 'http', path: '/shop' } } } });
+  const config = parseConfig({ database: { url, schema, poolMax: 6 }, inbox: { sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } } } });
   const driver = new PostgresDriver({ config, url });
   const t = `${quoteIdent(schema)}.${quoteIdent('inbox')}`;
   try {

@@ -4,8 +4,8 @@
  *
  * Configuration: `--config <path>`, else `QUEUEBOX_CONFIG`, plus `QUEUEBOX_*` overrides and
  * `QUEUEBOX_DATABASE_URL`/`DATABASE_URL`. Results go to stdout; progress and errors to stderr.
- * A `QueueBoxError` (bad config, refused replay, missing columns) prints its message and sets
- * exit code 1.
+ * A failure prints one line without a stack (`--debug` prints the stack) and sets exit code 1;
+ * a `QueueBoxError` (bad config, refused replay, missing columns) prints its own message.
  */
 import { Command, Option } from 'commander';
 import { loadConfig } from '../lib/config/load-config.ts';
@@ -14,8 +14,11 @@ import { createDriver } from '../lib/db/create-driver.ts';
 import type { Driver } from '../lib/db/driver.ts';
 import { QueueBoxError, UsageError } from '../lib/errors.ts';
 import { reclaimNow } from '../lib/operations/reclaim-now.ts';
-import { replayOutbox } from '../lib/operations/replay.ts';
+import { formatReplayPreview } from '../lib/operations/format-replay-preview.ts';
+import { parseReplayRequest, previewReplay, REPLAY_CONFIRM_ABOVE, REPLAY_SAMPLE_SIZE, runReplayCommand } from '../lib/operations/replay.ts';
+import { describeCliError } from '../lib/operations/describe-cli-error.ts';
 import { runRetention } from '../lib/operations/retention.ts';
+import { retentionProgress } from '../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../lib/operations/status.ts';
 
 /** Where the program writes and what it reads. */
@@ -23,13 +26,15 @@ export interface CliIo {
   stdout: (text: string) => void;
   stderr: (text: string) => void;
   env: Readonly<Record<string, string | undefined>>;
+  /** Whether stderr is a terminal (progress then updates one line in place). */
+  stderrIsTTY?: boolean;
   /** Runs the local scheduler; default: `runLocal` of `lib/runtime/local-runner.ts`. */
   runLocal?: (options: Record<string, unknown>) => Promise<unknown>;
 }
 
 /** Default IO: the process streams and environment. */
 export function processIo(): CliIo {
-  return { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env };
+  return { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env, stderrIsTTY: process.stderr.isTTY === true };
 }
 
 const collect = (value: string, previous: string[] = []) => [...previous, ...value.split(',').filter((v) => v !== '')];
@@ -44,6 +49,7 @@ export function createProgram(io: CliIo): Command {
   const program = new Command('queuebox')
     .description('QueueBox: transactional outbox and inbox operations')
     .option('-c, --config <path>', 'YAML configuration file (default: $QUEUEBOX_CONFIG)')
+    .option('--debug', 'print the stack of an unexpected error')
     .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
     .exitOverride()
     .showHelpAfterError();
@@ -99,28 +105,38 @@ export function createProgram(io: CliIo): Command {
 
   program
     .command('replay')
-    .description('move sent/dead outbox rows back to pending (at least one filter)')
+    .description(`move dead (or sent) outbox rows back to pending (at least one filter; more than ${REPLAY_CONFIRM_ABOVE} rows need --yes)`)
     .option('--id <ids>', 'row id (repeatable, or comma-separated)', collect)
     .option('--topic <topics>', 'exact topic (repeatable, or comma-separated)', collect)
     .option('--destination <name>', 'rows whose topic a route sends to this destination')
     .option('--created-from <time>', 'created at or after (ISO-8601)')
     .option('--created-to <time>', 'created before (ISO-8601)')
-    .addOption(new Option('--state <states>', 'states to move: sent, dead (default both)').argParser(collect))
+    .addOption(new Option('--state <states>', 'states to move: dead, sent (default dead)').argParser(collect))
+    .option('--dry-run', 'print how many rows would move and a sample of them; move nothing')
+    .option('--sample <n>', 'rows to show with --dry-run', positive, REPLAY_SAMPLE_SIZE)
+    .option('--yes', `confirm a replay of more than ${REPLAY_CONFIRM_ABOVE} rows`)
     .option('--json', 'print JSON')
-    .action((opts: { id?: string[]; topic?: string[]; destination?: string; createdFrom?: string; createdTo?: string; state?: string[]; json?: boolean }) =>
-      withDriver(true, async (driver, cfg) => {
+    .action((opts: { id?: string[]; topic?: string[]; destination?: string; createdFrom?: string; createdTo?: string; state?: string[]; dryRun?: boolean; sample: number; yes?: boolean; json?: boolean }) =>
+{
+      const request = parseReplayRequest({
+        ...(opts.id ? { ids: opts.id } : {}),
+        ...(opts.topic ? { topics: opts.topic } : {}),
+        ...(opts.destination !== undefined ? { destination: opts.destination } : {}),
+        ...(opts.createdFrom !== undefined ? { createdFrom: opts.createdFrom } : {}),
+        ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
+        ...(opts.state ? { states: opts.state } : {}),
+      });
+      return withDriver(true, async (driver, cfg) => {
+        if (opts.dryRun) {
+          const preview = await previewReplay(driver, cfg, request, { sampleSize: opts.sample });
+          io.stdout(opts.json ? `${JSON.stringify({ dryRun: true, ...preview })}\n` : formatReplayPreview(preview, request.states ?? ['dead']));
+          return;
+        }
         io.stderr('replaying...\n');
-        const result = await replayOutbox(driver, cfg, {
-          ...(opts.id ? { ids: opts.id } : {}),
-          ...(opts.topic ? { topics: opts.topic } : {}),
-          ...(opts.destination !== undefined ? { destination: opts.destination } : {}),
-          ...(opts.createdFrom !== undefined ? { createdFrom: opts.createdFrom } : {}),
-          ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
-          ...(opts.state ? { states: opts.state } : {}),
-        });
-        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `replayed ${result.moved} rows\n`);
-      }),
-    );
+        const result = await runReplayCommand(driver, cfg, { request, dryRun: false, yes: opts.yes === true });
+        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `replayed ${'moved' in result ? result.moved : 0} rows\n`);
+      });
+    });
 
   program
     .command('cleanup')
@@ -132,11 +148,8 @@ export function createProgram(io: CliIo): Command {
         if (!cfg.retention.enabled && !opts.force) {
           throw new UsageError('retention is disabled (retention.enabled: false); pass --force to delete by the configured ages anyway');
         }
-        const result = await runRetention({
-          driver,
-          config: cfg,
-          onBatch: (policy, deleted, total) => io.stderr(`${policy.table} ${policy.state} older than ${policy.olderThanHours} h: +${deleted} (${total})\n`),
-        });
+        const progress = retentionProgress(io.stderr, { updating: io.stderrIsTTY === true, batchSize: cfg.retention.batchSize });
+        const result = await runRetention({ driver, config: cfg, onBatch: progress.onBatch }).finally(progress.finish);
         io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `deleted: outbox ${result.deleted.outbox}, inbox ${result.deleted.inbox}\n`);
       }),
     );
@@ -146,6 +159,7 @@ export function createProgram(io: CliIo): Command {
     .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
     .option('--messages <n>', 'enqueue this many demo messages first', positive)
     .option('--exit-when-drained', 'stop when every row is finished')
+    .option('--use-existing', 'run even though the database already holds outbox or inbox rows (they will be published and relayed)')
     .allowUnknownOption()
     .allowExcessArguments()
     .action(async (opts: Record<string, unknown>, command: Command) => {
@@ -173,11 +187,8 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo()): 
     return 0;
   } catch (error) {
     if (isCommanderExit(error)) return error.exitCode;
-    if (error instanceof QueueBoxError) {
-      io.stderr(`queuebox: ${error.message}\n`);
-      return 1;
-    }
-    io.stderr(`queuebox: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    const debug = program.opts<{ debug?: boolean }>().debug === true || argv.includes('--debug');
+    io.stderr(`queuebox: ${describeCliError(error, debug)}\n`);
     return 1;
   }
 }

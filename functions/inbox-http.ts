@@ -1,15 +1,26 @@
 /**
- * Lambda entry point of the HTTP inbox receiver (API Gateway HTTP API, payload v2).
- * The receiver (routes, resolved secrets) is built once per container.
+ * Lambda entry point of the HTTP inbox receiver (API Gateway HTTP API payload 2.0 or REST API
+ * payload 1.0). The receiver (routes, resolved secrets) is built once per container. A database
+ * that cannot be reached, at cold start or later, answers 503 with `Retry-After`: the sender
+ * retries and nothing is lost.
  */
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
-import { createHttpReceiver } from '../lib/inbox/http-receiver.ts';
-import { getContainer, passMetrics, perContainer } from '../lib/runtime/container.ts';
+import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
+import { TransientDatabaseError } from '../lib/errors.ts';
+import { createHttpReceiver, unavailable } from '../lib/inbox/http-receiver.ts';
+import type { ApiGatewayEvent } from '../lib/inbox/http-request.ts';
+import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
 
 const receiverOf = perContainer(createHttpReceiver);
 
-export async function handler(event: APIGatewayProxyEventV2): Promise<APIGatewayProxyStructuredResultV2> {
-  const container = await getContainer();
+export async function handler(event: ApiGatewayEvent, _context?: Context): Promise<APIGatewayProxyStructuredResultV2> {
+  let container: Container;
+  try {
+    container = await getContainer();
+  } catch (error) {
+    if (!(error instanceof TransientDatabaseError)) throw error;
+    console.error(JSON.stringify({ level: 'ERROR', message: 'inbox receiver cannot reach the database at start-up; answering 503', error: error.message }));
+    return unavailable();
+  }
   const receive = receiverOf(container);
   const metrics = passMetrics(container);
   try {

@@ -1,6 +1,6 @@
 /**
  * `npm run build`: bundles every function of `infra/functions.ts` with esbuild into
- * `dist/<name>/index.mjs` (ESM, node20, minified, with a source map), copies the configuration
+ * `dist/<name>/index.mjs` (ESM, node24, minified, with a source map), copies the configuration
  * file to `dist/queuebox.yml` (the functions read it through `QUEUEBOX_CONFIG`), and writes
  * `dist/stack.json` (IAM, inbox triggers, dashboard, alarms) for `serverless.yml`.
  *
@@ -47,7 +47,7 @@ export async function buildAll(options: BuildOptions): Promise<BuildReport> {
       bundle: true,
       format: 'esm',
       platform: 'node',
-      target: 'node20',
+      target: 'node24',
       minify: true,
       sourcemap: true,
       legalComments: 'none',
@@ -60,8 +60,12 @@ export async function buildAll(options: BuildOptions): Promise<BuildReport> {
     log(`built ${outfile} (${Math.round(report[fn.name]! / 1024)} KiB)`);
   }
   copyFileSync(options.configPath, join(options.outDir, 'queuebox.yml'));
-  writeFileSync(join(options.outDir, 'stack.json'), `${JSON.stringify(buildStackFragment(config), null, 2)}\n`);
+  const fragment = buildStackFragment(config);
+  writeFileSync(join(options.outDir, 'stack.json'), `${JSON.stringify(fragment, null, 2)}\n`);
   log(`wrote ${join(options.outDir, 'stack.json')} and ${join(options.outDir, 'queuebox.yml')}`);
+  if (fragment.secretNames.length > 0) {
+    log(`inboxHttp reads these secrets at cold start from SSM SecureStrings under the stage's secretsParameterPath: ${fragment.secretNames.map((n) => `<path>/${n}`).join(', ')}`);
+  }
   return report;
 }
 

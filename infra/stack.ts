@@ -1,23 +1,22 @@
 /**
  * Everything the stack derives from the QueueBox configuration, written by `infra/build.ts` to
  * `dist/stack.json` and read by `serverless.yml` through `${file(dist/stack.json):…}`:
- * least-privilege IAM statements, the inbox triggers (HTTP routes, SQS queues) and the
- * dashboard and alarm resources.
- *
- * IAM: `sqs:SendMessage` on each SQS destination queue, `events:PutEvents` on each EventBridge
- * destination bus. Nothing else: the SQS trigger's receive/delete rights are added by the
- * framework on exactly the trigger queues, and logs rights by the framework on the service's log
- * groups. Values the template only knows at deploy time are `Fn::Join`s of `Ref`s, never `${…}`.
+ * one least-privilege IAM role per function (`infra/roles.ts`), the inbox triggers (HTTP
+ * routes, SQS queues), the names of the source secrets, and the dashboard and alarm resources.
+ * Values the template only knows at deploy time are `Fn::Join`s of `Ref`s, never `${…}`.
  */
 import type { QueueBoxConfig } from '../lib/config/schema.ts';
 import { alarmResources } from './alarms.ts';
+import { secretEnvNames } from '../lib/runtime/secrets.ts';
 import { dashboardResource } from './dashboard.ts';
+import { checkedName, roleResources } from './roles.ts';
 
 type Cfn = unknown;
 
 /** `dist/stack.json`. */
 export interface StackFragment {
-  iamStatements: Cfn[];
+  /** Environment variables the inbox sources read secrets from (each a SecureString under the secrets path). */
+  secretNames: string[];
   inboxHttpEvents: Cfn[];
   inboxSqsEvents: Cfn[];
   resources: { Resources: Record<string, Cfn> };
@@ -36,6 +35,8 @@ export function sqsQueueArn(queueUrl: string, destinationRegion?: string): Cfn {
   const url = new URL(queueUrl);
   const [accountId, name] = url.pathname.split('/').filter((p) => p !== '');
   if (accountId === undefined || name === undefined) throw new Error(`cannot derive a queue ARN from ${queueUrl}: expected /<account>/<queue> in the path`);
+  checkedName(accountId, /^\d{12}$/, 'account id in queue URL');
+  checkedName(name, QUEUE_NAME, 'queue name in queue URL');
   const hostRegion = /^sqs\.([a-z0-9-]+)\.amazonaws\.com/.exec(url.hostname)?.[1];
   const r = destinationRegion ?? hostRegion;
   return { 'Fn::Join': ['', ['arn:', partition, ':sqs:', r ?? region, `:${accountId}:${name}`]] };
@@ -43,19 +44,19 @@ export function sqsQueueArn(queueUrl: string, destinationRegion?: string): Cfn {
 
 /** The ARN of an event bus from its name or ARN (a name is in the stack's account and region, or the destination's region). */
 export function eventBusArn(eventBusName: string, destinationRegion?: string): Cfn {
-  if (eventBusName.startsWith('arn:')) return eventBusName;
+  if (eventBusName.startsWith('arn:')) return checkedName(eventBusName, /^arn:[a-z-]+:events:[a-z0-9-]+:\d{12}:event-bus\/[A-Za-z0-9/._-]{1,256}$/, 'event bus ARN');
+  checkedName(eventBusName, /^[A-Za-z0-9/._-]{1,256}$/, 'event bus name');
   return { 'Fn::Join': ['', ['arn:', partition, ':events:', destinationRegion ?? region, ':', account, `:event-bus/${eventBusName}`]] };
 }
 
-/** Builds the fragment for one configuration. */
+/** SQS queue names: letters, digits, `-` and `_`, up to 80, optionally `.fifo`. */
+const QUEUE_NAME = /^[A-Za-z0-9_-]{1,80}(\.fifo)?$/;
+
+/** Builds the fragment for one configuration; throws naming a destination or queue whose name AWS would not accept. */
 export function buildStackFragment(config: QueueBoxConfig): StackFragment {
   const destinations = Object.values(config.destinations);
   const queues = destinations.flatMap((d) => (d.type === 'sqs' ? [sqsQueueArn(d.queueUrl, d.region)] : []));
   const buses = destinations.flatMap((d) => (d.type === 'eventbridge' ? [eventBusArn(d.eventBusName, d.region)] : []));
-  const iamStatements: Cfn[] = [];
-  if (queues.length > 0) iamStatements.push({ Effect: 'Allow', Action: ['sqs:SendMessage'], Resource: queues });
-  if (buses.length > 0) iamStatements.push({ Effect: 'Allow', Action: ['events:PutEvents'], Resource: buses });
-
   const sources = Object.entries(config.inbox.sources).sort(([a], [b]) => a.localeCompare(b));
   const inboxHttpEvents = sources
     .filter(([, s]) => s.type === 'http')
@@ -64,15 +65,18 @@ export function buildStackFragment(config: QueueBoxConfig): StackFragment {
     .filter(([, s]) => s.type === 'sqs')
     .map(([name, s]) => ({
       sqs: {
-        arn: { 'Fn::Join': ['', ['arn:', partition, ':sqs:', region, ':', account, `:${s.queueName ?? name}`]] },
+        arn: { 'Fn::Join': ['', ['arn:', partition, ':sqs:', region, ':', account, `:${checkedName(s.queueName ?? name, QUEUE_NAME, `queue of inbox source ${name}`)}`]] },
         batchSize: 10,
         functionResponseType: 'ReportBatchItemFailures',
       },
     }));
+  const triggerQueues = sources.filter(([, s]) => s.type === 'sqs').map(([name, s]) => s.queueName ?? name);
+  const secretNames = secretEnvNames(config);
+  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames });
   return {
-    iamStatements,
+    secretNames,
     inboxHttpEvents,
     inboxSqsEvents,
-    resources: { Resources: { ...dashboardResource(config), ...alarmResources(config) } },
+    resources: { Resources: { ...roles, ...dashboardResource(config), ...alarmResources(config) } },
   };
 }

@@ -8,15 +8,25 @@
  * `database.url` when the file does not.
  */
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, YAMLError } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError } from '../errors.ts';
+import { looksLikeSecret } from './looks-like-secret.ts';
 import { configSchema, type ConfigInput, type QueueBoxConfig } from './schema.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
 /** Environment variables with the prefix that are not key overrides. */
-const RESERVED_ENV = new Set(['QUEUEBOX_CONFIG', 'QUEUEBOX_DATABASE_URL', 'QUEUEBOX_MSSQL_URL', 'QUEUEBOX_FAULTS_SEED']);
+const RESERVED_ENV = new Set([
+  'QUEUEBOX_CONFIG',
+  'QUEUEBOX_DATABASE_URL',
+  'QUEUEBOX_MSSQL_URL',
+  'QUEUEBOX_FAULTS_SEED',
+  // Where secrets are (lib/runtime/secrets.ts), not configuration keys.
+  'QUEUEBOX_DATABASE_SECRET_ID',
+  'QUEUEBOX_DATABASE_URL_PARAMETER',
+  'QUEUEBOX_SECRETS_PARAMETER_PATH',
+]);
 
 export interface LoadConfigOptions {
   /** Path of the YAML file; defaults to `QUEUEBOX_CONFIG`, else no file. */
@@ -42,7 +52,7 @@ export function loadConfig(options: LoadConfigOptions = {}): QueueBoxConfig {
     try {
       raw = parseYaml(text) ?? {};
     } catch (error) {
-      throw new ConfigError([{ key: '(file)', message: `${path} is not valid YAML: ${(error as Error).message}` }]);
+      throw new ConfigError([{ key: '(file)', message: `${path} is not valid YAML: ${yamlProblem(error)}` }]);
     }
   }
   if (!isPlainObject(raw)) {
@@ -97,6 +107,17 @@ function applyEnvOverrides(target: Record<string, unknown>, env: Env): void {
   }
 }
 
+/**
+ * A YAML error as its position and kind only: the parser's own message quotes the offending line,
+ * which may hold a password, so that excerpt is never shown.
+ */
+function yamlProblem(error: unknown): string {
+  if (!(error instanceof YAMLError)) return 'the file could not be parsed';
+  const kind = error.message.split(' at line ')[0]!.split(':\n')[0]!;
+  const at = error.linePos?.[0];
+  return `${at ? `line ${at.line}, column ${at.col}: ` : ''}${kind} (${error.code})`;
+}
+
 function parseScalar(value: string): unknown {
   try {
     return parseYaml(value);
@@ -118,6 +139,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
  */
 export function requireSecret(env: Env, variable: string, key: string): string {
   const value = env[variable];
+  if (looksLikeSecret(variable)) throw new ConfigError([{ key, message: 'holds what looks like a secret, not the name of an environment variable (not shown)' }]);
   if (value === undefined || value === '') {
     throw new ConfigError([{ key, message: `names environment variable ${variable}, which is not set` }]);
   }

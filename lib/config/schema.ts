@@ -6,6 +6,8 @@
  * Objects are strict: an unknown key is an error that names the key.
  */
 import { z } from 'zod';
+import { crossCheckConfig } from './cross-check-config.ts';
+import { looksLikeSecret } from './looks-like-secret.ts';
 
 /** A SQL identifier QueueBox will quote and interpolate: lower-case letters, digits, underscores. */
 export const IDENTIFIER_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -17,7 +19,11 @@ const identifier = z
 const positiveInt = z.number().int().positive();
 const nonNegativeInt = z.number().int().nonnegative();
 /** Name of an environment variable that holds a secret; the value itself never lives in YAML. */
-const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name');
+const envName = z
+  .string()
+  .max(128, 'must be an environment variable name')
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name')
+  .refine((name) => !looksLikeSecret(name), 'looks like a secret, not the name of an environment variable: put the secret in an environment variable and name that variable here');
 
 export const databaseSchema = z
   .strictObject({
@@ -128,9 +134,25 @@ export const apiKeyAuthSchema = z.strictObject({
   keyEnv: envName,
 });
 
+/** Stripe's scheme: `Stripe-Signature: t=<unix>,v1=<hex>` over `${t}.${rawBody}` (HMAC-SHA256). */
+export const stripeAuthSchema = z.strictObject({
+  type: z.literal('stripe'),
+  /** Environment variable holding the endpoint's signing secret (`whsec_…`). */
+  secretEnv: envName,
+  toleranceSeconds: positiveInt.default(300),
+});
+
+/** GitHub's scheme: `X-Hub-Signature-256: sha256=<hex>` over the raw body (HMAC-SHA256). */
+export const githubAuthSchema = z.strictObject({
+  type: z.literal('github'),
+  /** Environment variable holding the webhook secret. */
+  secretEnv: envName,
+});
+
+/** No authentication: must be written explicitly, and is logged as a warning at every cold start. */
 export const noAuthSchema = z.strictObject({ type: z.literal('none') });
 
-export const authSchema = z.discriminatedUnion('type', [hmacAuthSchema, bearerAuthSchema, apiKeyAuthSchema, noAuthSchema]);
+export const authSchema = z.discriminatedUnion('type', [hmacAuthSchema, stripeAuthSchema, githubAuthSchema, bearerAuthSchema, apiKeyAuthSchema, noAuthSchema]);
 
 export const sourceSchema = z.strictObject({
   type: z.enum(['http', 'sqs']),
@@ -142,7 +164,8 @@ export const sourceSchema = z.strictObject({
    */
   queueName: z.string().regex(/^[A-Za-z0-9_-]{1,80}(\.fifo)?$/, 'must be an SQS queue name').optional(),
   consumption: z.enum(['push', 'pull']).default('push'),
-  auth: authSchema.default({ type: 'none' }),
+  /** Required for `http` sources (`type: none` to accept anyone); not allowed for `sqs` sources (IAM decides). */
+  auth: authSchema.optional(),
   /** JSONPath into the body for the idempotency key when the header/attribute is absent. */
   idempotencyKeyPath: z.string().min(1).optional(),
   eventTypePath: z.string().min(1).optional(),
@@ -240,7 +263,7 @@ export const configSchema = z
   })
   .superRefine((config, ctx) => {
     config.outbox.routes.forEach((route, index) => {
-      if (!(route.destination in config.destinations)) {
+      if (!Object.hasOwn(config.destinations, route.destination)) {
         ctx.addIssue({
           code: 'custom',
           path: ['outbox', 'routes', index, 'destination'],
@@ -252,10 +275,11 @@ export const configSchema = z
       if (source.type === 'http' && source.path === undefined) {
         ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'path'], message: 'is required for an http source' });
       }
-      if (source.type === 'sqs' && source.auth.type !== 'none') {
+      if (source.type === 'sqs' && source.auth !== undefined && source.auth.type !== 'none') {
         ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'auth'], message: 'is only for http sources; SQS access is controlled by IAM' });
       }
     }
+    for (const issue of crossCheckConfig(config)) ctx.addIssue({ code: 'custom', ...issue });
     const tables = [config.tables.outbox, config.tables.inbox, config.tables.maintenance];
     if (new Set(tables).size !== tables.length) {
       ctx.addIssue({ code: 'custom', path: ['tables'], message: 'outbox, inbox and maintenance must be different tables' });

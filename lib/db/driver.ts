@@ -107,6 +107,18 @@ export interface ReplayFilter {
   states?: Array<'sent' | 'dead'>;
 }
 
+/** One row a replay would move, as a preview shows it (no payload: previews are for eyes and logs). */
+export interface ReplayPreviewRow {
+  id: string;
+  topic: string;
+  key: string | null;
+  state: 'sent' | 'dead';
+  attempt: number;
+  lastError: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
 /** A message as a receiver stores it in the inbox. */
 export interface InboxMessageInput {
   source: string;
@@ -114,6 +126,8 @@ export interface InboxMessageInput {
   aggregateId?: string | null;
   eventType?: string | null;
   payload: unknown;
+  /** The payload as the sender wrote it (valid JSON); stored instead of `JSON.stringify(payload)`, so large numbers keep their digits. */
+  payloadText?: string;
   headers?: Record<string, string>;
   correlationId?: string | null;
   consumption: 'push' | 'pull';
@@ -211,6 +225,8 @@ export interface Driver {
   outboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
   /** Moves matching `sent`/`dead` rows to `pending`, resetting attempt, schedule, error, claim. */
   outboxReplay(filter: ReplayFilter): Promise<number>;
+  /** Counts the rows `outboxReplay(filter)` would move now and returns the oldest `limit` of them; changes nothing. */
+  outboxReplayPreview(params: { filter: ReplayFilter; limit: number }): Promise<{ count: number; sample: ReplayPreviewRow[] }>;
   outboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;
 
   // ---- inbox ----

@@ -7,7 +7,7 @@ import type { SourceConfig } from '../config/schema.ts';
 import { InboxRejectionError } from './inbox-rejection.ts';
 import { jsonPathText } from './json-path-value.ts';
 
-/** Column limits (migration 1): varchar(255) for keys and ids, varchar(128) for correlation. */
+/** Column limits (migration 1), in characters (Unicode code points, as the columns count them): varchar(255) for keys and ids, varchar(128) for correlation. */
 export const MAX_KEY_LENGTH = 255;
 export const MAX_CORRELATION_LENGTH = 128;
 /** Longest initial delay a message may ask for: 30 days, in milliseconds. */
@@ -27,13 +27,26 @@ export interface MessageFields {
 export interface ExternalValues {
   idempotencyKey?: string | undefined;
   correlationId?: string | undefined;
-  /** Used when neither the external key nor the JSONPath yields one (SQS `MessageId`). */
+  /** Used when neither the external key nor the JSONPath yields one (SQS `MessageId`, a signed body's digest). */
   fallbackIdempotencyKey?: string | undefined;
+  /** Event type from outside the body, used when the source has no `eventTypePath` (GitHub's event header). */
+  eventType?: string | undefined;
+}
+
+const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Length in characters as PostgreSQL counts them: Unicode code points, so an emoji is one. */
+export function codePointLength(value: string): number {
+  let n = 0;
+  for (const _ of value) n++;
+  return n;
 }
 
 function checkLength(value: string | undefined, max: number, what: string): string | null {
   if (value === undefined) return null;
-  if (value.length > max) throw new InboxRejectionError('invalid_field', `${what} must be at most ${max} characters (got ${value.length})`);
+  const length = codePointLength(value);
+  if (length > max) throw new InboxRejectionError('invalid_field', `${what} must be at most ${max} characters (got ${length})`);
+  if (UNSTORABLE.test(value)) throw new InboxRejectionError('invalid_field', `${what} contains a NUL character or a lone UTF-16 surrogate, which the database cannot store`);
   return value;
 }
 
@@ -48,7 +61,7 @@ export function extractMessageFields(sourceName: string, source: SourceConfig, b
     const where = source.idempotencyKeyPath !== undefined ? ` or a value at ${source.idempotencyKeyPath}` : '';
     throw new InboxRejectionError('missing_idempotency_key', `missing idempotency key: send the X-Idempotency-Key header${where}`);
   }
-  const eventType = source.eventTypePath !== undefined ? jsonPathText(body, source.eventTypePath, at('eventTypePath')) : undefined;
+  const eventType = source.eventTypePath !== undefined ? jsonPathText(body, source.eventTypePath, at('eventTypePath')) : nonEmpty(external.eventType);
   const aggregateId = source.aggregateIdPath !== undefined ? jsonPathText(body, source.aggregateIdPath, at('aggregateIdPath')) : undefined;
   const correlationId =
     nonEmpty(external.correlationId) ?? (source.correlationIdPath !== undefined ? jsonPathText(body, source.correlationIdPath, at('correlationIdPath')) : undefined);

@@ -1,12 +1,19 @@
 /**
  * Authentication of HTTP sources (spec §5): `hmac` (signature over `${timestamp}.${rawBody}`
- * with a timestamp tolerance), `bearer`, `api-key`, or `none`.
+ * with a timestamp tolerance), the vendor presets `stripe` (`Stripe-Signature: t=…,v1=…` over
+ * `${t}.${rawBody}`) and `github` (`X-Hub-Signature-256: sha256=…` over the raw body), `bearer`,
+ * `api-key`, or `none`.
+ *
+ * What a signature covers decides what may be trusted: for the signed schemes only the body (and
+ * the signed timestamp) is, so the idempotency key comes from the body (`isSigned`), never from a
+ * header an attacker could change while replaying a captured request.
  *
  * Secrets are read once, when the receiver is built: a missing secret is a `ConfigError` naming
  * the key. Every comparison is constant-time (`crypto.timingSafeEqual` on equal-length buffers).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { requireSecret } from '../config/load-config.ts';
+import { ConfigError } from '../errors.ts';
 import type { AuthConfig } from '../config/schema.ts';
 import { InboxRejectionError } from './inbox-rejection.ts';
 
@@ -37,9 +44,15 @@ export function hmacSignature(algorithm: string, secret: string, timestamp: stri
   return createHmac(algorithm, secret).update(`${timestamp}.`).update(rawBody).digest('hex');
 }
 
+/** True for the schemes whose signature covers the body: the body is the only trusted part. */
+export function isSigned(auth: AuthConfig | undefined): boolean {
+  return auth?.type === 'hmac' || auth?.type === 'stripe' || auth?.type === 'github';
+}
+
 /** Builds the authenticator of source `sourceName`; throws `ConfigError` when its secret is unset. */
-export function createAuthenticator(sourceName: string, auth: AuthConfig, env: Readonly<Record<string, string | undefined>>): Authenticator {
+export function createAuthenticator(sourceName: string, auth: AuthConfig | undefined, env: Readonly<Record<string, string | undefined>>): Authenticator {
   const key = `inbox.sources.${sourceName}.auth`;
+  if (auth === undefined) throw new ConfigError([{ key, message: 'is required for an http source' }]);
   switch (auth.type) {
     case 'none':
       return () => {};
@@ -73,6 +86,35 @@ export function createAuthenticator(sourceName: string, auth: AuthConfig, env: R
         const prefix = `${auth.algorithm}=`;
         const hex = (given.toLowerCase().startsWith(prefix) ? given.slice(prefix.length) : given).toLowerCase();
         if (!safeEqual(hex, hmacSignature(auth.algorithm, secret, timestamp, rawBody))) refuse('invalid signature');
+      };
+    }
+    case 'stripe': {
+      const secret = requireSecret(env, auth.secretEnv, `${key}.secretEnv`);
+      return (headers, rawBody, nowMs) => {
+        const header = headers('stripe-signature');
+        if (header === undefined || header === '') refuse('missing signature: send the Stripe-Signature header');
+        const parts = header.split(',').map((part) => part.trim().split('='));
+        const timestamps = parts.filter(([name]) => name === 't').map(([, value]) => value ?? '');
+        const signatures = parts.filter(([name, value]) => name === 'v1' && value !== undefined && value !== '').map(([, value]) => value!.toLowerCase());
+        if (timestamps.length !== 1 || !/^\d{1,12}$/.test(timestamps[0]!)) refuse('Stripe-Signature must carry one t=<Unix seconds>');
+        if (signatures.length === 0) refuse('Stripe-Signature carries no v1 signature');
+        const timestamp = timestamps[0]!;
+        if (Math.abs(nowMs / 1000 - Number(timestamp)) > auth.toleranceSeconds) refuse(`timestamp outside the tolerance of ${auth.toleranceSeconds} seconds`);
+        const expected = hmacSignature('sha256', secret, timestamp, rawBody);
+        // Every v1 is compared (Stripe sends one per active secret while a secret is rolled).
+        let valid = false;
+        for (const given of signatures) valid = safeEqual(given, expected) || valid;
+        if (!valid) refuse('invalid signature');
+      };
+    }
+    case 'github': {
+      const secret = requireSecret(env, auth.secretEnv, `${key}.secretEnv`);
+      return (headers, rawBody) => {
+        const given = headers('x-hub-signature-256');
+        if (given === undefined || given === '') refuse('missing signature: send the X-Hub-Signature-256 header');
+        if (!given.startsWith('sha256=')) refuse('X-Hub-Signature-256 must be sha256=<hex>');
+        const expected = createHmac('sha256', secret).update(rawBody).digest('hex');
+        if (!safeEqual(given.slice('sha256='.length).toLowerCase(), expected)) refuse('invalid signature');
       };
     }
   }

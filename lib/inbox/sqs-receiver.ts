@@ -4,8 +4,9 @@
  * Source: the sqs source whose `queueName` (default: its name) equals the queue name at the end
  * of the record's `eventSourceARN`. Key: the `x-idempotency-key` message attribute, else the
  * source's JSONPath, else the SQS `MessageId`. A record that cannot be accepted (body not a JSON
- * object, a field too long…) is stored `dead` with the reason in the same statement — it is
- * stored, so SQS does not redeliver it. A record whose store fails is reported in
+ * object, nested too deep, too many keys, text PostgreSQL cannot store, a field too long…) is
+ * stored `dead` with the reason in the same statement — it is stored, so SQS does not redeliver
+ * it, and the rest of the batch is unaffected. A valid body is stored as the text sent. A record whose store fails is reported in
  * `batchItemFailures`; on a FIFO queue every later record of the batch is reported too, so SQS
  * keeps each message group's order.
  */
@@ -14,8 +15,8 @@ import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import type { Driver, InboxMessageInput } from '../db/driver.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
-import { extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH } from './extract-fields.ts';
-import { parseJsonObject } from './parse-json-object.ts';
+import { codePointLength, extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH } from './extract-fields.ts';
+import { parseJsonBody, storableText } from './parse-json-body.ts';
 import { InboxRejectionError, type RejectionReason } from './inbox-rejection.ts';
 
 export interface SqsReceiverOptions {
@@ -64,8 +65,8 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
         failedFifo ||= fifo;
         continue;
       }
-      const { message, rejection } = toMessage(source.name, source.config, record);
       try {
+        const { message, rejection } = toMessage(source.name, source.config, record);
         const result = await driver.inboxInsert(message);
         if (rejection !== undefined && !result.duplicate) {
           metrics.count('inboxRejections', 1, { reason: rejection });
@@ -87,13 +88,13 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
 function toMessage(name: string, source: SourceConfig, record: SQSRecord): { message: InboxMessageInput; rejection?: RejectionReason } {
   const base = { source: name, consumption: source.consumption, headers: {} };
   try {
-    const body = parseJsonObject(record.body);
-    const fields = extractMessageFields(name, source, body, {
+    const body = parseJsonBody(record.body);
+    const fields = extractMessageFields(name, source, body.value, {
       idempotencyKey: attribute(record, 'x-idempotency-key'),
       correlationId: attribute(record, 'x-correlation-id'),
       fallbackIdempotencyKey: record.messageId,
     });
-    return { message: { ...base, payload: body, ...fields } };
+    return { message: { ...base, payload: body.value, payloadText: body.text, ...fields } };
   } catch (error) {
     if (!(error instanceof InboxRejectionError)) throw error;
     return { message: deadMessage(base, record, error.message), rejection: error.reason };
@@ -102,14 +103,20 @@ function toMessage(name: string, source: SourceConfig, record: SQSRecord): { mes
 
 /** A rejected record as a `dead` row: the raw body as a JSON string, keyed so a redelivery deduplicates. */
 function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers'>, record: SQSRecord, reason: string): InboxMessageInput {
-  const key = attribute(record, 'x-idempotency-key');
-  const correlation = attribute(record, 'x-correlation-id');
-  const hasNul = record.body.includes('\u0000');
+  const key = storable(attribute(record, 'x-idempotency-key'), MAX_KEY_LENGTH);
+  const correlation = storable(attribute(record, 'x-correlation-id'), MAX_CORRELATION_LENGTH);
+  const body = storableText(record.body);
   return {
     ...base,
-    idempotencyKey: key !== undefined && key.length <= MAX_KEY_LENGTH ? key : record.messageId,
-    correlationId: correlation !== undefined && correlation.length <= MAX_CORRELATION_LENGTH ? correlation : null,
-    payload: hasNul ? record.body.replaceAll('\u0000', '\uFFFD') : record.body,
-    deadReason: hasNul ? `${reason} (NUL characters were replaced by U+FFFD to store the body)` : reason,
+    idempotencyKey: key ?? record.messageId,
+    correlationId: correlation ?? null,
+    payload: body.text,
+    deadReason: body.replaced ? `${reason} (NUL characters and lone surrogates were replaced by U+FFFD to store the body)` : reason,
   };
+}
+
+/** `value` when the database can store it within `max` characters, else undefined. */
+function storable(value: string | undefined, max: number): string | undefined {
+  if (value === undefined || codePointLength(value) > max || storableText(value).replaced) return undefined;
+  return value;
 }

@@ -26,7 +26,7 @@ export function compileTopicPattern(pattern: string): RegExp {
  */
 export function createRouter(routes: readonly RouteConfig[], destinations?: Readonly<Record<string, unknown>>): Router {
   const compiled = routes.map((route, index) => {
-    if (destinations && !(route.destination in destinations)) {
+    if (destinations && !Object.hasOwn(destinations, route.destination)) {
       throw new ConfigError([{ key: `outbox.routes.${index}.destination`, message: `names destination "${route.destination}", which is not defined under destinations` }]);
     }
     return { regex: compileTopicPattern(route.topicPattern), destination: route.destination };

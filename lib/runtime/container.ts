@@ -10,6 +10,7 @@ import type { Driver } from '../db/driver.ts';
 import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
 import { memoizeByObject } from './memo.ts';
+import { isDatabaseLoginFailure, withDatabaseUrl, withSourceSecrets } from './secrets.ts';
 
 export interface Container {
   config: QueueBoxConfig;
@@ -22,6 +23,8 @@ export interface Container {
 }
 
 let current: Promise<Container> | undefined;
+/** Set when a database login failed: the next build fetches the secret again, bypassing the cache. */
+let refetchSecrets = false;
 
 /** Builds (once) and returns the container's dependencies; start-up fails on bad config or schema. */
 export function getContainer(): Promise<Container> {
@@ -32,13 +35,58 @@ export function getContainer(): Promise<Container> {
   return current;
 }
 
+/**
+ * Builds the container from `process.env` plus the secrets it names (lib/runtime/secrets.ts).
+ * A refused database login at start-up fetches the secrets again once (a rotation since they
+ * were cached); a login refused later discards the container, so the next invocation does so.
+ */
 async function buildContainer(): Promise<Container> {
-  const env = process.env;
-  const config = loadConfig({ env });
-  const driver = await createDriver(config, env);
-  await driver.schemaVerify();
+  try {
+    return await buildWithSecrets(refetchSecrets);
+  } catch (error) {
+    if (!isDatabaseLoginFailure(error)) throw error;
+    return await buildWithSecrets(true);
+  } finally {
+    refetchSecrets = false;
+  }
+}
+
+async function buildWithSecrets(forceFetch: boolean): Promise<Container> {
+  const withUrl = await withDatabaseUrl(process.env, { forceFetch });
+  const config = loadConfig({ env: withUrl });
+  const env = await withSourceSecrets(withUrl, config, { forceFetch });
+  const built = await createDriver(config, env);
+  try {
+    await built.schemaVerify();
+  } catch (error) {
+    await built.close().catch(() => {});
+    throw error;
+  }
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
-  return { config, driver, logger, env };
+  const container: Container = { config, driver: discardOnLoginFailure(built), logger, env };
+  return container;
+}
+
+/** The driver, except that a refused login discards the container (the secret was rotated). */
+function discardOnLoginFailure(driver: Driver): Driver {
+  const mine = current;
+  return new Proxy(driver, {
+    get(target, property) {
+      const value = Reflect.get(target, property) as unknown;
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        const result = (value as (...a: unknown[]) => unknown).apply(target, args);
+        if (!(result instanceof Promise)) return result;
+        return result.catch((error: unknown) => {
+          if (isDatabaseLoginFailure(error) && current === mine) {
+            current = undefined;
+            refetchSecrets = true;
+          }
+          throw error;
+        });
+      };
+    },
+  });
 }
 
 /** Replaces the container (tests, local runner). `undefined` resets it. */

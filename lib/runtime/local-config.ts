@@ -6,7 +6,7 @@
  * - routes `orders.**` and `payments.**` → `orders`, everything else → `events`;
  * - when it also names no inbox sources, the HTTP inbox source `payments` (`POST
  *   {inbox.basePath}/payments`, hmac-signed with the secret in `DEMO_PAYMENTS_SECRET_ENV`,
- *   idempotency key from `X-Idempotency-Key`, event type `$.type`, aggregate `$.orderId`, pushed
+ *   idempotency key `$.id` (signed, unlike a header), event type `$.type`, aggregate `$.orderId`, pushed
  *   to the outbox by the relay as `payments.<type>`).
  */
 import { parseConfig } from '../config/load-config.ts';
@@ -26,6 +26,7 @@ export const DEMO_INBOX_SOURCE_CONFIG = {
   path: `/${DEMO_INBOX_SOURCE}`,
   consumption: 'push',
   auth: { type: 'hmac', secretEnv: DEMO_PAYMENTS_SECRET_ENV },
+  idempotencyKeyPath: '$.id',
   eventTypePath: '$.type',
   aggregateIdPath: '$.orderId',
 } as const;

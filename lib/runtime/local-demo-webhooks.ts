@@ -95,7 +95,7 @@ export class DemoWebhooks {
   /** The v2 event of `POST {path}` with the hmac headers the source checks. */
   #event(body: string, idempotencyKey: string, correlationId: string, secret: string): APIGatewayProxyEventV2 {
     const { path, source } = this.#options;
-    const auth = source.auth.type === 'hmac' ? source.auth : undefined;
+    const auth = source.auth?.type === 'hmac' ? source.auth : undefined;
     const timestamp = String(Math.floor(Date.now() / 1000));
     const headers: Record<string, string> = {
       'content-type': 'application/json',

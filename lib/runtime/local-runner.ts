@@ -42,6 +42,9 @@ import { DemoFeed } from './local-demo-feed.ts';
 import { DemoWebhooks, type WebhookTally } from './local-demo-webhooks.ts';
 import { DEFAULT_SCHEDULE, LOCAL_FUNCTIONS, readSchedules, type Schedule, type ScheduledHandler } from './local-schedules.ts';
 import { startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulator.ts';
+import { refuseExistingRows } from './local-existing-rows.ts';
+
+const redactUrl = (url: string) => url.replace(/:[^:@/]*@/, ':***@');
 
 export interface LocalRunOptions {
   /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. */
@@ -50,6 +53,8 @@ export interface LocalRunOptions {
   exitWhenDrained?: boolean;
   /** Config file (else `QUEUEBOX_CONFIG`, else embedded defaults). */
   configPath?: string;
+  /** Run against a database whose QueueBox tables already hold rows (refused otherwise). */
+  useExisting?: boolean;
   /** Schema for QueueBox's tables (tests isolate runs with it). */
   schema?: string;
   /** Time compression factor; default 1. */
@@ -115,6 +120,7 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     if (demoInbox && !env[DEMO_PAYMENTS_SECRET_ENV]) env[DEMO_PAYMENTS_SECRET_ENV] = DEMO_PAYMENTS_DEFAULT_SECRET;
     driver = await createDriver(config, env);
     await driver.migrate();
+    if (embedded === undefined && options.useExisting !== true) await refuseExistingRows(driver, `database ${redactUrl(url)} (schema ${config.database.schema ?? 'public'})`);
     const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
     setContainer({ config, driver, logger, env, writeMetrics: () => {} });
     if (config.database.type === 'postgres') {
@@ -125,7 +131,7 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     const webhookPath = `${config.inbox.basePath}${source?.path ?? ''}`;
     const webhooks =
       feed !== undefined && demoInbox && source !== undefined ? new DemoWebhooks({ path: webhookPath, source, secret: env[DEMO_PAYMENTS_SECRET_ENV]!, out }) : undefined;
-    out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : url.replace(/:[^:@/]*@/, ':***@')}, SQS emulator ${emulator.endpoint}`);
+    out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : redactUrl(url)}, SQS emulator ${emulator.endpoint}`);
     out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ')}`);
     if (webhooks) out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
     return await runScheduler({ options, config, driver, emulator, feed, webhooks, out, speed, stop: stop.signal });

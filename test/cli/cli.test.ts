@@ -59,6 +59,38 @@ describe('queuebox CLI', () => {
     assert.deepEqual([ok.code, JSON.parse(ok.stdout)], [0, { moved: 1 }]);
   });
 
+  it('replay moves dead rows only by default, previews with --dry-run, and asks --yes above 100 rows', async () => {
+    await db.query(`DELETE FROM "${db.schema}".outbox`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, last_error) SELECT 'bulk', '{}', 'dead', 'HTTP 500 ' || g FROM generate_series(1, 120) g`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state) SELECT 'bulk', '{}', 'sent' FROM generate_series(1, 30)`);
+    const counts = async () => (await db.query<{ state: string; n: string }>(`SELECT state, count(*) AS n FROM "${db.schema}".outbox GROUP BY state ORDER BY state`)).map((r) => `${r.state}=${r.n}`).join(' ');
+    const dry = await cli('replay', '--topic', 'bulk', '--dry-run', '--sample', '3');
+    assert.equal(dry.code, 0);
+    const lines = dry.stdout.trimEnd().split('\n');
+    assert.match(lines[0]!, /^would replay 120 dead rows \(dry run: nothing moved\)$/);
+    assert.equal(lines.filter((l) => /^  \S+Z  dead  attempt 0  [0-9a-f-]{36}  bulk  HTTP 500 \d+$/.test(l)).length, 3);
+    const json = JSON.parse((await cli('replay', '--topic', 'bulk', '--dry-run', '--json', '--state', 'sent')).stdout);
+    assert.deepEqual([json.dryRun, json.count, json.sample.length], [true, 30, 10]);
+    assert.equal(await counts(), 'dead=120 sent=30', 'dry runs move nothing');
+    const refused = await cli('replay', '--topic', 'bulk');
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /would move 120 rows .*--yes/);
+    assert.equal(await counts(), 'dead=120 sent=30');
+    const done = await cli('replay', '--topic', 'bulk', '--yes', '--json');
+    assert.deepEqual([done.code, JSON.parse(done.stdout)], [0, { moved: 120 }]);
+    assert.equal(await counts(), 'pending=120 sent=30', 'sent rows stay sent unless --state sent');
+  });
+
+  it('replay refuses an invalid --id or --created-from with one line naming the key, no stack', async () => {
+    const id = await cli('replay', '--id', 'nope');
+    assert.equal(id.code, 1);
+    assert.equal(id.stderr, 'queuebox: replay: ids.0 must be a row id (UUID)\n');
+    const time = await cli('replay', '--created-from', 'last tuesday');
+    assert.equal(time.code, 1);
+    assert.match(time.stderr, /^queuebox: replay: createdFrom must be an ISO-8601 time/);
+    assert.equal(time.stderr.split('\n').length, 2);
+  });
+
   it('cleanup refuses while retention is disabled unless forced', async () => {
     const refused = await cli('cleanup');
     assert.equal(refused.code, 1);
@@ -66,6 +98,41 @@ describe('queuebox CLI', () => {
     const forced = await cli('cleanup', '--force', '--json');
     assert.equal(forced.code, 0);
     assert.deepEqual(JSON.parse(forced.stdout).deleted, { outbox: 0, inbox: 0 });
+  });
+
+  it('cleanup reports progress in a bounded number of lines, or one updating line at a terminal', async () => {
+    await db.query(`DELETE FROM "${db.schema}".outbox`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at) SELECT 'old', '{}', 'sent', now() - interval '30 days' FROM generate_series(1, 2000)`);
+    env.QUEUEBOX_RETENTION__BATCH_SIZE = '20';
+    const log = await cli('cleanup', '--force', '--json');
+    assert.equal(log.code, 0);
+    assert.equal(JSON.parse(log.stdout).deleted.outbox, 2000);
+    assert.ok(log.stderr.split('\n').length <= 6, `100 batches, a handful of lines:\n${log.stderr}`);
+    assert.match(log.stderr, /^outbox sent older than \d+ h: 2000 deleted$/m);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at) SELECT 'old', '{}', 'sent', now() - interval '30 days' FROM generate_series(1, 200)`);
+    let stderr = '';
+    const code = await runCli(['cleanup', '--force'], { stdout: () => {}, stderr: (t) => (stderr += t), env, stderrIsTTY: true });
+    delete env.QUEUEBOX_RETENTION__BATCH_SIZE;
+    assert.equal(code, 0);
+    assert.ok(stderr.split('\n').length <= 5, `one updating line per policy:\n${JSON.stringify(stderr)}`);
+    assert.ok(stderr.includes('\r') && stderr.includes('outbox sent older than') && stderr.includes(': 200 deleted'));
+  });
+
+  it('an unreachable database is one line without a stack; --debug prints the stack', async () => {
+    let stderr = '';
+    const io = { stdout: () => {}, stderr: (t: string) => (stderr += t), env: { QUEUEBOX_DATABASE_URL: 'postgres://postgres@127.0.0.1:1/test' } };
+    assert.equal(await runCli(['status'], io), 1);
+    assert.match(stderr, /^queuebox: cannot reach the database: connect ECONNREFUSED 127\.0\.0\.1:1 .*--debug.*\n$/);
+    assert.equal(stderr.split('\n').length, 2, 'one line');
+    stderr = '';
+    assert.equal(await runCli(['--debug', 'status'], io), 1);
+    assert.match(stderr, /\n\s+at /, 'the stack with --debug');
+  });
+
+  it('a database error is one line with its code and no stack', async () => {
+    let stderr = '';
+    assert.equal(await runCli(['status'], { stdout: () => {}, stderr: (t) => (stderr += t), env: { ...env, QUEUEBOX_DATABASE_URL: db.url.replace(/\/[^/?]+(\?|$)/, '/queuebox_no_such_db$1') } }), 1);
+    assert.match(stderr, /^queuebox: database "queuebox_no_such_db" does not exist \(3D000\) \(run with --debug for the stack\)\n$/);
   });
 
   it('a configuration error names the key and exits 1', async () => {
@@ -78,9 +145,10 @@ describe('queuebox CLI', () => {
 
   it('local hands its options to the local runner', async () => {
     let seen: Record<string, unknown> | undefined;
-    const code = await runCli(['local', '--messages', '5', '--exit-when-drained'], { stdout: () => {}, stderr: () => {}, env, runLocal: async (o) => (seen = o) });
+    const code = await runCli(['local', '--messages', '5', '--exit-when-drained', '--use-existing'], { stdout: () => {}, stderr: () => {}, env, runLocal: async (o) => (seen = o) });
     assert.equal(code, 0);
     assert.equal(seen?.messages, 5);
     assert.equal(seen?.exitWhenDrained, true);
+    assert.equal(seen?.useExisting, true);
   });
 });

@@ -12,8 +12,6 @@ import { FUNCTIONS, functionLogicalId } from '../../infra/functions.ts';
 
 type Resource = { Type: string; Properties: Record<string, unknown>; Condition?: string };
 const FIXTURE = 'test/deploy/fixtures/queuebox.yml';
-/** Actions AWS requires on `*` (VPC network interfaces), allowed nowhere else. */
-const STAR_EXEMPT = new Set(['ec2:CreateNetworkInterface', 'ec2:DescribeNetworkInterfaces', 'ec2:DeleteNetworkInterface', 'ec2:AssignPrivateIpAddresses', 'ec2:UnassignPrivateIpAddresses']);
 
 /** Replaces `Ref`s in a `Fn::Join` with readable placeholders and returns the text. */
 function joinText(value: unknown): string {
@@ -39,12 +37,12 @@ describe('osls package (offline)', () => {
     resources = template.Resources;
   });
 
-  it('declares every function on nodejs20.x arm64, each shipping only its own bundle', () => {
+  it('declares every function on nodejs24.x arm64, each shipping only its own bundle', () => {
     const functions = ofType('AWS::Lambda::Function');
     assert.deepEqual(functions.map(([id]) => id).sort(), FUNCTIONS.map((f) => functionLogicalId(f.name)).sort());
     for (const fn of FUNCTIONS) {
       const props = resources[functionLogicalId(fn.name)]!.Properties;
-      assert.equal(props.Runtime, 'nodejs20.x');
+      assert.equal(props.Runtime, 'nodejs24.x');
       assert.deepEqual(props.Architectures, ['arm64']);
       assert.equal(props.Handler, `dist/${fn.name}/index.handler`);
       assert.equal((props.Environment as { Variables: Record<string, string> }).Variables.QUEUEBOX_CONFIG, '/var/task/dist/queuebox.yml');
@@ -85,19 +83,63 @@ describe('osls package (offline)', () => {
     assert.match(joinText(mapping![1].Properties.EventSourceArn), /:sqs:<AWS::Region>:<AWS::AccountId>:partner-events$/);
   });
 
-  it('grants least privilege: no wildcard action, nothing on * but VPC interfaces, sends only to configured targets', () => {
-    const role = resources.IamRoleLambdaExecution!.Properties as { Policies: Array<{ PolicyDocument: { Statement: Array<{ Action: string[]; Resource: unknown[] }> } }> };
-    const statements = role.Policies.flatMap((p) => p.PolicyDocument.Statement);
-    for (const s of statements) {
-      for (const action of s.Action) assert.ok(!action.includes('*'), `wildcard action ${action}`);
-      if (s.Resource.includes('*')) for (const action of s.Action) assert.ok(STAR_EXEMPT.has(action), `${action} on *`);
+  it('gives every function its own role with only what it uses: the HTTP receiver can publish nowhere', () => {
+    type Statement = { Action: string[]; Resource: unknown[] };
+    const statementsOf = (fn: string): Statement[] => {
+      const fnProps = resources[functionLogicalId(fn)]!.Properties as { Role: { 'Fn::GetAtt': [string, string] } };
+      const role = resources[fnProps.Role['Fn::GetAtt'][0]]!.Properties as { Policies: Array<{ PolicyDocument: { Statement: unknown[] } }> };
+      return role.Policies.flatMap((p) => p.PolicyDocument.Statement).flatMap((st) => {
+        const s = st as Statement & { 'Fn::If'?: [string, Statement, unknown] };
+        return s['Fn::If'] ? [s['Fn::If'][1]] : [s];
+      });
+    };
+    const roles = new Set(FUNCTIONS.map((fn) => JSON.stringify((resources[functionLogicalId(fn.name)]!.Properties as { Role: unknown }).Role)));
+    assert.equal(roles.size, FUNCTIONS.length, 'one role per function');
+    assert.equal(resources.IamRoleLambdaExecution, undefined, 'no shared role');
+    const text = (r: unknown) => (typeof r === 'string' ? r : joinText(r));
+    const granted = (fn: string, action: string) => statementsOf(fn).filter((s) => s.Action.includes(action)).flatMap((s) => s.Resource.map(text));
+    for (const fn of FUNCTIONS) {
+      for (const s of statementsOf(fn.name)) {
+        for (const action of s.Action) assert.ok(!action.includes('*'), `wildcard action ${action}`);
+        assert.ok(!s.Resource.includes('*'), `${fn.name}: nothing on *`);
+      }
+      assert.deepEqual(granted(fn.name, 'logs:PutLogEvents'), [`arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/lambda/<AWS::StackName>-${fn.name}:*`]);
+      assert.deepEqual(statementsOf(fn.name).filter((s) => s.Action.includes('secretsmanager:GetSecretValue')).flatMap((s) => s.Resource), [{ Ref: 'QueueBoxDatabaseSecretArn' }]);
     }
-    const byAction = (action: string) => statements.filter((s) => s.Action.includes(action)).flatMap((s) => s.Resource.map((r) => (typeof r === 'string' ? r : joinText(r))));
-    assert.deepEqual(byAction('sqs:SendMessage'), ['arn:<AWS::Partition>:sqs:eu-west-1:123456789012:orders.fifo']);
-    assert.deepEqual(byAction('events:PutEvents'), ['arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:event-bus/app-bus']);
-    assert.deepEqual(byAction('sqs:ReceiveMessage'), ['arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:partner-events']);
-    const actions = new Set(statements.flatMap((s) => s.Action));
-    assert.deepEqual([...actions].filter((a) => !a.startsWith('logs:')).sort(), ['events:PutEvents', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ReceiveMessage', 'sqs:SendMessage']);
+    assert.deepEqual(granted('outboxPoller', 'sqs:SendMessage'), ['arn:<AWS::Partition>:sqs:eu-west-1:123456789012:orders.fifo']);
+    assert.deepEqual(granted('outboxPoller', 'events:PutEvents'), ['arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:event-bus/app-bus']);
+    assert.deepEqual(granted('inboxSqs', 'sqs:ReceiveMessage'), ['arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:partner-events']);
+    assert.deepEqual(granted('inboxHttp', 'ssm:GetParameter').filter((r) => !r.includes('QueueBoxDatabaseUrlParameter')), ['arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter<QueueBoxSecretsParameterPath>/STRIPE_WEBHOOK_SECRET']);
+    for (const fn of FUNCTIONS.filter((f) => f.name !== 'outboxPoller')) {
+      assert.deepEqual([...granted(fn.name, 'sqs:SendMessage'), ...granted(fn.name, 'events:PutEvents')], [], `${fn.name} publishes nowhere`);
+    }
+  });
+
+  it('keeps the database secret out of the template: the functions get where it is, not what it is', () => {
+    const text = readFileSync('.serverless/cloudformation-template-update-stack.json', 'utf8');
+    assert.ok(!/postgres(ql)?:\/\/|mssql:\/\//.test(text), 'no connection string');
+    for (const fn of FUNCTIONS) {
+      const variables = (resources[functionLogicalId(fn.name)]!.Properties.Environment as { Variables: Record<string, string> }).Variables;
+      assert.equal(variables.QUEUEBOX_DATABASE_URL, undefined);
+      assert.ok('QUEUEBOX_DATABASE_SECRET_ID' in variables && 'QUEUEBOX_DATABASE_URL_PARAMETER' in variables);
+    }
+    const http = (resources.InboxHttpLambdaFunction!.Properties.Environment as { Variables: Record<string, string> }).Variables;
+    assert.equal(http.QUEUEBOX_SECRETS_PARAMETER_PATH, '/queuebox/test');
+  });
+
+  it('throttles the HTTP API and reserves concurrency for the receivers by default (stage params)', () => {
+    assert.deepEqual(resources.HttpApiStage!.Properties.DefaultRouteSettings, { ThrottlingRateLimit: 100, ThrottlingBurstLimit: 200 });
+    assert.equal(resources.InboxHttpLambdaFunction!.Properties.ReservedConcurrentExecutions, 10);
+    assert.equal(resources.InboxSqsLambdaFunction!.Properties.ReservedConcurrentExecutions, 5);
+  });
+
+  it('passes cfn-lint with zero errors', () => {
+    const lint = spawnSync('cfn-lint', ['.serverless/cloudformation-template-update-stack.json'], { encoding: 'utf8', timeout: 120_000 });
+    if (lint.error && (lint.error as NodeJS.ErrnoException).code === 'ENOENT') {
+      assert.fail('cfn-lint is not installed: pip install cfn-lint');
+    }
+    // Exit status bits: 1 fatal, 2 errors, 4 warnings, 8 informational.
+    assert.equal((lint.status ?? 1) & 3, 0, `cfn-lint errors:\n${lint.stdout}${lint.stderr}`);
   });
 
   it('has a dashboard whose body is JSON naming only metrics the code emits, with the emitted dimensions', () => {

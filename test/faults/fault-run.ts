@@ -67,7 +67,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
     outbox: { batchSize: 50, concurrency: 4, pollIntervalMs: 20, retryBaseDelayMs: 20, maxAttempts: 10, claimTimeoutMs: 1500, shutdownTimeoutMs: 500 },
     inbox: {
       relay: { batchSize: 50, concurrency: 4, pollIntervalMs: 20, claimTimeoutMs: 1500, shutdownTimeoutMs: 500, retryBaseDelayMs: 20, maxAttempts: 10 },
-      sources: { shop: { type: 'http', path: '/shop' }, jobs: { type: 'http', path: '/jobs', consumption: 'pull' } },
+      sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } }, jobs: { type: 'http', path: '/jobs', consumption: 'pull', auth: { type: 'none' } } },
     },
     database: { poolMax: 3 },
   });

@@ -24,9 +24,9 @@ describe('inbox relay pass', () => {
       inbox: {
         relay: { batchSize: 5, concurrency: 4, claimTimeoutMs: 60_000, maxAttempts: 2, retryBaseDelayMs: 1000 },
         sources: {
-          shop: { type: 'http', path: '/shop' },
-          crm: { type: 'http', path: '/crm', topicTemplate: 'crm.{{ eventType }}.v1' },
-          workers: { type: 'http', path: '/workers', consumption: 'pull' },
+          shop: { type: 'http', path: '/shop', auth: { type: 'none' } },
+          crm: { type: 'http', path: '/crm', auth: { type: 'none' }, topicTemplate: 'crm.{{ eventType }}.v1' },
+          workers: { type: 'http', path: '/workers', consumption: 'pull', auth: { type: 'none' } },
         },
       },
       lambda: { deadlineMarginMs: 1000 },

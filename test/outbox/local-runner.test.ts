@@ -3,7 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import { runLocal } from '../../lib/runtime/local-runner.ts';
-import { testDatabaseUrl } from '../helpers/database.ts';
+import { UsageError } from '../../lib/errors.ts';
+import { createTestDatabase, testDatabaseUrl } from '../helpers/database.ts';
 import { runTsx } from '../helpers/run-tsx.ts';
 
 describe('local run (npm start)', () => {
@@ -52,6 +53,26 @@ describe('local run (npm start)', () => {
       assert.ok(relayed.rows.every((r) => r.state === 'sent'));
     } finally {
       await pool.end();
+    }
+  });
+
+  it('refuses a database whose tables already hold rows it did not create, unless told to use them, and touches nothing', async () => {
+    const db = await createTestDatabase();
+    try {
+      await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) VALUES ('customer.order', '{}')`);
+      await db.query(`INSERT INTO "${db.schema}".inbox (source, idempotency_key, payload) VALUES ('payments', 'k-1', '{}')`);
+      const lines: string[] = [];
+      await assert.rejects(
+        runLocal({ schema: db.schema, messages: 1, exitWhenDrained: true, out: (line) => lines.push(line) }),
+        (e: unknown) => e instanceof UsageError && /already holds 1 outbox and 1 inbox rows .*--use-existing/.test(e.message),
+      );
+      assert.deepEqual(
+        (await db.query<{ state: string }>(`SELECT state FROM "${db.schema}".outbox UNION ALL SELECT state FROM "${db.schema}".inbox`)).map((r) => r.state),
+        ['pending', 'pending'],
+        'nothing published, relayed or dead-lettered',
+      );
+    } finally {
+      await db.drop();
     }
   });
 

@@ -18,6 +18,7 @@ import {
   buildOutboxReplayTopics,
 } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { buildPullClaim, buildPullFenced } from '../../lib/db/sqlserver/pull-queries.ts';
+import { buildOutboxReplayPreview } from '../../lib/db/sqlserver/replay-preview.ts';
 import { buildStats } from '../../lib/db/sqlserver/table-stats.ts';
 
 export const names = mssqlNames('dbo', { outbox: 'outbox', inbox: 'inbox', maintenance: 'queuebox_maintenance' });
@@ -69,6 +70,12 @@ export function allStatements(): Record<string, MssqlStatement> {
     'outbox replay': buildOutboxReplay(
       names,
       { ids: [s.id], topics: [s.topic], topicPatterns: ['orders.*'], createdFrom: new Date(0), createdTo: new Date(), states: ['dead'] },
+      [s.topic],
+    ),
+    'outbox replay preview': buildOutboxReplayPreview(
+      names,
+      { ids: [s.id], topics: [s.topic], topicPatterns: ['orders.*'], createdFrom: new Date(0), createdTo: new Date(), states: ['dead'] },
+      s.limit,
       [s.topic],
     ),
     'outbox delete finished': buildOutboxDeleteFinished(names, { state: 'sent', olderThanMs: 1000, limit: s.limit }),

@@ -92,7 +92,7 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
       m.idempotencyKey,
       m.aggregateId ?? null,
       m.eventType ?? null,
-      JSON.stringify(m.payload ?? null),
+      m.payloadText ?? JSON.stringify(m.payload ?? null),
       JSON.stringify(m.headers ?? {}),
       m.correlationId ?? null,
       m.consumption,

@@ -1,0 +1,81 @@
+/**
+ * Checks that span several keys of a parsed configuration, run when it loads so that a mistake
+ * stops start-up instead of failing messages later: duplicate HTTP paths and SQS queue names,
+ * every JSONPath, every topic template, auth on every HTTP source, and table names that stay
+ * valid identifiers once QueueBox adds its suffixes.
+ */
+import { jsonPathProblem } from './json-path-syntax.ts';
+
+/** The longest suffix QueueBox appends to a table name (an index name); a derived name must fit in 63 characters. */
+export const LONGEST_DERIVED_SUFFIX = '_aggregate_processing_idx';
+/** Longest table name whose derived names stay within PostgreSQL's 63-character identifiers. */
+export const MAX_TABLE_NAME_LENGTH = 63 - LONGEST_DERIVED_SUFFIX.length;
+
+const PATH_KEYS = ['idempotencyKeyPath', 'eventTypePath', 'aggregateIdPath', 'correlationIdPath', 'delayPath'] as const;
+const PLACEHOLDER = /\{\{\s*([A-Za-z]+)\s*\}\}/g;
+const KNOWN_PLACEHOLDERS = new Set(['source', 'eventType']);
+
+interface CheckedConfig {
+  tables: Record<'outbox' | 'inbox' | 'maintenance', string>;
+  inbox: {
+    basePath: string;
+    topicTemplate: string;
+    sources: Record<string, { type: 'http' | 'sqs'; path?: string | undefined; queueName?: string | undefined; auth?: { type: string } | undefined; topicTemplate?: string | undefined } & Partial<Record<(typeof PATH_KEYS)[number], string>>>;
+  };
+}
+
+/** One problem: the key path and the message (never the value of a secret). */
+export interface CrossCheckIssue {
+  path: Array<string | number>;
+  message: string;
+}
+
+/** Every cross-key problem of `config`; empty when there is none. */
+export function crossCheckConfig(config: CheckedConfig): CrossCheckIssue[] {
+  const issues: CrossCheckIssue[] = [];
+  const paths = new Map<string, string>();
+  const queues = new Map<string, string>();
+  checkTemplate(config.inbox.topicTemplate, ['inbox', 'topicTemplate'], issues);
+  for (const [name, source] of Object.entries(config.inbox.sources)) {
+    const at = (key: string) => ['inbox', 'sources', name, key];
+    if (source.type === 'http') {
+      if (source.auth === undefined) {
+        issues.push({ path: at('auth'), message: 'is required for an http source: hmac, stripe, github, bearer or api-key (or `type: none` to accept unauthenticated requests)' });
+      }
+      if (source.path !== undefined) {
+        const route = `${config.inbox.basePath}${source.path}`;
+        const other = paths.get(route);
+        if (other !== undefined) issues.push({ path: at('path'), message: `POST ${route} is already the path of source ${other}: every http source needs its own path` });
+        else paths.set(route, name);
+      }
+    } else {
+      const queue = source.queueName ?? name;
+      const other = queues.get(queue);
+      if (other !== undefined) issues.push({ path: at('queueName'), message: `queue ${queue} is already received by source ${other}: every sqs source needs its own queue` });
+      else queues.set(queue, name);
+    }
+    for (const key of PATH_KEYS) {
+      const path = source[key];
+      const problem = path === undefined ? undefined : jsonPathProblem(path);
+      if (problem !== undefined) issues.push({ path: at(key), message: problem });
+    }
+    if (source.topicTemplate !== undefined) checkTemplate(source.topicTemplate, at('topicTemplate'), issues);
+  }
+  for (const [key, table] of Object.entries(config.tables)) {
+    if (table.length > MAX_TABLE_NAME_LENGTH) {
+      issues.push({
+        path: ['tables', key],
+        message: `must be at most ${MAX_TABLE_NAME_LENGTH} characters: QueueBox derives index names such as ${table}${LONGEST_DERIVED_SUFFIX}, which must fit in 63`,
+      });
+    }
+  }
+  return issues;
+}
+
+function checkTemplate(template: string, path: string[], issues: CrossCheckIssue[]): void {
+  for (const match of template.matchAll(PLACEHOLDER)) {
+    if (!KNOWN_PLACEHOLDERS.has(match[1]!)) issues.push({ path, message: `uses {{ ${match[1]} }}; only {{ source }} and {{ eventType }} are known` });
+  }
+  const rest = template.replace(PLACEHOLDER, '');
+  if (rest.includes('{{') || rest.includes('}}')) issues.push({ path, message: 'has an unclosed or malformed {{ placeholder }}; only {{ source }} and {{ eventType }} are known' });
+}

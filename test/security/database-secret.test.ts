@@ -1,0 +1,149 @@
+/**
+ * The database secret is read at run time from Secrets Manager or SSM (Powertools Parameters, over
+ * the AWS SDK's wire protocol to a local endpoint), cached across invocations, and fetched again
+ * when a rotated password refuses the login — against a real PostgreSQL role whose password changes.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, afterEach, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { handler as reclaimHandler } from '../../functions/reclaim.ts';
+import { setContainer } from '../../lib/runtime/container.ts';
+import { secretEnvNames, withDatabaseUrl, withSourceSecrets } from '../../lib/runtime/secrets.ts';
+import { parseConfig } from '../../lib/config/load-config.ts';
+import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
+import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+
+/** A local endpoint answering GetSecretValue and GetParameter as AWS does (JSON 1.1 protocol). */
+class FakeSecretStore {
+  readonly values = new Map<string, string>();
+  readonly calls: string[] = [];
+  #server: Server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk: Buffer) => (body += chunk.toString()));
+    req.on('end', () => {
+      const target = String(req.headers['x-amz-target']);
+      const input = JSON.parse(body) as { SecretId?: string; Name?: string };
+      const name = input.SecretId ?? input.Name ?? '';
+      this.calls.push(`${target}:${name}`);
+      const value = this.values.get(name);
+      res.setHeader('content-type', 'application/x-amz-json-1.1');
+      if (value === undefined) {
+        res.statusCode = 400;
+        res.end(JSON.stringify({ __type: target.startsWith('secretsmanager') ? 'ResourceNotFoundException' : 'ParameterNotFound', message: 'not found' }));
+      } else if (target === 'secretsmanager.GetSecretValue') {
+        res.end(JSON.stringify({ ARN: `arn:aws:secretsmanager:eu-west-1:000000000000:secret:${name}`, Name: name, SecretString: value, VersionId: 'v', CreatedDate: 0 }));
+      } else {
+        res.end(JSON.stringify({ Parameter: { Name: name, Type: 'SecureString', Value: value, Version: 1 } }));
+      }
+    });
+  });
+  async start(): Promise<string> {
+    await new Promise<void>((resolve) => this.#server.listen(0, '127.0.0.1', resolve));
+    return `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
+  }
+  stop(): Promise<void> {
+    return new Promise((resolve) => this.#server.close(() => resolve()));
+  }
+}
+
+describe('database and source secrets at run time', () => {
+  const store = new FakeSecretStore();
+  let db: TestDatabase;
+  let admin: pg.Pool;
+  // The test server trusts every login, so a rotation here switches users (the alternating-users
+  // strategy of Secrets Manager) and disables the old one: its login is then refused (28000).
+  const suffix = randomBytes(4).toString('hex');
+  const roles = [`qb_rotating_a_${suffix}`, `qb_rotating_b_${suffix}`] as const;
+  const saved = { ...process.env };
+  let base = '';
+  const url = (role: string) => {
+    const u = new URL(base);
+    u.username = role;
+    u.password = 'unused-by-trust-auth';
+    return u.toString();
+  };
+
+  before(async () => {
+    db = await createTestDatabase();
+    base = testDatabaseUrl();
+    admin = new pg.Pool({ connectionString: testDatabaseUrl(), max: 1 });
+    for (const role of roles) {
+      await admin.query(`CREATE ROLE "${role}" LOGIN`);
+      await admin.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO "${role}"`);
+      await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "${db.schema}" TO "${role}"`);
+    }
+    const endpoint = await store.start();
+    Object.assign(process.env, { AWS_ENDPOINT_URL: endpoint, AWS_REGION: 'eu-west-1', AWS_ACCESS_KEY_ID: 'test', AWS_SECRET_ACCESS_KEY: 'test' });
+  });
+  afterEach(() => setContainer(undefined));
+  after(async () => {
+    for (const key of Object.keys(process.env)) if (!(key in saved)) delete process.env[key];
+    Object.assign(process.env, saved);
+    for (const role of roles) {
+      await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, [role]);
+      await admin.query(`REVOKE ALL ON ALL TABLES IN SCHEMA "${db.schema}" FROM "${role}"`);
+      await admin.query(`REVOKE ALL ON SCHEMA "${db.schema}" FROM "${role}"`);
+      await admin.query(`DROP ROLE IF EXISTS "${role}"`);
+    }
+    await admin.end();
+    await store.stop();
+    await db.drop();
+  });
+
+  it('builds the connection string from an RDS secret, or takes it from a SecureString; an URL in the environment wins', async () => {
+    store.values.set('rds/app', JSON.stringify({ engine: 'postgres', host: 'db.internal', port: 5432, username: 'app', password: 'p@ss/word', dbname: 'orders' }));
+    store.values.set('/queuebox/test/database-url', 'postgres://app:x@db.internal:5432/orders');
+    assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_SECRET_ID: 'rds/app' })).QUEUEBOX_DATABASE_URL, 'postgres://app:p%40ss%2Fword@db.internal:5432/orders');
+    assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_URL_PARAMETER: '/queuebox/test/database-url' })).QUEUEBOX_DATABASE_URL, 'postgres://app:x@db.internal:5432/orders');
+    assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_URL: 'postgres://local', QUEUEBOX_DATABASE_SECRET_ID: 'rds/app' })).QUEUEBOX_DATABASE_URL, 'postgres://local');
+  });
+
+  it('fills each source secret the configuration names from the SSM path, keeping variables already set', async () => {
+    const config = parseConfig({
+      inbox: {
+        sources: {
+          stripe: { type: 'http', path: '/stripe', auth: { type: 'stripe', secretEnv: 'STRIPE_WEBHOOK_SECRET' } },
+          crm: { type: 'http', path: '/crm', auth: { type: 'bearer', tokenEnv: 'CRM_TOKEN' } },
+          open: { type: 'http', path: '/open', auth: { type: 'none' } },
+        },
+      },
+    });
+    assert.deepEqual(secretEnvNames(config), ['CRM_TOKEN', 'STRIPE_WEBHOOK_SECRET']);
+    store.values.set('/queuebox/test/STRIPE_WEBHOOK_SECRET', 'whsec_from_ssm');
+    const env = await withSourceSecrets({ QUEUEBOX_SECRETS_PARAMETER_PATH: '/queuebox/test/', CRM_TOKEN: 'from-env' }, config);
+    assert.deepEqual([env.STRIPE_WEBHOOK_SECRET, env.CRM_TOKEN], ['whsec_from_ssm', 'from-env']);
+    assert.ok(!store.calls.some((c) => c.endsWith('/CRM_TOKEN')), 'a variable already set is not fetched');
+  });
+
+  it('caches the secret across invocations and fetches it again when the rotated-out login is refused', async () => {
+    store.values.set('queuebox/rotating', url(roles[0]));
+    delete process.env.QUEUEBOX_DATABASE_URL;
+    delete process.env.DATABASE_URL;
+    Object.assign(process.env, { QUEUEBOX_DATABASE_SECRET_ID: 'queuebox/rotating', QUEUEBOX_DATABASE__SCHEMA: db.schema });
+    const fetches = () => store.calls.filter((c) => c.endsWith(':queuebox/rotating')).length;
+    const ctx = () => fakeLambdaContext({ timeoutMs: 10_000 });
+    await reclaimHandler({}, ctx());
+    await reclaimHandler({}, ctx());
+    assert.equal(fetches(), 1, 'one fetch for two invocations');
+
+    store.values.set('queuebox/rotating', url(roles[1]));
+    await admin.query(`ALTER ROLE "${roles[0]}" NOLOGIN`);
+    await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, [roles[0]]);
+    const failures: string[] = [];
+    let answer: Awaited<ReturnType<typeof reclaimHandler>> | undefined;
+    for (let invocation = 0; invocation < 3 && answer === undefined; invocation++) {
+      answer = await reclaimHandler({}, ctx()).catch((error: unknown) => void failures.push(String((error as { code?: string }).code ?? error)));
+    }
+    assert.ok(answer !== undefined, `a later invocation logs in with the rotated secret (failures: ${failures.join(', ')})`);
+    assert.ok(failures.length >= 1, 'the invocation that met the refused login failed');
+    assert.equal(fetches(), 2, `fetched again once, bypassing the cache: ${store.calls.join(' ')}`);
+    const [who] = await admin.query<{ n: string }>(`SELECT count(*) AS n FROM pg_stat_activity WHERE usename = $1`, [roles[1]]).then((r) => r.rows);
+    assert.ok(Number(who!.n) >= 1, 'connected as the new user');
+    delete process.env.QUEUEBOX_DATABASE_SECRET_ID;
+    delete process.env.QUEUEBOX_DATABASE__SCHEMA;
+    process.env.DATABASE_URL = base;
+  });
+});
