@@ -35,6 +35,7 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     const { destinations, router } = dependencies(container);
     const metrics = passMetrics(container);
     const logger = container.logger;
+    logger.addContext(context);
     try {
       const summary = await runOutboxPass({
         driver: container.driver,

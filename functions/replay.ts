@@ -8,8 +8,9 @@ import { UsageError } from '../lib/errors.ts';
 import { replayOutbox, type ReplayRequest } from '../lib/operations/replay.ts';
 import { getContainer } from '../lib/runtime/container.ts';
 
-export async function handler(event: unknown, _context: Context): Promise<{ moved: number }> {
+export async function handler(event: unknown, context: Context): Promise<{ moved: number }> {
   const container = await getContainer();
+  container.logger.addContext(context);
   if (typeof event !== 'object' || event === null || Array.isArray(event)) {
     throw new UsageError('replay: the event must be a JSON object of filters (ids, topics, destination, createdFrom, createdTo, states)');
   }

@@ -11,9 +11,10 @@
  * failed invocation is retried up to `MAX_TRIES` times, as providers retry.
  */
 import { randomUUID } from 'node:crypto';
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { SourceConfig } from '../config/schema.ts';
 import { hmacSignature } from '../inbox/source-auth.ts';
+import { createInvocationContext } from './invocation-context.ts';
 import type { DemoOrder } from './local-demo-feed.ts';
 
 /** Deliveries of one webhook tried before it counts as failed. */
@@ -42,7 +43,7 @@ export interface DemoWebhooksOptions {
   out: (line: string) => void;
 }
 
-type HttpHandler = (event: APIGatewayProxyEventV2) => Promise<APIGatewayProxyStructuredResultV2>;
+type HttpHandler = (event: APIGatewayProxyEventV2, context: Context) => Promise<APIGatewayProxyStructuredResultV2>;
 
 /** Delivers the demo payment webhooks; `tally` counts the answers. */
 export class DemoWebhooks {
@@ -78,7 +79,7 @@ export class DemoWebhooks {
     let last = '';
     for (let attempt = 1; attempt <= MAX_TRIES; attempt++) {
       try {
-        const answer = await handler(this.#event(body, idempotencyKey, correlationId, secret));
+        const answer = await handler(this.#event(body, idempotencyKey, correlationId, secret), createInvocationContext({ functionName: 'queuebox-local-inboxHttp', timeoutMs: 10_000 }));
         const status = answer.statusCode ?? 0;
         if (status === 202) return void this.tally.received++;
         if (status === 200) return void this.tally.duplicate++;
