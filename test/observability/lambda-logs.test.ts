@@ -19,29 +19,14 @@ import { ConfigError } from '../../lib/errors.ts';
 import { getContainer, setContainer } from '../../lib/runtime/container.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+import { captureStdout } from '../helpers/stdout-capture.ts';
 
 type Line = Record<string, unknown>;
 
-/**
- * Runs `work` while capturing the text written to standard output; returns the JSON log lines
- * (EMF lines left out). Binary chunks pass through: they are the test runner's own reports.
- */
+/** The JSON log lines `work` writes (EMF lines left out). */
 async function logLinesOf(work: () => Promise<unknown>): Promise<Line[]> {
-  const captured: string[] = [];
-  const write = process.stdout.write.bind(process.stdout);
-  process.stdout.write = ((chunk: string | Uint8Array, ...rest: never[]) => {
-    if (typeof chunk !== 'string') return write(chunk, ...rest);
-    captured.push(chunk);
-    return true;
-  }) as typeof process.stdout.write;
-  try {
-    await work();
-  } finally {
-    process.stdout.write = write;
-  }
-  return captured
-    .join('')
-    .split('\n')
+  const { lines } = await captureStdout(work);
+  return lines
     .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as Line)
     .filter((l) => !('_aws' in l));
