@@ -2,7 +2,7 @@
  * Everything the stack derives from the QueueBox configuration, written by `infra/build.ts` to
  * `dist/stack.json` and read by `serverless.yml` through `${file(dist/stack.json):…}`:
  * least-privilege IAM statements, the inbox triggers (HTTP routes, SQS queues) and the
- * dashboard and alarm resources.
+ * dashboard and alarm resources, and the functions' X-Ray tracing mode.
  *
  * IAM: `sqs:SendMessage` on each SQS destination queue, `events:PutEvents` on each EventBridge
  * destination bus. Nothing else: the SQS trigger's receive/delete rights are added by the
@@ -21,6 +21,12 @@ export interface StackFragment {
   inboxHttpEvents: Cfn[];
   inboxSqsEvents: Cfn[];
   resources: { Resources: Record<string, Cfn> };
+  /**
+   * `provider.tracing`: `{ lambda: 'Active' }` when `observability.tracing` is on (the framework
+   * then grants `xray:PutTraceSegments` and `xray:PutTelemetryRecords`, which X-Ray only allows on
+   * `*`), else `null`: no tracing setting and no X-Ray rights.
+   */
+  providerTracing: { lambda: 'Active' } | null;
 }
 
 const partition = { Ref: 'AWS::Partition' };
@@ -74,5 +80,6 @@ export function buildStackFragment(config: QueueBoxConfig): StackFragment {
     inboxHttpEvents,
     inboxSqsEvents,
     resources: { Resources: { ...dashboardResource(config), ...alarmResources(config) } },
+    providerTracing: config.observability.tracing ? { lambda: 'Active' } : null,
   };
 }

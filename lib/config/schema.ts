@@ -220,6 +220,8 @@ export const observabilitySchema = z
     serviceName: z.string().min(1).max(255).default('queuebox'),
     /** Log level; `POWERTOOLS_LOG_LEVEL` overrides the file, `QUEUEBOX_OBSERVABILITY__LOG_LEVEL` overrides both. */
     logLevel: z.enum(LOG_LEVELS).default('INFO'),
+    /** AWS X-Ray tracing through Powertools Tracer (the deployed functions get active tracing). */
+    tracing: z.boolean().default(false),
   })
   .prefault({});
 

@@ -9,6 +9,7 @@ import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
 import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
+import { createTracer, type Tracer } from '../observability/tracing.ts';
 import { memoizeByObject } from './memo.ts';
 
 export interface Container {
@@ -17,6 +18,8 @@ export interface Container {
   logger: Logger;
   /** Environment the container was built from (secrets are resolved from it). */
   env: Readonly<Record<string, string | undefined>>;
+  /** X-Ray tracer when `observability.tracing` is on. */
+  tracer?: Tracer;
   /** EMF line writer; default standard output. Tests and the local runner capture it. */
   writeMetrics?: (line: string) => void;
 }
@@ -38,7 +41,8 @@ async function buildContainer(): Promise<Container> {
   const driver = await createDriver(config, env);
   await driver.schemaVerify();
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
-  return { config, driver, logger, env };
+  const tracer = await createTracer(config);
+  return { config, driver, logger, env, ...(tracer ? { tracer } : {}) };
 }
 
 /** Replaces the container (tests, local runner). `undefined` resets it. */
