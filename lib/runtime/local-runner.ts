@@ -3,7 +3,7 @@
  *
  * Starts an embedded PostgreSQL unless a database URL is configured (`DATABASE_URL`,
  * `QUEUEBOX_DATABASE_URL` or the config file), an in-process SQS emulator (fauxqs) with a FIFO
- * and a standard demo queue, migrates, then invokes each scheduled function of `LOCAL_FUNCTIONS`
+ * and a standard demo queue and a local EventBridge endpoint with a demo bus, migrates, then invokes each scheduled function of `LOCAL_FUNCTIONS`
  * (the outbox poller and the inbox relay) on its `serverless.yml` schedule with a real-shaped,
  * counting-down context — overlapping invocations included, as in Lambda — while a demo
  * application enqueues orders and a demo payment provider sends a signed webhook per order through
