@@ -7,7 +7,7 @@
  * captured so the `SendMessageBatch` / `PutEvents` request itself appears below it. The tracer
  * module is loaded only when tracing is on, so a function without tracing never evaluates it.
  * Outside Lambda (no `AWS_EXECUTION_ENV`) or with `POWERTOOLS_TRACE_ENABLED=false`, Powertools
- * disables it and every helper here is a pass-through.
+ * disables it and every function here is a pass-through.
  */
 import type { Tracer } from '@aws-lambda-powertools/tracer';
 import type { QueueBoxConfig } from '../config/schema.ts';
