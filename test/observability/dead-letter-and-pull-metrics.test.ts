@@ -19,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { emfValue } from '../helpers/emf.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { captureStdout } from '../helpers/stdout-capture.ts';
+import { waitUntil } from '../helpers/wait.ts';
 import { insertPullRows, readPullRows } from '../pull/pull-fixtures.ts';
 
 type AlarmProps = { MetricName: string; Namespace: string; Dimensions: Array<{ Name: string; Value: string }> };
@@ -110,6 +111,17 @@ describe('dead-letter and pull metrics', () => {
     const namespaces = new Set(lines.filter((l) => l.includes('"_aws"')).map((l) => (JSON.parse(l) as { _aws: { CloudWatchMetrics: Array<{ Namespace: string }> } })._aws.CloudWatchMetrics[0]!.Namespace));
     assert.deepEqual([...namespaces], ['QueueBoxMetricsTest']);
     assert.deepEqual((await readPullRows(db, 'jobs')).map((r) => r.state).sort(), ['dead', 'processed']);
+  });
+
+  it('a long-running pull worker (start) writes its counts when it stops', async () => {
+    await insertPullRows(db, 'loop', [{ key: 'x' }, { key: 'y' }]);
+    const { lines } = await captureStdout(async () => {
+      const worker = createPullWorker({ driver: db.driver, config: db.config, source: 'loop', pollMs: 20, logger: { warn: () => {}, error: () => {} }, handler: async () => {} });
+      worker.start();
+      await waitUntil('both rows are processed', async () => (await readPullRows(db, 'loop')).every((r) => r.state === 'processed'));
+      await worker.stop();
+    });
+    assert.equal(emfValue(lines, METRICS.pullMessages.name, { status: 'completed', service: 'orders-svc' }), 2);
   });
 
   it('a pull worker counts into a QueueBoxMetrics it is given (the caller flushes), and writes nothing with metrics: false', async () => {
