@@ -8,10 +8,11 @@
  */
 import assert from 'node:assert/strict';
 import { createSocket, type Socket } from 'node:dgram';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { buildAll } from '../../infra/build.ts';
 import { buildStackFragment } from '../../infra/stack.ts';
 import { handler as pollerHandler } from '../../functions/outbox-poller.ts';
 import { parseConfig } from '../../lib/config/load-config.ts';
@@ -102,6 +103,23 @@ describe('X-Ray tracing', () => {
     assert.equal(config.observability.tracing, false);
     assert.equal(buildStackFragment(config).providerTracing, null);
     assert.deepEqual(buildStackFragment(parseConfig({ observability: { tracing: true } })).providerTracing, { lambda: 'Active' });
+  });
+
+  it('ships the tracer in the function bundles only when tracing is on', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qb-tracing-build-'));
+    try {
+      for (const tracing of [false, true]) {
+        const configPath = join(dir, `queuebox-${tracing}.yml`);
+        writeFileSync(configPath, `observability: { tracing: ${tracing} }\n`);
+        const outDir = join(dir, `dist-${tracing}`);
+        await buildAll({ configPath, outDir, log: () => {} });
+        const poller = readFileSync(join(outDir, 'outboxPoller', 'index.mjs'), 'utf8');
+        assert.equal(poller.includes('AWS_XRAY_DAEMON_ADDRESS'), tracing, `tracing ${tracing}: the X-Ray SDK is ${tracing ? '' : 'not '}bundled`);
+        assert.deepEqual(JSON.parse(readFileSync(join(outDir, 'stack.json'), 'utf8')).providerTracing, tracing ? { lambda: 'Active' } : null);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('when on, sends the poller invocation, each destination call and the SDK request as subsegments of the Lambda trace', async () => {
