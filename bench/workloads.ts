@@ -28,7 +28,7 @@ export const FULL_SIZES: Sizes = { messages: 20_000, backlog: 1_000_000, backlog
 /** A smoke run that finishes in well under a minute. */
 export const QUICK_SIZES: Sizes = { messages: 2_000, backlog: 100_000, backlogDrain: 5_000 };
 
-/** The four workloads of issue 4 at the given sizes. */
+/** The four benchmark workloads (unkeyed, 100 keys, 10,000 keys, backlog) at the given sizes. */
 export function workloads(sizes: Sizes): Workload[] {
   return [
     { name: 'unkeyed', seed: sizes.messages, drain: sizes.messages, keys: 0 },

@@ -12,7 +12,7 @@ import { getContainer, passMetrics, perContainer, type Container } from '../lib/
 
 const receiverOf = perContainer(createHttpReceiver);
 
-export async function handler(event: ApiGatewayEvent, _context?: Context): Promise<APIGatewayProxyStructuredResultV2> {
+export async function handler(event: ApiGatewayEvent, context?: Context): Promise<APIGatewayProxyStructuredResultV2> {
   let container: Container;
   try {
     container = await getContainer();
@@ -21,6 +21,7 @@ export async function handler(event: ApiGatewayEvent, _context?: Context): Promi
     console.error(JSON.stringify({ level: 'ERROR', message: 'inbox receiver cannot reach the database at start-up; answering 503', error: error.message }));
     return unavailable();
   }
+  if (context) container.logger.addContext(context);
   const receive = receiverOf(container);
   const metrics = passMetrics(container);
   try {

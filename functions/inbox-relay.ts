@@ -9,6 +9,7 @@ import { createDeadline } from '../lib/runtime/deadline.ts';
 
 export async function handler(_event: unknown, context: Context): Promise<RelaySummary> {
   const container = await getContainer();
+  container.logger.addContext(context);
   const metrics = passMetrics(container);
   try {
     const summary = await runRelayPass({

@@ -7,8 +7,9 @@ import { getContainer, passMetrics, perContainer } from '../lib/runtime/containe
 
 const receiverOf = perContainer(createSqsReceiver);
 
-export async function handler(event: SQSEvent, _context?: Context): Promise<SQSBatchResponse> {
+export async function handler(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {
   const container = await getContainer();
+  container.logger.addContext(context);
   const receive = receiverOf(container);
   const metrics = passMetrics(container);
   try {

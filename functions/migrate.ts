@@ -8,9 +8,10 @@ import { loadConfig } from '../lib/config/load-config.ts';
 import { createDriver } from '../lib/db/create-driver.ts';
 import { createLogger } from '../lib/observability/logger.ts';
 
-export async function handler(_event: unknown, _context: Context): Promise<{ applied: number[] }> {
+export async function handler(_event: unknown, context: Context): Promise<{ applied: number[] }> {
   const config = loadConfig({ env: process.env });
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
+  logger.addContext(context);
   const driver = await createDriver(config, process.env);
   try {
     const result = await driver.migrate();

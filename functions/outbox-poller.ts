@@ -3,11 +3,13 @@
  *
  * Thin by design: the container (config, driver, logger) and the destinations and router are
  * built once per container; each invocation computes its deadline, runs one pass, flushes its
- * EMF metrics, logs the summary and returns it. Nothing keeps running after it returns.
+ * EMF metrics, logs the summary and returns it. Nothing keeps running after it returns. With
+ * `observability.tracing` on, the pass and each destination call are X-Ray subsegments.
  */
 import type { Context } from 'aws-lambda';
 import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
 import { OutboxPassError, runOutboxPass, type OutboxPassSummary } from '../lib/outbox/outbox-pass.ts';
+import { traceClient, tracedDestination, traceInvocation } from '../lib/observability/tracing.ts';
 import { createRouter, type Router } from '../lib/outbox/routes.ts';
 import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
@@ -24,9 +26,11 @@ interface PollerDependencies {
 
 /** Builds a poller handler; the module's `handler` is the one deployed. */
 export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: unknown, context: Context) => Promise<OutboxPassSummary> {
-  const build = options.buildDestinations ?? ((container: Container) => createDestinations(container.config));
+  const build = options.buildDestinations ?? ((container: Container) => createDestinations(container.config, { wrapClient: (client) => traceClient(container.tracer, client) }));
   const dependencies = perContainer((container): PollerDependencies => {
-    const destinations = build(container);
+    const tracer = container.tracer;
+    const built = build(container);
+    const destinations = tracer ? new Map([...built].map(([name, d]) => [name, tracedDestination(d, tracer)])) : built;
     return { destinations, router: createRouter(container.config.outbox.routes, Object.fromEntries(destinations)) };
   });
 
@@ -35,8 +39,9 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     const { destinations, router } = dependencies(container);
     const metrics = passMetrics(container);
     const logger = container.logger;
+    logger.addContext(context);
     try {
-      const summary = await runOutboxPass({
+      const summary = await traceInvocation(container.tracer, 'outboxPoller', () => runOutboxPass({
         driver: container.driver,
         config: container.config,
         destinations,
@@ -44,7 +49,7 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
         deadline: createDeadline(context, container.config.lambda.deadlineMarginMs),
         metrics,
         logger,
-      });
+      }));
       logger.info('outbox pass finished', { summary });
       return summary;
     } catch (error) {

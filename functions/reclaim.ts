@@ -8,8 +8,9 @@ import type { Context } from 'aws-lambda';
 import { isScheduledEvent, reclaimNow, type ReclaimCounts } from '../lib/operations/reclaim-now.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 
-export async function handler(event: unknown, _context: Context): Promise<ReclaimCounts & { throttled: boolean }> {
+export async function handler(event: unknown, context: Context): Promise<ReclaimCounts & { throttled: boolean }> {
   const container = await getContainer();
+  container.logger.addContext(context);
   const throttled = isScheduledEvent(event);
   const metrics = passMetrics(container);
   const counts = await reclaimNow({ driver: container.driver, config: container.config, throttled });

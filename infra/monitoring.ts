@@ -81,8 +81,11 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
       ],
     },
     {
-      title: 'Pull activity (claims lost by pull workers)',
-      metrics: [{ key: 'claimsLost', dimensions: { component: 'pull' }, stat: 'Sum', label: 'pull claims lost' }],
+      title: 'Pull activity',
+      metrics: [
+        ...['completed', 'retried', 'dead', 'released'].map((status): MetricQuery => ({ key: 'pullMessages', dimensions: { status }, stat: 'Sum', label: status })),
+        { key: 'claimsLost', dimensions: { component: 'pull' }, stat: 'Sum', label: 'claims lost' },
+      ],
     },
     {
       title: 'Publish latency by destination type (s, slowest call per pass)',
@@ -96,7 +99,7 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
     },
     {
       title: 'Inbox flow',
-      metrics: ['new', 'duplicate', 'forwarded'].map((status) => ({ key: 'inboxMessages', dimensions: { status }, stat: 'Sum', label: status })),
+      metrics: ['new', 'duplicate', 'forwarded', 'retried', 'dead'].map((status) => ({ key: 'inboxMessages', dimensions: { status }, stat: 'Sum', label: status })),
     },
     { title: 'Inbox rejections by reason', searches: [{ key: 'inboxRejections', stat: 'Sum' }] },
     {
@@ -109,7 +112,7 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
   ];
 }
 
-/** Alarms of spec §7: backlog age, any lost claim, any dead message, any function error. */
+/** The alarms: backlog age, any lost claim, any dead message (outbox, relay, pull), any function error. */
 export function alarmDefinitions(): AlarmDef[] {
   const age = (key: MetricKey, table: string): AlarmDef => ({
     id: `${table}OldestPendingAge`,
@@ -138,6 +141,24 @@ export function alarmDefinitions(): AlarmDef[] {
       id: 'OutboxDeadMessages',
       description: 'QueueBox outbox: a message went dead. `queuebox status` lists dead rows with their errors; `queuebox replay` moves them back.',
       query: { key: 'outboxMessages', dimensions: { status: 'dead' }, stat: 'Sum' },
+      periodSeconds: 60,
+      evaluationPeriods: 1,
+      threshold: 0,
+      comparison: 'GreaterThanThreshold',
+    },
+    {
+      id: 'InboxDeadMessages',
+      description: 'QueueBox inbox relay: a message went dead (its topic could not be rendered, or forwarding failed inbox.relay.maxAttempts times). `queuebox status` lists dead rows with their errors.',
+      query: { key: 'inboxMessages', dimensions: { status: 'dead' }, stat: 'Sum' },
+      periodSeconds: 60,
+      evaluationPeriods: 1,
+      threshold: 0,
+      comparison: 'GreaterThanThreshold',
+    },
+    {
+      id: 'PullDeadMessages',
+      description: 'QueueBox pull workers: a message went dead (the handler failed on its last attempt). `queuebox status` lists dead rows with their errors.',
+      query: { key: 'pullMessages', dimensions: { status: 'dead' }, stat: 'Sum' },
       periodSeconds: 60,
       evaluationPeriods: 1,
       threshold: 0,

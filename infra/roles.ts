@@ -6,7 +6,7 @@
  * | outboxPoller | `sqs:SendMessage` on each SQS destination, `events:PutEvents` on each bus |
  * | inboxSqs | receive, delete and read attributes of its trigger queues |
  * | inboxHttp | `ssm:GetParameter` on the SecureString of each source secret it names |
- * | every function | read the database secret (Secrets Manager or SSM), when one is named |
+ * | every function | read the database secret (Secrets Manager or SSM), when one is named; send X-Ray segments when `observability.tracing` is on |
  *
  * So the public HTTP receiver can publish nowhere. Names are checked against the characters AWS
  * allows (no `*` or `?`, which IAM would read as wildcards) before they enter a resource ARN.
@@ -31,6 +31,8 @@ export interface RoleInputs {
   triggerQueues: string[];
   /** Environment variable names of the source secrets (each a SecureString under the secrets path). */
   secretNames: string[];
+  /** `observability.tracing`: every role may then send X-Ray segments. */
+  tracing?: boolean;
 }
 
 /** The role's logical id for function `name` (`outboxPoller` → `QueueBoxRoleOutboxPoller`). */
@@ -69,6 +71,8 @@ export function roleResources(inputs: RoleInputs): Record<string, Cfn> {
       databaseSecret,
       databaseParameter,
     ];
+    // With per-function roles the framework adds no X-Ray rights of its own.
+    if (inputs.tracing) statements.push(statement(['xray:PutTraceSegments', 'xray:PutTelemetryRecords'], ['*']));
     if (fn.name === 'outboxPoller') {
       if (inputs.destinationQueues.length > 0) statements.push(statement(['sqs:SendMessage'], inputs.destinationQueues));
       if (inputs.destinationBuses.length > 0) statements.push(statement(['events:PutEvents'], inputs.destinationBuses));

@@ -2,7 +2,8 @@
  * Everything the stack derives from the QueueBox configuration, written by `infra/build.ts` to
  * `dist/stack.json` and read by `serverless.yml` through `${file(dist/stack.json):…}`:
  * one least-privilege IAM role per function (`infra/roles.ts`), the inbox triggers (HTTP
- * routes, SQS queues), the names of the source secrets, and the dashboard and alarm resources.
+ * routes, SQS queues), the names of the source secrets, the dashboard and alarm resources, and
+ * the functions' X-Ray tracing mode.
  * Values the template only knows at deploy time are `Fn::Join`s of `Ref`s, never `${…}`.
  */
 import type { QueueBoxConfig } from '../lib/config/schema.ts';
@@ -20,6 +21,12 @@ export interface StackFragment {
   inboxHttpEvents: Cfn[];
   inboxSqsEvents: Cfn[];
   resources: { Resources: Record<string, Cfn> };
+  /**
+   * `provider.tracing`: `{ lambda: 'Active' }` when `observability.tracing` is on (each function's
+   * role then grants `xray:PutTraceSegments` and `xray:PutTelemetryRecords`, which X-Ray only
+   * allows on `*`), else `null`: no tracing setting and no X-Ray rights.
+   */
+  providerTracing: { lambda: 'Active' } | null;
 }
 
 const partition = { Ref: 'AWS::Partition' };
@@ -72,11 +79,12 @@ export function buildStackFragment(config: QueueBoxConfig): StackFragment {
     }));
   const triggerQueues = sources.filter(([, s]) => s.type === 'sqs').map(([name, s]) => s.queueName ?? name);
   const secretNames = secretEnvNames(config);
-  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames });
+  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames, tracing: config.observability.tracing });
   return {
     secretNames,
     inboxHttpEvents,
     inboxSqsEvents,
     resources: { Resources: { ...roles, ...dashboardResource(config), ...alarmResources(config) } },
+    providerTracing: config.observability.tracing ? { lambda: 'Active' } : null,
   };
 }

@@ -13,3 +13,7 @@ export type { PullHandler, PullHandlerContext, PullRetryPolicy, PullLogger } fro
 export type { PullRunSummary } from './pull/pull-run.ts';
 export { pgTransactionRunner, type TransactionRunner } from './pull/transaction-runner.ts';
 export { OwnershipLostError } from './pull/ownership-lost-error.ts';
+export { QueueBoxMetrics, type MetricsOptions, type Dimensions } from './observability/metrics.ts';
+export { METRICS, METRIC_NAMES, type MetricKey, type MetricName } from './observability/metric-names.ts';
+export { createDeadline, type Deadline, type RemainingTime } from './runtime/deadline.ts';
+export { PULL_METRICS_FLUSH_MS } from './pull/pull-worker.ts';

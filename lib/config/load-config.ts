@@ -5,14 +5,16 @@
  * An environment override names a key path in SCREAMING_SNAKE case with `__` between levels:
  * `QUEUEBOX_OUTBOX__BATCH_SIZE=50` sets `outbox.batchSize`. Values are parsed as YAML scalars, so
  * numbers and booleans arrive typed. `QUEUEBOX_DATABASE_URL` (and `DATABASE_URL`) set
- * `database.url` when the file does not.
+ * `database.url` when the file does not. `POWERTOOLS_LOG_LEVEL` (any case) sets
+ * `observability.logLevel` over the file, as Powertools users expect; a
+ * `QUEUEBOX_OBSERVABILITY__LOG_LEVEL` override still wins over it.
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml, YAMLError } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError } from '../errors.ts';
 import { looksLikeSecret } from './looks-like-secret.ts';
-import { configSchema, type ConfigInput, type QueueBoxConfig } from './schema.ts';
+import { configSchema, LOG_LEVELS, type ConfigInput, type QueueBoxConfig } from './schema.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -87,6 +89,7 @@ function applyEnvOverrides(target: Record<string, unknown>, env: Env): void {
     const database = (target.database ??= {}) as Record<string, unknown>;
     if (isPlainObject(database) && database.url === undefined && database.urlEnv === undefined) database.url = databaseUrl;
   }
+  applyPowertoolsLogLevel(target, env.POWERTOOLS_LOG_LEVEL);
   for (const [name, value] of Object.entries(env)) {
     if (!name.startsWith('QUEUEBOX_') || RESERVED_ENV.has(name) || value === undefined) continue;
     const path = name
@@ -116,6 +119,18 @@ function yamlProblem(error: unknown): string {
   const kind = error.message.split(' at line ')[0]!.split(':\n')[0]!;
   const at = error.linePos?.[0];
   return `${at ? `line ${at.line}, column ${at.col}: ` : ''}${kind} (${error.code})`;
+}
+
+/** `POWERTOOLS_LOG_LEVEL` → `observability.logLevel`; an unknown level stops start-up naming the variable. */
+function applyPowertoolsLogLevel(target: Record<string, unknown>, value: string | undefined): void {
+  if (value === undefined || value.trim() === '') return;
+  const level = value.trim().toUpperCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) {
+    throw new ConfigError([{ key: 'POWERTOOLS_LOG_LEVEL', message: `is "${value}"; expected one of ${LOG_LEVELS.join(', ')}` }]);
+  }
+  const observability = (target.observability ??= {});
+  if (!isPlainObject(observability)) throw new ConfigError([{ key: 'observability', message: 'must be a mapping of keys to values' }]);
+  observability.logLevel = level;
 }
 
 function parseScalar(value: string): unknown {

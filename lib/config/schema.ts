@@ -232,13 +232,19 @@ export const retentionSchema = z
   })
   .prefault({});
 
+/** Powertools Logger levels, most verbose first. */
+export const LOG_LEVELS = ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'CRITICAL', 'SILENT'] as const;
+
 export const observabilitySchema = z
   .strictObject({
     /** CloudWatch metrics namespace. */
     namespace: z.string().min(1).max(255).default('QueueBox'),
     /** `service` dimension and logger service name. */
     serviceName: z.string().min(1).max(255).default('queuebox'),
-    logLevel: z.enum(['DEBUG', 'INFO', 'WARN', 'ERROR', 'SILENT']).default('INFO'),
+    /** Log level; `POWERTOOLS_LOG_LEVEL` overrides the file, `QUEUEBOX_OBSERVABILITY__LOG_LEVEL` overrides both. */
+    logLevel: z.enum(LOG_LEVELS).default('INFO'),
+    /** AWS X-Ray tracing through Powertools Tracer (the deployed functions get active tracing). */
+    tracing: z.boolean().default(false),
   })
   .prefault({});
 

@@ -30,6 +30,8 @@ export interface CreateDestinationsOptions {
   sqsClient?: (config: SqsDestinationConfig) => SQSClient;
   /** Builds the EventBridge client of a destination instead of the default (tests). */
   eventBridgeClient?: (config: EventBridgeDestinationConfig) => EventBridgeClient;
+  /** Applied to every client built here (X-Ray capture when tracing is on). */
+  wrapClient?: <C extends SQSClient | EventBridgeClient>(client: C) => C;
 }
 
 /** Destinations by config name; every name of `config.destinations` is present. */
@@ -53,7 +55,7 @@ export function createDestinations(config: Pick<QueueBoxConfig, 'destinations'>,
     const cacheKey = `${service} ${settings.region ?? ''} ${settings.endpoint ?? ''}`;
     let client = clients.get(cacheKey);
     if (!client) {
-      client = build();
+      client = options.wrapClient ? options.wrapClient(build()) : build();
       clients.set(cacheKey, client);
     }
     return client as C;

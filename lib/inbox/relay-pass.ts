@@ -244,6 +244,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
       const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });
       if (changed.length === 0) return loseClaim(row.id, 'retry');
       summary.retried++;
+      metrics.count('inboxMessages', 1, { status: 'retried' });
       logger.warn('inbox forward failed; retrying', { id: row.id, attempt: row.attempt, delayMs, error: reason });
     } catch (retryError) {
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });
@@ -266,6 +267,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
         continue;
       }
       summary.dead++;
+      metrics.count('inboxMessages', 1, { status: 'dead' });
       logger.error('inbox row is dead', { id: w.id, error: w.error });
     }
   }

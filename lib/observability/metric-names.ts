@@ -13,9 +13,10 @@ export const METRICS = {
   outboxOldestPendingAge: { name: 'queuebox_outbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending outbox row.' },
   outboxPublishDuration: { name: 'queuebox_outbox_publish_duration_seconds', unit: 'Seconds', dimensions: ['destination_type'], help: 'Duration of one destination call (a batch of up to 10 entries).' },
   outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered, by destination name and outcome: sent, retryable, permanent.' },
-  inboxMessages: { name: 'queuebox_inbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Inbox messages by status: new, duplicate (at receipt), forwarded (by the relay).' },
+  inboxMessages: { name: 'queuebox_inbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Inbox messages by status: new, duplicate (at receipt); forwarded, retried, dead (by the relay).' },
   inboxRejections: { name: 'queuebox_inbox_rejections_total', unit: 'Count', dimensions: ['reason'], help: 'Messages refused or dead-lettered at receipt, by reason.' },
   inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row.' },
+  pullMessages: { name: 'queuebox_pull_messages_total', unit: 'Count', dimensions: ['status'], help: 'Pull rows settled by pull workers, by status: completed, retried, dead, released (claimed, never started, returned with no attempt spent).' },
   cleanupDeleted: { name: 'queuebox_cleanup_messages_deleted_total', unit: 'Count', dimensions: ['table'], help: 'Rows deleted by retention, by table.' },
 } as const;
 

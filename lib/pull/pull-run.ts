@@ -184,6 +184,7 @@ export class PullRun<Tx> {
   #count(result: HandleResult): void {
     const key = ({ completed: 'completed', retried: 'retried', dead: 'dead', lost: 'claimsLost', abandoned: 'abandoned' } as const)[result];
     this.summary[key] += 1;
+    if (key === 'completed' || key === 'retried' || key === 'dead') this.#s.metrics?.count('pullMessages', 1, { status: key });
   }
 
   /** Waits until a handler finishes, a stop is requested, or the policy's end arrives. */
@@ -210,7 +211,10 @@ export class PullRun<Tx> {
         }
         try {
           const outcome = await this.#s.client.release(message.claim);
-          if (outcome.ok) this.summary.released += 1;
+          if (outcome.ok) {
+            this.summary.released += 1;
+            this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
+          }
           else this.summary.claimsLost += 1;
         } catch (error) {
           this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });

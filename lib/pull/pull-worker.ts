@@ -11,6 +11,12 @@
  *   for running handlers up to `shutdownTimeoutMs`, then aborts them and completes nothing more.
  * Defaults come from `config.pull` (batch 10, lease 30000 ms, concurrency 1, poll 1000 ms, retry
  * 5 attempts, 1000 ms × 2^attempt capped at 300000 ms, 20 % jitter).
+ *
+ * Metrics are on by default: the worker counts `queuebox_pull_messages_total{status}` and
+ * `queuebox_claims_lost_total{component="pull"}` in its own buffer (namespace and service from
+ * `config.observability`) and writes them as EMF to standard output at the end of every
+ * `runOnce` and every `PULL_METRICS_FLUSH_MS` of `start()` (and at its stop). Given a
+ * `QueueBoxMetrics`, it counts into that one and the caller flushes; `metrics: false` turns them off.
  */
 import type pg from 'pg';
 import { leaseMsFor } from '../claims/lease.ts';
@@ -20,7 +26,7 @@ import type { Driver } from '../db/driver.ts';
 import { PostgresDriver } from '../db/postgres/postgres-driver.ts';
 import { UsageError } from '../errors.ts';
 import { createLogger } from '../observability/logger.ts';
-import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { QueueBoxMetrics } from '../observability/metrics.ts';
 import { createDeadline, type Deadline, type RemainingTime } from '../runtime/deadline.ts';
 import type { PullHandler, PullLogger, PullRetryPolicy } from './handle-pull-message.ts';
 import { createPullClient } from './pull-client.ts';
@@ -29,6 +35,9 @@ import { defaultTransactionRunner, type TransactionRunner } from './transaction-
 
 /** Default time `stop()` waits for running handlers. */
 export const PULL_SHUTDOWN_TIMEOUT_MS = 30_000;
+
+/** How often a long-running worker (`start()`) writes its own metrics. */
+export const PULL_METRICS_FLUSH_MS = 60_000;
 
 export interface PullWorkerOptions<Tx = pg.PoolClient> {
   /** The driver to use; or give `pool` (+ `config` for schema and table names). */
@@ -53,8 +62,12 @@ export interface PullWorkerOptions<Tx = pg.PoolClient> {
   shutdownTimeoutMs?: number;
   /** Opens business transactions; default: the PostgreSQL driver's pool. Required for SQL Server. */
   transactions?: TransactionRunner<Tx>;
-  /** Counts `queuebox_claims_lost_total{component="pull"}`. */
-  metrics?: QueueBoxMetrics;
+  /**
+   * Where pull metrics are counted. Default: the worker's own buffer, written as EMF to standard
+   * output after each `runOnce` and every minute of `start()`. A `QueueBoxMetrics` of yours: the
+   * worker counts into it and you flush it. `false`: no metrics.
+   */
+  metrics?: QueueBoxMetrics | false;
   logger?: PullLogger;
 }
 
@@ -80,7 +93,7 @@ function positive(name: string, value: number, min = 1): number {
 }
 
 /** Resolves the worker's settings from the options and `config.pull`; validates them. */
-function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx> & { shutdownTimeoutMs: number; deadlineMarginMs: number } {
+function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx> & { shutdownTimeoutMs: number; deadlineMarginMs: number; ownMetrics: boolean } {
   const config = options.config ?? parseConfig({});
   const defaults = config.pull;
   let driver = options.driver;
@@ -94,9 +107,13 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
   positive('retry.baseDelayMs', retry.baseDelayMs);
   positive('retry.maxDelayMs', retry.maxDelayMs);
   if (!(retry.jitter >= 0 && retry.jitter <= 1)) throw new UsageError(`pull worker retry.jitter must be within 0..1, got ${retry.jitter}`);
+  const ownMetrics = options.metrics === undefined;
+  const metrics = ownMetrics
+    ? new QueueBoxMetrics({ namespace: config.observability.namespace, serviceName: config.observability.serviceName })
+    : options.metrics || undefined;
   return {
     driver,
-    client: createPullClient(driver, { metrics: options.metrics }),
+    client: createPullClient(driver, { metrics }),
     source: options.source,
     handler: options.handler,
     transactions: options.transactions ?? (defaultTransactionRunner(driver) as unknown as TransactionRunner<Tx>),
@@ -107,7 +124,8 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
     pollMs: positive('pollMs', options.pollMs ?? defaults.pollMs, 0),
     deadlineMarginMs: config.lambda.deadlineMarginMs,
     shutdownTimeoutMs: positive('shutdownTimeoutMs', options.shutdownTimeoutMs ?? PULL_SHUTDOWN_TIMEOUT_MS, 0),
-    metrics: options.metrics,
+    metrics,
+    ownMetrics,
     logger: options.logger ?? powertoolsPullLogger(config),
   };
 }
@@ -129,8 +147,14 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
   const begin = (policyFor: (shutdownTimeoutMs: () => number) => PullRunPolicy): Promise<PullRunSummary> => {
     if (current) throw new UsageError('this pull worker is already running');
     const state = { shutdownTimeoutMs: settings.shutdownTimeoutMs } as { run: PullRun<Tx>; done: Promise<PullRunSummary>; shutdownTimeoutMs: number };
-    state.run = new PullRun(settings, policyFor(() => state.shutdownTimeoutMs));
+    const policy = policyFor(() => state.shutdownTimeoutMs);
+    state.run = new PullRun(settings, policy);
+    const flush = settings.ownMetrics ? () => settings.metrics?.flush() : () => {};
+    // A bounded pass writes its metrics when it ends; a long-running loop also every minute.
+    const flushing = policy.exitWhenIdle ? undefined : setInterval(flush, PULL_METRICS_FLUSH_MS).unref();
     state.done = state.run.run().finally(() => {
+      clearInterval(flushing);
+      flush();
       if (current === state) current = undefined;
     });
     current = state;

@@ -9,6 +9,7 @@ import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
 import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
+import { createTracer, type Tracer } from '../observability/tracing.ts';
 import { memoizeByObject } from './memo.ts';
 import { isDatabaseLoginFailure, withDatabaseUrl, withSourceSecrets } from './secrets.ts';
 
@@ -18,6 +19,8 @@ export interface Container {
   logger: Logger;
   /** Environment the container was built from (secrets are resolved from it). */
   env: Readonly<Record<string, string | undefined>>;
+  /** X-Ray tracer when `observability.tracing` is on. */
+  tracer?: Tracer;
   /** EMF line writer; default standard output. Tests and the local runner capture it. */
   writeMetrics?: (line: string) => void;
 }
@@ -63,7 +66,8 @@ async function buildWithSecrets(forceFetch: boolean): Promise<Container> {
     throw error;
   }
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
-  const container: Container = { config, driver: discardOnLoginFailure(built), logger, env };
+  const tracer = await createTracer(config);
+  const container: Container = { config, driver: discardOnLoginFailure(built), logger, env, ...(tracer ? { tracer } : {}) };
   return container;
 }
 

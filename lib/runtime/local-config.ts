@@ -2,8 +2,10 @@
  * The configuration of `queuebox local`: the loaded one with the run's database URL (and schema),
  * completed by the demo wiring when the loaded config names no destinations:
  *
- * - destinations `orders` (the emulator's FIFO queue) and `events` (its standard queue);
- * - routes `orders.**` and `payments.**` → `orders`, everything else → `events`;
+ * - destinations `orders` (the emulator's FIFO queue), `events` (its standard queue) and
+ *   `notifications` (the local EventBridge's demo bus, source `queuebox.demo`);
+ * - routes `orders.**` and `payments.**` → `orders`, `customer.**` → `notifications`, everything
+ *   else → `events`;
  * - when it also names no inbox sources, the HTTP inbox source `payments` (`POST
  *   {inbox.basePath}/payments`, hmac-signed with the secret in `DEMO_PAYMENTS_SECRET_ENV`,
  *   idempotency key `$.id` (signed, unlike a header), event type `$.type`, aggregate `$.orderId`, pushed
@@ -11,7 +13,7 @@
  */
 import { parseConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
-import { EMULATOR_REGION, type LocalSqsEmulator } from './local-sqs-emulator.ts';
+import { DEMO_EVENT_BUS, EMULATOR_REGION, type LocalSqsEmulator } from './local-sqs-emulator.ts';
 
 /** Name (and path below `inbox.basePath`) of the demo HTTP inbox source. */
 export const DEMO_INBOX_SOURCE = 'payments';
@@ -49,6 +51,7 @@ export function localConfig(base: QueueBoxConfig, url: string, emulator: LocalSq
       ? {
           orders: { type: 'sqs', queueUrl: emulator.fifoQueueUrl, endpoint: emulator.endpoint, region: EMULATOR_REGION },
           events: { type: 'sqs', queueUrl: emulator.standardQueueUrl, endpoint: emulator.endpoint, region: EMULATOR_REGION },
+          notifications: { type: 'eventbridge', eventBusName: DEMO_EVENT_BUS, source: 'queuebox.demo', endpoint: emulator.eventBridgeEndpoint, region: EMULATOR_REGION },
         }
       : base.destinations,
     outbox: demo
@@ -58,6 +61,7 @@ export function localConfig(base: QueueBoxConfig, url: string, emulator: LocalSq
             { topicPattern: 'orders.**', destination: 'orders' },
             // Relayed payment webhooks are keyed by order: the FIFO queue keeps each order's events in order.
             { topicPattern: `${DEMO_INBOX_SOURCE}.**`, destination: 'orders' },
+            { topicPattern: 'customer.**', destination: 'notifications' },
             { topicPattern: '**', destination: 'events' },
           ],
         }

@@ -11,9 +11,11 @@
  * failed invocation is retried up to `MAX_TRIES` times, as providers retry.
  */
 import { randomUUID } from 'node:crypto';
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { SourceConfig } from '../config/schema.ts';
 import { hmacSignature } from '../inbox/source-auth.ts';
+import type { InvocationScope } from '../local/invocation-scope.ts';
+import { createInvocationContext } from './invocation-context.ts';
 import type { DemoOrder } from './local-demo-feed.ts';
 
 /** Deliveries of one webhook tried before it counts as failed. */
@@ -40,9 +42,11 @@ export interface DemoWebhooksOptions {
   secret: string;
   /** Reports a failed delivery. */
   out: (line: string) => void;
+  /** Runs each handler call as its own invocation (the local runner's scope). */
+  scope?: InvocationScope;
 }
 
-type HttpHandler = (event: APIGatewayProxyEventV2) => Promise<APIGatewayProxyStructuredResultV2>;
+type HttpHandler = (event: APIGatewayProxyEventV2, context: Context) => Promise<APIGatewayProxyStructuredResultV2>;
 
 /** Delivers the demo payment webhooks; `tally` counts the answers. */
 export class DemoWebhooks {
@@ -78,7 +82,10 @@ export class DemoWebhooks {
     let last = '';
     for (let attempt = 1; attempt <= MAX_TRIES; attempt++) {
       try {
-        const answer = await handler(this.#event(body, idempotencyKey, correlationId, secret));
+        const event = this.#event(body, idempotencyKey, correlationId, secret);
+        const context = createInvocationContext({ functionName: 'queuebox-local-inboxHttp', timeoutMs: 10_000 });
+        const scope = this.#options.scope;
+        const answer = await (scope ? scope(context, () => handler(event, context)) : handler(event, context));
         const status = answer.statusCode ?? 0;
         if (status === 202) return void this.tally.received++;
         if (status === 200) return void this.tally.duplicate++;

@@ -3,7 +3,7 @@
  *
  * Starts an embedded PostgreSQL unless a database URL is configured (`DATABASE_URL`,
  * `QUEUEBOX_DATABASE_URL` or the config file), an in-process SQS emulator (fauxqs) with a FIFO
- * and a standard demo queue, migrates, then invokes each scheduled function of `LOCAL_FUNCTIONS`
+ * and a standard demo queue and a local EventBridge endpoint with a demo bus, migrates, then invokes each scheduled function of `LOCAL_FUNCTIONS`
  * (the outbox poller and the inbox relay) on its `serverless.yml` schedule with a real-shaped,
  * counting-down context — overlapping invocations included, as in Lambda — while a demo
  * application enqueues orders and a demo payment provider sends a signed webhook per order through
@@ -31,6 +31,7 @@ import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
+import { createInvocationScope, type InvocationScope } from '../local/invocation-scope.ts';
 import { createLogger } from '../observability/logger.ts';
 import { MIN_CLAIM_WINDOW_MS } from '../outbox/outbox-pass.ts';
 import { setContainer } from './container.ts';
@@ -104,6 +105,9 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
   let emulator: LocalSqsEmulator | undefined;
   let driver: Driver | undefined;
   let feed: DemoFeed | undefined;
+  // Overlapping invocations share this process, as concurrent invocations share a Lambda
+  // environment: each runs in its own invocation scope, so log lines keep their own request id.
+  const invocations = await createInvocationScope();
   try {
     const base = loadConfig({ ...(options.configPath !== undefined ? { path: options.configPath } : {}), env });
     let url = base.database.url ?? (base.database.urlEnv !== undefined ? env[base.database.urlEnv] : undefined);
@@ -130,12 +134,13 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     const source = demoSource(config);
     const webhookPath = `${config.inbox.basePath}${source?.path ?? ''}`;
     const webhooks =
-      feed !== undefined && demoInbox && source !== undefined ? new DemoWebhooks({ path: webhookPath, source, secret: env[DEMO_PAYMENTS_SECRET_ENV]!, out }) : undefined;
+      feed !== undefined && demoInbox && source !== undefined ? new DemoWebhooks({ path: webhookPath, source, secret: env[DEMO_PAYMENTS_SECRET_ENV]!, out, scope: invocations.scope }) : undefined;
     out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : redactUrl(url)}, SQS emulator ${emulator.endpoint}`);
     out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ')}`);
     if (webhooks) out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
-    return await runScheduler({ options, config, driver, emulator, feed, webhooks, out, speed, stop: stop.signal });
+    return await runScheduler({ options, config, driver, emulator, feed, webhooks, out, speed, stop: stop.signal, scope: invocations.scope });
   } finally {
+    invocations.restore();
     process.removeListener('SIGINT', onSignal);
     process.removeListener('SIGTERM', onSignal);
     options.signal?.removeEventListener('abort', onSignal);
@@ -167,10 +172,11 @@ interface SchedulerInput {
   out: (line: string) => void;
   speed: number;
   stop: AbortSignal;
+  scope: InvocationScope;
 }
 
 async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
-  const { options, config, driver, emulator, feed, webhooks, out, speed, stop } = input;
+  const { options, config, driver, emulator, feed, webhooks, out, speed, stop, scope } = input;
   const margin = config.lambda.deadlineMarginMs;
   const schedules = readSchedules();
   const running = new Set<Promise<void>>();
@@ -185,7 +191,7 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     const started = Date.now();
     // Time left is min(the timeout, the stop point) — stopping brings the invocation's end forward.
     const context = createInvocationContext({ functionName: `queuebox-local-${name}`, timeoutMs, now: () => Math.max(Date.now(), started + timeoutMs - ((stopAt.at ?? Infinity) - Date.now())) });
-    const work = handler({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, context)
+    const work = scope(context, () => handler({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, context))
       .then((result) => {
         const lost = (result as { claimsLost?: unknown } | undefined)?.claimsLost;
         if (typeof lost === 'number') claimsLost += lost;

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../../lib/config/load-config.ts';
 import { METRIC_NAMES, METRICS, type MetricKey } from '../../lib/observability/metric-names.ts';
@@ -55,3 +55,124 @@ describe('reference docs and monitoring agree with the code', () => {
     }
   });
 });
+
+/** Markdown files users read: the README and every page under docs/. */
+function markdownFiles(dir = 'docs'): string[] {
+  const out = dir === 'docs' ? ['README.md'] : [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory()) out.push(...markdownFiles(path));
+    else if (entry.name.endsWith('.md')) out.push(path);
+  }
+  return out;
+}
+
+/** Files whose text (docs, code comments) users read: Markdown plus the sources of these folders. */
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory()) out.push(...sourceFiles(path));
+    else if (/\.(ts|js|md|sql|yml)$/.test(entry.name)) out.push(path);
+  }
+  return out;
+}
+
+describe('docs speak to users', () => {
+  // Words that only mean something inside the team's own tracker and work log.
+  const internal = [/\bsession \d/i, /\bissue\s*#?\d/i, /(^|[\s(])#\d+[\s).,:]/m, /\bintegrator\b/i];
+
+  it('no page, code comment or test names an internal work session or tracker issue', () => {
+    const files = [...markdownFiles(), ...['lib', 'functions', 'infra', 'bin', 'bench', 'test'].flatMap((d) => sourceFiles(d))].filter(
+      (f) => f !== 'test/deploy/docs.test.ts',
+    );
+    assert.ok(files.length > 100);
+    const found: string[] = [];
+    for (const file of files) {
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .forEach((line, i) => {
+          if (internal.some((p) => p.test(line))) found.push(`${file}:${i + 1}: ${line.trim()}`);
+        });
+    }
+    assert.deepEqual(found, []);
+  });
+
+  it('the wording check catches what it is meant to catch', () => {
+    for (const line of ['results of session 3', 'Targets (issue 4)', 'see #17 for details', 'the integrator merges it']) {
+      assert.ok(internal.some((p) => p.test(line)), line);
+    }
+    for (const line of ['database session state', 'a lock this session still holds', '# Heading', 'color #1f77b4;']) {
+      assert.ok(!internal.some((p) => p.test(line)), line);
+    }
+  });
+
+  it('every Mermaid block is a known diagram type whose statements are well formed', () => {
+    const blocks = markdownFiles().flatMap((file) => [...readFileSync(file, 'utf8').matchAll(/```mermaid\n([\s\S]*?)```/g)].map((m) => ({ file, text: m[1]! })));
+    assert.ok(blocks.length >= 5, `architecture and three state machines in docs, one diagram in the README: ${blocks.length}`);
+    assert.ok(blocks.some((b) => b.file === 'README.md'));
+    for (const { file, text } of blocks) assert.deepEqual(mermaidProblems(text), [], `${file}:\n${text}`);
+  });
+
+  it('the Mermaid check refuses broken diagrams', () => {
+    assert.notDeepEqual(mermaidProblems('flowchart LR\n  a["open --> b\n'), []);
+    assert.notDeepEqual(mermaidProblems('stateDiagram-v2\n  pending -> sent\n'), []);
+    assert.notDeepEqual(mermaidProblems('flowchart LR\n  subgraph x\n  a --> b\n'), []);
+    assert.notDeepEqual(mermaidProblems('piechart\n  "a": 1\n'), []);
+    assert.notDeepEqual(mermaidProblems('stateDiagram-v2\n  [*] --> pending\n  pending --> sent\n'), [], 'a state with no way out that is not final');
+  });
+
+  it('the architecture page shows the rendered dashboard, and the image is a PNG', () => {
+    const page = readFileSync('docs/architecture.md', 'utf8');
+    const image = /!\[[^\]]+\]\((images\/dashboard\.png)\)/.exec(page);
+    assert.ok(image, 'the page embeds docs/images/dashboard.png');
+    const png = readFileSync(`docs/${image[1]}`);
+    assert.deepEqual([...png.subarray(1, 4)], [0x50, 0x4e, 0x47], 'PNG signature');
+    assert.ok(png.readUInt32BE(16) >= 1000 && png.readUInt32BE(20) >= 600, 'a full-size picture');
+  });
+});
+
+/**
+ * Structural checks of a Mermaid diagram (no renderer): a known diagram type; balanced quotes,
+ * brackets and `subgraph … end`; state diagram lines that are transitions, notes or blocks, and
+ * every state reachable from `[*]` able to leave or end; flowchart lines that are nodes, edges
+ * or blocks.
+ */
+function mermaidProblems(text: string): string[] {
+  const lines = text.split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('%%'));
+  const problems: string[] = [];
+  const type = lines[0] ?? '';
+  if (!/^(flowchart|graph) (LR|RL|TD|TB|BT)$|^stateDiagram-v2$|^sequenceDiagram$/.test(type)) return [`unknown diagram type: ${type}`];
+  let depth = 0;
+  for (const line of lines.slice(1)) {
+    if ((line.match(/"/g) ?? []).length % 2 !== 0) problems.push(`unbalanced quotes: ${line}`);
+    const bare = line.replace(/"[^"]*"/g, '""');
+    for (const [open, close] of [['[', ']'], ['(', ')'], ['{', '}']] as const) {
+      if (bare.split(open).length !== bare.split(close).length && !(open === '{' && /^state .+\{$/.test(bare))) problems.push(`unbalanced ${open}${close}: ${line}`);
+    }
+    if (/^subgraph\b/.test(line) || /^state .+\{$/.test(line)) depth++;
+    if (line === 'end' || line === '}') depth--;
+  }
+  if (depth !== 0) problems.push('unclosed subgraph or state block');
+  if (type === 'stateDiagram-v2') {
+    const edges: Array<[string, string]> = [];
+    for (const line of lines.slice(1)) {
+      const m = /^(\[\*\]|[A-Za-z_][\w]*) --> (\[\*\]|[A-Za-z_][\w]*)(: .+)?$/.exec(line);
+      if (m) edges.push([m[1]!, m[2]!]);
+      else if (!/^(state |note |[{}]$)/.test(line)) problems.push(`not a state transition: ${line}`);
+    }
+    const states = new Set(edges.flat().filter((s) => s !== '[*]'));
+    for (const state of states) {
+      if (!edges.some(([from, to]) => from === state && to !== state)) problems.push(`state ${state} has no way out and does not end`);
+    }
+  } else if (type.startsWith('flowchart') || type.startsWith('graph')) {
+    for (const line of lines.slice(1)) {
+      if (/^(subgraph\b|end$|direction |classDef |class |style |linkStyle |click )/.test(line)) continue;
+      const bare = line.replace(/"[^"]*"/g, '""').replace(/\|[^|]*\|/g, '');
+      const node = String.raw`[A-Za-z_][\w]*(\[\(""\)\]|\[""\]|\(""\)|\(\(""\)\)|\{""\})?`;
+      const edge = String.raw`\s*(--\s*""\s*-->|-->|-\.->|-\.\s*""\s*\.->|==>|---)\s*`;
+      if (!new RegExp(`^${node}(${edge}${node})*$`).test(bare)) problems.push(`not a node or edge statement: ${line}`);
+    }
+  }
+  return problems;
+}

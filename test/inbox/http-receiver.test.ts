@@ -9,6 +9,7 @@ import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
 const env = { HOOK_SECRET: 'whsec_test', API_TOKEN: 'token-123', SHOP_KEY: 'key-abc' };
 const NOW = 1_800_000_000_000;
@@ -159,9 +160,9 @@ describe('HTTP inbox receiver', () => {
       const body = JSON.stringify({ id: 'evt_handler', type: 't' });
       const timestamp = String(Math.floor(Date.now() / 1000));
       const headers = { 'x-timestamp': timestamp, 'x-signature': hmacSignature('sha256', env.HOOK_SECRET, timestamp, Buffer.from(body)) };
-      assert.equal((await handler(event('/inbox/stripe', body, headers))).statusCode, 202);
-      assert.equal((await handler(event('/inbox/stripe', body, headers))).statusCode, 200);
-      assert.equal((await handler(event('/inbox/stripe', '{', headers))).statusCode, 401);
+      assert.equal((await handler(event('/inbox/stripe', body, headers), fakeLambdaContext({ timeoutMs: 3000 }))).statusCode, 202);
+      assert.equal((await handler(event('/inbox/stripe', body, headers), fakeLambdaContext({ timeoutMs: 3000 }))).statusCode, 200);
+      assert.equal((await handler(event('/inbox/stripe', '{', headers), fakeLambdaContext({ timeoutMs: 3000 }))).statusCode, 401);
     } finally {
       setContainer(undefined);
       for (const name of Object.keys(env)) if (!(name in saved)) delete process.env[name];

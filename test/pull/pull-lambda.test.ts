@@ -63,6 +63,7 @@ describe('runOnce inside a Lambda invocation', () => {
       leaseMs: 30000,
       batch: 3,
       logger: memoryLogger(),
+      metrics: false,
       handler: async () => sleep(60),
     });
     // The pass ends config.lambda.deadlineMarginMs (700 ms) before the invocation does.
@@ -95,6 +96,7 @@ describe('runOnce inside a Lambda invocation', () => {
       // when less than a lease is left, so each renewal must stop at the invocation's end.
       leaseMs: 3000,
       logger: memoryLogger(),
+      metrics: false,
       handler: async (message) => {
         claimedLease = message.leaseExpiresAt;
         await sleep(2300);

@@ -56,6 +56,7 @@ describe('a pull worker that lost its claim', () => {
       driver: db.newDriver(),
       source: 'stale',
       logger: memoryLogger(),
+      metrics: false,
       handler: async (message, { transaction }) => {
         await transaction(async (tx) => {
           await tx.query(`INSERT INTO "${db.schema}".shipments VALUES ($1, 'new owner')`, [message.idempotencyKey]);
@@ -87,6 +88,7 @@ describe('a pull worker that lost its claim', () => {
       // The shortest lease: renewals every ~333 ms.
       leaseMs: 1000,
       logger: memoryLogger(),
+      metrics: false,
       handler: async (message, { signal, transaction }) => {
         started.open();
         await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));

@@ -15,7 +15,7 @@ describe('pull handler outcomes: completion, retry and dead-lettering', () => {
 
   const payments = async () => (await db.query<{ idempotency_key: string }>(`SELECT idempotency_key FROM "${db.schema}".payments ORDER BY 1`)).map((r) => r.idempotency_key);
   const worker = (source: string, handler: PullHandler<pg.PoolClient>, retry = {}) =>
-    createPullWorker({ driver: db.driver, source, handler, retry, logger: memoryLogger() });
+    createPullWorker({ driver: db.driver, source, handler, retry, logger: memoryLogger(), metrics: false });
 
   it('rolls the business write back with the failed handler and schedules a retry on the database clock', async () => {
     await insertPullRows(db, 'atomic', [{ key: 'p1' }]);

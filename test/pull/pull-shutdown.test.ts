@@ -39,6 +39,7 @@ describe('graceful stop of a pull worker', () => {
       batch: 5,
       concurrency: 1,
       logger: memoryLogger(),
+      metrics: false,
       handler: async (message, { transaction }) => {
         handled.push(message.idempotencyKey);
         started.open();
@@ -79,6 +80,7 @@ describe('graceful stop of a pull worker', () => {
       source: 'force',
       leaseMs: 1000,
       logger: memoryLogger(),
+      metrics: false,
       handler: async (message, { signal, transaction }) => {
         started.open();
         await release.promise;

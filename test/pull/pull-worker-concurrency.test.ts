@@ -34,6 +34,7 @@ describe('pull workers running at once', () => {
         batch: 5,
         pollMs: 20,
         logger: memoryLogger(),
+        metrics: false,
         handler: async (message: PullMessage, { transaction }) => {
           const aggregate = message.aggregateId;
           running++;
