@@ -162,4 +162,16 @@ describe('SQL Server claim statements', () => {
     assert.ok(DELETE_CHUNK * 5 < 5000, 'a chunk with its index entries stays below 5,000 locks');
   });
 
+  it('reclaim moves expired rows back in autocommitted chunks far below lock escalation, and counts them all', () => {
+    for (const [name, table] of [['outbox reclaim', '[dbo].[outbox]'], ['inbox reclaim', '[dbo].[inbox]']] as const) {
+      const text = allStatements()[name]!.text;
+      assert.ok(text.includes(`UPDATE TOP (${DELETE_CHUNK}) ${table} WITH (ROWLOCK)`), name);
+      assert.match(text, /WHILE @v_chunk > 0\s+BEGIN\s+UPDATE TOP/, name);
+      assert.match(text, /SET @v_chunk = @@ROWCOUNT;\s+SET @v_reclaimed = @v_reclaimed \+ @v_chunk;/, name);
+      assert.equal(text.match(/DECLARE @v_chunk\b/g)?.length, 1, `${name}: @v_chunk declared once`);
+      assert.doesNotMatch(text, /BEGIN TRANSACTION/, `${name}: each chunk commits on its own`);
+      assert.doesNotMatch(text, /UPDATE \[dbo\]\.\[(outbox|inbox)\]\s+SET state/, `${name}: no unbounded UPDATE of every expired row`);
+    }
+  });
+
 });
