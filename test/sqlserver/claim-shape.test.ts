@@ -94,6 +94,12 @@ describe('SQL Server claim statements', () => {
     assert.match(pull, /i\.state = N'processing' AND i\.lease_expires_at <= SYSUTCDATETIME\(\)/, 'expired processing rows are claimable');
   });
 
+  it('the relay ranks heads past rows other transactions are writing (an uncommitted insert does not hold up every aggregate); its UPDATE re-check never skips', () => {
+    const relay = allStatements()['inbox claim push']!.text;
+    assert.match(relay, /AS busy\s+FROM \[dbo\]\.\[inbox\] AS r WITH \(READCOMMITTEDLOCK, READPAST\)/);
+    assert.match(relay, /SELECT 1 FROM \[dbo\]\.\[inbox\] AS h WITH \(READCOMMITTEDLOCK\)\s+WHERE h\.source = i\.source AND h\.aggregate_id = i\.aggregate_id AND h\.consumption = N'push'\s+AND h\.state IN \(N'pending', N'processing'\) AND h\.\[sequence\] < i\.\[sequence\]/);
+  });
+
   it('keys and pull aggregates come from a loose index scan (one seek per key), so a claim costs the keys, not the rows behind them', () => {
     for (const [name, column] of [['outbox claim', '[key]'], ['pull claim', 'aggregate_id']] as const) {
       const text = allStatements()[name]!.text;
