@@ -34,13 +34,14 @@ describe('SQL Server claim statements', () => {
     }
   });
 
-  it('a statement on QueueBox\'s own connection starts with READ COMMITTED, XACT_ABORT ON, a LOCK_TIMEOUT and the index SET options; a caller transaction is left alone', () => {
+  it('a statement on QueueBox\'s own connection starts with READ COMMITTED, XACT_ABORT ON, a LOCK_TIMEOUT, the index SET options and undoes a handler\'s implicit transactions, ROWCOUNT and TEXTSIZE; a caller transaction is left alone', () => {
     const pool = new sql.ConnectionPool({ server: 'unused' });
     const statement = allStatements()['outbox claim']!;
     const own = statementText(pool, statement);
     assert.ok(own.startsWith(SESSION_SETTINGS) && own.endsWith(statement.text));
     assert.match(SESSION_SETTINGS, /^SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET XACT_ABORT ON; SET LOCK_TIMEOUT 10000;/);
-    for (const option of ['ANSI_NULLS ON', 'ANSI_PADDING ON', 'ANSI_WARNINGS ON', 'ARITHABORT ON', 'CONCAT_NULL_YIELDS_NULL ON', 'QUOTED_IDENTIFIER ON', 'NUMERIC_ROUNDABORT OFF']) {
+    const undone = ['IMPLICIT_TRANSACTIONS OFF', 'ROWCOUNT 0', 'TEXTSIZE 2147483647'];
+    for (const option of ['ANSI_NULLS ON', 'ANSI_PADDING ON', 'ANSI_WARNINGS ON', 'ARITHABORT ON', 'CONCAT_NULL_YIELDS_NULL ON', 'QUOTED_IDENTIFIER ON', 'NUMERIC_ROUNDABORT OFF', ...undone]) {
       assert.ok(SESSION_SETTINGS.includes(`SET ${option};`), option);
     }
     const callerTx = new sql.Transaction(pool);
