@@ -95,6 +95,14 @@ describe('SQL Server claim statements', () => {
     assert.match(pull, /i\.state = N'processing' AND i\.lease_expires_at <= SYSUTCDATETIME\(\)/, 'expired processing rows are claimable');
   });
 
+  it('replay moves rows back in autocommitted chunks far below lock escalation and returns the rows moved', () => {
+    const text = allStatements()['outbox replay']!.text;
+    assert.match(text, new RegExp(`WHILE @v_chunk > 0\\s+BEGIN\\s+UPDATE TOP \\(${DELETE_CHUNK}\\) \\[dbo\\]\\.\\[outbox\\] WITH \\(ROWLOCK\\)`));
+    assert.match(text, /WHERE state IN \(SELECT value FROM OPENJSON\(@p_states\)/, 'a replayed row (now pending) leaves the filter, so the loop ends');
+    assert.match(text, /SET @v_replayed = @v_replayed \+ @v_chunk;\s+END;\s+SELECT @v_replayed AS replayed;$/);
+    assert.doesNotMatch(text, /BEGIN TRANSACTION/);
+  });
+
   it('the relay ranks heads past rows other transactions are writing (an uncommitted insert does not hold up every aggregate); its UPDATE re-check never skips', () => {
     const relay = allStatements()['inbox claim push']!.text;
     assert.match(relay, /AS busy\s+FROM \[dbo\]\.\[inbox\] AS r WITH \(READCOMMITTEDLOCK, READPAST\)/);
