@@ -134,15 +134,24 @@ export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTop
   return {
     text: `DECLARE @v_replayed INT = 0;
 DECLARE @v_chunk INT = 1;
+DECLARE @v_after BIGINT = 0;
+DECLARE @v_moved TABLE ([sequence] BIGINT NOT NULL);
 WHILE @v_chunk > 0
 BEGIN
-  UPDATE TOP (${DELETE_CHUNK}) ${names.outbox} WITH (ROWLOCK)
+  DELETE FROM @v_moved;
+  WITH chunk AS (
+    SELECT TOP (${DELETE_CHUNK}) * FROM ${names.outbox} WITH (ROWLOCK)
+     WHERE ${where.join('\n       AND ')}
+       AND [sequence] > @v_after
+     ORDER BY [sequence])
+  UPDATE chunk
      SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
          claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
          replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()
-   WHERE ${where.join('\n     AND ')};
+  OUTPUT inserted.[sequence] INTO @v_moved ([sequence]);
   SET @v_chunk = @@ROWCOUNT;
   SET @v_replayed = @v_replayed + @v_chunk;
+  SELECT @v_after = COALESCE(MAX([sequence]), @v_after) FROM @v_moved;
 END;
 SELECT @v_replayed AS replayed;`,
     params,
@@ -151,9 +160,10 @@ SELECT @v_replayed AS replayed;`,
 
 /**
  * Moves the matching `sent`/`dead` rows back to `pending` in autocommitted chunks of
- * `DELETE_CHUNK` rows (a replay of thousands of rows in one UPDATE would escalate to a table lock
- * that blocks every enqueue); a replayed row leaves the filter, so a replay cut off midway is
- * finished by running it again. Returns the rows moved.
+ * `DELETE_CHUNK` rows in `sequence` order (a replay of thousands of rows in one UPDATE would
+ * escalate to a table lock that blocks every enqueue); each chunk starts after the last one's
+ * highest `sequence`, so the table is read once. A replayed row leaves the filter, so a replay
+ * cut off midway is finished by running it again. Returns the rows moved.
  */
 export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<number> {
   const states = replayStates(f);
