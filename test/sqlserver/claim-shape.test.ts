@@ -34,13 +34,14 @@ describe('SQL Server claim statements', () => {
     }
   });
 
-  it('a statement on QueueBox\'s own connection starts with READ COMMITTED, XACT_ABORT ON, a LOCK_TIMEOUT and the index SET options; a caller transaction is left alone', () => {
+  it('a statement on QueueBox\'s own connection starts with READ COMMITTED, XACT_ABORT ON, a LOCK_TIMEOUT, the index SET options and undoes a handler\'s implicit transactions, ROWCOUNT and TEXTSIZE; a caller transaction is left alone', () => {
     const pool = new sql.ConnectionPool({ server: 'unused' });
     const statement = allStatements()['outbox claim']!;
     const own = statementText(pool, statement);
     assert.ok(own.startsWith(SESSION_SETTINGS) && own.endsWith(statement.text));
     assert.match(SESSION_SETTINGS, /^SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET XACT_ABORT ON; SET LOCK_TIMEOUT 10000;/);
-    for (const option of ['ANSI_NULLS ON', 'ANSI_PADDING ON', 'ANSI_WARNINGS ON', 'ARITHABORT ON', 'CONCAT_NULL_YIELDS_NULL ON', 'QUOTED_IDENTIFIER ON', 'NUMERIC_ROUNDABORT OFF']) {
+    const undone = ['IMPLICIT_TRANSACTIONS OFF', 'ROWCOUNT 0', 'TEXTSIZE 2147483647'];
+    for (const option of ['ANSI_NULLS ON', 'ANSI_PADDING ON', 'ANSI_WARNINGS ON', 'ARITHABORT ON', 'CONCAT_NULL_YIELDS_NULL ON', 'QUOTED_IDENTIFIER ON', 'NUMERIC_ROUNDABORT OFF', ...undone]) {
       assert.ok(SESSION_SETTINGS.includes(`SET ${option};`), option);
     }
     const callerTx = new sql.Transaction(pool);
@@ -92,6 +93,24 @@ describe('SQL Server claim statements', () => {
     const pull = allStatements()['pull claim']!.text;
     assert.match(pull, /b\.aggregate_id = k\.v AND b\.state = N'processing' AND b\.lease_expires_at > SYSUTCDATETIME\(\)/, 'aggregates under a live lease are skipped');
     assert.match(pull, /i\.state = N'processing' AND i\.lease_expires_at <= SYSUTCDATETIME\(\)/, 'expired processing rows are claimable');
+  });
+
+  it('replay moves rows back in autocommitted chunks far below lock escalation and returns the rows moved', () => {
+    const text = allStatements()['outbox replay']!.text;
+    assert.ok(text.includes(`WITH chunk AS (\n    SELECT TOP (${DELETE_CHUNK}) * FROM [dbo].[outbox] WITH (ROWLOCK)`));
+    assert.match(text, /AND \[sequence\] > @v_after\s+ORDER BY \[sequence\]\)\s+UPDATE chunk/, 'each chunk seeks on past the previous one: the table is read once');
+    assert.match(text, /OUTPUT inserted\.\[sequence\] INTO @v_moved \(\[sequence\]\);/);
+    assert.match(text, /SELECT @v_after = COALESCE\(MAX\(\[sequence\]\), @v_after\) FROM @v_moved;\s+END;/);
+    assert.match(text, /DELETE FROM @v_moved;\s+WITH chunk AS/, 'the statement before the CTE ends with a semicolon');
+    assert.match(text, /WHERE state IN \(SELECT value FROM OPENJSON\(@p_states\)/, 'a replayed row (now pending) leaves the filter, so the loop ends');
+    assert.match(text, /SET @v_replayed = @v_replayed \+ @v_chunk;[^]+END;\s+SELECT @v_replayed AS replayed;$/);
+    assert.doesNotMatch(text, /BEGIN TRANSACTION/);
+  });
+
+  it('the relay ranks heads past rows other transactions are writing (an uncommitted insert does not hold up every aggregate); its UPDATE re-check never skips', () => {
+    const relay = allStatements()['inbox claim push']!.text;
+    assert.match(relay, /AS busy\s+FROM \[dbo\]\.\[inbox\] AS r WITH \(READCOMMITTEDLOCK, READPAST\)/);
+    assert.match(relay, /SELECT 1 FROM \[dbo\]\.\[inbox\] AS h WITH \(READCOMMITTEDLOCK\)\s+WHERE h\.source = i\.source AND h\.aggregate_id = i\.aggregate_id AND h\.consumption = N'push'\s+AND h\.state IN \(N'pending', N'processing'\) AND h\.\[sequence\] < i\.\[sequence\]/);
   });
 
   it('keys and pull aggregates come from a loose index scan (one seek per key), so a claim costs the keys, not the rows behind them', () => {
@@ -160,6 +179,18 @@ describe('SQL Server claim statements', () => {
       assert.doesNotMatch(statement.text, /BEGIN TRANSACTION/, `${name}: each chunk commits on its own`);
     }
     assert.ok(DELETE_CHUNK * 5 < 5000, 'a chunk with its index entries stays below 5,000 locks');
+  });
+
+  it('reclaim moves expired rows back in autocommitted chunks far below lock escalation, and counts them all', () => {
+    for (const [name, table] of [['outbox reclaim', '[dbo].[outbox]'], ['inbox reclaim', '[dbo].[inbox]']] as const) {
+      const text = allStatements()[name]!.text;
+      assert.ok(text.includes(`UPDATE TOP (${DELETE_CHUNK}) ${table} WITH (ROWLOCK)`), name);
+      assert.match(text, /WHILE @v_chunk > 0\s+BEGIN\s+UPDATE TOP/, name);
+      assert.match(text, /SET @v_chunk = @@ROWCOUNT;\s+SET @v_reclaimed = @v_reclaimed \+ @v_chunk;/, name);
+      assert.equal(text.match(/DECLARE @v_chunk\b/g)?.length, 1, `${name}: @v_chunk declared once`);
+      assert.doesNotMatch(text, /BEGIN TRANSACTION/, `${name}: each chunk commits on its own`);
+      assert.doesNotMatch(text, /UPDATE \[dbo\]\.\[(outbox|inbox)\]\s+SET state/, `${name}: no unbounded UPDATE of every expired row`);
+    }
   });
 
 });

@@ -13,10 +13,10 @@ import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from '../../lib/db/
 import { CLAIM_IN_OPEN_TRANSACTION, mapMssqlError } from '../../lib/db/sqlserver/error-map.ts';
 import { buildFencedBatch, runFencedBatch } from '../../lib/db/sqlserver/fenced-batch.ts';
 import { inboxInsert } from '../../lib/db/sqlserver/inbox-queries.ts';
-import { KEY_COLLATION, mssqlExpectedColumns, mssqlMigrations, ONLINE_INDEX_EDITIONS } from '../../lib/db/sqlserver/migrations.ts';
+import { FILTERED_INDEX_SET_OPTIONS, KEY_COLLATION, mssqlExpectedColumns, mssqlMigrations, ONLINE_INDEX_EDITIONS } from '../../lib/db/sqlserver/migrations.ts';
 import { SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts';
 import { DEADLOCK_ATTEMPTS, mssqlPoolConfig, retryDeadlocks } from '../../lib/db/sqlserver/mssql-pool.ts';
-import { outboxClaimMany } from '../../lib/db/sqlserver/outbox-claim.ts';
+import { buildOutboxClaim, outboxClaimMany } from '../../lib/db/sqlserver/outbox-claim.ts';
 import { pullClaimMany } from '../../lib/db/sqlserver/pull-queries.ts';
 import { names } from './statement-shapes.ts';
 
@@ -195,6 +195,19 @@ describe('SQL Server migration 5', () => {
     assert.ok(all.includes('[inbox_aggregate_head_idx] ON [dbo].[inbox] (source, aggregate_id, [sequence])'));
     assert.ok(all.includes("[outbox_keyless_pending_idx] ON [dbo].[outbox] (scheduled_at, [sequence]) WHERE state = N''pending'' AND [key] IS NULL"));
     assert.ok(all.includes('[inbox_push_free_idx]'));
+  });
+
+  it('gives outbox rows with an empty key their own filtered index, matching the predicate of their claim branch', () => {
+    const all = statements.join('\n');
+    assert.ok(all.includes("[outbox_empty_key_pending_idx] ON [dbo].[outbox] (scheduled_at, [sequence]) WHERE state = N''pending'' AND [key] = N''''"));
+    const claim = buildOutboxClaim(names, { limit: 1, leaseMs: 1000 }).text;
+    assert.match(claim, /WHERE c\.state = N'pending' AND c\.attempt = 0 AND c\.scheduled_at <= SYSUTCDATETIME\(\) AND c\.\[key\] = N''/, 'the branch implies the index filter');
+  });
+
+  it('sets QUOTED_IDENTIFIER and the ANSI options in every batch that indexes a computed column', () => {
+    const onComputed = [...earlier, ...statements].filter((t) => /CREATE (UNIQUE )?INDEX [^;]*\([^)]*_bytes/.test(t));
+    assert.ok(onComputed.length >= 1);
+    for (const text of onComputed) assert.ok(text.startsWith(FILTERED_INDEX_SET_OPTIONS), text);
   });
 
   it('builds every secondary index ONLINE where the edition allows and plainly elsewhere', () => {

@@ -6,7 +6,10 @@
  *
  * Aggregate heads are ranked with `ROW_NUMBER() OVER (PARTITION BY source, aggregate_id ORDER BY
  * sequence)` over the open push rows, read without holding locks (see `claim-order.ts`): the read
- * grows with the open aggregated rows, the locks only with the batch.
+ * grows with the open aggregated rows, the locks only with the batch. The ranking skips rows
+ * other transactions are writing (`READPAST`), so one uncommitted insert of any aggregate does not
+ * hold up the whole claim; a row ranked head only because a lower row was skipped is refused by
+ * the `UPDATE`'s re-check, which waits for that lower row and never skips.
  */
 import sql from 'mssql';
 import type { InboxRow } from '../driver.ts';
@@ -30,7 +33,7 @@ WITH open_rows AS (
   SELECT r.id, r.state, r.attempt, r.scheduled_at, r.[sequence],
          ROW_NUMBER() OVER (PARTITION BY r.source, r.aggregate_id ORDER BY r.[sequence]) AS head_rank,
          MAX(CASE WHEN r.state = N'processing' THEN 1 ELSE 0 END) OVER (PARTITION BY r.source, r.aggregate_id) AS busy
-    FROM ${t} AS r WITH (READCOMMITTEDLOCK)
+    FROM ${t} AS r WITH (READCOMMITTEDLOCK, READPAST)
    WHERE r.consumption = N'push' AND r.state IN (N'pending', N'processing') AND r.aggregate_id IS NOT NULL
 ),
 heads AS (

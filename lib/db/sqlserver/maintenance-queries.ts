@@ -14,7 +14,8 @@ import type { MssqlNames } from './names.ts';
 
 /**
  * One batch: open the gate `gateName` (always when `throttleMs` is undefined; a forced run still
- * records its time), then, only when it opened, run `reclaimSql` (an UPDATE of expired rows).
+ * records its time), then, only when it opened, run `reclaimSql` (updates of expired rows that
+ * add their count to `@v_reclaimed`).
  * Returns `ran` and `reclaimed` as the single result row.
  */
 export function buildGatedReclaim(names: MssqlNames, gateName: string, throttleMs: number | undefined, reclaimSql: string): MssqlStatement {
@@ -37,7 +38,6 @@ END;
 IF @v_gate_rows > 0
 BEGIN
   ${reclaimSql}
-  SET @v_reclaimed = @@ROWCOUNT;
 END;
 SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_reclaimed AS reclaimed;`,
     params: [
@@ -47,11 +47,22 @@ SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_recl
   };
 }
 
-/** Expired `processing` rows of `table` (qualified) back to `pending`; `extraCondition` narrows it. */
+/**
+ * Expired `processing` rows of `table` (qualified) back to `pending`, counted into `@v_reclaimed`;
+ * `extraCondition` narrows it. Autocommitted chunks of `DELETE_CHUNK` rows: after an outage
+ * thousands of leases expire at once, and one UPDATE of them all would escalate to a table lock
+ * that blocks every enqueue.
+ */
 export function reclaimUpdateSql(table: string, extraCondition = ''): string {
-  return `UPDATE ${table}
-     SET state = N'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()
-   WHERE state = N'processing' AND lease_expires_at <= SYSUTCDATETIME()${extraCondition};`;
+  return `DECLARE @v_chunk INT = 1;
+  WHILE @v_chunk > 0
+  BEGIN
+    UPDATE TOP (${DELETE_CHUNK}) ${table} WITH (ROWLOCK)
+       SET state = N'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()
+     WHERE state = N'processing' AND lease_expires_at <= SYSUTCDATETIME()${extraCondition};
+    SET @v_chunk = @@ROWCOUNT;
+    SET @v_reclaimed = @v_reclaimed + @v_chunk;
+  END;`;
 }
 
 /** Runs a gated reclaim statement and reads its result row. */
@@ -61,7 +72,7 @@ export async function runGatedReclaim(runner: MssqlRunner, statement: MssqlState
   return { ran: row?.ran === true, reclaimed: Number(row?.reclaimed ?? 0) };
 }
 
-/** Rows one retention DELETE removes at most: with every index entry they lock, far below the 5,000 locks that escalate to a table lock. */
+/** Rows one retention DELETE or reclaim UPDATE touches at most: with every index entry they lock, far below the 5,000 locks that escalate to a table lock. */
 export const DELETE_CHUNK = 500;
 
 /**

@@ -30,9 +30,10 @@ export const ONLINE_INDEX_EDITIONS = '3, 5, 8';
 /**
  * Creates an index once: `ONLINE = ON` where the edition can (concurrent reads and writes of the
  * table go on during the build), an ordinary build elsewhere. The clustered index is created with
- * its (still empty) table and always builds plainly.
+ * its (still empty) table and always builds plainly. `setOptions`: the index is filtered or on
+ * computed columns, so its batch starts with `FILTERED_INDEX_SET_OPTIONS`.
  */
-export function createIndex(table: string, index: string, definition: string, filtered: boolean): string {
+export function createIndex(table: string, index: string, definition: string, setOptions: boolean): string {
   const guard = `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(${literal(table)}) AND name = ${literal(index)})`;
   const create = `CREATE ${definition.replace('{index}', q(index)).replace('{table}', table)}`;
   const dynamic = (text: string) => `EXEC(N'${text.replace(/'/g, "''")}');`;
@@ -44,7 +45,7 @@ export function createIndex(table: string, index: string, definition: string, fi
   ELSE
     ${dynamic(create)}
 END;`;
-  return `${filtered ? `${FILTERED_INDEX_SET_OPTIONS}\n` : ''}${guard}\n${body}`;
+  return `${setOptions ? `${FILTERED_INDEX_SET_OPTIONS}\n` : ''}${guard}\n${body}`;
 }
 
 /** Drops index `index` of `table` when it exists. */

@@ -175,10 +175,13 @@ CREATE TABLE ${n.maintenance} (
         binaryColumn(n.inbox, 'aggregate_id', 'NVARCHAR(255) NULL'),
         byteLengthColumn(n.inbox, 'source'),
         byteLengthColumn(n.inbox, 'idempotency_key'),
-        createIndex(n.inbox, `${i}_source_idempotency_key`, 'UNIQUE INDEX {index} ON {table} (source, idempotency_key, source_bytes, idempotency_key_bytes)', false),
+        // An index on computed columns needs the same SET options as a filtered index.
+        createIndex(n.inbox, `${i}_source_idempotency_key`, 'UNIQUE INDEX {index} ON {table} (source, idempotency_key, source_bytes, idempotency_key_bytes)', true),
         createIndex(n.outbox, `${o}_key_head_idx`, `INDEX {index} ON {table} ([key], [sequence]) WHERE ${open} AND [key] IS NOT NULL`, true),
         createIndex(n.outbox, `${o}_key_processing_idx`, `INDEX {index} ON {table} ([key]) WHERE state = N'processing' AND [key] IS NOT NULL`, true),
         createIndex(n.outbox, `${o}_keyless_pending_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND [key] IS NULL`, true),
+        // Rows with an empty key (keyless too): without it their claim branch reads every pending row.
+        createIndex(n.outbox, `${o}_empty_key_pending_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND [key] = N''`, true),
         createIndex(n.inbox, `${i}_aggregate_head_idx`, `INDEX {index} ON {table} (source, aggregate_id, [sequence]) WHERE ${open} AND aggregate_id IS NOT NULL AND consumption = N'push'`, true),
         createIndex(n.inbox, `${i}_aggregate_processing_idx`, `INDEX {index} ON {table} (source, aggregate_id) WHERE state = N'processing' AND consumption = N'push' AND aggregate_id IS NOT NULL`, true),
         createIndex(n.inbox, `${i}_push_free_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push' AND aggregate_id IS NULL`, true),

@@ -23,10 +23,14 @@ export const LOCK_WAIT_MS = 10_000;
  * a lock timeout, an ANSI option) changes how it runs. `mssql` sends statements through
  * `sp_executesql`, and SET options set inside it revert when it returns: nothing set here leaks
  * to the next user of the connection either. The ANSI options and QUOTED_IDENTIFIER are the ones
- * filtered and computed-column indexes require.
+ * filtered and computed-column indexes require. `IMPLICIT_TRANSACTIONS OFF` (else a fenced write
+ * would open a transaction that stays open, with its locks, on the pooled connection),
+ * `ROWCOUNT 0` (else a claim or fenced batch would stop after that many rows) and the largest
+ * `TEXTSIZE` (else payloads would come back cut) undo what a handler may have set.
  */
 export const SESSION_SETTINGS = `SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET XACT_ABORT ON; SET LOCK_TIMEOUT ${LOCK_WAIT_MS};
 SET ANSI_NULLS ON; SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;
+SET IMPLICIT_TRANSACTIONS OFF; SET ROWCOUNT 0; SET TEXTSIZE 2147483647;
 `;
 
 /** Transactions QueueBox opened itself (`mssqlTransaction`), as opposed to a caller's transaction. */

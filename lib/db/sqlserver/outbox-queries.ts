@@ -11,7 +11,7 @@ import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMe
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
-import { buildDeleteFinished, buildGatedReclaim, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
+import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, type MssqlNames } from './names.ts';
 import { buildStats, runStats } from './table-stats.ts';
@@ -132,15 +132,39 @@ export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTop
     params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
   }
   return {
-    text: `UPDATE ${names.outbox}
-   SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
-       claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-       replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()
- WHERE ${where.join('\n   AND ')};`,
+    text: `DECLARE @v_replayed INT = 0;
+DECLARE @v_chunk INT = 1;
+DECLARE @v_after BIGINT = 0;
+DECLARE @v_moved TABLE ([sequence] BIGINT NOT NULL);
+WHILE @v_chunk > 0
+BEGIN
+  DELETE FROM @v_moved;
+  WITH chunk AS (
+    SELECT TOP (${DELETE_CHUNK}) * FROM ${names.outbox} WITH (ROWLOCK)
+     WHERE ${where.join('\n       AND ')}
+       AND [sequence] > @v_after
+     ORDER BY [sequence])
+  UPDATE chunk
+     SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
+         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+         replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()
+  OUTPUT inserted.[sequence] INTO @v_moved ([sequence]);
+  SET @v_chunk = @@ROWCOUNT;
+  SET @v_replayed = @v_replayed + @v_chunk;
+  SELECT @v_after = COALESCE(MAX([sequence]), @v_after) FROM @v_moved;
+END;
+SELECT @v_replayed AS replayed;`,
     params,
   };
 }
 
+/**
+ * Moves the matching `sent`/`dead` rows back to `pending` in autocommitted chunks of
+ * `DELETE_CHUNK` rows in `sequence` order (a replay of thousands of rows in one UPDATE would
+ * escalate to a table lock that blocks every enqueue); each chunk starts after the last one's
+ * highest `sequence`, so the table is read once. A replayed row leaves the filter, so a replay
+ * cut off midway is finished by running it again. Returns the rows moved.
+ */
 export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<number> {
   const states = replayStates(f);
   let matched: string[] | undefined;
@@ -150,8 +174,8 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
     matched = recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
     if (matched.length === 0) return 0;
   }
-  const result = await runStatement(runner, buildOutboxReplay(names, f, matched));
-  return result.rowsAffected.reduce((a, b) => a + b, 0);
+  const { recordset } = await runStatement<{ replayed: number }>(runner, buildOutboxReplay(names, f, matched));
+  return Number(recordset[0]?.replayed ?? 0);
 }
 
 /** Deletes at most `limit` rows of one finished state older than `olderThanMs` (by `updated_at`). */
