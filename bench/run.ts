@@ -22,7 +22,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
-import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import type { CaseResult, ChildInput } from './case-child.ts';
 import { CASE_NAMES } from './cases.ts';
 import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';

@@ -23,7 +23,7 @@ export interface CliIo {
   stdout: (text: string) => void;
   stderr: (text: string) => void;
   env: Readonly<Record<string, string | undefined>>;
-  /** Runs the local scheduler; default: `runLocal` of `lib/runtime/local-runner.ts`. */
+  /** Runs the local scheduler; default: `runLocal` of `lib/local/local-runner.ts`. */
   runLocal?: (options: Record<string, unknown>) => Promise<unknown>;
 }
 
@@ -159,9 +159,9 @@ export function createProgram(io: CliIo): Command {
 
 async function loadLocalRunner(): Promise<(options: Record<string, unknown>) => Promise<unknown>> {
   // A variable specifier: the local runner lives in another area and is loaded only for `local`.
-  const specifier = '../lib/runtime/local-runner.ts';
+  const specifier = '../lib/local/local-runner.ts';
   const module = (await import(specifier)) as { runLocal?: (options: Record<string, unknown>) => Promise<unknown> };
-  if (typeof module.runLocal !== 'function') throw new QueueBoxError('lib/runtime/local-runner.ts does not export runLocal');
+  if (typeof module.runLocal !== 'function') throw new QueueBoxError('lib/local/local-runner.ts does not export runLocal');
   return module.runLocal;
 }
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
-import { runLocal } from '../../lib/runtime/local-runner.ts';
+import { runLocal } from '../../lib/local/local-runner.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
 import { runTsx } from '../helpers/run-tsx.ts';
 
