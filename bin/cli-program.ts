@@ -17,6 +17,7 @@ import { reclaimNow } from '../lib/operations/reclaim-now.ts';
 import { replayOutbox } from '../lib/operations/replay.ts';
 import { runRetention } from '../lib/operations/retention.ts';
 import { collectStatus, formatStatus } from '../lib/operations/status.ts';
+import { packageVersion } from './package-version.ts';
 
 /** Where the program writes and what it reads. */
 export interface CliIo {
@@ -33,6 +34,11 @@ export function processIo(): CliIo {
 }
 
 const collect = (value: string, previous: string[] = []) => [...previous, ...value.split(',').filter((v) => v !== '')];
+const positiveNumber = (value: string) => {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new UsageError(`expected a positive number, got ${value}`);
+  return n;
+};
 const positive = (value: string) => {
   const n = Number(value);
   if (!Number.isInteger(n) || n <= 0) throw new UsageError(`expected a positive integer, got ${value}`);
@@ -43,6 +49,7 @@ const positive = (value: string) => {
 export function createProgram(io: CliIo): Command {
   const program = new Command('queuebox')
     .description('QueueBox: transactional outbox and inbox operations')
+    .version(packageVersion(), '-V, --version', 'print the QueueBox version')
     .option('-c, --config <path>', 'YAML configuration file (default: $QUEUEBOX_CONFIG)')
     .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
     .exitOverride()
@@ -146,23 +153,19 @@ export function createProgram(io: CliIo): Command {
     .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
     .option('--messages <n>', 'enqueue this many demo messages first', positive)
     .option('--exit-when-drained', 'stop when every row is finished')
-    .allowUnknownOption()
-    .allowExcessArguments()
-    .action(async (opts: Record<string, unknown>, command: Command) => {
+    .option('--speed <factor>', 'divide schedule periods and timeouts by this factor (a demo in fast motion)', positiveNumber)
+    .action(async (opts: { messages?: number; exitWhenDrained?: boolean; speed?: number }) => {
       const run = io.runLocal ?? (await loadLocalRunner());
       const path = program.opts<{ config?: string }>().config;
-      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}), args: command.args });
+      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) });
     });
 
   return program;
 }
 
 async function loadLocalRunner(): Promise<(options: Record<string, unknown>) => Promise<unknown>> {
-  // A variable specifier: the local runner lives in another area and is loaded only for `local`.
-  const specifier = '../lib/local/local-runner.ts';
-  const module = (await import(specifier)) as { runLocal?: (options: Record<string, unknown>) => Promise<unknown> };
-  if (typeof module.runLocal !== 'function') throw new QueueBoxError('lib/local/local-runner.ts does not export runLocal');
-  return module.runLocal;
+  const { runLocal } = await import('../lib/local/local-runner.ts');
+  return runLocal;
 }
 
 /** Runs the program on `argv`; returns the exit code (0 success, 1 failure) instead of exiting. */

@@ -43,6 +43,11 @@ import { DemoWebhooks, type WebhookTally } from './local-demo-webhooks.ts';
 import { DEFAULT_SCHEDULE, LOCAL_FUNCTIONS, readSchedules, type Schedule, type ScheduledHandler } from './local-schedules.ts';
 import { startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulator.ts';
 
+/** Printed once at start: the demo's refused and duplicate webhooks are deliberate. */
+export const DEMO_REFUSALS_NOTE =
+  'demo webhooks on purpose: every 4th is delivered twice (answered 200 duplicate, stored once) and every 10th order also draws a forgery ' +
+  'signed with a wrong secret, which the inbox refuses (401, logged as "inbox request refused", nothing stored)';
+
 export interface LocalRunOptions {
   /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. */
   messages?: number;
@@ -62,8 +67,6 @@ export interface LocalRunOptions {
   out?: (line: string) => void;
   /** Environment; default `process.env`. */
   env?: Record<string, string | undefined>;
-  /** Other CLI arguments: `--speed N` (or `--speed=N`) sets `speed`; the rest are ignored. */
-  args?: unknown;
   /** An SQS emulator to deliver to instead of starting one; the caller stops it (tests read the queues after the run). */
   emulator?: LocalSqsEmulator;
 }
@@ -85,7 +88,7 @@ export interface LocalRunSummary {
 export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunSummary> {
   const env = options.env ?? process.env;
   const out = options.out ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const speed = options.speed ?? speedFromArgs(options.args) ?? 1;
+  const speed = options.speed ?? 1;
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   // `on`, not `once`: under `npm start` a Ctrl-C reaches this process twice (from the terminal
@@ -127,7 +130,10 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
       feed !== undefined && demoInbox && source !== undefined ? new DemoWebhooks({ path: webhookPath, source, secret: env[DEMO_PAYMENTS_SECRET_ENV]!, out }) : undefined;
     out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : url.replace(/:[^:@/]*@/, ':***@')}, SQS emulator ${emulator.endpoint}`);
     out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ')}`);
-    if (webhooks) out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
+    if (webhooks) {
+      out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
+      out(DEMO_REFUSALS_NOTE);
+    }
     return await runScheduler({ options, config, driver, emulator, feed, webhooks, out, speed, stop: stop.signal });
   } finally {
     process.removeListener('SIGINT', onSignal);
@@ -139,16 +145,6 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     if (emulator !== options.emulator) await emulator?.stop().catch(() => {});
     await embedded?.stop().catch(() => {});
   }
-}
-
-/** `--speed N` / `--speed=N` among the CLI's extra arguments; undefined when absent or not a positive number. */
-function speedFromArgs(args: unknown): number | undefined {
-  if (!Array.isArray(args)) return undefined;
-  const list = args.map(String);
-  const index = list.findIndex((a) => a === '--speed' || a.startsWith('--speed='));
-  if (index < 0) return undefined;
-  const value = Number(list[index]!.includes('=') ? list[index]!.split('=')[1] : list[index + 1]);
-  return Number.isFinite(value) && value > 0 ? value : undefined;
 }
 
 interface SchedulerInput {
@@ -245,8 +241,8 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     inbox = (await driver.inboxStats()).counts;
     counts = (await driver.outboxStats()).counts;
   } catch (error) {
-    // Ctrl-C in a terminal reaches the embedded PostgreSQL too (same process group), which then
-    // shuts down at once: report the last counts read instead of failing the run's summary.
+    // A configured database may have gone away meanwhile (the embedded one stops only after
+    // this read): report the last counts read instead of failing the run's summary.
     out(`final counts unavailable (${error instanceof Error ? error.message : String(error)}); showing the last counts read`);
   }
   const summary: LocalRunSummary = {

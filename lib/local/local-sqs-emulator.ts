@@ -2,7 +2,8 @@
  * The in-process SQS emulator of `queuebox local` (fauxqs on a free port) with the demo queues:
  * a FIFO queue for orders and a standard queue for everything else.
  */
-import { startFauxqs, type FauxqsServer } from 'fauxqs';
+import type { FauxqsServer } from 'fauxqs';
+import { importOptional } from '../optional-package.ts';
 
 /** Demo queue names. */
 export const DEMO_FIFO_QUEUE = 'queuebox-demo.fifo';
@@ -19,7 +20,9 @@ export interface LocalSqsEmulator {
   stop(): Promise<void>;
 }
 
+/** Starts the emulator with the demo queues; `fauxqs` is an optional package, loaded here. */
 export async function startLocalSqsEmulator(): Promise<LocalSqsEmulator> {
+  const { startFauxqs } = await importOptional('fauxqs', 'The local SQS emulator (queuebox local)', () => import('fauxqs'));
   const server: FauxqsServer = await startFauxqs({ port: 0, logger: false });
   const fifo = server.createQueue(DEMO_FIFO_QUEUE, { attributes: { FifoQueue: 'true' } });
   const standard = server.createQueue(DEMO_STANDARD_QUEUE);
