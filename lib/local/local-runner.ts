@@ -22,7 +22,9 @@
  * or processing either) stops the feed and brings each running invocation's end forward to
  * `now + deadline margin + MIN_CLAIM_WINDOW_MS − 1 ms`: like a Lambda near its timeout, the pass
  * claims nothing more, finishes what it holds and returns. Then the emulator and the embedded
- * database stop and `runLocal` resolves.
+ * database stop and `runLocal` resolves. The embedded database runs in a process group of its own
+ * (`embedded-database.ts`), so a Ctrl-C in the terminal reaches this process only: the final
+ * counts are read from a database that is still up.
  *
  * `speed` compresses time for demos: schedule periods and timeouts are divided by it (the
  * timeout never below margin + 5 s).
