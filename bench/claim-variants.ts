@@ -18,7 +18,7 @@ import pg from 'pg';
 import { parseConfig } from '../lib/config/load-config.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
-import { startEmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
+import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import { keyExpression } from './workloads.ts';
 
 const LIMIT = 100;

@@ -22,7 +22,7 @@ import { runRelayPass } from '../lib/inbox/relay-pass.ts';
 import { createLogger } from '../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../lib/observability/metrics.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
-import { startEmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
+import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import { serverInfo } from './server-info.ts';
 
 type Mode = 'batched' | 'row-by-row';

@@ -22,7 +22,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
-import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
+import { LAMBDA_NODE_TARGET } from '../infra/build.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import type { CaseResult, ChildInput } from './case-child.ts';
 import { CASE_NAMES } from './cases.ts';
 import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';
@@ -54,7 +55,7 @@ async function buildChild(): Promise<string> {
     packages: 'external',
     format: 'esm',
     platform: 'node',
-    target: 'node20',
+    target: LAMBDA_NODE_TARGET,
     sourcemap: true,
     logLevel: 'error',
   });

@@ -3,7 +3,7 @@
  * memory does not count against the poller's peak RSS in the case's child process.
  */
 import { startFauxqs } from 'fauxqs';
-import { freePort } from '../lib/runtime/embedded-database.ts';
+import { freePort } from '../lib/local/embedded-database.ts';
 
 export interface SqsEmulator {
   /** A new standard queue for one case. */

@@ -12,7 +12,7 @@ import { loadConfig } from '../lib/config/load-config.ts';
 import type { QueueBoxConfig } from '../lib/config/schema.ts';
 import { createDriver } from '../lib/db/create-driver.ts';
 import type { Driver } from '../lib/db/driver.ts';
-import { QueueBoxError, UsageError } from '../lib/errors.ts';
+import { UsageError } from '../lib/errors.ts';
 import { reclaimNow } from '../lib/operations/reclaim-now.ts';
 import { formatReplayPreview } from '../lib/operations/format-replay-preview.ts';
 import { parseReplayRequest, previewReplay, REPLAY_CONFIRM_ABOVE, REPLAY_SAMPLE_SIZE, runReplayCommand } from '../lib/operations/replay.ts';
@@ -20,6 +20,7 @@ import { describeCliError } from '../lib/operations/describe-cli-error.ts';
 import { runRetention } from '../lib/operations/retention.ts';
 import { retentionProgress } from '../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../lib/operations/status.ts';
+import { packageVersion } from './package-version.ts';
 
 /** Where the program writes and what it reads. */
 export interface CliIo {
@@ -28,7 +29,7 @@ export interface CliIo {
   env: Readonly<Record<string, string | undefined>>;
   /** Whether stderr is a terminal (progress then updates one line in place). */
   stderrIsTTY?: boolean;
-  /** Runs the local scheduler; default: `runLocal` of `lib/runtime/local-runner.ts`. */
+  /** Runs the local scheduler; default: `runLocal` of `lib/local/local-runner.ts`. */
   runLocal?: (options: Record<string, unknown>) => Promise<unknown>;
 }
 
@@ -38,6 +39,11 @@ export function processIo(): CliIo {
 }
 
 const collect = (value: string, previous: string[] = []) => [...previous, ...value.split(',').filter((v) => v !== '')];
+const positiveNumber = (value: string) => {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new UsageError(`expected a positive number, got ${value}`);
+  return n;
+};
 const positive = (value: string) => {
   const n = Number(value);
   if (!Number.isInteger(n) || n <= 0) throw new UsageError(`expected a positive integer, got ${value}`);
@@ -48,6 +54,7 @@ const positive = (value: string) => {
 export function createProgram(io: CliIo): Command {
   const program = new Command('queuebox')
     .description('QueueBox: transactional outbox and inbox operations')
+    .version(packageVersion(), '-V, --version', 'print the QueueBox version')
     .option('-c, --config <path>', 'YAML configuration file (default: $QUEUEBOX_CONFIG)')
     .option('--debug', 'print the stack of an unexpected error')
     .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
@@ -160,23 +167,19 @@ export function createProgram(io: CliIo): Command {
     .option('--messages <n>', 'enqueue this many demo messages first', positive)
     .option('--exit-when-drained', 'stop when every row is finished')
     .option('--use-existing', 'run even though the database already holds outbox or inbox rows (they will be published and relayed)')
-    .allowUnknownOption()
-    .allowExcessArguments()
-    .action(async (opts: Record<string, unknown>, command: Command) => {
+    .option('--speed <factor>', 'divide schedule periods and timeouts by this factor (a demo in fast motion)', positiveNumber)
+    .action(async (opts: { messages?: number; exitWhenDrained?: boolean; speed?: number; useExisting?: boolean }) => {
       const run = io.runLocal ?? (await loadLocalRunner());
       const path = program.opts<{ config?: string }>().config;
-      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}), args: command.args });
+      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) });
     });
 
   return program;
 }
 
 async function loadLocalRunner(): Promise<(options: Record<string, unknown>) => Promise<unknown>> {
-  // A variable specifier: the local runner lives in another area and is loaded only for `local`.
-  const specifier = '../lib/runtime/local-runner.ts';
-  const module = (await import(specifier)) as { runLocal?: (options: Record<string, unknown>) => Promise<unknown> };
-  if (typeof module.runLocal !== 'function') throw new QueueBoxError('lib/runtime/local-runner.ts does not export runLocal');
-  return module.runLocal;
+  const { runLocal } = await import('../lib/local/local-runner.ts');
+  return runLocal;
 }
 
 /** Runs the program on `argv`; returns the exit code (0 success, 1 failure) instead of exiting. */

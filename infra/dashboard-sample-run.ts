@@ -22,8 +22,8 @@ import { enqueue } from '../lib/outbox/enqueue.ts';
 import { createPullWorker } from '../lib/pull/pull-worker.ts';
 import { setContainer } from '../lib/runtime/container.ts';
 import { createInvocationContext } from '../lib/runtime/invocation-context.ts';
-import { DemoWebhooks } from '../lib/runtime/local-demo-webhooks.ts';
-import { EMULATOR_REGION, startLocalSqsEmulator } from '../lib/runtime/local-sqs-emulator.ts';
+import { DemoWebhooks } from '../lib/local/local-demo-webhooks.ts';
+import { EMULATOR_REGION, startLocalSqsEmulator } from '../lib/local/local-sqs-emulator.ts';
 
 /** What one round of the run produced. */
 export interface SampleRound {

@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { startEmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
+import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import { dashboardHtml, pageSize } from './dashboard-html.ts';
 import { runSample } from './dashboard-sample-run.ts';
 import { dashboardBodyText } from './dashboard.ts';

@@ -72,3 +72,16 @@ export class UniqueViolationError extends QueueBoxError {
 export class UsageError extends QueueBoxError {
   override readonly name = 'UsageError';
 }
+
+/** An optional package QueueBox needs for this feature is not installed; `packageName` names it. */
+export class MissingPackageError extends QueueBoxError {
+  override readonly name = 'MissingPackageError';
+  constructor(
+    readonly packageName: string,
+    feature: string,
+    version: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${feature} needs the optional package "${packageName}", which is not installed: npm install ${packageName}@${version}`, options);
+  }
+}

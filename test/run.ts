@@ -10,7 +10,7 @@
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/runtime/embedded-database.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
 
 function findTests(dir: string): string[] {
   const out: string[] = [];

@@ -4,6 +4,7 @@
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { requireSecret } from '../config/load-config.ts';
 import { ConfigError } from '../errors.ts';
+import { importOptional } from '../optional-package.ts';
 import type { Driver } from './driver.ts';
 import { PostgresDriver } from './postgres/postgres-driver.ts';
 
@@ -17,7 +18,7 @@ export function resolveDatabaseUrl(config: Pick<QueueBoxConfig, 'database'>, env
 export async function createDriver(config: QueueBoxConfig, env: Readonly<Record<string, string | undefined>> = process.env): Promise<Driver> {
   const url = resolveDatabaseUrl(config, env);
   if (config.database.type === 'sqlserver') {
-    const { SqlServerDriver } = await import('./sqlserver/sqlserver-driver.ts');
+    const { SqlServerDriver } = await importOptional('mssql', 'database.type: sqlserver', () => import('./sqlserver/sqlserver-driver.ts'));
     return new SqlServerDriver({ config, url });
   }
   return new PostgresDriver({ config, url });

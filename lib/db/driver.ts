@@ -16,6 +16,7 @@
  * - Batch operations take one round trip.
  * - No session state: no session advisory locks, no LISTEN, no named prepared statements.
  */
+import type { CallerTransaction } from './caller-transaction.ts';
 
 /** A claimed row's ownership: the row id and the token of this claim. */
 export interface ClaimRef {
@@ -185,7 +186,7 @@ export interface DeadRowSummary {
  * `Transaction`. Enqueue and pull completion run inside it, so they commit or roll back with the
  * caller's business change.
  */
-export type CallerTransaction = unknown;
+export type { CallerTransaction };
 
 /** Every operation QueueBox performs on its database. */
 export interface Driver {

@@ -5,7 +5,9 @@
  * with the business change. Nothing here opens a connection.
  */
 import { IDENTIFIER_PATTERN } from '../config/schema.ts';
+import { refusePool } from '../db/caller-transaction.ts';
 import type { CallerTransaction, OutboxMessageInput } from '../db/driver.ts';
+import { importOptional } from '../optional-package.ts';
 import { pgNames } from '../db/postgres/names.ts';
 import { outboxInsert } from '../db/postgres/outbox-queries.ts';
 import type { PgQueryable } from '../db/postgres/pg-pool.ts';
@@ -30,7 +32,8 @@ function isMssqlTransaction(tx: unknown): boolean {
  * Inserts one outbox message inside the caller's open transaction and returns its id.
  *
  * `tx` is a `pg` client on which the caller ran `BEGIN` (or an `mssql` Transaction). Throws
- * `ValidationError` naming the field when the message is invalid; nothing is written then.
+ * `ValidationError` naming the field when the message is invalid, and `UsageError` for a
+ * `pg.Pool` (its queries would run outside the transaction); nothing is written then.
  */
 export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput, options: EnqueueOptions = {}): Promise<string> {
   const m = validateOutboxMessage(message);
@@ -38,8 +41,9 @@ export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput
   if (!IDENTIFIER_PATTERN.test(table)) throw new ValidationError('options.table', 'must be a lower-case SQL identifier');
   if (options.schema !== undefined && !IDENTIFIER_PATTERN.test(options.schema)) throw new ValidationError('options.schema', 'must be a lower-case SQL identifier');
   const defaults = { maxAttempts: options.maxAttempts ?? 5 };
+  refusePool(tx, 'enqueue');
   if (isMssqlTransaction(tx)) {
-    const { sqlServerOutboxInsert } = await import('../db/sqlserver/outbox-queries.ts');
+    const { sqlServerOutboxInsert } = await importOptional('mssql', 'enqueue on an mssql Transaction', () => import('../db/sqlserver/outbox-queries.ts'));
     return sqlServerOutboxInsert({ schema: options.schema ?? 'dbo', table }, tx, m, defaults);
   }
   if (typeof tx !== 'object' || tx === null || typeof (tx as PgQueryable).query !== 'function') {

@@ -15,6 +15,7 @@
 import { backoffDelayMs } from '../claims/backoff.ts';
 import { redactError } from '../claims/redact.ts';
 import type { LeaseKeeper } from '../claims/lease-keeper.ts';
+import type { CallerTransaction } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { OwnershipLostError } from './ownership-lost-error.ts';
 import type { PullClient, PullMessage } from './pull-client.ts';
@@ -85,7 +86,8 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
   const completeIn = async (tx: Tx): Promise<void> => {
     if (signal.aborted) throw new OwnershipLostError(message.id, 'the claim was lost or the worker is stopping');
     c.keeper.release(message.id);
-    const outcome = await c.client.complete(tx, message.claim);
+    // The runner's transaction: a pg client or an mssql Transaction (the driver checks which).
+    const outcome = await c.client.complete(tx as CallerTransaction, message.claim);
     if (!outcome.ok) {
       fenced = true;
       throw new OwnershipLostError(message.id, 'the completion changed no row');

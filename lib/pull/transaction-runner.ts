@@ -8,10 +8,15 @@
  */
 import type pg from 'pg';
 import type { Driver } from '../db/driver.ts';
-import type { SqlServerDriver } from '../db/sqlserver/sqlserver-driver.ts';
 import { PostgresDriver } from '../db/postgres/postgres-driver.ts';
 import { pgTransaction } from '../db/postgres/pg-pool.ts';
 import { UsageError } from '../errors.ts';
+import { importOptional } from '../optional-package.ts';
+
+/** What the SQL Server runner needs of its driver: the driver's `mssql` pool (typed loosely, so these declarations need no `mssql` types). */
+export interface MssqlPoolSource {
+  pool(): Promise<unknown>;
+}
 
 /** Runs `work(tx)` in a transaction: commit on resolve, rollback (and rethrow) on throw. */
 export type TransactionRunner<Tx> = <T>(work: (tx: Tx) => Promise<T>) => Promise<T>;
@@ -25,16 +30,16 @@ export function pgTransactionRunner(pool: pg.Pool): TransactionRunner<pg.PoolCli
  * A runner on the SQL Server driver's pool: one `mssql` Transaction (READ COMMITTED) per call.
  * `mssql` is loaded only when a SQL Server worker runs.
  */
-export function mssqlTransactionRunner(driver: Pick<SqlServerDriver, 'pool'>): TransactionRunner<unknown> {
+export function mssqlTransactionRunner(driver: MssqlPoolSource): TransactionRunner<unknown> {
   return async (work) => {
-    const { mssqlTransaction } = await import('../db/sqlserver/mssql-pool.ts');
-    return mssqlTransaction(await driver.pool(), work);
+    const { mssqlTransaction } = await importOptional('mssql', 'a SQL Server pull worker', () => import('../db/sqlserver/mssql-pool.ts'));
+    return mssqlTransaction((await driver.pool()) as Parameters<typeof mssqlTransaction>[0], work);
   };
 }
 
 /** The runner of a QueueBox driver: its own pool, on either dialect; other drivers must pass one. */
 export function defaultTransactionRunner(driver: Driver): TransactionRunner<unknown> {
   if (driver instanceof PostgresDriver) return pgTransactionRunner(driver.pool) as TransactionRunner<unknown>;
-  if (driver.dialect === 'sqlserver' && typeof (driver as Partial<SqlServerDriver>).pool === 'function') return mssqlTransactionRunner(driver as SqlServerDriver);
+  if (driver.dialect === 'sqlserver' && typeof (driver as Partial<MssqlPoolSource>).pool === 'function') return mssqlTransactionRunner(driver as unknown as MssqlPoolSource);
   throw new UsageError(`a pull worker on this ${driver.dialect} driver needs the \`transactions\` option (a TransactionRunner)`);
 }

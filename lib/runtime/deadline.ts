@@ -2,10 +2,12 @@
  * The invocation deadline of a scheduled pass (spec §3):
  * `deadline = context.getRemainingTimeInMillis() − margin`.
  */
+/** What a deadline reads the time left from: a Lambda `Context`, or anything with the same method. */
 export interface RemainingTime {
   getRemainingTimeInMillis(): number;
 }
 
+/** The end of a pass: `remainingMs()` counts down to the invocation's end minus the margin. */
 export interface Deadline {
   /** Milliseconds until the pass must have returned (never negative). */
   remainingMs(): number;
@@ -15,6 +17,7 @@ export interface Deadline {
   expired(): boolean;
 }
 
+/** A deadline `marginMs` before the end that `context` counts down to (a Lambda context: its timeout). */
 export function createDeadline(context: RemainingTime, marginMs: number): Deadline {
   return {
     remainingMs: () => Math.max(0, context.getRemainingTimeInMillis() - marginMs),

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { runCli } from '../../bin/cli-program.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -150,5 +151,35 @@ describe('queuebox CLI', () => {
     assert.equal(seen?.messages, 5);
     assert.equal(seen?.exitWhenDrained, true);
     assert.equal(seen?.useExisting, true);
+  });
+
+  it('--version prints the package version', async () => {
+    const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
+    const result = await cli('--version');
+    assert.deepEqual([result.code, result.stdout], [0, `${version}\n`]);
+  });
+
+  it('local refuses an unknown option (a typo must not start an endless run) and lists every option in --help', async () => {
+    let ran = false;
+    const io = (out: { text: string }) => ({ stdout: (t: string) => (out.text += t), stderr: (t: string) => (out.text += t), env, runLocal: async () => (ran = true) });
+    const typo = { text: '' };
+    assert.equal(await runCli(['local', '--mesages', '5'], io(typo)), 1);
+    assert.match(typo.text, /unknown option '--mesages'/);
+    const extra = { text: '' };
+    assert.equal(await runCli(['local', 'now'], io(extra)), 1);
+    assert.match(extra.text, /too many arguments/);
+    assert.equal(ran, false, 'nothing ran');
+    const help = { text: '' };
+    assert.equal(await runCli(['local', '--help'], io(help)), 0);
+    for (const flag of ['--messages <n>', '--exit-when-drained', '--speed <factor>']) assert.ok(help.text.includes(flag), `--help lists ${flag}:\n${help.text}`);
+  });
+
+  it('local hands --speed to the local runner as a number, and refuses one that is not positive', async () => {
+    let seen: Record<string, unknown> | undefined;
+    assert.equal(await runCli(['local', '--speed', '2.5'], { stdout: () => {}, stderr: () => {}, env, runLocal: async (o) => (seen = o) }), 0);
+    assert.equal(seen?.speed, 2.5);
+    let stderr = '';
+    assert.equal(await runCli(['local', '--speed', '0'], { stdout: () => {}, stderr: (t) => (stderr += t), env, runLocal: async () => {} }), 1);
+    assert.match(stderr, /expected a positive number, got 0/);
   });
 });

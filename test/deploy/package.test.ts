@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { before, describe, it } from 'node:test';
 import { METRIC_NAMES, METRICS } from '../../lib/observability/metric-names.ts';
-import { buildAll } from '../../infra/build.ts';
+import { buildAll, LAMBDA_NODE_TARGET } from '../../infra/build.ts';
 import { FUNCTIONS, functionLogicalId } from '../../infra/functions.ts';
 
 type Resource = { Type: string; Properties: Record<string, unknown>; Condition?: string };
@@ -37,7 +37,9 @@ describe('osls package (offline)', () => {
     resources = template.Resources;
   });
 
-  it('declares every function on nodejs24.x arm64, each shipping only its own bundle', () => {
+  it('declares every function on nodejs24.x arm64 (the esbuild target and `engines` match), each shipping only its own bundle', () => {
+    assert.equal(LAMBDA_NODE_TARGET, 'node24');
+    assert.equal((JSON.parse(readFileSync('package.json', 'utf8')) as { engines: { node: string } }).engines.node, '>=24');
     const functions = ofType('AWS::Lambda::Function');
     assert.deepEqual(functions.map(([id]) => id).sort(), FUNCTIONS.map((f) => functionLogicalId(f.name)).sort());
     for (const fn of FUNCTIONS) {
@@ -45,10 +47,12 @@ describe('osls package (offline)', () => {
       assert.equal(props.Runtime, 'nodejs24.x');
       assert.deepEqual(props.Architectures, ['arm64']);
       assert.equal(props.Handler, `dist/${fn.name}/index.handler`);
-      assert.equal((props.Environment as { Variables: Record<string, string> }).Variables.QUEUEBOX_CONFIG, '/var/task/dist/queuebox.yml');
+      assert.equal((props.Environment as { Variables: Record<string, string> }).Variables.QUEUEBOX_CONFIG, 'dist/queuebox.yml', 'relative to /var/task, the working directory on Lambda');
       const zip = spawnSync('unzip', ['-Z1', `.serverless/${fn.name}.zip`], { encoding: 'utf8' });
       if (zip.status === 0) {
-        assert.deepEqual(zip.stdout.trim().split('\n').sort(), ['dist/queuebox.yml', `dist/${fn.name}/index.mjs`, `dist/${fn.name}/index.mjs.map`].sort());
+        const shipped = zip.stdout.trim().split('\n').sort();
+        assert.deepEqual(shipped.filter((f) => !f.startsWith(`dist/${fn.name}/`)), ['dist/queuebox.yml'], 'nothing of another function');
+        for (const file of ['index.js', 'index.js.map', 'package.json']) assert.ok(shipped.includes(`dist/${fn.name}/${file}`), `${fn.name} ships ${file}`);
       }
       assert.ok(sizes[fn.name]! > 0);
     }

@@ -8,7 +8,7 @@
  * `FAULTS_PULL_SHARE` (shares of push and pull inbox rows; default 0.25 / 0.15).
  * Arguments: `--messages N`, `--seed N` override the environment.
  */
-import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../lib/runtime/embedded-database.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../lib/local/embedded-database.ts';
 import { runFaults } from './fault-run.ts';
 import { formatFaultTable } from './format-fault-table.ts';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { enqueue } from '../../lib/index.ts';
-import { ValidationError } from '../../lib/errors.ts';
+import { UsageError, ValidationError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 describe('enqueue', () => {
@@ -69,13 +69,31 @@ describe('enqueue', () => {
   for (const [what, message, field] of invalid) {
     it(`rejects ${what} with an error naming ${field}, writing nothing`, async () => {
       const before = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
-      await assert.rejects(enqueue(db.pool, message as never, { schema: db.schema }), (error: unknown) => {
-        assert.ok(error instanceof ValidationError, `ValidationError, got ${String(error)}`);
-        assert.equal(error.field, field);
-        return true;
-      });
+      const client = await db.pool.connect();
+      try {
+        await assert.rejects(enqueue(client, message as never, { schema: db.schema }), (error: unknown) => {
+          assert.ok(error instanceof ValidationError, `ValidationError, got ${String(error)}`);
+          assert.equal(error.field, field);
+          return true;
+        });
+      } finally {
+        client.release();
+      }
       const afterRows = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
       assert.equal(afterRows[0]!.n, before[0]!.n);
     });
   }
+
+  it('refuses a pg.Pool (its queries would run outside the caller transaction) with a UsageError saying what to pass, writing nothing', async () => {
+    const before = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+    // @ts-expect-error a Pool is not a transaction client: the type refuses it too
+    await assert.rejects(enqueue(db.pool, { topic: 't', payload: {} }, { schema: db.schema }), (error: unknown) => {
+      assert.ok(error instanceof UsageError, `UsageError, got ${String(error)}`);
+      assert.match(error.message, /not a pg\.Pool/);
+      assert.match(error.message, /pool\.connect\(\)/);
+      return true;
+    });
+    const afterRows = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+    assert.equal(afterRows[0]!.n, before[0]!.n);
+  });
 });

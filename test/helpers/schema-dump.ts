@@ -52,7 +52,7 @@ export async function dumpSchema(pool: pg.Pool, schema: string): Promise<string>
 }
 
 if (process.argv.includes('--write')) {
-  const { startEmbeddedDatabase } = await import('../../lib/runtime/embedded-database.ts');
+  const { startEmbeddedDatabase } = await import('../../lib/local/embedded-database.ts');
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedDatabase();
   process.env.DATABASE_URL ??= embedded!.url;
   const { createTestDatabase } = await import('./database.ts');

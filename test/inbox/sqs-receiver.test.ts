@@ -6,7 +6,7 @@ import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { createSqsReceiver } from '../../lib/inbox/sqs-receiver.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
-import { freePort } from '../../lib/runtime/embedded-database.ts';
+import { freePort } from '../../lib/local/embedded-database.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 const ARN = 'arn:aws:sqs:eu-west-1:000000000000';

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
-import { runLocal } from '../../lib/runtime/local-runner.ts';
+import { runLocal } from '../../lib/local/local-runner.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
 import { captureStdout } from '../helpers/stdout-capture.ts';
 

@@ -27,6 +27,9 @@ export function createPgPool(database: QueueBoxConfig['database'], url: string):
     idle_in_transaction_session_timeout: database.idleInTransactionTimeoutMs,
     connectionTimeoutMillis: database.connectTimeoutMs,
     idleTimeoutMillis: 30000,
+    // Idle connections do not keep a finished process alive (`osls invoke local`, scripts); a
+    // Lambda container is frozen between invocations, never exited, so its pool stays warm.
+    allowExitOnIdle: true,
     application_name: 'queuebox',
   });
   // A pooled idle client whose connection drops emits 'error' on the pool; without a listener

@@ -4,6 +4,7 @@
 import type pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
+import { refusePool } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver } from '../driver.ts';
 import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
@@ -16,6 +17,7 @@ import { outboxReplayPreview } from './replay-preview.ts';
 
 /** Accepts the caller's `pg` client (inside its own `BEGIN`). */
 function asQueryable(tx: CallerTransaction): PgQueryable {
+  refusePool(tx, 'a write in the caller transaction');
   if (typeof tx === 'object' && tx !== null && typeof (tx as PgQueryable).query === 'function') return tx as PgQueryable;
   throw new QueueBoxError('expected a pg client (pg.Client or pg.PoolClient) inside the caller transaction');
 }

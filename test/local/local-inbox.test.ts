@@ -8,8 +8,8 @@ import { randomBytes } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import { DeleteMessageCommand, ReceiveMessageCommand, SQSClient, type Message } from '@aws-sdk/client-sqs';
 import pg from 'pg';
-import { runLocal } from '../../lib/runtime/local-runner.ts';
-import { EMULATOR_REGION, startLocalSqsEmulator } from '../../lib/runtime/local-sqs-emulator.ts';
+import { runLocal } from '../../lib/local/local-runner.ts';
+import { EMULATOR_REGION, startLocalSqsEmulator } from '../../lib/local/local-sqs-emulator.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
 
 async function receiveAll(client: SQSClient, queueUrl: string): Promise<Message[]> {

@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
-import { runLocal } from '../../lib/runtime/local-runner.ts';
+import { DEMO_REFUSALS_NOTE, runLocal } from '../../lib/local/local-runner.ts';
 import { UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, testDatabaseUrl } from '../helpers/database.ts';
 import { runTsx } from '../helpers/run-tsx.ts';
@@ -88,6 +92,43 @@ describe('local run (npm start)', () => {
     assert.ok(signalled, `the run made progress before the signal:\n${stdout}\n${stderr}`);
     assert.equal(code, 0, `exit code 0\nstdout:\n${stdout}\nstderr:\n${stderr}`);
     assert.match(stdout, /stopped \(signal\): \{/, 'the final summary line');
+  });
+
+  it('Ctrl-C in a terminal on the embedded database: the run ends with its summary, then the database stops; no warning, no error, no temp directory left', async () => {
+    // A terminal sends Ctrl-C to its whole foreground process group: the child leads a group of its
+    // own here and the signal goes to the group (twice: the terminal's and npm's forwarded one).
+    const temp = mkdtempSync(join(tmpdir(), 'qb-local-tmp-'));
+    chmodSync(temp, 0o1777); // as /tmp: as root, initdb runs as the postgres user and reads a file from here
+    const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: temp };
+    for (const name of ['DATABASE_URL', 'QUEUEBOX_DATABASE_URL', 'QUEUEBOX_DATABASE__SCHEMA']) delete env[name];
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/queuebox.ts', 'local', '--speed', '4'], { env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    let signalled = false;
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+      if (signalled || !/sent [1-9]/.test(stdout)) return;
+      signalled = true;
+      process.kill(-child.pid!, 'SIGINT');
+      setTimeout(() => process.kill(-child.pid!, 'SIGINT'), 20);
+    });
+    const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 120_000);
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    clearTimeout(timer);
+    const left = readdirSync(temp);
+    rmSync(temp, { recursive: true, force: true });
+    assert.ok(signalled, `the run made progress before the signal:\n${stdout}\n${stderr}`);
+    assert.equal(code, 0, `exit code 0\nstdout:\n${stdout}\nstderr:\n${stderr}`);
+    assert.match(stdout, /starting embedded PostgreSQL/);
+    assert.match(stdout, /stopped \(signal\): \{/, 'the final summary line');
+    assert.doesNotMatch(stdout + stderr, /final counts unavailable|shutting down|terminating connection|ERROR|FATAL/i);
+    // Below Node.js 22 (outside `engines`) the AWS SDK rightly warns that it needs a newer Node.js.
+    const sdkNodeWarning = /^\(node:\d+\) Warning: NodeVersionSupportWarning:[\s\S]*?--trace-warnings[^\n]*\n/;
+    const unsupportedNode = Number(process.versions.node.split('.')[0]) < 22;
+    assert.equal(unsupportedNode ? stderr.replace(sdkNodeWarning, '') : stderr, '', 'nothing on standard error');
+    assert.equal(stdout.split(DEMO_REFUSALS_NOTE).length - 1, 1, 'the deliberate refusals are explained once');
+    assert.deepEqual(left.filter((name) => name.startsWith('queuebox-pg-')), [], 'the embedded cluster directory is removed');
   });
 
   it('stops cleanly when asked while feeding a continuous stream: the running invocation finishes what it holds', async () => {

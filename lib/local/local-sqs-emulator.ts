@@ -3,8 +3,9 @@
  * queues — a FIFO queue for orders and a standard queue for everything else — and a local
  * EventBridge endpoint with the demo bus for customer notifications.
  */
-import { startFauxqs, type FauxqsServer } from 'fauxqs';
-import { startLocalEventBridge } from '../local/local-eventbridge.ts';
+import type { FauxqsServer } from 'fauxqs';
+import { importOptional } from '../optional-package.ts';
+import { startLocalEventBridge } from './local-eventbridge.ts';
 
 /** Demo queue names. */
 export const DEMO_FIFO_QUEUE = 'queuebox-demo.fifo';
@@ -25,7 +26,9 @@ export interface LocalSqsEmulator {
   stop(): Promise<void>;
 }
 
+/** Starts the emulator with the demo queues; `fauxqs` is an optional package, loaded here. */
 export async function startLocalSqsEmulator(): Promise<LocalSqsEmulator> {
+  const { startFauxqs } = await importOptional('fauxqs', 'The local SQS emulator (queuebox local)', () => import('fauxqs'));
   const server: FauxqsServer = await startFauxqs({ port: 0, logger: false });
   const fifo = server.createQueue(DEMO_FIFO_QUEUE, { attributes: { FifoQueue: 'true' } });
   const standard = server.createQueue(DEMO_STANDARD_QUEUE);

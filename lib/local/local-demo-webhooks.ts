@@ -14,8 +14,8 @@ import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { SourceConfig } from '../config/schema.ts';
 import { hmacSignature } from '../inbox/source-auth.ts';
-import type { InvocationScope } from '../local/invocation-scope.ts';
-import { createInvocationContext } from './invocation-context.ts';
+import type { InvocationScope } from './invocation-scope.ts';
+import { createInvocationContext } from '../runtime/invocation-context.ts';
 import type { DemoOrder } from './local-demo-feed.ts';
 
 /** Deliveries of one webhook tried before it counts as failed. */

@@ -22,7 +22,9 @@
  * or processing either) stops the feed and brings each running invocation's end forward to
  * `now + deadline margin + MIN_CLAIM_WINDOW_MS − 1 ms`: like a Lambda near its timeout, the pass
  * claims nothing more, finishes what it holds and returns. Then the emulator and the embedded
- * database stop and `runLocal` resolves.
+ * database stop and `runLocal` resolves. The embedded database runs in a process group of its own
+ * (`embedded-database.ts`), so a Ctrl-C in the terminal reaches this process only: the final
+ * counts are read from a database that is still up.
  *
  * `speed` compresses time for demos: schedule periods and timeouts are divided by it (the
  * timeout never below margin + 5 s).
@@ -31,13 +33,13 @@ import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
-import { createInvocationScope, type InvocationScope } from '../local/invocation-scope.ts';
+import { createInvocationScope, type InvocationScope } from './invocation-scope.ts';
 import { createLogger } from '../observability/logger.ts';
 import { MIN_CLAIM_WINDOW_MS } from '../outbox/outbox-pass.ts';
-import { setContainer } from './container.ts';
-import { sleep } from './deadline.ts';
+import { setContainer } from '../runtime/container.ts';
+import { sleep } from '../runtime/deadline.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
-import { createInvocationContext } from './invocation-context.ts';
+import { createInvocationContext } from '../runtime/invocation-context.ts';
 import { DEMO_PAYMENTS_DEFAULT_SECRET, DEMO_PAYMENTS_SECRET_ENV, demoSource, localConfig } from './local-config.ts';
 import { DemoFeed } from './local-demo-feed.ts';
 import { DemoWebhooks, type WebhookTally } from './local-demo-webhooks.ts';
@@ -46,6 +48,11 @@ import { startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulat
 import { refuseExistingRows } from './local-existing-rows.ts';
 
 const redactUrl = (url: string) => url.replace(/:[^:@/]*@/, ':***@');
+
+/** Printed once at start: the demo's refused and duplicate webhooks are deliberate. */
+export const DEMO_REFUSALS_NOTE =
+  'demo webhooks on purpose: every 4th is delivered twice (answered 200 duplicate, stored once) and every 10th order also draws a forgery ' +
+  'signed with a wrong secret, which the inbox refuses (401, logged as "inbox request refused", nothing stored)';
 
 export interface LocalRunOptions {
   /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. */
@@ -68,8 +75,6 @@ export interface LocalRunOptions {
   out?: (line: string) => void;
   /** Environment; default `process.env`. */
   env?: Record<string, string | undefined>;
-  /** Other CLI arguments: `--speed N` (or `--speed=N`) sets `speed`; the rest are ignored. */
-  args?: unknown;
   /** An SQS emulator to deliver to instead of starting one; the caller stops it (tests read the queues after the run). */
   emulator?: LocalSqsEmulator;
 }
@@ -91,7 +96,7 @@ export interface LocalRunSummary {
 export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunSummary> {
   const env = options.env ?? process.env;
   const out = options.out ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const speed = options.speed ?? speedFromArgs(options.args) ?? 1;
+  const speed = options.speed ?? 1;
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   // `on`, not `once`: under `npm start` a Ctrl-C reaches this process twice (from the terminal
@@ -137,7 +142,10 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
       feed !== undefined && demoInbox && source !== undefined ? new DemoWebhooks({ path: webhookPath, source, secret: env[DEMO_PAYMENTS_SECRET_ENV]!, out, scope: invocations.scope }) : undefined;
     out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : redactUrl(url)}, SQS emulator ${emulator.endpoint}`);
     out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ')}`);
-    if (webhooks) out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
+    if (webhooks) {
+      out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
+      out(DEMO_REFUSALS_NOTE);
+    }
     return await runScheduler({ options, config, driver, emulator, feed, webhooks, out, speed, stop: stop.signal, scope: invocations.scope });
   } finally {
     invocations.restore();
@@ -150,16 +158,6 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     if (emulator !== options.emulator) await emulator?.stop().catch(() => {});
     await embedded?.stop().catch(() => {});
   }
-}
-
-/** `--speed N` / `--speed=N` among the CLI's extra arguments; undefined when absent or not a positive number. */
-function speedFromArgs(args: unknown): number | undefined {
-  if (!Array.isArray(args)) return undefined;
-  const list = args.map(String);
-  const index = list.findIndex((a) => a === '--speed' || a.startsWith('--speed='));
-  if (index < 0) return undefined;
-  const value = Number(list[index]!.includes('=') ? list[index]!.split('=')[1] : list[index + 1]);
-  return Number.isFinite(value) && value > 0 ? value : undefined;
 }
 
 interface SchedulerInput {
@@ -257,8 +255,8 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     inbox = (await driver.inboxStats()).counts;
     counts = (await driver.outboxStats()).counts;
   } catch (error) {
-    // Ctrl-C in a terminal reaches the embedded PostgreSQL too (same process group), which then
-    // shuts down at once: report the last counts read instead of failing the run's summary.
+    // A configured database may have gone away meanwhile (the embedded one stops only after
+    // this read): report the last counts read instead of failing the run's summary.
     out(`final counts unavailable (${error instanceof Error ? error.message : String(error)}); showing the last counts read`);
   }
   const summary: LocalRunSummary = {
