@@ -34,7 +34,7 @@ async function prepare(ctx: CaseContext): Promise<void> {
     const to = Math.min(ctx.workload.seed, from + SEED_CHUNK - 1);
     await ctx.probe.query(
       `SELECT count(*) FROM ${s}.add_jobs(ARRAY(
-         SELECT ROW('noop', json_build_object('i', g, 'body', 'x'), ${keyExpression(ctx.workload.keys, 'g')},
+         SELECT ROW('noop', json_build_object('i', g, 'body', 'x'), ${keyExpression(ctx.workload, 'g')},
                     NULL, NULL, NULL, NULL, NULL)::${s}.job_spec
            FROM generate_series($1::int, $2::int) AS g ORDER BY g))`,
       [from, to],
