@@ -1,7 +1,8 @@
 /**
  * What the three PostgreSQL claim statements (outbox, relay, pull) share: their text is built once
- * per table names (the same string every batch, and the same name when prepared), and their
- * candidates are read due retries first.
+ * per table names (the same string every batch, and the same name when prepared), they read due
+ * retries first, then a window of the oldest rows, then the heads of the keys that can move, and a
+ * claim refused by the one-row-per-key-in-flight index is run again.
  */
 import { memoizeByObject } from '../../runtime/memo.ts';
 import { UniqueViolationError } from '../../errors.ts';
@@ -32,21 +33,6 @@ export function oncePerNamesAndLimit(build: (names: PgNames, limit: number) => s
     }
     return text;
   };
-}
-
-/**
- * The claim's candidate ids: due retries (`attempt > 0`) first, then first attempts (see
- * docs/claims-and-leases.md, "Which rows a claim takes first"). `select(attempts)` is one ordered,
- * limited `SELECT c.id … FOR UPDATE SKIP LOCKED` with `attempts` among its conditions. PostgreSQL
- * refuses `FOR UPDATE` directly under `UNION`, so each branch is a subquery; Append runs the
- * branches in order and the outer `LIMIT` stops pulling (and locking) once it has enough rows, so
- * first attempts are read only when retries leave room.
- */
-export function retriesFirst(select: (attempts: string) => string, limitParam: string): string {
-  return `SELECT id FROM (${select('c.attempt > 0')}) AS retried
-       UNION ALL
-       SELECT id FROM (${select('c.attempt = 0')}) AS fresh
-       LIMIT ${limitParam}`;
 }
 
 /**
