@@ -27,7 +27,7 @@ export async function seedOutbox(ctx: CaseContext): Promise<void> {
   } finally {
     await driver.close();
   }
-  const { seed, keys } = ctx.workload;
+  const { seed } = ctx.workload;
   // Bulk load: build the secondary indexes once after the insert instead of row by row (the
   // definitions are read back from the catalog, so they are exactly the migration's).
   const { rows: indexes } = await ctx.probe.query<{ name: string; def: string }>(
