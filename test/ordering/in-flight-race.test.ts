@@ -3,7 +3,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import type pg from 'pg';
 import { enqueue } from '../../lib/index.ts';
-import type { PgContext } from '../../lib/db/postgres/context.ts';
 import { outboxClaimMany } from '../../lib/db/postgres/outbox-queries.ts';
 import { inboxClaimPushMany } from '../../lib/db/postgres/inbox-queries.ts';
 import { pullClaimMany } from '../../lib/db/postgres/pull-queries.ts';
