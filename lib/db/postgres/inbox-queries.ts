@@ -187,16 +187,17 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
           LIMIT ${limit}
           FOR UPDATE SKIP LOCKED
        ),
+       -- the oldest rows in index order, joined back by ctid (see the outbox claim)
        oldest AS (
          SELECT c.id FROM (
-             SELECT w.id FROM ${t} w
+             SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
               WHERE w.state = 'pending' AND w.consumption = 'push' AND w.scheduled_at <= clock_timestamp()
               ORDER BY w.scheduled_at, w.sequence
               LIMIT ${limit * OLDEST_WINDOW}) w
-           JOIN ${t} c ON c.id = w.id
+           JOIN ${t} c ON c.ctid = w.ctid
           WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0
             AND (${NO_AGGREGATE} OR (${freeHead}))
-          ORDER BY c.scheduled_at, c.sequence
+          ORDER BY w.scheduled_at, w.sequence
           LIMIT ${limit}
           FOR UPDATE OF c SKIP LOCKED
        ),

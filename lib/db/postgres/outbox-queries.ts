@@ -120,17 +120,19 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
         LIMIT ${limit}
         FOR UPDATE SKIP LOCKED
      ),
-     -- the oldest due rows: in a table where most keys can move, the batch is found here
+     -- the oldest due rows: in a table where most keys can move, the batch is found here. The
+     -- window is read in index order and joined back by ctid (one heap visit, no sort); a row
+     -- updated meanwhile fails the ctid recheck of its lock and is skipped like a locked one.
      oldest AS (
        SELECT c.id FROM (
-           SELECT w.id FROM ${t} w
+           SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
             WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
             ORDER BY w.scheduled_at, w.sequence
             LIMIT ${limit * OLDEST_WINDOW}) w
-         JOIN ${t} c ON c.id = w.id
+         JOIN ${t} c ON c.ctid = w.ctid
         WHERE c.state = 'pending' AND c.attempt = 0
           AND (${KEYLESS} OR (${freeHead}))
-        ORDER BY c.scheduled_at, c.sequence
+        ORDER BY w.scheduled_at, w.sequence
         LIMIT ${limit}
         FOR UPDATE OF c SKIP LOCKED
      ),

@@ -94,16 +94,17 @@ const pullClaimText = oncePerNames((names) => {
         LIMIT $2
         FOR UPDATE SKIP LOCKED
      ),
+     -- the oldest rows in index order, joined back by ctid (see the outbox claim)
      oldest AS (
        SELECT c.id FROM (
-           SELECT w.id FROM ${t} w
+           SELECT w.ctid, w.scheduled_at, w.created_at, w.id FROM ${t} w
             WHERE ${open('w')}
             ORDER BY w.scheduled_at, w.created_at, w.id
             LIMIT $2 * ${OLDEST_WINDOW}) w
-         JOIN ${t} c ON c.id = w.id
+         JOIN ${t} c ON c.ctid = w.ctid
         WHERE ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')}
           AND (${noAggregate} OR (${freeHead}))
-        ORDER BY c.scheduled_at, c.created_at, c.id
+        ORDER BY w.scheduled_at, w.created_at, w.id
         LIMIT $2
         FOR UPDATE OF c SKIP LOCKED
      ),
