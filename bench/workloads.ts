@@ -70,6 +70,6 @@ export function keyExpression(w: Pick<Workload, 'keys' | 'hot'>, seriesColumn: s
   if (w.keys === 0) return 'NULL::varchar';
   const g = seriesColumn;
   return w.hot === true
-    ? `CASE WHEN ${g} % 10 <> 0 THEN 'h' || (${g} % 10) ELSE 'k' || ((${g} / 10) % ${w.keys}) END`
+    ? `CASE WHEN ${g} % 100 < 90 THEN 'h' || (${g} % 10) ELSE 'k' || ((${g} / 100) % ${w.keys}) END`
     : `'k' || (${g} % ${w.keys})`;
 }
