@@ -53,7 +53,7 @@ export interface CaseResult {
  * Lambda container — and not JIT start-up, which weighs heavily in a half-second drain.
  */
 async function warmUp(c: BenchCase, ctx: CaseContext, messages: number): Promise<void> {
-  const warm: CaseContext = { ...ctx, schema: `${ctx.schema}_warm`, workload: { name: `${ctx.workload.name}-warmup`, seed: messages, drain: messages, keys: Math.min(ctx.workload.keys, messages) } };
+  const warm: CaseContext = { ...ctx, schema: `${ctx.schema}_warm`, workload: { name: `${ctx.workload.name}-warmup`, seed: messages, drain: messages, keys: Math.min(ctx.workload.keys, messages), ...(ctx.workload.hot ? { hot: true } : {}) } };
   try {
     await c.prepare(warm);
     await c.drain(warm);

@@ -95,7 +95,7 @@ async function seed(url: string, schema: string, rows: number, keys: number): Pr
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   await client.query(
-    `INSERT INTO ${t} (topic, key, payload) SELECT 'bench.event', ${keyExpression(keys, 'g')}, jsonb_build_object('i', g, 'body', 'x')
+    `INSERT INTO ${t} (topic, key, payload) SELECT 'bench.event', ${keyExpression({ keys }, 'g')}, jsonb_build_object('i', g, 'body', 'x')
        FROM generate_series(1, $1::int) g ORDER BY g`,
     [rows],
   );

@@ -1,10 +1,14 @@
 /**
- * Peer: graphile-worker 0.16.6 draining the same number of jobs with a no-op task.
+ * Peer: graphile-worker 0.17.3 draining the same number of jobs with a no-op task.
  *
- * Settings: one runner with `concurrency` = 4 × `workers` (jobs in flight; each worker slot runs
- * `get_job` → task → `complete_job`, two round trips per job — 0.16 has no batched fetch or
- * completion), `pollInterval` 100 ms (only matters when idle; new jobs wake workers via
- * LISTEN/NOTIFY), prepared statements on (its default), `NO_LOG_SUCCESS`. Keyed workloads use
+ * Settings (its batching options at their best in a sweep on this machine, see
+ * docs/performance.md): one runner with `concurrency` = 12 × `workers` (jobs in flight),
+ * `localQueue.size` 500 (the pool fetches and locks up to 500 jobs per `get_jobs` round trip and
+ * hands them to the worker slots), `completeJobBatchDelay` 0 and `failJobBatchDelay` 0 (completions
+ * of the same tick batched into one statement), `pollInterval` 100 ms (only matters when idle;
+ * new jobs wake workers via LISTEN/NOTIFY), prepared statements on (its default),
+ * `NO_LOG_SUCCESS`. `GRAPHILE_CONCURRENCY` and `GRAPHILE_LOCAL_QUEUE` (0 = off) override the two
+ * numbers for a sweep. Keyed workloads use
  * `queue_name` = key: graphile-worker runs the jobs of one named queue serially, in order —
  * its documented per-key ordering. Its "batch jobs" (array payloads merged under one `job_key`)
  * are not used: they turn many messages into one job that succeeds or fails as a whole.
@@ -24,7 +28,8 @@ const POLL_INTERVAL_MS = 100;
 const silentLogger: Logger = new GraphileLogger(() => () => {});
 const latencies = new Map<string, number[]>();
 
-const concurrencyFor = (ctx: CaseContext) => 4 * ctx.workers;
+const concurrencyFor = (ctx: CaseContext) => Number(process.env.GRAPHILE_CONCURRENCY ?? 12 * ctx.workers);
+const localQueueSize = () => Number(process.env.GRAPHILE_LOCAL_QUEUE ?? 500);
 
 async function prepare(ctx: CaseContext): Promise<void> {
   process.env.NO_LOG_SUCCESS = '1';
@@ -34,7 +39,7 @@ async function prepare(ctx: CaseContext): Promise<void> {
     const to = Math.min(ctx.workload.seed, from + SEED_CHUNK - 1);
     await ctx.probe.query(
       `SELECT count(*) FROM ${s}.add_jobs(ARRAY(
-         SELECT ROW('noop', json_build_object('i', g, 'body', 'x'), ${keyExpression(ctx.workload.keys, 'g')},
+         SELECT ROW('noop', json_build_object('i', g, 'body', 'x'), ${keyExpression(ctx.workload, 'g')},
                     NULL, NULL, NULL, NULL, NULL)::${s}.job_spec
            FROM generate_series($1::int, $2::int) AS g ORDER BY g))`,
       [from, to],
@@ -59,6 +64,13 @@ async function drain(ctx: CaseContext): Promise<DrainResult> {
     noHandleSignals: true,
     logger: silentLogger,
     taskList: { noop: async () => {} },
+    preset: {
+      worker: {
+        ...(localQueueSize() > 1 ? { localQueue: { size: localQueueSize() } } : {}),
+        completeJobBatchDelay: 0,
+        failJobBatchDelay: 0,
+      },
+    },
   });
   runner.events.on('job:start', ({ job }) => started.set(job.id, performance.now()));
   runner.events.on('job:complete', ({ job, error }) => {
@@ -87,7 +99,7 @@ async function latency(ctx: CaseContext): Promise<Latency | null> {
 export const graphileWorkerCase: BenchCase = {
   name: 'graphile-worker',
   describe: (ctx) =>
-    `graphile-worker 0.16.6, concurrency ${concurrencyFor(ctx)}, pollInterval ${POLL_INTERVAL_MS} ms, get_job/complete_job per job${ctx.workload.keys > 0 ? ', queue_name = key (serial per key)' : ''}`,
+    `graphile-worker 0.17.3, concurrency ${concurrencyFor(ctx)}, localQueue ${localQueueSize() > 1 ? localQueueSize() : 'off'}, completeJobBatchDelay 0, pollInterval ${POLL_INTERVAL_MS} ms${ctx.workload.keys > 0 ? ', queue_name = key (serial per key)' : ''}`,
   prepare,
   drain,
   latency,

@@ -27,7 +27,7 @@ export async function seedOutbox(ctx: CaseContext): Promise<void> {
   } finally {
     await driver.close();
   }
-  const { seed, keys } = ctx.workload;
+  const { seed } = ctx.workload;
   // Bulk load: build the secondary indexes once after the insert instead of row by row (the
   // definitions are read back from the catalog, so they are exactly the migration's).
   const { rows: indexes } = await ctx.probe.query<{ name: string; def: string }>(
@@ -37,7 +37,7 @@ export async function seedOutbox(ctx: CaseContext): Promise<void> {
   for (const index of indexes) await ctx.probe.query(`DROP INDEX ${quoteIdent(ctx.schema)}.${quoteIdent(index.name)}`);
   await ctx.probe.query(
     `INSERT INTO ${outboxTable(ctx)} (topic, key, payload)
-     SELECT 'bench.event', ${keyExpression(keys, 'g')}, jsonb_build_object('i', g, 'body', 'x')
+     SELECT 'bench.event', ${keyExpression(ctx.workload, 'g')}, jsonb_build_object('i', g, 'body', 'x')
        FROM generate_series(1, $1::int) AS g ORDER BY g`,
     [seed],
   );

@@ -35,7 +35,7 @@ async function prepare(ctx: CaseContext): Promise<void> {
   const table = `${quoteIdent(ctx.schema)}.job`;
   await ctx.probe.query(
     `INSERT INTO ${table} (name, data, singleton_key, policy, keep_until)
-     SELECT $1, jsonb_build_object('i', g, 'body', 'x'), ${keyExpression(ctx.workload.keys, 'g')}, $2, now() + interval '14 days'
+     SELECT $1, jsonb_build_object('i', g, 'body', 'x'), ${keyExpression(ctx.workload, 'g')}, $2, now() + interval '14 days'
        FROM generate_series(1, $3::int) AS g ORDER BY g`,
     [QUEUE, keyed ? 'singleton' : 'standard', ctx.workload.seed],
   );

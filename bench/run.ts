@@ -4,7 +4,9 @@
  * Options:
  *   --quick                 small sizes (2,000 messages; 100,000 backlog, drain 5,000), < 60 s
  *   --cases a,b             subset of cases (default: all, see bench/cases.ts)
- *   --workloads a,b         subset of workloads (unkeyed, keys-100, keys-10000, backlog)
+ *   --workloads a,b         subset of workloads (see bench/workloads.ts: unkeyed, keys-100, keys-1000,
+ *                           keys-10000, hot-keys-small, backlog, keys-100-backlog, keys-1000-backlog,
+ *                           hot-keys)
  *   --sizes m[,b[,d]]       messages per workload, backlog rows, backlog drain
  *   --workers n             parallel loops / passes / worker slots per case (default 2)
  *   --peer-seconds s        time cap of a peer's or the SQS case's drain (default 20; quick 5)
@@ -27,7 +29,7 @@ import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embed
 import type { CaseResult, ChildInput } from './case-child.ts';
 import { CASE_NAMES } from './cases.ts';
 import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';
-import { FULL_SIZES, QUICK_SIZES, parseSizes, workloads } from './workloads.ts';
+import { FULL_SIZES, QUICK_SIZES, isBacklog, parseSizes, workloads } from './workloads.ts';
 import { formatTable, type RatedResult } from './format-table.ts';
 import { serverInfo } from './server-info.ts';
 
@@ -132,7 +134,7 @@ async function main(): Promise<void> {
       // median drain: a machine shared with other work moves both alike within a round. Peers
       // and the backlog (a 1,000,000-row seed per run) run once.
       const runs = new Map<string, CaseResult[]>();
-      const times = workload.name === 'backlog' ? 1 : rounds;
+      const times = isBacklog(workload) ? 1 : rounds;
       for (let round = 0; round < times; round++) {
         for (const caseName of caseNames) {
           if (round > 0 && PEERS.has(caseName)) continue;

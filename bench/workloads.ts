@@ -14,6 +14,8 @@ export interface Workload {
   drain: number;
   /** Distinct keys, assigned round-robin (`k<i % keys>`); 0 = keyless. */
   keys: number;
+  /** Hot keys: 90 % of the rows go round-robin to 10 keys (`h<i % 10>`), the rest to the `keys` others. */
+  hot?: boolean;
 }
 
 /** Message counts; `--sizes messages[,backlog[,backlogDrain]]` overrides them. */
@@ -28,14 +30,28 @@ export const FULL_SIZES: Sizes = { messages: 20_000, backlog: 1_000_000, backlog
 /** A smoke run that finishes in well under a minute. */
 export const QUICK_SIZES: Sizes = { messages: 2_000, backlog: 100_000, backlogDrain: 5_000 };
 
-/** The four benchmark workloads (unkeyed, 100 keys, 10,000 keys, backlog) at the given sizes. */
+/**
+ * The outbox workloads at the given sizes: small tables drained whole, and backlogs (keyless,
+ * 100 keys, 1,000 keys, hot keys) of which only the first `backlogDrain` rows are drained.
+ */
 export function workloads(sizes: Sizes): Workload[] {
+  const backlog = (name: string, keys: number, hot?: boolean): Workload => ({ name, seed: sizes.backlog, drain: sizes.backlogDrain, keys, ...(hot ? { hot } : {}) });
   return [
     { name: 'unkeyed', seed: sizes.messages, drain: sizes.messages, keys: 0 },
     { name: 'keys-100', seed: sizes.messages, drain: sizes.messages, keys: 100 },
+    { name: 'keys-1000', seed: sizes.messages, drain: sizes.messages, keys: 1000 },
     { name: 'keys-10000', seed: sizes.messages, drain: sizes.messages, keys: Math.min(10_000, sizes.messages) },
-    { name: 'backlog', seed: sizes.backlog, drain: sizes.backlogDrain, keys: 0 },
+    { name: 'hot-keys-small', seed: sizes.messages, drain: sizes.messages, keys: 1000, hot: true },
+    backlog('backlog', 0),
+    backlog('keys-100-backlog', 100),
+    backlog('keys-1000-backlog', 1000),
+    backlog('hot-keys', 1000, true),
   ];
+}
+
+/** True when the workload drains only the first part of a larger table. */
+export function isBacklog(w: Workload): boolean {
+  return w.seed > w.drain;
 }
 
 /** Parses `--sizes 20000,1000000,50000` (missing parts keep `base`). */
@@ -50,6 +66,10 @@ export function parseSizes(text: string, base: Sizes): Sizes {
 }
 
 /** Key of the `i`-th message (1-based) of a workload; null when keyless. */
-export function keyExpression(keys: number, seriesColumn: string): string {
-  return keys === 0 ? 'NULL::varchar' : `'k' || (${seriesColumn} % ${keys})`;
+export function keyExpression(w: Pick<Workload, 'keys' | 'hot'>, seriesColumn: string): string {
+  if (w.keys === 0) return 'NULL::varchar';
+  const g = seriesColumn;
+  return w.hot === true
+    ? `CASE WHEN ${g} % 100 < 90 THEN 'h' || (${g} % 10) ELSE 'k' || ((${g} / 100) % ${w.keys}) END`
+    : `'k' || (${g} % ${w.keys})`;
 }

@@ -234,8 +234,9 @@ export interface Driver {
   /** Stores a message once per (source, idempotency key). */
   inboxInsert(message: InboxMessageInput, tx?: CallerTransaction): Promise<InboxInsertResult>;
   /**
-   * Claims push rows under the relay claim lock, at most one per aggregate across sources,
-   * skipping aggregates with a live `processing` row. Never touches pull rows.
+   * Claims push rows under the relay claim lock, at most one per aggregate — an aggregate is
+   * `(source, aggregate_id)`; an empty aggregate id is none — skipping aggregates with a
+   * `processing` row. Never touches pull rows.
    */
   inboxClaimPushMany(params: { limit: number; leaseMs: number }): Promise<InboxRow[]>;
   inboxRenewMany(params: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]>;

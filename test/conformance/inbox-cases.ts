@@ -63,22 +63,25 @@ export function defineInboxCases(define: DefineCase): void {
     assert.equal(await t.row('inbox', rolledBack.id), undefined);
   });
 
-  define('inboxClaimPushMany claims one row per aggregate across sources; rows without aggregate freely', async (t) => {
-    const [a1, a2, b1, a3, free] = await receiveRows(t, [
+  define('inboxClaimPushMany claims one row per aggregate of each source; rows without aggregate (none or empty) freely', async (t) => {
+    const [a1, a2, b1, otherA1, otherA2, free, empty1, empty2] = await receiveRows(t, [
       { idempotencyKey: 'a1', aggregateId: 'A' },
       { idempotencyKey: 'a2', aggregateId: 'A' },
       { idempotencyKey: 'b1', aggregateId: 'B' },
       { idempotencyKey: 'a3', aggregateId: 'A', source: 'other' },
+      { idempotencyKey: 'a4', aggregateId: 'A', source: 'other' },
       { idempotencyKey: 'free' },
+      { idempotencyKey: 'e1', aggregateId: '' },
+      { idempotencyKey: 'e2', aggregateId: '' },
     ]);
     const claimed = await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE });
-    assert.deepEqual(claimed.map((r) => r.id).sort(), [a1, b1, free].sort());
+    assert.deepEqual(claimed.map((r) => r.id).sort(), [a1, b1, otherA1, free, empty1, empty2].sort(), 'aggregate A of another source is another aggregate');
+    assert.ok(a2 && otherA2);
     const row = claimed.find((r) => r.id === a1)!;
     assert.equal(row.idempotencyKey, 'a1');
     assert.equal(row.aggregateId, 'A');
     assert.deepEqual(row.payload, { k: 'a1' });
     assert.equal((await t.row('inbox', a1!))!.state, 'processing');
-    assert.ok(a2 && a3);
   });
 
   define('inboxClaimPushMany skips pull rows, rows not yet due and aggregates with a processing row', async (t) => {
@@ -91,8 +94,22 @@ export function defineInboxCases(define: DefineCase): void {
     assert.deepEqual(claimed.map((r) => r.idempotencyKey), ['a1']);
     const first = claimed[0];
     await t.setTime('inbox', first!.id, 'lease_expires_at', -1000);
-    await receiveRows(t, [{ idempotencyKey: 'a0', aggregateId: 'A', source: 'other' }]);
+    await receiveRows(t, [{ idempotencyKey: 'a2', aggregateId: 'A' }]);
     assert.deepEqual(await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE }), [], 'an expired processing row holds its aggregate until reclaimed');
+  });
+
+  define('inboxClaimPushMany: a delayed row of one source holds only its own source\'s aggregate', async (t) => {
+    const [held] = await receiveRows(t, [{ idempotencyKey: 'late', aggregateId: 'order-1', delayMs: 60_000 }]);
+    const [mine] = await receiveRows(t, [{ idempotencyKey: 'next', aggregateId: 'order-1' }]);
+    const [theirs1, theirs2] = await receiveRows(t, [
+      { idempotencyKey: 'x1', aggregateId: 'order-1', source: 'other' },
+      { idempotencyKey: 'x2', aggregateId: 'order-1', source: 'other' },
+    ]);
+    const first = await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE });
+    assert.deepEqual(first.map((r) => r.id), [theirs1], 'the other source moves; this source waits behind its delayed row');
+    assert.equal(await t.driver.inboxForward({ id: theirs1!, token: first[0]!.claimToken, outbox: { topic: 'x', key: 'order-1', payload: {} } }, { maxAttempts: 5 }), true);
+    assert.deepEqual((await t.driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE })).map((r) => r.id), [theirs2]);
+    assert.ok(held && mine);
   });
 
   define('inboxClaimPushMany takes due retries before first attempts received earlier', async (t) => {

@@ -51,15 +51,16 @@ describe('PostgreSQL inbox queries', () => {
     assert.deepEqual(row, { state: 'dead', last_error: 'body is not valid JSON', payload: 'not { json' });
   });
 
-  it('claim at most one row per aggregate (its head), rows without aggregate freely, never pull rows', async () => {
+  it('claim at most one row per aggregate of a source (its head), rows without aggregate freely, never pull rows', async () => {
     await db.driver.inboxInsert(message('a1', { aggregateId: 'A' }));
     await db.driver.inboxInsert(message('a2', { aggregateId: 'A', source: 'crm' }));
+    await db.driver.inboxInsert(message('a3', { aggregateId: 'A' }));
     await db.driver.inboxInsert(message('n1'));
     await db.driver.inboxInsert(message('n2'));
     await db.driver.inboxInsert(message('p1', { consumption: 'pull' }));
     const claimed = await db.driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 });
-    assert.deepEqual(claimed.map((r) => r.idempotencyKey), ['a1', 'n1', 'n2']);
-    assert.deepEqual(await db.driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 }), [], 'A is busy; nothing else is due');
+    assert.deepEqual(claimed.map((r) => r.idempotencyKey), ['a1', 'a2', 'n1', 'n2'], 'A of crm is not A of the other source');
+    assert.deepEqual(await db.driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 }), [], 'A is busy in both sources; nothing else is due');
     const [pull] = await db.query(`SELECT state FROM ${inbox} WHERE idempotency_key = 'p1'`);
     assert.equal(pull!.state, 'pending');
   });

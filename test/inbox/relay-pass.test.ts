@@ -62,7 +62,7 @@ describe('inbox relay pass', () => {
       },
     });
 
-  it('forward with four relays at once: never two rows of one aggregate in flight, each aggregate in receive order, keyless rows in parallel', async () => {
+  it('forward with four relays at once: never two rows of one aggregate (per source) in flight, each aggregate in receive order, keyless rows in parallel', async () => {
     for (let i = 0; i < 8; i++) {
       for (const aggregate of ['A', 'B', 'C', 'D', 'E']) await store(`${aggregate}-${i}`, { aggregateId: aggregate, source: i % 2 === 0 ? 'shop' : 'crm' });
       await store(`free-${i}-a`);
@@ -73,7 +73,7 @@ describe('inbox relay pass', () => {
     let running = true;
     const observer = (async () => {
       while (running) {
-        const busy = await db.query(`SELECT aggregate_id FROM ${inbox} WHERE state = 'processing' AND aggregate_id IS NOT NULL GROUP BY aggregate_id HAVING count(*) > 1`);
+        const busy = await db.query(`SELECT source, aggregate_id FROM ${inbox} WHERE state = 'processing' AND aggregate_id IS NOT NULL GROUP BY source, aggregate_id HAVING count(*) > 1`);
         violations += busy.length;
         await sleep(1);
       }
@@ -92,17 +92,17 @@ describe('inbox relay pass', () => {
     assert.ok(observed.maxKeyless >= 2, `keyless rows were forwarded in parallel (max ${observed.maxKeyless})`);
     // Microseconds, compared as integers: a JavaScript Date keeps milliseconds, and a claim that
     // follows the previous row's commit within the same millisecond would compare equal.
-    const pairs = await db.query<{ aggregate_id: string; inbox_seq: string; claimed_us: string; processed_us: string }>(
-      `SELECT i.aggregate_id, i.sequence AS inbox_seq,
+    const pairs = await db.query<{ source: string; aggregate_id: string; inbox_seq: string; claimed_us: string; processed_us: string }>(
+      `SELECT i.source, i.aggregate_id, i.sequence AS inbox_seq,
               (EXTRACT(EPOCH FROM i.claimed_at) * 1000000)::bigint::text AS claimed_us,
               (EXTRACT(EPOCH FROM i.processed_at) * 1000000)::bigint::text AS processed_us
          FROM ${outbox} o JOIN ${inbox} i ON i.id = (o.headers->>'x-inbox-id')::uuid
-        WHERE i.aggregate_id IS NOT NULL ORDER BY i.aggregate_id, o.sequence`,
+        WHERE i.aggregate_id IS NOT NULL ORDER BY i.source, i.aggregate_id, o.sequence`,
     );
     assert.equal(pairs.length, 40);
     for (let k = 1; k < pairs.length; k++) {
       const [prev, cur] = [pairs[k - 1]!, pairs[k]!];
-      if (prev.aggregate_id !== cur.aggregate_id) continue;
+      if (prev.source !== cur.source || prev.aggregate_id !== cur.aggregate_id) continue;
       assert.ok(BigInt(prev.inbox_seq) < BigInt(cur.inbox_seq), `aggregate ${cur.aggregate_id}: outbox order follows receive order`);
       assert.ok(
         BigInt(cur.claimed_us) > BigInt(prev.processed_us),

@@ -1,9 +1,11 @@
 /**
  * What the three PostgreSQL claim statements (outbox, relay, pull) share: their text is built once
- * per table names (the same string every batch, and the same name when prepared), and their
- * candidates are read due retries first.
+ * per table names (the same string every batch, and the same name when prepared), they read due
+ * retries first, then a window of the oldest rows, then the heads of the keys that can move, and a
+ * claim refused by the one-row-per-key-in-flight index is run again.
  */
 import { memoizeByObject } from '../../runtime/memo.ts';
+import { UniqueViolationError } from '../../errors.ts';
 import type { PgNames } from './names.ts';
 
 /** `build` runs once per `PgNames` object; later calls return the same text. */
@@ -34,16 +36,30 @@ export function oncePerNamesAndLimit(build: (names: PgNames, limit: number) => s
 }
 
 /**
- * The claim's candidate ids: due retries (`attempt > 0`) first, then first attempts (see
- * docs/claims-and-leases.md, "Which rows a claim takes first"). `select(attempts)` is one ordered,
- * limited `SELECT c.id … FOR UPDATE SKIP LOCKED` with `attempts` among its conditions. PostgreSQL
- * refuses `FOR UPDATE` directly under `UNION`, so each branch is a subquery; Append runs the
- * branches in order and the outer `LIMIT` stops pulling (and locking) once it has enough rows, so
- * first attempts are read only when retries leave room.
+ * How many batches' worth of the oldest due rows a claim reads before it looks for the heads of
+ * the keys that can move: two, so that a claim running beside another (whose rows it skips)
+ * still fills its batch from the window when most keys can move.
  */
-export function retriesFirst(select: (attempts: string) => string, limitParam: string): string {
-  return `SELECT id FROM (${select('c.attempt > 0')}) AS retried
-       UNION ALL
-       SELECT id FROM (${select('c.attempt = 0')}) AS fresh
-       LIMIT ${limitParam}`;
+export const OLDEST_WINDOW = 2;
+
+/** Attempts of a claim that met a row of a key put in flight by a concurrent claim. */
+const IN_FLIGHT_ATTEMPTS = 5;
+
+/**
+ * Runs a claim statement again when it would have put a second row of a key in flight: the
+ * unique index on the key of `processing` rows (`…_in_flight_idx`) refused it, because a row of
+ * the key that committed late was still pending in this claim's snapshot while a concurrent
+ * claim had the key's later row in flight. The statement changed nothing; the next attempt has
+ * a new snapshot that sees the other claim and leaves the key alone, so the batch is claimed
+ * without that row instead of failing.
+ */
+export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await claim();
+    } catch (error) {
+      const inFlight = error instanceof UniqueViolationError && (error.constraint ?? '').endsWith('_in_flight_idx');
+      if (!inFlight || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
+    }
+  }
 }

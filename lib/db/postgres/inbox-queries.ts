@@ -10,7 +10,7 @@
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { oncePerNamesAndLimit, retriesFirst } from './claim-text.ts';
+import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -109,49 +109,119 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
 
 /**
  * Claims due push rows in one transaction: first `pg_advisory_xact_lock` on the table (released
- * at COMMIT), then `FOR UPDATE SKIP LOCKED`. A row of an aggregate is claimable only when it is
- * the aggregate's head (no `pending`/`processing` push row of it with a lower `sequence`, so a
- * row waiting for a retry holds its aggregate) and no `processing` row of the aggregate exists
- * (an expired one holds it until the reclaim step returns it). Rows without aggregate are free.
- * Order: due retries (`attempt > 0`) first, then first attempts, each by `scheduled_at, sequence`.
- * Because the lock is taken in an earlier statement, the claim statement's snapshot includes
- * every claim committed before it.
+ * at COMMIT), then `FOR UPDATE SKIP LOCKED`. An aggregate is scoped by its source: a row of
+ * `(source, aggregate_id)` is claimable only when it is that aggregate's head (no
+ * `pending`/`processing` push row of it with a lower `sequence`, so a row waiting for a retry
+ * holds its aggregate) and no row of the aggregate is `processing` (an expired one holds it until
+ * the reclaim step returns it). Rows without aggregate (NULL or `''`) are free. Order: due retries
+ * (`attempt > 0`) first, then first attempts by `scheduled_at, sequence` — the oldest rows, and
+ * when their aggregates are in flight, the heads of the aggregates that can move (a loose scan of
+ * the head index, one probe per open aggregate), then rows without aggregate. Because the lock is
+ * taken in an earlier statement, the claim statement's snapshot includes every claim committed
+ * before it; the unique index on the aggregate of `processing` rows backs the rule.
  */
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
-  const rows = await pgTransaction(ctx.pool, async (client) => {
-    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-    return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared)).rows;
-  });
+  const rows = await claimRetryingInFlight(() =>
+    pgTransaction(ctx.pool, async (client) => {
+      await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
+      return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared)).rows;
+    }),
+  );
   return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
 }
+
+/** No aggregate: NULL or the empty string. */
+const NO_AGGREGATE = `(c.aggregate_id IS NULL OR c.aggregate_id = '')`;
 
 /** The relay claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease in ms). */
 const relayClaimText = oncePerNamesAndLimit((names, limit) => {
   const t = names.inbox;
-  const select = (attempts: string) => `SELECT c.id
-           FROM ${t} c
-          WHERE c.state = 'pending'
-            AND c.consumption = 'push'
-            AND ${attempts}
-            AND c.scheduled_at <= clock_timestamp()
-            AND (c.aggregate_id IS NULL OR (
-                  NOT EXISTS (
+  // an open push row of an aggregate (the predicate of the head index, for alias `a`)
+  const open = (a: string) => `${a}.state IN ('pending', 'processing') AND ${a}.consumption = 'push' AND ${a}.aggregate_id <> ''`;
+  // two probes, not one OR: each is an index range (head; in-flight rows)
+  const freeHead = `NOT EXISTS (
                     SELECT 1 FROM ${t} h
-                     WHERE h.aggregate_id = c.aggregate_id
-                       AND h.consumption = 'push'
-                       AND h.state IN ('pending', 'processing')
+                     WHERE h.source = c.source AND h.aggregate_id = c.aggregate_id
+                       AND ${open('h')}
                        AND h.sequence < c.sequence)
-                  -- two probes, not one OR: each is an index range (head; in-flight rows)
                   AND NOT EXISTS (
                     SELECT 1 FROM ${t} b
-                     WHERE b.aggregate_id = c.aggregate_id
-                       AND b.consumption = 'push'
-                       AND b.state = 'processing')))
+                     WHERE b.source = c.source AND b.aggregate_id = c.aggregate_id AND b.aggregate_id <> ''
+                       AND b.consumption = 'push' AND b.state = 'processing')`;
+  return `WITH RECURSIVE
+       -- every (source, aggregate) with an open push row, one index probe each
+       open_aggregates AS (
+         (SELECT k.source, k.aggregate_id FROM ${t} k
+           WHERE ${open('k')}
+           ORDER BY k.source, k.aggregate_id LIMIT 1)
+         UNION ALL
+         SELECT n.source, n.aggregate_id
+           FROM open_aggregates a
+           CROSS JOIN LATERAL (
+             SELECT k.source, k.aggregate_id FROM ${t} k
+              WHERE ${open('k')}
+                AND (k.source, k.aggregate_id) > (a.source, a.aggregate_id)
+              ORDER BY k.source, k.aggregate_id LIMIT 1) n
+       ),
+       -- the head of each aggregate that can move: due, first attempt, nothing of it in flight
+       heads AS (
+         SELECT h.id, h.scheduled_at, h.sequence
+           FROM open_aggregates a
+           CROSS JOIN LATERAL (
+             SELECT i.id, i.state, i.attempt, i.scheduled_at, i.sequence FROM ${t} i
+              WHERE i.source = a.source AND i.aggregate_id = a.aggregate_id
+                AND ${open('i')}
+              ORDER BY i.sequence LIMIT 1) h
+          WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= clock_timestamp()
+            AND NOT EXISTS (
+              SELECT 1 FROM ${t} b
+               WHERE b.source = a.source AND b.aggregate_id = a.aggregate_id AND b.aggregate_id <> ''
+                 AND b.consumption = 'push' AND b.state = 'processing')
+       ),
+       retried AS (
+         SELECT c.id FROM ${t} c
+          WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt > 0
+            AND c.scheduled_at <= clock_timestamp()
+            AND (${NO_AGGREGATE} OR (${freeHead}))
           ORDER BY c.scheduled_at, c.sequence
           LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED`;
-  return `WITH candidates AS (
-         ${retriesFirst(select, String(limit))}
+          FOR UPDATE SKIP LOCKED
+       ),
+       -- the oldest rows in index order, joined back by ctid (see the outbox claim)
+       oldest AS (
+         SELECT c.id FROM (
+             SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
+              WHERE w.state = 'pending' AND w.consumption = 'push' AND w.scheduled_at <= clock_timestamp()
+              ORDER BY w.scheduled_at, w.sequence
+              LIMIT ${limit * OLDEST_WINDOW}) w
+           JOIN ${t} c ON c.ctid = w.ctid
+          WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0
+            AND (${NO_AGGREGATE} OR (${freeHead}))
+          ORDER BY w.scheduled_at, w.sequence
+          LIMIT ${limit}
+          FOR UPDATE OF c SKIP LOCKED
+       ),
+       candidates AS (
+         SELECT id FROM retried
+         UNION ALL
+         SELECT id FROM oldest
+         UNION ALL
+         SELECT id FROM (
+           SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
+            WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest)
+            ORDER BY heads.scheduled_at, heads.sequence
+            LIMIT ${limit}
+            FOR UPDATE OF c SKIP LOCKED) AS free_heads
+         UNION ALL
+         SELECT id FROM (
+           SELECT c.id FROM ${t} c
+            WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND ${NO_AGGREGATE}
+              AND c.scheduled_at <= clock_timestamp()
+              AND c.id NOT IN (SELECT id FROM oldest)
+            ORDER BY c.scheduled_at, c.sequence
+            LIMIT ${limit}
+            FOR UPDATE SKIP LOCKED) AS keyless
+         LIMIT ${limit}
        )
        UPDATE ${t} i
           SET ${claimSet('$1')}

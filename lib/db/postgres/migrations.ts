@@ -133,6 +133,30 @@ CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_push_retry_idx`)} ON ${
 CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.inboxTable}_pull_retry_idx`)} ON ${n.inbox} (source, scheduled_at, created_at, id) WHERE state IN ('pending', 'processing') AND consumption = 'pull' AND attempt > 0;
 `,
   },
+  {
+    version: 6,
+    name: 'one row in flight per key as an index; aggregates per source; keyless rows apart',
+    // The claims find the head of every key that can move by a loose scan of the key-head
+    // indexes (one probe per key, not one per waiting row) and read keyless rows from their own
+    // index. A unique index on the key of `processing` rows makes "one row per key in flight" a
+    // database rule: a claim that would put a second row of a key in flight fails and is retried.
+    // An empty key or aggregate id is keyless. Inbox aggregates are scoped per source.
+    sql: (n) => {
+      const o = n.outboxTable;
+      const i = n.inboxTable;
+      return `
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${o}_keyless_idx`)} ON ${n.outbox} (scheduled_at, sequence) WHERE state = 'pending' AND (key IS NULL OR key = '');
+CREATE UNIQUE INDEX IF NOT EXISTS ${quoteIdent(`${o}_key_in_flight_idx`)} ON ${n.outbox} (key) WHERE state = 'processing' AND key <> '';
+DROP INDEX IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(`${o}_key_processing_idx`)};
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_push_keyless_idx`)} ON ${n.inbox} (scheduled_at, sequence) WHERE state = 'pending' AND consumption = 'push' AND (aggregate_id IS NULL OR aggregate_id = '');
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_push_head_idx`)} ON ${n.inbox} (source, aggregate_id, sequence) WHERE state IN ('pending', 'processing') AND consumption = 'push' AND aggregate_id <> '';
+CREATE UNIQUE INDEX IF NOT EXISTS ${quoteIdent(`${i}_push_in_flight_idx`)} ON ${n.inbox} (source, aggregate_id) WHERE state = 'processing' AND consumption = 'push' AND aggregate_id <> '';
+DROP INDEX IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(`${i}_aggregate_head_idx`)};
+DROP INDEX IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(`${i}_aggregate_processing_idx`)};
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_pull_keyless_idx`)} ON ${n.inbox} (source, scheduled_at, created_at, id) WHERE state IN ('pending', 'processing') AND consumption = 'pull' AND (aggregate_id IS NULL OR aggregate_id = '');
+`;
+    },
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

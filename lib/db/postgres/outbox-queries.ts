@@ -8,7 +8,7 @@ import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMe
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
-import { oncePerNamesAndLimit, retriesFirst } from './claim-text.ts';
+import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -70,30 +70,95 @@ export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMes
   return rows[0]!.id;
 }
 
-/** The claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease in ms). */
-const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
-  const t = names.outbox;
-  const select = (attempts: string) => `SELECT c.id
-         FROM ${t} c
-        WHERE c.state = 'pending' AND ${attempts}
-          -- Due check: statement_timestamp() is stable, so it bounds the pending-index scan and
-          -- rows scheduled for later (retries) are not walked. Leases still use clock_timestamp().
-          AND c.scheduled_at <= statement_timestamp()
-          AND (c.key IS NULL OR (
-                NOT EXISTS (
-                  SELECT 1 FROM ${t} h
+/** Keyless: no key, or the empty key. */
+const KEYLESS = `(c.key IS NULL OR c.key = '')`;
+
+/** `c` is the head of a key with no row in flight (bind nothing; `c` is the candidate). */
+const FREE_HEAD = `NOT EXISTS (
+                  SELECT 1 FROM %T h
                    WHERE h.key = c.key
                      AND h.state IN ('pending', 'processing')
                      AND h.sequence < c.sequence)
                 -- a later row of the key already in flight (this row committed after it was claimed)
                 AND NOT EXISTS (
-                  SELECT 1 FROM ${t} b
-                   WHERE b.key = c.key AND b.state = 'processing')))
+                  SELECT 1 FROM %T b
+                   WHERE b.key = c.key AND b.key <> '' AND b.state = 'processing')`;
+
+/** The claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease in ms). */
+const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
+  const t = names.outbox;
+  const freeHead = FREE_HEAD.replaceAll('%T', t);
+  return `WITH RECURSIVE
+     -- every key with an open row, one index probe each (a loose scan of the key-head index)
+     open_keys AS (
+       (SELECT k.key FROM ${t} k
+         WHERE k.state IN ('pending', 'processing') AND k.key > ''
+         ORDER BY k.key LIMIT 1)
+       UNION ALL
+       SELECT (SELECT k.key FROM ${t} k
+                WHERE k.state IN ('pending', 'processing') AND k.key > open_keys.key
+                ORDER BY k.key LIMIT 1)
+         FROM open_keys WHERE open_keys.key IS NOT NULL
+     ),
+     -- the head of each key that can move: due, first attempt, nothing of its key in flight
+     heads AS (
+       SELECT h.id, h.scheduled_at, h.sequence
+         FROM open_keys
+         CROSS JOIN LATERAL (
+           SELECT o.id, o.state, o.attempt, o.scheduled_at, o.sequence FROM ${t} o
+            WHERE o.key = open_keys.key AND o.state IN ('pending', 'processing')
+            ORDER BY o.sequence LIMIT 1) h
+        WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= statement_timestamp()
+          AND NOT EXISTS (
+            SELECT 1 FROM ${t} b WHERE b.key = open_keys.key AND b.key <> '' AND b.state = 'processing')
+     ),
+     retried AS (
+       SELECT c.id FROM ${t} c
+        WHERE c.state = 'pending' AND c.attempt > 0 AND c.scheduled_at <= statement_timestamp()
+          AND (${KEYLESS} OR (${freeHead}))
         ORDER BY c.scheduled_at, c.sequence
         LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED`;
-  return `WITH candidates AS (
-       ${retriesFirst(select, String(limit))}
+        FOR UPDATE SKIP LOCKED
+     ),
+     -- the oldest due rows: in a table where most keys can move, the batch is found here. The
+     -- window is read in index order and joined back by ctid (one heap visit, no sort); a row
+     -- updated meanwhile fails the ctid recheck of its lock and is skipped like a locked one.
+     oldest AS (
+       SELECT c.id FROM (
+           SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
+            WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
+            ORDER BY w.scheduled_at, w.sequence
+            LIMIT ${limit * OLDEST_WINDOW}) w
+         JOIN ${t} c ON c.ctid = w.ctid
+        WHERE c.state = 'pending' AND c.attempt = 0
+          AND (${KEYLESS} OR (${freeHead}))
+        ORDER BY w.scheduled_at, w.sequence
+        LIMIT ${limit}
+        FOR UPDATE OF c SKIP LOCKED
+     ),
+     candidates AS (
+       SELECT id FROM retried
+       UNION ALL
+       SELECT id FROM oldest
+       UNION ALL
+       -- only when the oldest rows left room: the heads of the keys that can move …
+       SELECT id FROM (
+         SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
+          WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest)
+          ORDER BY heads.scheduled_at, heads.sequence
+          LIMIT ${limit}
+          FOR UPDATE OF c SKIP LOCKED) AS free_heads
+       UNION ALL
+       -- … then keyless rows
+       SELECT id FROM (
+         SELECT c.id FROM ${t} c
+          WHERE c.state = 'pending' AND c.attempt = 0 AND ${KEYLESS}
+            AND c.scheduled_at <= statement_timestamp()
+            AND c.id NOT IN (SELECT id FROM oldest)
+          ORDER BY c.scheduled_at, c.sequence
+          LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED) AS keyless
+       LIMIT ${limit}
      )
      UPDATE ${t} o
         SET ${claimSet('$1')}
@@ -106,17 +171,18 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
 });
 
 /**
- * Claims due rows: keyless rows freely, keyed rows only when they are the head of their key
- * (no `pending`/`processing` row of the key with a lower `sequence`). `SKIP LOCKED` keeps
- * concurrent claims off each other's rows; the head check keeps one row per key in flight.
+ * Claims due rows: keyless rows (no key or `''`) freely, keyed rows only when they are the head
+ * of their key (no `pending`/`processing` row of the key with a lower `sequence`) and no row of
+ * the key is in flight. `SKIP LOCKED` keeps concurrent claims off each other's rows; the head
+ * check and the unique index on the key of `processing` rows keep one row per key in flight.
  *
- * Order: due retries (`attempt > 0`) first, then first attempts, each by `scheduled_at, sequence`.
- * A retry moves `scheduled_at` to after its backoff, behind every row already waiting; in plain
- * `scheduled_at` order a retried head would wait for the whole backlog, holding every later row
- * of its key, and each claim would walk over those blocked rows (see docs/reliability.md).
+ * Order: due retries (`attempt > 0`) first, then first attempts by `scheduled_at, sequence`: the
+ * oldest rows first; when they leave room (their keys are in flight), the heads of the keys that
+ * can move, found by a loose scan of the key-head index, then keyless rows. A claim thus reads
+ * a bounded window plus one head per open key, never the rows waiting behind a key in flight.
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const { rows } = await pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared);
+  const { rows } = await claimRetryingInFlight(() => pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared));
   return rows.map(toOutboxRow).sort(bySequence);
 }
 

@@ -1,65 +1,133 @@
 /**
  * PostgreSQL pull operations (driver methods `pull*`, spec §6, seed: pull worker).
  *
- * The claim is one statement with `FOR UPDATE SKIP LOCKED` and no claim lock. It still returns at
- * most one row per (source, aggregate) under concurrent claims, because only the aggregate's
- * *head* can be a candidate: the open (`pending`/`processing`) row with the lowest `sequence`
- * (receive order). Two concurrent claimers therefore compete for the same row and the row lock
- * decides: the loser skips it (locked) or, when the winner already committed, re-checks the new
- * row version (`processing`, live lease) and drops it. A later row of the aggregate is never a
- * candidate while an earlier one is open — also not while the earlier row waits for a retry
- * (`pending`, not due), which is what keeps per-aggregate handling in receive order.
+ * The claim is one statement with `FOR UPDATE SKIP LOCKED`, after a per-source claim lock. It
+ * returns at most one row per (source, aggregate), because only the aggregate's *head* can be a
+ * candidate: the open (`pending`/`processing`) row with the lowest `sequence` (receive order),
+ * and only while no other row of the aggregate is under a live lease. A later row of the
+ * aggregate is never a candidate while an earlier one is open — also not while the earlier row
+ * waits for a retry (`pending`, not due), which is what keeps per-aggregate handling in receive
+ * order. The claim lock makes claims of one source see each other's committed claims (a row that
+ * commits late cannot go in flight beside a later row of its aggregate claimed meanwhile).
  *
  * Every other write is fenced on id + `processing` + token + `lease_expires_at >
  * clock_timestamp()` and reports true only when exactly one row changed.
  */
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { oncePerNames, retriesFirst } from './claim-text.ts';
+import { oncePerNames, OLDEST_WINDOW } from './claim-text.ts';
 import { claimSet } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
-import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
+import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
 const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp()`;
 
 /**
  * Claims up to `limit` rows of one pull source: due `pending` rows and `processing` rows whose
  * lease expired (no separate reclaim), at most one per aggregate (its head), none of an aggregate
- * with a row under a live lease; due retries (`attempt > 0`) first, then first attempts, each in
- * `scheduled_at, created_at, id` order. Autocommits, so the claim is durable before any handler runs.
+ * with a row under a live lease; rows without aggregate (NULL or `''`) freely; due retries
+ * (`attempt > 0`) first, then first attempts in `scheduled_at, created_at, id` order — the oldest
+ * open rows, and when their aggregates are busy, the heads of the aggregates that can move (a
+ * loose scan of the source's head index, one probe per open aggregate), then rows without
+ * aggregate. Claims of one source run one at a time (`pg_advisory_xact_lock` on table and source,
+ * taken in an earlier statement), so each claim's snapshot includes every claim committed before
+ * it: a row that commits late, behind a later row of its aggregate already claimed, waits. The
+ * claim commits before it returns, so it is durable before any handler runs.
  */
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
-  const { rows } = await pgClaimQuery<InboxDbRow>(ctx.pool, pullClaimText(ctx.names), [p.source, p.limit, p.leaseMs], ctx.prepared);
+  const rows = await pgTransaction(ctx.pool, async (client) => {
+    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source]);
+    return (await pgClaimQuery<InboxDbRow>(client, pullClaimText(ctx.names), [p.source, p.limit, p.leaseMs], ctx.prepared)).rows;
+  });
   return rows.map(toInboxRow);
 }
+
+/** Claimable by state: due pending, or processing with an expired lease. */
+const CLAIMABLE = (a: string) => `((${a}.state = 'pending' AND ${a}.scheduled_at <= clock_timestamp())
+            OR (${a}.state = 'processing' AND ${a}.lease_expires_at <= clock_timestamp()))`;
 
 /** The pull claim statement of `names`. */
 const pullClaimText = oncePerNames((names) => {
   const t = names.inbox;
-  const select = (attempts: string) => `SELECT c.id
-         FROM ${t} c
-        WHERE c.source = $1
-          AND c.consumption = 'pull'
-          AND ${attempts}
-          AND c.state IN ('pending', 'processing')
-          AND ((c.state = 'pending' AND c.scheduled_at <= clock_timestamp())
-            OR (c.state = 'processing' AND c.lease_expires_at <= clock_timestamp()))
-          AND (c.aggregate_id IS NULL OR (
-                -- only the head: no open row of the aggregate received earlier
+  // an open pull row of source $1 (the predicate of the pull indexes, for alias `a`)
+  const open = (a: string) => `${a}.source = $1 AND ${a}.consumption = 'pull' AND ${a}.state IN ('pending', 'processing')`;
+  const noAggregate = `(c.aggregate_id IS NULL OR c.aggregate_id = '')`;
+  const free = (c: string, aggregate: string) => `NOT EXISTS (
+                SELECT 1 FROM ${t} b
+                 WHERE b.source = $1 AND b.consumption = 'pull' AND b.aggregate_id = ${aggregate}
+                   AND b.state = 'processing' AND b.lease_expires_at > clock_timestamp() AND b.id <> ${c}.id)`;
+  const freeHead = `-- only the head: no open row of the aggregate received earlier
                 NOT EXISTS (
                   SELECT 1 FROM ${t} h
-                   WHERE h.source = c.source AND h.consumption = 'pull' AND h.aggregate_id = c.aggregate_id
-                     AND h.state IN ('pending', 'processing') AND h.sequence < c.sequence)
+                   WHERE ${open('h')} AND h.aggregate_id = c.aggregate_id AND h.sequence < c.sequence)
                 -- and no row of the aggregate under a live lease
-                AND NOT EXISTS (
-                  SELECT 1 FROM ${t} b
-                   WHERE b.source = c.source AND b.consumption = 'pull' AND b.aggregate_id = c.aggregate_id
-                     AND b.state = 'processing' AND b.lease_expires_at > clock_timestamp())))
+                AND ${free('c', 'c.aggregate_id')}`;
+  return `WITH RECURSIVE
+     -- every aggregate of the source with an open row, one index probe each
+     open_aggregates AS (
+       (SELECT k.aggregate_id FROM ${t} k
+         WHERE ${open('k')} AND k.aggregate_id > ''
+         ORDER BY k.aggregate_id LIMIT 1)
+       UNION ALL
+       SELECT n.aggregate_id
+         FROM open_aggregates a
+         CROSS JOIN LATERAL (
+           SELECT k.aggregate_id FROM ${t} k
+            WHERE ${open('k')} AND k.aggregate_id > a.aggregate_id
+            ORDER BY k.aggregate_id LIMIT 1) n
+     ),
+     heads AS (
+       SELECT h.id, h.scheduled_at, h.created_at
+         FROM open_aggregates a
+         CROSS JOIN LATERAL (
+           SELECT i.id, i.state, i.attempt, i.scheduled_at, i.created_at, i.lease_expires_at FROM ${t} i
+            WHERE ${open('i')} AND i.aggregate_id = a.aggregate_id
+            ORDER BY i.sequence LIMIT 1) h
+        WHERE h.attempt = 0 AND ${CLAIMABLE('h')}
+          AND ${free('h', 'a.aggregate_id')}
+     ),
+     retried AS (
+       SELECT c.id FROM ${t} c
+        WHERE ${open('c')} AND c.attempt > 0 AND ${CLAIMABLE('c')}
+          AND (${noAggregate} OR (${freeHead}))
         ORDER BY c.scheduled_at, c.created_at, c.id
         LIMIT $2
-        FOR UPDATE SKIP LOCKED`;
-  return `WITH candidates AS (
-       ${retriesFirst(select, '$2')}
+        FOR UPDATE SKIP LOCKED
+     ),
+     -- the oldest rows in index order, joined back by ctid (see the outbox claim)
+     oldest AS (
+       SELECT c.id FROM (
+           SELECT w.ctid, w.scheduled_at, w.created_at, w.id FROM ${t} w
+            WHERE ${open('w')}
+            ORDER BY w.scheduled_at, w.created_at, w.id
+            LIMIT $2 * ${OLDEST_WINDOW}) w
+         JOIN ${t} c ON c.ctid = w.ctid
+        WHERE ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')}
+          AND (${noAggregate} OR (${freeHead}))
+        ORDER BY w.scheduled_at, w.created_at, w.id
+        LIMIT $2
+        FOR UPDATE OF c SKIP LOCKED
+     ),
+     candidates AS (
+       SELECT id FROM retried
+       UNION ALL
+       SELECT id FROM oldest
+       UNION ALL
+       SELECT id FROM (
+         SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
+          WHERE ${open('c')} AND ${CLAIMABLE('c')} AND c.id NOT IN (SELECT id FROM oldest)
+          ORDER BY heads.scheduled_at, heads.created_at, heads.id
+          LIMIT $2
+          FOR UPDATE OF c SKIP LOCKED) AS free_heads
+       UNION ALL
+       SELECT id FROM (
+         SELECT c.id FROM ${t} c
+          WHERE ${open('c')} AND c.attempt = 0 AND ${noAggregate} AND ${CLAIMABLE('c')}
+            AND c.id NOT IN (SELECT id FROM oldest)
+          ORDER BY c.scheduled_at, c.created_at, c.id
+          LIMIT $2
+          FOR UPDATE SKIP LOCKED) AS keyless
+       LIMIT $2
      ),
      claimed AS (
      UPDATE ${t} i
