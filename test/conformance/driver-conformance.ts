@@ -9,6 +9,7 @@
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { CallerTransaction, Driver, InboxMessageInput, OutboxMessageInput } from '../../lib/db/driver.ts';
+import { defineConsoleCases } from './console-cases.ts';
 import { defineGeneralCases } from './general-cases.ts';
 import { defineInboxCases } from './inbox-cases.ts';
 import { defineOutboxCases } from './outbox-cases.ts';
@@ -90,5 +91,6 @@ export function runDriverConformance(name: string, setup: () => Promise<Conforma
     describe('outbox', () => defineOutboxCases(define));
     describe('inbox', () => defineInboxCases(define));
     describe('pull', () => definePullCases(define));
+    describe('console', () => defineConsoleCases(define));
   });
 }
