@@ -14,7 +14,8 @@ import { createDriver } from '../lib/db/create-driver.ts';
 import type { Driver } from '../lib/db/driver.ts';
 import { QueueBoxError, UsageError } from '../lib/errors.ts';
 import { reclaimNow } from '../lib/operations/reclaim-now.ts';
-import { replayOutbox } from '../lib/operations/replay.ts';
+import { formatReplayPreview } from '../lib/operations/format-replay-preview.ts';
+import { parseReplayRequest, previewReplay, REPLAY_CONFIRM_ABOVE, REPLAY_SAMPLE_SIZE, runReplayCommand } from '../lib/operations/replay.ts';
 import { runRetention } from '../lib/operations/retention.ts';
 import { collectStatus, formatStatus } from '../lib/operations/status.ts';
 
@@ -99,18 +100,20 @@ export function createProgram(io: CliIo): Command {
 
   program
     .command('replay')
-    .description('move sent/dead outbox rows back to pending (at least one filter)')
+    .description(`move dead (or sent) outbox rows back to pending (at least one filter; more than ${REPLAY_CONFIRM_ABOVE} rows need --yes)`)
     .option('--id <ids>', 'row id (repeatable, or comma-separated)', collect)
     .option('--topic <topics>', 'exact topic (repeatable, or comma-separated)', collect)
     .option('--destination <name>', 'rows whose topic a route sends to this destination')
     .option('--created-from <time>', 'created at or after (ISO-8601)')
     .option('--created-to <time>', 'created before (ISO-8601)')
-    .addOption(new Option('--state <states>', 'states to move: sent, dead (default both)').argParser(collect))
+    .addOption(new Option('--state <states>', 'states to move: dead, sent (default dead)').argParser(collect))
+    .option('--dry-run', 'print how many rows would move and a sample of them; move nothing')
+    .option('--sample <n>', 'rows to show with --dry-run', positive, REPLAY_SAMPLE_SIZE)
+    .option('--yes', `confirm a replay of more than ${REPLAY_CONFIRM_ABOVE} rows`)
     .option('--json', 'print JSON')
-    .action((opts: { id?: string[]; topic?: string[]; destination?: string; createdFrom?: string; createdTo?: string; state?: string[]; json?: boolean }) =>
+    .action((opts: { id?: string[]; topic?: string[]; destination?: string; createdFrom?: string; createdTo?: string; state?: string[]; dryRun?: boolean; sample: number; yes?: boolean; json?: boolean }) =>
       withDriver(true, async (driver, cfg) => {
-        io.stderr('replaying...\n');
-        const result = await replayOutbox(driver, cfg, {
+        const request = parseReplayRequest({
           ...(opts.id ? { ids: opts.id } : {}),
           ...(opts.topic ? { topics: opts.topic } : {}),
           ...(opts.destination !== undefined ? { destination: opts.destination } : {}),
@@ -118,7 +121,14 @@ export function createProgram(io: CliIo): Command {
           ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
           ...(opts.state ? { states: opts.state } : {}),
         });
-        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `replayed ${result.moved} rows\n`);
+        if (opts.dryRun) {
+          const preview = await previewReplay(driver, cfg, request, { sampleSize: opts.sample });
+          io.stdout(opts.json ? `${JSON.stringify({ dryRun: true, ...preview })}\n` : formatReplayPreview(preview, request.states ?? ['dead']));
+          return;
+        }
+        io.stderr('replaying...\n');
+        const result = await runReplayCommand(driver, cfg, { request, dryRun: false, yes: opts.yes === true });
+        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `replayed ${'moved' in result ? result.moved : 0} rows\n`);
       }),
     );
 

@@ -1,19 +1,18 @@
 /**
  * Replay function, invoked by hand: the event is a replay request
- * (`{"ids": [...], "topics": [...], "destination": "...", "createdFrom": "...", "createdTo": "...", "states": ["dead"]}`).
- * At least one filter is required; only `sent`/`dead` rows move. Returns `{ moved }`.
+ * (`{"ids": [...], "topics": [...], "destination": "...", "createdFrom": "...", "createdTo": "...", "states": ["dead"]}`)
+ * plus `"dryRun": true` (count and sample, nothing moves) or `"yes": true` (confirm a replay of
+ * more than 100 rows). Unknown keys and wrong types are refused naming the key; at least one
+ * filter is required; states default to `dead`. Returns `{ moved }` or the preview.
  */
 import type { Context } from 'aws-lambda';
-import { UsageError } from '../lib/errors.ts';
-import { replayOutbox, type ReplayRequest } from '../lib/operations/replay.ts';
+import { parseReplayCommand, runReplayCommand } from '../lib/operations/replay.ts';
 import { getContainer } from '../lib/runtime/container.ts';
 
-export async function handler(event: unknown, _context: Context): Promise<{ moved: number }> {
+export async function handler(event: unknown, _context: Context): Promise<Awaited<ReturnType<typeof runReplayCommand>>> {
+  const command = parseReplayCommand(event);
   const container = await getContainer();
-  if (typeof event !== 'object' || event === null || Array.isArray(event)) {
-    throw new UsageError('replay: the event must be a JSON object of filters (ids, topics, destination, createdFrom, createdTo, states)');
-  }
-  const result = await replayOutbox(container.driver, container.config, event as ReplayRequest);
-  container.logger.info('replay finished', { ...result, filter: event });
+  const result = await runReplayCommand(container.driver, container.config, command);
+  container.logger.info(command.dryRun ? 'replay preview' : 'replay finished', { ...('moved' in result ? result : { count: result.count }), filter: command.request });
   return result;
 }

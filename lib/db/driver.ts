@@ -107,6 +107,18 @@ export interface ReplayFilter {
   states?: Array<'sent' | 'dead'>;
 }
 
+/** One row a replay would move, as a preview shows it (no payload: previews are for eyes and logs). */
+export interface ReplayPreviewRow {
+  id: string;
+  topic: string;
+  key: string | null;
+  state: 'sent' | 'dead';
+  attempt: number;
+  lastError: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
 /** A message as a receiver stores it in the inbox. */
 export interface InboxMessageInput {
   source: string;
@@ -211,6 +223,8 @@ export interface Driver extends ConsoleReads {
   outboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
   /** Moves matching `sent`/`dead` rows to `pending`, resetting attempt, schedule, error, claim. */
   outboxReplay(filter: ReplayFilter): Promise<number>;
+  /** Counts the rows `outboxReplay(filter)` would move now and returns the oldest `limit` of them; changes nothing. */
+  outboxReplayPreview(params: { filter: ReplayFilter; limit: number }): Promise<{ count: number; sample: ReplayPreviewRow[] }>;
   outboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;
 
   // ---- inbox ----

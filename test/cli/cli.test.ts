@@ -59,6 +59,38 @@ describe('queuebox CLI', () => {
     assert.deepEqual([ok.code, JSON.parse(ok.stdout)], [0, { moved: 1 }]);
   });
 
+  it('replay moves dead rows only by default, previews with --dry-run, and asks --yes above 100 rows', async () => {
+    await db.query(`DELETE FROM "${db.schema}".outbox`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, last_error) SELECT 'bulk', '{}', 'dead', 'HTTP 500 ' || g FROM generate_series(1, 120) g`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state) SELECT 'bulk', '{}', 'sent' FROM generate_series(1, 30)`);
+    const counts = async () => (await db.query<{ state: string; n: string }>(`SELECT state, count(*) AS n FROM "${db.schema}".outbox GROUP BY state ORDER BY state`)).map((r) => `${r.state}=${r.n}`).join(' ');
+    const dry = await cli('replay', '--topic', 'bulk', '--dry-run', '--sample', '3');
+    assert.equal(dry.code, 0);
+    const lines = dry.stdout.trimEnd().split('\n');
+    assert.match(lines[0]!, /^would replay 120 dead rows \(dry run: nothing moved\)$/);
+    assert.equal(lines.filter((l) => /^  \S+Z  dead  attempt 0  [0-9a-f-]{36}  bulk  HTTP 500 \d+$/.test(l)).length, 3);
+    const json = JSON.parse((await cli('replay', '--topic', 'bulk', '--dry-run', '--json', '--state', 'sent')).stdout);
+    assert.deepEqual([json.dryRun, json.count, json.sample.length], [true, 30, 10]);
+    assert.equal(await counts(), 'dead=120 sent=30', 'dry runs move nothing');
+    const refused = await cli('replay', '--topic', 'bulk');
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /would move 120 rows .*--yes/);
+    assert.equal(await counts(), 'dead=120 sent=30');
+    const done = await cli('replay', '--topic', 'bulk', '--yes', '--json');
+    assert.deepEqual([done.code, JSON.parse(done.stdout)], [0, { moved: 120 }]);
+    assert.equal(await counts(), 'pending=120 sent=30', 'sent rows stay sent unless --state sent');
+  });
+
+  it('replay refuses an invalid --id or --created-from with one line naming the key, no stack', async () => {
+    const id = await cli('replay', '--id', 'nope');
+    assert.equal(id.code, 1);
+    assert.equal(id.stderr, 'queuebox: replay: ids.0 must be a row id (UUID)\n');
+    const time = await cli('replay', '--created-from', 'last tuesday');
+    assert.equal(time.code, 1);
+    assert.match(time.stderr, /^queuebox: replay: createdFrom must be an ISO-8601 time/);
+    assert.equal(time.stderr.split('\n').length, 2);
+  });
+
   it('cleanup refuses while retention is disabled unless forced', async () => {
     const refused = await cli('cleanup');
     assert.equal(refused.code, 1);

@@ -275,6 +275,28 @@ export function defineOutboxCases(define: DefineCase): void {
     assert.deepEqual([a, b, c].map(() => 'pending'), await Promise.all([a, b, c].map(async (id) => (await t.row('outbox', id))!.state)));
   });
 
+  define('outboxReplayPreview counts exactly what outboxReplay would move, samples the oldest, and changes nothing', async (t) => {
+    const first = await finishedRow(t, 'preview.a', 'dead');
+    const second = await finishedRow(t, 'preview.b', 'dead');
+    const sent = await finishedRow(t, 'preview.c', 'sent');
+    await finishedRow(t, 'other', 'dead');
+    await enqueueRows(t, [{ topic: 'preview.a', payload: {} }]);
+    await t.setTime('outbox', first, 'created_at', -60_000);
+    const filter = { topicPatterns: ['preview.*'], states: ['dead' as const] };
+    const preview = await t.driver.outboxReplayPreview({ filter, limit: 1 });
+    assert.equal(preview.count, 2);
+    assert.equal(preview.sample.length, 1);
+    const [row] = preview.sample;
+    assert.deepEqual([row!.id, row!.topic, row!.key, row!.state, row!.lastError], [first, 'preview.a', null, 'dead', 'failed preview.a']);
+    assert.ok(row!.createdAt instanceof Date && row!.updatedAt instanceof Date);
+    assert.equal(typeof row!.attempt, 'number');
+    assert.equal((await t.row('outbox', first))!.state, 'dead', 'a preview moves nothing');
+    assert.equal((await t.driver.outboxReplayPreview({ filter: { ids: [sent, second] }, limit: 10 })).count, 2, 'sent and dead by default at the driver');
+    assert.deepEqual(await t.driver.outboxReplayPreview({ filter: { topics: ['nothing'] }, limit: 5 }), { count: 0, sample: [] });
+    assert.equal(await t.driver.outboxReplay(filter), preview.count);
+    await assert.rejects(t.driver.outboxReplayPreview({ filter: {}, limit: 5 }), UsageError);
+  });
+
   define('outboxReplay refuses an empty filter and states other than sent or dead', async (t) => {
     await assert.rejects(t.driver.outboxReplay({}), UsageError);
     await assert.rejects(t.driver.outboxReplay({ topics: ['x'], states: ['pending' as 'sent'] }), UsageError);

@@ -84,14 +84,14 @@ describe('operations: reclaim, replay, retention, status', () => {
     assert.deepEqual(await states(outbox()), { dead: 1 });
   });
 
-  it('replay moves only sent and dead rows matching the filter, resetting them and counting the replay', async () => {
+  it('replay moves only dead rows by default, sent ones when asked, resetting them and counting the replay', async () => {
     const dead = await outboxRow('dead', 'order.paid');
     const sent = await outboxRow('sent', 'order.shipped');
     await outboxRow('pending', 'order.paid');
     await outboxRow('processing', 'order.paid', 0, `now() + interval '5 minutes'`);
     await outboxRow('dead', 'user.created');
-    const result = await replayHandler({ destination: 'orders' }, fakeLambdaContext({ timeoutMs: 30_000 }));
-    assert.deepEqual(result, { moved: 2 });
+    assert.deepEqual(await replayHandler({ destination: 'orders' }, fakeLambdaContext({ timeoutMs: 30_000 })), { moved: 1 });
+    assert.deepEqual(await replayHandler({ destination: 'orders', states: ['sent'] }, fakeLambdaContext({ timeoutMs: 30_000 })), { moved: 1 });
     const rows = await db.query<{ id: string; state: string; attempt: number; last_error: string | null; replay_count: number }>(
       `SELECT id, state, attempt, last_error, replay_count FROM ${outbox()} WHERE id = ANY($1::uuid[]) ORDER BY topic`,
       [[dead, sent]],
@@ -99,6 +99,48 @@ describe('operations: reclaim, replay, retention, status', () => {
     assert.deepEqual(rows.map((r) => [r.state, r.attempt, r.last_error, r.replay_count]), [['pending', 0, null, 1], ['pending', 0, null, 1]]);
     assert.deepEqual(await replayHandler({ ids: [dead], states: ['dead'] }, fakeLambdaContext({ timeoutMs: 30_000 })), { moved: 0 }, 'a pending row is not moved again');
     assert.deepEqual(await states(outbox()), { pending: 3, processing: 1, dead: 1 });
+  });
+
+  it('replay refuses null, booleans, lists and misspelled keys as filters, naming the key, and moves nothing', async () => {
+    for (let i = 0; i < 3; i++) await outboxRow('dead', 'order.paid');
+    for (let i = 0; i < 3; i++) await outboxRow('sent', 'order.paid');
+    const refusals: Array<[unknown, RegExp]> = [
+      [{ createdFrom: null }, /createdFrom/],
+      [{ createdFrom: false }, /createdFrom/],
+      [{ createdFrom: true }, /createdFrom/],
+      [{ createdFrom: ['2025'] }, /createdFrom/],
+      [{ createdTo: 'yesterday' }, /createdTo/],
+      [{ topic: 'order.paid' }, /unknown key "topic"/],
+      [{ state: 'dead' }, /unknown key "state"/],
+      [{ topics: 'order.paid' }, /topics/],
+      [{ topics: [] }, /topics must list at least one topic/],
+      [{ ids: ['not-a-uuid'] }, /ids\.0 must be a row id/],
+      [{ destination: '' }, /destination must not be empty/],
+      [{ destination: 'constructor' }, /not configured/],
+      [{ topics: ['order.paid'], states: 'dead' }, /states/],
+      [{ topics: ['order.paid'], dryRun: 'yes' }, /dryRun/],
+      [null, /must be an object/],
+      [[{ topics: ['order.paid'] }], /must be an object/],
+    ];
+    for (const [event, reason] of refusals) {
+      await assert.rejects(replayHandler(event, fakeLambdaContext({ timeoutMs: 30_000 })), (e: unknown) => e instanceof UsageError && reason.test(e.message), JSON.stringify(event));
+    }
+    assert.deepEqual(await states(outbox()), { dead: 3, sent: 3 }, 'no refused request moved a row');
+  });
+
+  it('replay previews with dryRun and refuses more than 100 rows unless the event says yes', async () => {
+    await db.query(
+      `INSERT INTO ${outbox()} (topic, payload, state, last_error) SELECT 'order.paid', '{}', 'dead', 'boom ' || g FROM generate_series(1, 101) g`,
+    );
+    await outboxRow('sent', 'order.paid');
+    const preview = (await replayHandler({ topics: ['order.paid'], dryRun: true }, fakeLambdaContext({ timeoutMs: 30_000 }))) as { dryRun: true; count: number; sample: Array<{ state: string; lastError: string }> };
+    assert.equal(preview.count, 101);
+    assert.equal(preview.sample.length, 10);
+    assert.ok(preview.sample.every((r) => r.state === 'dead' && r.lastError.startsWith('boom')));
+    await assert.rejects(replayHandler({ topics: ['order.paid'] }, fakeLambdaContext({ timeoutMs: 30_000 })), (e: unknown) => e instanceof UsageError && /would move 101 rows/.test(e.message));
+    assert.deepEqual(await states(outbox()), { dead: 101, sent: 1 });
+    assert.deepEqual(await replayHandler({ topics: ['order.paid'], yes: true }, fakeLambdaContext({ timeoutMs: 30_000 })), { moved: 101 });
+    assert.deepEqual(await states(outbox()), { pending: 101, sent: 1 });
   });
 
   it('retention deletes old finished rows in bounded batches and never touches pending or processing rows', async () => {

@@ -12,7 +12,7 @@ import { oncePerNamesAndLimit, retriesFirst } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
-import { topicPatternSource } from '../../config/topic-pattern.ts';
+import { binder, replayWhere } from './replay-preview.ts';
 
 
 interface OutboxDbRow {
@@ -170,27 +170,15 @@ export async function outboxDeadList(ctx: PgContext, p: { limit: number }): Prom
 }
 
 export async function outboxReplay(ctx: PgContext, f: ReplayFilter): Promise<number> {
-  const where: string[] = [];
-  const values: unknown[] = [];
-  const bind = (v: unknown) => {
-    values.push(v);
-    return `$${values.length}`;
-  };
-  if (f.ids?.length) where.push(`id = ANY(${bind(f.ids)}::uuid[])`);
-  if (f.topics?.length) where.push(`topic = ANY(${bind(f.topics)}::text[])`);
-  if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternSource))}::text[])`);
-  if (f.createdFrom) where.push(`created_at >= ${bind(f.createdFrom)}`);
-  if (f.createdTo) where.push(`created_at < ${bind(f.createdTo)}`);
-  if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
-  const states = f.states?.length ? f.states : ['sent', 'dead'];
-  if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');
+  const { values, bind } = binder();
+  const where = replayWhere(f, bind);
   const { rowCount } = await pgQuery(
     ctx.pool,
     `UPDATE ${ctx.names.outbox}
         SET state = 'pending', attempt = 0, scheduled_at = clock_timestamp(), last_error = NULL,
             claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
             replay_count = replay_count + 1, updated_at = clock_timestamp()
-      WHERE state = ANY(${bind(states)}::text[]) AND ${where.join(' AND ')}`,
+      WHERE ${where}`,
     values,
   );
   return rowCount ?? 0;

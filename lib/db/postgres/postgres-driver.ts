@@ -13,6 +13,7 @@ import { pgNames, quoteIdent } from './names.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
+import { outboxReplayPreview } from './replay-preview.ts';
 
 /** Accepts the caller's `pg` client (inside its own `BEGIN`). */
 function asQueryable(tx: CallerTransaction): PgQueryable {
@@ -107,6 +108,7 @@ export class PostgresDriver implements Driver {
   outboxStats: Driver['outboxStats'] = (scope) => outbox.outboxStats(this.ctx, scope);
   outboxDeadList: Driver['outboxDeadList'] = (p) => outbox.outboxDeadList(this.ctx, p);
   outboxReplay: Driver['outboxReplay'] = (f) => outbox.outboxReplay(this.ctx, f);
+  outboxReplayPreview: Driver['outboxReplayPreview'] = (p) => outboxReplayPreview(this.ctx, p);
   outboxDeleteFinished: Driver['outboxDeleteFinished'] = (p) => outbox.outboxDeleteFinished(this.ctx, p);
 
   inboxInsert: Driver['inboxInsert'] = (m, tx) => inbox.inboxInsert(this.ctx, tx === undefined ? this.ctx.pool : asQueryable(tx), m);

@@ -15,6 +15,7 @@ import { createMssqlPool, ensureConnected, isMssqlTransaction, param, runBatch, 
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
 import * as outbox from './outbox-queries.ts';
 import * as pull from './pull-queries.ts';
+import { outboxReplayPreview } from './replay-preview.ts';
 
 /** Accepts the caller's begun `mssql` Transaction. */
 function asTransaction(tx: CallerTransaction): sql.Transaction {
@@ -116,6 +117,7 @@ export class SqlServerDriver implements Driver {
   outboxStats: Driver['outboxStats'] = async (scope) => outbox.outboxStats(await this.pool(), this.names, scope);
   outboxDeadList: Driver['outboxDeadList'] = async (p) => outbox.outboxDeadList(await this.pool(), this.names, p);
   outboxReplay: Driver['outboxReplay'] = async (f) => outbox.outboxReplay(await this.pool(), this.names, f);
+  outboxReplayPreview: Driver['outboxReplayPreview'] = async (p) => outboxReplayPreview(await this.pool(), this.names, p);
   outboxDeleteFinished: Driver['outboxDeleteFinished'] = async (p) => outbox.outboxDeleteFinished(await this.pool(), this.names, p);
 
   inboxInsert: Driver['inboxInsert'] = async (m, tx) => inbox.inboxInsert(tx === undefined ? await this.pool() : asTransaction(tx), this.names, m);

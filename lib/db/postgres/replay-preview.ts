@@ -1,0 +1,59 @@
+/**
+ * PostgreSQL replay filter and preview (driver method `outboxReplayPreview`).
+ *
+ * The preview and the replay share one WHERE clause (`replayWhere`), so a preview counts exactly
+ * the rows the replay with the same filter would move at that moment.
+ */
+import type { ReplayFilter, ReplayPreviewRow } from '../driver.ts';
+import { UsageError } from '../../errors.ts';
+import { topicPatternSource } from '../../config/topic-pattern.ts';
+import type { PgContext } from './context.ts';
+import { pgQuery } from './pg-pool.ts';
+
+/**
+ * The WHERE condition of a replay over `sent`/`dead` rows; pushes its values through `bind`.
+ * Throws `UsageError` on an empty filter or a state other than `sent`/`dead`.
+ */
+export function replayWhere(f: ReplayFilter, bind: (value: unknown) => string): string {
+  const where: string[] = [];
+  if (f.ids?.length) where.push(`id = ANY(${bind(f.ids)}::uuid[])`);
+  if (f.topics?.length) where.push(`topic = ANY(${bind(f.topics)}::text[])`);
+  if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternSource))}::text[])`);
+  if (f.createdFrom) where.push(`created_at >= ${bind(f.createdFrom)}`);
+  if (f.createdTo) where.push(`created_at < ${bind(f.createdTo)}`);
+  if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
+  const states = f.states?.length ? f.states : ['sent', 'dead'];
+  if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');
+  return `state = ANY(${bind(states)}::text[]) AND ${where.join(' AND ')}`;
+}
+
+/** A binder collecting values for `$n` placeholders. */
+export function binder(): { values: unknown[]; bind: (value: unknown) => string } {
+  const values: unknown[] = [];
+  return {
+    values,
+    bind: (v) => {
+      values.push(v);
+      return `$${values.length}`;
+    },
+  };
+}
+
+export async function outboxReplayPreview(ctx: PgContext, p: { filter: ReplayFilter; limit: number }): Promise<{ count: number; sample: ReplayPreviewRow[] }> {
+  const { values, bind } = binder();
+  const where = replayWhere(p.filter, bind);
+  const counted = await pgQuery<{ n: string }>(ctx.pool, `SELECT count(*) AS n FROM ${ctx.names.outbox} WHERE ${where}`, values);
+  const limit = Math.max(0, Math.floor(p.limit));
+  if (limit === 0) return { count: Number(counted.rows[0]!.n), sample: [] };
+  const { rows } = await pgQuery<{ id: string; topic: string; key: string | null; state: 'sent' | 'dead'; attempt: number; last_error: string | null; created_at: Date; updated_at: Date }>(
+    ctx.pool,
+    `SELECT id, topic, key, state, attempt, last_error, created_at, updated_at
+       FROM ${ctx.names.outbox} WHERE ${where}
+      ORDER BY created_at, id LIMIT ${bind(limit)}`,
+    values,
+  );
+  return {
+    count: Number(counted.rows[0]!.n),
+    sample: rows.map((r) => ({ id: r.id, topic: r.topic, key: r.key, state: r.state, attempt: r.attempt, lastError: r.last_error, createdAt: r.created_at, updatedAt: r.updated_at })),
+  };
+}
