@@ -19,10 +19,16 @@ const RULES: Array<[RegExp, string]> = [
   [/\b(AKIA|ASIA)[A-Z0-9]{16}\b/g, '***'],
 ];
 
+/** Redacts secrets (URL passwords, authorization values, secret-named pairs, AWS key ids) from a text; no length bound. */
+export function redactSecrets(input: string): string {
+  let text = input;
+  for (const [pattern, replacement] of RULES) text = text.replace(pattern, replacement);
+  return text;
+}
+
 /** Redacts secrets from an error message and truncates it to 2000 characters. */
 export function redactError(input: unknown): string {
-  let text = input instanceof Error ? `${input.name}: ${input.message}` : typeof input === 'string' ? input : safeString(input);
-  for (const [pattern, replacement] of RULES) text = text.replace(pattern, replacement);
+  let text = redactSecrets(input instanceof Error ? `${input.name}: ${input.message}` : typeof input === 'string' ? input : safeString(input));
   if (text.length > LAST_ERROR_MAX_LENGTH) text = `${text.slice(0, LAST_ERROR_MAX_LENGTH - 1)}…`;
   return text;
 }

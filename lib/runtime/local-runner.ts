@@ -31,6 +31,7 @@ import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
+import { removeLocalRunFile, writeLocalRunFile } from '../console/local-run-file.ts';
 import { createLogger } from '../observability/logger.ts';
 import { MIN_CLAIM_WINDOW_MS } from '../outbox/outbox-pass.ts';
 import { setContainer } from './container.ts';
@@ -115,6 +116,8 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     if (demoInbox && !env[DEMO_PAYMENTS_SECRET_ENV]) env[DEMO_PAYMENTS_SECRET_ENV] = DEMO_PAYMENTS_DEFAULT_SECRET;
     driver = await createDriver(config, env);
     await driver.migrate();
+    // `queuebox console` finds the embedded database through this file.
+    if (embedded) writeLocalRunFile({ url, schema: config.database.schema ?? 'public' });
     const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
     setContainer({ config, driver, logger, env, writeMetrics: () => {} });
     if (config.database.type === 'postgres') {
@@ -137,6 +140,7 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     await feed?.close().catch(() => {});
     await driver?.close().catch(() => {});
     if (emulator !== options.emulator) await emulator?.stop().catch(() => {});
+    if (embedded) removeLocalRunFile();
     await embedded?.stop().catch(() => {});
   }
 }

@@ -1,0 +1,86 @@
+/**
+ * `queuebox console`: resolves the configuration and database like the functions do (or, with
+ * none configured, the database of a running `npm start`), starts the console server and serves
+ * until SIGINT/SIGTERM (or `signal`).
+ */
+import { loadConfig, parseConfig } from '../config/load-config.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
+import { createDriver, resolveDatabaseUrl } from '../db/create-driver.ts';
+import { ConfigError } from '../errors.ts';
+import { startConsoleServer, type ConsoleServer } from './console-server.ts';
+import { readLocalRunFile } from './local-run-file.ts';
+
+/** Default TCP port of the console. */
+export const CONSOLE_DEFAULT_PORT = 8787;
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+export interface RunConsoleOptions {
+  port?: number;
+  /** Bind address; anything but loopback prints a warning. */
+  host?: string;
+  allowActions?: boolean;
+  configPath?: string;
+  env: Record<string, string | undefined>;
+  stdout: (text: string) => void;
+  stderr: (text: string) => void;
+  /** Stops the console (tests); SIGINT/SIGTERM always do. */
+  signal?: AbortSignal;
+  /** Called once the console listens. */
+  onListening?: (server: ConsoleServer) => void;
+}
+
+/** The configuration to serve: as loaded, or pointed at the local run's database when none is configured. */
+export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr'>): QueueBoxConfig {
+  const base = loadConfig({ env: options.env, ...(options.configPath !== undefined ? { path: options.configPath } : {}) });
+  try {
+    resolveDatabaseUrl(base, options.env);
+    return base;
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    const local = readLocalRunFile();
+    if (!local) {
+      throw new ConfigError([{ key: 'database.url', message: 'is not set and no local run (npm start) is running: start one, or set DATABASE_URL / QUEUEBOX_DATABASE_URL' }]);
+    }
+    options.stderr(`queuebox console: no database configured; using the local run's embedded PostgreSQL (process ${local.pid})\n`);
+    return parseConfig({ ...base, database: { ...base.database, url: local.url, urlEnv: undefined, schema: local.schema } });
+  }
+}
+
+export async function runConsole(options: RunConsoleOptions): Promise<void> {
+  const host = options.host ?? '127.0.0.1';
+  if (!LOOPBACK.has(host)) {
+    options.stderr(
+      `WARNING: the console listens on ${host}: anyone who can reach this address sees rows, errors and payloads${options.allowActions ? ' and can replay rows' : ''}. It has no login; prefer 127.0.0.1 and an SSH tunnel.\n`,
+    );
+  }
+  const config = consoleConfig(options);
+  const driver = await createDriver(config, options.env);
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  options.signal?.addEventListener('abort', onSignal, { once: true });
+  let server: ConsoleServer | undefined;
+  try {
+    await driver.schemaVerify();
+    server = await startConsoleServer({
+      driver,
+      config,
+      env: options.env,
+      host,
+      port: options.port ?? CONSOLE_DEFAULT_PORT,
+      allowActions: options.allowActions === true,
+      onError: (error) => options.stderr(`queuebox console: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`),
+    });
+    options.stdout(`QueueBox console on ${server.url}/ (${options.allowActions ? 'actions allowed' : 'read-only; --allow-actions enables replay'}); Ctrl-C stops it\n`);
+    options.onListening?.(server);
+    if (!stop.signal.aborted) await new Promise((resolve) => stop.signal.addEventListener('abort', resolve, { once: true }));
+  } finally {
+    process.removeListener('SIGINT', onSignal);
+    process.removeListener('SIGTERM', onSignal);
+    options.signal?.removeEventListener('abort', onSignal);
+    await server?.close();
+    await driver.close();
+  }
+}
