@@ -8,6 +8,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { hostname, networkInterfaces } from 'node:os';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
 import { QueueBoxError, UsageError } from '../errors.ts';
@@ -80,8 +81,7 @@ export async function startConsoleServer(options: ConsoleServerOptions): Promise
   });
   const { port } = server.address() as AddressInfo;
   const bracketed = host.includes(':') ? `[${host}]` : host;
-  hosts.push(`${bracketed}:${port}`);
-  if (host === '127.0.0.1' || host === '::1' || host === 'localhost') hosts.push(`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`);
+  for (const name of hostNames(host)) hosts.push(`${name.includes(':') ? `[${name}]` : name}:${port}`);
   guardHolder.guard = new RequestGuard(hosts);
   return {
     url: `http://${bracketed}:${port}`,
@@ -91,6 +91,15 @@ export async function startConsoleServer(options: ConsoleServerOptions): Promise
       server.close(() => resolve());
     }),
   };
+}
+
+/** The names a browser may use for this console: the bind address, loopback, and for a wildcard bind every local address and the host name. */
+function hostNames(host: string): string[] {
+  const names = [host, '127.0.0.1', 'localhost', '::1'];
+  if (host === '0.0.0.0' || host === '::') {
+    names.push(hostname(), ...Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address)));
+  }
+  return names;
 }
 
 async function handle(ctx: ConsoleContext, request: IncomingMessage, response: ServerResponse): Promise<void> {

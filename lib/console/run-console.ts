@@ -28,17 +28,19 @@ export interface RunConsoleOptions {
   signal?: AbortSignal;
   /** Called once the console listens. */
   onListening?: (server: ConsoleServer) => void;
+  /** Where a local run publishes its database (default: `localRunFilePath()`). */
+  localRunFile?: string;
 }
 
 /** The configuration to serve: as loaded, or pointed at the local run's database when none is configured. */
-export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr'>): QueueBoxConfig {
+export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr' | 'localRunFile'>): QueueBoxConfig {
   const base = loadConfig({ env: options.env, ...(options.configPath !== undefined ? { path: options.configPath } : {}) });
   try {
     resolveDatabaseUrl(base, options.env);
     return base;
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    const local = readLocalRunFile();
+    const local = readLocalRunFile(options.localRunFile);
     if (!local) {
       throw new ConfigError([{ key: 'database.url', message: 'is not set and no local run (npm start) is running: start one, or set DATABASE_URL / QUEUEBOX_DATABASE_URL' }]);
     }
