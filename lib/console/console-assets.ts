@@ -47,7 +47,7 @@ ol.history li { margin: 3px 0; }
 `;
 
 /**
- * Refreshes every element marked `data-live` from the same URL every two seconds (the server
+ * Refreshes the element marked `data-live` from its URL every five seconds (the server
  * renders the fragment: the page's markup stays escaped server-side; nothing is built from data here).
  */
 export const CONSOLE_JS = `
@@ -66,6 +66,6 @@ export const CONSOLE_JS = `
       if (status) status.textContent = 'live · refresh failed (' + error.message + '), retrying';
     }
   };
-  setInterval(tick, 2000);
+  setInterval(tick, 5000);
 })();
 `;

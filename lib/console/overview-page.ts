@@ -1,7 +1,7 @@
 /**
  * The overview: rows per state of both tables, the oldest due pending row's age, throughput over
  * the last hour and minute, and the claims in flight with their lease left. The fragment
- * (`/overview/live`) is what the page's script reloads every two seconds.
+ * (`/overview/live`) is what the page's script reloads every five seconds.
  */
 import type { ConsoleClaim, ConsoleStateCounts } from '../db/driver.ts';
 import { duration } from './blocked-reason.ts';
@@ -30,7 +30,7 @@ export async function overviewFragment(ctx: ConsoleContext): Promise<SafeHtml> {
 
 /** The whole overview page. */
 export async function overviewPage(ctx: ConsoleContext): Promise<SafeHtml> {
-  return page(ctx, '/', 'Overview', html`<p id="live">live · refreshes every 2 s</p><div data-live="/overview/live">${await overviewFragment(ctx)}</div>`);
+  return page(ctx, '/', 'Overview', html`<p id="live">live · refreshes every 5 s</p><div data-live="/overview/live">${await overviewFragment(ctx)}</div>`);
 }
 
 function card(kind: TableKind, table: string, s: ConsoleStateCounts): SafeHtml {

@@ -51,7 +51,7 @@ describe('operator console in a browser', { skip }, () => {
     assert.equal(await page.locator('[data-claims="outbox"] tr').count(), 2, 'header and the expired claim');
     await page.evaluate('window.marker = 42');
     await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at) VALUES ('live', '{}', 'dead', clock_timestamp())`);
-    await page.locator('[data-table="outbox"] tr[data-state="dead"] td.num', { hasText: /^6$/ }).waitFor({ timeout: 10_000 });
+    await page.locator('[data-table="outbox"] tr[data-state="dead"] td.num', { hasText: /^6$/ }).waitFor({ timeout: 20_000 });
     assert.equal(await page.evaluate('window.marker'), 42, 'same page: refreshed in place');
   });
 

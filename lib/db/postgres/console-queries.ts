@@ -27,7 +27,8 @@ function toCounts(row: Counts, names: readonly string[], prefix = ''): Record<st
 /** Outbox: capped rows per state, the oldest due pending age, sent/dead in the last hour and minute. */
 export async function outboxStatsByState(ctx: PgContext, p: { countCap: number }): Promise<ConsoleStateCounts> {
   const t = ctx.names.outbox;
-  const since = (state: string, span: string) => capped(t, `state = '${state}' AND updated_at > clock_timestamp() - interval '${span}'`);
+  // statement_timestamp(), not clock_timestamp(): a stable value is an index bound, a volatile one only a filter.
+  const since = (state: string, span: string) => capped(t, `state = '${state}' AND updated_at > statement_timestamp() - interval '${span}'`);
   const { rows } = await pgQuery<Counts>(
     ctx.pool,
     `SELECT ${capped(t, `state = 'pending'`)} AS pending,
@@ -50,13 +51,13 @@ export async function outboxStatsByState(ctx: PgContext, p: { countCap: number }
 }
 
 /**
- * Inbox: as the outbox. The inbox indexes its finished rows by `created_at`, so the last hour's
- * throughput counts rows received within the last day that finished within the hour.
+ * Inbox: as the outbox. The inbox indexes its finished rows by `created_at`, so the throughput
+ * counts rows received within the last two hours that finished within the window.
  */
 export async function inboxStatsByState(ctx: PgContext, p: { countCap: number }): Promise<ConsoleStateCounts> {
   const t = ctx.names.inbox;
   const since = (state: string, span: string) =>
-    capped(t, `state = '${state}' AND created_at > clock_timestamp() - interval '1 day' AND updated_at > clock_timestamp() - interval '${span}'`);
+    capped(t, `state = '${state}' AND created_at > statement_timestamp() - interval '2 hours' AND updated_at > statement_timestamp() - interval '${span}'`);
   const { rows } = await pgQuery<Counts>(
     ctx.pool,
     `SELECT (SELECT count(*) FROM (

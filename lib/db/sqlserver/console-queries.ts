@@ -14,7 +14,7 @@ import type { MssqlNames } from './names.ts';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const NOW = 'DECLARE @v_now DATETIME2(7) = SYSUTCDATETIME();';
 const capped = (table: string, where: string) => `(SELECT COUNT(*) FROM (SELECT TOP (@p_cap) 1 AS x FROM ${table} WHERE ${where}) c)`;
-const within = (column: string, unit: 'hour' | 'minute' | 'day') => `${column} > DATEADD(${unit}, -1, @v_now)`;
+const within = (column: string, unit: 'hour' | 'minute') => `${column} > DATEADD(${unit}, ${unit === 'hour' && column === 'created_at' ? -2 : -1}, @v_now)`;
 
 type Counts = Record<string, number | string | null>;
 const toCounts = (row: Counts, names: readonly string[], prefix = '') => Object.fromEntries(names.map((s) => [s, Number(row[`${prefix}${s}`] ?? 0)]));
@@ -24,9 +24,9 @@ export function buildStatsByState(names: MssqlNames, table: 'outbox' | 'inbox', 
   const t = names[table];
   const outbox = table === 'outbox';
   const finished = outbox ? 'sent' : 'processed';
-  // The inbox indexes finished rows by created_at: the last hour's rows are those received within a day.
+  // The inbox indexes finished rows by created_at: the window's rows are those received within two hours.
   const recent = (state: string, unit: 'hour' | 'minute') =>
-    capped(t, `state = N'${state}' AND ${outbox ? '' : `${within('created_at', 'day')} AND `}${within('updated_at', unit)}`);
+    capped(t, `state = N'${state}' AND ${outbox ? '' : `${within('created_at', 'hour')} AND `}${within('updated_at', unit)}`);
   const pending = outbox
     ? capped(t, `state = N'pending'`)
     : `(SELECT COUNT(*) FROM (SELECT TOP (@p_cap) x FROM (
