@@ -33,7 +33,7 @@ ${replayable ? html`<p><a href="/replay/preview?ids=${encodeURIComponent(row.id)
 }
 
 function history(row: ConsoleRow): SafeHtml[] {
-  const steps: SafeHtml[] = [html`<li>${time(row.createdAt)} — created (${row.state === 'pending' && row.attempt === 0 ? 'waiting for its first attempt' : 'stored'})</li>`];
+  const steps: SafeHtml[] = [html`<li>${time(row.createdAt)} — created${row.state === 'pending' && row.attempt === 0 ? ', waiting for its first attempt' : ''}</li>`];
   if (row.attempt > 0) steps.push(html`<li>${row.attempt} failed attempt${row.attempt === 1 ? '' : 's'}${row.lastError ? ', the last one with the error below' : ''}</li>`);
   if (row.replayCount) steps.push(html`<li>replayed ${row.replayCount} time${row.replayCount === 1 ? '' : 's'} (attempts count again from 0 after each replay)</li>`);
   if (row.claimedAt) steps.push(html`<li>${time(row.claimedAt)} — last claimed; lease until ${time(row.leaseExpiresAt)}</li>`);
