@@ -6,7 +6,7 @@
 import { loadConfig, parseConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver, resolveDatabaseUrl } from '../db/create-driver.ts';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, UsageError } from '../errors.ts';
 import { startConsoleServer, type ConsoleServer } from './console-server.ts';
 import { readLocalRunFile } from './local-run-file.ts';
 
@@ -49,6 +49,19 @@ export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'e
   }
 }
 
+/** Starts the server; a port in use or not allowed is the operator's to fix, so it becomes a `UsageError`. */
+async function listen(options: Parameters<typeof startConsoleServer>[0]): Promise<ConsoleServer> {
+  try {
+    return await startConsoleServer(options);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
+      throw new UsageError(`console: cannot listen on ${options.host ?? '127.0.0.1'}:${options.port} (${code}); choose another --port or --host`);
+    }
+    throw error;
+  }
+}
+
 export async function runConsole(options: RunConsoleOptions): Promise<void> {
   const host = options.host ?? '127.0.0.1';
   if (!LOOPBACK.has(host)) {
@@ -66,7 +79,7 @@ export async function runConsole(options: RunConsoleOptions): Promise<void> {
   let server: ConsoleServer | undefined;
   try {
     await driver.schemaVerify();
-    server = await startConsoleServer({
+    server = await listen({
       driver,
       config,
       env: options.env,

@@ -16,7 +16,7 @@ import { writeLocalRunFile } from '../../lib/console/local-run-file.ts';
 import { configuredSecrets, createRedactor } from '../../lib/console/redact-row.ts';
 import { runConsole } from '../../lib/console/run-console.ts';
 import type { ConsoleBlockedHead } from '../../lib/db/driver.ts';
-import { ConfigError } from '../../lib/errors.ts';
+import { ConfigError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 /** One raw HTTP request (node:http lets a test set Host and Origin as a hostile page would). */
@@ -169,6 +169,21 @@ describe('queuebox console start-up', () => {
     const run = await serve({ env: {}, localRunFile: file });
     assert.match(run.stderr, new RegExp(`using the local run's embedded PostgreSQL \\(process ${process.pid}\\)`));
     assert.match(run.body, /data-state="dead"><td><span class="state-dead">dead<\/span><\/td><td class="num">1</);
+  });
+
+  it('a port already in use is a UsageError naming the address', async () => {
+    const env = { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema };
+    const stop = new AbortController();
+    let second: Promise<void> | undefined;
+    await runConsole({
+      env, port: 0, stdout: () => {}, stderr: () => {}, signal: stop.signal,
+      onListening: (server) => {
+        const port = Number(new URL(server.url).port);
+        second = assert.rejects(runConsole({ env, port, stdout: () => {}, stderr: () => {} }), (error: unknown) => error instanceof UsageError && error.message.includes(`127.0.0.1:${port} (EADDRINUSE)`));
+        void second.finally(() => stop.abort());
+      },
+    });
+    await second;
   });
 
   it('with no database and no local run it stops with a ConfigError that says what to do', async () => {
