@@ -10,6 +10,7 @@ import { page, rowLink, state, time, type ConsoleContext, type TableKind } from 
 /** Heads listed per table; candidates read per cause; rows counted behind a head. */
 export const BLOCKED_LIMITS = { limit: 100, scanLimit: 1000, poisonAttempts: POISON_ATTEMPTS, waitingCap: 10_000 } as const;
 
+/** The blocked keys and aggregates page (both tables, read concurrently). */
 export async function blockedPage(ctx: ConsoleContext): Promise<SafeHtml> {
   const [keys, aggregates] = await Promise.all([ctx.driver.outboxBlockedKeys(BLOCKED_LIMITS), ctx.driver.inboxBlockedAggregates(BLOCKED_LIMITS)]);
   return page(

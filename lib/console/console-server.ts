@@ -34,6 +34,7 @@ const SECURITY_HEADERS = {
   'cache-control': 'no-store',
 };
 
+/** What the console serves and where. */
 export interface ConsoleServerOptions {
   driver: Driver;
   config: QueueBoxConfig;

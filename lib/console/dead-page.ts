@@ -27,6 +27,7 @@ export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; qu
   return { kind: table, query };
 }
 
+/** The dead rows page: the filter form, one card per row, and a link to older rows. */
 export async function deadPage(ctx: ConsoleContext, search: URLSearchParams): Promise<SafeHtml> {
   const { kind, query } = parseDeadFilters(search);
   const result = kind === 'outbox' ? await ctx.driver.outboxDeadSearch(query) : await ctx.driver.inboxDeadSearch(query);

@@ -35,6 +35,7 @@ export interface Redactor {
   value(value: unknown): unknown;
 }
 
+/** A redactor masking `secrets` (longest first) besides the secret-named keys and the text rules. */
 export function createRedactor(secrets: readonly string[]): Redactor {
   const text = (value: string | null): string => {
     let out = redactSecrets(value ?? '');

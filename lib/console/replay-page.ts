@@ -31,6 +31,7 @@ export function replayInput(form: URLSearchParams): Record<string, unknown> {
   return input;
 }
 
+/** The replay filter form; `form` refills it, `error` explains why the last request was refused. */
 export function replayFormPage(ctx: ConsoleContext, form = new URLSearchParams(), error?: string): SafeHtml {
   const states = new Set(form.getAll('states'));
   return page(

@@ -16,6 +16,7 @@ export interface Refusal {
   message: string;
 }
 
+/** The Host, Origin and form-token checks of one console process (its token lives as long as the process). */
 export class RequestGuard {
   /** Hidden field name of the form token. */
   static readonly FIELD = 'token';

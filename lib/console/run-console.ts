@@ -15,6 +15,7 @@ export const CONSOLE_DEFAULT_PORT = 8787;
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
+/** Options of `queuebox console` plus the IO and stop signal tests inject. */
 export interface RunConsoleOptions {
   port?: number;
   /** Bind address; anything but loopback prints a warning. */
@@ -62,6 +63,7 @@ async function listen(options: Parameters<typeof startConsoleServer>[0]): Promis
   }
 }
 
+/** Serves the console until stopped; throws `ConfigError`/`UsageError` when it cannot start. */
 export async function runConsole(options: RunConsoleOptions): Promise<void> {
   const host = options.host ?? '127.0.0.1';
   if (!LOOPBACK.has(host)) {

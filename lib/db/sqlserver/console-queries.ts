@@ -57,7 +57,9 @@ async function statsByState(runner: MssqlRunner, names: MssqlNames, table: 'outb
   };
 }
 
+/** Outbox: capped rows per state, oldest due pending age, sent/dead in the last hour and minute. */
 export const outboxStatsByState = (runner: MssqlRunner, names: MssqlNames, p: { countCap: number }) => statsByState(runner, names, 'outbox', p.countCap);
+/** Inbox: as the outbox; the windows count rows received within two hours. */
 export const inboxStatsByState = (runner: MssqlRunner, names: MssqlNames, p: { countCap: number }) => statsByState(runner, names, 'inbox', p.countCap);
 
 const LABELS = {
@@ -102,7 +104,9 @@ async function claimsInFlight(runner: MssqlRunner, names: MssqlNames, table: 'ou
   return recordset.map(toClaim);
 }
 
+/** Outbox rows in `processing`, soonest lease expiry first. */
 export const outboxClaimsInFlight = (runner: MssqlRunner, names: MssqlNames, p: { limit: number }) => claimsInFlight(runner, names, 'outbox', p.limit);
+/** Inbox rows in `processing`, soonest lease expiry first. */
 export const inboxClaimsInFlight = (runner: MssqlRunner, names: MssqlNames, p: { limit: number }) => claimsInFlight(runner, names, 'inbox', p.limit);
 
 interface BlockedParams {
@@ -178,7 +182,9 @@ async function blockedHeads(runner: MssqlRunner, names: MssqlNames, table: 'outb
   }));
 }
 
+/** Heads of outbox keys that are not moving, most rows waiting first. */
 export const outboxBlockedKeys = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'outbox', p);
+/** Heads of inbox aggregates (push across sources, pull per source) that are not moving. */
 export const inboxBlockedAggregates = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'inbox', p);
 
 const COLUMNS = {
@@ -238,6 +244,7 @@ function toRow(r: RowDbRow, table: 'outbox' | 'inbox'): ConsoleRow {
   };
 }
 
+/** One row by id, every column the console shows. */
 export function buildRowGet(names: MssqlNames, table: 'outbox' | 'inbox', id: string): MssqlStatement {
   return { text: `SELECT ${COLUMNS[table]} FROM ${names[table]} r WHERE r.id = @p_id;`, params: [param('p_id', sql.UniqueIdentifier, id)] };
 }
@@ -248,7 +255,9 @@ async function rowGet(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 
   return recordset[0] ? toRow(recordset[0], table) : undefined;
 }
 
+/** One outbox row by id (undefined when absent or not a UUID). */
 export const outboxRowGet = (runner: MssqlRunner, names: MssqlNames, p: { id: string }) => rowGet(runner, names, 'outbox', p.id);
+/** One inbox row by id (undefined when absent or not a UUID). */
 export const inboxRowGet = (runner: MssqlRunner, names: MssqlNames, p: { id: string }) => rowGet(runner, names, 'inbox', p.id);
 
 /** At most `@p_scan` dead rows of the time range (the finished index), filtered by label. */
@@ -280,5 +289,7 @@ async function deadSearch(runner: MssqlRunner, names: MssqlNames, table: 'outbox
   return { rows: found.slice(0, q.limit).map((r) => toRow(r, table)), more: found.length > q.limit, scanCapped: scanned >= q.scanLimit };
 }
 
+/** Dead outbox rows by `updated_at`, optionally of one topic. */
 export const outboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadQuery) => deadSearch(runner, names, 'outbox', q);
+/** Dead inbox rows by `created_at`, optionally of one source. */
 export const inboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadQuery) => deadSearch(runner, names, 'inbox', q);
