@@ -19,6 +19,7 @@ import { html, type SafeHtml } from './html.ts';
 import { page, type ConsoleContext } from './layout.ts';
 import { overviewFragment, overviewPage } from './overview-page.ts';
 import { configuredSecrets, createRedactor } from './redact-row.ts';
+import { ReplayConfirmations } from './replay-confirmations.ts';
 import { replayConfirmPage, replayFormPage, replayPreviewPage } from './replay-page.ts';
 import { RequestGuard } from './request-guard.ts';
 import { rowPage } from './row-page.ts';
@@ -61,6 +62,7 @@ export async function startConsoleServer(options: ConsoleServerOptions): Promise
   const host = options.host ?? '127.0.0.1';
   const hosts: string[] = [];
   const guardHolder: { guard?: RequestGuard } = {};
+  const confirmations = new ReplayConfirmations();
   const server = createServer((request, response) => {
     handle(ctxOf(), request, response).catch((error: unknown) => {
       options.onError?.(error);
@@ -74,6 +76,7 @@ export async function startConsoleServer(options: ConsoleServerOptions): Promise
     redactor,
     guard: guardHolder.guard!,
     allowActions: options.allowActions === true,
+    confirmations,
   });
   const redactor = createRedactor(configuredSecrets(options.config, options.env ?? process.env));
   await new Promise<void>((resolve, reject) => {
@@ -135,7 +138,7 @@ async function handle(ctx: ConsoleContext, request: IncomingMessage, response: S
     }
     const row = /^\/row\/(outbox|inbox)\/([^/]+)$/.exec(path);
     if (row) {
-      const body = await rowPage(ctx, row[1] as 'outbox' | 'inbox', decodeURIComponent(row[2]!));
+      const body = await rowPage(ctx, row[1] as 'outbox' | 'inbox', decodePathPart(row[2]!));
       return send(response, body ? 200 : 404, body ?? notFound(ctx, 'No such row.'));
     }
   } catch (error) {
@@ -143,6 +146,15 @@ async function handle(ctx: ConsoleContext, request: IncomingMessage, response: S
     throw error;
   }
   return send(response, 404, notFound(ctx));
+}
+
+/** A percent-decoded path segment; a malformed escape is the client's error (400), not the console's. */
+function decodePathPart(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new UsageError(`malformed percent-encoding in the path: "${part}"`);
+  }
 }
 
 function readForm(request: IncomingMessage): Promise<URLSearchParams> {

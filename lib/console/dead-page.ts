@@ -7,6 +7,9 @@ import { UsageError } from '../errors.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
 import { json, page, rowLink, time, type ConsoleContext, type TableKind } from './layout.ts';
 
+/** A date or date-time with a four-digit year (the range both databases store). */
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/;
+
 /** Rows per page, and dead rows read at most per search (the newest of the time range). */
 export const DEAD_PAGE = { limit: 25, scanLimit: 10_000 } as const;
 
@@ -16,12 +19,13 @@ export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; qu
   if (table !== 'outbox' && table !== 'inbox') throw new UsageError(`table must be outbox or inbox, not "${table}"`);
   const query: ConsoleDeadQuery = { ...DEAD_PAGE };
   const label = search.get('label')?.trim();
+  if (label?.includes('\0')) throw new UsageError('label must not contain a NUL character');
   if (label) query.label = label;
   for (const field of ['from', 'to'] as const) {
     const value = search.get(field)?.trim();
     if (!value) continue;
     const date = new Date(value);
-    if (Number.isNaN(date.getTime())) throw new UsageError(`${field} is not a time: "${value}" (use ISO-8601, e.g. 2026-11-30T12:00:00Z)`);
+    if (!ISO_TIME.test(value) || Number.isNaN(date.getTime())) throw new UsageError(`${field} is not a time: "${value}" (use ISO-8601, e.g. 2026-11-30T12:00:00Z)`);
     query[field] = date;
   }
   return { kind: table, query };

@@ -5,6 +5,7 @@ import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
 import { html, type HtmlValue, type SafeHtml } from './html.ts';
 import type { Redactor } from './redact-row.ts';
+import type { ReplayConfirmations } from './replay-confirmations.ts';
 import { RequestGuard } from './request-guard.ts';
 
 /** What every page handler receives. */
@@ -15,6 +16,8 @@ export interface ConsoleContext {
   guard: RequestGuard;
   /** Started with `--allow-actions`: replay may move rows. */
   allowActions: boolean;
+  /** The replay previews a confirm may act on (each once). */
+  confirmations: ReplayConfirmations;
 }
 
 /** The two tables the console reads. */

@@ -2,10 +2,10 @@
  * What the console shows of a row's payload, headers and errors: secrets redacted.
  *
  * Three layers: values under a key that names a secret (`password`, `token`, `authorization`,
- * `signature`, `apiKey`…) become `***`; every string goes through `redactSecrets` (URL
- * passwords, bearer tokens, secret-named pairs, AWS key ids); and the values of the secrets the
- * configuration names (`*Env` keys: source secrets, tokens, keys, the database URL) are replaced
- * wherever they occur.
+ * `signature`, `apiKey`…) become `***`, whole objects and lists included; every string goes
+ * through `redactSecrets` (URL passwords, bearer tokens, secret-named pairs, AWS key ids); and
+ * the values of the secrets the configuration names (`*Env` keys: source secrets, tokens, keys,
+ * the database URL) are replaced wherever they occur.
  */
 import { redactSecrets } from '../claims/redact.ts';
 
@@ -46,7 +46,8 @@ export function createRedactor(secrets: readonly string[]): Redactor {
     if (typeof node === 'string') return text(node);
     if (Array.isArray(node)) return node.map(value);
     if (typeof node === 'object' && node !== null) {
-      return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, SECRET_KEY.test(k) && v !== null && typeof v !== 'object' ? MASK : value(v)]));
+      // Under a secret-named key everything is masked, a nested object or list included.
+      return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, SECRET_KEY.test(k) && v !== null ? MASK : value(v)]));
     }
     return node;
   };

@@ -3,17 +3,21 @@
  * replays exactly the rows the preview listed. Validation and the move are the CLI's own
  * (`parseReplayRequest`, `previewReplay`, `runReplayCommand`).
  *
- * The confirm form carries the previewed ids, not the filter: rows that match the filter after the
- * preview are not moved, and a previewed row that left `dead`/`sent` meanwhile is not moved
- * either. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
+ * The confirm acts on the previewed ids, not the filter (kept server-side under a one-time
+ * confirmation id, `ReplayConfirmations`): rows that match the filter after the preview are not
+ * moved, a previewed row that left `dead`/`sent` meanwhile is not moved either, and a preview is
+ * confirmed at most once. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
  */
 import { UsageError } from '../errors.ts';
 import { parseReplayRequest, previewReplay, runReplayCommand } from '../operations/replay.ts';
 import { html, type SafeHtml } from './html.ts';
+import { ReplayConfirmations } from './replay-confirmations.ts';
 import { page, rowLink, state, time, tokenField, type ConsoleContext } from './layout.ts';
 
 /** Rows one preview lists and one confirm replays. */
 export const REPLAY_PAGE_CAP = 100;
+
+const sameSet = (a: readonly string[], b: readonly string[]) => new Set(a).size === new Set(b).size && a.every((v) => b.includes(v));
 
 const split = (values: string[]) => values.flatMap((v) => v.split(/[\s,]+/)).filter((v) => v !== '');
 
@@ -71,9 +75,11 @@ export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchPa
     throw error;
   }
   const { count, sample } = preview;
+  const states = request.states ?? ['dead'];
   const confirm = ctx.allowActions
     ? html`<form method="post" action="/replay">${tokenField(ctx)}
-${sample.map((r) => html`<input type="hidden" name="ids" value="${r.id}">`)}${(request.states ?? ['dead']).map((s) => html`<input type="hidden" name="states" value="${s}">`)}
+<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ ids: sample.map((r) => r.id), states }) : ''}">
+${sample.map((r) => html`<input type="hidden" name="ids" value="${r.id}">`)}${states.map((s) => html`<input type="hidden" name="states" value="${s}">`)}
 <button type="submit" class="danger" data-action="confirm">Replay these ${sample.length} rows</button></form>`
     : html`<p class="banner">Read-only console: start it with <code>--allow-actions</code> to replay from here, or run <code>queuebox replay</code>.</p>`;
   const body = html`<p class="banner" data-preview-count="${count}">Dry run: <strong>${count}</strong> row${count === 1 ? '' : 's'} in state ${(request.states ?? ['dead']).join(' or ')} match. Nothing moved.</p>
@@ -85,14 +91,26 @@ ${sample.map((r) => html`<tr data-id="${r.id}"><td>${rowLink('outbox', r.id)}</t
   return { status: 200, body: page(ctx, '/replay', 'Replay preview', body) };
 }
 
-/** The confirm: replays the posted ids (at most `REPLAY_PAGE_CAP`) in the posted states. */
+/**
+ * The confirm: replays the rows its preview listed, in the preview's states, once. A confirm of
+ * an unknown, expired or already confirmed preview is a 409; one naming other rows or states than
+ * its preview a 400. Nothing moves in either case.
+ */
 export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchParams): Promise<{ status: number; body: SafeHtml }> {
   const input = replayInput(form);
-  const ids = (input.ids as string[] | undefined) ?? [];
   try {
-    if (ids.length === 0) throw new UsageError('replay: a confirm names the previewed row ids; preview first');
+    const previewId = form.get(ReplayConfirmations.FIELD) ?? '';
+    if (previewId === '') throw new UsageError('replay: a confirm names its preview; preview first');
+    const previewed = ctx.confirmations.take(previewId);
+    if (!previewed) {
+      return { status: 409, body: replayFormPage(ctx, new URLSearchParams(), 'replay: this preview was already confirmed or has expired; nothing moved. Preview again.') };
+    }
+    const posted = (input.ids as string[] | undefined)?.map((id) => id.toLowerCase());
+    if (posted && !sameSet(posted, previewed.ids)) throw new UsageError('replay: the confirm names rows its preview did not list; nothing moved. Preview again.');
+    if (input.states && !sameSet(input.states as string[], previewed.states)) throw new UsageError('replay: the confirm names other states than its preview; nothing moved. Preview again.');
+    const ids = previewed.ids;
     if (ids.length > REPLAY_PAGE_CAP) throw new UsageError(`replay: a confirm from the console moves at most ${REPLAY_PAGE_CAP} rows, got ${ids.length}`);
-    const request = parseReplayRequest({ ids, ...(input.states ? { states: input.states } : {}) });
+    const request = parseReplayRequest({ ids, states: previewed.states });
     const result = await runReplayCommand(ctx.driver, ctx.config, { request, dryRun: false, yes: true });
     const moved = 'moved' in result ? result.moved : 0;
     return {

@@ -6,7 +6,7 @@
 import { loadConfig, parseConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver, resolveDatabaseUrl } from '../db/create-driver.ts';
-import { ConfigError, UsageError } from '../errors.ts';
+import { ConfigError, QueueBoxError, UsageError } from '../errors.ts';
 import { startConsoleServer, type ConsoleServer } from './console-server.ts';
 import { readLocalRunFile } from './local-run-file.ts';
 
@@ -63,9 +63,18 @@ async function listen(options: Parameters<typeof startConsoleServer>[0]): Promis
   }
 }
 
+/** A database's refusal at start-up (no such database, wrong password…) as one line naming the cause; other errors pass. */
+function databaseError(error: unknown): unknown {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (error instanceof QueueBoxError || typeof code !== 'string') return error;
+  return new QueueBoxError(`console: cannot use the database (${code}): ${(error as Error).message}; check database.url / DATABASE_URL`, { cause: error });
+}
+
 /** Serves the console until stopped; throws `ConfigError`/`UsageError` when it cannot start. */
 export async function runConsole(options: RunConsoleOptions): Promise<void> {
   const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? CONSOLE_DEFAULT_PORT;
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new UsageError(`console: --port must be a TCP port (1 to 65535), not ${port}`);
   if (!LOOPBACK.has(host)) {
     options.stderr(
       `WARNING: the console listens on ${host}: anyone who can reach this address sees rows, errors and payloads${options.allowActions ? ' and can replay rows' : ''}. It has no login; prefer 127.0.0.1 and an SSH tunnel.\n`,
@@ -80,13 +89,15 @@ export async function runConsole(options: RunConsoleOptions): Promise<void> {
   options.signal?.addEventListener('abort', onSignal, { once: true });
   let server: ConsoleServer | undefined;
   try {
-    await driver.schemaVerify();
+    await driver.schemaVerify().catch((error: unknown) => {
+      throw databaseError(error);
+    });
     server = await listen({
       driver,
       config,
       env: options.env,
       host,
-      port: options.port ?? CONSOLE_DEFAULT_PORT,
+      port,
       allowActions: options.allowActions === true,
       onError: (error) => options.stderr(`queuebox console: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`),
     });

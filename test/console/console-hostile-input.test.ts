@@ -1,0 +1,174 @@
+/**
+ * The console under hostile or broken input: malformed paths, dates and filters are a 400 naming
+ * the field (never a 500), secrets nested under a secret-named key stay masked, a replay confirm
+ * acts only on its own preview and only once, and start-up refuses a bad port or database in one line.
+ */
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
+import { createRedactor } from '../../lib/console/redact-row.ts';
+import { runConsole } from '../../lib/console/run-console.ts';
+import { QueueBoxError, UsageError } from '../../lib/errors.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
+  const target = new URL(url);
+  return new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = request({ host: target.hostname, port: target.port, path: options.path, method: options.method ?? 'GET', headers: options.headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
+describe('console: malformed input is a 400 naming the field', () => {
+  let db: TestDatabase;
+  let server: ConsoleServer;
+  const errors: unknown[] = [];
+  before(async () => {
+    db = await createTestDatabase();
+    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true, onError: (e) => errors.push(e) });
+  });
+  after(async () => {
+    await server?.close();
+    await db?.drop();
+  });
+
+  const cases: Array<[string, RegExp]> = [
+    ['/row/outbox/%', /percent-encoding/],
+    ['/row/inbox/%E0%A4%A', /percent-encoding/],
+    ['/dead?from=-271821-04-20T00:00:00Z', /from is not a time/],
+    ['/dead?to=1', /to is not a time/],
+    ['/dead?label=a%00b', /label must not contain a NUL/],
+    ['/dead?table=inbox&label=%00', /label must not contain a NUL/],
+    ['/replay/preview?topics=orders%00', /topics\.0 must not contain a NUL/],
+  ];
+  for (const [path, message] of cases) {
+    it(`GET ${path}`, async () => {
+      const res = await call(server.url, { path });
+      assert.equal(res.status, 400, res.body.slice(0, 300));
+      assert.match(res.body, message);
+      assert.doesNotMatch(res.body, /\n\s+at /, 'no stack trace');
+    });
+  }
+
+  it('none of them reached the 500 handler', () => {
+    assert.deepEqual(errors, []);
+  });
+});
+
+describe('console: redaction of secret-named keys', () => {
+  it('masks a whole list or object under a secret-named key', () => {
+    const r = createRedactor([]);
+    assert.deepEqual(r.value({ apiKeys: ['k-one', 'k-two'], credentials: { user: 'app', hint: 'open sesame' }, secret: null, ok: ['a'] }), {
+      apiKeys: '***', credentials: '***', secret: null, ok: ['a'],
+    });
+  });
+});
+
+describe('console: a replay confirm acts on its own preview, once', () => {
+  let db: TestDatabase;
+  let server: ConsoleServer;
+  before(async () => {
+    db = await createTestDatabase();
+    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true });
+  });
+  after(async () => {
+    await server?.close();
+    await db?.drop();
+  });
+
+  const dead = async (n: number, topic: string) =>
+    (await db.query<{ id: string }>(`INSERT INTO "${db.schema}".outbox (topic, payload, state) SELECT $1, '{}', 'dead' FROM generate_series(1, $2) RETURNING id`, [topic, n])).map((r) => r.id);
+  const states = async (ids: string[]) =>
+    (await db.query<{ id: string; state: string }>(`SELECT id, state FROM "${db.schema}".outbox WHERE id = ANY($1::uuid[]) ORDER BY id`, [ids])).map((r) => r.state);
+
+  /** Loads the preview page and returns the confirm form's fields as a browser would post them. */
+  async function preview(query: string): Promise<URLSearchParams> {
+    const res = await call(server.url, { path: `/replay/preview?${query}` });
+    assert.equal(res.status, 200);
+    const form = /<form method="post" action="\/replay">([\s\S]*?)<\/form>/.exec(res.body)?.[1] ?? '';
+    const fields = new URLSearchParams();
+    for (const m of form.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) fields.append(m[1]!, m[2]!);
+    assert.ok(fields.get('token'), 'the confirm form carries the token');
+    return fields;
+  }
+  const confirm = (fields: URLSearchParams) =>
+    call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url }, body: fields.toString() });
+
+  it('a second post of the same confirm (resubmitted form) is refused and moves nothing', async () => {
+    const ids = await dead(2, 'twice.failed');
+    const fields = await preview('topics=twice.failed');
+    const first = await confirm(fields);
+    assert.equal(first.status, 200);
+    assert.match(first.body, /data-moved="2"/);
+    // The rows were delivered and died again: a resubmitted confirm must not replay them a second time.
+    await db.query(`UPDATE "${db.schema}".outbox SET state = 'dead' WHERE id = ANY($1::uuid[])`, [ids]);
+    const second = await confirm(fields);
+    assert.equal(second.status, 409);
+    assert.match(second.body, /already confirmed or has expired; nothing moved/);
+    assert.deepEqual(await states(ids), ['dead', 'dead']);
+  });
+
+  it('a confirm naming a row its preview did not list is refused and moves nothing', async () => {
+    const [listed] = await dead(1, 'listed.failed');
+    const [other] = await dead(1, 'other.failed');
+    const fields = await preview('topics=listed.failed');
+    fields.append('ids', other!);
+    const res = await confirm(fields);
+    assert.equal(res.status, 400);
+    assert.match(res.body, /rows its preview did not list/);
+    assert.deepEqual(await states([listed!, other!]), ['dead', 'dead']);
+  });
+
+  it('a confirm widening the states of its preview is refused and moves nothing', async () => {
+    const [row] = await dead(1, 'states.failed');
+    const fields = await preview('topics=states.failed');
+    fields.append('states', 'sent');
+    const res = await confirm(fields);
+    assert.equal(res.status, 400);
+    assert.match(res.body, /other states than its preview/);
+    assert.deepEqual(await states([row!]), ['dead']);
+  });
+
+  it('a confirm without its preview (token and ids only) is refused and moves nothing', async () => {
+    const [row] = await dead(1, 'bare.failed');
+    const fields = await preview('topics=bare.failed');
+    fields.delete('confirm');
+    const res = await confirm(fields);
+    assert.equal(res.status, 400);
+    assert.match(res.body, /names its preview; preview first/);
+    assert.deepEqual(await states([row!]), ['dead']);
+  });
+});
+
+describe('console start-up refusals', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => {
+    await db?.drop();
+  });
+
+  it('a port outside 0..65535 is a UsageError naming the flag', async () => {
+    const env = { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema };
+    await assert.rejects(runConsole({ env, port: 99_999, stdout: () => {}, stderr: () => {} }), (error: unknown) => error instanceof UsageError && /--port must be a TCP port/.test(error.message));
+  });
+
+  it('a database that does not exist is one line naming the cause, not a stack', async () => {
+    const url = new URL(db.url);
+    url.pathname = '/queuebox_no_such_database';
+    await assert.rejects(runConsole({ env: { QUEUEBOX_DATABASE_URL: url.toString() }, port: 0, stdout: () => {}, stderr: () => {} }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxError, String(error));
+      assert.match(error.message, /^console: cannot use the database \(3D000\): database "queuebox_no_such_database" does not exist/);
+      assert.doesNotMatch(error.message, /\n/);
+      return true;
+    });
+  });
+});
