@@ -2,7 +2,7 @@
  * Dead rows, newest first: filter by topic (outbox) or source (inbox) and time, with the full
  * last error and the payload, secrets redacted.
  */
-import type { ConsoleDeadQuery } from '../db/driver.ts';
+import type { ConsoleDeadQuery, ConsoleRow } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
 import { json, page, rowLink, time, type ConsoleContext, type TableKind } from './layout.ts';
@@ -13,8 +13,11 @@ const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(
 /** Rows per page, and dead rows read at most per search (the newest of the time range). */
 export const DEAD_PAGE = { limit: 25, scanLimit: 10_000 } as const;
 
-/** Reads the filters from the query string; throws `UsageError` naming a bad field. */
-export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; query: ConsoleDeadQuery } {
+/**
+ * Reads the filters from the query string; throws `UsageError` naming a bad field. `skip` is how
+ * many rows of the newest millisecond below `to` the previous page showed already (see `deadPage`).
+ */
+export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; query: ConsoleDeadQuery; skip: number } {
   const table = search.get('table') ?? 'outbox';
   if (table !== 'outbox' && table !== 'inbox') throw new UsageError(`table must be outbox or inbox, not "${table}"`);
   const query: ConsoleDeadQuery = { ...DEAD_PAGE };
@@ -28,16 +31,33 @@ export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; qu
     if (!ISO_TIME.test(value) || Number.isNaN(date.getTime())) throw new UsageError(`${field} is not a time: "${value}" (use ISO-8601, e.g. 2026-11-30T12:00:00Z)`);
     query[field] = date;
   }
-  return { kind: table, query };
+  const skipText = search.get('skip')?.trim() || '0';
+  const skip = Number(skipText);
+  if (!/^\d+$/.test(skipText) || skip > DEAD_PAGE.scanLimit) throw new UsageError(`skip must be a whole number from 0 to ${DEAD_PAGE.scanLimit}, not "${skipText}"`);
+  return { kind: table, query, skip };
+}
+
+/**
+ * The query string of the next (older) page. Times reach the console with millisecond precision
+ * while the tables keep microseconds, and rows finished in one batch share a millisecond: the
+ * next page starts at the end of the last row's millisecond (`to` is exclusive) and skips the rows
+ * of that millisecond already shown, so no row is left out between two pages.
+ */
+function olderPage(kind: TableKind, query: ConsoleDeadQuery, skip: number, rows: ConsoleRow[]): string {
+  const at = (r: ConsoleRow) => (kind === 'outbox' ? r.updatedAt : r.createdAt).getTime();
+  const boundary = at(rows.at(-1)!);
+  const shown = rows.filter((r) => at(r) === boundary).length + (query.to?.getTime() === boundary + 1 ? skip : 0);
+  return queryString({ table: kind, label: query.label, from: query.from?.toISOString(), to: new Date(boundary + 1).toISOString(), skip: shown });
 }
 
 /** The dead rows page: the filter form, one card per row, and a link to older rows. */
 export async function deadPage(ctx: ConsoleContext, search: URLSearchParams): Promise<SafeHtml> {
-  const { kind, query } = parseDeadFilters(search);
-  const result = kind === 'outbox' ? await ctx.driver.outboxDeadSearch(query) : await ctx.driver.inboxDeadSearch(query);
+  const { kind, query, skip } = parseDeadFilters(search);
+  const read = { ...query, limit: query.limit + skip };
+  const found = kind === 'outbox' ? await ctx.driver.outboxDeadSearch(read) : await ctx.driver.inboxDeadSearch(read);
+  const result = { ...found, rows: found.rows.slice(skip) };
   const labelName = kind === 'outbox' ? 'topic' : 'source';
-  const last = result.rows.at(-1);
-  const older = last ? queryString({ table: kind, label: query.label, from: query.from?.toISOString(), to: (kind === 'outbox' ? last.updatedAt : last.createdAt).toISOString() }) : '';
+  const older = result.more && result.rows.length > 0 ? olderPage(kind, query, skip, result.rows) : '';
   return page(
     ctx,
     '/dead',

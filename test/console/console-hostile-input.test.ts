@@ -1,6 +1,6 @@
 /**
  * The console under hostile or broken input: malformed paths, dates and filters are a 400 naming
- * the field (never a 500), secrets nested under a secret-named key stay masked, a replay confirm
+ * the field (never a 500), paging through dead rows leaves none out, secrets nested under a secret-named key stay masked, a replay confirm
  * acts only on its own preview and only once, and start-up refuses a bad port or database in one line.
  */
 import assert from 'node:assert/strict';
@@ -59,6 +59,58 @@ describe('console: malformed input is a 400 naming the field', () => {
 
   it('none of them reached the 500 handler', () => {
     assert.deepEqual(errors, []);
+  });
+});
+
+describe('console: paging through dead rows leaves none out', () => {
+  let db: TestDatabase;
+  let server: ConsoleServer;
+  before(async () => {
+    db = await createTestDatabase();
+    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0 });
+  });
+  after(async () => {
+    await server?.close();
+    await db?.drop();
+  });
+
+  /** Follows "Older dead rows" from `start`; returns every row id shown, in order. */
+  async function pageThrough(start: string): Promise<string[]> {
+    const shown: string[] = [];
+    let path = start;
+    for (let pages = 0; path !== '' && pages < 20; pages++) {
+      const res = await call(server.url, { path });
+      assert.equal(res.status, 200);
+      for (const m of res.body.matchAll(/data-dead-row="([^"]+)"/g)) shown.push(m[1]!);
+      path = (/<a href="(\/dead\?[^"]+)">Older dead rows/.exec(res.body)?.[1] ?? '').replaceAll('&amp;', '&');
+    }
+    return shown;
+  }
+
+  it('rows that died within one millisecond (a batch) span several pages, each shown once', async () => {
+    // 60 rows in one millisecond (three distinct microseconds), 10 rows in each of 4 earlier milliseconds.
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at)
+      SELECT 'batch.a', '{}', 'dead', '2026-11-30T10:00:00.123456Z'::timestamptz + (n % 3) * interval '1 microsecond' FROM generate_series(1, 60) n`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at)
+      SELECT 'batch.a', '{}', 'dead', '2026-11-30T09:00:00.000700Z'::timestamptz - (n % 4) * interval '1 millisecond' FROM generate_series(1, 40) n`);
+    const ids = (await db.query<{ id: string }>(`SELECT id FROM "${db.schema}".outbox WHERE topic = 'batch.a'`)).map((r) => r.id);
+    const shown = await pageThrough('/dead?label=batch.a');
+    assert.equal(shown.length, 100, 'each row shown once');
+    assert.deepEqual([...new Set(shown)].sort(), ids.sort());
+  });
+
+  it('inbox rows received in one statement (one created_at) span several pages, each shown once', async () => {
+    await db.query(`INSERT INTO "${db.schema}".inbox (source, idempotency_key, payload, state, attempt)
+      SELECT 'batch.src', 'evt-' || n, '{}', 'dead', 3 FROM generate_series(1, 55) n`);
+    const shown = await pageThrough('/dead?table=inbox&label=batch.src');
+    assert.equal(shown.length, 55);
+    assert.equal(new Set(shown).size, 55);
+  });
+
+  it('a skip that is not a whole number is a 400 naming it', async () => {
+    const res = await call(server.url, { path: '/dead?skip=-1' });
+    assert.equal(res.status, 400);
+    assert.match(res.body, /skip must be a whole number/);
   });
 });
 
