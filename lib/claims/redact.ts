@@ -8,8 +8,9 @@
 export const LAST_ERROR_MAX_LENGTH = 2000;
 
 const RULES: Array<[RegExp, string]> = [
-  // URL user info: scheme://user:password@host → scheme://***@host
-  [/([a-z][a-z0-9+.-]*:\/\/)[^\s/@:]+(?::[^\s/@]*)?@/gi, '$1***@'],
+  // URL user info: scheme://user:password@host → scheme://***@host. A match starts only where a
+  // run of scheme characters starts, so a long run without "://" is read once, not once per character.
+  [/(?<![a-z0-9+.-])([a-z0-9+.-]+:\/\/)[^\s/@:]+(?::[^\s/@]*)?@/gi, '$1***@'],
   // Authorization header values: Bearer/Basic/AWS4-HMAC-SHA256 …
   [/(authorization["']?\s*[:=]\s*["']?)(?:bearer|basic|digest|aws4-hmac-sha256)?\s*[^\s"',;]+/gi, '$1***'],
   [/\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}/gi, '$1 ***'],

@@ -5,7 +5,7 @@
 import type { ConsoleDeadQuery, ConsoleRow } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
-import { json, page, rowLink, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { json, page, rowLink, SHOWN_CHARS, time, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** A date or date-time with a four-digit year (the range both databases store). */
 const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/;
@@ -75,7 +75,7 @@ ${result.rows.map(
 · attempt ${r.attempt} · received ${time(r.createdAt)} · died ${time(r.updatedAt)}
 ${kind === 'outbox' ? html` · <a href="/replay/preview?ids=${encodeURIComponent(r.id)}">replay…</a>` : ''}</p>
 <h3 class="muted">last error</h3><pre data-last-error>${ctx.redactor.text(r.lastError)}</pre>
-<h3 class="muted">payload</h3><pre data-payload>${json(ctx.redactor.value(r.payload))}</pre></section>`,
+<h3 class="muted">payload</h3><pre data-payload>${json(ctx.redactor.value(r.payload), SHOWN_CHARS.list)}</pre></section>`,
 )}
 ${result.more ? html`<p><a href="/dead${older}">Older dead rows →</a></p>` : ''}`,
   );

@@ -65,7 +65,15 @@ export function tokenField(ctx: ConsoleContext): SafeHtml {
   return html`<input type="hidden" name="${RequestGuard.FIELD}" value="${ctx.guard.token}">`;
 }
 
-/** Pretty JSON of an already redacted value. */
-export function json(value: unknown): string {
-  return JSON.stringify(value, null, 2) ?? 'null';
+/** Characters of a payload shown in a list (the dead rows) and on a row's own page. */
+export const SHOWN_CHARS = { list: 16 * 1024, row: 512 * 1024 } as const;
+
+/**
+ * Pretty JSON of an already redacted value, cut after `maxChars` with a note saying how much was
+ * left out (a message that died for being too large must not make its page too large to load).
+ */
+export function json(value: unknown, maxChars: number): string {
+  const text = JSON.stringify(value, null, 2) ?? 'null';
+  if (text.length <= maxChars) return text;
+  return `${text.slice(0, maxChars)}\n… cut here: ${(text.length - maxChars).toLocaleString('en-US')} more characters (${text.length.toLocaleString('en-US')} in all)`;
 }

@@ -4,7 +4,7 @@
  */
 import type { ConsoleRow } from '../db/driver.ts';
 import { html, type SafeHtml } from './html.ts';
-import { json, page, state, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { json, page, SHOWN_CHARS, state, time, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** The row page, or undefined when no such row exists (the server answers 404). */
 export async function rowPage(ctx: ConsoleContext, kind: TableKind, id: string): Promise<SafeHtml | undefined> {
@@ -26,8 +26,8 @@ ${Object.entries(row.details).map(([k, v]) => html`<dt>${k}</dt><dd>${v ?? '—'
 <h2>History</h2><ol class="history">${history(row)}</ol>
 ${replayable ? html`<p><a href="/replay/preview?ids=${encodeURIComponent(row.id)}&amp;states=${row.state}">Preview a replay of this row</a></p>` : ''}
 <h2>Last error</h2>${row.lastError ? html`<pre data-last-error>${ctx.redactor.text(row.lastError)}</pre>` : html`<p class="muted">none</p>`}
-<h2>Payload</h2><pre data-payload>${json(ctx.redactor.value(row.payload))}</pre>
-<h2>Headers</h2><pre>${json(ctx.redactor.value(row.headers))}</pre>
+<h2>Payload</h2><pre data-payload>${json(ctx.redactor.value(row.payload), SHOWN_CHARS.row)}</pre>
+<h2>Headers</h2><pre>${json(ctx.redactor.value(row.headers), SHOWN_CHARS.row)}</pre>
 <p class="muted">Values under secret-named keys, URL passwords, bearer tokens and the configured secrets are shown as ***.</p>`,
   );
 }
