@@ -2,7 +2,8 @@
  * The previews a replay confirm may act on, each usable once.
  *
  * A preview with actions allowed remembers the ids it listed and their states under a random
- * confirmation id; the confirm form carries that id. A confirm moves only those rows, is refused
+ * confirmation id; the confirm form carries that id. A confirm moves only those of the rows that
+ * have not changed since (a row replayed elsewhere and dead again is left alone), is refused
  * when it names rows the preview did not list, and a second confirm of the same preview (a
  * resubmitted form, a double click) is refused instead of replaying rows again — rows replayed
  * from `sent` would otherwise be delivered twice.
@@ -13,6 +14,8 @@ import { randomBytes } from 'node:crypto';
 export interface PreviewedReplay {
   ids: string[];
   states: Array<'sent' | 'dead'>;
+  /** Each listed row's `updated_at` (ms) as previewed: a row changed since is not replayed. */
+  updatedAt: Record<string, number>;
 }
 
 /** Previews kept at most (the oldest is forgotten first) and for how long. */
@@ -33,7 +36,7 @@ export class ReplayConfirmations {
   /** Remembers a preview; returns its confirmation id. */
   issue(preview: PreviewedReplay): string {
     const id = randomBytes(16).toString('hex');
-    this.#open.set(id, { ids: [...preview.ids], states: [...preview.states], expiresAt: this.#now() + CONFIRMATION_LIMITS.ttlMs });
+    this.#open.set(id, { ids: [...preview.ids], states: [...preview.states], updatedAt: { ...preview.updatedAt }, expiresAt: this.#now() + CONFIRMATION_LIMITS.ttlMs });
     while (this.#open.size > CONFIRMATION_LIMITS.max) this.#open.delete(this.#open.keys().next().value!);
     return id;
   }
@@ -44,6 +47,6 @@ export class ReplayConfirmations {
     if (!entry) return undefined;
     this.#open.delete(id);
     if (entry.expiresAt < this.#now()) return undefined;
-    return { ids: entry.ids, states: entry.states };
+    return { ids: entry.ids, states: entry.states, updatedAt: entry.updatedAt };
   }
 }

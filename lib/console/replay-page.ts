@@ -5,8 +5,8 @@
  *
  * The confirm acts on the previewed ids, not the filter (kept server-side under a one-time
  * confirmation id, `ReplayConfirmations`): rows that match the filter after the preview are not
- * moved, a previewed row that left `dead`/`sent` meanwhile is not moved either, and a preview is
- * confirmed at most once. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
+ * moved, a previewed row that left `dead`/`sent` or changed meanwhile is not moved either, and a
+ * preview is confirmed at most once. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
  */
 import { UsageError } from '../errors.ts';
 import { parseReplayRequest, previewReplay, runReplayCommand } from '../operations/replay.ts';
@@ -78,7 +78,7 @@ export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchPa
   const states = request.states ?? ['dead'];
   const confirm = ctx.allowActions
     ? html`<form method="post" action="/replay">${tokenField(ctx)}
-<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ ids: sample.map((r) => r.id), states }) : ''}">
+<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ ids: sample.map((r) => r.id), states, updatedAt: Object.fromEntries(sample.map((r) => [r.id, r.updatedAt.getTime()])) }) : ''}">
 ${sample.map((r) => html`<input type="hidden" name="ids" value="${r.id}">`)}${states.map((s) => html`<input type="hidden" name="states" value="${s}">`)}
 <button type="submit" class="danger" data-action="confirm">Replay these ${sample.length} rows</button></form>`
     : html`<p class="banner">Read-only console: start it with <code>--allow-actions</code> to replay from here, or run <code>queuebox replay</code>.</p>`;
@@ -92,7 +92,8 @@ ${sample.map((r) => html`<tr data-id="${r.id}"><td>${rowLink('outbox', r.id)}</t
 }
 
 /**
- * The confirm: replays the rows its preview listed, in the preview's states, once. A confirm of
+ * The confirm: replays the rows its preview listed that have not changed since, in the preview's
+ * states, once. A confirm of
  * an unknown, expired or already confirmed preview is a 409; one naming other rows or states than
  * its preview a 400. Nothing moves in either case.
  */
@@ -111,8 +112,14 @@ export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchPara
     const ids = previewed.ids;
     if (ids.length > REPLAY_PAGE_CAP) throw new UsageError(`replay: a confirm from the console moves at most ${REPLAY_PAGE_CAP} rows, got ${ids.length}`);
     const request = parseReplayRequest({ ids, states: previewed.states });
-    const result = await runReplayCommand(ctx.driver, ctx.config, { request, dryRun: false, yes: true });
-    const moved = 'moved' in result ? result.moved : 0;
+    // Only rows still as previewed: one replayed elsewhere and dead (or sent) again has a new updated_at.
+    const { sample: current } = await previewReplay(ctx.driver, ctx.config, request, { sampleSize: ids.length });
+    const unchanged = current.filter((r) => r.updatedAt.getTime() === previewed.updatedAt[r.id]).map((r) => r.id);
+    let moved = 0;
+    if (unchanged.length > 0) {
+      const result = await runReplayCommand(ctx.driver, ctx.config, { request: { ...request, ids: unchanged }, dryRun: false, yes: true });
+      moved = 'moved' in result ? result.moved : 0;
+    }
     return {
       status: 200,
       body: page(
@@ -120,7 +127,7 @@ export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchPara
         '/replay',
         'Replay done',
         html`<p class="banner done" data-moved="${moved}">Moved <strong>${moved}</strong> of the ${ids.length} confirmed rows back to pending.</p>
-${moved < ids.length ? html`<p class="banner">${ids.length - moved} row${ids.length - moved === 1 ? '' : 's'} had left ${(request.states ?? ['dead']).join('/')} since the preview and were not moved.</p>` : ''}
+${moved < ids.length ? html`<p class="banner">${ids.length - moved} row${ids.length - moved === 1 ? '' : 's'} had left ${(request.states ?? ['dead']).join('/')} or changed since the preview and were not moved.</p>` : ''}
 <ul>${ids.map((id) => html`<li>${rowLink('outbox', id)}</li>`)}</ul><p><a href="/">Overview</a> · <a href="/replay">Another replay</a></p>`,
       ),
     };

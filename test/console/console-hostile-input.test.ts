@@ -204,6 +204,19 @@ describe('console: a replay confirm acts on its own preview, once', () => {
     assert.deepEqual(await states(ids), ['dead', 'dead']);
   });
 
+  it('a previewed row replayed elsewhere and dead again before the confirm is not replayed a second time', async () => {
+    const [kept, touched] = await dead(2, 'changed.failed');
+    const fields = await preview('topics=changed.failed');
+    // Meanwhile `queuebox replay` moved it, it failed again and died again: same state, new updated_at.
+    await db.query(`UPDATE "${db.schema}".outbox SET updated_at = clock_timestamp() + interval '1 second', replay_count = replay_count + 1 WHERE id = $1`, [touched]);
+    const res = await confirm(fields);
+    assert.equal(res.status, 200);
+    assert.match(res.body, /data-moved="1"/);
+    assert.match(res.body, /1 row had left dead or changed since the preview/);
+    const after = await db.query<{ id: string; state: string }>(`SELECT id, state FROM "${db.schema}".outbox WHERE id = ANY($1::uuid[])`, [[kept, touched]]);
+    assert.deepEqual(Object.fromEntries(after.map((r) => [r.id, r.state])), { [kept!]: 'pending', [touched!]: 'dead' });
+  });
+
   it('a confirm naming a row its preview did not list is refused and moves nothing', async () => {
     const [listed] = await dead(1, 'listed.failed');
     const [other] = await dead(1, 'other.failed');
