@@ -109,6 +109,8 @@ function hostNames(host: string): string[] {
 async function handle(ctx: ConsoleContext, request: IncomingMessage, response: ServerResponse): Promise<void> {
   const refusedHost = ctx.guard.checkHost(request);
   if (refusedHost) return sendText(response, refusedHost.status, refusedHost.message);
+  const refusedFetch = ctx.guard.checkFetch(request);
+  if (refusedFetch) return sendText(response, refusedFetch.status, refusedFetch.message);
   const url = new URL(request.url ?? '/', 'http://console.invalid');
   const path = url.pathname;
   if (request.method !== 'GET' && request.method !== 'HEAD' && request.method !== 'POST') {

@@ -34,6 +34,19 @@ export class RequestGuard {
     return this.#hosts.has(host) ? undefined : { status: 421, message: `this console does not answer for host "${host}"` };
   }
 
+  /**
+   * Refuses what another site's page makes the browser fetch in the background (an image, a
+   * script, a no-cors fetch, a frame): such a GET would still run the console's reads, a replay
+   * preview's count included. A link followed from another site (a top-level navigation) is allowed.
+   * Browsers name the requesting site in `Sec-Fetch-Site`; a request without it (curl) passes.
+   */
+  checkFetch(request: IncomingMessage): Refusal | undefined {
+    const site = request.headers['sec-fetch-site'];
+    if (site !== 'cross-site' && site !== 'same-site') return undefined;
+    const topLevel = request.headers['sec-fetch-mode'] === 'navigate' && (request.headers['sec-fetch-dest'] ?? 'document') === 'document';
+    return topLevel ? undefined : { status: 403, message: 'refused: another site asked for this page in the background' };
+  }
+
   /** Checks the origin and the form token of a state-changing request. */
   checkAction(request: IncomingMessage, form: URLSearchParams): Refusal | undefined {
     const origin = request.headers.origin ?? refererOrigin(request.headers.referer);

@@ -63,6 +63,33 @@ describe('console: malformed input is a 400 naming the field', () => {
   });
 });
 
+describe('console: another site cannot make the browser read the console in the background', () => {
+  let db: TestDatabase;
+  let server: ConsoleServer;
+  before(async () => {
+    db = await createTestDatabase();
+    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true });
+  });
+  after(async () => {
+    await server?.close();
+    await db?.drop();
+  });
+
+  it('an <img> or no-cors fetch from another site is a 403; a followed link, the console itself and curl are served', async () => {
+    const path = '/replay/preview?topics=orders.failed';
+    const img = await call(server.url, { path, headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' } });
+    assert.equal(img.status, 403);
+    assert.match(img.body, /another site/);
+    const frame = await call(server.url, { path: '/', headers: { 'sec-fetch-site': 'same-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'iframe' } });
+    assert.equal(frame.status, 403);
+    const link = await call(server.url, { path, headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' } });
+    assert.equal(link.status, 200);
+    const own = await call(server.url, { path: '/overview/live', headers: { 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' } });
+    assert.equal(own.status, 200);
+    assert.equal((await call(server.url, { path })).status, 200);
+  });
+});
+
 describe('console: paging through dead rows leaves none out', () => {
   let db: TestDatabase;
   let server: ConsoleServer;
