@@ -162,6 +162,18 @@ export function createProgram(io: CliIo): Command {
     );
 
   program
+    .command('console')
+    .description('serve the operator console in a browser on 127.0.0.1 (read-only unless --allow-actions)')
+    .option('--port <n>', 'TCP port (default 8787)', positive)
+    .option('--host <address>', 'listen on this address instead of 127.0.0.1 (prints a warning: the console has no login)')
+    .option('--allow-actions', 'allow replay from the browser')
+    .action(async (opts: { port?: number; host?: string; allowActions?: boolean }) => {
+      const { runConsole } = await import('../lib/console/run-console.ts');
+      const path = program.opts<{ config?: string }>().config;
+      await runConsole({ ...opts, ...(path !== undefined ? { configPath: path } : {}), env: { ...io.env }, stdout: io.stdout, stderr: io.stderr });
+    });
+
+  program
     .command('local')
     .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
     .option('--messages <n>', 'enqueue this many demo messages first', positive)

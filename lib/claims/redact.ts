@@ -8,8 +8,9 @@
 export const LAST_ERROR_MAX_LENGTH = 2000;
 
 const RULES: Array<[RegExp, string]> = [
-  // URL user info: scheme://user:password@host → scheme://***@host
-  [/([a-z][a-z0-9+.-]*:\/\/)[^\s/@:]+(?::[^\s/@]*)?@/gi, '$1***@'],
+  // URL user info: scheme://user:password@host → scheme://***@host. A match starts only where a
+  // run of scheme characters starts, so a long run without "://" is read once, not once per character.
+  [/(?<![a-z0-9+.-])([a-z0-9+.-]+:\/\/)[^\s/@:]+(?::[^\s/@]*)?@/gi, '$1***@'],
   // Authorization header values: Bearer/Basic/AWS4-HMAC-SHA256 …
   [/(authorization["']?\s*[:=]\s*["']?)(?:bearer|basic|digest|aws4-hmac-sha256)?\s*[^\s"',;]+/gi, '$1***'],
   [/\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}/gi, '$1 ***'],
@@ -19,10 +20,16 @@ const RULES: Array<[RegExp, string]> = [
   [/\b(AKIA|ASIA)[A-Z0-9]{16}\b/g, '***'],
 ];
 
+/** Redacts secrets (URL passwords, authorization values, secret-named pairs, AWS key ids) from a text; no length bound. */
+export function redactSecrets(input: string): string {
+  let text = input;
+  for (const [pattern, replacement] of RULES) text = text.replace(pattern, replacement);
+  return text;
+}
+
 /** Redacts secrets from an error message and truncates it to 2000 characters. */
 export function redactError(input: unknown): string {
-  let text = input instanceof Error ? `${input.name}: ${input.message}` : typeof input === 'string' ? input : safeString(input);
-  for (const [pattern, replacement] of RULES) text = text.replace(pattern, replacement);
+  let text = redactSecrets(input instanceof Error ? `${input.name}: ${input.message}` : typeof input === 'string' ? input : safeString(input));
   if (text.length > LAST_ERROR_MAX_LENGTH) text = `${text.slice(0, LAST_ERROR_MAX_LENGTH - 1)}…`;
   return text;
 }

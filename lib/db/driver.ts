@@ -189,7 +189,7 @@ export interface DeadRowSummary {
 export type { CallerTransaction };
 
 /** Every operation QueueBox performs on its database. */
-export interface Driver {
+export interface Driver extends ConsoleReads {
   readonly dialect: 'postgres' | 'sqlserver';
 
   /** Applies pending numbered migrations under a transaction-scoped lock; idempotent. */
@@ -272,4 +272,110 @@ export interface Driver {
   pullMarkDead(params: DeadItem): Promise<boolean>;
   /** Fenced return of a claimed, never-started row to `pending`; attempt and schedule unchanged. */
   pullRelease(params: ClaimRef): Promise<boolean>;
+}
+
+// ---- operator console (read-only, each statement bounded: see docs/console.md) ----
+
+/** Per-state counts (each capped at `countCap`), the backlog's age and recent throughput of one table. */
+export interface ConsoleStateCounts {
+  /** Rows per state; a value equal to `countCap` means "at least that many". */
+  counts: Record<string, number>;
+  countCap: number;
+  /** Age of the oldest due `pending` row in seconds (0 when none). */
+  oldestPendingAgeSeconds: number;
+  /** Rows per finished state whose `updated_at` is within the last hour (capped at `countCap`). */
+  finishedLastHour: Record<string, number>;
+  /** The same within the last minute. */
+  finishedLastMinute: Record<string, number>;
+}
+
+/** A row in `processing`, with its lease left on the database clock (negative: expired). */
+export interface ConsoleClaim {
+  id: string;
+  /** Topic (outbox) or source (inbox). */
+  label: string;
+  /** Key (outbox) or aggregate id (inbox). */
+  key: string | null;
+  attempt: number;
+  claimedAt: Date | null;
+  leaseExpiresAt: Date | null;
+  leaseLeftMs: number;
+}
+
+/**
+ * The head row of a key (outbox) or aggregate (inbox) that is not moving: its lease expired, it
+ * waits for a retry or a future schedule, or it failed `poisonAttempts` times or more.
+ */
+export interface ConsoleBlockedHead extends ConsoleClaim {
+  state: string;
+  /** Outbox `max_attempts`; null on the inbox (the relay's setting applies). */
+  maxAttempts: number | null;
+  scheduledAt: Date;
+  /** `scheduled_at` minus the database clock (positive: in the future). */
+  dueInMs: number;
+  lastError: string | null;
+  updatedAt: Date;
+  /** Open rows of the same key behind this one, capped at `waitingCap`. */
+  waitingBehind: number;
+}
+
+/** One stored row with every column the console shows; times are the database's. */
+export interface ConsoleRow {
+  id: string;
+  label: string;
+  key: string | null;
+  state: string;
+  attempt: number;
+  maxAttempts: number | null;
+  payload: unknown;
+  headers: Record<string, string>;
+  sequence: string;
+  scheduledAt: Date;
+  createdAt: Date;
+  updatedAt: Date;
+  claimedAt: Date | null;
+  leaseExpiresAt: Date | null;
+  lastError: string | null;
+  /** Outbox: times replayed; inbox: null. */
+  replayCount: number | null;
+  /** Inbox only: when it was processed. */
+  processedAt: Date | null;
+  /** Table-specific columns (inbox: idempotency key, event type, correlation id, consumption). */
+  details: Record<string, string | null>;
+}
+
+/** Filter and page of a dead-row search; `to` is exclusive, `scanLimit` bounds the rows read. */
+export interface ConsoleDeadQuery {
+  /** Exact topic (outbox) or source (inbox). */
+  label?: string;
+  /** Outbox: `updated_at`; inbox: `created_at` (the indexed time of each table). */
+  from?: Date;
+  to?: Date;
+  limit: number;
+  scanLimit: number;
+}
+
+/** A page of dead rows, newest first. `scanCapped`: the search stopped after `scanLimit` rows. */
+export interface ConsoleDeadPage {
+  rows: ConsoleRow[];
+  more: boolean;
+  scanCapped: boolean;
+}
+
+/** The operator console's reads: each one statement, bounded by its limits on any table size. */
+export interface ConsoleReads {
+  outboxStatsByState(params: { countCap: number }): Promise<ConsoleStateCounts>;
+  /** `processing` rows, soonest lease expiry first. */
+  outboxClaimsInFlight(params: { limit: number }): Promise<ConsoleClaim[]>;
+  /** Heads of keys that are not moving; candidates read per cause are capped at `scanLimit`. */
+  outboxBlockedKeys(params: { limit: number; scanLimit: number; poisonAttempts: number; waitingCap: number }): Promise<ConsoleBlockedHead[]>;
+  outboxDeadSearch(params: ConsoleDeadQuery): Promise<ConsoleDeadPage>;
+  /** One row by id; undefined when absent. */
+  outboxRowGet(params: { id: string }): Promise<ConsoleRow | undefined>;
+  inboxStatsByState(params: { countCap: number }): Promise<ConsoleStateCounts>;
+  inboxClaimsInFlight(params: { limit: number }): Promise<ConsoleClaim[]>;
+  /** Heads of aggregates (push: across sources; pull: per source) that are not moving. */
+  inboxBlockedAggregates(params: { limit: number; scanLimit: number; poisonAttempts: number; waitingCap: number }): Promise<ConsoleBlockedHead[]>;
+  inboxDeadSearch(params: ConsoleDeadQuery): Promise<ConsoleDeadPage>;
+  inboxRowGet(params: { id: string }): Promise<ConsoleRow | undefined>;
 }

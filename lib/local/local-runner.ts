@@ -34,6 +34,7 @@ import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
 import { createInvocationScope, type InvocationScope } from './invocation-scope.ts';
+import { removeLocalRunFile, writeLocalRunFile } from '../console/local-run-file.ts';
 import { createLogger } from '../observability/logger.ts';
 import { MIN_CLAIM_WINDOW_MS } from '../outbox/outbox-pass.ts';
 import { setContainer } from '../runtime/container.ts';
@@ -130,6 +131,8 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     driver = await createDriver(config, env);
     await driver.migrate();
     if (embedded === undefined && options.useExisting !== true) await refuseExistingRows(driver, `database ${redactUrl(url)} (schema ${config.database.schema ?? 'public'})`);
+    // `queuebox console` finds the embedded database through this file.
+    if (embedded) writeLocalRunFile({ url, schema: config.database.schema ?? 'public' });
     const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
     setContainer({ config, driver, logger, env, writeMetrics: () => {} });
     if (config.database.type === 'postgres') {
@@ -156,6 +159,7 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     await feed?.close().catch(() => {});
     await driver?.close().catch(() => {});
     if (emulator !== options.emulator) await emulator?.stop().catch(() => {});
+    if (embedded) removeLocalRunFile();
     await embedded?.stop().catch(() => {});
   }
 }

@@ -38,7 +38,7 @@ const nonEmptyList = (item: z.ZodString, what: string) => z.array(item).min(1, `
 /** The replay request fields: shared by the function event, the CLI and any other operator surface. */
 const requestShape = {
   ids: nonEmptyList(z.string().regex(UUID, 'must be a row id (UUID)'), 'id'),
-  topics: nonEmptyList(z.string().min(1, 'must not be empty'), 'topic'),
+  topics: nonEmptyList(z.string().min(1, 'must not be empty').refine((t) => !t.includes('\0'), 'must not contain a NUL character'), 'topic'),
   destination: z.string().min(1, 'must not be empty'),
   createdFrom: time,
   createdTo: time,

@@ -10,6 +10,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { CallerTransaction, Driver, InboxMessageInput, OutboxMessageInput } from '../../lib/db/driver.ts';
 import { defineConcurrencyCases } from './concurrency-cases.ts';
+import { defineConsoleCases } from './console-cases.ts';
 import { defineGeneralCases } from './general-cases.ts';
 import { defineInboxCases } from './inbox-cases.ts';
 import { defineOutboxCases } from './outbox-cases.ts';
@@ -99,5 +100,6 @@ export function runDriverConformance(name: string, setup: () => Promise<Conforma
     describe('inbox', () => defineInboxCases(define));
     describe('pull', () => definePullCases(define));
     describe('concurrency', () => defineConcurrencyCases(define));
+    describe('console', () => defineConsoleCases(define));
   });
 }

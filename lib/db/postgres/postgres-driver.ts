@@ -6,6 +6,7 @@ import type { QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
 import { refusePool } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver } from '../driver.ts';
+import * as consoleReads from './console-queries.ts';
 import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
 import { pgExpectedColumns, pgMigrations } from './migrations.ts';
@@ -130,6 +131,17 @@ export class PostgresDriver implements Driver {
   pullRetry: Driver['pullRetry'] = (p) => pull.pullRetry(this.ctx, p);
   pullMarkDead: Driver['pullMarkDead'] = (p) => pull.pullMarkDead(this.ctx, p);
   pullRelease: Driver['pullRelease'] = (p) => pull.pullRelease(this.ctx, p);
+
+  outboxStatsByState: Driver['outboxStatsByState'] = (p) => consoleReads.outboxStatsByState(this.ctx, p);
+  outboxClaimsInFlight: Driver['outboxClaimsInFlight'] = (p) => consoleReads.outboxClaimsInFlight(this.ctx, p);
+  outboxBlockedKeys: Driver['outboxBlockedKeys'] = (p) => consoleReads.outboxBlockedKeys(this.ctx, p);
+  outboxDeadSearch: Driver['outboxDeadSearch'] = (q) => consoleReads.outboxDeadSearch(this.ctx, q);
+  outboxRowGet: Driver['outboxRowGet'] = (p) => consoleReads.outboxRowGet(this.ctx, p);
+  inboxStatsByState: Driver['inboxStatsByState'] = (p) => consoleReads.inboxStatsByState(this.ctx, p);
+  inboxClaimsInFlight: Driver['inboxClaimsInFlight'] = (p) => consoleReads.inboxClaimsInFlight(this.ctx, p);
+  inboxBlockedAggregates: Driver['inboxBlockedAggregates'] = (p) => consoleReads.inboxBlockedAggregates(this.ctx, p);
+  inboxDeadSearch: Driver['inboxDeadSearch'] = (q) => consoleReads.inboxDeadSearch(this.ctx, q);
+  inboxRowGet: Driver['inboxRowGet'] = (p) => consoleReads.inboxRowGet(this.ctx, p);
 }
 
 export type { pg };

@@ -8,6 +8,7 @@ import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
 import type { CallerTransaction, Driver } from '../driver.ts';
+import * as consoleReads from './console-queries.ts';
 import * as inbox from './inbox-queries.ts';
 import { inboxClaimPushMany } from './inbox-claim.ts';
 import { outboxClaimMany } from './outbox-claim.ts';
@@ -146,4 +147,15 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   pullRetry: Driver['pullRetry'] = async (p) => pull.pullRetry(await this.pool(), this.names, p);
   pullMarkDead: Driver['pullMarkDead'] = async (p) => pull.pullMarkDead(await this.pool(), this.names, p);
   pullRelease: Driver['pullRelease'] = async (c) => pull.pullRelease(await this.pool(), this.names, c);
+
+  outboxStatsByState: Driver['outboxStatsByState'] = async (p) => consoleReads.outboxStatsByState(await this.pool(), this.names, p);
+  outboxClaimsInFlight: Driver['outboxClaimsInFlight'] = async (p) => consoleReads.outboxClaimsInFlight(await this.pool(), this.names, p);
+  outboxBlockedKeys: Driver['outboxBlockedKeys'] = async (p) => consoleReads.outboxBlockedKeys(await this.pool(), this.names, p);
+  outboxDeadSearch: Driver['outboxDeadSearch'] = async (q) => consoleReads.outboxDeadSearch(await this.pool(), this.names, q);
+  outboxRowGet: Driver['outboxRowGet'] = async (p) => consoleReads.outboxRowGet(await this.pool(), this.names, p);
+  inboxStatsByState: Driver['inboxStatsByState'] = async (p) => consoleReads.inboxStatsByState(await this.pool(), this.names, p);
+  inboxClaimsInFlight: Driver['inboxClaimsInFlight'] = async (p) => consoleReads.inboxClaimsInFlight(await this.pool(), this.names, p);
+  inboxBlockedAggregates: Driver['inboxBlockedAggregates'] = async (p) => consoleReads.inboxBlockedAggregates(await this.pool(), this.names, p);
+  inboxDeadSearch: Driver['inboxDeadSearch'] = async (q) => consoleReads.inboxDeadSearch(await this.pool(), this.names, q);
+  inboxRowGet: Driver['inboxRowGet'] = async (p) => consoleReads.inboxRowGet(await this.pool(), this.names, p);
 }

@@ -1,0 +1,44 @@
+/**
+ * Why a key's (or aggregate's) head row is not moving, in words an operator can act on.
+ */
+import type { ConsoleBlockedHead } from '../db/driver.ts';
+
+/** Failures after which a head that keeps failing is called a poison row. */
+export const POISON_ATTEMPTS = 3;
+
+/** The cause of a stuck head, most specific first. */
+export type BlockedCause = 'expired-lease' | 'poison' | 'retry-backoff' | 'scheduled';
+
+/** A cause and its sentence. */
+export interface BlockedReason {
+  cause: BlockedCause;
+  text: string;
+}
+
+/** Classifies a head returned by `outboxBlockedKeys` / `inboxBlockedAggregates`. */
+export function blockedReason(head: ConsoleBlockedHead): BlockedReason {
+  if (head.state === 'processing') {
+    return {
+      cause: 'expired-lease',
+      text: `lease held by an invocation that died: expired ${duration(-head.leaseLeftMs)} ago and not renewed; the next reclaim returns the row to pending`,
+    };
+  }
+  const of = head.maxAttempts !== null ? ` of ${head.maxAttempts}` : '';
+  const due = head.dueInMs > 0 ? `next attempt in ${duration(head.dueInMs)}` : 'due now';
+  if (head.attempt >= POISON_ATTEMPTS) {
+    return { cause: 'poison', text: `poison row: failed ${head.attempt}${of} attempts and keeps failing; ${due}` };
+  }
+  if (head.attempt > 0) return { cause: 'retry-backoff', text: `retry backing off after ${head.attempt}${of} failed attempts; ${due}` };
+  return { cause: 'scheduled', text: `scheduled in the future: first attempt in ${duration(head.dueInMs)}` };
+}
+
+/** `850 ms`, `42 s`, `5 min 3 s`, `2 h 10 min`, `3 d 4 h`. */
+export function duration(ms: number): string {
+  const abs = Math.max(0, Math.round(ms));
+  if (abs < 1000) return `${abs} ms`;
+  const s = Math.floor(abs / 1000);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86_400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86_400)} d ${Math.floor((s % 86_400) / 3600)} h`;
+}

@@ -1,0 +1,204 @@
+/**
+ * The operator console's HTTP server (node:http, server-rendered pages, no framework).
+ *
+ * Every response carries a strict Content-Security-Policy (scripts and styles only from the
+ * console itself, no framing, forms only to itself); every request is checked against the
+ * console's host names, and every POST against its origin and form token (`RequestGuard`).
+ * Read-only unless started with `allowActions`.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { hostname, networkInterfaces } from 'node:os';
+import type { QueueBoxConfig } from '../config/schema.ts';
+import type { Driver } from '../db/driver.ts';
+import { QueueBoxError, UsageError } from '../errors.ts';
+import { blockedPage } from './blocked-page.ts';
+import { CONSOLE_CSS, CONSOLE_JS } from './console-assets.ts';
+import { deadPage } from './dead-page.ts';
+import { html, type SafeHtml } from './html.ts';
+import { page, type ConsoleContext } from './layout.ts';
+import { overviewFragment, overviewPage } from './overview-page.ts';
+import { configuredSecrets, createRedactor } from './redact-row.ts';
+import { ReplayConfirmations } from './replay-confirmations.ts';
+import { replayConfirmPage, replayFormPage, replayPreviewPage } from './replay-page.ts';
+import { RequestGuard } from './request-guard.ts';
+import { rowPage } from './row-page.ts';
+
+/** Largest form body accepted (a confirm of 100 ids is about 5 KB). */
+const MAX_BODY_BYTES = 64 * 1024;
+
+const SECURITY_HEADERS = {
+  'content-security-policy': "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'same-origin',
+  'cache-control': 'no-store',
+};
+
+/** What the console serves and where. */
+export interface ConsoleServerOptions {
+  driver: Driver;
+  config: QueueBoxConfig;
+  env?: Readonly<Record<string, string | undefined>>;
+  /** Bind address; default 127.0.0.1. */
+  host?: string;
+  /** TCP port; 0 picks a free one. */
+  port: number;
+  allowActions?: boolean;
+  /** Unexpected errors (500) are reported here; default: nowhere. */
+  onError?: (error: unknown) => void;
+}
+
+/** A started console. */
+export interface ConsoleServer {
+  /** `http://host:port`. */
+  url: string;
+  server: Server;
+  close(): Promise<void>;
+}
+
+/** Starts the console; resolves once it listens. */
+export async function startConsoleServer(options: ConsoleServerOptions): Promise<ConsoleServer> {
+  const host = options.host ?? '127.0.0.1';
+  const hosts: string[] = [];
+  const guardHolder: { guard?: RequestGuard } = {};
+  const confirmations = new ReplayConfirmations();
+  const server = createServer((request, response) => {
+    handle(ctxOf(), request, response).catch((error: unknown) => {
+      options.onError?.(error);
+      if (!response.headersSent) send(response, 500, errorPage(ctxOf(), 'The console failed to answer', error));
+      else response.end();
+    });
+  });
+  const ctxOf = (): ConsoleContext => ({
+    driver: options.driver,
+    config: options.config,
+    redactor,
+    guard: guardHolder.guard!,
+    allowActions: options.allowActions === true,
+    confirmations,
+  });
+  const redactor = createRedactor(configuredSecrets(options.config, options.env ?? process.env));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, host, () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  const bracketed = host.includes(':') ? `[${host}]` : host;
+  for (const name of hostNames(host)) hosts.push(`${name.includes(':') ? `[${name}]` : name}:${port}`);
+  guardHolder.guard = new RequestGuard(hosts);
+  return {
+    url: `http://${bracketed}:${port}`,
+    server,
+    close: () => new Promise<void>((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    }),
+  };
+}
+
+/** The names a browser may use for this console: the bind address, loopback, and for a wildcard bind every local address and the host name. */
+function hostNames(host: string): string[] {
+  const names = [host, '127.0.0.1', 'localhost', '::1'];
+  if (host === '0.0.0.0' || host === '::') {
+    names.push(hostname(), ...Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address)));
+  }
+  return names;
+}
+
+async function handle(ctx: ConsoleContext, request: IncomingMessage, response: ServerResponse): Promise<void> {
+  const refusedHost = ctx.guard.checkHost(request);
+  if (refusedHost) return sendText(response, refusedHost.status, refusedHost.message);
+  const refusedFetch = ctx.guard.checkFetch(request);
+  if (refusedFetch) return sendText(response, refusedFetch.status, refusedFetch.message);
+  const url = new URL(request.url ?? '/', 'http://console.invalid');
+  const path = url.pathname;
+  if (request.method !== 'GET' && request.method !== 'HEAD' && request.method !== 'POST') {
+    response.setHeader('allow', 'GET, HEAD, POST');
+    return sendText(response, 405, 'method not allowed');
+  }
+  if (path === '/assets/console.css') return sendAsset(response, 'text/css', CONSOLE_CSS);
+  if (path === '/assets/console.js') return sendAsset(response, 'text/javascript', CONSOLE_JS);
+  try {
+    if (request.method === 'POST') {
+      if (path !== '/replay') return send(response, 404, notFound(ctx));
+      const form = await readForm(request);
+      const refused = ctx.guard.checkAction(request, form);
+      if (refused) return sendText(response, refused.status, refused.message);
+      if (!ctx.allowActions) return sendText(response, 403, 'read-only console: start it with --allow-actions to replay from the browser');
+      const result = await replayConfirmPage(ctx, form);
+      return send(response, result.status, result.body);
+    }
+    if (path === '/') return send(response, 200, await overviewPage(ctx));
+    if (path === '/overview/live') return send(response, 200, await overviewFragment(ctx));
+    if (path === '/blocked') return send(response, 200, await blockedPage(ctx));
+    if (path === '/dead') return send(response, 200, await deadPage(ctx, url.searchParams));
+    if (path === '/replay') return send(response, 200, replayFormPage(ctx));
+    if (path === '/replay/preview') {
+      const result = await replayPreviewPage(ctx, url.searchParams);
+      return send(response, result.status, result.body);
+    }
+    const row = /^\/row\/(outbox|inbox)\/([^/]+)$/.exec(path);
+    if (row) {
+      const body = await rowPage(ctx, row[1] as 'outbox' | 'inbox', decodePathPart(row[2]!));
+      return send(response, body ? 200 : 404, body ?? notFound(ctx, 'No such row.'));
+    }
+  } catch (error) {
+    if (error instanceof UsageError) return send(response, 400, errorPage(ctx, 'Bad request', error));
+    throw error;
+  }
+  return send(response, 404, notFound(ctx));
+}
+
+/** A percent-decoded path segment; a malformed escape is the client's error (400), not the console's. */
+function decodePathPart(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new UsageError(`malformed percent-encoding in the path: "${part}"`);
+  }
+}
+
+function readForm(request: IncomingMessage): Promise<URLSearchParams> {
+  const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/x-www-form-urlencoded') return Promise.reject(new UsageError('expected a form (application/x-www-form-urlencoded)'));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    request.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) {
+        reject(new UsageError(`form larger than ${MAX_BODY_BYTES} bytes`));
+        request.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    request.on('end', () => resolve(new URLSearchParams(Buffer.concat(chunks).toString('utf8'))));
+    request.on('error', reject);
+  });
+}
+
+function send(response: ServerResponse, status: number, body: SafeHtml): void {
+  response.writeHead(status, { ...SECURITY_HEADERS, 'content-type': 'text/html; charset=utf-8' });
+  response.end(body.text);
+}
+
+function sendText(response: ServerResponse, status: number, text: string): void {
+  response.writeHead(status, { ...SECURITY_HEADERS, 'content-type': 'text/plain; charset=utf-8' });
+  response.end(`${text}\n`);
+}
+
+function sendAsset(response: ServerResponse, type: string, body: string): void {
+  response.writeHead(200, { ...SECURITY_HEADERS, 'content-type': `${type}; charset=utf-8`, 'cache-control': 'max-age=300' });
+  response.end(body);
+}
+
+function notFound(ctx: ConsoleContext, text = 'No such page.'): SafeHtml {
+  return page(ctx, '', 'Not found', html`<p>${text}</p><p><a href="/">Overview</a></p>`);
+}
+
+function errorPage(ctx: ConsoleContext, title: string, error: unknown): SafeHtml {
+  const message = error instanceof QueueBoxError ? error.message : error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return page(ctx, '', title, html`<p class="banner error" data-error>${ctx.redactor.text(message)}</p><p><a href="/">Overview</a></p>`);
+}

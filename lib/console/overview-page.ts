@@ -1,0 +1,59 @@
+/**
+ * The overview: rows per state of both tables, the oldest due pending row's age, throughput over
+ * the last hour and minute, and the claims in flight with their lease left. The fragment
+ * (`/overview/live`) is what the page's script reloads every five seconds.
+ */
+import type { ConsoleClaim, ConsoleStateCounts } from '../db/driver.ts';
+import { duration } from './blocked-reason.ts';
+import { html, type SafeHtml } from './html.ts';
+import { count, page, rowLink, state, time, type ConsoleContext, type TableKind } from './layout.ts';
+
+/** Counts stop here: above it the page says "≥". */
+export const COUNT_CAP = 100_000;
+/** Claims listed per table. */
+export const CLAIMS_SHOWN = 20;
+
+/** The live part of the overview. */
+export async function overviewFragment(ctx: ConsoleContext): Promise<SafeHtml> {
+  const d = ctx.driver;
+  const [outbox, inbox, outboxClaims, inboxClaims, now] = await Promise.all([
+    d.outboxStatsByState({ countCap: COUNT_CAP }),
+    d.inboxStatsByState({ countCap: COUNT_CAP }),
+    d.outboxClaimsInFlight({ limit: CLAIMS_SHOWN }),
+    d.inboxClaimsInFlight({ limit: CLAIMS_SHOWN }),
+    d.clockNow(),
+  ]);
+  return html`<p class="muted">Database clock ${time(now)}. Counts stop at ${COUNT_CAP.toLocaleString('en-US')} (shown as ≥).</p>
+<div class="cards">${card('outbox', ctx.config.tables.outbox, outbox)}${card('inbox', ctx.config.tables.inbox, inbox)}</div>
+<h2>Claims in flight</h2>${claims('outbox', outboxClaims)}${claims('inbox', inboxClaims)}`;
+}
+
+/** The whole overview page. */
+export async function overviewPage(ctx: ConsoleContext): Promise<SafeHtml> {
+  return page(ctx, '/', 'Overview', html`<p id="live">live · refreshes every 5 s</p><div data-live="/overview/live">${await overviewFragment(ctx)}</div>`);
+}
+
+function card(kind: TableKind, table: string, s: ConsoleStateCounts): SafeHtml {
+  const cap = s.countCap;
+  const finished = Object.keys(s.finishedLastHour);
+  return html`<section class="card" data-table="${kind}"><h2>${kind} <span class="muted">(${table})</span></h2>
+<table><thead><tr><th>state</th><th class="num">rows</th></tr></thead><tbody>
+${Object.entries(s.counts).map(([name, n]) => html`<tr data-state="${name}"><td>${state(name)}</td><td class="num">${count(n, cap)}</td></tr>`)}
+</tbody></table>
+<p>Oldest due pending row: <strong data-oldest>${duration(s.oldestPendingAgeSeconds * 1000)}</strong>${kind === 'inbox' ? ' (push rows)' : ''}</p>
+<table><thead><tr><th>finished</th><th class="num">last hour</th><th class="num">per second</th><th class="num">last minute</th></tr></thead><tbody>
+${finished.map(
+  (name) => html`<tr><td>${state(name)}</td><td class="num">${count(s.finishedLastHour[name]!, cap)}</td>
+<td class="num">${(s.finishedLastHour[name]! / 3600).toFixed(2)}</td><td class="num">${count(s.finishedLastMinute[name]!, cap)}</td></tr>`,
+)}</tbody></table></section>`;
+}
+
+function claims(kind: TableKind, rows: ConsoleClaim[]): SafeHtml {
+  if (rows.length === 0) return html`<p class="muted">${kind}: no row in processing.</p>`;
+  return html`<table data-claims="${kind}"><thead><tr><th>${kind} row</th><th>${kind === 'outbox' ? 'topic' : 'source'}</th><th>${kind === 'outbox' ? 'key' : 'aggregate'}</th>
+<th class="num">attempt</th><th>claimed at</th><th>lease</th></tr></thead><tbody>
+${rows.map(
+  (c) => html`<tr><td>${rowLink(kind, c.id)}</td><td>${c.label}</td><td>${c.key ?? '—'}</td><td class="num">${c.attempt}</td><td>${time(c.claimedAt)}</td>
+<td class="${c.leaseLeftMs < 0 ? 'cause-expired-lease' : ''}">${c.leaseLeftMs < 0 ? `expired ${duration(-c.leaseLeftMs)} ago` : `${duration(c.leaseLeftMs)} left`}</td></tr>`,
+)}</tbody></table>`;
+}

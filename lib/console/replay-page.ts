@@ -1,0 +1,138 @@
+/**
+ * Replay from the console: a form, a dry-run preview (count and the rows), and a confirm that
+ * replays exactly the rows the preview listed. Validation and the move are the CLI's own
+ * (`parseReplayRequest`, `previewReplay`, `runReplayCommand`).
+ *
+ * The confirm acts on the previewed ids, not the filter (kept server-side under a one-time
+ * confirmation id, `ReplayConfirmations`): rows that match the filter after the preview are not
+ * moved, a previewed row that left `dead`/`sent` or changed meanwhile is not moved either, and a
+ * preview is confirmed at most once. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
+ */
+import { UsageError } from '../errors.ts';
+import { parseReplayRequest, previewReplay, runReplayCommand } from '../operations/replay.ts';
+import { html, type SafeHtml } from './html.ts';
+import { ReplayConfirmations } from './replay-confirmations.ts';
+import { page, rowLink, state, time, tokenField, type ConsoleContext } from './layout.ts';
+
+/** Rows one preview lists and one confirm replays. */
+export const REPLAY_PAGE_CAP = 100;
+
+const sameSet = (a: readonly string[], b: readonly string[]) => new Set(a).size === new Set(b).size && a.every((v) => b.includes(v));
+
+const split = (values: string[]) => values.flatMap((v) => v.split(/[\s,]+/)).filter((v) => v !== '');
+
+/** The replay request fields present in a query string or form (absent fields stay absent). */
+export function replayInput(form: URLSearchParams): Record<string, unknown> {
+  const input: Record<string, unknown> = {};
+  for (const key of ['ids', 'topics', 'states'] as const) {
+    const list = split(form.getAll(key));
+    if (list.length > 0) input[key] = list;
+  }
+  for (const key of ['destination', 'createdFrom', 'createdTo'] as const) {
+    const value = form.get(key)?.trim();
+    if (value) input[key] = value;
+  }
+  return input;
+}
+
+/** The replay filter form; `form` refills it, `error` explains why the last request was refused. */
+export function replayFormPage(ctx: ConsoleContext, form = new URLSearchParams(), error?: string): SafeHtml {
+  const states = new Set(form.getAll('states'));
+  return page(
+    ctx,
+    '/replay',
+    'Replay',
+    html`${error ? html`<p class="banner error" data-error>${error}</p>` : ''}
+<p class="note">Moves dead (or sent) outbox rows back to pending. Preview first: nothing moves until you confirm the listed rows.</p>
+<form class="filters" method="get" action="/replay/preview">
+<label>topics (comma-separated)<input name="topics" value="${form.get('topics') ?? ''}"></label>
+<label>destination<select name="destination"><option value="">any</option>${Object.keys(ctx.config.destinations).map(
+      (d) => html`<option ${form.get('destination') === d ? 'selected' : ''}>${d}</option>`,
+    )}</select></label>
+<label>created from (UTC)<input name="createdFrom" value="${form.get('createdFrom') ?? ''}" placeholder="2026-11-30T00:00:00Z"></label>
+<label>created to<input name="createdTo" value="${form.get('createdTo') ?? ''}"></label>
+<label>row ids<input name="ids" value="${form.get('ids') ?? ''}" size="40"></label>
+<label>states<span><input type="checkbox" name="states" value="dead" ${states.size === 0 || states.has('dead') ? 'checked' : ''}> dead
+<input type="checkbox" name="states" value="sent" ${states.has('sent') ? 'checked' : ''}> sent</span></label>
+<button type="submit" data-action="dry-run">Dry run</button></form>`,
+  );
+}
+
+/** The preview: count, the rows, and (with actions allowed) the confirm form. A bad request re-renders the form with the reason. */
+export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchParams): Promise<{ status: number; body: SafeHtml }> {
+  let request;
+  try {
+    request = parseReplayRequest(replayInput(search));
+  } catch (error) {
+    if (error instanceof UsageError) return { status: 400, body: replayFormPage(ctx, search, error.message) };
+    throw error;
+  }
+  let preview;
+  try {
+    preview = await previewReplay(ctx.driver, ctx.config, request, { sampleSize: REPLAY_PAGE_CAP });
+  } catch (error) {
+    if (error instanceof UsageError) return { status: 400, body: replayFormPage(ctx, search, error.message) };
+    throw error;
+  }
+  const { count, sample } = preview;
+  const states = request.states ?? ['dead'];
+  const confirm = ctx.allowActions
+    ? html`<form method="post" action="/replay">${tokenField(ctx)}
+<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ ids: sample.map((r) => r.id), states, updatedAt: Object.fromEntries(sample.map((r) => [r.id, r.updatedAt.getTime()])) }) : ''}">
+${sample.map((r) => html`<input type="hidden" name="ids" value="${r.id}">`)}${states.map((s) => html`<input type="hidden" name="states" value="${s}">`)}
+<button type="submit" class="danger" data-action="confirm">Replay these ${sample.length} rows</button></form>`
+    : html`<p class="banner">Read-only console: start it with <code>--allow-actions</code> to replay from here, or run <code>queuebox replay</code>.</p>`;
+  const body = html`<p class="banner" data-preview-count="${count}">Dry run: <strong>${count}</strong> row${count === 1 ? '' : 's'} in state ${(request.states ?? ['dead']).join(' or ')} match. Nothing moved.</p>
+${count > sample.length ? html`<p class="banner">Only the ${sample.length} oldest rows are listed, and a confirm replays exactly the listed rows (at most ${REPLAY_PAGE_CAP} at a time). Preview again afterwards for the rest, or use <code>queuebox replay</code> for a large replay.</p>` : ''}
+${sample.length > 0 ? html`<table data-preview><thead><tr><th>row</th><th>topic</th><th>key</th><th>state</th><th class="num">attempt</th><th>created</th><th>last error</th></tr></thead><tbody>
+${sample.map((r) => html`<tr data-id="${r.id}"><td>${rowLink('outbox', r.id)}</td><td>${r.topic}</td><td>${r.key ?? '—'}</td><td>${state(r.state)}</td><td class="num">${r.attempt}</td><td>${time(r.createdAt)}</td><td>${ctx.redactor.text(r.lastError).slice(0, 200)}</td></tr>`)}
+</tbody></table>${confirm}` : ''}
+<p><a href="/replay">← change the filter</a></p>`;
+  return { status: 200, body: page(ctx, '/replay', 'Replay preview', body) };
+}
+
+/**
+ * The confirm: replays the rows its preview listed that have not changed since, in the preview's
+ * states, once. A confirm of
+ * an unknown, expired or already confirmed preview is a 409; one naming other rows or states than
+ * its preview a 400. Nothing moves in either case.
+ */
+export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchParams): Promise<{ status: number; body: SafeHtml }> {
+  const input = replayInput(form);
+  try {
+    const previewId = form.get(ReplayConfirmations.FIELD) ?? '';
+    if (previewId === '') throw new UsageError('replay: a confirm names its preview; preview first');
+    const previewed = ctx.confirmations.take(previewId);
+    if (!previewed) {
+      return { status: 409, body: replayFormPage(ctx, new URLSearchParams(), 'replay: this preview was already confirmed or has expired; nothing moved. Preview again.') };
+    }
+    const posted = (input.ids as string[] | undefined)?.map((id) => id.toLowerCase());
+    if (posted && !sameSet(posted, previewed.ids)) throw new UsageError('replay: the confirm names rows its preview did not list; nothing moved. Preview again.');
+    if (input.states && !sameSet(input.states as string[], previewed.states)) throw new UsageError('replay: the confirm names other states than its preview; nothing moved. Preview again.');
+    const ids = previewed.ids;
+    if (ids.length > REPLAY_PAGE_CAP) throw new UsageError(`replay: a confirm from the console moves at most ${REPLAY_PAGE_CAP} rows, got ${ids.length}`);
+    const request = parseReplayRequest({ ids, states: previewed.states });
+    // Only rows still as previewed: one replayed elsewhere and dead (or sent) again has a new updated_at.
+    const { sample: current } = await previewReplay(ctx.driver, ctx.config, request, { sampleSize: ids.length });
+    const unchanged = current.filter((r) => r.updatedAt.getTime() === previewed.updatedAt[r.id]).map((r) => r.id);
+    let moved = 0;
+    if (unchanged.length > 0) {
+      const result = await runReplayCommand(ctx.driver, ctx.config, { request: { ...request, ids: unchanged }, dryRun: false, yes: true });
+      moved = 'moved' in result ? result.moved : 0;
+    }
+    return {
+      status: 200,
+      body: page(
+        ctx,
+        '/replay',
+        'Replay done',
+        html`<p class="banner done" data-moved="${moved}">Moved <strong>${moved}</strong> of the ${ids.length} confirmed rows back to pending.</p>
+${moved < ids.length ? html`<p class="banner">${ids.length - moved} row${ids.length - moved === 1 ? '' : 's'} had left ${(request.states ?? ['dead']).join('/')} or changed since the preview and were not moved.</p>` : ''}
+<ul>${ids.map((id) => html`<li>${rowLink('outbox', id)}</li>`)}</ul><p><a href="/">Overview</a> · <a href="/replay">Another replay</a></p>`,
+      ),
+    };
+  } catch (error) {
+    if (error instanceof UsageError) return { status: 400, body: replayFormPage(ctx, new URLSearchParams(), error.message) };
+    throw error;
+  }
+}

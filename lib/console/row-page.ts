@@ -1,0 +1,44 @@
+/**
+ * One row and its history as far as the table knows it: created, due, attempts and the last
+ * error, the last claim and its lease, replays, and the last change of state.
+ */
+import type { ConsoleRow } from '../db/driver.ts';
+import { html, type SafeHtml } from './html.ts';
+import { json, page, SHOWN_CHARS, state, time, type ConsoleContext, type TableKind } from './layout.ts';
+
+/** The row page, or undefined when no such row exists (the server answers 404). */
+export async function rowPage(ctx: ConsoleContext, kind: TableKind, id: string): Promise<SafeHtml | undefined> {
+  const row = kind === 'outbox' ? await ctx.driver.outboxRowGet({ id }) : await ctx.driver.inboxRowGet({ id });
+  if (!row) return undefined;
+  const replayable = kind === 'outbox' && (row.state === 'dead' || row.state === 'sent');
+  return page(
+    ctx,
+    '',
+    `${kind} row ${row.id}`,
+    html`<dl class="fields">
+<dt>state</dt><dd>${state(row.state)}</dd>
+<dt>${kind === 'outbox' ? 'topic' : 'source'}</dt><dd>${row.label}</dd>
+<dt>${kind === 'outbox' ? 'key' : 'aggregate'}</dt><dd><code>${row.key ?? '—'}</code></dd>
+<dt>attempt</dt><dd>${row.attempt}${row.maxAttempts !== null ? ` of ${row.maxAttempts}` : ''}</dd>
+<dt>sequence</dt><dd>${row.sequence}</dd>
+${Object.entries(row.details).map(([k, v]) => html`<dt>${k}</dt><dd>${v ?? '—'}</dd>`)}
+</dl>
+<h2>History</h2><ol class="history">${history(row)}</ol>
+${replayable ? html`<p><a href="/replay/preview?ids=${encodeURIComponent(row.id)}&amp;states=${row.state}">Preview a replay of this row</a></p>` : ''}
+<h2>Last error</h2>${row.lastError ? html`<pre data-last-error>${ctx.redactor.text(row.lastError)}</pre>` : html`<p class="muted">none</p>`}
+<h2>Payload</h2><pre data-payload>${json(ctx.redactor.value(row.payload), SHOWN_CHARS.row)}</pre>
+<h2>Headers</h2><pre>${json(ctx.redactor.value(row.headers), SHOWN_CHARS.row)}</pre>
+<p class="muted">Values under secret-named keys, URL passwords, bearer tokens and the configured secrets are shown as ***.</p>`,
+  );
+}
+
+function history(row: ConsoleRow): SafeHtml[] {
+  const steps: SafeHtml[] = [html`<li>${time(row.createdAt)} — created${row.state === 'pending' && row.attempt === 0 ? ', waiting for its first attempt' : ''}</li>`];
+  if (row.attempt > 0) steps.push(html`<li>${row.attempt} failed attempt${row.attempt === 1 ? '' : 's'}${row.lastError ? ', the last one with the error below' : ''}</li>`);
+  if (row.replayCount) steps.push(html`<li>replayed ${row.replayCount} time${row.replayCount === 1 ? '' : 's'} (attempts count again from 0 after each replay)</li>`);
+  if (row.claimedAt) steps.push(html`<li>${time(row.claimedAt)} — last claimed; lease until ${time(row.leaseExpiresAt)}</li>`);
+  if (row.state === 'pending') steps.push(html`<li>${time(row.scheduledAt)} — due for its next attempt</li>`);
+  if (row.processedAt) steps.push(html`<li>${time(row.processedAt)} — processed</li>`);
+  steps.push(html`<li>${time(row.updatedAt)} — last change, now ${state(row.state)}</li>`);
+  return steps;
+}

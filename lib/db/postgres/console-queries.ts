@@ -1,0 +1,303 @@
+/**
+ * PostgreSQL reads of the operator console (driver methods `outboxStatsByState`,
+ * `outboxBlockedKeys`, `inboxDeadSearch`…).
+ *
+ * Every statement is bounded on any table size: counts stop at `countCap` (`count(*)` over a
+ * `LIMIT`ed subquery), candidate rows are read through the partial indexes of the claim path and
+ * capped at `scanLimit`, and key-head checks probe the key-head indexes. `docs/console.md` shows
+ * each plan on a 1,000,000-row outbox.
+ */
+import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
+import type { PgContext } from './context.ts';
+import { pgQuery } from './pg-pool.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** `count(*)` of at most `$1` rows matching `where` (an index range on the partial indexes). */
+const capped = (table: string, where: string) => `(SELECT count(*) FROM (SELECT 1 FROM ${table} WHERE ${where} LIMIT $1) c)::int`;
+
+const AGE = (expr: string) => `EXTRACT(EPOCH FROM ${expr})::float8`;
+
+type Counts = Record<string, number | null>;
+
+function toCounts(row: Counts, names: readonly string[], prefix = ''): Record<string, number> {
+  return Object.fromEntries(names.map((s) => [s, Number(row[`${prefix}${s}`] ?? 0)]));
+}
+
+/** Outbox: capped rows per state, the oldest due pending age, sent/dead in the last hour and minute. */
+export async function outboxStatsByState(ctx: PgContext, p: { countCap: number }): Promise<ConsoleStateCounts> {
+  const t = ctx.names.outbox;
+  // statement_timestamp(), not clock_timestamp(): a stable value is an index bound, a volatile one only a filter.
+  const since = (state: string, span: string) => capped(t, `state = '${state}' AND updated_at > statement_timestamp() - interval '${span}'`);
+  const { rows } = await pgQuery<Counts>(
+    ctx.pool,
+    `SELECT ${capped(t, `state = 'pending'`)} AS pending,
+            ${capped(t, `state = 'processing'`)} AS processing,
+            ${capped(t, `state = 'sent'`)} AS sent,
+            ${capped(t, `state = 'dead'`)} AS dead,
+            (SELECT ${AGE('clock_timestamp() - min(scheduled_at)')} FROM ${t} WHERE state = 'pending' AND scheduled_at <= clock_timestamp()) AS oldest,
+            ${since('sent', '1 hour')} AS h_sent, ${since('dead', '1 hour')} AS h_dead,
+            ${since('sent', '1 minute')} AS m_sent, ${since('dead', '1 minute')} AS m_dead`,
+    [p.countCap],
+  );
+  const r = rows[0]!;
+  return {
+    counts: toCounts(r, ['pending', 'processing', 'sent', 'dead']),
+    countCap: p.countCap,
+    oldestPendingAgeSeconds: Math.max(0, Number(r.oldest ?? 0)),
+    finishedLastHour: toCounts(r, ['sent', 'dead'], 'h_'),
+    finishedLastMinute: toCounts(r, ['sent', 'dead'], 'm_'),
+  };
+}
+
+/**
+ * Inbox: as the outbox. The inbox indexes its finished rows by `created_at`, so the throughput
+ * counts rows received within the last two hours that finished within the window.
+ */
+export async function inboxStatsByState(ctx: PgContext, p: { countCap: number }): Promise<ConsoleStateCounts> {
+  const t = ctx.names.inbox;
+  const since = (state: string, span: string) =>
+    capped(t, `state = '${state}' AND created_at > statement_timestamp() - interval '2 hours' AND updated_at > statement_timestamp() - interval '${span}'`);
+  const { rows } = await pgQuery<Counts>(
+    ctx.pool,
+    `SELECT (SELECT count(*) FROM (
+              (SELECT 1 FROM ${t} WHERE state = 'pending' AND consumption = 'push' LIMIT $1)
+              UNION ALL (SELECT 1 FROM ${t} WHERE state = 'pending' AND consumption = 'pull' LIMIT $1) LIMIT $1) c)::int AS pending,
+            ${capped(t, `state = 'processing'`)} AS processing,
+            ${capped(t, `state = 'processed'`)} AS processed,
+            ${capped(t, `state = 'dead'`)} AS dead,
+            (SELECT ${AGE('clock_timestamp() - min(scheduled_at)')} FROM ${t}
+              WHERE state = 'pending' AND consumption = 'push' AND scheduled_at <= clock_timestamp()) AS oldest,
+            ${since('processed', '1 hour')} AS h_processed, ${since('dead', '1 hour')} AS h_dead,
+            ${since('processed', '1 minute')} AS m_processed, ${since('dead', '1 minute')} AS m_dead`,
+    [p.countCap],
+  );
+  const r = rows[0]!;
+  return {
+    counts: toCounts(r, ['pending', 'processing', 'processed', 'dead']),
+    countCap: p.countCap,
+    oldestPendingAgeSeconds: Math.max(0, Number(r.oldest ?? 0)),
+    finishedLastHour: toCounts(r, ['processed', 'dead'], 'h_'),
+    finishedLastMinute: toCounts(r, ['processed', 'dead'], 'm_'),
+  };
+}
+
+interface ClaimDbRow {
+  id: string;
+  label: string;
+  key: string | null;
+  attempt: number;
+  claimed_at: Date | null;
+  lease_expires_at: Date | null;
+  lease_left_ms: number | null;
+}
+
+const toClaim = (r: ClaimDbRow): ConsoleClaim => ({
+  id: r.id,
+  label: r.label,
+  key: r.key,
+  attempt: r.attempt,
+  claimedAt: r.claimed_at,
+  leaseExpiresAt: r.lease_expires_at,
+  leaseLeftMs: Math.round(Number(r.lease_left_ms ?? 0)),
+});
+
+async function claimsInFlight(ctx: PgContext, table: string, label: string, key: string, limit: number): Promise<ConsoleClaim[]> {
+  const { rows } = await pgQuery<ClaimDbRow>(
+    ctx.pool,
+    `SELECT id, ${label} AS label, ${key} AS key, attempt, claimed_at, lease_expires_at,
+            ${AGE('lease_expires_at - clock_timestamp()')} * 1000 AS lease_left_ms
+       FROM ${table} WHERE state = 'processing' ORDER BY lease_expires_at LIMIT $1`,
+    [limit],
+  );
+  return rows.map(toClaim);
+}
+
+/** Outbox rows in `processing`, soonest lease expiry first (the lease index). */
+export const outboxClaimsInFlight = (ctx: PgContext, p: { limit: number }) => claimsInFlight(ctx, ctx.names.outbox, 'topic', 'key', p.limit);
+/** Inbox rows in `processing`, soonest lease expiry first. */
+export const inboxClaimsInFlight = (ctx: PgContext, p: { limit: number }) => claimsInFlight(ctx, ctx.names.inbox, 'source', 'aggregate_id', p.limit);
+
+interface BlockedDbRow extends ClaimDbRow {
+  state: string;
+  max_attempts: number | null;
+  scheduled_at: Date;
+  due_in_ms: number;
+  last_error: string | null;
+  updated_at: Date;
+  waiting: number;
+}
+
+const toBlocked = (r: BlockedDbRow): ConsoleBlockedHead => ({
+  ...toClaim(r),
+  state: r.state,
+  maxAttempts: r.max_attempts,
+  scheduledAt: r.scheduled_at,
+  dueInMs: Math.round(Number(r.due_in_ms)),
+  lastError: r.last_error,
+  updatedAt: r.updated_at,
+  waitingBehind: Number(r.waiting),
+});
+
+interface BlockedParams {
+  limit: number;
+  scanLimit: number;
+  poisonAttempts: number;
+  waitingCap: number;
+}
+
+/**
+ * A head row is stuck when its lease expired, it waits for a retry, it failed `$3` times or more,
+ * or it is scheduled in the future with rows of its key waiting behind it. `waiting` is the
+ * number of open rows behind the head (capped at `$4`).
+ */
+const STUCK = `(r.state = 'processing' AND r.lease_expires_at <= n.t
+        OR r.state = 'pending' AND (r.attempt >= $3 OR r.attempt > 0 AND r.scheduled_at > n.t OR r.scheduled_at > n.t AND w.waiting > 0))`;
+
+const BLOCKED_COLUMNS = `r.id, r.state, r.attempt, r.scheduled_at, r.claimed_at, r.lease_expires_at, r.last_error, r.updated_at, w.waiting,
+       ${AGE('r.scheduled_at - n.t')} * 1000 AS due_in_ms, ${AGE('r.lease_expires_at - n.t')} * 1000 AS lease_left_ms`;
+
+/** Heads of outbox keys that are not moving, most rows waiting first. */
+export async function outboxBlockedKeys(ctx: PgContext, p: BlockedParams): Promise<ConsoleBlockedHead[]> {
+  const t = ctx.names.outbox;
+  const { rows } = await pgQuery<BlockedDbRow>(
+    ctx.pool,
+    `WITH n AS MATERIALIZED (SELECT clock_timestamp() AS t),
+     cand AS (
+       (SELECT id FROM ${t} WHERE state = 'processing' AND lease_expires_at <= (SELECT t FROM n) ORDER BY lease_expires_at LIMIT $2)
+       UNION (SELECT id FROM ${t} WHERE state = 'pending' AND attempt > 0 ORDER BY scheduled_at, sequence LIMIT $2)
+       UNION (SELECT id FROM ${t} WHERE state = 'pending' AND scheduled_at > (SELECT t FROM n) ORDER BY scheduled_at, sequence LIMIT $2))
+     SELECT ${BLOCKED_COLUMNS}, r.topic AS label, r.key, r.max_attempts
+       FROM cand JOIN ${t} r USING (id) CROSS JOIN n
+      CROSS JOIN LATERAL (SELECT count(*)::int AS waiting FROM (
+              SELECT 1 FROM ${t} b WHERE b.key = r.key AND b.state IN ('pending', 'processing') AND b.sequence > r.sequence LIMIT $4) c) w
+      WHERE r.key IS NOT NULL AND ${STUCK}
+        AND NOT EXISTS (SELECT 1 FROM ${t} e WHERE e.key = r.key AND e.state IN ('pending', 'processing') AND e.sequence < r.sequence)
+      ORDER BY w.waiting DESC, r.scheduled_at, r.sequence
+      LIMIT $1`,
+    [p.limit, p.scanLimit, p.poisonAttempts, p.waitingCap],
+  );
+  return rows.map(toBlocked);
+}
+
+/**
+ * Heads of inbox aggregates that are not moving: push rows share an aggregate across sources,
+ * pull rows per source (as their claims order them). Future first attempts are read for push
+ * rows only (the pull indexes lead with the source).
+ */
+export async function inboxBlockedAggregates(ctx: PgContext, p: BlockedParams): Promise<ConsoleBlockedHead[]> {
+  const t = ctx.names.inbox;
+  const open = `state IN ('pending', 'processing') AND aggregate_id = r.aggregate_id`;
+  const push = `consumption = 'push' AND ${open}`;
+  const pull = `consumption = 'pull' AND ${open} AND source = r.source`;
+  const { rows } = await pgQuery<BlockedDbRow>(
+    ctx.pool,
+    `WITH n AS MATERIALIZED (SELECT clock_timestamp() AS t),
+     cand AS (
+       (SELECT id FROM ${t} WHERE state = 'processing' AND lease_expires_at <= (SELECT t FROM n) ORDER BY lease_expires_at LIMIT $2)
+       UNION (SELECT id FROM ${t} WHERE state = 'pending' AND consumption = 'push' AND attempt > 0 ORDER BY scheduled_at, sequence LIMIT $2)
+       UNION (SELECT id FROM ${t} WHERE state = 'pending' AND consumption = 'pull' AND attempt > 0 LIMIT $2)
+       UNION (SELECT id FROM ${t} WHERE state = 'pending' AND consumption = 'push' AND scheduled_at > (SELECT t FROM n) ORDER BY scheduled_at, sequence LIMIT $2))
+     SELECT ${BLOCKED_COLUMNS}, r.source AS label, r.aggregate_id AS key, NULL::int AS max_attempts
+       FROM cand JOIN ${t} r USING (id) CROSS JOIN n
+      CROSS JOIN LATERAL (SELECT CASE WHEN r.consumption = 'push'
+              THEN (SELECT count(*) FROM (SELECT 1 FROM ${t} WHERE ${push} AND sequence > r.sequence LIMIT $4) c)
+              ELSE (SELECT count(*) FROM (SELECT 1 FROM ${t} WHERE ${pull} AND sequence > r.sequence LIMIT $4) c) END::int AS waiting) w
+      WHERE r.aggregate_id IS NOT NULL AND ${STUCK}
+        AND CASE WHEN r.consumption = 'push'
+              THEN NOT EXISTS (SELECT 1 FROM ${t} WHERE ${push} AND sequence < r.sequence)
+              ELSE NOT EXISTS (SELECT 1 FROM ${t} WHERE ${pull} AND sequence < r.sequence) END
+      ORDER BY w.waiting DESC, r.scheduled_at, r.sequence
+      LIMIT $1`,
+    [p.limit, p.scanLimit, p.poisonAttempts, p.waitingCap],
+  );
+  return rows.map(toBlocked);
+}
+
+interface RowDbRow {
+  id: string;
+  label: string;
+  key: string | null;
+  state: string;
+  attempt: number;
+  max_attempts: number | null;
+  payload: unknown;
+  headers: Record<string, string>;
+  sequence: string;
+  scheduled_at: Date;
+  created_at: Date;
+  updated_at: Date;
+  claimed_at: Date | null;
+  lease_expires_at: Date | null;
+  last_error: string | null;
+  replay_count: number | null;
+  processed_at: Date | null;
+  details: Record<string, string | null>;
+}
+
+const toRow = (r: RowDbRow): ConsoleRow => ({
+  id: r.id,
+  label: r.label,
+  key: r.key,
+  state: r.state,
+  attempt: r.attempt,
+  maxAttempts: r.max_attempts,
+  payload: r.payload,
+  headers: r.headers,
+  sequence: r.sequence,
+  scheduledAt: r.scheduled_at,
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+  claimedAt: r.claimed_at,
+  leaseExpiresAt: r.lease_expires_at,
+  lastError: r.last_error,
+  replayCount: r.replay_count,
+  processedAt: r.processed_at,
+  details: r.details,
+});
+
+const COMMON = 'r.id, r.state, r.attempt, r.payload, r.headers, r.sequence, r.scheduled_at, r.created_at, r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error';
+const OUTBOX_COLUMNS = `${COMMON}, r.topic AS label, r.key, r.max_attempts, r.replay_count, NULL::timestamptz AS processed_at, '{}'::jsonb AS details`;
+const INBOX_COLUMNS = `${COMMON}, r.source AS label, r.aggregate_id AS key, NULL::int AS max_attempts, NULL::int AS replay_count, r.processed_at,
+  jsonb_build_object('idempotency key', r.idempotency_key, 'event type', r.event_type, 'correlation id', r.correlation_id, 'consumption', r.consumption) AS details`;
+
+async function rowGet(ctx: PgContext, table: string, columns: string, id: string): Promise<ConsoleRow | undefined> {
+  if (!UUID.test(id)) return undefined;
+  const { rows } = await pgQuery<RowDbRow>(ctx.pool, `SELECT ${columns} FROM ${table} r WHERE r.id = $1`, [id]);
+  return rows[0] ? toRow(rows[0]) : undefined;
+}
+
+/** One outbox row by id (undefined when absent or not a UUID). */
+export const outboxRowGet = (ctx: PgContext, p: { id: string }) => rowGet(ctx, ctx.names.outbox, OUTBOX_COLUMNS, p.id);
+/** One inbox row by id (undefined when absent or not a UUID). */
+export const inboxRowGet = (ctx: PgContext, p: { id: string }) => rowGet(ctx, ctx.names.inbox, INBOX_COLUMNS, p.id);
+
+/**
+ * Dead rows newest first: reads at most `scanLimit` dead rows of the time range through the
+ * finished-rows index, then filters them by label.
+ */
+async function deadSearch(ctx: PgContext, table: string, columns: string, label: string, time: string, q: ConsoleDeadQuery): Promise<ConsoleDeadPage> {
+  const { rows } = await pgQuery<RowDbRow & { scanned: number }>(
+    ctx.pool,
+    `WITH scan AS (
+       SELECT id, ${label} AS label FROM ${table}
+        WHERE state = 'dead' AND ${time} >= COALESCE($1::timestamptz, '-infinity') AND ${time} < COALESCE($2::timestamptz, 'infinity')
+        ORDER BY ${time} DESC LIMIT $3)
+     SELECT s.scanned, p.* FROM (SELECT count(*)::int AS scanned FROM scan) s
+       LEFT JOIN LATERAL (
+         SELECT ${columns} FROM ${table} r WHERE r.id IN (SELECT id FROM scan WHERE $4::text IS NULL OR label = $4)
+          ORDER BY r.${time} DESC, r.id DESC LIMIT $5) p ON true`,
+    [q.from ?? null, q.to ?? null, q.scanLimit, q.label ?? null, q.limit + 1],
+  );
+  const found = rows.filter((r) => r.id !== null);
+  return {
+    rows: found.slice(0, q.limit).map(toRow),
+    more: found.length > q.limit,
+    scanCapped: (rows[0]?.scanned ?? 0) >= q.scanLimit,
+  };
+}
+
+/** Dead outbox rows by `updated_at` (when they died), optionally of one topic. */
+export const outboxDeadSearch = (ctx: PgContext, q: ConsoleDeadQuery) => deadSearch(ctx, ctx.names.outbox, OUTBOX_COLUMNS, 'topic', 'updated_at', q);
+/** Dead inbox rows by `created_at` (when they were received), optionally of one source. */
+export const inboxDeadSearch = (ctx: PgContext, q: ConsoleDeadQuery) => deadSearch(ctx, ctx.names.inbox, INBOX_COLUMNS, 'source', 'created_at', q);

@@ -1,0 +1,295 @@
+/**
+ * SQL Server reads of the operator console (driver methods `outboxStatsByState`,
+ * `outboxBlockedKeys`, `inboxDeadSearch`…), as pure statement builders plus runners.
+ *
+ * The same bounds as on PostgreSQL: counts stop at `@p_cap` (`COUNT(*)` over a `TOP`), candidate
+ * rows come from the filtered indexes of the claim path, `TOP (@p_scan)` each, and head checks
+ * probe the key-head indexes.
+ */
+import sql from 'mssql';
+import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
+import { lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import type { MssqlNames } from './names.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const NOW = 'DECLARE @v_now DATETIME2(7) = SYSUTCDATETIME();';
+const capped = (table: string, where: string) => `(SELECT COUNT(*) FROM (SELECT TOP (@p_cap) 1 AS x FROM ${table} WHERE ${where}) c)`;
+const within = (column: string, unit: 'hour' | 'minute') => `${column} > DATEADD(${unit}, ${unit === 'hour' && column === 'created_at' ? -2 : -1}, @v_now)`;
+
+type Counts = Record<string, number | string | null>;
+const toCounts = (row: Counts, names: readonly string[], prefix = '') => Object.fromEntries(names.map((s) => [s, Number(row[`${prefix}${s}`] ?? 0)]));
+
+/** Capped counts per state, oldest due pending age (ms), finished rows in the last hour and minute. */
+export function buildStatsByState(names: MssqlNames, table: 'outbox' | 'inbox', cap: number): MssqlStatement {
+  const t = names[table];
+  const outbox = table === 'outbox';
+  const finished = outbox ? 'sent' : 'processed';
+  // The inbox indexes finished rows by created_at: the window's rows are those received within two hours.
+  const recent = (state: string, unit: 'hour' | 'minute') =>
+    capped(t, `state = N'${state}' AND ${outbox ? '' : `${within('created_at', 'hour')} AND `}${within('updated_at', unit)}`);
+  const pending = outbox
+    ? capped(t, `state = N'pending'`)
+    : `(SELECT COUNT(*) FROM (SELECT TOP (@p_cap) x FROM (
+         SELECT x FROM (SELECT TOP (@p_cap) 1 AS x FROM ${t} WHERE state = N'pending' AND consumption = N'push') a
+         UNION ALL SELECT x FROM (SELECT TOP (@p_cap) 1 AS x FROM ${t} WHERE state = N'pending' AND consumption = N'pull') b) u) c)`;
+  return {
+    text: `${NOW}
+SELECT ${pending} AS pending, ${capped(t, `state = N'processing'`)} AS processing,
+       ${capped(t, `state = N'${finished}'`)} AS ${finished}, ${capped(t, `state = N'dead'`)} AS dead,
+       (SELECT DATEDIFF_BIG(millisecond, MIN(scheduled_at), @v_now) FROM ${t}
+         WHERE state = N'pending'${outbox ? '' : ` AND consumption = N'push'`} AND scheduled_at <= @v_now) AS oldest_ms,
+       ${recent(finished, 'hour')} AS h_${finished}, ${recent('dead', 'hour')} AS h_dead,
+       ${recent(finished, 'minute')} AS m_${finished}, ${recent('dead', 'minute')} AS m_dead;`,
+    params: [param('p_cap', sql.Int, cap)],
+  };
+}
+
+async function statsByState(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', cap: number): Promise<ConsoleStateCounts> {
+  const { recordset } = await runStatement<Counts>(runner, buildStatsByState(names, table, cap));
+  const r = recordset[0]!;
+  const finished = table === 'outbox' ? 'sent' : 'processed';
+  return {
+    counts: toCounts(r, ['pending', 'processing', finished, 'dead']),
+    countCap: cap,
+    oldestPendingAgeSeconds: Math.max(0, Number(r.oldest_ms ?? 0) / 1000),
+    finishedLastHour: toCounts(r, [finished, 'dead'], 'h_'),
+    finishedLastMinute: toCounts(r, [finished, 'dead'], 'm_'),
+  };
+}
+
+/** Outbox: capped rows per state, oldest due pending age, sent/dead in the last hour and minute. */
+export const outboxStatsByState = (runner: MssqlRunner, names: MssqlNames, p: { countCap: number }) => statsByState(runner, names, 'outbox', p.countCap);
+/** Inbox: as the outbox; the windows count rows received within two hours. */
+export const inboxStatsByState = (runner: MssqlRunner, names: MssqlNames, p: { countCap: number }) => statsByState(runner, names, 'inbox', p.countCap);
+
+const LABELS = {
+  outbox: { label: 'topic', key: '[key]', maxAttempts: 'r.max_attempts' },
+  inbox: { label: 'source', key: 'aggregate_id', maxAttempts: 'CAST(NULL AS INT)' },
+} as const;
+
+/** `processing` rows, soonest lease expiry first. */
+export function buildClaimsInFlight(names: MssqlNames, table: 'outbox' | 'inbox', limit: number): MssqlStatement {
+  const l = LABELS[table];
+  return {
+    text: `${NOW}
+SELECT TOP (@p_limit) id, ${l.label} AS label, ${l.key} AS [key], attempt, claimed_at, lease_expires_at,
+       DATEDIFF_BIG(millisecond, @v_now, lease_expires_at) AS lease_left_ms
+  FROM ${names[table]} WHERE state = N'processing' ORDER BY lease_expires_at;`,
+    params: [param('p_limit', sql.Int, limit)],
+  };
+}
+
+interface ClaimDbRow {
+  id: string;
+  label: string;
+  key: string | null;
+  attempt: number;
+  claimed_at: Date | null;
+  lease_expires_at: Date | null;
+  lease_left_ms: string | number | null;
+}
+
+const toClaim = (r: ClaimDbRow): ConsoleClaim => ({
+  id: lowerUuid(r.id),
+  label: r.label,
+  key: r.key,
+  attempt: r.attempt,
+  claimedAt: r.claimed_at,
+  leaseExpiresAt: r.lease_expires_at,
+  leaseLeftMs: Number(r.lease_left_ms ?? 0),
+});
+
+async function claimsInFlight(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', limit: number): Promise<ConsoleClaim[]> {
+  const { recordset } = await runStatement<ClaimDbRow>(runner, buildClaimsInFlight(names, table, limit));
+  return recordset.map(toClaim);
+}
+
+/** Outbox rows in `processing`, soonest lease expiry first. */
+export const outboxClaimsInFlight = (runner: MssqlRunner, names: MssqlNames, p: { limit: number }) => claimsInFlight(runner, names, 'outbox', p.limit);
+/** Inbox rows in `processing`, soonest lease expiry first. */
+export const inboxClaimsInFlight = (runner: MssqlRunner, names: MssqlNames, p: { limit: number }) => claimsInFlight(runner, names, 'inbox', p.limit);
+
+interface BlockedParams {
+  limit: number;
+  scanLimit: number;
+  poisonAttempts: number;
+  waitingCap: number;
+}
+
+/** Heads not moving: expired lease, retry, `@p_poison` failures, or a future schedule with rows behind. */
+export function buildBlockedHeads(names: MssqlNames, table: 'outbox' | 'inbox', p: BlockedParams): MssqlStatement {
+  const t = names[table];
+  const l = LABELS[table];
+  const top = (where: string, order = 'scheduled_at, [sequence]') => `SELECT id FROM (SELECT TOP (@p_scan) id FROM ${t} WHERE ${where} ORDER BY ${order}) s`;
+  const candidates =
+    table === 'outbox'
+      ? [top(`state = N'pending' AND attempt > 0`), top(`state = N'pending' AND scheduled_at > @v_now`)]
+      : [
+          top(`state = N'pending' AND consumption = N'push' AND attempt > 0`),
+          top(`state = N'pending' AND consumption = N'pull' AND attempt > 0`, 'source, scheduled_at'),
+          top(`state = N'pending' AND consumption = N'push' AND scheduled_at > @v_now`),
+        ];
+  const open = (alias: string) =>
+    table === 'outbox'
+      ? `${alias}.[key] = r.[key] AND ${alias}.state IN (N'pending', N'processing')`
+      : `${alias}.aggregate_id = r.aggregate_id AND ${alias}.state IN (N'pending', N'processing') AND ${alias}.consumption = r.consumption
+         AND (r.consumption = N'push' OR ${alias}.source = r.source)`;
+  return {
+    text: `${NOW}
+WITH cand AS (
+  ${top(`state = N'processing' AND lease_expires_at <= @v_now`, 'lease_expires_at')}
+  UNION ${candidates.join('\n  UNION ')})
+SELECT TOP (@p_limit) r.id, r.${l.label} AS label, r.${l.key} AS [key], r.state, r.attempt, ${l.maxAttempts} AS max_attempts, r.scheduled_at,
+       r.claimed_at, r.lease_expires_at, r.last_error, r.updated_at, w.waiting,
+       DATEDIFF_BIG(millisecond, @v_now, r.scheduled_at) AS due_in_ms, DATEDIFF_BIG(millisecond, @v_now, r.lease_expires_at) AS lease_left_ms
+  FROM cand JOIN ${t} r ON r.id = cand.id
+ CROSS APPLY (SELECT COUNT(*) AS waiting FROM (SELECT TOP (@p_waiting) 1 AS x FROM ${t} b WHERE ${open('b')} AND b.[sequence] > r.[sequence]) c) w
+ WHERE r.${l.key} IS NOT NULL
+   AND (r.state = N'processing' AND r.lease_expires_at <= @v_now
+        OR r.state = N'pending' AND (r.attempt >= @p_poison OR r.attempt > 0 AND r.scheduled_at > @v_now OR r.scheduled_at > @v_now AND w.waiting > 0))
+   AND NOT EXISTS (SELECT 1 FROM ${t} e WHERE ${open('e')} AND e.[sequence] < r.[sequence])
+ ORDER BY w.waiting DESC, r.scheduled_at, r.[sequence];`,
+    params: [
+      param('p_limit', sql.Int, p.limit),
+      param('p_scan', sql.Int, p.scanLimit),
+      param('p_poison', sql.Int, p.poisonAttempts),
+      param('p_waiting', sql.Int, p.waitingCap),
+    ],
+  };
+}
+
+interface BlockedDbRow extends ClaimDbRow {
+  state: string;
+  max_attempts: number | null;
+  scheduled_at: Date;
+  due_in_ms: string | number;
+  last_error: string | null;
+  updated_at: Date;
+  waiting: number;
+}
+
+async function blockedHeads(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', p: BlockedParams): Promise<ConsoleBlockedHead[]> {
+  const { recordset } = await runStatement<BlockedDbRow>(runner, buildBlockedHeads(names, table, p));
+  return recordset.map((r) => ({
+    ...toClaim(r),
+    state: r.state,
+    maxAttempts: r.max_attempts,
+    scheduledAt: r.scheduled_at,
+    dueInMs: Number(r.due_in_ms),
+    lastError: r.last_error,
+    updatedAt: r.updated_at,
+    waitingBehind: Number(r.waiting),
+  }));
+}
+
+/** Heads of outbox keys that are not moving, most rows waiting first. */
+export const outboxBlockedKeys = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'outbox', p);
+/** Heads of inbox aggregates (push across sources, pull per source) that are not moving. */
+export const inboxBlockedAggregates = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'inbox', p);
+
+const COLUMNS = {
+  outbox: `r.id, r.topic AS label, r.[key] AS [key], r.state, r.attempt, r.max_attempts, r.payload, r.headers, r.[sequence], r.scheduled_at, r.created_at,
+  r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.replay_count`,
+  inbox: `r.id, r.source AS label, r.aggregate_id AS [key], r.state, r.attempt, r.payload, r.headers, r.[sequence], r.scheduled_at, r.created_at,
+  r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.processed_at, r.idempotency_key, r.event_type, r.correlation_id, r.consumption`,
+} as const;
+
+interface RowDbRow {
+  id: string;
+  label: string;
+  key: string | null;
+  state: string;
+  attempt: number;
+  max_attempts?: number;
+  payload: string;
+  headers: string;
+  sequence: string | number;
+  scheduled_at: Date;
+  created_at: Date;
+  updated_at: Date;
+  claimed_at: Date | null;
+  lease_expires_at: Date | null;
+  last_error: string | null;
+  replay_count?: number;
+  processed_at?: Date | null;
+  idempotency_key?: string;
+  event_type?: string | null;
+  correlation_id?: string | null;
+  consumption?: string;
+}
+
+function toRow(r: RowDbRow, table: 'outbox' | 'inbox'): ConsoleRow {
+  return {
+    id: lowerUuid(r.id),
+    label: r.label,
+    key: r.key,
+    state: r.state,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts ?? null,
+    payload: JSON.parse(r.payload) as unknown,
+    headers: JSON.parse(r.headers) as Record<string, string>,
+    sequence: String(r.sequence),
+    scheduledAt: r.scheduled_at,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    claimedAt: r.claimed_at,
+    leaseExpiresAt: r.lease_expires_at,
+    lastError: r.last_error,
+    replayCount: r.replay_count ?? null,
+    processedAt: r.processed_at ?? null,
+    details:
+      table === 'outbox'
+        ? {}
+        : { 'idempotency key': r.idempotency_key ?? null, 'event type': r.event_type ?? null, 'correlation id': r.correlation_id ?? null, consumption: r.consumption ?? null },
+  };
+}
+
+/** One row by id, every column the console shows. */
+export function buildRowGet(names: MssqlNames, table: 'outbox' | 'inbox', id: string): MssqlStatement {
+  return { text: `SELECT ${COLUMNS[table]} FROM ${names[table]} r WHERE r.id = @p_id;`, params: [param('p_id', sql.UniqueIdentifier, id)] };
+}
+
+async function rowGet(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', id: string): Promise<ConsoleRow | undefined> {
+  if (!UUID.test(id)) return undefined;
+  const { recordset } = await runStatement<RowDbRow>(runner, buildRowGet(names, table, id));
+  return recordset[0] ? toRow(recordset[0], table) : undefined;
+}
+
+/** One outbox row by id (undefined when absent or not a UUID). */
+export const outboxRowGet = (runner: MssqlRunner, names: MssqlNames, p: { id: string }) => rowGet(runner, names, 'outbox', p.id);
+/** One inbox row by id (undefined when absent or not a UUID). */
+export const inboxRowGet = (runner: MssqlRunner, names: MssqlNames, p: { id: string }) => rowGet(runner, names, 'inbox', p.id);
+
+/** At most `@p_scan` dead rows of the time range (the finished index), filtered by label. */
+export function buildDeadSearch(names: MssqlNames, table: 'outbox' | 'inbox', q: ConsoleDeadQuery): MssqlStatement {
+  const time = table === 'outbox' ? 'updated_at' : 'created_at';
+  return {
+    text: `WITH scan AS (
+  SELECT TOP (@p_scan) id, ${LABELS[table].label} AS label FROM ${names[table]}
+   WHERE state = N'dead' AND (@p_from IS NULL OR ${time} >= @p_from) AND (@p_to IS NULL OR ${time} < @p_to)
+   ORDER BY ${time} DESC)
+SELECT s.scanned, p.* FROM (SELECT COUNT(*) AS scanned FROM scan) s
+OUTER APPLY (SELECT TOP (@p_limit) ${COLUMNS[table]} FROM ${names[table]} r
+              WHERE r.id IN (SELECT id FROM scan WHERE @p_label IS NULL OR label = @p_label)
+              ORDER BY r.${time} DESC, r.id DESC) p;`,
+    params: [
+      param('p_scan', sql.Int, q.scanLimit),
+      param('p_from', sql.DateTime2(7), q.from ?? null),
+      param('p_to', sql.DateTime2(7), q.to ?? null),
+      param('p_label', sql.NVarChar(255), q.label ?? null),
+      param('p_limit', sql.Int, q.limit + 1),
+    ],
+  };
+}
+
+async function deadSearch(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', q: ConsoleDeadQuery): Promise<ConsoleDeadPage> {
+  const { recordset } = await runStatement<RowDbRow & { scanned: number }>(runner, buildDeadSearch(names, table, q));
+  const found = recordset.filter((r) => r.id !== null);
+  const scanned = Number(recordset[0]?.scanned ?? 0);
+  return { rows: found.slice(0, q.limit).map((r) => toRow(r, table)), more: found.length > q.limit, scanCapped: scanned >= q.scanLimit };
+}
+
+/** Dead outbox rows by `updated_at`, optionally of one topic. */
+export const outboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadQuery) => deadSearch(runner, names, 'outbox', q);
+/** Dead inbox rows by `created_at`, optionally of one source. */
+export const inboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadQuery) => deadSearch(runner, names, 'inbox', q);

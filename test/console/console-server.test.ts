@@ -1,0 +1,195 @@
+/**
+ * The console without a browser: HTTP-level guards (Host, Origin, token, methods, forms),
+ * escaping, redaction, the blocked-reason wording, and `queuebox console` start-up (bind address
+ * warning, the local run's database, a clear error when there is no database).
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { blockedReason } from '../../lib/console/blocked-reason.ts';
+import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
+import { escapeHtml, html } from '../../lib/console/html.ts';
+import { writeLocalRunFile } from '../../lib/console/local-run-file.ts';
+import { configuredSecrets, createRedactor } from '../../lib/console/redact-row.ts';
+import { runConsole } from '../../lib/console/run-console.ts';
+import type { ConsoleBlockedHead } from '../../lib/db/driver.ts';
+import { ConfigError, UsageError } from '../../lib/errors.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+/** One raw HTTP request (node:http lets a test set Host and Origin as a hostile page would). */
+function call(url: string, options: { method?: string; path?: string; headers?: Record<string, string>; body?: string }) {
+  const target = new URL(options.path ?? '/', url);
+  return new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+    const req = request({ host: target.hostname, port: target.port, path: target.pathname + target.search, method: options.method ?? 'GET', headers: options.headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
+const head = (over: Partial<ConsoleBlockedHead>): ConsoleBlockedHead => ({
+  id: 'x', label: 't', key: 'k', attempt: 0, claimedAt: null, leaseExpiresAt: null, leaseLeftMs: 0, state: 'pending', maxAttempts: 5,
+  scheduledAt: new Date(), dueInMs: 0, lastError: null, updatedAt: new Date(), waitingBehind: 1, ...over,
+});
+
+describe('console pieces', () => {
+  it('html escapes every interpolated value, nested arrays included, and keeps built fragments', () => {
+    assert.equal(escapeHtml(`<a href="x" onclick='y'>&\``), '&lt;a href=&quot;x&quot; onclick=&#39;y&#39;&gt;&amp;&#96;');
+    const inner = html`<b>${'<i>'}</b>`;
+    assert.equal(html`<p title="${'"><script>'}">${[inner, '<u>', null, false, 3]}</p>`.text, '<p title="&quot;&gt;&lt;script&gt;"><b>&lt;i&gt;</b>&lt;u&gt;3</p>');
+  });
+
+  it('the redactor masks secret-named keys, URL passwords, bearer tokens and the configured secrets anywhere', () => {
+    const secrets = configuredSecrets({ inbox: { sources: { s: { auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' } } } }, database: { urlEnv: 'NOPE' } }, { HOOK_SECRET: 'whsec_abcdef123', NOPE: 'x' });
+    assert.deepEqual(secrets, ['whsec_abcdef123'], 'short values are not treated as secrets');
+    const r = createRedactor(secrets);
+    assert.deepEqual(r.value({ password: 'p4ss', nested: { Authorization: 'Bearer abcdefgh' }, list: ['echo whsec_abcdef123 back'], n: 1, ok: 'plain' }), {
+      password: '***', nested: { Authorization: '***' }, list: ['echo *** back'], n: 1, ok: 'plain',
+    });
+    assert.equal(r.text('connect postgres://app:hunter2@db/app failed; Bearer abcdefghijk'), 'connect postgres://***@db/app failed; Bearer ***');
+    assert.equal(r.text(null), '');
+  });
+
+  it('blocked heads are explained in words: expired lease, poison, retry backing off, scheduled', () => {
+    assert.equal(blockedReason(head({ state: 'processing', leaseLeftMs: -65_000 })).cause, 'expired-lease');
+    assert.match(blockedReason(head({ state: 'processing', leaseLeftMs: -65_000 })).text, /invocation that died: expired 1 min 5 s ago/);
+    assert.match(blockedReason(head({ attempt: 3 })).text, /^poison row: failed 3 of 5 attempts and keeps failing; due now$/);
+    assert.match(blockedReason(head({ attempt: 1, dueInMs: 30_000 })).text, /^retry backing off after 1 of 5 failed attempts; next attempt in 30 s$/);
+    assert.match(blockedReason(head({ attempt: 0, dueInMs: 7_200_000, maxAttempts: null })).text, /^scheduled in the future: first attempt in 2 h 0 min$/);
+  });
+});
+
+describe('console server guards', () => {
+  let db: TestDatabase;
+  let server: ConsoleServer;
+  before(async () => {
+    db = await createTestDatabase();
+    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true });
+  });
+  after(async () => {
+    await server?.close();
+    await db?.drop();
+  });
+  const origin = () => server.url;
+
+  it('pages carry a strict Content-Security-Policy and no-store', async () => {
+    const res = await call(server.url, {});
+    assert.equal(res.status, 200);
+    assert.match(String(res.headers['content-security-policy']), /default-src 'none'; script-src 'self'/);
+    assert.match(String(res.headers['content-security-policy']), /frame-ancestors 'none'/);
+    assert.equal(res.headers['cache-control'], 'no-store');
+  });
+
+  it('a request naming another host (DNS rebinding) is refused with 421', async () => {
+    const res = await call(server.url, { headers: { host: 'attacker.example' } });
+    assert.equal(res.status, 421);
+    assert.ok(!res.body.includes('<table'), 'no data');
+    assert.equal((await call(server.url, { headers: { host: `localhost:${new URL(server.url).port}` } })).status, 200);
+  });
+
+  it('a POST needs this console as Origin (or Referer) and the form token', async () => {
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    const none = await call(server.url, { method: 'POST', path: '/replay', headers: form, body: 'ids=x' });
+    assert.equal(none.status, 403);
+    const foreign = await call(server.url, { method: 'POST', path: '/replay', headers: { ...form, origin: 'http://127.0.0.1:1' }, body: 'ids=x' });
+    assert.equal(foreign.status, 403);
+    const noToken = await call(server.url, { method: 'POST', path: '/replay', headers: { ...form, origin: origin() }, body: 'ids=x' });
+    assert.match(noToken.body, /form token/);
+    const viaReferer = await call(server.url, { method: 'POST', path: '/replay', headers: { ...form, referer: `${origin()}/replay/preview` }, body: 'ids=x&token=wrong' });
+    assert.match(viaReferer.body, /form token/, 'the referer passes the origin check; the token still decides');
+  });
+
+  it('a non-form POST is a 400, other methods a 405, unknown pages and rows a 404', async () => {
+    const json = await call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/json', origin: origin() }, body: '{}' });
+    assert.equal(json.status, 400);
+    assert.equal((await call(server.url, { method: 'DELETE' })).status, 405);
+    assert.equal((await call(server.url, { path: '/nope' })).status, 404);
+    assert.equal((await call(server.url, { path: "/row/outbox/1'%20OR%201=1" })).status, 404);
+    assert.equal((await call(server.url, { path: '/dead?table=users' })).status, 400);
+  });
+});
+
+describe('queuebox console start-up', () => {
+  let db: TestDatabase;
+  let dir: string;
+  before(async () => {
+    db = await createTestDatabase();
+    dir = mkdtempSync(join(tmpdir(), 'queuebox-console-test-'));
+  });
+  after(async () => {
+    rmSync(dir, { recursive: true, force: true });
+    await db?.drop();
+  });
+
+  async function serve(options: { env: Record<string, string>; host?: string; localRunFile?: string }) {
+    const stop = new AbortController();
+    let stderr = '';
+    let stdout = '';
+    let body = '';
+    await runConsole({
+      ...options,
+      port: 0,
+      stdout: (t) => (stdout += t),
+      stderr: (t) => (stderr += t),
+      signal: stop.signal,
+      onListening: (server) => {
+        void call(server.url.replace('0.0.0.0', '127.0.0.1'), { headers: { host: `127.0.0.1:${new URL(server.url).port}` } }).then((res) => {
+          body = res.body;
+          stop.abort();
+        });
+      },
+    });
+    return { stdout, stderr, body };
+  }
+
+  it('serves the configured database on 127.0.0.1, read-only, without a warning', async () => {
+    const run = await serve({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema } });
+    assert.match(run.stdout, /^QueueBox console on http:\/\/127\.0\.0\.1:\d+\/ \(read-only/);
+    assert.equal(run.stderr, '');
+    assert.match(run.body, /read-only/);
+  });
+
+  it('another bind address prints a warning', async () => {
+    const run = await serve({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0' });
+    assert.match(run.stderr, /^WARNING: the console listens on 0\.0\.0\.0: anyone who can reach this address/);
+    assert.match(run.body, /Overview/);
+  });
+
+  it('with no database configured it uses the running local run published in the local run file', async () => {
+    const file = join(dir, 'local-run.json');
+    writeLocalRunFile({ url: db.url, schema: db.schema }, file);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state) VALUES ('from-local-run', '{}', 'dead')`);
+    const run = await serve({ env: {}, localRunFile: file });
+    assert.match(run.stderr, new RegExp(`using the local run's embedded PostgreSQL \\(process ${process.pid}\\)`));
+    assert.match(run.body, /data-state="dead"><td><span class="state-dead">dead<\/span><\/td><td class="num">1</);
+  });
+
+  it('a port already in use is a UsageError naming the address', async () => {
+    const env = { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema };
+    const stop = new AbortController();
+    let second: Promise<void> | undefined;
+    await runConsole({
+      env, port: 0, stdout: () => {}, stderr: () => {}, signal: stop.signal,
+      onListening: (server) => {
+        const port = Number(new URL(server.url).port);
+        second = assert.rejects(runConsole({ env, port, stdout: () => {}, stderr: () => {} }), (error: unknown) => error instanceof UsageError && error.message.includes(`127.0.0.1:${port} (EADDRINUSE)`));
+        void second.finally(() => stop.abort());
+      },
+    });
+    await second;
+  });
+
+  it('with no database and no local run it stops with a ConfigError that says what to do', async () => {
+    await assert.rejects(
+      runConsole({ env: {}, port: 0, stdout: () => {}, stderr: () => {}, localRunFile: join(dir, 'absent.json') }),
+      (error: unknown) => error instanceof ConfigError && /npm start/.test(error.message),
+    );
+  });
+});

@@ -1,0 +1,57 @@
+/**
+ * The SQL Server console reads' shapes, checked without a server: parameters bound and used,
+ * values never in the text, the database UTC clock, the bounds (`TOP`) on every read, and the
+ * key-head check.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { buildBlockedHeads, buildClaimsInFlight, buildDeadSearch, buildRowGet, buildStatsByState } from '../../lib/db/sqlserver/console-queries.ts';
+import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
+import { names, SENTINELS } from './statement-shapes.ts';
+
+const blocked = { limit: 50, scanLimit: 500, poisonAttempts: 3, waitingCap: 1000 };
+
+function statements(): Record<string, MssqlStatement> {
+  const dead = { label: SENTINELS.topic, from: new Date(0), to: new Date(), limit: 25, scanLimit: 10_000 };
+  return {
+    'outbox stats by state': buildStatsByState(names, 'outbox', 100_000),
+    'inbox stats by state': buildStatsByState(names, 'inbox', 100_000),
+    'outbox claims in flight': buildClaimsInFlight(names, 'outbox', 20),
+    'inbox claims in flight': buildClaimsInFlight(names, 'inbox', 20),
+    'outbox blocked keys': buildBlockedHeads(names, 'outbox', blocked),
+    'inbox blocked aggregates': buildBlockedHeads(names, 'inbox', blocked),
+    'outbox dead search': buildDeadSearch(names, 'outbox', dead),
+    'inbox dead search': buildDeadSearch(names, 'inbox', { ...dead, label: SENTINELS.source }),
+    'outbox row get': buildRowGet(names, 'outbox', SENTINELS.id),
+    'inbox row get': buildRowGet(names, 'inbox', SENTINELS.id),
+  };
+}
+
+describe('SQL Server console read shapes', () => {
+  it('binds only @p_ parameters, each used, declares only @v_ variables, and puts no value in the text', () => {
+    for (const [name, statement] of Object.entries(statements())) {
+      const declared = new Set([...statement.text.matchAll(/DECLARE\s+(@\w+)/g)].map((m) => m[1]!));
+      const bound = new Set(statement.params.map((p) => `@${p.name}`));
+      for (const p of bound) assert.ok(statement.text.includes(p), `${name}: ${p} bound but unused`);
+      for (const [used] of statement.text.matchAll(/(?<!@)@\w+/g)) assert.ok(declared.has(used) || bound.has(used), `${name}: ${used} is neither declared nor bound`);
+      for (const value of Object.values(SENTINELS).map(String)) assert.ok(!statement.text.includes(value), `${name} contains ${value}`);
+    }
+  });
+
+  it('reads the database UTC clock and bounds every row source with TOP', () => {
+    for (const [name, statement] of Object.entries(statements())) {
+      assert.doesNotMatch(statement.text, /\b(GETDATE|GETUTCDATE|SYSDATETIME|CURRENT_TIMESTAMP)\b/i, name);
+      if (!name.includes('row get')) assert.match(statement.text, /TOP \(@p_/, name);
+    }
+    const stats = statements()['outbox stats by state']!.text;
+    assert.equal(stats.match(/SELECT TOP \(@p_cap\)/g)?.length, 8, 'four states and four windows, each counted up to the cap');
+    assert.match(stats, /SYSUTCDATETIME\(\)/);
+  });
+
+  it('checks that a blocked row is the head of its key, and counts the rows behind it up to the cap', () => {
+    const text = statements()['outbox blocked keys']!.text;
+    assert.match(text, /NOT EXISTS \(SELECT 1 FROM \[dbo\]\.\[outbox\] e WHERE e\.\[key\] = r\.\[key\] AND e\.state IN \(N'pending', N'processing'\)\s+AND e\.\[sequence\] < r\.\[sequence\]\)/);
+    assert.match(text, /SELECT TOP \(@p_waiting\) 1 AS x FROM \[dbo\]\.\[outbox\] b WHERE b\.\[key\] = r\.\[key\]/);
+    assert.match(statements()['inbox blocked aggregates']!.text, /r\.consumption = N'push' OR e\.source = r\.source/);
+  });
+});
