@@ -4,7 +4,7 @@
  * functions; a test checks `serverless.yml` declares exactly these names.
  */
 export interface FunctionDef {
-  /** Function key in `serverless.yml` (also `dist/<name>/index.mjs`). */
+  /** Function key in `serverless.yml` (also `dist/<name>/index.js`). */
   name: string;
   /** TypeScript entry exporting `handler`. */
   entry: string;

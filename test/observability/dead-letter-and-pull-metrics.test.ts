@@ -29,7 +29,7 @@ describe('dead-letter and pull metrics', () => {
   const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
   before(async () => {
     db = await createTestDatabase({
-      inbox: { relay: { maxAttempts: 2, retryBaseDelayMs: 1000 }, sources: { shop: { type: 'http', path: '/shop' } } },
+      inbox: { relay: { maxAttempts: 2, retryBaseDelayMs: 1000 }, sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } } },
       observability: { namespace: 'QueueBoxMetricsTest', serviceName: 'orders-svc' },
       lambda: { deadlineMarginMs: 500 },
     });

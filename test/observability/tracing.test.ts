@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { createSocket, type Socket } from 'node:dgram';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -113,7 +113,11 @@ describe('X-Ray tracing', () => {
         writeFileSync(configPath, `observability: { tracing: ${tracing} }\n`);
         const outDir = join(dir, `dist-${tracing}`);
         await buildAll({ configPath, outDir, log: () => {} });
-        const poller = readFileSync(join(outDir, 'outboxPoller', 'index.mjs'), 'utf8');
+        // The entry file and its lazily loaded chunks: what the poller's deployment package holds.
+        const poller = readdirSync(join(outDir, 'outboxPoller'), { recursive: true, encoding: 'utf8' })
+          .filter((f) => f.endsWith('.js'))
+          .map((f) => readFileSync(join(outDir, 'outboxPoller', f), 'utf8'))
+          .join('\n');
         assert.equal(poller.includes('AWS_XRAY_DAEMON_ADDRESS'), tracing, `tracing ${tracing}: the X-Ray SDK is ${tracing ? '' : 'not '}bundled`);
         assert.deepEqual(JSON.parse(readFileSync(join(outDir, 'stack.json'), 'utf8')).providerTracing, tracing ? { lambda: 'Active' } : null);
       }

@@ -9,9 +9,9 @@ import { pullClaimMany } from '../../lib/db/postgres/pull-queries.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 /**
- * The race: claim A takes key K's row #6 as its head and has not committed; row #5 of K (lower
- * sequence, written by another transaction) commits; claim B then sees #5 pending and #6 still
- * pending. B must not put #5 in flight beside #6. A's transaction is held open by the test, so
+ * The race: claim A takes key K's row 6 as its head and has not committed; row 5 of K (lower
+ * sequence, written by another transaction) commits; claim B then sees row 5 pending and row 6 still
+ * pending. B must not put row 5 in flight beside row 6. A's transaction is held open by the test, so
  * the interleaving is exact, not left to timing.
  */
 describe('a claim beside an uncommitted claim of a later row of the same key', () => {
@@ -67,17 +67,17 @@ describe('a claim beside an uncommitted claim of a later row of the same key', (
       const row6 = await enqueueNow({ topic: 't', key: 'K', payload: { n: 6 } }, { schema: db.schema });
       await a.query('BEGIN');
       const claimA = await outboxClaimMany({ ...ctx, pool: a as unknown as pg.Pool }, { limit: 10, leaseMs: 60_000 });
-      assert.deepEqual(claimA.map((r) => r.id), [row6], 'A takes #6: #5 is not committed yet');
+      assert.deepEqual(claimA.map((r) => r.id), [row6], 'A takes row 6: row 5 is not committed yet');
       await early.query('COMMIT');
       const other = await enqueueNow({ topic: 't', key: 'J', payload: {} }, { schema: db.schema });
       // an adopter's plain-SQL insert with an empty key: keyless
       const [{ id: keyless }] = (await db.pool.query<{ id: string }>(`INSERT INTO "${db.schema}".outbox (topic, key, payload) VALUES ('t', '', '{}') RETURNING id`)).rows as [{ id: string }];
 
       const claimB = db.driver.outboxClaimMany({ limit: 10, leaseMs: 60_000 });
-      assert.equal(await stillWaiting(claimB, 300), true, 'B saw #5 as the head of K and waits for A at the in-flight index');
+      assert.equal(await stillWaiting(claimB, 300), true, 'B saw row 5 as the head of K and waits for A at the in-flight index');
       await a.query('COMMIT');
       const rowsB = await claimB;
-      assert.deepEqual(rowsB.map((r) => r.id).sort(), [other, keyless].sort(), 'B claims its other rows, not #5');
+      assert.deepEqual(rowsB.map((r) => r.id).sort(), [other, keyless].sort(), 'B claims its other rows, not row 5');
       const inFlight = await db.query<{ id: string }>(`SELECT id FROM "${db.schema}".outbox WHERE key = 'K' AND state = 'processing'`);
       assert.deepEqual(inFlight.map((r) => r.id), [row6]);
 
@@ -106,7 +106,7 @@ describe('a claim beside an uncommitted claim of a later row of the same key', (
       assert.equal(await stillWaiting(claimB, 300), true, 'B waits for A');
       held.commit();
       assert.deepEqual((await claimA).map((r) => r.id), [row6.id]);
-      assert.deepEqual((await claimB).map((r) => r.id), [other.id], 'the same aggregate id of another source moves; #5 waits');
+      assert.deepEqual((await claimB).map((r) => r.id), [other.id], 'the same aggregate id of another source moves; row 5 waits');
       const inFlight = await db.query<{ id: string }>(`SELECT id FROM "${db.schema}".inbox WHERE source = 'shop' AND aggregate_id = 'order-9' AND state = 'processing'`);
       assert.deepEqual(inFlight.map((r) => r.id), [row6.id]);
       assert.ok(row5.id);
@@ -132,7 +132,7 @@ describe('a claim beside an uncommitted claim of a later row of the same key', (
       assert.equal(await stillWaiting(claimB, 300), true, 'B waits for A');
       held.commit();
       assert.deepEqual((await claimA).map((r) => r.id), [row6.id]);
-      assert.deepEqual(await claimB, [], '#5 waits behind #6 in flight');
+      assert.deepEqual(await claimB, [], 'row 5 waits behind row 6 in flight');
       const inFlight = await db.query<{ id: string }>(`SELECT id FROM "${db.schema}".inbox WHERE aggregate_id = 'acct-1' AND state = 'processing'`);
       assert.deepEqual(inFlight.map((r) => r.id), [row6.id]);
       assert.ok(row5.id);
