@@ -113,10 +113,15 @@ export class LeaseKeeper {
   /**
    * Resolves when no renewal is under way. A caller that released claims and is about to write
    * them (a settle) awaits this first: a renewal sent before the release still carries those rows,
-   * and two statements locking the same rows in different orders can deadlock.
+   * and two statements locking the same rows in different orders can deadlock. A renewal that has
+   * not answered within a lease has lost its claims anyway: the wait ends then.
    */
-  idle(): Promise<void> {
-    return this.#renewing ?? Promise.resolve();
+  async idle(): Promise<void> {
+    const renewing = this.#renewing;
+    if (renewing === undefined) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([renewing, new Promise<void>((resolve) => (timer = setTimeout(resolve, this.#options.leaseMs)))]);
+    clearTimeout(timer);
   }
 
   /** Renews every tracked claim now (also used by tests). */

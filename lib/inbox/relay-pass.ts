@@ -23,6 +23,7 @@ import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
 import { ValidationError } from '../errors.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -117,8 +118,15 @@ export function byJsonSize<T extends { message: OutboxMessageInput }>(items: rea
   return chunks;
 }
 
-/** Runs one relay pass and returns its summary; never runs past `deadline`. */
-export async function runRelayPass(options: RelayPassOptions): Promise<RelaySummary> {
+/**
+ * Runs one relay pass and returns its summary; never runs past `deadline`. Every statement of the
+ * pass is bounded by the time left in the invocation (`withStatementBudget`).
+ */
+export function runRelayPass(options: RelayPassOptions): Promise<RelaySummary> {
+  return withStatementBudget(() => options.deadline.invocationRemainingMs(), () => relayPass(options));
+}
+
+async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const { config, driver, logger, metrics, deadline, signal } = options;
   const relay = config.inbox.relay;
   const started = Date.now();

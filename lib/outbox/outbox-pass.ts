@@ -26,6 +26,7 @@ import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import type { Deadline } from '../runtime/deadline.ts';
@@ -83,8 +84,15 @@ export class OutboxPassError extends QueueBoxError {
   }
 }
 
-/** Runs one pass; resolves with its summary, or rejects with `OutboxPassError` after settling what it can. */
-export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
+/**
+ * Runs one pass; resolves with its summary, or rejects with `OutboxPassError` after settling what it can.
+ * Every statement of the pass is bounded by the time left in the invocation (`withStatementBudget`).
+ */
+export function runOutboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
+  return withStatementBudget(() => options.deadline.invocationRemainingMs(), () => outboxPass(options));
+}
+
+async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
   const started = performance.now();
   const { driver, deadline, logger, metrics } = options;
   const outbox = options.config.outbox;

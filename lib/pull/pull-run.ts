@@ -110,7 +110,9 @@ export class PullRun<Tx> {
     this.#keeper.stop();
     this.summary.durationMs = Date.now() - started;
     if (failure) throw failure.error;
-    return this.summary;
+    // What this run did when it returned: handlers still running (a shutdown stopped waiting
+    // for them) are abandoned, and their later end does not change the summary handed out.
+    return { ...this.summary, abandoned: this.summary.abandoned + this.#active.size };
   }
 
   #mayContinue(): boolean {

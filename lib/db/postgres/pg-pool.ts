@@ -5,10 +5,19 @@
  * connection (no `SET` after connecting, so the pool works behind RDS Proxy or PgBouncer in
  * transaction mode). Statements are unnamed (no prepared-statement names), unless
  * `database.preparedStatements` opts the claim statements in (`pgClaimQuery`).
+ *
+ * Inside a pass (`withStatementBudget`), a statement whose budget — the time left in the
+ * invocation — is below the connection's `statement_timeout` runs in a transaction of its own
+ * that first sets `statement_timeout` to that budget (`BEGIN; SET LOCAL …`, one round trip:
+ * transaction-local, no session state). Statements of a QueueBox transaction (`pgTransaction`)
+ * get the same setting, renewed before each later statement with the budget left then. With a
+ * budget above the connection's timeout nothing changes: the startup parameter already ends the
+ * statement in time.
  */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
+import { requireStatementBudgetMs } from '../statement-budget.ts';
 import { mapPgError } from './error-map.ts';
 
 export type PgPool = pg.Pool;
@@ -42,9 +51,46 @@ export function createPgPool(database: QueueBoxConfig['database'], url: string):
   return pool;
 }
 
-/** Runs one statement and maps database errors. */
+/**
+ * Clients inside a QueueBox transaction under a budget: the connection's own `statement_timeout`
+ * (ms), and whether the timeout set at `BEGIN` is still fresh (the next statement needs no new one).
+ */
+const boundedClients = new WeakMap<object, { ceilingMs: number; fresh: boolean }>();
+
+/** `statement_timeout` for the rest of the transaction; `ms` is a positive integer we computed, not input. */
+function setLocalTimeout(ms: number): string {
+  return `SET LOCAL statement_timeout = ${Math.max(1, Math.floor(ms))}`;
+}
+
+/** The connection-level statement timeout of a pool's connections (0: none). */
+function poolStatementTimeoutMs(pool: pg.Pool): number {
+  return Number(pool.options.statement_timeout ?? 0) || Number.POSITIVE_INFINITY;
+}
+
+/**
+ * Bounds the next statement by the invocation's time left: on a pool, a transaction of its own
+ * (the returned runner); on a client of a QueueBox transaction, `statement_timeout` set for it.
+ * Returns undefined when the connection's own timeout is already within the budget.
+ */
+async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQueryable) => Promise<unknown>) => Promise<unknown>) | undefined> {
+  const budget = requireStatementBudgetMs();
+  if (budget === undefined) return undefined;
+  if (db instanceof pg.Pool) {
+    if (budget >= poolStatementTimeoutMs(db)) return undefined;
+    return (run) => pgTransaction(db, run);
+  }
+  const bounded = boundedClients.get(db);
+  if (bounded === undefined) return undefined;
+  if (bounded.fresh) bounded.fresh = false;
+  else if (budget < bounded.ceilingMs) await db.query(setLocalTimeout(budget));
+  return undefined;
+}
+
+/** Runs one statement and maps database errors; inside a pass, bounded by the invocation's time left. */
 export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
   try {
+    const bounded = await boundStatement(db);
+    if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;
     return await db.query<R>(text, values);
   } catch (error) {
     throw mapPgError(error);
@@ -71,13 +117,18 @@ function statementName(text: string): string {
 export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg.PoolClient, text: string, values: unknown[], prepared: boolean | undefined): Promise<pg.QueryResult<R>> {
   if (prepared !== true) return pgQuery<R>(db, text, values);
   try {
+    const bounded = await boundStatement(db);
+    if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared))) as pg.QueryResult<R>;
     return await db.query<R>({ name: statementName(text), text, values });
   } catch (error) {
     throw mapPgError(error);
   }
 }
 
-/** Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so. */
+/**
+ * Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so.
+ * Inside a pass, each statement `work` sends through `pgQuery` is bounded by the time left then.
+ */
 export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   let client: pg.PoolClient;
   try {
@@ -87,7 +138,16 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   }
   let broken = false;
   try {
-    await client.query('BEGIN');
+    const budget = requireStatementBudgetMs();
+    const ceilingMs = poolStatementTimeoutMs(pool);
+    if (budget !== undefined && budget < ceilingMs) {
+      // One round trip: BEGIN and the timeout for the transaction's first statement.
+      await client.query(`BEGIN; ${setLocalTimeout(budget)}`);
+      boundedClients.set(client, { ceilingMs, fresh: true });
+    } else {
+      await client.query('BEGIN');
+      if (budget !== undefined) boundedClients.set(client, { ceilingMs, fresh: false });
+    }
     const result = await work(client);
     await client.query('COMMIT');
     return result;
@@ -99,6 +159,7 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     }
     throw mapPgError(error);
   } finally {
+    boundedClients.delete(client);
     client.release(broken);
   }
 }

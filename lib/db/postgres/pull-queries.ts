@@ -16,7 +16,7 @@
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, retriesFirst } from './claim-text.ts';
-import { claimSet } from './fenced-writes.ts';
+import { claimSet, LEASE_START } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 
@@ -74,11 +74,11 @@ const pullClaimText = oncePerNames((names) => {
      SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;
 });
 
-/** Fenced lease renewal: the lease becomes db clock + `leaseMs`. */
+/** Fenced lease renewal: the lease becomes the statement's start (`LEASE_START`, db clock) + `leaseMs`. */
 export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number }): Promise<boolean> {
   const { rowCount } = await pgQuery(
     ctx.pool,
-    `UPDATE ${ctx.names.inbox} SET lease_expires_at = clock_timestamp() + ${msInterval('$3')} WHERE ${FENCE}`,
+    `UPDATE ${ctx.names.inbox} SET lease_expires_at = ${LEASE_START} + ${msInterval('$3')} WHERE ${FENCE}`,
     [p.id, p.token, p.leaseMs],
   );
   return rowCount === 1;
