@@ -198,7 +198,9 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       // Writes already sent land whatever the pass does; wait for their answers (each statement
       // ends with the invocation) so that the summary counts them, and start no other.
       closed = true;
-      await Promise.race([work.catch(() => {}), sleep(deadline.invocationRemainingMs())]);
+      const waited = new AbortController();
+      await Promise.race([work.catch(() => {}), sleep(deadline.invocationRemainingMs(), waited.signal)]);
+      waited.abort();
       break;
     }
   }

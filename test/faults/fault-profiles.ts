@@ -23,6 +23,8 @@ export interface ProfileCounts {
   frozenHandlers: number;
   /** Rows an invocation claimed that it had claimed before, per kind of invocation. */
   claimedAgain: { outbox: number; relay: number; pull: number };
+  /** Claimed rows, and those whose lease (as the claim returned it) ends after their invocation; the latest by how much. */
+  leases: { claimed: number; endingAfterInvocation: number; maxPastEndMs: number };
 }
 
 /** Invocation timeout and lease of one invocation, drawn from `rng` (the default draws as before). */
@@ -35,12 +37,19 @@ export function invocationTimings(profile: FaultProfile, rng: Prng): { timeoutMs
  * Wraps an invocation's driver: counts re-claims by this invocation and, in `short-lease`,
  * delays some renewals past their lease before they are sent.
  */
-export function profileDriver(driver: Driver, profile: FaultProfile, rng: Prng, claimTimeoutMs: number, counts: ProfileCounts): Driver {
+export function profileDriver(driver: Driver, profile: FaultProfile, rng: Prng, claimTimeoutMs: number, counts: ProfileCounts, invocationEndsAt: () => number): Driver {
   const claimedHere = new Set<string>();
-  const noteClaims = <R extends { id: string }>(kind: keyof ProfileCounts['claimedAgain'], rows: R[]): R[] => {
+  const noteClaims = <R extends { id: string; leaseExpiresAt: Date }>(kind: keyof ProfileCounts['claimedAgain'], rows: R[]): R[] => {
+    const endsAt = invocationEndsAt();
     for (const row of rows) {
       if (claimedHere.has(row.id)) counts.claimedAgain[kind]++;
       claimedHere.add(row.id);
+      counts.leases.claimed++;
+      const pastEndMs = row.leaseExpiresAt.getTime() - endsAt;
+      if (pastEndMs > 0) {
+        counts.leases.endingAfterInvocation++;
+        counts.leases.maxPastEndMs = Math.max(counts.leases.maxPastEndMs, pastEndMs);
+      }
     }
     return rows;
   };

@@ -90,7 +90,12 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
     const invocations: Record<string, number> = { outbox: 0, relay: 0, pull: 0 };
     const injected = { kill: 0, freeze: 0, skewedClock: 0, shortStatementTimeout: 0, handlerError: 0 };
     const profile = options.profile ?? 'default';
-    const profileCounts: ProfileCounts = { renewalStalls: 0, frozenHandlers: 0, claimedAgain: { outbox: 0, relay: 0, pull: 0 } };
+    const profileCounts: ProfileCounts = {
+      renewalStalls: 0,
+      frozenHandlers: 0,
+      claimedAgain: { outbox: 0, relay: 0, pull: 0 },
+      leases: { claimed: 0, endingAfterInvocation: 0, maxPastEndMs: 0 },
+    };
     const router = createRouter([{ topicPattern: '**', destination: 'faults' }]);
     let stop = false;
     let clientErrors = 0;
@@ -109,9 +114,11 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
       live.add(faults);
       everyPid.push(faults.pids);
       const base = new PostgresDriver({ config: db.config, url: db.url, pool });
-      const driver: Driver = profileDriver(faultyDriver(options.brokenFence ? brokenFenceDriver(base) : base, faults, ledger), profile, rng.fork('profile'), claimTimeoutMs, profileCounts);
+      const driver: Driver = profileDriver(faultyDriver(options.brokenFence ? brokenFenceDriver(base) : base, faults, ledger), profile, rng.fork('profile'), claimTimeoutMs, profileCounts, () => invocationEndsAt);
       const handlerFreezes = rng.fork('frozen-handler');
       const timers: NodeJS.Timeout[] = [];
+      // Real time at which this invocation ends (the context's clock may be skewed; this one is not).
+      let invocationEndsAt = Date.now() + timeoutMs;
       let onKill = () => {};
       const killed = new Promise<void>((resolve) => (onKill = resolve));
       // Every run kills and freezes at least one early invocation of each kind, however fast the
@@ -131,6 +138,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
           faults.freeze(freezeMs);
         }, rng.int(50, timeoutMs - 500)));
       }
+      invocationEndsAt = Date.now() + timeoutMs;
       const context = createInvocationContext({ timeoutMs, functionName: `faults-${kind}`, now: () => Date.now() + skewMs });
       const deadline = createDeadline(context, 300);
       const m = new QueueBoxMetrics({ namespace: 'QueueBoxFaults', serviceName: 'faults', write: () => {} });
@@ -272,6 +280,8 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
         'row claimed again by the outbox pass that had claimed it': profileCounts.claimedAgain.outbox,
         'row claimed again by the relay pass that had claimed it': profileCounts.claimedAgain.relay,
         'row claimed again by the pull worker that had claimed it': profileCounts.claimedAgain.pull,
+        'claimed rows whose lease ends after their invocation': profileCounts.leases.endingAfterInvocation,
+        'latest such lease end after its invocation (ms)': Math.round(profileCounts.leases.maxPastEndMs),
       },
       counters,
       report,
