@@ -26,6 +26,16 @@ export function statementBudgetMs(): number | undefined {
   return remaining === undefined ? undefined : Math.floor(remaining());
 }
 
+/**
+ * A lease to grant or renew with a statement sent now: `leaseMs`, but no longer than the time left
+ * in the invocation. The drivers apply it as late as they can — when the statement's parameters
+ * are bound, after waiting for a connection — since the caller sized `leaseMs` a moment earlier.
+ */
+export function leaseWithinBudget(leaseMs: number): number {
+  const ms = statementBudgetMs();
+  return ms === undefined ? leaseMs : Math.max(1, Math.min(leaseMs, ms));
+}
+
 /** A statement was not sent because the invocation it belongs to has no time left. */
 export class InvocationEndedError extends QueueBoxError {
   override readonly name = 'InvocationEndedError';

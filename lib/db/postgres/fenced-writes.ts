@@ -8,7 +8,8 @@
 import type { ClaimRef, DeadItem, ReclaimResult, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { reclaimGate } from './maintenance-queries.ts';
-import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { leaseWithinBudget } from '../statement-budget.ts';
+import { pgQuery, type PgQueryable, type PgValues } from './pg-pool.ts';
 
 /**
  * Where a lease granted or renewed by a statement starts: the start of the statement's
@@ -38,7 +39,7 @@ export function claimSet(leaseParam: string): string {
 /** The fence every finishing write matches, besides the row id: still ours, lease not expired. */
 export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp()`;
 
-async function returningIds(db: PgQueryable, text: string, values: unknown[]): Promise<string[]> {
+async function returningIds(db: PgQueryable, text: string, values: PgValues): Promise<string[]> {
   const { rows } = await pgQuery<{ id: string }>(db, text, values);
   return rows.map((r) => r.id);
 }
@@ -53,7 +54,7 @@ export async function fencedRenewMany(db: PgQueryable, table: string, claims: Cl
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [claims.map((c) => c.id), claims.map((c) => c.token), leaseMs],
+    () => [claims.map((c) => c.id), claims.map((c) => c.token), leaseWithinBudget(leaseMs)],
   );
 }
 

@@ -13,6 +13,7 @@ import { msInterval, type PgContext } from './context.ts';
 import { oncePerNamesAndLimit, retriesFirst } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
+import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
 
@@ -120,7 +121,7 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const rows = await pgTransaction(ctx.pool, async (client) => {
     await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-    return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared)).rows;
+    return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared)).rows;
   });
   return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
 }

@@ -22,6 +22,14 @@ import { mapPgError } from './error-map.ts';
 
 export type PgPool = pg.Pool;
 
+/**
+ * Bind values, or a function that gives them when the statement is sent (after any wait for a
+ * connection): a lease is sized from the time left at that moment (`leaseWithinBudget`).
+ */
+export type PgValues = unknown[] | (() => unknown[]);
+
+const valuesNow = (values: PgValues): unknown[] => (typeof values === 'function' ? values() : values);
+
 /** Anything that runs a parameterized query: a pool, a pooled client or a plain client. */
 export interface PgQueryable {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
@@ -87,11 +95,11 @@ async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQuerya
 }
 
 /** Runs one statement and maps database errors; inside a pass, bounded by the invocation's time left. */
-export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
+export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues = []): Promise<pg.QueryResult<R>> {
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;
-    return await db.query<R>(text, values);
+    return await db.query<R>(text, valuesNow(values));
   } catch (error) {
     throw mapPgError(error);
   }
@@ -114,12 +122,12 @@ function statementName(text: string): string {
  * that each connection parses and plans once (`pg` prepares it on first use per connection).
  * `text` must be the same string object or content on every call (the claim builders memoize it).
  */
-export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg.PoolClient, text: string, values: unknown[], prepared: boolean | undefined): Promise<pg.QueryResult<R>> {
+export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg.PoolClient, text: string, values: PgValues, prepared: boolean | undefined): Promise<pg.QueryResult<R>> {
   if (prepared !== true) return pgQuery<R>(db, text, values);
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared))) as pg.QueryResult<R>;
-    return await db.query<R>({ name: statementName(text), text, values });
+    return await db.query<R>({ name: statementName(text), text, values: valuesNow(values) });
   } catch (error) {
     throw mapPgError(error);
   }

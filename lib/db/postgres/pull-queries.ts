@@ -18,6 +18,7 @@ import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, retriesFirst } from './claim-text.ts';
 import { claimSet, LEASE_START } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
+import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 
 const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp()`;
@@ -29,7 +30,7 @@ const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND cla
  * `scheduled_at, created_at, id` order. Autocommits, so the claim is durable before any handler runs.
  */
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
-  const { rows } = await pgClaimQuery<InboxDbRow>(ctx.pool, pullClaimText(ctx.names), [p.source, p.limit, p.leaseMs], ctx.prepared);
+  const { rows } = await pgClaimQuery<InboxDbRow>(ctx.pool, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared);
   return rows.map(toInboxRow);
 }
 
@@ -79,7 +80,7 @@ export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number 
   const { rowCount } = await pgQuery(
     ctx.pool,
     `UPDATE ${ctx.names.inbox} SET lease_expires_at = ${LEASE_START} + ${msInterval('$3')} WHERE ${FENCE}`,
-    [p.id, p.token, p.leaseMs],
+    () => [p.id, p.token, leaseWithinBudget(p.leaseMs)],
   );
   return rowCount === 1;
 }
