@@ -280,6 +280,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
         'row claimed again by the outbox pass that had claimed it': profileCounts.claimedAgain.outbox,
         'row claimed again by the relay pass that had claimed it': profileCounts.claimedAgain.relay,
         'row claimed again by the pull worker that had claimed it': profileCounts.claimedAgain.pull,
+        'claims (all kinds, as the claim statements returned them)': profileCounts.leases.claimed,
         'claimed rows whose lease ends after their invocation': profileCounts.leases.endingAfterInvocation,
         'latest such lease end after its invocation (ms)': Math.round(profileCounts.leases.maxPastEndMs),
       },
