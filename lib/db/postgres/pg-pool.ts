@@ -30,6 +30,23 @@ export type PgValues = unknown[] | (() => unknown[]);
 
 const valuesNow = (values: PgValues): unknown[] => (typeof values === 'function' ? values() : values);
 
+/**
+ * One statement on a pooled connection, checked out first so that lazy values are bound after the
+ * wait for it (what `pool.query` does, in that order); a client whose statement failed is discarded,
+ * as `pool.query` does.
+ */
+async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    const result = await run(client);
+    client.release();
+    return result;
+  } catch (error) {
+    client.release(error instanceof Error ? error : true);
+    throw error;
+  }
+}
+
 /** Anything that runs a parameterized query: a pool, a pooled client or a plain client. */
 export interface PgQueryable {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
@@ -99,6 +116,7 @@ export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;
+    if (typeof values === 'function' && db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>(text, values()));
     return await db.query<R>(text, valuesNow(values));
   } catch (error) {
     throw mapPgError(error);
@@ -127,6 +145,7 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared))) as pg.QueryResult<R>;
+    if (typeof values === 'function' && db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>({ name: statementName(text), text, values: values() }));
     return await db.query<R>({ name: statementName(text), text, values: valuesNow(values) });
   } catch (error) {
     throw mapPgError(error);
