@@ -10,7 +10,8 @@
  * invocation — is below the connection's `statement_timeout` runs in a transaction of its own
  * that first sets `statement_timeout` to that budget (`BEGIN; SET LOCAL …`, one round trip:
  * transaction-local, no session state). Statements of a QueueBox transaction (`pgTransaction`)
- * get the same setting, renewed before each later statement with the budget left then. With a
+ * get the same setting, renewed before a later statement with the budget left then (when the
+ * last one is more than `TIMEOUT_REFRESH_MS` old). With a
  * budget above the connection's timeout nothing changes: the startup parameter already ends the
  * statement in time.
  */
@@ -77,10 +78,17 @@ export function createPgPool(database: QueueBoxConfig['database'], url: string):
 }
 
 /**
- * Clients inside a QueueBox transaction under a budget: the connection's own `statement_timeout`
- * (ms), and whether the timeout set at `BEGIN` is still fresh (the next statement needs no new one).
+ * Clients inside a QueueBox transaction under a budget: the `statement_timeout` (ms) in force in
+ * the transaction — the connection's own, or the budget last set.
  */
-const boundedClients = new WeakMap<object, { ceilingMs: number; fresh: boolean }>();
+const boundedClients = new WeakMap<object, { timeoutMs: number }>();
+
+/**
+ * How much the time left may shrink before a statement of a transaction gets a new timeout: a
+ * statement sent right after the last `SET LOCAL` needs none (it would cost a round trip), one
+ * sent later (after the application's own statements in a pull worker's transaction) does.
+ */
+const TIMEOUT_REFRESH_MS = 50;
 
 /** `statement_timeout` for the rest of the transaction; `ms` is a positive integer we computed, not input. */
 function setLocalTimeout(ms: number): string {
@@ -105,9 +113,10 @@ async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQuerya
     return (run) => pgTransaction(db, run);
   }
   const bounded = boundedClients.get(db);
-  if (bounded === undefined) return undefined;
-  if (bounded.fresh) bounded.fresh = false;
-  else if (budget < bounded.ceilingMs) await db.query(setLocalTimeout(budget));
+  if (bounded !== undefined && budget < bounded.timeoutMs - TIMEOUT_REFRESH_MS) {
+    await db.query(setLocalTimeout(budget));
+    bounded.timeoutMs = budget;
+  }
   return undefined;
 }
 
@@ -170,10 +179,10 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     if (budget !== undefined && budget < ceilingMs) {
       // One round trip: BEGIN and the timeout for the transaction's first statement.
       await client.query(`BEGIN; ${setLocalTimeout(budget)}`);
-      boundedClients.set(client, { ceilingMs, fresh: true });
+      boundedClients.set(client, { timeoutMs: budget });
     } else {
       await client.query('BEGIN');
-      if (budget !== undefined) boundedClients.set(client, { ceilingMs, fresh: false });
+      if (budget !== undefined) boundedClients.set(client, { timeoutMs: ceilingMs });
     }
     const result = await work(client);
     await client.query('COMMIT');
