@@ -191,7 +191,8 @@ export const inboxSchema = z
         claimTimeoutMs: positiveInt.min(1000).default(300000),
         shutdownTimeoutMs: nonNegativeInt.default(30000),
         retryBaseDelayMs: positiveInt.default(1000),
-        maxAttempts: positiveInt.default(5),
+        /** Relay forward attempts and `max_attempts` of relayed outbox rows; unset: `outbox.maxAttempts`. */
+        maxAttempts: positiveInt.max(1000).optional(),
       })
       .prefault({}),
     sources: z.record(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'source names are lower-case letters, digits, - and _'), sourceSchema).prefault({}),

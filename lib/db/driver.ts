@@ -7,7 +7,10 @@
  *
  * Invariants every implementation keeps (seed: claims-and-leases):
  * - Times that decide ownership come from the database clock (`clock_timestamp()`,
- *   `SYSUTCDATETIME()`), never from the caller's clock and never from the transaction start.
+ *   `SYSUTCDATETIME()`), never from the caller's clock; a fence compares with the clock now, never
+ *   with the transaction start. A granted or renewed lease may start earlier than the write (the
+ *   PostgreSQL driver starts it at its transaction's start), never later: the caller sized it to
+ *   the time its invocation had left when it sent the statement.
  * - A claim sets `state = 'processing'`, a fresh random `claim_token` per row,
  *   `lease_expires_at = db clock + leaseMs`, `claimed_at = db clock`.
  * - Every finishing write (sent, retry, dead, processed, renew) is fenced on id + `processing`

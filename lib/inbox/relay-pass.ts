@@ -18,10 +18,12 @@
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
+import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
 import { ValidationError } from '../errors.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -52,6 +54,8 @@ export interface RelaySummary {
   dead: number;
   claimsLost: number;
   reclaimed: number;
+  /** Claimed rows whose write did not land before the pass returned; they stay `processing` until reclaimed. */
+  abandoned: number;
   durationMs: number;
 }
 
@@ -79,6 +83,7 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
 }
 
 const claimOf = (row: InboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
+const ignoreLoss = () => {};
 
 /** A claimed row and the outbox message it becomes. */
 interface ForwardItem {
@@ -113,8 +118,15 @@ export function byJsonSize<T extends { message: OutboxMessageInput }>(items: rea
   return chunks;
 }
 
-/** Runs one relay pass and returns its summary; never runs past `deadline`. */
-export async function runRelayPass(options: RelayPassOptions): Promise<RelaySummary> {
+/**
+ * Runs one relay pass and returns its summary; never runs past `deadline`. Every statement of the
+ * pass is bounded by the time left in the invocation (`withStatementBudget`).
+ */
+export function runRelayPass(options: RelayPassOptions): Promise<RelaySummary> {
+  return withStatementBudget(() => options.deadline.invocationRemainingMs(), () => relayPass(options));
+}
+
+async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const { config, driver, logger, metrics, deadline, signal } = options;
   const relay = config.inbox.relay;
   const started = Date.now();
@@ -122,19 +134,41 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
   for (const [name, source] of Object.entries(config.inbox.sources)) {
     if (source.topicTemplate !== undefined) checkTopicTemplate(source.topicTemplate, `inbox.sources.${name}.topicTemplate`);
   }
-  const summary: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, durationMs: 0 };
+  const summary: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, abandoned: 0, durationMs: 0 };
+  // Claims (`claimKey`: id and token) lost in this pass; a later claim of the same row is another claim.
   const lost = new Set<string>();
-  const loseClaim = (id: string, during: string) => {
-    if (lost.has(id)) return;
-    lost.add(id);
+  let flushQueued = false;
+  const loseClaim = (claim: ClaimRef, during: string) => {
+    const key = claimKey(claim);
+    if (lost.has(key)) return;
+    lost.add(key);
     summary.claimsLost++;
     metrics.count('claimsLost', 1, { component: 'inbox' });
-    logger.error('inbox relay lost its claim; the row is left to its new owner', { id, during });
+    logger.error('inbox relay lost its claim; the row is left to its new owner', { id: claim.id, during });
+    // Emitted right after the step that counted it (once per burst), not only at the end of the pass.
+    if (flushQueued) return;
+    flushQueued = true;
+    queueMicrotask(() => {
+      flushQueued = false;
+      metrics.flush();
+    });
+  };
+  const isLost = (claim: ClaimRef) => lost.size > 0 && lost.has(claimKey(claim));
+  // Set when the pass stops waiting for a batch: no further write starts.
+  let closed = false;
+  let keeper: LeaseKeeper | undefined;
+  /** Ends the renewal of `claims` before their finishing write, and waits for a renewal already under way (one lock order). */
+  const releaseForWrite = async (claims: ClaimRef[]) => {
+    for (const claim of claims) keeper?.release(claim);
+    await keeper?.idle();
   };
   const canStart = () => !signal?.aborted && deadline.remainingMs() >= MIN_LEASE_MS;
+  // The relay's own forward attempts, and `max_attempts` of the outbox rows it writes.
+  const relayMaxAttempts = relay.maxAttempts ?? config.outbox.maxAttempts;
 
   const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs) });
   summary.reclaimed = reclaim.reclaimed;
+  if (reclaim.reclaimed > 0) metrics.flush();
 
   while (canStart()) {
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
@@ -146,20 +180,31 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
       continue;
     }
     summary.claimed += rows.length;
-    const keeper = new LeaseKeeper({
+    keeper = new LeaseKeeper({
       leaseMs,
       nextLeaseMs: () => leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs()),
       renew: (claims, ms) => driver.inboxRenewMany({ claims, leaseMs: ms }),
-      onLost: (claim) => loseClaim(claim.id, 'renewal'),
+      onLost: (claim) => loseClaim(claim, 'renewal'),
     });
     // Rows already claimed are forwarded while the invocation lasts (a shutdown or a shortened
     // deadline stops new claims, not the work this pass holds); `waitBounded` bounds the wait.
-    // A lost claim is reported through `onLost` above; `keeper.stop()` ends the watch.
-    keeper.watchMany(rows, claimOf, () => {});
-    const finished = await waitBounded(relayBatch(rows));
+    // Each claim is watched until its own finishing write is sent (`releaseForWrite`), so a
+    // renewal carries only rows still held; a lost claim is reported through `onLost` above.
+    for (const row of rows) keeper.watch(claimOf(row), ignoreLoss);
+    const work = relayBatch(rows);
+    const finished = await waitBounded(work);
     keeper.stop();
-    if (!finished) break;
+    if (!finished) {
+      // Writes already sent land whatever the pass does; wait for their answers (each statement
+      // ends with the invocation) so that the summary counts them, and start no other.
+      closed = true;
+      const waited = new AbortController();
+      await Promise.race([work.catch(() => {}), sleep(deadline.invocationRemainingMs(), waited.signal)]);
+      waited.abort();
+      break;
+    }
   }
+  summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost;
   try {
     const stats = await driver.inboxStats({ pendingOnly: true });
     metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
@@ -180,23 +225,26 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
       else forward.push({ row, message: built.message });
     }
     if (dead.length > 0) await markDead(dead);
-    const live = forward.filter((f) => !lost.has(f.row.id));
+    const live = forward.filter((f) => !isLost(claimOf(f.row)));
     if (live.length === 0) return;
     const forwardMany = driver.inboxForwardMany?.bind(driver);
     if (forwardMany === undefined) return forwardOneByOne(live);
     // In receive order, one statement per FORWARD_STATEMENT_BYTES of payload and headers.
     for (const chunk of byJsonSize(live, FORWARD_STATEMENT_BYTES)) {
-      if (deadline.remainingMs() <= 0) return;
+      if (deadline.remainingMs() <= 0 || closed) return;
       await forwardBatched(forwardMany, chunk);
     }
   }
 
   async function forwardBatched(forwardMany: NonNullable<Driver['inboxForwardMany']>, items: ForwardItem[]): Promise<void> {
+    await releaseForWrite(items.map((f) => claimOf(f.row)));
+    items = items.filter((f) => !isLost(claimOf(f.row)));
+    if (items.length === 0 || closed) return;
     let forwarded: readonly string[];
     try {
       forwarded = await forwardMany(
         items.map((f) => ({ ...claimOf(f.row), outbox: f.message })),
-        { maxAttempts: config.outbox.maxAttempts },
+        { maxAttempts: relayMaxAttempts },
       );
     } catch (error) {
       // The statement changed nothing: forward row by row, so one row the outbox refuses cannot
@@ -207,7 +255,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     }
     countForwarded(forwarded.length);
     const changed = new Set(forwarded);
-    for (const f of items) if (!changed.has(f.row.id)) loseClaim(f.row.id, 'forward');
+    for (const f of items) if (!changed.has(f.row.id)) loseClaim(claimOf(f.row), 'forward');
   }
 
   function countForwarded(n: number): void {
@@ -219,30 +267,31 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
   async function forwardOneByOne(items: ForwardItem[]): Promise<void> {
     const queue = [...items];
     const worker = async () => {
-      for (let item = queue.shift(); item !== undefined && deadline.remainingMs() > 0; item = queue.shift()) await forwardOne(item.row, item.message);
+      for (let item = queue.shift(); item !== undefined && deadline.remainingMs() > 0 && !closed; item = queue.shift()) await forwardOne(item.row, item.message);
     };
     await Promise.all(Array.from({ length: Math.min(relay.concurrency, items.length) }, worker));
   }
 
   async function forwardOne(row: InboxRow, message: OutboxMessageInput): Promise<void> {
     const claim = claimOf(row);
-    if (lost.has(row.id)) return;
+    await releaseForWrite([claim]);
+    if (isLost(claim) || closed) return;
     try {
-      if (await driver.inboxForward({ ...claim, outbox: message }, { maxAttempts: config.outbox.maxAttempts })) countForwarded(1);
-      else loseClaim(row.id, 'forward');
+      if (await driver.inboxForward({ ...claim, outbox: message }, { maxAttempts: relayMaxAttempts })) countForwarded(1);
+      else loseClaim(claim, 'forward');
     } catch (error) {
-      if (lost.has(row.id)) return;
+      if (closed) return;
       await settleFailure(row, claim, error);
     }
   }
 
   async function settleFailure(row: InboxRow, claim: ClaimRef, error: unknown): Promise<void> {
     const reason = redactError(error);
-    if (row.attempt + 1 >= relay.maxAttempts) return markDead([{ claim, reason: `forward failed ${row.attempt + 1} times; last error: ${reason}` }]);
+    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `forward failed ${row.attempt + 1} times; last error: ${reason}` }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
       const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });
-      if (changed.length === 0) return loseClaim(row.id, 'retry');
+      if (changed.length === 0) return loseClaim(claim, 'retry');
       summary.retried++;
       metrics.count('inboxMessages', 1, { status: 'retried' });
       logger.warn('inbox forward failed; retrying', { id: row.id, attempt: row.attempt, delayMs, error: reason });
@@ -253,7 +302,9 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
 
   /** Marks rows `dead` in one fenced write, each with its (redacted) reason. */
   async function markDead(items: Array<{ claim: ClaimRef; reason: string }>): Promise<void> {
-    const writes = items.map((i) => ({ ...i.claim, error: redactError(i.reason) }));
+    await releaseForWrite(items.map((i) => i.claim));
+    const writes = items.filter((i) => !isLost(i.claim)).map((i) => ({ ...i.claim, error: redactError(i.reason) }));
+    if (writes.length === 0 || closed) return;
     let changed: Set<string>;
     try {
       changed = new Set(await driver.inboxMarkDeadMany({ items: writes }));
@@ -263,7 +314,7 @@ export async function runRelayPass(options: RelayPassOptions): Promise<RelaySumm
     }
     for (const w of writes) {
       if (!changed.has(w.id)) {
-        loseClaim(w.id, 'dead');
+        loseClaim(w, 'dead');
         continue;
       }
       summary.dead++;

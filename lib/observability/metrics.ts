@@ -51,6 +51,8 @@ function entryId(key: MetricKey, dimensions: Dimensions): string {
 /** Collects metrics of one pass; `flush()` emits them. Not shared across invocations. */
 export class QueueBoxMetrics {
   readonly #entries = new Map<string, Entry>();
+  /** Counts already flushed, so `value` reports the whole run however often it flushed. */
+  readonly #flushed = new Map<string, number>();
   readonly #options: MetricsOptions;
 
   constructor(options: MetricsOptions) {
@@ -75,14 +77,22 @@ export class QueueBoxMetrics {
     else this.#entries.set(id, { key, dimensions, value, kind });
   }
 
-  /** Current value of a counter (tests, summaries). */
+  /** Value of a counter since this object was created, flushed or not; a gauge's unflushed value (tests, summaries). */
   value(key: MetricKey, dimensions: Dimensions = {}): number {
-    return this.#entries.get(entryId(key, dimensions))?.value ?? 0;
+    const id = entryId(key, dimensions);
+    return (this.#flushed.get(id) ?? 0) + (this.#entries.get(id)?.value ?? 0);
   }
 
-  /** Writes every recorded metric as EMF and clears the buffer. */
+  /**
+   * Writes every recorded metric as EMF and clears the buffer; what Powertools'
+   * `publishStoredMetrics` does, one line per dimension set. A pass calls it after a step whose
+   * counts must not be lost with a killed invocation (reclaim, lost claims), and at its end.
+   */
   flush(): void {
     const groups = new Map<string, Entry[]>();
+    for (const [id, entry] of this.#entries) {
+      if (entry.kind === 'count') this.#flushed.set(id, (this.#flushed.get(id) ?? 0) + entry.value);
+    }
     for (const entry of this.#entries.values()) {
       const id = JSON.stringify(Object.entries(entry.dimensions).sort());
       const group = groups.get(id) ?? [];

@@ -13,6 +13,7 @@
  * pass three times its other CPU per message (a map entry and two objects per row, kept alive
  * across the publish, so promoted to the old generation).
  */
+import { claimKey } from '../claims/claim-key.ts';
 import type { ClaimRef, OutboxRow } from '../db/driver.ts';
 import type { Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
 import type { AbortableCall, OpenCalls } from './open-calls.ts';
@@ -95,12 +96,21 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
     // and report a lost claim. The settle is fenced on its own.
     for (const handle of watched) ctx.keeper.releaseMany(handle);
   }
+  // A renewal sent before the release still carries these rows: the settle waits for it, since
+  // the two statements lock the rows in different orders and could deadlock.
+  await ctx.keeper.idle();
   if (ctx.closed()) return;
-  await settleBatch(ctx, plan.without(ctx.lost));
+  const settle = settleBatch(ctx, plan.without(ctx.lost));
+  ctx.settling.add(settle);
+  try {
+    await settle;
+  } finally {
+    ctx.settling.delete(settle);
+  }
 }
 
 async function publishChunk(ctx: PassContext, destination: Destination, chunk: OutboxRow[], claims: CallClaims, plan: SettlePlan): Promise<void> {
-  const owned = ctx.lost.size === 0 ? chunk : chunk.filter((row) => !ctx.lost.has(row.id));
+  const owned = ctx.lost.size === 0 ? chunk : chunk.filter((row) => !ctx.lost.has(claimKey(claimOf(row))));
   if (owned.length === 0 || ctx.calls.stopped) return;
   const call = claims.open(ctx.calls);
   const started = performance.now();

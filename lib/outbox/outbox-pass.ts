@@ -15,14 +15,18 @@
  *    `pollIntervalMs` and claims again until the deadline.
  * 4. Wait for in-flight work up to `shutdownTimeoutMs`, never past the deadline. Work still in
  *    flight then is abandoned: its rows stay `processing` and the reclaim recovers them once
- *    their lease (which never outlives the invocation) expires.
+ *    their lease (which never outlives the invocation) expires. A settle already sent is
+ *    awaited (its statements end with the invocation), so `abandoned` counts only rows whose
+ *    settle did not land.
  * 5. Gauges: pending count and oldest pending age from `outboxStats({ pendingOnly: true })`, which
  *    reads the pending rows only (the table's finished rows are not counted at every pass).
  */
+import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import type { Deadline } from '../runtime/deadline.ts';
@@ -44,7 +48,10 @@ export type StopReason = 'deadline' | 'drained' | 'stopped' | 'error';
 export interface OutboxPassSummary extends PassTally {
   /** False when the shared throttle skipped the reclaim step (another invocation ran it recently). */
   reclaimRan: boolean;
-  /** Rows still in flight when the pass stopped waiting; they stay `processing` until reclaimed. */
+  /**
+   * Claimed rows whose settle did not land before the pass returned (neither settled nor lost);
+   * they stay `processing` until reclaimed. A settle already sent is awaited, not abandoned.
+   */
   abandoned: number;
   durationMs: number;
   stoppedBecause: StopReason;
@@ -77,8 +84,15 @@ export class OutboxPassError extends QueueBoxError {
   }
 }
 
-/** Runs one pass; resolves with its summary, or rejects with `OutboxPassError` after settling what it can. */
-export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
+/**
+ * Runs one pass; resolves with its summary, or rejects with `OutboxPassError` after settling what it can.
+ * Every statement of the pass is bounded by the time left in the invocation (`withStatementBudget`).
+ */
+export function runOutboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
+  return withStatementBudget(() => options.deadline.invocationRemainingMs(), () => outboxPass(options));
+}
+
+async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
   const started = performance.now();
   const { driver, deadline, logger, metrics } = options;
   const outbox = options.config.outbox;
@@ -86,6 +100,7 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
   const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0 };
   const slowest = new Map<string, number>();
   let closed = false;
+  let flushQueued = false;
   let failure: unknown;
   const firstLeaseMs = leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs());
   const ctx: PassContext = {
@@ -98,9 +113,10 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
       nextLeaseMs: () => leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs()),
       renew: (claims, leaseMs) => driver.outboxRenewMany({ claims, leaseMs }),
       onLost: (claim, reason, error) => {
-        ctx.lost.add(claim.id);
+        ctx.lost.add(claimKey(claim));
         tally.claimsLost++;
         metrics.count('claimsLost', 1, { component: 'outbox' });
+        ctx.flushMetrics();
         logger.warn('outbox claim lost at renewal: its publish is aborted and the row is left to its new owner', {
           id: claim.id,
           reason,
@@ -115,6 +131,16 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
     calls,
     closed: () => closed,
     lost: new Set(),
+    settling: new Set(),
+    flushMetrics: () => {
+      // Once per burst (a renewal that loses many claims), right after the step that counted.
+      if (flushQueued) return;
+      flushQueued = true;
+      queueMicrotask(() => {
+        flushQueued = false;
+        metrics.flush();
+      });
+    },
     tally,
     publishTimed: (type, ms) => slowest.set(type, Math.max(slowest.get(type) ?? 0, ms)),
   };
@@ -132,6 +158,8 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
     reclaimRan = reclaim.ran;
     tally.reclaimed = reclaim.reclaimed;
     metrics.count('outboxReclaimed', reclaim.reclaimed);
+    // Emitted now: an invocation killed later in the pass must not take the count with it.
+    if (reclaim.reclaimed > 0) metrics.flush();
   } catch (error) {
     failure = error;
   }
@@ -188,10 +216,14 @@ export async function runOutboxPass(options: OutboxPassOptions): Promise<OutboxP
   stopWait.dispose();
   const allDone = Promise.all(inFlightWork()).then(() => undefined);
   await waitAny([allDone], Math.min(outbox.shutdownTimeoutMs, deadline.remainingMs()));
-  const abandoned = inFlight.reduce((sum, b) => sum + b.rows, 0);
   closed = true;
   calls.abortAll(new Error('outbox pass stopped waiting for in-flight work'));
   ctx.keeper.stop();
+  // A settle already sent lands whatever the pass does; its answer decides what the pass reports.
+  // Its statements are bounded by the time left in the invocation, and so is this wait.
+  if (ctx.settling.size > 0) await waitAny([Promise.allSettled([...ctx.settling])], deadline.invocationRemainingMs());
+  // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
+  const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost;
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });
 
   for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });

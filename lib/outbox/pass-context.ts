@@ -55,8 +55,15 @@ export interface PassContext {
   calls: OpenCalls;
   /** True once the pass has returned: late results are not settled (the rows stay `processing`). */
   closed(): boolean;
-  /** Ids whose claim a renewal lost during this pass; their outcomes are never settled. */
+  /**
+   * Claims (`claimKey`: id and token) a renewal lost during this pass; their outcomes are never
+   * settled. A later claim of the same row is another claim and is published and settled.
+   */
   lost: Set<string>;
+  /** Settles sent and not yet answered: the pass awaits them before it counts what it abandoned. */
+  settling: Set<Promise<void>>;
+  /** Emits the metrics recorded so far (a step whose counts must survive a killed invocation). */
+  flushMetrics(): void;
   tally: PassTally;
   /** Records the duration of one destination call. */
   publishTimed(destinationType: string, ms: number): void;

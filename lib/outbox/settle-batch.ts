@@ -2,14 +2,15 @@
  * Turning destination outcomes into row states, and writing them: one fenced statement per
  * outcome kind (sent, retry, dead) per claimed batch.
  *
- * Attempts: `max_attempts` is the total number of deliveries a row gets. A delivery with 0-based
- * `attempt` that fails retryably goes back to `pending` with `attempt + 1` while
- * `attempt + 1 < max_attempts`; otherwise the row is `dead` (its `attempt` then names the last
- * delivery, `max_attempts − 1`). So the default of 5 means five deliveries, four retries.
+ * Attempts (spec §4): `attempt` is 0-based and counts the failed deliveries so far. A delivery that
+ * fails with `attempt < max_attempts` goes back to `pending` with `attempt + 1`; otherwise the row
+ * is `dead` (its `attempt` then equals `max_attempts`). So `max_attempts` counts retries: the
+ * default of 5 gives six deliveries, the first and five retries.
  * A permanent failure marked `deadNow` (no retry can succeed) is `dead` at once; other permanent
  * failures are retried like retryable ones, as spec §4 asks.
  */
 import { backoffDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
+import { claimKey } from '../claims/claim-key.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, DeadItem, OutboxRow, RetryItem } from '../db/driver.ts';
 import type { EntryOutcome } from '../destinations/destination.ts';
@@ -41,22 +42,27 @@ export class SettlePlan {
       this.sent.push(claim);
     } else if (outcome.status === 'permanent' && outcome.deadNow === true) {
       this.deadNow(row, `permanent failure, not retried: ${outcome.error}`);
-    } else if (row.attempt + 1 < row.maxAttempts) {
+    } else if (row.attempt < row.maxAttempts) {
       const delayMs = backoffDelayMs(row.attempt, { baseMs: this.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: OUTBOX_RETRY_JITTER }, this.random);
       this.retry.push({ ...claim, delayMs, error: redactError(outcome.error) });
     } else {
-      this.dead.push({ ...claim, error: redactError(`gave up after ${row.attempt + 1} of ${row.maxAttempts} attempts: ${outcome.error}`) });
+      this.dead.push({ ...claim, error: redactError(`gave up after ${row.attempt + 1} deliveries (max_attempts ${row.maxAttempts}): ${outcome.error}`) });
     }
   }
 
-  /** Drops the rows whose claim is already known to be lost. */
+  /** Drops the claims already known to be lost (`lost` holds `claimKey`s: id and token). */
   without(lost: ReadonlySet<string>): SettlePlan {
     if (lost.size === 0) return this;
     const plan = new SettlePlan(this.retryBaseDelayMs, this.random);
-    plan.sent.push(...this.sent.filter((c) => !lost.has(c.id)));
-    plan.retry.push(...this.retry.filter((c) => !lost.has(c.id)));
-    plan.dead.push(...this.dead.filter((c) => !lost.has(c.id)));
+    plan.sent.push(...this.sent.filter((c) => !lost.has(claimKey(c))));
+    plan.retry.push(...this.retry.filter((c) => !lost.has(claimKey(c))));
+    plan.dead.push(...this.dead.filter((c) => !lost.has(claimKey(c))));
     return plan;
+  }
+
+  /** Rows the plan writes. */
+  get size(): number {
+    return this.sent.length + this.retry.length + this.dead.length;
   }
 }
 
@@ -89,6 +95,7 @@ function record(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: Cl
   const lostIds = asked.filter((c) => !done.has(c.id)).map((c) => c.id);
   ctx.tally.claimsLost += lostIds.length;
   ctx.metrics.count('claimsLost', lostIds.length, { component: 'outbox' });
+  ctx.flushMetrics();
   if (status === 'sent') {
     ctx.logger.error('outbox claim lost before marking sent: the destination already holds these messages and the new owner will publish them again', { ids: lostIds });
   } else {

@@ -85,7 +85,7 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
 
   const completeIn = async (tx: Tx): Promise<void> => {
     if (signal.aborted) throw new OwnershipLostError(message.id, 'the claim was lost or the worker is stopping');
-    c.keeper.release(message.id);
+    c.keeper.release(message.claim);
     // The runner's transaction: a pg client or an mssql Transaction (the driver checks which).
     const outcome = await c.client.complete(tx as CallerTransaction, message.claim);
     if (!outcome.ok) {
@@ -132,13 +132,13 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
   } finally {
     c.leaseSignal.removeEventListener('abort', abort);
     c.forceSignal.removeEventListener('abort', abort);
-    c.keeper.release(message.id);
+    c.keeper.release(message.claim);
     if (fenced) c.logger.warn('pull claim lost at completion; the business transaction was rolled back', log);
   }
 }
 
 async function fail<Tx>(c: HandleContext<Tx>, message: PullMessage, error: unknown, log: Record<string, unknown>): Promise<HandleResult> {
-  c.keeper.release(message.id);
+  c.keeper.release(message.claim);
   if (c.forceSignal.aborted) return 'abandoned';
   const { maxAttempts, baseDelayMs, maxDelayMs, jitter } = c.retry;
   if (message.attempt + 1 < maxAttempts) {

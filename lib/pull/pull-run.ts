@@ -5,6 +5,7 @@
  *
  * `start()` and `runOnce()` are the same loop with a different `PullRunPolicy`.
  */
+import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import type { Driver } from '../db/driver.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -65,6 +66,7 @@ export class PullRun<Tx> {
   readonly #stop = new AbortController();
   readonly #force = new AbortController();
   readonly #queue: PullMessage[] = [];
+  /** Lost-claim signals per claim (`claimKey`: id and token); a row claimed again gets its own. */
   readonly #signals = new Map<string, AbortSignal>();
   readonly #active = new Set<Promise<void>>();
   /** Resolves when a stop is requested (one listener for the whole run). */
@@ -108,7 +110,9 @@ export class PullRun<Tx> {
     this.#keeper.stop();
     this.summary.durationMs = Date.now() - started;
     if (failure) throw failure.error;
-    return this.summary;
+    // What this run did when it returned: handlers still running (a shutdown stopped waiting
+    // for them) are abandoned, and their later end does not change the summary handed out.
+    return { ...this.summary, abandoned: this.summary.abandoned + this.#active.size };
   }
 
   #mayContinue(): boolean {
@@ -148,7 +152,7 @@ export class PullRun<Tx> {
     }
     this.summary.claimed += rows.length;
     for (const row of rows) {
-      this.#signals.set(row.id, this.#keeper.track(row.claim));
+      this.#signals.set(claimKey(row.claim), this.#keeper.track(row.claim));
       this.#queue.push(row);
     }
     return rows;
@@ -162,7 +166,7 @@ export class PullRun<Tx> {
       transactions: this.#s.transactions,
       retry: this.#s.retry,
       keeper: this.#keeper,
-      leaseSignal: this.#signals.get(message.id)!,
+      leaseSignal: this.#signals.get(claimKey(message.claim))!,
       forceSignal: this.#force.signal,
       logger: this.#s.logger,
     };
@@ -175,7 +179,7 @@ export class PullRun<Tx> {
         },
       )
       .finally(() => {
-        this.#signals.delete(message.id);
+        this.#signals.delete(claimKey(message.claim));
         this.#active.delete(task);
       });
     this.#active.add(task);
@@ -202,9 +206,10 @@ export class PullRun<Tx> {
     const queued = this.#queue.splice(0);
     await Promise.all(
       queued.map(async (message) => {
-        const lostAlready = this.#signals.get(message.id)?.aborted === true;
-        this.#keeper.release(message.id);
-        this.#signals.delete(message.id);
+        const key = claimKey(message.claim);
+        const lostAlready = this.#signals.get(key)?.aborted === true;
+        this.#keeper.release(message.claim);
+        this.#signals.delete(key);
         if (lostAlready) {
           this.summary.claimsLost += 1;
           return;

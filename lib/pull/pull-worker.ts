@@ -27,6 +27,7 @@ import { PostgresDriver } from '../db/postgres/postgres-driver.ts';
 import { UsageError } from '../errors.ts';
 import { createLogger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
 import { createDeadline, type Deadline, type RemainingTime } from '../runtime/deadline.ts';
 import type { PullHandler, PullLogger, PullRetryPolicy } from './handle-pull-message.ts';
 import { createPullClient } from './pull-client.ts';
@@ -173,7 +174,9 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
     },
     runOnce(options = {}) {
       const deadline = options.deadline ?? (options.context ? createDeadline(options.context, settings.deadlineMarginMs) : undefined);
-      return begin((drainMs) => ({
+      // Inside an invocation every statement of the run — claims, renewals, the business
+      // transactions' completions — is bounded by the time left in it.
+      const start = () => begin((drainMs) => ({
         leaseMs: () => leaseMsFor(settings.leaseMs, deadline?.invocationRemainingMs()),
         mayStart: () => deadline === undefined || !deadline.expired(),
         msUntilEnd: () => deadline?.remainingMs(),
@@ -181,6 +184,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         // Running handlers may use the margin, never time past the invocation.
         drainTimeoutMs: () => Math.min(drainMs(), deadline?.invocationRemainingMs() ?? Infinity),
       }));
+      return deadline === undefined ? start() : withStatementBudget(() => deadline.invocationRemainingMs(), start);
     },
     async stop({ timeoutMs } = {}) {
       const state = current;

@@ -22,6 +22,7 @@ import { brokenFenceDriver } from './broken-fence-driver.ts';
 import { checkRun, type CheckReport, type CounterTotals } from './checker.ts';
 import { DEFAULT_DESTINATION_RATES, FaultDestination } from './fault-destination.ts';
 import { Injector } from './injector.ts';
+import { invocationTimings, profileDriver, type FaultProfile, type ProfileCounts } from './fault-profiles.ts';
 import { faultyDriver, InvocationFaults, Ledger } from './invocation-faults.ts';
 import { Prng } from './prng.ts';
 import { seedRows } from './seed-rows.ts';
@@ -41,12 +42,15 @@ export interface FaultRunOptions {
   maxRunMs?: number;
   /** Use the deliberately broken mark-sent (proves the checker). */
   brokenFence?: boolean;
+  /** Fault profile (see fault-profiles.ts); default `default`. */
+  profile?: FaultProfile;
   /** Progress lines. */
   log?: (line: string) => void;
 }
 
 export interface FaultRunResult {
   seed: number;
+  profile: FaultProfile;
   messages: number;
   durationMs: number;
   invocations: Record<string, number>;
@@ -85,6 +89,13 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
     const metrics: QueueBoxMetrics[] = [];
     const invocations: Record<string, number> = { outbox: 0, relay: 0, pull: 0 };
     const injected = { kill: 0, freeze: 0, skewedClock: 0, shortStatementTimeout: 0, handlerError: 0 };
+    const profile = options.profile ?? 'default';
+    const profileCounts: ProfileCounts = {
+      renewalStalls: 0,
+      frozenHandlers: 0,
+      claimedAgain: { outbox: 0, relay: 0, pull: 0 },
+      leases: { claimed: 0, endingAfterInvocation: 0, maxPastEndMs: 0 },
+    };
     const router = createRouter([{ topicPattern: '**', destination: 'faults' }]);
     let stop = false;
     let clientErrors = 0;
@@ -93,8 +104,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
     const invoke = async (kind: 'outbox' | 'relay' | 'pull', index: number): Promise<void> => {
       const rng = root.fork(`${kind}:${index}`);
       invocations[kind]!++;
-      const timeoutMs = rng.int(2500, 6000);
-      const claimTimeoutMs = rng.int(1000, 3000);
+      const { timeoutMs, claimTimeoutMs } = invocationTimings(profile, rng);
       const skewMs = rng.pick([0, 0, 0, 5 * 60_000, -5 * 60_000, 3 * 60_000]);
       if (skewMs !== 0) injected.skewedClock++;
       const shortTimeout = rng.chance(0.15);
@@ -104,8 +114,11 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
       live.add(faults);
       everyPid.push(faults.pids);
       const base = new PostgresDriver({ config: db.config, url: db.url, pool });
-      const driver: Driver = faultyDriver(options.brokenFence ? brokenFenceDriver(base) : base, faults, ledger);
+      const driver: Driver = profileDriver(faultyDriver(options.brokenFence ? brokenFenceDriver(base) : base, faults, ledger), profile, rng.fork('profile'), claimTimeoutMs, profileCounts, () => invocationEndsAt);
+      const handlerFreezes = rng.fork('frozen-handler');
       const timers: NodeJS.Timeout[] = [];
+      // Real time at which this invocation ends (the context's clock may be skewed; this one is not).
+      let invocationEndsAt = Date.now() + timeoutMs;
       let onKill = () => {};
       const killed = new Promise<void>((resolve) => (onKill = resolve));
       // Every run kills and freezes at least one early invocation of each kind, however fast the
@@ -125,6 +138,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
           faults.freeze(freezeMs);
         }, rng.int(50, timeoutMs - 500)));
       }
+      invocationEndsAt = Date.now() + timeoutMs;
       const context = createInvocationContext({ timeoutMs, functionName: `faults-${kind}`, now: () => Date.now() + skewMs });
       const deadline = createDeadline(context, 300);
       const m = new QueueBoxMetrics({ namespace: 'QueueBoxFaults', serviceName: 'faults', write: () => {} });
@@ -159,6 +173,15 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
           transactions: (fn) => faults.run(() => pgTransaction(pool, fn)),
           handler: async (message, { transaction }) => {
             await faults.gate();
+            if (profile === 'frozen-pull' && handlerFreezes.chance(0.04)) {
+              // Frozen past its lease, deaf to its signal: as far as the database can tell, the
+              // lease ran out (a blocked process renews nothing); the row is claimed again.
+              profileCounts.frozenHandlers++;
+              await db.pool
+                .query(`UPDATE ${s}.inbox SET lease_expires_at = clock_timestamp() WHERE id = $1 AND claim_token = $2`, [message.id, message.claim.token])
+                .catch(() => {});
+              await new Promise((resolve) => setTimeout(resolve, Math.round(claimTimeoutMs * (1.5 + handlerFreezes.float()))));
+            }
             if ((message.payload as { poison?: boolean }).poison === true) throw new Error('poison message (injected)');
             if (rng.chance(0.03)) {
               injected.handlerError++;
@@ -229,6 +252,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
     const server = (await db.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)).rows[0]!.v;
     return {
       seed: options.seed,
+      profile,
       messages: counts.outbox + counts.push + counts.pull,
       durationMs: Date.now() - started,
       invocations,
@@ -251,6 +275,14 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
         'destination entry permanent (retried)': destination.injected.entryPermanent,
         'destination poison (permanent, dead now)': destination.injected.poison,
         'pull handler error': injected.handlerError,
+        'renewal stalled past its lease (profile short-lease)': profileCounts.renewalStalls,
+        'pull handler frozen past its lease (profile frozen-pull)': profileCounts.frozenHandlers,
+        'row claimed again by the outbox pass that had claimed it': profileCounts.claimedAgain.outbox,
+        'row claimed again by the relay pass that had claimed it': profileCounts.claimedAgain.relay,
+        'row claimed again by the pull worker that had claimed it': profileCounts.claimedAgain.pull,
+        'claims (all kinds, as the claim statements returned them)': profileCounts.leases.claimed,
+        'claimed rows whose lease ends after their invocation': profileCounts.leases.endingAfterInvocation,
+        'latest such lease end after its invocation (ms)': Math.round(profileCounts.leases.maxPastEndMs),
       },
       counters,
       report,

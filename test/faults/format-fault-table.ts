@@ -8,6 +8,7 @@ export function formatFaultTable(r: FaultRunResult): string {
   const st = r.report.stats;
   const lines: Array<[string, string | number]> = [
     ['seed', r.seed],
+    ['profile', r.profile],
     ['database', r.database],
     ['messages (outbox + push inbox + pull inbox)', `${r.messages} (${st.outboxRows - st.pushRows} + ${st.pushRows} + ${st.pullRows})`],
     ['outbox rows (incl. relayed)', st.outboxRows],

@@ -5,10 +5,12 @@
  * Environment: `QUEUEBOX_FAULTS_SEED` (default: random, printed), `FAULTS_MESSAGES` (default
  * 5000), `FAULTS_MAX_RUN_MS` (default 20 minutes), `FAULTS_OUTBOX_WORKERS`, `FAULTS_RELAY_WORKERS`,
  * `FAULTS_PULL_WORKERS` (invocations of each kind at once; default 3 / 2 / 2), `FAULTS_PUSH_SHARE`,
- * `FAULTS_PULL_SHARE` (shares of push and pull inbox rows; default 0.25 / 0.15).
- * Arguments: `--messages N`, `--seed N` override the environment.
+ * `FAULTS_PULL_SHARE` (shares of push and pull inbox rows; default 0.25 / 0.15), `FAULTS_PROFILE`
+ * (`default`, `short-lease`, `frozen-pull`; see fault-profiles.ts).
+ * Arguments: `--messages N`, `--seed N`, `--profile NAME` override the environment.
  */
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../lib/local/embedded-database.ts';
+import type { FaultProfile } from './fault-profiles.ts';
 import { runFaults } from './fault-run.ts';
 import { formatFaultTable } from './format-fault-table.ts';
 
@@ -20,18 +22,24 @@ const num = (value: string | undefined, fallback: number) => (value === undefine
 
 const seed = num(arg('seed') ?? process.env.QUEUEBOX_FAULTS_SEED, Math.floor(Math.random() * 2 ** 31));
 const messages = num(arg('messages') ?? process.env.FAULTS_MESSAGES, 5000);
+const profile = (arg('profile') ?? process.env.FAULTS_PROFILE ?? 'default') as FaultProfile;
+if (!['default', 'short-lease', 'frozen-pull'].includes(profile)) {
+  console.error(`unknown fault profile ${profile}: use default, short-lease or frozen-pull`);
+  process.exit(2);
+}
 let embedded: EmbeddedDatabase | undefined;
 if (!process.env.DATABASE_URL) {
   embedded = await startEmbeddedDatabase();
   process.env.DATABASE_URL = embedded.url;
   console.log('# embedded PostgreSQL started (DATABASE_URL unset)');
 }
-console.log(`# fault run: seed ${seed}, ${messages} messages (replay with QUEUEBOX_FAULTS_SEED=${seed} FAULTS_MESSAGES=${messages})`);
+console.log(`# fault run: profile ${profile}, seed ${seed}, ${messages} messages (replay with FAULTS_PROFILE=${profile} QUEUEBOX_FAULTS_SEED=${seed} FAULTS_MESSAGES=${messages})`);
 let code = 1;
 try {
   const result = await runFaults({
     seed,
     messages,
+    profile,
     maxRunMs: num(process.env.FAULTS_MAX_RUN_MS, 20 * 60_000),
     outboxWorkers: num(process.env.FAULTS_OUTBOX_WORKERS, 3),
     relayWorkers: num(process.env.FAULTS_RELAY_WORKERS, 2),

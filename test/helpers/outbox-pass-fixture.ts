@@ -133,7 +133,7 @@ export async function stateCounts(db: TestDatabase): Promise<Record<string, numb
   return Object.fromEntries(rows.map((r) => [r.state, r.n]));
 }
 
-/** The EMF lines' metrics as `name{dims} → value`, for assertions. */
+/** The EMF lines' metrics as `name{dims} → value` (summed over lines), for assertions. */
 export function emfValues(lines: string[]): Map<string, number> {
   const out = new Map<string, number>();
   for (const line of lines) {
@@ -142,7 +142,9 @@ export function emfValues(lines: string[]): Map<string, number> {
     const dims = (directive.Dimensions[0] ?? []).filter((d) => d !== 'service').map((d) => `${d}=${String(doc[d])}`).join(',');
     for (const metric of directive.Metrics) {
       const value = doc[metric.Name];
-      out.set(`${metric.Name}{${dims}}`, Array.isArray(value) ? value.reduce((a: number, b: number) => a + b, 0) : Number(value));
+      // Summed over lines: a pass flushes counts when they happen and again at its end.
+      const key = `${metric.Name}{${dims}}`;
+      out.set(key, (out.get(key) ?? 0) + (Array.isArray(value) ? value.reduce((a: number, b: number) => a + b, 0) : Number(value)));
     }
   }
   return out;

@@ -37,7 +37,7 @@ describe('outbox poller handler', () => {
       { topic: 'orders.created', payload: { answer: 'retry' } },
       { topic: 'billing.created', payload: {} },
       { topic: 'orders.paid', payload: { answer: 'sent' } },
-      { topic: 'orders.shipped', payload: { answer: 'sent', slow: true }, delayMs: 300 },
+      { topic: 'orders.shipped', payload: { answer: 'sent', slow: true }, delayMs: 500 },
     ]);
     // A row a crashed invocation left behind with an expired lease.
     await db.query(`UPDATE "${db.schema}".outbox SET state = 'processing', claim_token = gen_random_uuid(), lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, [stale]);

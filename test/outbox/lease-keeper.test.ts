@@ -80,7 +80,7 @@ describe('LeaseKeeper', () => {
     keeper.watch({ id: 's', token: 't' }, () => assert.fail('released'));
     keeper.releaseMany(a);
     keeper.releaseMany(c);
-    keeper.release('s');
+    keeper.release({ id: 's', token: 't' });
     keeper.releaseMany(a); // twice: harmless
     assert.equal(keeper.size, 2);
     await keeper.renewNow();

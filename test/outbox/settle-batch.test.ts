@@ -40,6 +40,7 @@ describe('settleBatch', () => {
       },
       tally,
       metrics,
+      flushMetrics: () => metrics.flush(),
       logger: { debug() {}, info() {}, warn: (m: string) => logged.push(m), error: (m: string) => logged.push(m) },
     } as unknown as PassContext;
     const plan = new SettlePlan(1000, () => 0.5);

@@ -8,39 +8,53 @@
 import type { ClaimRef, DeadItem, ReclaimResult, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { reclaimGate } from './maintenance-queries.ts';
-import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { leaseWithinBudget } from '../statement-budget.ts';
+import { pgQuery, type PgQueryable, type PgValues } from './pg-pool.ts';
+
+/**
+ * Where a lease granted or renewed by a statement starts: the start of the statement's
+ * transaction, on the database clock (see `claimSet`). For a statement on its own that is its
+ * arrival; `statement_timestamp()` would not do: a statement whose parse waits on a lock is
+ * stamped when that wait ends.
+ */
+export const LEASE_START = 'transaction_timestamp()';
 
 /**
  * The claim (seed: the claim): `processing`, a new random token per row, the lease from the
  * database clock, the claim time. `leaseParam` is the bind parameter holding the lease in ms.
+ *
+ * The lease runs from the start of the statement's transaction (`LEASE_START`, database clock),
+ * not from the moment the row was updated: the caller sized it to the time left in its
+ * invocation when it sent the statement, so a claim that waited on a lock does not get a lease
+ * that outlives the invocation. (Only ever shorter than asked; the renewal restores it.)
  */
 export function claimSet(leaseParam: string): string {
   return `state = 'processing',
             claim_token = gen_random_uuid(),
             claimed_at = clock_timestamp(),
-            lease_expires_at = clock_timestamp() + ${msInterval(leaseParam)},
+            lease_expires_at = ${LEASE_START} + ${msInterval(leaseParam)},
             updated_at = clock_timestamp()`;
 }
 
 /** The fence every finishing write matches, besides the row id: still ours, lease not expired. */
 export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp()`;
 
-async function returningIds(db: PgQueryable, text: string, values: unknown[]): Promise<string[]> {
+async function returningIds(db: PgQueryable, text: string, values: PgValues): Promise<string[]> {
   const { rows } = await pgQuery<{ id: string }>(db, text, values);
   return rows.map((r) => r.id);
 }
 
-/** Renews the leases to `clock_timestamp() + leaseMs`. */
+/** Renews the leases to `LEASE_START + leaseMs` (see `claimSet`). */
 export async function fencedRenewMany(db: PgQueryable, table: string, claims: ClaimRef[], leaseMs: number): Promise<string[]> {
   if (claims.length === 0) return [];
   return returningIds(
     db,
     `UPDATE ${table} t
-        SET lease_expires_at = clock_timestamp() + ${msInterval('$3')}
+        SET lease_expires_at = ${LEASE_START} + ${msInterval('$3')}
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [claims.map((c) => c.id), claims.map((c) => c.token), leaseMs],
+    () => [claims.map((c) => c.id), claims.map((c) => c.token), leaseWithinBudget(leaseMs)],
   );
 }
 

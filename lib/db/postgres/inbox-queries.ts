@@ -13,6 +13,7 @@ import { msInterval, type PgContext } from './context.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
+import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
 
@@ -124,7 +125,7 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
   const rows = await claimRetryingInFlight(() =>
     pgTransaction(ctx.pool, async (client) => {
       await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-      return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared)).rows;
+      return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared)).rows;
     }),
   );
   return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);

@@ -7,6 +7,7 @@
 import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
+import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
@@ -182,7 +183,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
  * a bounded window plus one head per open key, never the rows waiting behind a key in flight.
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const { rows } = await claimRetryingInFlight(() => pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names, p.limit), [p.leaseMs], ctx.prepared));
+  const { rows } = await claimRetryingInFlight(() => pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared));
   return rows.map(toOutboxRow).sort(bySequence);
 }
 

@@ -5,13 +5,48 @@
  * connection (no `SET` after connecting, so the pool works behind RDS Proxy or PgBouncer in
  * transaction mode). Statements are unnamed (no prepared-statement names), unless
  * `database.preparedStatements` opts the claim statements in (`pgClaimQuery`).
+ *
+ * Inside a pass (`withStatementBudget`), a statement whose budget — the time left in the
+ * invocation — is below the connection's `statement_timeout` runs in a transaction of its own
+ * that first sets `statement_timeout` to that budget (`BEGIN; SET LOCAL …`, one round trip:
+ * transaction-local, no session state). Statements of a QueueBox transaction (`pgTransaction`)
+ * get the same setting, renewed before a later statement with the budget left then (when the
+ * last one is more than `TIMEOUT_REFRESH_MS` old). With a
+ * budget above the connection's timeout nothing changes: the startup parameter already ends the
+ * statement in time.
  */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
+import { requireStatementBudgetMs } from '../statement-budget.ts';
 import { mapPgError } from './error-map.ts';
 
 export type PgPool = pg.Pool;
+
+/**
+ * Bind values, or a function that gives them when the statement is sent (after any wait for a
+ * connection): a lease is sized from the time left at that moment (`leaseWithinBudget`).
+ */
+export type PgValues = unknown[] | (() => unknown[]);
+
+const valuesNow = (values: PgValues): unknown[] => (typeof values === 'function' ? values() : values);
+
+/**
+ * One statement on a pooled connection, checked out first so that lazy values are bound after the
+ * wait for it (what `pool.query` does, in that order); a client whose statement failed is discarded,
+ * as `pool.query` does.
+ */
+async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    const result = await run(client);
+    client.release();
+    return result;
+  } catch (error) {
+    client.release(error instanceof Error ? error : true);
+    throw error;
+  }
+}
 
 /** Anything that runs a parameterized query: a pool, a pooled client or a plain client. */
 export interface PgQueryable {
@@ -45,10 +80,56 @@ export function createPgPool(database: QueueBoxConfig['database'], url: string):
   return pool;
 }
 
-/** Runs one statement and maps database errors. */
-export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
+/**
+ * Clients inside a QueueBox transaction under a budget: the `statement_timeout` (ms) in force in
+ * the transaction — the connection's own, or the budget last set.
+ */
+const boundedClients = new WeakMap<object, { timeoutMs: number }>();
+
+/**
+ * How much the time left may shrink before a statement of a transaction gets a new timeout: a
+ * statement sent right after the last `SET LOCAL` needs none (it would cost a round trip), one
+ * sent later (after the application's own statements in a pull worker's transaction) does.
+ */
+const TIMEOUT_REFRESH_MS = 50;
+
+/** `statement_timeout` for the rest of the transaction; `ms` is a positive integer we computed, not input. */
+function setLocalTimeout(ms: number): string {
+  return `SET LOCAL statement_timeout = ${Math.max(1, Math.floor(ms))}`;
+}
+
+/** The connection-level statement timeout of a pool's connections (0: none). */
+function poolStatementTimeoutMs(pool: pg.Pool): number {
+  return Number(pool.options.statement_timeout ?? 0) || Number.POSITIVE_INFINITY;
+}
+
+/**
+ * Bounds the next statement by the invocation's time left: on a pool, a transaction of its own
+ * (the returned runner); on a client of a QueueBox transaction, `statement_timeout` set for it.
+ * Returns undefined when the connection's own timeout is already within the budget.
+ */
+async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQueryable) => Promise<unknown>) => Promise<unknown>) | undefined> {
+  const budget = requireStatementBudgetMs();
+  if (budget === undefined) return undefined;
+  if (db instanceof pg.Pool) {
+    if (budget >= poolStatementTimeoutMs(db)) return undefined;
+    return (run) => pgTransaction(db, run);
+  }
+  const bounded = boundedClients.get(db);
+  if (bounded !== undefined && budget < bounded.timeoutMs - TIMEOUT_REFRESH_MS) {
+    await db.query(setLocalTimeout(budget));
+    bounded.timeoutMs = budget;
+  }
+  return undefined;
+}
+
+/** Runs one statement and maps database errors; inside a pass, bounded by the invocation's time left. */
+export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues = []): Promise<pg.QueryResult<R>> {
   try {
-    return await db.query<R>(text, values);
+    const bounded = await boundStatement(db);
+    if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;
+    if (typeof values === 'function' && db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>(text, values()));
+    return await db.query<R>(text, valuesNow(values));
   } catch (error) {
     throw mapPgError(error);
   }
@@ -71,16 +152,22 @@ function statementName(text: string): string {
  * that each connection parses and plans once (`pg` prepares it on first use per connection).
  * `text` must be the same string object or content on every call (the claim builders memoize it).
  */
-export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg.PoolClient, text: string, values: unknown[], prepared: boolean | undefined): Promise<pg.QueryResult<R>> {
+export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg.PoolClient, text: string, values: PgValues, prepared: boolean | undefined): Promise<pg.QueryResult<R>> {
   if (prepared !== true) return pgQuery<R>(db, text, values);
   try {
-    return await db.query<R>({ name: statementName(text), text, values });
+    const bounded = await boundStatement(db);
+    if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared))) as pg.QueryResult<R>;
+    if (typeof values === 'function' && db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>({ name: statementName(text), text, values: values() }));
+    return await db.query<R>({ name: statementName(text), text, values: valuesNow(values) });
   } catch (error) {
     throw mapPgError(error);
   }
 }
 
-/** Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so. */
+/**
+ * Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so.
+ * Inside a pass, each statement `work` sends through `pgQuery` is bounded by the time left then.
+ */
 export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   let client: pg.PoolClient;
   try {
@@ -90,7 +177,16 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   }
   let broken = false;
   try {
-    await client.query('BEGIN');
+    const budget = requireStatementBudgetMs();
+    const ceilingMs = poolStatementTimeoutMs(pool);
+    if (budget !== undefined && budget < ceilingMs) {
+      // One round trip: BEGIN and the timeout for the transaction's first statement.
+      await client.query(`BEGIN; ${setLocalTimeout(budget)}`);
+      boundedClients.set(client, { timeoutMs: budget });
+    } else {
+      await client.query('BEGIN');
+      if (budget !== undefined) boundedClients.set(client, { timeoutMs: ceilingMs });
+    }
     const result = await work(client);
     await client.query('COMMIT');
     return result;
@@ -102,6 +198,7 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     }
     throw mapPgError(error);
   } finally {
+    boundedClients.delete(client);
     client.release(broken);
   }
 }

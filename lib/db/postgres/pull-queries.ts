@@ -16,8 +16,9 @@
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, OLDEST_WINDOW } from './claim-text.ts';
-import { claimSet } from './fenced-writes.ts';
+import { claimSet, LEASE_START } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
+import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
 const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp()`;
@@ -37,7 +38,7 @@ const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND cla
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const rows = await pgTransaction(ctx.pool, async (client) => {
     await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source]);
-    return (await pgClaimQuery<InboxDbRow>(client, pullClaimText(ctx.names), [p.source, p.limit, p.leaseMs], ctx.prepared)).rows;
+    return (await pgClaimQuery<InboxDbRow>(client, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared)).rows;
   });
   return rows.map(toInboxRow);
 }
@@ -142,12 +143,12 @@ const pullClaimText = oncePerNames((names) => {
      SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;
 });
 
-/** Fenced lease renewal: the lease becomes db clock + `leaseMs`. */
+/** Fenced lease renewal: the lease becomes the statement's start (`LEASE_START`, db clock) + `leaseMs`. */
 export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number }): Promise<boolean> {
   const { rowCount } = await pgQuery(
     ctx.pool,
-    `UPDATE ${ctx.names.inbox} SET lease_expires_at = clock_timestamp() + ${msInterval('$3')} WHERE ${FENCE}`,
-    [p.id, p.token, p.leaseMs],
+    `UPDATE ${ctx.names.inbox} SET lease_expires_at = ${LEASE_START} + ${msInterval('$3')} WHERE ${FENCE}`,
+    () => [p.id, p.token, leaseWithinBudget(p.leaseMs)],
   );
   return rowCount === 1;
 }

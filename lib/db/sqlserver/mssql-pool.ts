@@ -8,6 +8,7 @@
 import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { ConfigError, TransientDatabaseError, UsageError } from '../../errors.ts';
+import { requireStatementBudgetMs } from '../statement-budget.ts';
 import { mapMssqlError } from './error-map.ts';
 
 /** The applock wait of every claim lock, in milliseconds (seed: "waits up to 10 seconds"). */
@@ -145,15 +146,27 @@ export function statementText(runner: MssqlRunner, statement: MssqlStatement): s
   return isOwnRunner(runner) ? `${SESSION_SETTINGS}${statement.text}` : statement.text;
 }
 
-/** Runs one statement (one round trip) on a pool or a transaction; maps database errors. */
+/**
+ * Runs one statement (one round trip) on a pool or a transaction; maps database errors. Inside a
+ * pass (`withStatementBudget`) the request times out — and is cancelled on the server — when the
+ * invocation's time runs out, if that comes before the pool's request timeout.
+ */
 export async function runStatement<R>(runner: MssqlRunner, statement: MssqlStatement): Promise<sql.IResult<R>> {
-  const request = runner.request();
+  const budget = requireStatementBudgetMs();
+  // `request(overrides)` takes a per-request timeout (mssql ≥ 11; not in its type definitions).
+  const request = budget === undefined ? runner.request() : (runner as unknown as { request(overrides: { requestTimeout: number }): sql.Request }).request({ requestTimeout: Math.min(budget, poolRequestTimeoutMs(runner)) });
   for (const p of statement.params) request.input(p.name, p.type, p.value);
   try {
     return await request.query<R>(statementText(runner, statement));
   } catch (error) {
     throw mapMssqlError(error);
   }
+}
+
+/** The request timeout of the pool a runner belongs to (a transaction's parent pool). */
+function poolRequestTimeoutMs(runner: MssqlRunner): number {
+  const pool = (runner instanceof sql.Transaction ? (runner as unknown as { parent: sql.ConnectionPool }).parent : runner) as { config?: sql.config };
+  return pool.config?.requestTimeout ?? MIN_REQUEST_TIMEOUT_MS;
 }
 
 /** Runs `work` in a READ COMMITTED transaction; rolls back on error. */
