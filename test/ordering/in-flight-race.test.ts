@@ -33,7 +33,7 @@ describe('a claim beside an uncommitted claim of a later row of the same key', (
       },
       release: () => {},
     };
-    return { pool: { connect: async () => held } as unknown as pg.Pool, commit, release: () => client.release() };
+    return { pool: { connect: async () => held, options: {} } as unknown as pg.Pool, commit, release: () => client.release() };
   }
 
   /** True when `promise` has not settled after `ms`. */
