@@ -2,7 +2,7 @@
  * QueueBox as an application gets it: `npm pack` (which compiles through `prepack`), installed into
  * a scratch app with its runtime dependencies only (no optional peers, no dev tools), then used from
  * there — the CLI through `npx --no -- queuebox` (never fetched from the registry), `enqueue` from ESM and from TypeScript (type-checked with
- * `skipLibCheck: false` under node16, nodenext and bundler resolution), a pull worker — against the
+ * `skipLibCheck: false` under node16, nodenext, bundler and node10 resolution), a pull worker — against the
  * test database. npm installs from its cache where it can (`--prefer-offline`).
  */
 import assert from 'node:assert/strict';
@@ -108,6 +108,9 @@ const TSCONFIGS: Record<string, Record<string, unknown>> = {
   node16: { module: 'node16', moduleResolution: 'node16', noEmit: true },
   nodenext: { module: 'nodenext', moduleResolution: 'nodenext', outDir: 'out' },
   bundler: { module: 'esnext', moduleResolution: 'bundler', noEmit: true },
+  // The resolution older set-ups still use (with esModuleInterop, as `tsc --init` writes it): it
+  // reads `types`/`main`, not `exports`.
+  node10: { module: 'esnext', moduleResolution: 'node10', esModuleInterop: true, noEmit: true },
 };
 
 describe('the packed package, installed into an application', () => {
@@ -178,7 +181,7 @@ describe('the packed package, installed into an application', () => {
     assert.deepEqual(rows.rows, [{ id: committed, state: 'pending' }]);
   });
 
-  it('type-checks an application under node16, nodenext and bundler resolution with skipLibCheck off, and its enqueue runs', async () => {
+  it('type-checks an application under node16, nodenext, bundler and node10 resolution with skipLibCheck off, and its enqueue runs', async () => {
     writeFileSync(join(app, 'enqueue.ts'), ENQUEUE_TS);
     const checks = Object.entries(TSCONFIGS).map(async ([name, options]) => {
       const compilerOptions = { target: 'es2022', strict: true, skipLibCheck: false, types: ['node'], ...options };
