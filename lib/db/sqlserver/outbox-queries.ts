@@ -12,7 +12,7 @@ import { QueueBoxError, UsageError } from '../../errors.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
-import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, type MssqlNames } from './names.ts';
 import { buildStats, runStats } from './table-stats.ts';
 
@@ -106,11 +106,14 @@ export function buildOutboxReplayTopics(names: MssqlNames, states: string[]): Ms
   };
 }
 
-/** The replay UPDATE; `matchedTopics` are the topics the route patterns matched (when patterns were given). */
-export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTopics?: string[]): MssqlStatement {
+/**
+ * The WHERE conditions and parameters of a replay filter, shared by the replay and its preview;
+ * `matchedTopics` are the topics the route patterns matched (when patterns were given).
+ */
+export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { where: string[]; params: MssqlParam[] } {
   const states = replayStates(f);
   const where = [`state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'))`];
-  const params = [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))];
+  const params: MssqlParam[] = [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))];
   if (f.ids?.length) {
     where.push(`id IN (SELECT value FROM OPENJSON(@p_ids) WITH (value UNIQUEIDENTIFIER '$'))`);
     params.push(param('p_ids', sql.NVarChar(sql.MAX), JSON.stringify(f.ids)));
@@ -131,6 +134,23 @@ export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTop
     where.push('created_at < @p_created_to');
     params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
   }
+  return { where, params };
+}
+
+/**
+ * The topics of replayable rows that the filter's route patterns match (SQL Server has no regex,
+ * so patterns are matched here over the distinct topics); undefined when the filter has none.
+ */
+export async function replayMatchedTopics(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<string[] | undefined> {
+  if (!f.topicPatterns?.length) return undefined;
+  const patterns = f.topicPatterns.map((p) => new RegExp(topicPatternSource(p), 'u'));
+  const { recordset } = await runStatement<{ topic: string }>(runner, buildOutboxReplayTopics(names, replayStates(f)));
+  return recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
+}
+
+/** The replay UPDATE; `matchedTopics` are the topics the route patterns matched (when patterns were given). */
+export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTopics?: string[]): MssqlStatement {
+  const { where, params } = replayConditions(f, matchedTopics);
   return {
     text: `DECLARE @v_replayed INT = 0;
 DECLARE @v_chunk INT = 1;
@@ -166,14 +186,8 @@ SELECT @v_replayed AS replayed;`,
  * cut off midway is finished by running it again. Returns the rows moved.
  */
 export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<number> {
-  const states = replayStates(f);
-  let matched: string[] | undefined;
-  if (f.topicPatterns?.length) {
-    const patterns = f.topicPatterns.map((p) => new RegExp(topicPatternSource(p), 'u'));
-    const { recordset } = await runStatement<{ topic: string }>(runner, buildOutboxReplayTopics(names, states));
-    matched = recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
-    if (matched.length === 0) return 0;
-  }
+  const matched = await replayMatchedTopics(runner, names, f);
+  if (matched?.length === 0) return 0;
   const { recordset } = await runStatement<{ replayed: number }>(runner, buildOutboxReplay(names, f, matched));
   return Number(recordset[0]?.replayed ?? 0);
 }
