@@ -53,16 +53,19 @@ describe('database and source secrets at run time', () => {
   const store = new FakeSecretStore();
   let db: TestDatabase;
   let admin: pg.Pool;
-  // The test server trusts every login, so a rotation here switches users (the alternating-users
-  // strategy of Secrets Manager) and disables the old one: its login is then refused (28000).
+  // A rotation here switches users (the alternating-users strategy of Secrets Manager) and
+  // disables the old one: its login is then refused (28000), whatever the server's auth method.
   const suffix = randomBytes(4).toString('hex');
   const roles = [`qb_rotating_a_${suffix}`, `qb_rotating_b_${suffix}`] as const;
   const saved = { ...process.env };
   let base = '';
+  // Each role has a password of its own, so the test holds on a server with password
+  // authentication (the embedded PostgreSQL) as well as on one that trusts every login.
+  const password = randomBytes(12).toString('hex');
   const url = (role: string) => {
     const u = new URL(base);
     u.username = role;
-    u.password = 'unused-by-trust-auth';
+    u.password = password;
     return u.toString();
   };
 
@@ -71,7 +74,7 @@ describe('database and source secrets at run time', () => {
     base = testDatabaseUrl();
     admin = new pg.Pool({ connectionString: testDatabaseUrl(), max: 1 });
     for (const role of roles) {
-      await admin.query(`CREATE ROLE "${role}" LOGIN`);
+      await admin.query(`CREATE ROLE "${role}" LOGIN PASSWORD '${password}'`);
       await admin.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO "${role}"`);
       await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "${db.schema}" TO "${role}"`);
     }
