@@ -15,6 +15,7 @@
  */
 import { claimKey } from '../claims/claim-key.ts';
 import type { ClaimRef, OutboxRow } from '../db/driver.ts';
+import { withLazyPayload } from '../db/lazy-payload.ts';
 import type { Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
 import type { AbortableCall, OpenCalls } from './open-calls.ts';
 import type { PassContext } from './pass-context.ts';
@@ -141,5 +142,6 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
 }
 
 function toOutbound(row: OutboxRow): OutboundMessage {
-  return { id: row.id, topic: row.topic, key: row.key, payload: row.payload, headers: row.headers, attempt: row.attempt, replayCount: row.replayCount };
+  // The text travels; the object is parsed only if a destination reads it.
+  return withLazyPayload({ id: row.id, topic: row.topic, key: row.key, payloadText: row.payloadText, headers: row.headers, attempt: row.attempt, replayCount: row.replayCount });
 }
