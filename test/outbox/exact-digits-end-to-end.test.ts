@@ -13,11 +13,15 @@ import { startFauxqs, type FauxqsServer } from 'fauxqs';
 import { handler as httpHandler } from '../../functions/inbox-http.ts';
 import { handler as relayHandler } from '../../functions/inbox-relay.ts';
 import { createOutboxPoller } from '../../functions/outbox-poller.ts';
+import type { Driver } from '../../lib/db/driver.ts';
 import { createDestinations } from '../../lib/destinations/create-destinations.ts';
+import { runRelayPass } from '../../lib/inbox/relay-pass.ts';
 import { startLocalEventBridge, type LocalEventBridge } from '../../lib/local/local-eventbridge.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
+import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { createPullWorker } from '../../lib/pull/pull-worker.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
+import { createDeadline } from '../../lib/runtime/deadline.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
@@ -147,6 +151,34 @@ describe('payload numbers keep every digit from the webhook to SQS, EventBridge 
     const metadata = events[0]!.detail.metadata as { topic: string; headers: Record<string, string> };
     assert.equal(metadata.topic, 'eb.ledger');
     assert.equal(metadata.headers['x-source'], 'ledger');
+  });
+
+  it('keeps the digits when the batched forward fails and the relay forwards row by row', async () => {
+    for (const id of ['pay-2', 'pay-3']) {
+      const answer = await httpHandler(post('/inbox/payments', webhookBody(id)), fakeLambdaContext({ timeoutMs: 3_000 }));
+      assert.equal(answer.statusCode, 202, answer.body);
+    }
+    let batchedCalls = 0;
+    const failingBatch: Driver = Object.create(db.newDriver(), {
+      inboxForwardMany: {
+        value: async () => {
+          batchedCalls++;
+          throw new Error('batched forward refused');
+        },
+      },
+    });
+    const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
+    const metrics = new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
+    const relayed = await runRelayPass({ config: db.config, driver: failingBatch, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs: 20_000 }), 1000), mode: 'drain' });
+    assert.equal(batchedCalls, 1, 'the batched forward was tried first');
+    assert.equal(relayed.forwarded, 2);
+    const stored = await db.query<{ payload: string }>(`SELECT payload::text AS payload FROM "${db.schema}".outbox`);
+    assert.equal(stored.length, 2);
+    for (const row of stored) assertDigits(row.payload, 'outbox row forwarded row by row');
+    assert.equal((await runPoller()).sent, 2);
+    const messages = await receiveAll(client, queueUrl);
+    assert.deepEqual(messages.map((m) => (JSON.parse(m.Body!) as { id: string }).id).sort(), ['pay-2', 'pay-3']);
+    for (const m of messages) assertDigits(m.Body!, 'SQS body');
   });
 
   it('delivers a row inserted with plain SQL with exactly its digits', async () => {
