@@ -21,7 +21,7 @@ describe('inbox relay: a claim is its token', () => {
     db = await createTestDatabase({
       inbox: {
         relay: { batchSize: 10, concurrency: 4, claimTimeoutMs: 1200, pollIntervalMs: 10, maxAttempts: 5, retryBaseDelayMs: 1 },
-        sources: { shop: { type: 'http', path: '/shop' } },
+        sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } },
       },
     });
     inbox = `"${db.schema}".inbox`;
