@@ -36,6 +36,8 @@ export type InboxState = 'pending' | 'processing' | 'processed' | 'dead';
 export interface OutboxMessageInput {
   topic: string;
   payload: Record<string, unknown>;
+  /** `payload` as JSON text (the same object, valid JSON); stored instead of `JSON.stringify(payload)`, so numbers keep every digit. The inbox relay sets it. */
+  payloadText?: string;
   key?: string | null;
   headers?: Record<string, string>;
   /** Absolute time the row becomes due; default: now. */
@@ -52,7 +54,10 @@ export interface OutboxRow {
   id: string;
   topic: string;
   key: string | null;
+  /** The payload parsed (on first read); numbers beyond double precision are rounded here, never in `payloadText`. */
   payload: Record<string, unknown>;
+  /** The payload as stored, JSON text: what destinations deliver, every digit kept. */
+  payloadText: string;
   headers: Record<string, string>;
   /** Attempts already spent (0 on the first delivery). */
   attempt: number;
@@ -154,7 +159,10 @@ export interface InboxRow {
   idempotencyKey: string;
   aggregateId: string | null;
   eventType: string | null;
+  /** The payload parsed; numbers beyond double precision are rounded here, never in `payloadText`. */
   payload: unknown;
+  /** The payload as stored, JSON text, every digit kept; what the relay forwards to the outbox. */
+  payloadText: string;
   headers: Record<string, string>;
   correlationId: string | null;
   attempt: number;

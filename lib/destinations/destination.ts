@@ -14,7 +14,10 @@ export interface OutboundMessage {
   id: string;
   topic: string;
   key: string | null;
+  /** The payload parsed (on first read); numbers beyond double precision are rounded here. */
   payload: Record<string, unknown>;
+  /** The payload as stored, JSON text with every digit; what SQS and EventBridge deliver. */
+  payloadText: string;
   /** Row headers (application headers, plus relay headers such as `x-inbox-id`). */
   headers: Record<string, string>;
   /** 0-based attempt number of this delivery; travels as `X-Attempt`. */

@@ -9,6 +9,9 @@
  * `metadata.messageId` is the row id (`X-Message-Id`): consumers deduplicate on it, since
  * EventBridge itself does not. `key` and `correlationId` are `null` when absent; `headers` are the
  * row headers as stored. Rules can match on `detail.metadata.*` and `detail.data.*`.
+ *
+ * `data` is the payload's JSON text as stored, spliced in verbatim: numbers keep every digit
+ * (no parse, no re-stringify of the payload).
  */
 import { correlationIdOf } from './delivery-metadata.ts';
 import type { OutboundMessage } from './destination.ts';
@@ -33,18 +36,20 @@ export interface EventEnvelope {
   data: Record<string, unknown>;
 }
 
-/** Builds the envelope of one delivery. */
-export function eventEnvelope(message: OutboundMessage): EventEnvelope {
+/** The `metadata` member of the envelope of one delivery. */
+function envelopeMetadata(message: OutboundMessage): EventEnvelope['metadata'] {
   return {
-    metadata: {
-      version: EVENT_ENVELOPE_VERSION,
-      messageId: message.id,
-      topic: message.topic,
-      key: message.key,
-      attempt: message.attempt,
-      correlationId: correlationIdOf(message.headers),
-      headers: message.headers,
-    },
-    data: message.payload,
+    version: EVENT_ENVELOPE_VERSION,
+    messageId: message.id,
+    topic: message.topic,
+    key: message.key,
+    attempt: message.attempt,
+    correlationId: correlationIdOf(message.headers),
+    headers: message.headers,
   };
+}
+
+/** The envelope of one delivery as JSON text (the `Detail`): metadata serialized, `data` the payload text verbatim. */
+export function eventEnvelopeJson(message: OutboundMessage): string {
+  return `{"metadata":${JSON.stringify(envelopeMetadata(message))},"data":${message.payloadText}}`;
 }

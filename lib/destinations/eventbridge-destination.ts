@@ -19,7 +19,7 @@ import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } 
 import { classifyCallError } from './classify-call-error.ts';
 import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
-import { eventEnvelope } from './event-envelope.ts';
+import { eventEnvelopeJson } from './event-envelope.ts';
 
 /** EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB). */
 export const EVENTBRIDGE_MAX_BYTES = 262_144;
@@ -79,7 +79,7 @@ export class EventBridgeDestination implements Destination {
     if (message.topic.length > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH) {
       return { error: `topic is ${message.topic.length} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}` };
     }
-    const detail = JSON.stringify(eventEnvelope(message));
+    const detail = eventEnvelopeJson(message);
     const bytes = Buffer.byteLength(this.source) + Buffer.byteLength(message.topic) + Buffer.byteLength(detail);
     if (bytes > EVENTBRIDGE_MAX_BYTES) return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows ${EVENTBRIDGE_MAX_BYTES}` };
     return {

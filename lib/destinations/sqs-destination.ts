@@ -4,7 +4,7 @@
  * Invariants:
  * - a call carries at most 10 entries and at most 1 MiB (body + attributes as SQS counts them);
  *   larger batches are split into several calls, sent concurrently;
- * - the body is `JSON.stringify(payload)`; the delivery headers travel as message attributes;
+ * - the body is the payload's JSON text as stored (`payloadText`, every digit kept); the delivery headers travel as message attributes;
  * - FIFO: `MessageGroupId` = key (the row id when there is no key), `MessageDeduplicationId` =
  *   row id, or `${id}:r${replayCount}` for a replayed row so SQS does not absorb the replay;
  * - a row that can never be accepted (too large, too many or invalid attributes, invalid group id
@@ -76,7 +76,7 @@ export class SqsDestination implements Destination {
   #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {
     const attributes = sqsMessageAttributes(message);
     if (!attributes.ok) return { error: attributes.error };
-    const body = JSON.stringify(message.payload);
+    const body = message.payloadText;
     if (!isValidSqsText(body)) return { error: 'payload contains characters that SQS does not accept in a message body' };
     const bytes = Buffer.byteLength(body) + attributes.bytes;
     if (bytes > SQS_MAX_BYTES) return { error: `message is ${bytes} bytes (body and attributes); SQS allows ${SQS_MAX_BYTES}` };

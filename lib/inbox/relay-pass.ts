@@ -75,7 +75,9 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
   headers['x-idempotency-key'] = row.idempotencyKey;
   if (row.correlationId !== null && row.correlationId !== '') headers['X-Correlation-Id'] = row.correlationId;
   try {
-    return { message: validateOutboxMessage({ topic: rendered.topic, key: row.aggregateId, payload: row.payload, headers }) };
+    // The object is validated; the stored text is what the outbox row gets, so no digit is lost.
+    const message = validateOutboxMessage({ topic: rendered.topic, key: row.aggregateId, payload: row.payload, headers });
+    return { message: { ...message, payloadText: row.payloadText } };
   } catch (error) {
     if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}` };
     throw error;
@@ -99,13 +101,17 @@ interface ForwardItem {
  */
 export const FORWARD_STATEMENT_BYTES = 4 * 1024 * 1024;
 
-/** Splits `items` in order into runs of at most `budget` characters of JSON (at least one item each). */
+/**
+ * Splits `items` in order into runs of at most `budget` bytes of JSON (at least one item each);
+ * a payload is measured by the byte length of its text (`payloadText` when the message has it).
+ */
 export function byJsonSize<T extends { message: OutboxMessageInput }>(items: readonly T[], budget: number): T[][] {
   const chunks: T[][] = [];
   let chunk: T[] = [];
   let size = 0;
   for (const item of items) {
-    const itemSize = JSON.stringify(item.message.payload).length + JSON.stringify(item.message.headers ?? {}).length;
+    const payloadText = item.message.payloadText ?? JSON.stringify(item.message.payload);
+    const itemSize = Buffer.byteLength(payloadText) + Buffer.byteLength(JSON.stringify(item.message.headers ?? {}));
     if (chunk.length > 0 && size + itemSize > budget) {
       chunks.push(chunk);
       chunk = [];

@@ -42,6 +42,8 @@ export interface AcceptedEvent {
   detailType: string;
   /** `Detail`, parsed. */
   detail: Record<string, unknown>;
+  /** `Detail` as sent (JSON text; numbers with every digit). */
+  detailText: string;
   receivedAt: Date;
 }
 
@@ -136,7 +138,7 @@ export async function startLocalEventBridge(options: LocalEventBridgeOptions = {
     const bus = busName(entry.EventBusName);
     if (!buses.has(bus)) return { ErrorCode: 'ResourceNotFoundException', ErrorMessage: `Event bus ${bus} does not exist.` };
     const eventId = randomUUID();
-    accepted.push({ eventId, bus, source: entry.Source, detailType: entry.DetailType, detail: detail as Record<string, unknown>, receivedAt: new Date() });
+    accepted.push({ eventId, bus, source: entry.Source, detailType: entry.DetailType, detail: detail as Record<string, unknown>, detailText: entry.Detail, receivedAt: new Date() });
     return { EventId: eventId };
   }
 

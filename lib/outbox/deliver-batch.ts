@@ -140,6 +140,36 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
   for (const [outcome, n] of perOutcome) ctx.metrics.count('outboxDestinationMessages', n, { destination: destination.name, outcome });
 }
 
+/**
+ * A claimed row as a destination sees it. The payload text travels; `payload` is the row's parsed
+ * view, read through (parsed only if a destination reads it), so building one costs no parse.
+ */
+class Outbound implements OutboundMessage {
+  readonly id: string;
+  readonly topic: string;
+  readonly key: string | null;
+  readonly payloadText: string;
+  readonly headers: Record<string, string>;
+  readonly attempt: number;
+  readonly replayCount: number;
+  readonly #row: OutboxRow;
+
+  constructor(row: OutboxRow) {
+    this.id = row.id;
+    this.topic = row.topic;
+    this.key = row.key;
+    this.payloadText = row.payloadText;
+    this.headers = row.headers;
+    this.attempt = row.attempt;
+    this.replayCount = row.replayCount;
+    this.#row = row;
+  }
+
+  get payload(): Record<string, unknown> {
+    return this.#row.payload;
+  }
+}
+
 function toOutbound(row: OutboxRow): OutboundMessage {
-  return { id: row.id, topic: row.topic, key: row.key, payload: row.payload, headers: row.headers, attempt: row.attempt, replayCount: row.replayCount };
+  return new Outbound(row);
 }

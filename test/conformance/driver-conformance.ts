@@ -14,6 +14,7 @@ import { defineConsoleCases } from './console-cases.ts';
 import { defineGeneralCases } from './general-cases.ts';
 import { defineInboxCases } from './inbox-cases.ts';
 import { defineOutboxCases } from './outbox-cases.ts';
+import { definePayloadTextCases } from './payload-text-cases.ts';
 import { definePullCases } from './pull-cases.ts';
 
 /** Time columns a test may move relative to the database clock. */
@@ -101,5 +102,6 @@ export function runDriverConformance(name: string, setup: () => Promise<Conforma
     describe('pull', () => definePullCases(define));
     describe('concurrency', () => defineConcurrencyCases(define));
     describe('console', () => defineConsoleCases(define));
+    describe('payload text', () => definePayloadTextCases(define));
   });
 }

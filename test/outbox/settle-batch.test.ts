@@ -16,6 +16,7 @@ const row = (id: string, attempt = 0): OutboxRow => ({
   topic: 't',
   key: null,
   payload: {},
+  payloadText: '{}',
   headers: {},
   attempt,
   maxAttempts: 5,

@@ -25,7 +25,8 @@ export interface InboxDbRow {
   idempotency_key: string;
   aggregate_id: string | null;
   event_type: string | null;
-  payload: unknown;
+  /** `payload::text`: the stored JSON text (a jsonb column would be parsed, and large numbers rounded). */
+  payload_text: string;
   headers: Record<string, string>;
   correlation_id: string | null;
   attempt: number;
@@ -43,7 +44,8 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     idempotencyKey: r.idempotency_key,
     aggregateId: r.aggregate_id,
     eventType: r.event_type,
-    payload: r.payload,
+    payload: JSON.parse(r.payload_text) as unknown,
+    payloadText: r.payload_text,
     headers: r.headers,
     correlationId: r.correlation_id,
     attempt: r.attempt,
@@ -228,7 +230,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
           SET ${claimSet('$1')}
          FROM candidates
         WHERE i.id = candidates.id
-    RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,
+    RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
               i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at`;
 });
 
@@ -304,7 +306,7 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
       items.map((i) => i.outbox.id ?? null),
       items.map((i) => i.outbox.topic),
       items.map((i) => i.outbox.key ?? null),
-      items.map((i) => JSON.stringify(i.outbox.payload)),
+      items.map((i) => i.outbox.payloadText ?? JSON.stringify(i.outbox.payload)),
       items.map((i) => JSON.stringify(i.outbox.headers ?? {})),
       items.map((i) => i.outbox.maxAttempts ?? defaults.maxAttempts),
       items.map((i) => (i.outbox.scheduledAt === undefined ? null : i.outbox.scheduledAt)),

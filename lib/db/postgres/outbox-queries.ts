@@ -13,6 +13,7 @@ import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW } from './cl
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
+import { withLazyPayload } from '../lazy-payload.ts';
 import { binder, replayWhere } from './replay-preview.ts';
 
 
@@ -20,7 +21,8 @@ interface OutboxDbRow {
   id: string;
   topic: string;
   key: string | null;
-  payload: Record<string, unknown>;
+  /** `payload::text`: the stored JSON text, not parsed (a jsonb column would be parsed, and large numbers rounded). */
+  payload_text: string;
   headers: Record<string, string>;
   attempt: number;
   max_attempts: number;
@@ -33,11 +35,11 @@ interface OutboxDbRow {
 }
 
 function toOutboxRow(r: OutboxDbRow): OutboxRow {
-  return {
+  return withLazyPayload({
     id: r.id,
     topic: r.topic,
     key: r.key,
-    payload: r.payload,
+    payloadText: r.payload_text,
     headers: r.headers,
     attempt: r.attempt,
     maxAttempts: r.max_attempts,
@@ -46,7 +48,7 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
     createdAt: new Date(r.created_ms),
     claimToken: r.claim_token,
     leaseExpiresAt: new Date(r.lease_expires_ms),
-  };
+  });
 }
 
 /** Inserts one outbox row through `db` (the caller's transaction or a relay transaction). */
@@ -61,7 +63,7 @@ export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMes
       m.id ?? null,
       m.topic,
       m.key ?? null,
-      JSON.stringify(m.payload),
+      m.payloadText ?? JSON.stringify(m.payload),
       JSON.stringify(m.headers ?? {}),
       m.maxAttempts ?? defaults.maxAttempts,
       m.scheduledAt ?? null,
@@ -165,7 +167,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
         SET ${claimSet('$1')}
        FROM candidates
       WHERE o.id = candidates.id
-  RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.attempt, o.max_attempts, o.sequence,
+  RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
             date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms`;

@@ -135,7 +135,7 @@ const pullClaimText = oncePerNames((names) => {
         SET ${claimSet('$3')}
        FROM candidates
       WHERE i.id = candidates.id
-  RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload, i.headers,
+  RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
             i.correlation_id, i.attempt, i.created_at, i.scheduled_at, i.claim_token,
             i.lease_expires_at)
      -- UPDATE … RETURNING does not keep the candidates' order; restore the claim order here,

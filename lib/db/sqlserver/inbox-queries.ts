@@ -43,7 +43,7 @@ SELECT id, CAST(CASE WHEN id = @p_id THEN 0 ELSE 1 END AS BIT) AS duplicate
       param('p_idempotency_key', sql.NVarChar(255), m.idempotencyKey),
       param('p_aggregate_id', sql.NVarChar(255), m.aggregateId ?? null),
       param('p_event_type', sql.NVarChar(255), m.eventType ?? null),
-      param('p_payload', sql.NVarChar(sql.MAX), JSON.stringify(m.payload ?? null)),
+      param('p_payload', sql.NVarChar(sql.MAX), m.payloadText ?? JSON.stringify(m.payload ?? null)),
       param('p_headers', sql.NVarChar(sql.MAX), JSON.stringify(m.headers ?? {})),
       param('p_correlation_id', sql.NVarChar(128), m.correlationId ?? null),
       param('p_consumption', sql.NVarChar(10), m.consumption),

@@ -42,6 +42,7 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     aggregateId: r.aggregate_id,
     eventType: r.event_type,
     payload: JSON.parse(r.payload) as unknown,
+    payloadText: r.payload,
     headers: JSON.parse(r.headers) as Record<string, string>,
     correlationId: r.correlation_id,
     attempt: r.attempt,

@@ -13,6 +13,7 @@ import { inClaimTransaction, lockNameLiteral } from './claim-locks.ts';
 import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf } from './claim-order.ts';
 import { lowerUuid, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
+import { withLazyPayload } from '../lazy-payload.ts';
 
 const COLUMNS = ['id', 'topic', '[key]', 'payload', 'headers', 'attempt', 'max_attempts', '[sequence]', 'replay_count', 'created_at', 'claim_token', 'lease_expires_at'] as const;
 
@@ -37,11 +38,12 @@ interface OutboxDbRow {
 }
 
 function toOutboxRow(r: OutboxDbRow): OutboxRow {
-  return {
+  return withLazyPayload({
     id: lowerUuid(r.id),
     topic: r.topic,
     key: r.key,
-    payload: JSON.parse(r.payload) as Record<string, unknown>,
+    // NVARCHAR: the text as stored, never parsed on the delivery path
+    payloadText: r.payload,
     headers: JSON.parse(r.headers) as Record<string, string>,
     attempt: r.attempt,
     maxAttempts: r.max_attempts,
@@ -50,7 +52,7 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
     createdAt: r.created_at,
     claimToken: lowerUuid(r.claim_token),
     leaseExpiresAt: r.lease_expires_at,
-  };
+  });
 }
 
 /** The claim batch under the transaction-owned lock `names.outboxClaimLock`. */

@@ -28,7 +28,7 @@ VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALES
         param('p_id', sql.UniqueIdentifier, id),
         param('p_topic', sql.NVarChar(255), m.topic),
         param('p_key', sql.NVarChar(255), m.key ?? null),
-        param('p_payload', sql.NVarChar(sql.MAX), JSON.stringify(m.payload)),
+        param('p_payload', sql.NVarChar(sql.MAX), m.payloadText ?? JSON.stringify(m.payload)),
         param('p_headers', sql.NVarChar(sql.MAX), JSON.stringify(m.headers ?? {})),
         param('p_max_attempts', sql.Int, m.maxAttempts ?? defaults.maxAttempts),
         param('p_scheduled_at', sql.DateTime2(7), m.scheduledAt ?? null),
