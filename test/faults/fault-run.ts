@@ -220,6 +220,7 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
 
     const maxRunMs = options.maxRunMs ?? 10 * 60_000;
     let lastLog = Date.now();
+    let lastDeliveries = 0;
     for (;;) {
       await new Promise((resolve) => setTimeout(resolve, 1000));
       const { rows } = await db.pool.query<{ outbox: number; push: number; pull: number }>(
@@ -229,8 +230,13 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
       );
       const open = rows[0]!.outbox + rows[0]!.push + rows[0]!.pull;
       if (Date.now() - lastLog > 10_000) {
-        lastLog = Date.now();
-        log(`${Math.round((Date.now() - started) / 1000)} s: ${open} rows open (outbox ${rows[0]!.outbox}, push ${rows[0]!.push}, pull ${rows[0]!.pull}), ${destination.deliveries.length} deliveries`);
+        // Deliveries since the previous line, per second: the drain rate over the run, to see it hold as the backlog ages.
+        const now = Date.now();
+        const delivered = destination.deliveries.length;
+        const rate = Math.round(((delivered - lastDeliveries) * 1000) / (now - lastLog));
+        lastLog = now;
+        lastDeliveries = delivered;
+        log(`${Math.round((now - started) / 1000)} s: ${open} rows open (outbox ${rows[0]!.outbox}, push ${rows[0]!.push}, pull ${rows[0]!.pull}), ${delivered} deliveries, ${rate}/s since the last line`);
       }
       if (open === 0 || Date.now() - started > maxRunMs) break;
     }
