@@ -10,33 +10,12 @@ import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 
 const env = { HOOK_SECRET: 'whsec_test', API_TOKEN: 'token-123', SHOP_KEY: 'key-abc' };
 const NOW = 1_800_000_000_000;
 
-function event(path: string, body: string, headers: Record<string, string> = {}, method = 'POST', isBase64Encoded = false): APIGatewayProxyEventV2 {
-  return {
-    version: '2.0',
-    routeKey: '$default',
-    rawPath: path,
-    rawQueryString: '',
-    headers,
-    requestContext: {
-      accountId: '000000000000',
-      apiId: 'api',
-      domainName: 'example.com',
-      domainPrefix: 'example',
-      http: { method, path, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: 'test' },
-      requestId: 'r',
-      routeKey: '$default',
-      stage: '$default',
-      time: '',
-      timeEpoch: 0,
-    },
-    body,
-    isBase64Encoded,
-  };
-}
+const event = apiGatewayV2Event;
 
 function signed(body: string, secret = env.HOOK_SECRET, timestamp = String(NOW / 1000)): Record<string, string> {
   return { 'x-timestamp': timestamp, 'x-signature': `sha256=${hmacSignature('sha256', secret, timestamp, Buffer.from(body))}` };

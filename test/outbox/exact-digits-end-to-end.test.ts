@@ -24,6 +24,7 @@ import { setContainer } from '../../lib/runtime/container.ts';
 import { createDeadline } from '../../lib/runtime/deadline.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 
 const credentials = { accessKeyId: 'test', secretAccessKey: 'test' };
 const env = { API_TOKEN: 'token-123' };
@@ -44,27 +45,7 @@ function assertDigits(text: string, what: string): void {
 }
 
 function post(path: string, body: string): APIGatewayProxyEventV2 {
-  return {
-    version: '2.0',
-    routeKey: '$default',
-    rawPath: path,
-    rawQueryString: '',
-    headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' },
-    requestContext: {
-      accountId: '000000000000',
-      apiId: 'api',
-      domainName: 'example.com',
-      domainPrefix: 'example',
-      http: { method: 'POST', path, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: 'test' },
-      requestId: 'r',
-      routeKey: '$default',
-      stage: '$default',
-      time: '',
-      timeEpoch: 0,
-    },
-    body,
-    isBase64Encoded: false,
-  };
+  return apiGatewayV2Event(path, body, { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' });
 }
 
 async function receiveAll(client: SQSClient, queueUrl: string): Promise<Message[]> {

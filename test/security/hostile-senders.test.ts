@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash, createHmac } from 'node:crypto';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import type { APIGatewayProxyEvent, APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, SQSRecord } from 'aws-lambda';
+import type { APIGatewayProxyEvent, APIGatewayProxyStructuredResultV2, SQSRecord } from 'aws-lambda';
 import { handler as httpHandler } from '../../functions/inbox-http.ts';
 import { handler as sqsHandler } from '../../functions/inbox-sqs.ts';
 import { createDriver } from '../../lib/db/create-driver.ts';
@@ -20,34 +20,13 @@ import { setContainer } from '../../lib/runtime/container.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { RecordingLogger } from '../helpers/recording-logger.ts';
+import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 
 const env = { HOOK_SECRET: 'hook-secret-1', STRIPE_SECRET: 'stripe-endpoint-secret', GITHUB_SECRET: "It's a Secret to Everybody", CRM_TOKEN: 'crm-token' };
 const ctx = () => fakeLambdaContext({ timeoutMs: 10_000 });
 const now = () => String(Math.floor(Date.now() / 1000));
 
-function v2(path: string, body: string, headers: Record<string, string> = {}, method = 'POST'): APIGatewayProxyEventV2 {
-  return {
-    version: '2.0',
-    routeKey: '$default',
-    rawPath: path,
-    rawQueryString: '',
-    headers,
-    requestContext: {
-      accountId: '000000000000',
-      apiId: 'api',
-      domainName: 'example.com',
-      domainPrefix: 'example',
-      http: { method, path, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: 'test' },
-      requestId: 'r',
-      routeKey: '$default',
-      stage: '$default',
-      time: '',
-      timeEpoch: 0,
-    },
-    body,
-    isBase64Encoded: false,
-  };
-}
+const v2 = (path: string, body: string, headers: Record<string, string> = {}, method = 'POST') => apiGatewayV2Event(path, body, headers, method);
 
 /** A REST API (payload 1.0) event as API Gateway sends it, headers in their original case. */
 function v1(path: string, body: string, headers: Record<string, string>, method = 'POST'): APIGatewayProxyEvent {
