@@ -152,15 +152,17 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     return await runScheduler({ options, config, driver, emulator, feed, webhooks, out, speed, stop: stop.signal, scope: invocations.scope });
   } finally {
     invocations.restore();
-    process.removeListener('SIGINT', onSignal);
-    process.removeListener('SIGTERM', onSignal);
-    options.signal?.removeEventListener('abort', onSignal);
     setContainer(undefined);
     await feed?.close().catch(() => {});
     await driver?.close().catch(() => {});
     if (emulator !== options.emulator) await emulator?.stop().catch(() => {});
     if (embedded) removeLocalRunFile();
     await embedded?.stop().catch(() => {});
+    // Only now: a repeated Ctrl-C that lands while the run cleans up must still find a handler,
+    // or Node's default action would kill the process before the database is stopped.
+    process.removeListener('SIGINT', onSignal);
+    process.removeListener('SIGTERM', onSignal);
+    options.signal?.removeEventListener('abort', onSignal);
   }
 }
 
