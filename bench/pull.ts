@@ -20,6 +20,7 @@ import { parseConfig } from '../lib/config/load-config.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { seedInbox } from './inbox-table.ts';
 import { serverInfo } from './server-info.ts';
 
 const BATCH = 50;
@@ -31,13 +32,7 @@ async function drainOnce(url: string, admin: pg.Client, seed: number, drain: num
   const t = `${quoteIdent(schema)}.${quoteIdent('inbox')}`;
   try {
     await driver.migrate();
-    await admin.query(
-      `INSERT INTO ${t} (source, idempotency_key, aggregate_id, event_type, payload, consumption)
-       SELECT 'jobs', 'k' || g, ${aggregates > 0 ? `'a' || (g % ${aggregates})` : 'NULL'}, 'created', jsonb_build_object('i', g, 'body', 'x'), 'pull'
-         FROM generate_series(1, $1::int) AS g ORDER BY g`,
-      [seed],
-    );
-    await admin.query(`VACUUM ANALYZE ${t}`);
+    await seedInbox(admin, t, { source: 'jobs', count: seed, aggregates, consumption: 'pull' });
     let done = 0;
     const loop = async () => {
       while (done < drain) {

@@ -25,6 +25,7 @@ import { createLogger } from '../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../lib/observability/metrics.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { seedInbox } from './inbox-table.ts';
 import { serverInfo } from './server-info.ts';
 
 type Mode = 'batched' | 'row-by-row';
@@ -45,13 +46,7 @@ async function drainOnce(url: string, admin: pg.Client, messages: number, aggreg
   const t = `${quoteIdent(schema)}.${quoteIdent('inbox')}`;
   try {
     await driver.migrate();
-    await admin.query(
-      `INSERT INTO ${t} (source, idempotency_key, aggregate_id, event_type, payload, consumption)
-       SELECT 'shop', 'k' || g, ${aggregates > 0 ? `'a' || (g % ${aggregates})` : 'NULL'}, 'created', jsonb_build_object('i', g, 'body', 'x'), 'push'
-         FROM generate_series(1, $1::int) AS g ORDER BY g`,
-      [messages],
-    );
-    await admin.query(`VACUUM ANALYZE ${t}`);
+    await seedInbox(admin, t, { source: 'shop', count: messages, aggregates, consumption: 'push' });
     // The baseline: the batched forward refuses, so every batch takes the row-by-row fallback.
     const relayDriver: Driver =
       mode === 'batched' ? driver : Object.create(driver, { inboxForwardMany: { value: async () => Promise.reject(new Error('bench: row-by-row baseline')) } });
