@@ -183,23 +183,11 @@ export function createProgram(io: CliIo): Command {
     .action(async (opts: { messages?: number; exitWhenDrained?: boolean; speed?: number; useExisting?: boolean }) => {
       const run = io.runLocal ?? (await loadLocalRunner());
       const path = program.opts<{ config?: string }>().config;
-      try {
-        await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) });
-      } finally {
-        // The run has printed its summary and stopped everything; a Ctrl-C that arrives while the
-        // process exits (a terminal's and npm's copies come apart under load) must not kill it
-        // with a signal status instead of its exit code.
-        for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-          if (!process.listeners(signal).includes(ignoreLateSignal)) process.on(signal, ignoreLateSignal);
-        }
-      }
+      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) });
     });
 
   return program;
 }
-
-/** Swallows a stop signal that arrives after the local run has already stopped. */
-function ignoreLateSignal(): void {}
 
 async function loadLocalRunner(): Promise<(options: Record<string, unknown>) => Promise<unknown>> {
   const { runLocal } = await import('../lib/local/local-runner.ts');

@@ -50,6 +50,12 @@ import { refuseExistingRows } from './local-existing-rows.ts';
 
 const redactUrl = (url: string) => url.replace(/:[^:@/]*@/, ':***@');
 
+/**
+ * How long after its first stop signal a run keeps its signal handlers: the terminal's and npm's
+ * copies of one Ctrl-C arrive apart by milliseconds, by more on a loaded machine.
+ */
+export const DUPLICATE_SIGNAL_GRACE_MS = 1_000;
+
 /** Printed once at start: the demo's refused and duplicate webhooks are deliberate. */
 export const DEMO_REFUSALS_NOTE =
   'demo webhooks on purpose: every 4th is delivered twice (answered 200 duplicate, stored once) and every 10th order also draws a forgery ' +
@@ -99,13 +105,18 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
   const out = options.out ?? ((line: string) => process.stdout.write(`${line}\n`));
   const speed = options.speed ?? 1;
   const stop = new AbortController();
-  const onSignal = () => stop.abort();
+  const onAbort = () => stop.abort();
+  let firstSignalAt: number | undefined;
+  const onSignal = () => {
+    firstSignalAt ??= Date.now();
+    stop.abort();
+  };
   // `on`, not `once`: under `npm start` a Ctrl-C reaches this process twice (from the terminal
   // and forwarded by npm); with `once`, the second SIGINT met no handler and killed the run
   // before its summary. Repeats are harmless (the stop is already under way).
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
-  options.signal?.addEventListener('abort', onSignal, { once: true });
+  options.signal?.addEventListener('abort', onAbort, { once: true });
 
   let embedded: EmbeddedDatabase | undefined;
   let emulator: LocalSqsEmulator | undefined;
@@ -158,11 +169,16 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     if (emulator !== options.emulator) await emulator?.stop().catch(() => {});
     if (embedded) removeLocalRunFile();
     await embedded?.stop().catch(() => {});
+    // A stop that finishes within moments of its signal waits out the rest of the grace with the
+    // handlers still in place: the other copy of the Ctrl-C may still be on its way, and Node.js
+    // restores the default action while it exits, so a copy landing then would end the finished
+    // run with a signal status instead of its exit code.
+    if (firstSignalAt !== undefined) await sleep(firstSignalAt + DUPLICATE_SIGNAL_GRACE_MS - Date.now());
     // Only now: a repeated Ctrl-C that lands while the run cleans up must still find a handler,
     // or Node's default action would kill the process before the database is stopped.
     process.removeListener('SIGINT', onSignal);
     process.removeListener('SIGTERM', onSignal);
-    options.signal?.removeEventListener('abort', onSignal);
+    options.signal?.removeEventListener('abort', onAbort);
   }
 }
 

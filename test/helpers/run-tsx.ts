@@ -6,6 +6,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 
 export interface TsxRun {
   code: number | null;
+  /** The signal that ended the child, if one did. */
+  signal: NodeJS.Signals | null;
   stdout: string;
   stderr: string;
 }
@@ -23,9 +25,9 @@ export function runTsx(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 120_0
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     child.on('error', reject);
-    child.on('close', (code) => {
+    child.on('close', (code, signal) => {
       clearTimeout(timer);
-      resolve({ code, stdout, stderr });
+      resolve({ code, signal, stdout, stderr });
     });
   });
 }
