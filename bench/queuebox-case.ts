@@ -68,14 +68,16 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   let emptyPasses = 0;
   try {
     await Promise.all(
-      drivers.map(async (driver) => {
+      drivers.map(async (pool) => {
+        // One wrapper per driver, as a container keeps its driver across invocations.
+        const driver = counting(pool);
         // A pass in drain mode returns when a claim finds nothing; with several passes and keyed
         // rows that can happen while others still hold heads, so run passes until the target.
         // A run of passes that claim nothing means nothing is left to move (e.g. rows went dead).
         while (sent < target && !stop.signal.aborted && emptyPasses < 50) {
           passes++;
           const summary = await runOutboxPass({
-            driver: counting(driver),
+            driver,
             config,
             destinations,
             router,

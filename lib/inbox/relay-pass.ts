@@ -25,6 +25,7 @@ import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
 import { ValidationError } from '../errors.ts';
+import { backlogGaugeDue } from '../observability/backlog-gauge-gate.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
@@ -211,11 +212,14 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     }
   }
   summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost;
-  try {
-    const stats = await driver.inboxStats({ pendingOnly: true });
-    metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
-  } catch (error) {
-    logger.warn('inbox stats failed; oldest-pending gauge not emitted this pass', { error: String(error) });
+  // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver: the read counts the pending rows.
+  if (backlogGaugeDue(driver, 'inbox')) {
+    try {
+      const stats = await driver.inboxStats({ pendingOnly: true });
+      metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
+    } catch (error) {
+      logger.warn('inbox stats failed; oldest-pending gauge not emitted this pass', { error: String(error) });
+    }
   }
   summary.durationMs = Date.now() - started;
   return summary;

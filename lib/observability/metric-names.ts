@@ -9,7 +9,7 @@ export const METRICS = {
   outboxMessages: { name: 'queuebox_outbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Outbox rows settled, by status: sent, dead, retried.' },
   outboxReclaimed: { name: 'queuebox_outbox_messages_reclaimed_total', unit: 'Count', dimensions: [], help: 'Outbox rows returned from processing to pending by the reclaim step.' },
   claimsLost: { name: 'queuebox_claims_lost_total', unit: 'Count', dimensions: ['component'], help: 'Fenced writes that changed no row (component: outbox, inbox, pull): work outlived its lease.' },
-  outboxPending: { name: 'queuebox_outbox_messages_pending', unit: 'Count', dimensions: [], help: 'Outbox rows in state pending at the end of a pass.' },
+  outboxPending: { name: 'queuebox_outbox_messages_pending', unit: 'Count', dimensions: [], help: 'Outbox rows in state pending at the end of a pass (read at most every 10 s per container).' },
   outboxOldestPendingAge: { name: 'queuebox_outbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending outbox row.' },
   outboxPublishDuration: { name: 'queuebox_outbox_publish_duration_seconds', unit: 'Seconds', dimensions: ['destination_type'], help: 'Duration of one destination call (a batch of up to 10 entries).' },
   outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered, by destination name and outcome: sent, retryable, permanent.' },

@@ -19,7 +19,8 @@
  *    awaited (its statements end with the invocation), so `abandoned` counts only rows whose
  *    settle did not land.
  * 5. Gauges: pending count and oldest pending age from `outboxStats({ pendingOnly: true })`, which
- *    reads the pending rows only (the table's finished rows are not counted at every pass).
+ *    reads the pending rows only (the table's finished rows are not counted at every pass), and
+ *    at most once per `BACKLOG_GAUGE_INTERVAL_MS` per driver (`backlog-gauge-gate.ts`).
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
@@ -28,6 +29,7 @@ import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
+import { backlogGaugeDue } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import type { Deadline } from '../runtime/deadline.ts';
 import { CallLimiter } from './call-limiter.ts';
@@ -227,12 +229,14 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });
 
   for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });
-  try {
-    const stats = await driver.outboxStats({ pendingOnly: true });
-    metrics.gauge('outboxPending', stats.counts.pending ?? 0);
-    metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
-  } catch (error) {
-    logger.warn('outbox stats failed; pending gauges not emitted this pass', { error: String(error) });
+  if (backlogGaugeDue(driver, 'outbox')) {
+    try {
+      const stats = await driver.outboxStats({ pendingOnly: true });
+      metrics.gauge('outboxPending', stats.counts.pending ?? 0);
+      metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
+    } catch (error) {
+      logger.warn('outbox stats failed; pending gauges not emitted this pass', { error: String(error) });
+    }
   }
   const summary: OutboxPassSummary = { ...tally, reclaimRan, abandoned, durationMs: Math.round(performance.now() - started), stoppedBecause };
   if (failure !== undefined) throw new OutboxPassError(summary, failure);
