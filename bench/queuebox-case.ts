@@ -48,11 +48,23 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   const drivers = Array.from({ length: ctx.workers }, () => new PostgresDriver({ config, url: ctx.url }));
   const destinations = destinationsFor(ctx, config, kind);
   const router = createRouter(config.outbox.routes, config.destinations);
+  // Database time of the claims and the sent marks, summed over all passes (the notes).
+  const timing = { claims: 0, claimMs: 0, emptyClaims: 0, settles: 0, settleMs: 0 };
   const counting = (driver: PostgresDriver): OutboxPassDriver => ({
-    outboxClaimMany: (p) => driver.outboxClaimMany(p),
+    outboxClaimMany: async (p) => {
+      const at = performance.now();
+      const rows = await driver.outboxClaimMany(p);
+      timing.claimMs += performance.now() - at;
+      timing.claims++;
+      if (rows.length === 0) timing.emptyClaims++;
+      return rows;
+    },
     outboxRenewMany: (p) => driver.outboxRenewMany(p),
     outboxMarkSentMany: async (p) => {
+      const at = performance.now();
       const ids = await driver.outboxMarkSentMany(p);
+      timing.settleMs += performance.now() - at;
+      timing.settles++;
       sent += ids.length;
       if (sent >= target) stop.abort();
       return ids;
@@ -97,7 +109,12 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
     clearTimeout(cap);
     await Promise.all(drivers.map((d) => d.close()));
   }
-  return { moved: Math.min(sent, target), capped: sent < target, notes: { passes, dead, retried } };
+  const average = (ms: number, n: number) => Math.round((ms / Math.max(1, n)) * 10) / 10;
+  return {
+    moved: Math.min(sent, target),
+    capped: sent < target,
+    notes: { passes, dead, retried, claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), settleMsAvg: average(timing.settleMs, timing.settles) },
+  };
 }
 
 function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false): BenchCase {

@@ -25,7 +25,7 @@ export interface Sizes {
   backlogDrain: number;
 }
 
-/** The issue-4 sizes: 20,000 messages and a 1,000,000-row backlog drained by 50,000. */
+/** The full sizes: 20,000 messages and a 1,000,000-row backlog drained by 50,000. */
 export const FULL_SIZES: Sizes = { messages: 20_000, backlog: 1_000_000, backlogDrain: 50_000 };
 /** A smoke run that finishes in well under a minute. */
 export const QUICK_SIZES: Sizes = { messages: 2_000, backlog: 100_000, backlogDrain: 5_000 };

@@ -10,7 +10,7 @@
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW } from './claim-text.ts';
+import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
@@ -211,7 +211,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
          UNION ALL
          SELECT id FROM (
            SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
-            WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest)
+            WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
             ORDER BY heads.scheduled_at, heads.sequence
             LIMIT ${limit}
             FOR UPDATE OF c SKIP LOCKED) AS free_heads
@@ -220,7 +220,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
            SELECT c.id FROM ${t} c
             WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND ${NO_AGGREGATE}
               AND c.scheduled_at <= clock_timestamp()
-              AND c.id NOT IN (SELECT id FROM oldest)
+              AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
             ORDER BY c.scheduled_at, c.sequence
             LIMIT ${limit}
             FOR UPDATE SKIP LOCKED) AS keyless

@@ -9,7 +9,7 @@ import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
-import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW } from './claim-text.ts';
+import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -144,10 +144,10 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
        UNION ALL
        SELECT id FROM oldest
        UNION ALL
-       -- only when the oldest rows left room: the heads of the keys that can move …
+       -- only when the oldest rows filled less than half the batch: the heads of the keys that can move …
        SELECT id FROM (
          SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
-          WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest)
+          WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
           ORDER BY heads.scheduled_at, heads.sequence
           LIMIT ${limit}
           FOR UPDATE OF c SKIP LOCKED) AS free_heads
@@ -157,7 +157,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
          SELECT c.id FROM ${t} c
           WHERE c.state = 'pending' AND c.attempt = 0 AND ${KEYLESS}
             AND c.scheduled_at <= statement_timestamp()
-            AND c.id NOT IN (SELECT id FROM oldest)
+            AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
           ORDER BY c.scheduled_at, c.sequence
           LIMIT ${limit}
           FOR UPDATE SKIP LOCKED) AS keyless
@@ -180,9 +180,10 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
  * check and the unique index on the key of `processing` rows keep one row per key in flight.
  *
  * Order: due retries (`attempt > 0`) first, then first attempts by `scheduled_at, sequence`: the
- * oldest rows first; when they leave room (their keys are in flight), the heads of the keys that
- * can move, found by a loose scan of the key-head index, then keyless rows. A claim thus reads
- * a bounded window plus one head per open key, never the rows waiting behind a key in flight.
+ * oldest rows first; when they fill less than half the batch (their keys are in flight), the
+ * heads of the keys that can move, found by a loose scan of the key-head index, then keyless
+ * rows. A claim thus reads a bounded window plus one head per open key, never the rows waiting
+ * behind a key in flight; a window a few rows short (held by a concurrent claim) skips the scan.
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
   const { rows } = await claimRetryingInFlight(() => pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared));

@@ -15,7 +15,7 @@
  */
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
-import { oncePerNames, OLDEST_WINDOW } from './claim-text.ts';
+import { oncePerNames, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { claimSet, LEASE_START } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
@@ -116,7 +116,7 @@ const pullClaimText = oncePerNames((names) => {
        UNION ALL
        SELECT id FROM (
          SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
-          WHERE ${open('c')} AND ${CLAIMABLE('c')} AND c.id NOT IN (SELECT id FROM oldest)
+          WHERE ${open('c')} AND ${CLAIMABLE('c')} AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
           ORDER BY heads.scheduled_at, heads.created_at, heads.id
           LIMIT $2
           FOR UPDATE OF c SKIP LOCKED) AS free_heads
@@ -124,7 +124,7 @@ const pullClaimText = oncePerNames((names) => {
        SELECT id FROM (
          SELECT c.id FROM ${t} c
           WHERE ${open('c')} AND c.attempt = 0 AND ${noAggregate} AND ${CLAIMABLE('c')}
-            AND c.id NOT IN (SELECT id FROM oldest)
+            AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
           ORDER BY c.scheduled_at, c.created_at, c.id
           LIMIT $2
           FOR UPDATE SKIP LOCKED) AS keyless

@@ -1,0 +1,92 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+const LIMIT = 4;
+const LEASE = 60_000;
+
+/**
+ * A claim reads the oldest `LIMIT × OLDEST_WINDOW` due rows first. It looks past them (a loose
+ * scan over every open key or aggregate, then rows without one) only when they filled less than
+ * half its batch: a window a few rows short costs a smaller batch, not a scan of every key.
+ *
+ * Each case: key `a` has its head in flight and `blocked` more rows waiting behind it, then the
+ * heads of keys b, c, d, e, f, one row each, in that order. The window (8 rows) holds the
+ * `blocked` rows of `a` and the first `8 − blocked` of b…f.
+ */
+describe('claims look past the oldest window only when it filled less than half the batch (PostgreSQL)', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => db.drop());
+  beforeEach(async () => {
+    await db.query(`TRUNCATE "${db.schema}".outbox, "${db.schema}".inbox`);
+  });
+  const window = LIMIT * OLDEST_WINDOW;
+
+  const expectations = [
+    // blocked rows of a in the window → the heads the claim returns
+    { blocked: 5, heads: ['b', 'c', 'd'], why: 'three of four from the window: the batch is one short, no scan' },
+    { blocked: 6, heads: ['b', 'c'], why: 'half the batch from the window: still no scan' },
+    { blocked: 7, heads: ['b', 'c', 'd', 'e'], why: 'less than half from the window: the scan fills the batch with the heads past it' },
+  ];
+
+  for (const { blocked, heads, why } of expectations) {
+    it(`outbox: ${blocked} of ${window} window rows held behind a key in flight → ${heads.join(', ')} (${why})`, async () => {
+      const client = await db.pool.connect();
+      try {
+        const insert = (key: string, n: number) => db.driver.outboxInsert(client, { topic: 't', key, payload: { key, n } }, { maxAttempts: 5 });
+        for (let n = 0; n <= blocked; n++) await insert('a', n);
+        for (const key of ['b', 'c', 'd', 'e', 'f']) await insert(key, 0);
+      } finally {
+        client.release();
+      }
+      const [head] = await db.driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+      assert.deepEqual([head?.key, (head?.payload as { n: number }).n], ['a', 0]);
+      const rows = await db.driver.outboxClaimMany({ limit: LIMIT, leaseMs: LEASE });
+      assert.deepEqual(rows.map((r) => r.key), heads);
+    });
+
+    it(`relay: ${blocked} of ${window} window rows held behind an aggregate in flight → ${heads.join(', ')}`, async () => {
+      const receive = (aggregateId: string, n: number) =>
+        db.driver.inboxInsert({ source: 'shop', idempotencyKey: `${aggregateId}-${n}`, aggregateId, payload: { n }, consumption: 'push' });
+      for (let n = 0; n <= blocked; n++) await receive('a', n);
+      for (const aggregate of ['b', 'c', 'd', 'e', 'f']) await receive(aggregate, 0);
+      const [head] = await db.driver.inboxClaimPushMany({ limit: 1, leaseMs: LEASE });
+      assert.equal(head?.idempotencyKey, 'a-0');
+      const rows = await db.driver.inboxClaimPushMany({ limit: LIMIT, leaseMs: LEASE });
+      assert.deepEqual(rows.map((r) => r.aggregateId), heads);
+    });
+
+    it(`pull: ${blocked} of ${window} window rows held by an aggregate in flight → ${heads.join(', ')}`, async () => {
+      const receive = (aggregateId: string, n: number) =>
+        db.driver.inboxInsert({ source: 'shop', idempotencyKey: `${aggregateId}-${n}`, aggregateId, payload: { n }, consumption: 'pull' });
+      // The pull window reads processing rows too (an expired lease is claimed directly), so
+      // the head in flight is one of the window's blocked rows.
+      for (let n = 0; n < blocked; n++) await receive('a', n);
+      for (const aggregate of ['b', 'c', 'd', 'e', 'f']) await receive(aggregate, 0);
+      const [head] = await db.driver.pullClaimMany({ source: 'shop', limit: 1, leaseMs: LEASE });
+      assert.equal(head?.idempotencyKey, 'a-0');
+      const rows = await db.driver.pullClaimMany({ source: 'shop', limit: LIMIT, leaseMs: LEASE });
+      assert.deepEqual(rows.map((r) => r.aggregateId), heads);
+    });
+  }
+
+  it('a table drained down to a few rows past a short window still hands them all out, in order, batch after batch', async () => {
+    const client = await db.pool.connect();
+    try {
+      for (let n = 0; n < 12; n++) await db.driver.outboxInsert(client, { topic: 't', key: `k${n}`, payload: { n } }, { maxAttempts: 5 });
+    } finally {
+      client.release();
+    }
+    const claimed: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const rows = await db.driver.outboxClaimMany({ limit: LIMIT, leaseMs: LEASE });
+      if (rows.length === 0) break;
+      claimed.push(...rows.map((r) => r.key!));
+    }
+    assert.deepEqual(claimed, Array.from({ length: 12 }, (_, n) => `k${n}`));
+  });
+});
