@@ -12,8 +12,8 @@ const LEASE = 60_000;
  * half its batch: a window a few rows short costs a smaller batch, not a scan of every key.
  *
  * Each case: key `a` has its head in flight and `blocked` more rows waiting behind it, then the
- * heads of keys b, c, d, e, f, one row each, in that order. The window (8 rows) holds the
- * `blocked` rows of `a` and the first `8 − blocked` of b…f.
+ * heads of keys b, c, d, e, f, one row each, in that order. The window holds the `blocked` rows
+ * of `a` and the first `window − blocked` of b…f.
  */
 describe('claims look past the oldest window only when it filled less than half the batch (PostgreSQL)', () => {
   let db: TestDatabase;
@@ -28,9 +28,9 @@ describe('claims look past the oldest window only when it filled less than half 
 
   const expectations = [
     // blocked rows of a in the window → the heads the claim returns
-    { blocked: 5, heads: ['b', 'c', 'd'], why: 'three of four from the window: the batch is one short, no scan' },
-    { blocked: 6, heads: ['b', 'c'], why: 'half the batch from the window: still no scan' },
-    { blocked: 7, heads: ['b', 'c', 'd', 'e'], why: 'less than half from the window: the scan fills the batch with the heads past it' },
+    { blocked: window - 3, heads: ['b', 'c', 'd'], why: 'three of four from the window: the batch is one short, no scan' },
+    { blocked: window - 2, heads: ['b', 'c'], why: 'half the batch from the window: still no scan' },
+    { blocked: window - 1, heads: ['b', 'c', 'd', 'e'], why: 'less than half from the window: the scan fills the batch with the heads past it' },
   ];
 
   for (const { blocked, heads, why } of expectations) {
