@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
+import pg from 'pg';
 import { OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
@@ -88,5 +89,59 @@ describe('claims look past the oldest window only when it filled less than half 
       claimed.push(...rows.map((r) => r.key!));
     }
     assert.deepEqual(claimed, Array.from({ length: 12 }, (_, n) => `k${n}`));
+  });
+});
+
+describe('the outbox claim sends its window claim first while the window fills batches (PostgreSQL)', () => {
+  let db: TestDatabase;
+  const sent: string[] = [];
+  const query = pg.Client.prototype.query;
+  before(async () => {
+    db = await createTestDatabase();
+    // Records which outbox claim statement each claim sends (the window claim has no loose scan).
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      const first = args[0] as string | { text?: string };
+      const text = typeof first === 'string' ? first : (first?.text ?? '');
+      if (text.includes('claim_token = gen_random_uuid()') && text.includes(`"${db.schema}"."outbox"`)) sent.push(text.includes('open_keys') ? 'full' : 'window');
+      return (query as (...a: unknown[]) => unknown).apply(this, args);
+    } as typeof query;
+  });
+  after(async () => {
+    pg.Client.prototype.query = query;
+    await db.drop();
+  });
+  const claim = async (limit: number) => {
+    sent.length = 0;
+    const rows = await db.driver.outboxClaimMany({ limit, leaseMs: LEASE });
+    return { keys: rows.map((r) => r.key ?? '-'), statements: [...sent] };
+  };
+  const insert = async (rows: Array<string | null>) => {
+    const client = await db.pool.connect();
+    try {
+      for (const key of rows) await db.driver.outboxInsert(client, { topic: 't', key, payload: {} }, { maxAttempts: 5 });
+    } finally {
+      client.release();
+    }
+  };
+
+  it('one window claim per batch on a keyless table; the full claim only when the window gives less than half; back to the window once it fills batches again', async () => {
+    await insert(Array.from({ length: 8 }, () => null));
+    assert.deepEqual(await claim(4), { keys: ['-', '-', '-', '-'], statements: ['window'] });
+    assert.deepEqual(await claim(4), { keys: ['-', '-', '-', '-'], statements: ['window'] });
+
+    // Key a: its head goes in flight, 20 rows wait behind it, then keys b…h.
+    await insert([...Array.from({ length: 21 }, () => 'a'), 'b', 'c', 'd', 'e', 'f', 'g', 'h']);
+    assert.deepEqual(await claim(1), { keys: ['a'], statements: ['window'] });
+    // The window (a's waiting rows, then b) gives one row: the full claim takes the rest.
+    assert.deepEqual(await claim(4), { keys: ['b', 'c', 'd', 'e'], statements: ['window', 'full'] });
+    // The window still gives nothing: straight to the full claim.
+    assert.deepEqual(await claim(4), { keys: ['f', 'g', 'h'], statements: ['full'] });
+    assert.deepEqual(await claim(4), { keys: [], statements: ['full'] });
+
+    // Rows that can move fill the full claim's window: the next claim starts with the window claim.
+    await insert(Array.from({ length: 8 }, () => null));
+    await db.query(`UPDATE "${db.schema}".outbox SET state = 'dead' WHERE key = 'a' AND state = 'pending'`);
+    assert.deepEqual(await claim(4), { keys: ['-', '-', '-', '-'], statements: ['full'] });
+    assert.deepEqual(await claim(4), { keys: ['-', '-', '-', '-'], statements: ['window'] });
   });
 });

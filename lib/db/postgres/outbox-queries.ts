@@ -87,10 +87,55 @@ const FREE_HEAD = `NOT EXISTS (
                   SELECT 1 FROM %T b
                    WHERE b.key = c.key AND b.key <> '' AND b.state = 'processing')`;
 
-/** The claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease in ms). */
+/** The retried and oldest CTEs both claim statements start with (see `outboxClaimMany`). */
+function retriedAndOldest(t: string, limit: number): string {
+  const freeHead = FREE_HEAD.replaceAll('%T', t);
+  return `retried AS (
+       SELECT c.id FROM ${t} c
+        WHERE c.state = 'pending' AND c.attempt > 0 AND c.scheduled_at <= statement_timestamp()
+          AND (${KEYLESS} OR (${freeHead}))
+        ORDER BY c.scheduled_at, c.sequence
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+     ),
+     -- the oldest due rows: in a table where most keys can move, the batch is found here. The
+     -- window is read in index order and joined back by ctid (one heap visit, no sort); a row
+     -- updated meanwhile fails the ctid recheck of its lock and is skipped like a locked one.
+     oldest AS (
+       SELECT c.id FROM (
+           SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
+            WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
+            ORDER BY w.scheduled_at, w.sequence
+            LIMIT ${limit * OLDEST_WINDOW}) w
+         JOIN ${t} c ON c.ctid = w.ctid
+        WHERE c.state = 'pending' AND c.attempt = 0
+          AND (${KEYLESS} OR (${freeHead}))
+        ORDER BY w.scheduled_at, w.sequence
+        LIMIT ${limit}
+        FOR UPDATE OF c SKIP LOCKED
+     )`;
+}
+
+/** What both claim statements set and return. */
+function claimUpdate(t: string, extraReturning = ''): string {
+  return `UPDATE ${t} o
+        SET ${claimSet('$1')}
+       FROM candidates
+      WHERE o.id = candidates.id
+  RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
+            o.replay_count, o.claim_token,
+            date_part('epoch', o.created_at) * 1000 AS created_ms,
+            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms${extraReturning}`;
+}
+
+/**
+ * The full claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease
+ * in ms): retries, the window, and — when the window filled less than half the batch — the heads
+ * of the keys that can move, then keyless rows. Each row also returns `window_rows`, how many
+ * rows the window gave, so that the next claim knows whether the window alone would do.
+ */
 const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
   const t = names.outbox;
-  const freeHead = FREE_HEAD.replaceAll('%T', t);
   return `WITH RECURSIVE
      -- every key with an open row, one index probe each (a loose scan of the key-head index)
      open_keys AS (
@@ -115,30 +160,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
           AND NOT EXISTS (
             SELECT 1 FROM ${t} b WHERE b.key = open_keys.key AND b.key <> '' AND b.state = 'processing')
      ),
-     retried AS (
-       SELECT c.id FROM ${t} c
-        WHERE c.state = 'pending' AND c.attempt > 0 AND c.scheduled_at <= statement_timestamp()
-          AND (${KEYLESS} OR (${freeHead}))
-        ORDER BY c.scheduled_at, c.sequence
-        LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED
-     ),
-     -- the oldest due rows: in a table where most keys can move, the batch is found here. The
-     -- window is read in index order and joined back by ctid (one heap visit, no sort); a row
-     -- updated meanwhile fails the ctid recheck of its lock and is skipped like a locked one.
-     oldest AS (
-       SELECT c.id FROM (
-           SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
-            WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
-            ORDER BY w.scheduled_at, w.sequence
-            LIMIT ${limit * OLDEST_WINDOW}) w
-         JOIN ${t} c ON c.ctid = w.ctid
-        WHERE c.state = 'pending' AND c.attempt = 0
-          AND (${KEYLESS} OR (${freeHead}))
-        ORDER BY w.scheduled_at, w.sequence
-        LIMIT ${limit}
-        FOR UPDATE OF c SKIP LOCKED
-     ),
+     ${retriedAndOldest(t, limit)},
      candidates AS (
        SELECT id FROM retried
        UNION ALL
@@ -163,15 +185,31 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
           FOR UPDATE SKIP LOCKED) AS keyless
        LIMIT ${limit}
      )
-     UPDATE ${t} o
-        SET ${claimSet('$1')}
-       FROM candidates
-      WHERE o.id = candidates.id
-  RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
-            o.replay_count, o.claim_token,
-            date_part('epoch', o.created_at) * 1000 AS created_ms,
-            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms`;
+     ${claimUpdate(t, ',\n            (SELECT count(*) FROM oldest)::int AS window_rows')}`;
 });
+
+/**
+ * The window claim: retries and the window of the oldest rows only — the same rows the full claim
+ * takes whenever the window fills at least half the batch, for a fraction of its planning (no
+ * recursive scan, no head or keyless branch to plan: 0.5 ms instead of 1.4 ms per claim).
+ */
+const outboxWindowClaimText = oncePerNamesAndLimit((names, limit) => {
+  const t = names.outbox;
+  return `WITH ${retriedAndOldest(t, limit)},
+     candidates AS (
+       SELECT id FROM retried
+       UNION ALL
+       SELECT id FROM oldest
+       LIMIT ${limit}
+     )
+     ${claimUpdate(t)}`;
+});
+
+/**
+ * Which claim a driver sends first: the window claim while the window has been filling batches
+ * (keyless tables, many keys), the full claim while it has not (few keys holding a backlog).
+ */
+const windowFirst = new WeakMap<PgNames, boolean>();
 
 /**
  * Claims due rows: keyless rows (no key or `''`) freely, keyed rows only when they are the head
@@ -184,10 +222,23 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
  * heads of the keys that can move, found by a loose scan of the key-head index, then keyless
  * rows. A claim thus reads a bounded window plus one head per open key, never the rows waiting
  * behind a key in flight; a window a few rows short (held by a concurrent claim) skips the scan.
+ *
+ * Two statements, one sent at a time: while the window has been filling batches, the window
+ * claim first (cheaper to plan), and the full claim for the rest of the batch only when the window
+ * gave less than half; while it has not, the full claim at once, which reports whether its window
+ * alone would have done (then the next claim starts with the window claim again).
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const { rows } = await claimRetryingInFlight(() => pgClaimQuery<OutboxDbRow>(ctx.pool, outboxClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared));
-  return rows.map(toOutboxRow).sort(bySequence);
+  const claim = (text: string) => claimRetryingInFlight(() => pgClaimQuery<OutboxDbRow & { window_rows?: number }>(ctx.pool, text, () => [leaseWithinBudget(p.leaseMs)], ctx.prepared));
+  let claimed: OutboxDbRow[] = [];
+  if (windowFirst.get(ctx.names) !== false) {
+    claimed = (await claim(outboxWindowClaimText(ctx.names, p.limit))).rows;
+    if (claimed.length * 2 >= p.limit) return claimed.map(toOutboxRow).sort(bySequence);
+    windowFirst.set(ctx.names, false);
+  }
+  const { rows } = await claim(outboxClaimText(ctx.names, p.limit - claimed.length));
+  if (rows.length > 0 && rows[0]!.window_rows! * 2 >= p.limit - claimed.length) windowFirst.set(ctx.names, true);
+  return [...claimed, ...rows].map(toOutboxRow).sort(bySequence);
 }
 
 /** Claim order within a batch: `sequence` (a non-negative bigint as text) without BigInt allocations. */
