@@ -95,6 +95,7 @@ describe('claims look past the oldest window only when it filled less than half 
 describe('the outbox claim sends its window claim first while the window fills batches (PostgreSQL)', () => {
   let db: TestDatabase;
   const sent: string[] = [];
+  let failFull = false;
   const query = pg.Client.prototype.query;
   before(async () => {
     db = await createTestDatabase();
@@ -102,7 +103,10 @@ describe('the outbox claim sends its window claim first while the window fills b
     pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
       const first = args[0] as string | { text?: string };
       const text = typeof first === 'string' ? first : (first?.text ?? '');
-      if (text.includes('claim_token = gen_random_uuid()') && text.includes(`"${db.schema}"."outbox"`)) sent.push(text.includes('open_keys') ? 'full' : 'window');
+      if (text.includes('claim_token = gen_random_uuid()') && text.includes(`"${db.schema}"."outbox"`)) {
+        sent.push(text.includes('open_keys') ? 'full' : 'window');
+        if (failFull && text.includes('open_keys')) throw new Error('Connection terminated unexpectedly');
+      }
       return (query as (...a: unknown[]) => unknown).apply(this, args);
     } as typeof query;
   });
@@ -143,5 +147,23 @@ describe('the outbox claim sends its window claim first while the window fills b
     await db.query(`UPDATE "${db.schema}".outbox SET state = 'dead' WHERE key = 'a' AND state = 'pending'`);
     assert.deepEqual(await claim(4), { keys: ['-', '-', '-', '-'], statements: ['full'] });
     assert.deepEqual(await claim(4), { keys: ['-', '-', '-', '-'], statements: ['window'] });
+  });
+
+  it('when the full claim fails after the window claim took rows, those rows are handed out, not left to their lease', async () => {
+    await db.query(`DELETE FROM "${db.schema}".outbox`);
+    // x's head goes in flight; the window (LIMIT × OLDEST_WINDOW rows) then holds x's other rows and y.
+    await insert([...Array.from({ length: LIMIT * OLDEST_WINDOW }, () => 'x'), 'y', 'z']);
+    assert.deepEqual(await claim(1), { keys: ['x'], statements: ['window'] });
+    failFull = true;
+    try {
+      // The window (x's waiting rows, then y) gives y; the full claim for the rest fails.
+      assert.deepEqual(await claim(4), { keys: ['y'], statements: ['window', 'full'] });
+      await assert.rejects(claim(4), /Connection terminated unexpectedly/);
+    } finally {
+      failFull = false;
+    }
+    assert.deepEqual(await claim(4), { keys: ['z'], statements: ['full'] });
+    const held = await db.query<{ key: string }>(`SELECT key FROM "${db.schema}".outbox WHERE state = 'processing' ORDER BY sequence`);
+    assert.deepEqual(held.map((r) => r.key), ['x', 'y', 'z'], 'the three claims, each handed out');
   });
 });

@@ -236,7 +236,15 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
     if (claimed.length * 2 >= p.limit) return claimed.map(toOutboxRow).sort(bySequence);
     windowFirst.set(ctx.names, false);
   }
-  const { rows } = await claim(outboxClaimText(ctx.names, p.limit - claimed.length));
+  let rows: Array<OutboxDbRow & { window_rows?: number }>;
+  try {
+    ({ rows } = await claim(outboxClaimText(ctx.names, p.limit - claimed.length)));
+  } catch (error) {
+    // The window claim's rows are committed as this claim's: hand them out (the pass publishes
+    // them) rather than leave them to their lease; the next claim meets the error if it stays.
+    if (claimed.length > 0) return claimed.map(toOutboxRow).sort(bySequence);
+    throw error;
+  }
   if (rows.length > 0 && rows[0]!.window_rows! * 2 >= p.limit - claimed.length) windowFirst.set(ctx.names, true);
   return [...claimed, ...rows].map(toOutboxRow).sort(bySequence);
 }
