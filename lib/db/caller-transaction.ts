@@ -40,3 +40,38 @@ export function refusePool(tx: unknown, operation: string): void {
     );
   }
 }
+
+/** The savepoint that proves a `pg` client is inside a transaction block (see `insidePgTransaction`). */
+const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
+
+/**
+ * Runs `work` (writes through the caller's `pg` client) only if the client is inside a
+ * transaction block; otherwise throws `UsageError` and writes nothing. Without `BEGIN`, each
+ * statement commits on its own: the row would be published whether or not the business change
+ * commits, which is what the outbox exists to prevent.
+ *
+ * `pg` reports the state the server announced after the client's last statement
+ * (`getTransactionStatus()`: `T` in a block, `E` in a failed block, `I` outside one). `T` and `E`
+ * need no check (in `E` the write fails with the server's own error). `I` may still be a block: a
+ * `BEGIN` sent without waiting for it is queued ahead of this write. So then a savepoint is set
+ * first — refused by the server outside a block (SQLSTATE 25P01), released after `work` — one
+ * extra round trip, only on a client that has not yet heard of a transaction.
+ */
+export async function insidePgTransaction<T>(tx: unknown, operation: string, work: () => Promise<T>): Promise<T> {
+  const client = tx as { getTransactionStatus?: () => string | null; query(text: string): Promise<unknown> };
+  if (typeof client.getTransactionStatus !== 'function' || client.getTransactionStatus() !== 'I') return work();
+  try {
+    await client.query(`SAVEPOINT ${CHECK_SAVEPOINT}`);
+  } catch (error) {
+    if ((error as { code?: unknown }).code === '25P01') {
+      throw new UsageError(
+        `${operation} ran outside a transaction: the client has not run BEGIN, so the row would commit on its own, apart from your change; nothing was written. ` +
+          "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
+      );
+    }
+    throw error;
+  }
+  const result = await work();
+  await client.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
+  return result;
+}

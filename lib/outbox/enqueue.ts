@@ -5,7 +5,7 @@
  * with the business change. Nothing here opens a connection.
  */
 import { IDENTIFIER_PATTERN } from '../config/schema.ts';
-import { refusePool } from '../db/caller-transaction.ts';
+import { insidePgTransaction, refusePool } from '../db/caller-transaction.ts';
 import type { CallerTransaction, OutboxMessageInput } from '../db/driver.ts';
 import { importOptional } from '../optional-package.ts';
 import { pgNames } from '../db/postgres/names.ts';
@@ -33,7 +33,8 @@ function isMssqlTransaction(tx: unknown): boolean {
  *
  * `tx` is a `pg` client on which the caller ran `BEGIN` (or an `mssql` Transaction). Throws
  * `ValidationError` naming the field when the message is invalid, and `UsageError` for a
- * `pg.Pool` (its queries would run outside the transaction); nothing is written then.
+ * `pg.Pool` (its queries would run outside the transaction) or a client outside a transaction
+ * block (no `BEGIN`: the row would commit on its own); nothing is written then.
  */
 export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput, options: EnqueueOptions = {}): Promise<string> {
   const m = validateOutboxMessage(message);
@@ -50,5 +51,5 @@ export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput
     throw new QueueBoxError('enqueue needs the caller transaction: a pg client inside BEGIN, or an mssql Transaction');
   }
   const names = pgNames(options.schema ?? 'public', { outbox: table, inbox: 'inbox', maintenance: 'queuebox_maintenance' });
-  return outboxInsert(names, tx as PgQueryable, m, defaults);
+  return insidePgTransaction(tx, 'enqueue', () => outboxInsert(names, tx as PgQueryable, m, defaults));
 }

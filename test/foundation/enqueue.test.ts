@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import type pg from 'pg';
 import { enqueue } from '../../lib/index.ts';
 import { UsageError, ValidationError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -41,7 +42,9 @@ describe('enqueue', () => {
   it('honours delayMs on the database clock and maxAttempts', async () => {
     const client = await db.pool.connect();
     try {
+      await client.query('BEGIN');
       const id = await enqueue(client, { topic: 'later', payload: {}, delayMs: 60_000, maxAttempts: 9 }, { schema: db.schema });
+      await client.query('COMMIT');
       const [row] = await db.query<{ due_in: number; max_attempts: number }>(
         `SELECT EXTRACT(EPOCH FROM scheduled_at - clock_timestamp())::float8 AS due_in, max_attempts FROM "${db.schema}".outbox WHERE id = $1`,
         [id],
@@ -95,5 +98,49 @@ describe('enqueue', () => {
     });
     const afterRows = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
     assert.equal(afterRows[0]!.n, before[0]!.n);
+  });
+
+  it('refuses a client outside a transaction block (no BEGIN: the row would commit on its own) with a UsageError, writing nothing', async () => {
+    const before = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+    const client = await db.pool.connect();
+    try {
+      await client.query('SELECT 1');
+      await assert.rejects(enqueue(client, { topic: 't', payload: {} }, { schema: db.schema }), (error: unknown) => {
+        assert.ok(error instanceof UsageError, `UsageError, got ${String(error)}`);
+        assert.match(error.message, /enqueue ran outside a transaction/);
+        assert.match(error.message, /BEGIN/);
+        return true;
+      });
+      assert.equal(client.getTransactionStatus(), 'I', 'the client is left as it was');
+    } finally {
+      client.release();
+    }
+    const afterRows = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+    assert.equal(afterRows[0]!.n, before[0]!.n);
+  });
+
+  it('inside BEGIN sends the insert alone; a BEGIN sent without waiting is still honoured (the row rolls back with it)', async () => {
+    const client = await db.pool.connect();
+    const sent: string[] = [];
+    const query = client.query.bind(client) as (text: string, values?: unknown[]) => Promise<unknown>;
+    const spy = Object.assign(Object.create(client) as pg.PoolClient, {
+      query: (text: string, values?: unknown[]) => (sent.push(text.trim().split(/\s+/)[0]!), query(text, values)),
+    });
+    try {
+      await client.query('BEGIN');
+      await enqueue(spy, { topic: 't', payload: { n: 1 } }, { schema: db.schema });
+      assert.deepEqual(sent, ['INSERT'], 'one statement in an open transaction');
+      await client.query('COMMIT');
+
+      sent.length = 0;
+      const begin = client.query('BEGIN');
+      const id = await enqueue(spy, { topic: 't', payload: { n: 2 } }, { schema: db.schema });
+      await begin;
+      assert.deepEqual(sent, ['SAVEPOINT', 'INSERT', 'RELEASE'], 'the savepoint proves the queued BEGIN');
+      await client.query('ROLLBACK');
+      assert.deepEqual(await db.query(`SELECT id FROM "${db.schema}".outbox WHERE id = $1`, [id]), [], 'rolled back with the transaction');
+    } finally {
+      client.release();
+    }
   });
 });

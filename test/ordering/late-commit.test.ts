@@ -21,7 +21,14 @@ describe('a row that commits after a later row of its key was claimed', () => {
       await early.query('BEGIN');
       const earlyId = await enqueue(early, { topic: 't', key: 'k-1', payload: { n: 1 } }, { schema: db.schema });
       const late = await db.pool.connect();
-      const lateId = await enqueue(late, { topic: 't', key: 'k-1', payload: { n: 2 } }, { schema: db.schema }).finally(() => late.release());
+      let lateId: string;
+      try {
+        await late.query('BEGIN');
+        lateId = await enqueue(late, { topic: 't', key: 'k-1', payload: { n: 2 } }, { schema: db.schema });
+        await late.query('COMMIT');
+      } finally {
+        late.release();
+      }
       const first = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
       assert.deepEqual(first.map((r) => r.id), [lateId], 'only the committed row is visible');
       await early.query('COMMIT');
