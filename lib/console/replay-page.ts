@@ -1,7 +1,8 @@
 /**
  * Replay from the console: a form, a dry-run preview (count and the rows), and a confirm that
  * replays exactly the rows the preview listed. Validation and the move are the CLI's own
- * (`parseReplayRequest`, `previewReplay`, `runReplayCommand`).
+ * (`parseReplayRequest`, `previewReplay`, `resolveReplayFilter` and the driver's replay, told to
+ * move each row only while it is as the preview read it).
  *
  * The confirm acts on the previewed ids, not the filter (kept server-side under a one-time
  * confirmation id, `ReplayConfirmations`): rows that match the filter after the preview are not
@@ -9,7 +10,7 @@
  * preview is confirmed at most once. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
  */
 import { UsageError } from '../errors.ts';
-import { parseReplayRequest, previewReplay, runReplayCommand } from '../operations/replay.ts';
+import { parseReplayRequest, previewReplay, resolveReplayFilter } from '../operations/replay.ts';
 import { html, type SafeHtml } from './html.ts';
 import { ReplayConfirmations } from './replay-confirmations.ts';
 import { page, rowLink, state, time, tokenField, type ConsoleContext } from './layout.ts';
@@ -112,14 +113,12 @@ export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchPara
     const ids = previewed.ids;
     if (ids.length > REPLAY_PAGE_CAP) throw new UsageError(`replay: a confirm from the console moves at most ${REPLAY_PAGE_CAP} rows, got ${ids.length}`);
     const request = parseReplayRequest({ ids, states: previewed.states });
-    // Only rows still as previewed: one replayed elsewhere and dead (or sent) again has a new updated_at.
-    const { sample: current } = await previewReplay(ctx.driver, ctx.config, request, { sampleSize: ids.length });
-    const unchanged = current.filter((r) => r.updatedAt.getTime() === previewed.updatedAt[r.id]).map((r) => r.id);
-    let moved = 0;
-    if (unchanged.length > 0) {
-      const result = await runReplayCommand(ctx.driver, ctx.config, { request: { ...request, ids: unchanged }, dryRun: false, yes: true });
-      moved = 'moved' in result ? result.moved : 0;
-    }
+    // Only rows still as previewed: one replayed elsewhere and dead (or sent) again has a new
+    // updated_at. The replay statement checks it as it moves each row, so nothing can change
+    // between the check and the move.
+    const filter = resolveReplayFilter(ctx.config, request);
+    filter.asRead = ids.filter((id) => previewed.updatedAt[id] !== undefined).map((id) => ({ id, updatedAtMs: previewed.updatedAt[id]! }));
+    const moved = filter.asRead.length > 0 ? await ctx.driver.outboxReplay(filter) : 0;
     return {
       status: 200,
       body: page(

@@ -114,6 +114,12 @@ export interface ReplayFilter {
   createdTo?: Date;
   /** States to move; default both `sent` and `dead`. Only `sent` and `dead` are allowed. */
   states?: Array<'sent' | 'dead'>;
+  /**
+   * Only these rows, and each only while its `updated_at` (to the millisecond, as a preview read
+   * it) is unchanged: a row replayed elsewhere and finished again since is left alone. Checked in
+   * the replay statement itself, so nothing can change between the check and the move.
+   */
+  asRead?: Array<{ id: string; updatedAtMs: number }>;
 }
 
 /** One row a replay would move, as a preview shows it (no payload: previews are for eyes and logs). */

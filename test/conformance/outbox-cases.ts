@@ -297,6 +297,20 @@ export function defineOutboxCases(define: DefineCase): void {
     await assert.rejects(t.driver.outboxReplayPreview({ filter: {}, limit: 5 }), UsageError);
   });
 
+  define('outboxReplay with asRead moves a row only while its updated_at is the one read (to the millisecond)', async (t) => {
+    const a = await finishedRow(t, 'as-read.a', 'dead');
+    const b = await finishedRow(t, 'as-read.b', 'dead');
+    const { sample } = await t.driver.outboxReplayPreview({ filter: { ids: [a, b], states: ['dead'] }, limit: 10 });
+    const asRead = sample.map((r) => ({ id: r.id, updatedAtMs: r.updatedAt.getTime() }));
+    assert.equal(asRead.length, 2);
+    // b is replayed elsewhere and dies again: same state, a later updated_at.
+    await t.setTime('outbox', b, 'updated_at', 1_000);
+    const stale = asRead.map((r) => ({ ...r, updatedAtMs: r.updatedAtMs - 1 }));
+    assert.equal(await t.driver.outboxReplay({ ids: [a, b], states: ['dead'], asRead: stale }), 0, 'a millisecond off is a change');
+    assert.equal(await t.driver.outboxReplay({ ids: [a, b], states: ['dead'], asRead }), 1, 'the clock keeps sub-millisecond digits; the read value matches them truncated');
+    assert.deepEqual([(await t.row('outbox', a))!.state, (await t.row('outbox', b))!.state], ['pending', 'dead']);
+  });
+
   define('outboxReplay refuses an empty filter and states other than sent or dead', async (t) => {
     await assert.rejects(t.driver.outboxReplay({}), UsageError);
     await assert.rejects(t.driver.outboxReplay({ topics: ['x'], states: ['pending' as 'sent'] }), UsageError);

@@ -69,12 +69,12 @@ export function allStatements(): Record<string, MssqlStatement> {
     'outbox replay topics': buildOutboxReplayTopics(names, ['dead']),
     'outbox replay': buildOutboxReplay(
       names,
-      { ids: [s.id], topics: [s.topic], topicPatterns: ['orders.*'], createdFrom: new Date(0), createdTo: new Date(), states: ['dead'] },
+      { ids: [s.id], topics: [s.topic], topicPatterns: ['orders.*'], createdFrom: new Date(0), createdTo: new Date(), states: ['dead'], asRead: [{ id: s.id, updatedAtMs: 1_764_504_000_123 }] },
       [s.topic],
     ),
     'outbox replay preview': buildOutboxReplayPreview(
       names,
-      { ids: [s.id], topics: [s.topic], topicPatterns: ['orders.*'], createdFrom: new Date(0), createdTo: new Date(), states: ['dead'] },
+      { ids: [s.id], topics: [s.topic], topicPatterns: ['orders.*'], createdFrom: new Date(0), createdTo: new Date(), states: ['dead'], asRead: [{ id: s.id, updatedAtMs: 1_764_504_000_123 }] },
       s.limit,
       [s.topic],
     ),

@@ -21,6 +21,14 @@ export function replayWhere(f: ReplayFilter, bind: (value: unknown) => string): 
   if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternSource))}::text[])`);
   if (f.createdFrom) where.push(`created_at >= ${bind(f.createdFrom)}`);
   if (f.createdTo) where.push(`created_at < ${bind(f.createdTo)}`);
+  if (f.asRead?.length) {
+    // `pg` reads a timestamp truncated to the millisecond; date_trunc compares the same way.
+    where.push(
+      `(id, date_trunc('milliseconds', updated_at)) IN (
+         SELECT r.id, 'epoch'::timestamptz + r.ms * interval '1 millisecond'
+           FROM unnest(${bind(f.asRead.map((r) => r.id))}::uuid[], ${bind(f.asRead.map((r) => Math.trunc(r.updatedAtMs)))}::bigint[]) AS r(id, ms))`,
+    );
+  }
   if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
   const states = f.states?.length ? f.states : ['sent', 'dead'];
   if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');

@@ -134,6 +134,14 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
     where.push('created_at < @p_created_to');
     params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
   }
+  if (f.asRead?.length) {
+    // tedious reads DATETIME2 truncated to the millisecond; DATEDIFF_BIG counts whole milliseconds.
+    where.push(
+      `EXISTS (SELECT 1 FROM OPENJSON(@p_as_read) WITH (r_id UNIQUEIDENTIFIER '$.id', r_ms BIGINT '$.ms')
+                WHERE r_id = id AND r_ms = DATEDIFF_BIG(millisecond, CAST('1970-01-01' AS DATETIME2(7)), updated_at))`,
+    );
+    params.push(param('p_as_read', sql.NVarChar(sql.MAX), JSON.stringify(f.asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) })))));
+  }
   return { where, params };
 }
 
