@@ -25,7 +25,7 @@ import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
 import { ValidationError } from '../errors.ts';
-import { backlogGaugeDue } from '../observability/backlog-gauge-gate.ts';
+import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
@@ -216,6 +216,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   if (backlogGaugeDue(driver, 'inbox')) {
     try {
       const stats = await driver.inboxStats({ pendingOnly: true });
+      backlogGaugeRead(driver, 'inbox');
       metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
     } catch (error) {
       logger.warn('inbox stats failed; oldest-pending gauge not emitted this pass', { error: String(error) });

@@ -6,21 +6,22 @@
  * `drain`-mode loop, passes invoked on demand after each commit, several functions in one local
  * process) would pay it every time. So a pass reads the gauges unless the same driver read them
  * less than `BACKLOG_GAUGE_INTERVAL_MS` ago; a poller scheduled once a minute reads them in every
- * invocation, and an alarm's one-minute period always has a value.
+ * invocation. The interval runs on the monotonic clock (a wall-clock step back cannot stretch
+ * it), and only a read that succeeded starts it.
  */
 export const BACKLOG_GAUGE_INTERVAL_MS = 10_000;
 
 const lastRead = new WeakMap<object, Map<string, number>>();
 
-/**
- * True when the gauges of `table` are due for `driver` (and records the read as made now);
- * false when this driver read them less than `intervalMs` ago.
- */
-export function backlogGaugeDue(driver: object, table: string, now = Date.now(), intervalMs = BACKLOG_GAUGE_INTERVAL_MS): boolean {
+/** True when the gauges of `table` are due for `driver`: it has not read them in the last `intervalMs`. */
+export function backlogGaugeDue(driver: object, table: string, now = performance.now(), intervalMs = BACKLOG_GAUGE_INTERVAL_MS): boolean {
+  const last = lastRead.get(driver)?.get(table);
+  return last === undefined || now - last >= intervalMs;
+}
+
+/** Records a successful read of the gauges of `table` by `driver`. */
+export function backlogGaugeRead(driver: object, table: string, now = performance.now()): void {
   let reads = lastRead.get(driver);
   if (reads === undefined) lastRead.set(driver, (reads = new Map()));
-  const last = reads.get(table);
-  if (last !== undefined && now - last < intervalMs) return false;
   reads.set(table, now);
-  return true;
 }

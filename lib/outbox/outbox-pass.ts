@@ -29,7 +29,7 @@ import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
-import { backlogGaugeDue } from '../observability/backlog-gauge-gate.ts';
+import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import type { Deadline } from '../runtime/deadline.ts';
 import { CallLimiter } from './call-limiter.ts';
@@ -232,6 +232,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   if (backlogGaugeDue(driver, 'outbox')) {
     try {
       const stats = await driver.outboxStats({ pendingOnly: true });
+      backlogGaugeRead(driver, 'outbox');
       metrics.gauge('outboxPending', stats.counts.pending ?? 0);
       metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
     } catch (error) {

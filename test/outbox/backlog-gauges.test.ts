@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue } from '../../lib/observability/backlog-gauge-gate.ts';
+import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../../lib/observability/backlog-gauge-gate.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -21,15 +21,16 @@ describe('outbox pass: backlog gauges at most once per interval per driver', () 
   });
   after(async () => db.drop());
 
-  it('the gate: due at first, not again within the interval, due after it; drivers and tables apart', () => {
+  it('the gate: due at first, not again within the interval of a recorded read, due after it; drivers and tables apart', () => {
     const driver = {};
     const other = {};
     assert.equal(backlogGaugeDue(driver, 'outbox', 1_000_000), true);
+    assert.equal(backlogGaugeDue(driver, 'outbox', 1_000_000), true, 'asking records nothing: only a read that succeeded does');
+    backlogGaugeRead(driver, 'outbox', 1_000_000);
     assert.equal(backlogGaugeDue(driver, 'outbox', 1_000_000 + BACKLOG_GAUGE_INTERVAL_MS - 1), false);
     assert.equal(backlogGaugeDue(driver, 'inbox', 1_000_000 + 1), true, 'each table has its own clock');
     assert.equal(backlogGaugeDue(other, 'outbox', 1_000_000 + 1), true, 'each driver has its own clock');
     assert.equal(backlogGaugeDue(driver, 'outbox', 1_000_000 + BACKLOG_GAUGE_INTERVAL_MS), true);
-    assert.equal(backlogGaugeDue(driver, 'outbox', 1_000_000 + BACKLOG_GAUGE_INTERVAL_MS + 1), false, 'the read just made restarts the interval');
   });
 
   it('a pass that starts right after another on the same driver skips the pending count; another driver reads it', async () => {
@@ -60,5 +61,22 @@ describe('outbox pass: backlog gauges at most once per interval per driver', () 
     assert.equal(statsReads, 1);
     assert.equal(await gauges(counting()), 3, 'another driver (another container) reads its own');
     assert.equal(statsReads, 2);
+
+    // A read that fails starts no interval: the next pass on that driver tries again.
+    let failNext = true;
+    const flaky: OutboxPassDriver = {
+      ...counting(),
+      outboxStats: (scope) => {
+        statsReads++;
+        if (failNext) {
+          failNext = false;
+          return Promise.reject(new Error('connection reset'));
+        }
+        return db.driver.outboxStats(scope);
+      },
+    };
+    assert.equal(await gauges(flaky), undefined, 'the failed read emits nothing');
+    assert.equal(await gauges(flaky), 3, 'and the next pass reads');
+    assert.equal(statsReads, 4);
   });
 });
