@@ -51,27 +51,52 @@ const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
  * commits, which is what the outbox exists to prevent.
  *
  * `pg` reports the state the server announced after the client's last statement
- * (`getTransactionStatus()`: `T` in a block, `E` in a failed block, `I` outside one). `T` and `E`
- * need no check (in `E` the write fails with the server's own error). `I` may still be a block: a
- * `BEGIN` sent without waiting for it is queued ahead of this write. So then a savepoint is set
- * first — refused by the server outside a block (SQLSTATE 25P01), released after `work` — one
- * extra round trip, only on a client that has not yet heard of a transaction.
+ * (`getTransactionStatus()`: `T` in a block, `E` in a failed block, `I` outside one, `null` before
+ * the connection is ready). `T` and `E` need no check (in `E` the write fails with the server's
+ * own error). `I` or `null` may still be a block: a `BEGIN` sent without waiting for it is queued
+ * ahead of this write. So then a savepoint is set first — refused by the server outside a block
+ * (SQLSTATE 25P01), released after `work` — one extra round trip, only on a client that has not
+ * yet reported a transaction. After `work`, a client that reports `I` wrote outside a block after
+ * all (its caller ended the transaction without waiting for this write): that is a `UsageError`
+ * too, naming what was written.
  */
 export async function insidePgTransaction<T>(tx: unknown, operation: string, work: () => Promise<T>): Promise<T> {
   const client = tx as { getTransactionStatus?: () => string | null; query(text: string): Promise<unknown> };
-  if (typeof client.getTransactionStatus !== 'function' || client.getTransactionStatus() !== 'I') return work();
-  try {
-    await client.query(`SAVEPOINT ${CHECK_SAVEPOINT}`);
-  } catch (error) {
-    if ((error as { code?: unknown }).code === '25P01') {
-      throw new UsageError(
-        `${operation} ran outside a transaction: the client has not run BEGIN, so the row would commit on its own, apart from your change; nothing was written. ` +
-          "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
-      );
+  if (typeof client.getTransactionStatus !== 'function') return work();
+  const status = client.getTransactionStatus();
+  const probe = status !== 'T' && status !== 'E';
+  if (probe) {
+    try {
+      await client.query(`SAVEPOINT ${CHECK_SAVEPOINT}`);
+    } catch (error) {
+      if (noTransaction(error)) {
+        throw new UsageError(
+          `${operation} ran outside a transaction: the client has not run BEGIN, so the row would commit on its own, apart from your change; nothing was written. ` +
+            "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
+        );
+      }
+      throw error;
     }
-    throw error;
   }
   const result = await work();
-  await client.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
+  const endedFirst = () =>
+    new UsageError(
+      `${operation} wrote ${JSON.stringify(result)} after its transaction had ended (COMMIT or ROLLBACK was sent before ${operation} finished), so it committed on its own, apart from your change. ` +
+        `Await ${operation} before ending the transaction.`,
+    );
+  if (client.getTransactionStatus() === 'I') throw endedFirst();
+  if (probe) {
+    try {
+      await client.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
+    } catch (error) {
+      if (noTransaction(error)) throw endedFirst();
+      throw error;
+    }
+  }
   return result;
+}
+
+/** SQLSTATE 25P01: no_active_sql_transaction. */
+function noTransaction(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === '25P01';
 }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type pg from 'pg';
+import pg from 'pg';
 import { enqueue } from '../../lib/index.ts';
 import { UsageError, ValidationError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -139,6 +139,40 @@ describe('enqueue', () => {
       assert.deepEqual(sent, ['SAVEPOINT', 'INSERT', 'RELEASE'], 'the savepoint proves the queued BEGIN');
       await client.query('ROLLBACK');
       assert.deepEqual(await db.query(`SELECT id FROM "${db.schema}".outbox WHERE id = $1`, [id]), [], 'rolled back with the transaction');
+    } finally {
+      client.release();
+    }
+  });
+
+  it('refuses a client whose connection is not ready yet (no transaction can be open), writing nothing', async () => {
+    const before = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+    const client = new pg.Client({ connectionString: db.url });
+    const connecting = client.connect();
+    try {
+      await assert.rejects(enqueue(client, { topic: 't', payload: {} }, { schema: db.schema }), (error: unknown) => error instanceof UsageError && /ran outside a transaction/.test(error.message));
+    } finally {
+      await connecting;
+      await client.end();
+    }
+    const afterRows = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+    assert.equal(afterRows[0]!.n, before[0]!.n);
+  });
+
+  it('says so, naming the row, when the caller ends the transaction before enqueue has written (the row then committed on its own)', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const writing = enqueue(client, { topic: 'ended.first', payload: {} }, { schema: db.schema });
+      const committing = client.query('COMMIT'); // not waiting for enqueue: the COMMIT goes first
+      let id = '';
+      await assert.rejects(writing, (error: unknown) => {
+        assert.ok(error instanceof UsageError, `UsageError, got ${String(error)}`);
+        assert.match(error.message, /after its transaction had ended/);
+        id = /"([0-9a-f-]{36})"/.exec(error.message)?.[1] ?? '';
+        return true;
+      });
+      await committing;
+      assert.deepEqual(await db.query(`SELECT topic FROM "${db.schema}".outbox WHERE id = $1`, [id]), [{ topic: 'ended.first' }], 'the named row is the one written');
     } finally {
       client.release();
     }
