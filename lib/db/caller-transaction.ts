@@ -53,25 +53,30 @@ const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
  * `pg` reports the state the server announced after the client's last statement
  * (`getTransactionStatus()`: `T` in a block, `E` in a failed block, `I` outside one, `null` before
  * the connection is ready). `T` and `E` need no check (in `E` the write fails with the server's
- * own error). `I` or `null` may still be a block: a `BEGIN` sent without waiting for it is queued
- * ahead of this write. So then a savepoint is set first — refused by the server outside a block
- * (SQLSTATE 25P01), released after `work` — one extra round trip, only on a client that has not
- * yet reported a transaction. After `work`, a client that reports `I` wrote outside a block after
- * all (its caller ended the transaction without waiting for this write): that is a `UsageError`
- * too, naming what was written.
+ * own error), and `work` is sent at once, so it reaches the server in the order the caller called.
+ * `I` or `null` may still be a block: a `BEGIN` sent without waiting for it is queued ahead of
+ * this write. So then a savepoint is set and released back to back first — refused by the server
+ * outside a block (SQLSTATE 25P01); set and released together, it never spans the caller's own
+ * statements or savepoints — one extra round trip, only on a client that has not yet reported a
+ * transaction. After `work`, a client that reports `I` wrote outside a block after all (its
+ * caller ended the transaction without waiting for this write): that is a `UsageError` too,
+ * naming what was written.
  */
-export async function insidePgTransaction<T>(tx: unknown, operation: string, work: () => Promise<T>): Promise<T> {
+export async function insidePgTransaction<T>(tx: unknown, operation: string, work: () => Promise<T>, written: (result: T) => string = (r) => JSON.stringify(r)): Promise<T> {
   const client = tx as { getTransactionStatus?: () => string | null; query(text: string): Promise<unknown> };
   if (typeof client.getTransactionStatus !== 'function') return work();
   const status = client.getTransactionStatus();
-  const probe = status !== 'T' && status !== 'E';
-  if (probe) {
+  if (status !== 'T' && status !== 'E') {
+    const set = client.query(`SAVEPOINT ${CHECK_SAVEPOINT}`);
+    const release = client.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
+    release.catch(() => {}); // refused too when the savepoint was: the first refusal is the one reported
     try {
-      await client.query(`SAVEPOINT ${CHECK_SAVEPOINT}`);
+      await set;
+      await release;
     } catch (error) {
       if (noTransaction(error)) {
         throw new UsageError(
-          `${operation} ran outside a transaction: the client has not run BEGIN, so the row would commit on its own, apart from your change; nothing was written. ` +
+          `${operation} ran outside a transaction: the client has not run BEGIN, so its write would commit on its own, apart from your change; nothing was written. ` +
             "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
         );
       }
@@ -79,19 +84,11 @@ export async function insidePgTransaction<T>(tx: unknown, operation: string, wor
     }
   }
   const result = await work();
-  const endedFirst = () =>
-    new UsageError(
-      `${operation} wrote ${JSON.stringify(result)} after its transaction had ended (COMMIT or ROLLBACK was sent before ${operation} finished), so it committed on its own, apart from your change. ` +
+  if (client.getTransactionStatus() === 'I') {
+    throw new UsageError(
+      `${operation} wrote ${written(result)} after its transaction had ended (COMMIT or ROLLBACK was sent before ${operation} finished), so it committed on its own, apart from your change. ` +
         `Await ${operation} before ending the transaction.`,
     );
-  if (client.getTransactionStatus() === 'I') throw endedFirst();
-  if (probe) {
-    try {
-      await client.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
-    } catch (error) {
-      if (noTransaction(error)) throw endedFirst();
-      throw error;
-    }
   }
   return result;
 }

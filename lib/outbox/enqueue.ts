@@ -51,5 +51,5 @@ export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput
     throw new QueueBoxError('enqueue needs the caller transaction: a pg client inside BEGIN, or an mssql Transaction');
   }
   const names = pgNames(options.schema ?? 'public', { outbox: table, inbox: 'inbox', maintenance: 'queuebox_maintenance' });
-  return insidePgTransaction(tx, 'enqueue', () => outboxInsert(names, tx as PgQueryable, m, defaults));
+  return insidePgTransaction(tx, 'enqueue', () => outboxInsert(names, tx as PgQueryable, m, defaults), (id) => `outbox row ${id}`);
 }

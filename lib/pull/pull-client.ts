@@ -9,6 +9,7 @@
  */
 import { MIN_LEASE_MS } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
+import { insidePgTransaction } from '../db/caller-transaction.ts';
 import type { CallerTransaction, ClaimRef, Driver, InboxRow } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -67,7 +68,10 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
       return rows.map((row) => ({ ...row, claim: { id: row.id, token: row.claimToken } }));
     },
     renew: async (claim, leaseMs) => outcome(await driver.pullRenew({ id: claim.id, token: claim.token, leaseMs: Math.floor(leaseMs) })),
-    complete: async (tx, claim) => outcome(await driver.pullComplete(tx, { id: claim.id, token: claim.token })),
+    // Refused outside the caller's transaction: a completion that commits on its own would mark
+    // the message processed even if the handler's change rolls back.
+    complete: async (tx, claim) =>
+      outcome(await insidePgTransaction(tx, 'complete', () => driver.pullComplete(tx, { id: claim.id, token: claim.token }), () => `the completion of inbox row ${claim.id}`)),
     retry: async (claim, delayMs, error) =>
       outcome(await driver.pullRetry({ id: claim.id, token: claim.token, delayMs: Math.max(0, delayMs), error: redactError(error) })),
     dead: async (claim, error) => outcome(await driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) })),

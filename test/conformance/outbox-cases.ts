@@ -309,6 +309,7 @@ export function defineOutboxCases(define: DefineCase): void {
     assert.equal(await t.driver.outboxReplay({ ids: [a, b], states: ['dead'], asRead: stale }), 0, 'a millisecond off is a change');
     assert.equal(await t.driver.outboxReplay({ ids: [a, b], states: ['dead'], asRead }), 1, 'the clock keeps sub-millisecond digits; the read value matches them truncated');
     assert.deepEqual([(await t.row('outbox', a))!.state, (await t.row('outbox', b))!.state], ['pending', 'dead']);
+    await assert.rejects(t.driver.outboxReplay({ ids: [b], states: ['dead'], asRead: [] }), UsageError, 'an empty list never widens a replay');
   });
 
   define('outboxReplay refuses an empty filter and states other than sent or dead', async (t) => {

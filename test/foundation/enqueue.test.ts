@@ -136,7 +136,7 @@ describe('enqueue', () => {
       const begin = client.query('BEGIN');
       const id = await enqueue(spy, { topic: 't', payload: { n: 2 } }, { schema: db.schema });
       await begin;
-      assert.deepEqual(sent, ['SAVEPOINT', 'INSERT', 'RELEASE'], 'the savepoint proves the queued BEGIN');
+      assert.deepEqual(sent, ['SAVEPOINT', 'RELEASE', 'INSERT'], 'the savepoint, set and released at once, proves the queued BEGIN');
       await client.query('ROLLBACK');
       assert.deepEqual(await db.query(`SELECT id FROM "${db.schema}".outbox WHERE id = $1`, [id]), [], 'rolled back with the transaction');
     } finally {
@@ -162,17 +162,43 @@ describe('enqueue', () => {
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');
-      const writing = enqueue(client, { topic: 'ended.first', payload: {} }, { schema: db.schema });
-      const committing = client.query('COMMIT'); // not waiting for enqueue: the COMMIT goes first
+      const committing = client.query('COMMIT'); // sent, not awaited: the client still reports the transaction
       let id = '';
-      await assert.rejects(writing, (error: unknown) => {
+      await assert.rejects(enqueue(client, { topic: 'ended.first', payload: {} }, { schema: db.schema }), (error: unknown) => {
         assert.ok(error instanceof UsageError, `UsageError, got ${String(error)}`);
         assert.match(error.message, /after its transaction had ended/);
-        id = /"([0-9a-f-]{36})"/.exec(error.message)?.[1] ?? '';
+        id = /outbox row ([0-9a-f-]{36})/.exec(error.message)?.[1] ?? '';
         return true;
       });
       await committing;
       assert.deepEqual(await db.query(`SELECT topic FROM "${db.schema}".outbox WHERE id = $1`, [id]), [{ topic: 'ended.first' }], 'the named row is the one written');
+    } finally {
+      client.release();
+    }
+  });
+
+  it('writes in the order the caller called: an enqueue not awaited before COMMIT commits with the transaction, and a BEGIN not awaited keeps the caller savepoints', async () => {
+    const client = await db.pool.connect();
+    try {
+      // Awaited BEGIN; enqueue, COMMIT and a new BEGIN sent without waiting: the row is in the first transaction.
+      await client.query('BEGIN');
+      const first = enqueue(client, { topic: 'order.kept', payload: {} }, { schema: db.schema });
+      const commit = client.query('COMMIT');
+      const next = client.query('BEGIN');
+      const id = await first;
+      await Promise.all([commit, next]);
+      await client.query('ROLLBACK');
+      assert.deepEqual(await db.query(`SELECT topic FROM "${db.schema}".outbox WHERE id = $1`, [id]), [{ topic: 'order.kept' }]);
+
+      // BEGIN not awaited, then enqueue, then the caller's own savepoint and statements.
+      const begin = client.query('BEGIN');
+      const second = enqueue(client, { topic: 'order.savepoint', payload: {} }, { schema: db.schema });
+      const mine = client.query('SAVEPOINT mine');
+      const secondId = await second;
+      await Promise.all([begin, mine]);
+      await client.query('RELEASE SAVEPOINT mine'); // refused if enqueue's check had released it
+      await client.query('COMMIT');
+      assert.deepEqual(await db.query(`SELECT topic FROM "${db.schema}".outbox WHERE id = $1`, [secondId]), [{ topic: 'order.savepoint' }], 'the savepoint stood and the row committed');
     } finally {
       client.release();
     }

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { UsageError } from '../../lib/errors.ts';
 import { createPullClient } from '../../lib/pull/pull-client.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -104,6 +105,23 @@ describe('pull claim and fenced writes (PostgreSQL)', () => {
     assert.equal(row!.state, 'processed');
     assert.equal(row!.claim_token, theirs!.claimToken);
     assert.ok(row!.processed_at instanceof Date);
+  });
+
+  it('refuses to complete outside the handler transaction (no BEGIN): UsageError, the claim kept, nothing marked', async () => {
+    await insertPullRows(db, 'no-begin', [{ key: 'nb1' }]);
+    const client = createPullClient(db.driver);
+    const [message] = await client.claim('no-begin', { batch: 1, leaseMs: 30000 });
+    const tx = await db.pool.connect();
+    try {
+      await assert.rejects(client.complete(tx, message!.claim), (error: unknown) => error instanceof UsageError && /complete ran outside a transaction/.test(error.message));
+      await tx.query('BEGIN');
+      assert.deepEqual(await client.complete(tx, message!.claim), { ok: true }, 'the claim still holds: completed inside the transaction');
+      await tx.query('COMMIT');
+    } finally {
+      tx.release();
+    }
+    const [row] = await readPullRows(db, 'no-begin');
+    assert.equal(row!.state, 'processed');
   });
 
   it('refuses a write whose lease ran out even when nobody re-claimed the row', async () => {

@@ -18,7 +18,7 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
-import { requireStatementBudgetMs } from '../statement-budget.ts';
+import { requireStatementBudgetMs, statementBudgetMs } from '../statement-budget.ts';
 import { mapPgError } from './error-map.ts';
 
 export type PgPool = pg.Pool;
@@ -123,8 +123,26 @@ async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQuerya
   return undefined;
 }
 
-/** Runs one statement and maps database errors; inside a pass, bounded by the invocation's time left. */
-export async function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues = []): Promise<pg.QueryResult<R>> {
+/**
+ * Runs one statement and maps database errors; inside a pass, bounded by the invocation's time left.
+ * Outside a pass, a statement on a client is handed to it at once (not after a tick), so
+ * statements reach a caller's client in the order they were called: an `enqueue` called before
+ * the caller's `COMMIT` is written before it, awaited or not.
+ */
+export function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues = []): Promise<pg.QueryResult<R>> {
+  if (!(db instanceof pg.Pool) && statementBudgetMs() === undefined) {
+    try {
+      return db.query<R>(text, valuesNow(values)).catch((error: unknown) => {
+        throw mapPgError(error);
+      });
+    } catch (error) {
+      return Promise.reject(mapPgError(error));
+    }
+  }
+  return pgQueryBounded(db, text, values);
+}
+
+async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;

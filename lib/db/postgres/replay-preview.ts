@@ -21,6 +21,7 @@ export function replayWhere(f: ReplayFilter, bind: (value: unknown) => string): 
   if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternSource))}::text[])`);
   if (f.createdFrom) where.push(`created_at >= ${bind(f.createdFrom)}`);
   if (f.createdTo) where.push(`created_at < ${bind(f.createdTo)}`);
+  if (f.asRead !== undefined && f.asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
   if (f.asRead?.length) {
     // `pg` reads a timestamp truncated to the millisecond; date_trunc compares the same way.
     where.push(

@@ -134,6 +134,7 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
     where.push('created_at < @p_created_to');
     params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
   }
+  if (f.asRead !== undefined && f.asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
   if (f.asRead?.length) {
     // tedious reads DATETIME2 truncated to the millisecond; DATEDIFF_BIG counts whole milliseconds.
     where.push(
