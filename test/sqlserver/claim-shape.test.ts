@@ -152,14 +152,21 @@ describe('SQL Server claim statements', () => {
     assert.match(allStatements()['pull claim']!.text, /FROM @v_claimed ORDER BY claim_priority, scheduled_at, created_at, id;$/);
   });
 
-  it('claims set a fresh token per row and a lease on the database clock, sent as BIGINT milliseconds', () => {
+  it('claims set a fresh token per row and a lease on the database clock from the start of the batch, sent as BIGINT milliseconds', () => {
     for (const name of [...CLAIMS, 'outbox renew', 'pull renew']) {
       const statement = allStatements()[name]!;
       if (CLAIMS.includes(name as (typeof CLAIMS)[number])) {
         assert.match(statement.text, /claim_token = NEWID\(\)/, name);
         assert.match(statement.text, /claimed_at = SYSUTCDATETIME\(\)/, name);
       }
-      assert.ok(statement.text.includes(`lease_expires_at = ${dbNowPlusMs('@p_lease_ms')}`), name);
+      if (CLAIMS.includes(name as (typeof CLAIMS)[number])) {
+        // The lease starts when the batch began, before any wait for the claim lock or a row lock.
+        assert.ok(statement.text.includes(`lease_expires_at = ${dbNowPlusMs('@p_lease_ms', '@v_claim_start')}`), name);
+        const start = statement.text.indexOf('DECLARE @v_claim_start DATETIME2(7) = SYSUTCDATETIME();');
+        assert.ok(start > 0 && start < statement.text.indexOf('sp_getapplock'), `${name}: the start is read before the lock wait`);
+      } else {
+        assert.ok(statement.text.includes(`lease_expires_at = ${dbNowPlusMs('@p_lease_ms')}`), name);
+      }
       const lease = statement.params.find((p) => p.name === 'p_lease_ms')!;
       assert.equal(lease.type, sql.BigInt, name);
       assert.equal(lease.value, SENTINELS.leaseMs, name);

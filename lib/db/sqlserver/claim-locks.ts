@@ -28,13 +28,15 @@ export function pullLockExpression(prefix: string): string {
 
 /**
  * Wraps `claimSql` (statements that write the claimed rows into table variables) in the claim
- * transaction holding the exclusive lock named by the T-SQL expression `resource`; `resultSql`
+ * transaction holding the exclusive lock named by the T-SQL expression `resource`; `@v_claim_start`
+ * is the database clock when the batch began (the claims' leases start there); `resultSql`
  * runs after the COMMIT and returns the claimed rows, so a row reaches the client only once its
  * claim is committed.
  */
 export function inClaimTransaction(resource: string, claimSql: string, resultSql: string): string {
   return `IF @@TRANCOUNT > 0
   THROW ${CLAIM_IN_OPEN_TRANSACTION}, N'queuebox: a claim must not run inside an open transaction', 1;
+DECLARE @v_claim_start DATETIME2(7) = SYSUTCDATETIME();
 DECLARE @v_lock_resource NVARCHAR(255) = ${resource};
 DECLARE @v_lock_result INT;
 BEGIN TRANSACTION;

@@ -55,11 +55,17 @@ export function looseIndexScan(name: string, table: string, col: string, open: s
 )`;
 }
 
-/** The SET list of every claim: fresh token per row, lease on the database clock (BIGINT milliseconds). */
+/**
+ * The SET list of every claim: fresh token per row, lease on the database clock (BIGINT
+ * milliseconds) from the start of the claim batch (`@v_claim_start`, set by
+ * `inClaimTransaction` before any wait), as PostgreSQL's leases start at `transaction_timestamp()`:
+ * the lease was capped to the invocation's time left when the statement was sent, so a wait for
+ * the claim lock or a row lock must not move its end later.
+ */
 export const CLAIM_SET = `SET state = N'processing',
        claim_token = NEWID(),
        claimed_at = SYSUTCDATETIME(),
-       lease_expires_at = ${dbNowPlusMs('@p_lease_ms')},
+       lease_expires_at = ${dbNowPlusMs('@p_lease_ms', '@v_claim_start')},
        updated_at = SYSUTCDATETIME()`;
 
 /** The picked ids with their priority: filled by the pick, joined by the UPDATE. */

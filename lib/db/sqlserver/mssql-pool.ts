@@ -233,9 +233,12 @@ export function lowerUuid<T extends string | null>(value: T): T {
   return (typeof value === 'string' ? value.toLowerCase() : value) as T;
 }
 
-/** A time `ms` milliseconds after the database clock; safe for BIGINT amounts beyond INT milliseconds. */
-export function dbNowPlusMs(expression: string): string {
-  return `DATEADD(millisecond, CAST((${expression}) % 1000 AS INT), DATEADD(second, CAST((${expression}) / 1000 AS INT), SYSUTCDATETIME()))`;
+/**
+ * A time `ms` milliseconds after `from` (default: the database clock now); safe for BIGINT
+ * amounts beyond INT milliseconds.
+ */
+export function dbNowPlusMs(expression: string, from = 'SYSUTCDATETIME()'): string {
+  return `DATEADD(millisecond, CAST((${expression}) % 1000 AS INT), DATEADD(second, CAST((${expression}) / 1000 AS INT), ${from}))`;
 }
 
 /** Runs parameterless text as a plain SQL batch (DDL whose parse-time SET options must apply). */
