@@ -7,11 +7,12 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
+import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { createRedactor } from '../../lib/console/redact-row.ts';
 import { runConsole } from '../../lib/console/run-console.ts';
 import { QueueBoxError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { withConsoleServer } from './console-fixture.ts';
 
 function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
   const target = new URL(url);
@@ -28,16 +29,10 @@ function call(url: string, options: { method?: string; path: string; headers?: R
 }
 
 describe('console: malformed input is a 400 naming the field', () => {
-  let db: TestDatabase;
   let server: ConsoleServer;
   const errors: unknown[] = [];
-  before(async () => {
-    db = await createTestDatabase();
-    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true, onError: (e) => errors.push(e) });
-  });
-  after(async () => {
-    await server?.close();
-    await db?.drop();
+  withConsoleServer({ allowActions: true, onError: (e) => errors.push(e) }, (_db, s) => {
+    server = s;
   });
 
   const cases: Array<[string, RegExp]> = [
@@ -64,15 +59,9 @@ describe('console: malformed input is a 400 naming the field', () => {
 });
 
 describe('console: another site cannot make the browser read the console in the background', () => {
-  let db: TestDatabase;
   let server: ConsoleServer;
-  before(async () => {
-    db = await createTestDatabase();
-    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true });
-  });
-  after(async () => {
-    await server?.close();
-    await db?.drop();
+  withConsoleServer({ allowActions: true }, (_db, s) => {
+    server = s;
   });
 
   it('an <img> or no-cors fetch from another site is a 403; a followed link, the console itself and curl are served', async () => {
@@ -93,13 +82,9 @@ describe('console: another site cannot make the browser read the console in the 
 describe('console: paging through dead rows leaves none out', () => {
   let db: TestDatabase;
   let server: ConsoleServer;
-  before(async () => {
-    db = await createTestDatabase();
-    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0 });
-  });
-  after(async () => {
-    await server?.close();
-    await db?.drop();
+  withConsoleServer({}, (d, s) => {
+    db = d;
+    server = s;
   });
 
   /** Follows "Older dead rows" from `start`; returns every row id shown, in order. */
@@ -145,13 +130,9 @@ describe('console: paging through dead rows leaves none out', () => {
 describe('console: a huge payload does not make a huge page', () => {
   let db: TestDatabase;
   let server: ConsoleServer;
-  before(async () => {
-    db = await createTestDatabase();
-    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0 });
-  });
-  after(async () => {
-    await server?.close();
-    await db?.drop();
+  withConsoleServer({}, (d, s) => {
+    db = d;
+    server = s;
   });
 
   it('the dead rows page shows 16 KB of a 1 MB payload, the row page 512 KB, each saying how much was cut', async () => {
@@ -190,13 +171,9 @@ describe('console: redaction of secret-named keys', () => {
 describe('console: a replay confirm acts on its own preview, once', () => {
   let db: TestDatabase;
   let server: ConsoleServer;
-  before(async () => {
-    db = await createTestDatabase();
-    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true });
-  });
-  after(async () => {
-    await server?.close();
-    await db?.drop();
+  withConsoleServer({ allowActions: true }, (d, s) => {
+    db = d;
+    server = s;
   });
 
   const dead = async (n: number, topic: string) =>

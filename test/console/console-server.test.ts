@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { blockedReason } from '../../lib/console/blocked-reason.ts';
-import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
+import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { escapeHtml, html } from '../../lib/console/html.ts';
 import { writeLocalRunFile } from '../../lib/console/local-run-file.ts';
 import { configuredSecrets, createRedactor } from '../../lib/console/redact-row.ts';
@@ -18,6 +18,7 @@ import { runConsole } from '../../lib/console/run-console.ts';
 import type { ConsoleBlockedHead } from '../../lib/db/driver.ts';
 import { ConfigError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { withConsoleServer } from './console-fixture.ts';
 
 /** One raw HTTP request (node:http lets a test set Host and Origin as a hostile page would). */
 function call(url: string, options: { method?: string; path?: string; headers?: Record<string, string>; body?: string }) {
@@ -67,15 +68,9 @@ describe('console pieces', () => {
 });
 
 describe('console server guards', () => {
-  let db: TestDatabase;
   let server: ConsoleServer;
-  before(async () => {
-    db = await createTestDatabase();
-    server = await startConsoleServer({ driver: db.driver, config: db.config, port: 0, allowActions: true });
-  });
-  after(async () => {
-    await server?.close();
-    await db?.drop();
+  withConsoleServer({ allowActions: true }, (_db, s) => {
+    server = s;
   });
   const origin = () => server.url;
 
