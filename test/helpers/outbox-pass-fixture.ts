@@ -12,8 +12,30 @@ import { createRouter } from '../../lib/outbox/routes.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { createDeadline } from '../../lib/runtime/deadline.ts';
 import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
-import type { TestDatabase } from './database.ts';
+import { after, before, beforeEach } from 'node:test';
+import { createTestDatabase, type TestDatabase } from './database.ts';
 import { RecordingLogger } from './recording-logger.ts';
+
+/**
+ * A suite's database with short leases (1.2 s, polls every 10 ms) and every topic routed to the
+ * SQS destination `main`; the outbox and the reclaim gate are emptied before each test.
+ * `started` receives the database once it exists.
+ */
+export function withShortLeaseOutbox(started: (db: TestDatabase) => void): void {
+  let db: TestDatabase | undefined;
+  before(async () => {
+    db = await createTestDatabase({
+      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
+      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], claimTimeoutMs: 1200, pollIntervalMs: 10 },
+    });
+    started(db);
+  });
+  after(async () => db?.drop());
+  beforeEach(async () => {
+    await db!.query(`DELETE FROM "${db!.schema}".outbox`);
+    await db!.query(`DELETE FROM "${db!.schema}".queuebox_maintenance`);
+  });
+}
 
 /** Inserts rows one by one in one transaction (so `sequence` follows the array order); returns their ids. */
 export async function insertOutboxRows(db: TestDatabase, rows: OutboxMessageInput[]): Promise<string[]> {

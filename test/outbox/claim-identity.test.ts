@@ -1,25 +1,17 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { emfValues, insertOutboxRows, inspectRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
+import type { TestDatabase } from '../helpers/database.ts';
+import { emfValues, insertOutboxRows, inspectRows, passFixture, withShortLeaseOutbox } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { createGate, waitUntil } from '../helpers/wait.ts';
 
 /** A claim is its token: what a pass remembers about one claim of a row never acts on a later claim of it. */
 describe('outbox pass: a row that comes back to the same pass', () => {
   let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase({
-      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], claimTimeoutMs: 1200, pollIntervalMs: 10 },
-    });
-  });
-  after(async () => db.drop());
-  beforeEach(async () => {
-    await db.query(`DELETE FROM "${db.schema}".outbox`);
-    await db.query(`DELETE FROM "${db.schema}".queuebox_maintenance`);
+  withShortLeaseOutbox((d) => {
+    db = d;
   });
 
   it('publishes and settles a row it lost at renewal and then claimed again (re-claim inside one pass)', async () => {

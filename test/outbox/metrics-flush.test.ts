@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { emfValues, insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
+import type { TestDatabase } from '../helpers/database.ts';
+import { emfValues, insertOutboxRows, passFixture, withShortLeaseOutbox } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { waitUntil } from '../helpers/wait.ts';
 
@@ -12,16 +12,8 @@ import { waitUntil } from '../helpers/wait.ts';
  */
 describe('outbox pass: metrics emitted when they happen', () => {
   let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase({
-      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], claimTimeoutMs: 1200, pollIntervalMs: 10 },
-    });
-  });
-  after(async () => db.drop());
-  beforeEach(async () => {
-    await db.query(`DELETE FROM "${db.schema}".outbox`);
-    await db.query(`DELETE FROM "${db.schema}".queuebox_maintenance`);
+  withShortLeaseOutbox((d) => {
+    db = d;
   });
 
   it('emits the reclaim count before the pass publishes, and a lost claim as soon as the renewal finds it', async () => {
