@@ -5,9 +5,16 @@ import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 import type { ConformanceTarget, InspectedRow } from './driver-conformance.ts';
 
-/** `preparedStatements`: the driver runs its claims as named prepared statements (`database.preparedStatements`). */
-export async function createPostgresTarget(options: { preparedStatements?: boolean } = {}): Promise<ConformanceTarget> {
-  const db = await createTestDatabase(options.preparedStatements ? { database: { preparedStatements: true } } : {});
+/**
+ * `preparedStatements`: the driver runs its claims as named prepared statements
+ * (`database.preparedStatements`); `outboxBatchSize`: the batch size `migrate` makes the outbox
+ * claim functions for (`outbox.batchSize`).
+ */
+export async function createPostgresTarget(options: { preparedStatements?: boolean; outboxBatchSize?: number } = {}): Promise<ConformanceTarget> {
+  const db = await createTestDatabase({
+    ...(options.preparedStatements ? { database: { preparedStatements: true } } : {}),
+    ...(options.outboxBatchSize !== undefined ? { outbox: { batchSize: options.outboxBatchSize } } : {}),
+  });
   const extra: PostgresDriver[] = [];
   const table = (name: 'outbox' | 'inbox') => `"${db.schema}"."${db.config.tables[name]}"`;
   return {

@@ -26,10 +26,16 @@ function random(seed: number): () => number {
  * were claimed. Every claim is checked against what the others hold; every key's deliveries are
  * checked against `sequence` order at the end.
  */
-describe('four outbox claimers on a 100-key backlog', () => {
+/** Both ways a claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
+const CLAIM_PATHS = [
+  { path: 'claim functions', overrides: { outbox: { batchSize: 20 } }, functions: true },
+  { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
+] as const;
+
+for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox claimers on a 100-key backlog (${path})`, () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase(overrides);
   });
   after(async () => db.drop());
 
@@ -121,6 +127,7 @@ describe('four outbox claimers on a 100-key backlog', () => {
     const [{ n: twice }] = (await db.query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE state <> 'sent'`)) as [{ n: string }];
     assert.equal(Number(twice), 0);
     assert.ok(retries > 0 && reclaims > 0, `retries (${retries}) and reclaims (${reclaims}) happened`);
+    for (const driver of drivers) assert.equal(driver.ctx.claimFunctions?.missing.size, functions ? 0 : undefined, `every claim went through ${path}`);
     for (const [key, rows] of deliveries) {
       const inOrder = rows.filter((r) => !lateIds.has(r.id));
       for (let i = 1; i < inOrder.length; i++) assert.ok(inOrder[i - 1]!.sequence < inOrder[i]!.sequence, `${key}: sent in sequence order`);

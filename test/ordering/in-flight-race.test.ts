@@ -14,10 +14,16 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
  * pending. B must not put row 5 in flight beside row 6. A's transaction is held open by the test, so
  * the interleaving is exact, not left to timing.
  */
-describe('a claim beside an uncommitted claim of a later row of the same key', () => {
+/** Both ways an outbox claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
+const CLAIM_PATHS = [
+  { path: 'outbox claim functions', overrides: { outbox: { batchSize: 10 } }, functions: true },
+  { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
+] as const;
+
+for (const { path, overrides, functions } of CLAIM_PATHS) describe(`a claim beside an uncommitted claim of a later row of the same key (${path})`, () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase(overrides);
   });
   after(async () => db.drop());
 
@@ -83,6 +89,7 @@ describe('a claim beside an uncommitted claim of a later row of the same key', (
 
       assert.deepEqual(await db.driver.outboxMarkSentMany({ claims: [{ id: row6, token: claimA[0]!.claimToken }] }), [row6]);
       assert.deepEqual((await db.driver.outboxClaimMany({ limit: 10, leaseMs: 60_000 })).map((r) => r.id), [row5]);
+      assert.equal(db.driver.ctx.claimFunctions?.missing.size, functions ? 0 : undefined, `the claims went through ${path}`);
     } finally {
       early.release();
       a.release();

@@ -8,10 +8,16 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
  * the other row was already claimed. The late row must wait: one row per key (per aggregate) is
  * in flight, whatever the commit order.
  */
-describe('a row that commits after a later row of its key was claimed', () => {
+/** Both ways an outbox claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
+const CLAIM_PATHS = [
+  { path: 'outbox claim functions', overrides: { outbox: { batchSize: 10 } }, functions: true },
+  { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
+] as const;
+
+for (const { path, overrides, functions } of CLAIM_PATHS) describe(`a row that commits after a later row of its key was claimed (${path})`, () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase(overrides);
   });
   after(async () => db.drop());
 
@@ -37,6 +43,7 @@ describe('a row that commits after a later row of its key was claimed', () => {
       await db.driver.outboxMarkSentMany({ claims: [{ id: lateId, token: first[0]!.claimToken }] });
       const next = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
       assert.deepEqual(next.map((r) => r.id), [earlyId]);
+      assert.equal(db.driver.ctx.claimFunctions?.missing.size, functions ? 0 : undefined, `the claims went through ${path}`);
     } finally {
       early.release();
     }

@@ -21,8 +21,8 @@ export function oncePerNames(build: (names: PgNames) => string): (names: PgNames
  * with the literal it switches to the generic plan after five executions and plans no more.
  * The literal costs nothing unprepared (every execution is planned anyway).
  */
-export function oncePerNamesAndLimit(build: (names: PgNames, limit: number) => string): (names: PgNames, limit: number) => string {
-  const textsOf = memoizeByObject((_names: PgNames) => new Map<number, string>());
+export function oncePerNamesAndLimit<T = string>(build: (names: PgNames, limit: number) => T): (names: PgNames, limit: number) => T {
+  const textsOf = memoizeByObject((_names: PgNames) => new Map<number, T>());
   return (names, limit) => {
     if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`claim batch size must be a positive integer, not ${limit}`);
     const texts = textsOf(names);

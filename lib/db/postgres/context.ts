@@ -3,12 +3,18 @@
  */
 import type { PgNames } from './names.ts';
 import type { PgPool } from './pg-pool.ts';
+import type { ClaimFunctionState } from './claim-functions.ts';
 
 export interface PgContext {
   pool: PgPool;
   names: PgNames;
   /** `database.preparedStatements`: claims run as named prepared statements (`pgClaimQuery`). */
   prepared?: boolean;
+  /**
+   * Claims call the functions `migrate` created for their statements (`claim-functions.ts`);
+   * absent, or with `prepared`, every claim sends its statement.
+   */
+  claimFunctions?: ClaimFunctionState;
 }
 
 /** Milliseconds as a PostgreSQL interval expression on a bound parameter: `$n * interval '1 millisecond'`. */

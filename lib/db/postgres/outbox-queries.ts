@@ -10,6 +10,7 @@ import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
+import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -116,6 +117,11 @@ function retriedAndOldest(t: string, limit: number): string {
      )`;
 }
 
+/** The result columns of both claim statements (`OutboxDbRow` and `window_rows`), for their functions. */
+const CLAIM_RESULT = `id uuid, topic varchar, key varchar, payload_text text, headers jsonb, attempt integer,
+    max_attempts integer, sequence bigint, replay_count integer, claim_token uuid, created_ms double precision,
+    lease_expires_ms double precision, window_rows integer`;
+
 /** Returned with every claimed row: how many rows the claim's window gave (see `outboxClaimMany`). */
 const WINDOW_ROWS = `,
             (SELECT count(*) FROM oldest)::int AS window_rows`;
@@ -210,6 +216,17 @@ const outboxWindowClaimText = oncePerNamesAndLimit((names, limit) => {
      ${claimUpdate(t)}`;
 });
 
+/** A claim text of the outbox as a statement that may run as a function (`$1`: the lease in ms). */
+function outboxStatement(names: PgNames, text: string): ClaimStatement {
+  return { table: names.outboxTable, text, params: ['double precision'], returns: CLAIM_RESULT };
+}
+
+/** The window claim and the full claim of `names` at batch size `limit`. */
+export const outboxClaimStatements = oncePerNamesAndLimit((names, limit) => ({
+  window: outboxStatement(names, outboxWindowClaimText(names, limit)),
+  full: outboxStatement(names, outboxClaimText(names, limit)),
+}));
+
 /**
  * Which claim a driver sends first: the window claim while the window has been filling batches
  * (keyless tables, many keys), the full claim while it has not (few keys holding a backlog).
@@ -237,15 +254,22 @@ const windowFirst = new WeakMap<PgNames, boolean>();
  * there are two statement texts per batch size (one prepared statement each).
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const claim = async (text: string) =>
-    (await claimRetryingInFlight(() => pgClaimQuery<OutboxDbRow & { window_rows: number }>(ctx.pool, text, () => [leaseWithinBudget(p.leaseMs)], ctx.prepared))).rows;
+  const statements = outboxClaimStatements(ctx.names, p.limit);
+  const claim = async (statement: ClaimStatement) =>
+    (
+      await claimRetryingInFlight(() =>
+        runClaimStatement(ctx.names, ctx.claimFunctions, statement, (text) =>
+          pgClaimQuery<OutboxDbRow & { window_rows: number }>(ctx.pool, text, () => [leaseWithinBudget(p.leaseMs)], ctx.prepared),
+        ),
+      )
+    ).rows;
   const windowFilled = (rows: Array<{ window_rows: number }>) => rows.length > 0 && rows[0]!.window_rows * 2 >= p.limit;
   if (windowFirst.get(ctx.names) !== false) {
-    const rows = await claim(outboxWindowClaimText(ctx.names, p.limit));
+    const rows = await claim(statements.window);
     if (!windowFilled(rows)) windowFirst.set(ctx.names, false);
     if (rows.length > 0) return rows.map(toOutboxRow).sort(bySequence);
   }
-  const rows = await claim(outboxClaimText(ctx.names, p.limit));
+  const rows = await claim(statements.full);
   if (windowFilled(rows)) windowFirst.set(ctx.names, true);
   return rows.map(toOutboxRow).sort(bySequence);
 }

@@ -11,6 +11,7 @@ import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
 import { pgExpectedColumns, pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent } from './names.ts';
+import { installClaimFunctions, type ClaimStatement } from './claim-functions.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
@@ -24,21 +25,46 @@ function asQueryable(tx: CallerTransaction): PgQueryable {
 }
 
 export interface PostgresDriverOptions {
-  config: Pick<QueueBoxConfig, 'database' | 'tables'>;
+  /** `outbox.batchSize` names the claim statements `migrate` creates functions for (default 100). */
+  config: Pick<QueueBoxConfig, 'database' | 'tables'> & { outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'> };
   url: string;
   /** Use this pool instead of creating one (it is not ended by `close`). */
   pool?: PgPool;
 }
 
+/** `outbox.batchSize` when the driver's config has no `outbox` section (the config default). */
+const DEFAULT_OUTBOX_BATCH_SIZE = 100;
+
 export class PostgresDriver implements Driver {
   readonly dialect = 'postgres' as const;
   readonly ctx: PgContext;
   readonly #ownsPool: boolean;
+  readonly #outboxBatchSize: number;
+  readonly #useClaimFunctions: boolean;
 
   constructor(options: PostgresDriverOptions) {
     const pool = options.pool ?? createPgPool(options.config.database, options.url);
     this.#ownsPool = options.pool === undefined;
-    this.ctx = { pool, names: pgNames(options.config.database.schema ?? 'public', options.config.tables), prepared: options.config.database.preparedStatements };
+    const prepared = options.config.database.preparedStatements;
+    this.#useClaimFunctions = options.config.database.claimFunctions !== false;
+    this.ctx = {
+      pool,
+      names: pgNames(options.config.database.schema ?? 'public', options.config.tables),
+      prepared,
+      // Named prepared statements already plan once per connection: no functions then.
+      claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : { missing: new Set() },
+    };
+    this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_OUTBOX_BATCH_SIZE;
+  }
+
+  /**
+   * The claim statements this configuration sends, which `migrate` creates functions for (none
+   * with `database.claimFunctions: false`).
+   */
+  claimStatements(): ClaimStatement[] {
+    if (!this.#useClaimFunctions) return [];
+    const outboxClaims = outbox.outboxClaimStatements(this.ctx.names, this.#outboxBatchSize);
+    return [outboxClaims.window, outboxClaims.full];
   }
 
   get pool(): PgPool {
@@ -63,6 +89,8 @@ export class PostgresDriver implements Driver {
         await client.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
         applied.push(migration.version);
       }
+      // Not numbered: the claim statements of this release and configuration, replaced at every run.
+      await installClaimFunctions(client, n, this.claimStatements());
       return applied;
     }).then((applied) => ({ applied }));
   }
