@@ -1,6 +1,6 @@
 /**
- * Claim functions: `migrate` creates a PL/pgSQL function per outbox claim statement at the
- * configured batch size, claims call it, and a claim whose function is missing or unusable sends
+ * Claim functions: `migrate` creates a PL/pgSQL function per outbox and relay claim statement at
+ * the configured batch sizes, claims call it, and a claim whose function is missing or unusable sends
  * its statement instead — the same rows, never an error.
  */
 import assert from 'node:assert/strict';
@@ -37,21 +37,21 @@ async function insertKeyless(db: TestDatabase, n: number): Promise<void> {
 describe('claim functions (PostgreSQL)', () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase({ outbox: { batchSize: 10 } });
+    db = await createTestDatabase({ outbox: { batchSize: 10 }, inbox: { relay: { batchSize: 10 } } });
   });
   after(async () => db.drop());
   beforeEach(async () => {
-    await db.query(`TRUNCATE "${db.schema}".outbox`);
+    await db.query(`TRUNCATE "${db.schema}".outbox, "${db.schema}".inbox`);
     await db.driver.migrate();
   });
 
-  it('migrate creates one commented function per outbox claim statement of the batch size, and claims call them', async () => {
+  it('migrate creates one commented function per outbox and relay claim statement of the batch size, and claims call them', async () => {
     const statements = db.driver.claimStatements();
-    assert.equal(statements.length, 2, 'the window claim and the full claim');
+    assert.deepEqual(statements.map((s) => s.table), ['outbox', 'outbox', 'inbox'], 'the outbox window and full claims, the relay claim');
     const functions = await claimFunctionsIn(db);
     for (const statement of statements) {
       const name = claimFunctionName(statement);
-      assert.match(name, /^outbox_claim_[0-9a-f]{12}$/);
+      assert.match(name, new RegExp(`^${statement.table}_claim_[0-9a-f]{12}$`));
       assert.equal(functions.get(name), true, `${name} exists with QueueBox's comment`);
       assert.match(statement.text, /LIMIT 10\b/, 'the batch size is a literal of the statement');
     }
@@ -65,6 +65,19 @@ describe('claim functions (PostgreSQL)', () => {
     await assert.rejects(db.newDriver().outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
     await db.driver.migrate();
     assert.equal((await db.newDriver().outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2, 'migrate restored the function');
+  });
+
+  it('the relay claim calls its function; a missing one rolls back its transaction and the claim runs again with the statement', async () => {
+    const relay = db.driver.claimStatements()[2]!;
+    const receive = (n: number) => db.driver.inboxInsert({ source: 'shop', idempotencyKey: `k-${n}`, aggregateId: `a-${n % 2}`, payload: { n }, consumption: 'push' });
+    for (let n = 1; n <= 4; n++) await receive(n);
+    await makeFunctionFail(db, relay);
+    await assert.rejects(db.newDriver().inboxClaimPushMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
+    await db.query(`DROP FUNCTION "${db.schema}"."${claimFunctionName(relay)}"(double precision)`);
+    const driver = db.newDriver();
+    const rows = await driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE });
+    assert.deepEqual(rows.map((r) => r.idempotencyKey), ['k-1', 'k-2'], 'the head of each aggregate');
+    assert.deepEqual([...driver.ctx.claimFunctions!.missing].map(claimFunctionName), [claimFunctionName(relay)]);
   });
 
   it('a claim whose function is missing sends its statement (same rows) and does not look for the function again', async () => {
@@ -107,6 +120,7 @@ describe('claim functions (PostgreSQL)', () => {
     await db.query(`CREATE ROLE "${role}" LOGIN`);
     try {
       await db.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO "${role}"; GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA "${db.schema}" TO "${role}"`);
+      // the relay claim takes a transaction-scoped advisory lock: nothing to grant
       for (const statement of db.driver.claimStatements()) {
         await db.query(`REVOKE EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(double precision) FROM PUBLIC`);
       }
@@ -117,6 +131,9 @@ describe('claim functions (PostgreSQL)', () => {
       try {
         assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2);
         assert.equal(driver.ctx.claimFunctions!.missing.size, 1);
+        await db.driver.inboxInsert({ source: 'shop', idempotencyKey: 'r-1', payload: {}, consumption: 'push' });
+        assert.equal((await driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE })).length, 1, 'the relay claim too');
+        assert.equal(driver.ctx.claimFunctions!.missing.size, 2);
       } finally {
         await driver.close();
       }
@@ -126,6 +143,7 @@ describe('claim functions (PostgreSQL)', () => {
   });
 
   it('migrate drops the functions of another batch size (only QueueBox claim functions of its tables)', async () => {
+    // (the relay keeps batch size 10: its function stays)
     const mine = `"${db.schema}"."outbox_claim_000000000000"`;
     await db.query(`CREATE FUNCTION ${mine}() RETURNS int LANGUAGE sql AS 'SELECT 1'`);
     const before10 = db.driver.claimStatements().map(claimFunctionName);
@@ -134,7 +152,9 @@ describe('claim functions (PostgreSQL)', () => {
       await driver20.migrate();
       const after20 = driver20.claimStatements().map(claimFunctionName);
       const functions = await claimFunctionsIn(db);
-      for (const name of before10) assert.equal(functions.has(name), false, `${name} (batch 10) dropped`);
+      const relay = before10[2]!;
+      assert.equal(functions.get(relay), true, 'the relay function of the unchanged batch size stays');
+      for (const name of before10.slice(0, 2)) assert.equal(functions.has(name), false, `${name} (batch 10) dropped`);
       for (const name of after20) assert.equal(functions.get(name), true, `${name} (batch 20) created`);
       assert.equal(functions.get('outbox_claim_000000000000'), false, 'a function without the comment is left alone');
     } finally {
@@ -162,7 +182,7 @@ describe('claim functions (PostgreSQL)', () => {
     try {
       const names = long.driver.claimStatements().map(claimFunctionName);
       for (const name of names) assert.ok(name.length <= 63, `${name} (${name.length} characters)`);
-      assert.equal([...(await claimFunctionsIn(long))].filter(([n, ours]) => ours && names.includes(n)).length, 2);
+      assert.equal([...(await claimFunctionsIn(long))].filter(([n, ours]) => ours && names.includes(n)).length, 3);
       await long.query(`INSERT INTO "${long.schema}"."${'o'.repeat(38)}" (topic, payload) VALUES ('t', '{}')`);
       assert.equal((await long.driver.outboxClaimMany({ limit: 100, leaseMs: LEASE })).length, 1);
       assert.equal(long.driver.ctx.claimFunctions!.missing.size, 0);

@@ -13,11 +13,13 @@
  * (PostgreSQL 15, `BEGIN` + claim of 100 + `ROLLBACK`): 2.1 ms unnamed, 1.4 ms prepared, 1.4–1.6 ms
  * as a function.
  *
- * `queuebox migrate` creates one function per claim statement the configuration uses (the batch
- * size is a literal of the text, so that the cached plan is the generic plan of that size), named
- * after the table and a digest of the statement (`outbox_claim_1a2b3c4d5e6f`), and drops the
- * functions of statements no longer used. A driver calls the function of a statement and, when it
- * does not exist (code deployed before `migrate` ran, or a batch size the migration did not see),
+ * `queuebox migrate` creates one function per claim statement the configuration uses: the outbox
+ * window and full claims and the relay claim. The batch size is a literal of each text, so that
+ * the cached plan is the generic plan of that size; the pull claim, whose batch follows the free
+ * handler slots (`LIMIT $n`), is not one of them. A function is named after its table and a
+ * digest of its statement (`outbox_claim_1a2b3c4d5e6f`); `migrate` drops QueueBox's functions of
+ * statements no longer used. A driver calls the function of a statement and, when it does not
+ * exist (code deployed before `migrate` ran, or a batch size the migration did not see),
  * runs the statement itself from then on: the same rows, planned at every batch.
  */
 import { createHash } from 'node:crypto';

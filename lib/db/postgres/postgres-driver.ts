@@ -25,21 +25,25 @@ function asQueryable(tx: CallerTransaction): PgQueryable {
 }
 
 export interface PostgresDriverOptions {
-  /** `outbox.batchSize` names the claim statements `migrate` creates functions for (default 100). */
-  config: Pick<QueueBoxConfig, 'database' | 'tables'> & { outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'> };
+  /** `outbox.batchSize` and `inbox.relay.batchSize` name the claim statements `migrate` creates functions for (default 100). */
+  config: Pick<QueueBoxConfig, 'database' | 'tables'> & {
+    outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'>;
+    inbox?: { relay: Pick<QueueBoxConfig['inbox']['relay'], 'batchSize'> };
+  };
   url: string;
   /** Use this pool instead of creating one (it is not ended by `close`). */
   pool?: PgPool;
 }
 
-/** `outbox.batchSize` when the driver's config has no `outbox` section (the config default). */
-const DEFAULT_OUTBOX_BATCH_SIZE = 100;
+/** `outbox.batchSize` and `inbox.relay.batchSize` when the driver's config has no such section (the config defaults). */
+const DEFAULT_BATCH_SIZE = 100;
 
 export class PostgresDriver implements Driver {
   readonly dialect = 'postgres' as const;
   readonly ctx: PgContext;
   readonly #ownsPool: boolean;
   readonly #outboxBatchSize: number;
+  readonly #relayBatchSize: number;
   readonly #useClaimFunctions: boolean;
 
   constructor(options: PostgresDriverOptions) {
@@ -54,7 +58,8 @@ export class PostgresDriver implements Driver {
       // Named prepared statements already plan once per connection: no functions then.
       claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : { missing: new Set() },
     };
-    this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_OUTBOX_BATCH_SIZE;
+    this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
+    this.#relayBatchSize = options.config.inbox?.relay.batchSize ?? DEFAULT_BATCH_SIZE;
   }
 
   /**
@@ -64,7 +69,7 @@ export class PostgresDriver implements Driver {
   claimStatements(): ClaimStatement[] {
     if (!this.#useClaimFunctions) return [];
     const outboxClaims = outbox.outboxClaimStatements(this.ctx.names, this.#outboxBatchSize);
-    return [outboxClaims.window, outboxClaims.full];
+    return [outboxClaims.window, outboxClaims.full, inbox.relayClaimStatement(this.ctx.names, this.#relayBatchSize)];
   }
 
   get pool(): PgPool {
