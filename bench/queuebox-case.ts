@@ -109,11 +109,15 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
     clearTimeout(cap);
     await Promise.all(drivers.map((d) => d.close()));
   }
+  // Claim statements whose function was missing, so they were sent as statements (0 when every
+  // claim called its function; absent with `database.preparedStatements`, which uses none).
+  const fallbacks = drivers.map((d) => d.ctx.claimFunctions?.missing.size);
+  const claimFunctionsMissing = fallbacks.every((n) => n === undefined) ? undefined : fallbacks.reduce<number>((a, n) => a + (n ?? 0), 0);
   const average = (ms: number, n: number) => Math.round((ms / Math.max(1, n)) * 10) / 10;
   return {
     moved: Math.min(sent, target),
     capped: sent < target,
-    notes: { passes, dead, retried, claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), settleMsAvg: average(timing.settleMs, timing.settles) },
+    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), settleMsAvg: average(timing.settleMs, timing.settles) },
   };
 }
 
