@@ -11,7 +11,7 @@ import { Command, Option } from 'commander';
 import { loadConfig } from '../lib/config/load-config.ts';
 import type { QueueBoxConfig } from '../lib/config/schema.ts';
 import { createDriver } from '../lib/db/create-driver.ts';
-import type { Driver } from '../lib/db/driver.ts';
+import type { Driver, MigrateResult } from '../lib/db/driver.ts';
 import { UsageError } from '../lib/errors.ts';
 import { reclaimNow } from '../lib/operations/reclaim-now.ts';
 import { formatReplayPreview } from '../lib/operations/format-replay-preview.ts';
@@ -82,8 +82,9 @@ export function createProgram(io: CliIo): Command {
     .action(() =>
       withDriver(false, async (driver) => {
         io.stderr('applying migrations...\n');
-        const { applied } = await driver.migrate();
+        const { applied, claimFunctions } = await driver.migrate();
         io.stdout(applied.length ? `applied migrations ${applied.join(', ')}\n` : 'schema is up to date\n');
+        if (claimFunctions !== undefined) io.stdout(describeClaimFunctions(claimFunctions));
       }),
     );
 
@@ -210,4 +211,13 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo()): 
 
 function isCommanderExit(error: unknown): error is { exitCode: number; code: string } {
   return typeof error === 'object' && error !== null && typeof (error as { code?: unknown }).code === 'string' && (error as { code: string }).code.startsWith('commander.');
+}
+
+/** What `migrate` did to the PostgreSQL claim functions, one line each (none when nothing changed). */
+function describeClaimFunctions(changes: NonNullable<MigrateResult['claimFunctions']>): string {
+  const lines: string[] = [];
+  if (changes.created.length > 0) lines.push(`created claim functions ${changes.created.join(', ')}`);
+  if (changes.dropped.length > 0) lines.push(`dropped claim functions no longer used: ${changes.dropped.join(', ')}`);
+  if (changes.notDropped.length > 0) lines.push(`claim functions no longer used, left in place (another role owns them): ${changes.notDropped.join(', ')}`);
+  return lines.map((l) => `${l}\n`).join('');
 }

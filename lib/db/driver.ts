@@ -205,12 +205,30 @@ export interface DeadRowSummary {
  */
 export type { CallerTransaction };
 
+/** What `migrate` did. */
+export interface MigrateResult {
+  /** Numbered migrations applied now. */
+  applied: number[];
+  /** PostgreSQL: the claim functions (names) created, kept, dropped, and stale ones this role may not drop. */
+  claimFunctions?: { created: string[]; kept: string[]; dropped: string[]; notDropped: string[] };
+}
+
+/** Where a driver logs its warnings (the Powertools logger fits). */
+export interface DriverLogger {
+  warn(message: string, attributes: Record<string, unknown>): void;
+}
+
 /** Every operation QueueBox performs on its database. */
 export interface Driver extends ConsoleReads {
   readonly dialect: 'postgres' | 'sqlserver';
 
   /** Applies pending numbered migrations under a transaction-scoped lock; idempotent. */
-  migrate(): Promise<{ applied: number[] }>;
+  migrate(): Promise<MigrateResult>;
+  /**
+   * The logger for the driver's own warnings (PostgreSQL: a claim function found unusable, so
+   * claims send their statement). Without one they are not logged.
+   */
+  useLogger?(logger: DriverLogger): void;
   /** Throws `SchemaMismatchError` with the exact DDL when a column is missing. */
   schemaVerify(): Promise<void>;
   /** Database clock now (for tests and status). */

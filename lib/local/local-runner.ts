@@ -145,6 +145,7 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     // `queuebox console` finds the embedded database through this file.
     if (embedded) writeLocalRunFile({ url, schema: config.database.schema ?? 'public' });
     const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
+    driver.useLogger?.(logger);
     setContainer({ config, driver, logger, env, writeMetrics: () => {} });
     if (config.database.type === 'postgres') {
       feed = new DemoFeed({ url, schema: config.database.schema ?? 'public', outboxTable: config.tables.outbox, maxAttempts: config.outbox.maxAttempts });

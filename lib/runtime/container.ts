@@ -66,6 +66,7 @@ async function buildWithSecrets(forceFetch: boolean): Promise<Container> {
     throw error;
   }
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
+  built.useLogger?.(logger);
   const tracer = await createTracer(config);
   const container: Container = { config, driver: discardOnLoginFailure(built), logger, env, ...(tracer ? { tracer } : {}) };
   return container;

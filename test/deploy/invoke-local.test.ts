@@ -44,7 +44,15 @@ function httpEvent(path: string): Record<string, unknown> {
 
 /** Each function's event and what its result must show. */
 const CASES: Record<string, { event: unknown; check: (result: Record<string, unknown>) => void }> = {
-  migrate: { event: {}, check: (r) => assert.deepEqual(r, { applied: [] }, 'the schema is already migrated') },
+  migrate: {
+    event: {},
+    check: (r) => {
+      const result = r as { applied: number[]; claimFunctions: { created: string[]; kept: string[]; dropped: string[]; notDropped: string[] } };
+      assert.deepEqual(result.applied, [], 'the schema is already migrated');
+      assert.deepEqual([result.claimFunctions.created, result.claimFunctions.dropped], [[], []], 'and its claim functions made');
+      assert.equal(result.claimFunctions.kept.length, 2);
+    },
+  },
   outboxPoller: { event: { source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, check: (r) => assert.equal(r.claimed, 0) },
   inboxRelay: { event: { source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, check: (r) => assert.equal(r.claimed, 0) },
   reclaim: { event: {}, check: (r) => assert.deepEqual([r.outbox, r.inbox], [0, 0]) },

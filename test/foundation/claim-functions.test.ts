@@ -1,19 +1,28 @@
 /**
- * Claim functions: `migrate` creates a PL/pgSQL function per outbox and relay claim statement at
- * the configured batch sizes, claims call it, and a claim whose function is missing or unusable sends
- * its statement instead — the same rows, never an error.
+ * Claim functions: `migrate` creates a PL/pgSQL function per outbox claim statement at the
+ * configured batch size, claims call it, and a claim whose function is missing or unusable sends
+ * its statement instead — the same rows, never an error — and calls the function again later.
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import { CLAIM_FUNCTION_COMMENT, claimFunctionDdl, claimFunctionName, type ClaimStatement } from '../../lib/db/postgres/claim-functions.ts';
+import pg from 'pg';
+import {
+  CLAIM_FUNCTION_COMMENT,
+  claimFunctionDdl,
+  claimFunctionName,
+  claimFunctionUnusable,
+  newClaimFunctionState,
+  type ClaimFunctionUnusable,
+  type ClaimStatement,
+} from '../../lib/db/postgres/claim-functions.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 const LEASE = 60_000;
 
-/** Claim functions of the test schema (name → has QueueBox's comment). */
-async function claimFunctionsIn(db: TestDatabase): Promise<Map<string, boolean>> {
+/** Functions of the test schema (name → has QueueBox's comment). */
+async function functionsIn(db: TestDatabase): Promise<Map<string, boolean>> {
   const rows = await db.query<{ name: string; ours: boolean }>(
     `SELECT p.proname AS name, obj_description(p.oid, 'pg_proc') IS NOT DISTINCT FROM $2 AS ours
        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -30,28 +39,42 @@ async function makeFunctionFail(db: TestDatabase, statement: ClaimStatement): Pr
   await db.query(ddl);
 }
 
+async function dropFunction(db: TestDatabase, statement: ClaimStatement): Promise<void> {
+  await db.query(`DROP FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(double precision)`);
+}
+
 async function insertKeyless(db: TestDatabase, n: number): Promise<void> {
   await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) SELECT 't', jsonb_build_object('n', g) FROM generate_series(1, $1::int) g`, [n]);
+}
+
+/** A login role with the grants a runtime role has; dropped by the returned function. */
+async function runtimeRole(db: TestDatabase, suffix: string, grants = ''): Promise<{ url: string; drop: () => Promise<void> }> {
+  const role = `qb_${suffix}_${db.schema}`.slice(0, 60);
+  await db.query(`CREATE ROLE "${role}" LOGIN`);
+  await db.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO "${role}"; ${grants.replaceAll('%R', `"${role}"`)}`);
+  const url = new URL(db.url);
+  url.username = role;
+  return { url: url.toString(), drop: () => db.query(`DROP OWNED BY "${role}"; DROP ROLE "${role}"`).then(() => undefined) };
 }
 
 describe('claim functions (PostgreSQL)', () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase({ outbox: { batchSize: 10 }, inbox: { relay: { batchSize: 10 } } });
+    db = await createTestDatabase({ outbox: { batchSize: 10 } });
   });
   after(async () => db.drop());
   beforeEach(async () => {
-    await db.query(`TRUNCATE "${db.schema}".outbox, "${db.schema}".inbox`);
+    await db.query(`TRUNCATE "${db.schema}".outbox`);
     await db.driver.migrate();
   });
 
-  it('migrate creates one commented function per outbox and relay claim statement of the batch size, and claims call them', async () => {
+  it('migrate creates one commented function per outbox claim statement of the batch size, and claims call them', async () => {
     const statements = db.driver.claimStatements();
-    assert.deepEqual(statements.map((s) => s.table), ['outbox', 'outbox', 'inbox'], 'the outbox window and full claims, the relay claim');
-    const functions = await claimFunctionsIn(db);
+    assert.equal(statements.length, 2, 'the window claim and the full claim');
+    const functions = await functionsIn(db);
     for (const statement of statements) {
       const name = claimFunctionName(statement);
-      assert.match(name, new RegExp(`^${statement.table}_claim_[0-9a-f]{12}$`));
+      assert.match(name, /^outbox_claim_[0-9a-f]{12}$/);
       assert.equal(functions.get(name), true, `${name} exists with QueueBox's comment`);
       assert.match(statement.text, /LIMIT 10\b/, 'the batch size is a literal of the statement');
     }
@@ -63,49 +86,61 @@ describe('claim functions (PostgreSQL)', () => {
     await makeFunctionFail(db, statements[0]!);
     await insertKeyless(db, 2);
     await assert.rejects(db.newDriver().outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
-    await db.driver.migrate();
-    assert.equal((await db.newDriver().outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2, 'migrate restored the function');
   });
 
-  it('the relay claim calls its function; a missing one rolls back its transaction and the claim runs again with the statement', async () => {
-    const relay = db.driver.claimStatements()[2]!;
-    const receive = (n: number) => db.driver.inboxInsert({ source: 'shop', idempotencyKey: `k-${n}`, aggregateId: `a-${n % 2}`, payload: { n }, consumption: 'push' });
-    for (let n = 1; n <= 4; n++) await receive(n);
-    await makeFunctionFail(db, relay);
-    await assert.rejects(db.newDriver().inboxClaimPushMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
-    await db.query(`DROP FUNCTION "${db.schema}"."${claimFunctionName(relay)}"(double precision)`);
-    const driver = db.newDriver();
-    const rows = await driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE });
-    assert.deepEqual(rows.map((r) => r.idempotencyKey), ['k-1', 'k-2'], 'the head of each aggregate');
-    assert.deepEqual([...driver.ctx.claimFunctions!.missing].map(claimFunctionName), [claimFunctionName(relay)]);
+  it('migrate reports what it did: created, kept, dropped; a second run creates and drops nothing', async () => {
+    const names = db.driver.claimStatements().map(claimFunctionName);
+    await dropFunction(db, db.driver.claimStatements()[1]!);
+    const first = await db.driver.migrate();
+    assert.deepEqual(first.claimFunctions, { created: [names[1]], kept: [names[0]], dropped: [], notDropped: [] });
+    const again = await db.driver.migrate();
+    assert.deepEqual(again, { applied: [], claimFunctions: { created: [], kept: names, dropped: [], notDropped: [] } });
   });
 
-  it('a claim whose function is missing sends its statement (same rows) and does not look for the function again', async () => {
+  it('a claim whose function is missing sends its statement (same rows), and calls the function again once it exists and the retry interval passed', async () => {
+    // Every claim here fills at least half its batch from the window, so each is a window claim.
     const [window] = db.driver.claimStatements();
-    const name = claimFunctionName(window!);
-    await db.query(`DROP FUNCTION "${db.schema}"."${name}"(double precision)`);
-    await insertKeyless(db, 4);
+    await dropFunction(db, window!);
+    await insertKeyless(db, 10);
     const driver = db.newDriver();
+    let clock = 0;
+    const warnings: ClaimFunctionUnusable[] = [];
+    Object.assign(driver.ctx, { claimFunctions: { ...newClaimFunctionState({ retryMs: 1_000, now: () => clock }), warn: (e: ClaimFunctionUnusable) => warnings.push(e) } });
     const rows = await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE });
-    assert.deepEqual(rows.map((r) => (r.payload as { n: number }).n), [1, 2, 3, 4]);
-    assert.deepEqual([...driver.ctx.claimFunctions!.missing].map(claimFunctionName), [name]);
-    // The function comes back failing: this driver no longer calls it.
+    assert.deepEqual(rows.map((r) => (r.payload as { n: number }).n), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert.deepEqual([...driver.ctx.claimFunctions!.missing.keys()].map(claimFunctionName), [claimFunctionName(window!)]);
+    assert.deepEqual(warnings.map((w) => [w.function, w.code]), [[claimFunctionName(window!), '42883']]);
+    // Within the retry interval the statement is sent: a failing function would not be noticed.
     await makeFunctionFail(db, window!);
-    await insertKeyless(db, 1);
-    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 1);
+    await insertKeyless(db, 5);
+    clock = 999;
+    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 5);
+    // After it, the function is called again (here: it fails, so the claim fails with its error).
+    clock = 1_000;
+    await insertKeyless(db, 5);
+    await assert.rejects(driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
+    // `migrate` puts the right one back: the next claim uses it, and the statement is no longer missing.
+    await dropFunction(db, window!);
+    await db.driver.migrate();
+    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 5);
+    assert.equal(driver.ctx.claimFunctions!.missing.size, 0);
   });
 
-  it('a batch size without a function (another config) sends its statement', async () => {
+  it('a batch size without a function (another config) sends its statement, and the driver logger hears of it once per finding', async () => {
     await insertKeyless(db, 5);
     const driver = db.newDriver();
-    const rows = await driver.outboxClaimMany({ limit: 4, leaseMs: LEASE });
-    assert.equal(rows.length, 4);
+    const logged: Array<[string, Record<string, unknown>]> = [];
+    driver.useLogger({ warn: (message, attributes) => logged.push([message, attributes]) });
+    assert.equal((await driver.outboxClaimMany({ limit: 4, leaseMs: LEASE })).length, 4);
+    assert.equal((await driver.outboxClaimMany({ limit: 4, leaseMs: LEASE })).length, 1);
     assert.equal(driver.ctx.claimFunctions!.missing.size, 1, 'the window claim at 4 has no function');
+    assert.equal(logged.length, 1, JSON.stringify(logged));
+    assert.match(logged[0]![0], /claim function unusable.*queuebox migrate/);
+    assert.equal(logged[0]![1].code, '42883');
   });
 
   it('a missing function under an invocation budget (BEGIN; SET LOCAL statement_timeout) falls back in a new transaction', async () => {
-    const [window] = db.driver.claimStatements();
-    await db.query(`DROP FUNCTION "${db.schema}"."${claimFunctionName(window!)}"(double precision)`);
+    await dropFunction(db, db.driver.claimStatements()[0]!);
     await insertKeyless(db, 3);
     const driver = db.newDriver();
     // A budget below the connection's statement_timeout: the claim runs in a transaction of its own.
@@ -115,46 +150,44 @@ describe('claim functions (PostgreSQL)', () => {
     assert.equal(Number(processing[0]!.n), 3, 'the fallback committed its claim');
   });
 
-  it('a role that may not execute the function gets the statement', async () => {
-    const role = `qb_claimer_${db.schema}`.slice(0, 60);
-    await db.query(`CREATE ROLE "${role}" LOGIN`);
+  it('a role that may not execute the function gets the statement; a role that may not update the table gets its error, and the function is not marked', async () => {
+    const claimer = await runtimeRole(db, 'claimer', `GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA "${db.schema}" TO %R`);
+    const reader = await runtimeRole(db, 'reader', `GRANT SELECT ON ALL TABLES IN SCHEMA "${db.schema}" TO %R`);
+    const drivers: PostgresDriver[] = [];
     try {
-      await db.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO "${role}"; GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA "${db.schema}" TO "${role}"`);
-      // the relay claim takes a transaction-scoped advisory lock: nothing to grant
       for (const statement of db.driver.claimStatements()) {
         await db.query(`REVOKE EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(double precision) FROM PUBLIC`);
       }
       await insertKeyless(db, 2);
-      const url = new URL(db.url);
-      url.username = role;
-      const driver = new PostgresDriver({ config: db.config, url: url.toString() });
-      try {
-        assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2);
-        assert.equal(driver.ctx.claimFunctions!.missing.size, 1);
-        await db.driver.inboxInsert({ source: 'shop', idempotencyKey: 'r-1', payload: {}, consumption: 'push' });
-        assert.equal((await driver.inboxClaimPushMany({ limit: 10, leaseMs: LEASE })).length, 1, 'the relay claim too');
-        assert.equal(driver.ctx.claimFunctions!.missing.size, 2);
-      } finally {
-        await driver.close();
-      }
+      const noExecute = new PostgresDriver({ config: db.config, url: claimer.url });
+      drivers.push(noExecute);
+      assert.equal((await noExecute.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2);
+      assert.equal(noExecute.ctx.claimFunctions!.missing.size, 1);
+
+      await db.query(`GRANT EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(db.driver.claimStatements()[0]!)}"(double precision) TO PUBLIC`);
+      await insertKeyless(db, 1);
+      const noUpdate = new PostgresDriver({ config: db.config, url: reader.url });
+      drivers.push(noUpdate);
+      await assert.rejects(noUpdate.outboxClaimMany({ limit: 10, leaseMs: LEASE }), (error: Error & { code?: string }) => error.code === '42501' && /outbox/.test(error.message));
+      assert.equal(noUpdate.ctx.claimFunctions!.missing.size, 0, "the table's 42501 is the claim's own error");
     } finally {
-      await db.query(`DROP OWNED BY "${role}"; DROP ROLE "${role}"`);
+      await Promise.all(drivers.map((d) => d.close()));
+      await claimer.drop();
+      await reader.drop();
     }
   });
 
   it('migrate drops the functions of another batch size (only QueueBox claim functions of its tables)', async () => {
-    // (the relay keeps batch size 10: its function stays)
     const mine = `"${db.schema}"."outbox_claim_000000000000"`;
     await db.query(`CREATE FUNCTION ${mine}() RETURNS int LANGUAGE sql AS 'SELECT 1'`);
     const before10 = db.driver.claimStatements().map(claimFunctionName);
     const driver20 = new PostgresDriver({ config: { ...db.config, outbox: { ...db.config.outbox, batchSize: 20 } }, url: db.url });
     try {
-      await driver20.migrate();
+      const result = await driver20.migrate();
       const after20 = driver20.claimStatements().map(claimFunctionName);
-      const functions = await claimFunctionsIn(db);
-      const relay = before10[2]!;
-      assert.equal(functions.get(relay), true, 'the relay function of the unchanged batch size stays');
-      for (const name of before10.slice(0, 2)) assert.equal(functions.has(name), false, `${name} (batch 10) dropped`);
+      assert.deepEqual(result.claimFunctions, { created: after20, kept: [], dropped: [...before10].sort(), notDropped: [] });
+      const functions = await functionsIn(db);
+      for (const name of before10) assert.equal(functions.has(name), false, `${name} (batch 10) dropped`);
       for (const name of after20) assert.equal(functions.get(name), true, `${name} (batch 20) created`);
       assert.equal(functions.get('outbox_claim_000000000000'), false, 'a function without the comment is left alone');
     } finally {
@@ -163,11 +196,34 @@ describe('claim functions (PostgreSQL)', () => {
     }
   });
 
+  it('migrate by another role: nothing to change is no error; stale functions it may not drop are left in place and reported', async () => {
+    // (CREATE on the database: migrate runs CREATE SCHEMA IF NOT EXISTS)
+    const other = await runtimeRole(db, 'migrator', `GRANT CREATE ON DATABASE "${new URL(db.url).pathname.slice(1)}" TO %R; GRANT CREATE ON SCHEMA "${db.schema}" TO %R; GRANT ALL ON ALL TABLES IN SCHEMA "${db.schema}" TO %R; GRANT ALL ON ALL SEQUENCES IN SCHEMA "${db.schema}" TO %R`);
+    const drivers: PostgresDriver[] = [];
+    try {
+      const same = new PostgresDriver({ config: db.config, url: other.url });
+      drivers.push(same);
+      assert.deepEqual((await same.migrate()).claimFunctions?.created, [], 'same version, same batch size: nothing to create');
+      const batch20 = new PostgresDriver({ config: { ...db.config, outbox: { ...db.config.outbox, batchSize: 20 } }, url: other.url });
+      drivers.push(batch20);
+      const result = await batch20.migrate();
+      assert.equal(result.claimFunctions?.created.length, 2, 'it may create functions in the schema');
+      assert.deepEqual(result.claimFunctions?.notDropped, db.driver.claimStatements().map(claimFunctionName).sort(), 'the batch-10 functions belong to the first migrator');
+      const off = new PostgresDriver({ config: { ...db.config, database: { ...db.config.database, claimFunctions: false } }, url: other.url });
+      drivers.push(off);
+      const offResult = await off.migrate();
+      assert.deepEqual(offResult.claimFunctions?.dropped, batch20.claimStatements().map(claimFunctionName).sort(), 'it drops the ones it owns');
+    } finally {
+      await Promise.all(drivers.map((d) => d.close()));
+      await other.drop();
+    }
+  });
+
   it('database.claimFunctions: false — migrate drops them and claims send their statements', async () => {
     const off = new PostgresDriver({ config: { ...db.config, database: { ...db.config.database, claimFunctions: false } }, url: db.url });
     try {
       await off.migrate();
-      const ours = [...(await claimFunctionsIn(db))].filter(([, isOurs]) => isOurs);
+      const ours = [...(await functionsIn(db))].filter(([, isOurs]) => isOurs);
       assert.deepEqual(ours, []);
       assert.equal(off.ctx.claimFunctions, undefined);
       await insertKeyless(db, 2);
@@ -182,7 +238,7 @@ describe('claim functions (PostgreSQL)', () => {
     try {
       const names = long.driver.claimStatements().map(claimFunctionName);
       for (const name of names) assert.ok(name.length <= 63, `${name} (${name.length} characters)`);
-      assert.equal([...(await claimFunctionsIn(long))].filter(([n, ours]) => ours && names.includes(n)).length, 3);
+      assert.equal([...(await functionsIn(long))].filter(([n, ours]) => ours && names.includes(n)).length, 2);
       await long.query(`INSERT INTO "${long.schema}"."${'o'.repeat(38)}" (topic, payload) VALUES ('t', '{}')`);
       assert.equal((await long.driver.outboxClaimMany({ limit: 100, leaseMs: LEASE })).length, 1);
       assert.equal(long.driver.ctx.claimFunctions!.missing.size, 0);
@@ -190,17 +246,76 @@ describe('claim functions (PostgreSQL)', () => {
       await long.drop();
     }
   });
-
-  it('a second migrate at the same version creates nothing new and keeps the functions', async () => {
-    const beforeAgain = await claimFunctionsIn(db);
-    assert.deepEqual((await db.driver.migrate()).applied, []);
-    assert.deepEqual(await claimFunctionsIn(db), beforeAgain);
-  });
 });
 
-describe('claim functions without a test database', () => {
+/**
+ * A function keeps its plan for the life of the server connection. The plan made while the queue
+ * was nearly empty must still be a good plan when a backlog arrives (before any ANALYZE): read as
+ * buffers per claim — through the function whose plan was cached on a 3-row table, against the
+ * statement planned now on the same data.
+ */
+describe('a claim function planned on a nearly empty table, after a backlog arrives (PostgreSQL)', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase({ outbox: { batchSize: 100 } });
+  });
+  after(async () => db.drop());
+
+  async function buffers(client: pg.Client, sql: string): Promise<number> {
+    await client.query('BEGIN');
+    try {
+      const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: Record<string, number> }> }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [LEASE]);
+      const plan = rows[0]!['QUERY PLAN'][0]!.Plan;
+      return (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
+    } finally {
+      await client.query('ROLLBACK');
+    }
+  }
+
+  for (const backlog of ['keyed', 'keyless'] as const) {
+    it(`${backlog} backlog of 20,000 rows: the window and the full claim read about what the statement reads`, async () => {
+      const table = `"${db.schema}".outbox`;
+      const insert = (n: number, key: string) => db.query(`INSERT INTO ${table} (topic, key, payload) SELECT 't', ${key}, '{}' FROM generate_series(1, $1::int) g`, [n]);
+      const client = new pg.Client({ connectionString: db.url });
+      await client.connect();
+      try {
+        await db.query(`TRUNCATE ${table}`);
+        await insert(3, `'k' || g`);
+        await db.query(`ANALYZE ${table}`);
+        const [window, full] = db.driver.claimStatements() as [ClaimStatement, ClaimStatement];
+        const call = (s: ClaimStatement) => `SELECT * FROM "${db.schema}"."${claimFunctionName(s)}"($1)`;
+        // More than five executions on this connection: PL/pgSQL keeps the generic plan.
+        for (let i = 0; i < 8; i++) for (const s of [window, full]) await buffers(client, call(s));
+        await insert(20_000, backlog === 'keyed' ? `'b' || (g / 200)` : 'NULL');
+        for (const s of [window, full]) {
+          const viaFunction = await buffers(client, call(s));
+          const asStatement = await buffers(client, s.text);
+          assert.ok(viaFunction <= asStatement * 2 + 200, `${s === window ? 'window' : 'full'} claim: ${viaFunction} buffers through the cached function, ${asStatement} as a statement`);
+        }
+      } finally {
+        await client.end();
+      }
+    });
+  }
+});
+
+describe('claim functions without a database', () => {
   it('refuses a statement that contains the function body quote', () => {
     const names = { schema: 's', outboxTable: 'outbox' } as Parameters<typeof claimFunctionDdl>[0];
     assert.throws(() => claimFunctionDdl(names, { table: 'outbox', text: 'SELECT $queuebox$', params: [], returns: 'x int' }), /function body quote/);
+  });
+
+  it('tells an unusable function from the claim’s own errors', () => {
+    const fn = 'outbox_claim_0123456789ab';
+    const error = (code: string, message: string) => Object.assign(new Error(message), { code });
+    assert.equal(claimFunctionUnusable(error('42883', `function "s".${fn}(double precision) does not exist`), fn), true);
+    assert.equal(claimFunctionUnusable(error('42883', 'function gen_random_uuid() does not exist'), fn), false, 'a function the statement calls');
+    assert.equal(claimFunctionUnusable(error('42501', `permission denied for function ${fn}`), fn), true);
+    assert.equal(claimFunctionUnusable(error('42501', 'permission denied for table outbox'), fn), false);
+    assert.equal(claimFunctionUnusable(error('42804', 'structure of query does not match function result type'), fn), true);
+    assert.equal(claimFunctionUnusable(error('XX000', 'cache lookup failed for function 16384'), fn), true, 'dropped by a concurrent migrate');
+    assert.equal(claimFunctionUnusable(error('XX000', 'could not read block 0'), fn), false);
+    assert.equal(claimFunctionUnusable(error('23505', `duplicate key value violates unique constraint "outbox_key_in_flight_idx"`), fn), false);
+    assert.equal(claimFunctionUnusable({ cause: { code: '42804' }, message: 'wrapped' }, fn), true);
   });
 });

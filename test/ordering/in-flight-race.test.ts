@@ -14,9 +14,9 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
  * pending. B must not put row 5 in flight beside row 6. A's transaction is held open by the test, so
  * the interleaving is exact, not left to timing.
  */
-/** Both ways an outbox or relay claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
+/** Both ways an outbox claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
 const CLAIM_PATHS = [
-  { path: 'claim functions', overrides: { outbox: { batchSize: 10 }, inbox: { relay: { batchSize: 10 } } }, functions: true },
+  { path: 'outbox claim functions', overrides: { outbox: { batchSize: 10 } }, functions: true },
   { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
 ] as const;
 

@@ -8,9 +8,9 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
  * the other row was already claimed. The late row must wait: one row per key (per aggregate) is
  * in flight, whatever the commit order.
  */
-/** Both ways an outbox or relay claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
+/** Both ways an outbox claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
 const CLAIM_PATHS = [
-  { path: 'claim functions', overrides: { outbox: { batchSize: 10 }, inbox: { relay: { batchSize: 10 } } }, functions: true },
+  { path: 'outbox claim functions', overrides: { outbox: { batchSize: 10 } }, functions: true },
   { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
 ] as const;
 

@@ -43,13 +43,33 @@ export const CLAIM_FUNCTION_COMMENT = 'QueueBox claim statement (created by queu
 
 const NAME_SUFFIX = /_claim_[0-9a-f]{12}$/;
 
+/**
+ * The plan a function keeps must be right at any table size, because it outlives the statistics
+ * it was made from: a plan cached while the queue was nearly empty (sequential scans, hash joins)
+ * stays in use after a backlog arrives until the next `ANALYZE`, and there it turns a claim of
+ * milliseconds into seconds (measured: 9 ms as a statement, 16 s through a function planned on
+ * a 3-row table, 20,000 rows over 100 keys). Inside the function the planner may not choose a
+ * sequential scan, a bitmap scan (which loses the index order a `LIMIT` needs), a hash join or a
+ * merge join: the claim's shape — ordered index scans, index probes per key, joins by id — is
+ * what it picks on a large table anyway, and it is cheap on a small one.
+ */
+const PLAN_SHAPE = `SET enable_seqscan = off
+  SET enable_bitmapscan = off
+  SET enable_hashjoin = off
+  SET enable_mergejoin = off
+  SET enable_material = off`;
+
+
 const functionNames = new WeakMap<ClaimStatement, string>();
 
-/** `<table>_claim_<12 hex digits of the statement's digest>`: a changed statement gets a new name. */
+/**
+ * `<table>_claim_<12 hex digits of a digest of the function's definition>`: a changed statement or
+ * plan setting gets a new name, so a function of that name is the function this code would create.
+ */
 export function claimFunctionName(statement: ClaimStatement): string {
   let name = functionNames.get(statement);
   if (name === undefined) {
-    const digest = createHash('sha256').update(`${statement.params.join(',')}\n${statement.returns}\n${statement.text}`).digest('hex');
+    const digest = createHash('sha256').update(`${statement.params.join(',')}\n${statement.returns}\n${PLAN_SHAPE}\n${statement.text}`).digest('hex');
     name = `${statement.table}_claim_${digest.slice(0, 12)}`;
     functionNames.set(statement, name);
   }
@@ -68,6 +88,7 @@ export function claimFunctionDdl(names: PgNames, statement: ClaimStatement): str
   return `CREATE OR REPLACE FUNCTION ${fn}(${statement.params.join(', ')})
   RETURNS TABLE (${statement.returns})
   LANGUAGE plpgsql VOLATILE
+  ${PLAN_SHAPE}
 AS $queuebox$
 #variable_conflict use_column
 BEGIN
@@ -77,59 +98,124 @@ $queuebox$;
 COMMENT ON FUNCTION ${fn}(${statement.params.join(', ')}) IS '${CLAIM_FUNCTION_COMMENT}';`;
 }
 
+/** What `migrate` did to the claim functions (names). */
+export interface ClaimFunctionChanges {
+  /** Created now. */
+  created: string[];
+  /** Already there (same name: same definition). */
+  kept: string[];
+  /** Claim functions of statements no longer used (an earlier release, another batch size), dropped. */
+  dropped: string[];
+  /** Such functions left in place because this role may not drop them (another role owns them). */
+  notDropped: string[];
+}
+
 /**
- * Creates (or replaces) the functions of `statements` and drops the claim functions of the same
- * tables that are not among them (statements of an earlier release or another batch size).
- * Runs inside the migrate transaction; returns the names created and dropped.
+ * Creates the functions of `statements` that do not exist yet and drops QueueBox's claim functions
+ * of the same tables that are not among them. Runs inside the migrate transaction. A function
+ * that exists is left as it is (its name is the digest of its definition), so a `migrate` with
+ * nothing to change changes nothing — also when run by a role that does not own the functions.
  */
-export async function installClaimFunctions(
-  client: pg.ClientBase,
-  names: PgNames,
-  statements: readonly ClaimStatement[],
-): Promise<{ created: string[]; dropped: string[] }> {
-  const wanted = new Set(statements.map(claimFunctionName));
-  for (const statement of statements) await client.query(claimFunctionDdl(names, statement));
-  const tables = [names.outboxTable, names.inboxTable];
-  const { rows } = await client.query<{ name: string; signature: string }>(
-    `SELECT p.proname AS name, p.oid::regprocedure::text AS signature
+export async function installClaimFunctions(client: pg.ClientBase, names: PgNames, statements: readonly ClaimStatement[]): Promise<ClaimFunctionChanges> {
+  const { rows } = await client.query<{ name: string; signature: string; ours: boolean; droppable: boolean }>(
+    `SELECT p.proname AS name, p.oid::regprocedure::text AS signature,
+            obj_description(p.oid, 'pg_proc') IS NOT DISTINCT FROM $2 AS ours,
+            pg_has_role(p.proowner, 'USAGE') AS droppable
        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-      WHERE n.nspname = $1 AND obj_description(p.oid, 'pg_proc') = $2`,
+      WHERE n.nspname = $1
+      ORDER BY p.proname`,
     [names.schema, CLAIM_FUNCTION_COMMENT],
   );
-  const dropped: string[] = [];
+  const existing = new Map(rows.map((r) => [r.name, r]));
+  const changes: ClaimFunctionChanges = { created: [], kept: [], dropped: [], notDropped: [] };
+  const wanted = new Set<string>();
+  for (const statement of statements) {
+    const name = claimFunctionName(statement);
+    wanted.add(name);
+    if (existing.get(name)?.ours === true) {
+      changes.kept.push(name);
+      continue;
+    }
+    await client.query(claimFunctionDdl(names, statement));
+    changes.created.push(name);
+  }
+  const tables = [names.outboxTable, names.inboxTable];
   for (const row of rows) {
-    if (wanted.has(row.name) || !NAME_SUFFIX.test(row.name)) continue;
+    if (!row.ours || wanted.has(row.name) || !NAME_SUFFIX.test(row.name)) continue;
     if (!tables.includes(row.name.slice(0, -'_claim_000000000000'.length))) continue;
+    if (!row.droppable) {
+      changes.notDropped.push(row.name);
+      continue;
+    }
     // The signature comes from the catalog (`regprocedure`: schema-qualified and quoted as needed).
     await client.query(`DROP FUNCTION IF EXISTS ${row.signature}`);
-    dropped.push(row.name);
+    changes.dropped.push(row.name);
   }
-  return { created: [...wanted], dropped };
+  return changes;
 }
 
-/** What a driver remembers of its claim functions: the statements found to have none. */
-export interface ClaimFunctionState {
-  readonly missing: Set<ClaimStatement>;
+/** How long a driver sends a statement itself after its function was found unusable, before it calls the function again. */
+export const CLAIM_FUNCTION_RETRY_MS = 5 * 60_000;
+
+/** A claim function found unusable, for the warning a driver logs. */
+export interface ClaimFunctionUnusable {
+  function: string;
+  code: string;
+  error: string;
 }
 
 /**
- * SQLSTATEs after which the statement runs itself: the function does not exist (42883), its
- * result no longer matches the table (42804: a column changed outside the migrations), or the
- * role may not execute it (42501). Any other error is the claim's own and is thrown.
+ * What a driver remembers of its claim functions: when each statement's function was last found
+ * unusable (`now()` time, ms); until `retryMs` later the statement is sent itself. `warn` hears of
+ * each such finding (the driver's logger, once one is set).
  */
-const FUNCTION_UNUSABLE = new Set(['42883', '42804', '42501']);
+export interface ClaimFunctionState {
+  readonly missing: Map<ClaimStatement, number>;
+  readonly retryMs: number;
+  readonly now: () => number;
+  warn?: (event: ClaimFunctionUnusable) => void;
+}
 
-function functionUnusable(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code ?? (error as { cause?: { code?: unknown } } | null)?.cause?.code;
-  return typeof code === 'string' && FUNCTION_UNUSABLE.has(code);
+export function newClaimFunctionState(options: { retryMs?: number; now?: () => number } = {}): ClaimFunctionState {
+  return { missing: new Map(), retryMs: options.retryMs ?? CLAIM_FUNCTION_RETRY_MS, now: options.now ?? (() => performance.now()) };
+}
+
+function errorCode(error: unknown): unknown {
+  return (error as { code?: unknown } | null)?.code ?? (error as { cause?: { code?: unknown } } | null)?.cause?.code;
+}
+
+/**
+ * Whether `error` says the function itself cannot be used, so the statement runs itself:
+ * - 42883 naming the function: it does not exist (not yet migrated, another batch size, dropped);
+ * - 42501 naming the function: the role may not execute it (a 42501 on a table is the claim's own);
+ * - 42804: its result no longer matches the table (a column changed outside the migrations);
+ * - XX000 "cache lookup failed for function": it was dropped while this call was looking it up
+ *   (a `migrate` of another release or batch size, at that moment).
+ * Any other error is the claim's own and is thrown as it is.
+ */
+export function claimFunctionUnusable(error: unknown, functionName: string): boolean {
+  const code = errorCode(error);
+  const message = String((error as { message?: unknown } | null)?.message ?? '');
+  switch (code) {
+    case '42883':
+    case '42501':
+      return message.includes(functionName);
+    case '42804':
+      return true;
+    case 'XX000':
+      return /cache lookup failed for function/.test(message);
+    default:
+      return false;
+  }
 }
 
 /**
  * Runs a claim: `run` gets the SQL text to send with the statement's bind values — the call of
- * its function when the driver uses claim functions and this one has not been found missing,
- * else the statement itself. When the function turns out unusable, the statement is remembered
- * and `run` runs again with the statement (the failed call changed nothing: an error ends it).
- * `run` may wrap the text in a transaction of its own; it is called again from the start.
+ * its function when the driver uses claim functions and this one was not found unusable in the
+ * last `retryMs`, else the statement itself. When the function turns out unusable, the time is
+ * remembered, `warn` hears of it, and `run` runs again with the statement (the failed call changed
+ * nothing: an error ends it). `run` may wrap the text in a transaction of its own; it is called
+ * again from the start.
  */
 export async function runClaimStatement<T>(
   names: PgNames,
@@ -137,13 +223,19 @@ export async function runClaimStatement<T>(
   statement: ClaimStatement,
   run: (text: string) => Promise<T>,
 ): Promise<T> {
-  if (state === undefined || state.missing.has(statement)) return run(statement.text);
+  if (state === undefined) return run(statement.text);
+  const missingSince = state.missing.get(statement);
+  if (missingSince !== undefined && state.now() - missingSince < state.retryMs) return run(statement.text);
   const args = statement.params.map((_, i) => `$${i + 1}`).join(', ');
+  const name = claimFunctionName(statement);
   try {
-    return await run(`SELECT * FROM ${qualifiedName(names, statement)}(${args})`);
+    const result = await run(`SELECT * FROM ${qualifiedName(names, statement)}(${args})`);
+    if (missingSince !== undefined) state.missing.delete(statement);
+    return result;
   } catch (error) {
-    if (!functionUnusable(error)) throw error;
-    state.missing.add(statement);
+    if (!claimFunctionUnusable(error, name)) throw error;
+    state.missing.set(statement, state.now());
+    state.warn?.({ function: name, code: String(errorCode(error)), error: String((error as { message?: unknown }).message ?? error) });
     return run(statement.text);
   }
 }

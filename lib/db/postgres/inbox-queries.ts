@@ -15,7 +15,6 @@ import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, recl
 import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
-import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
 import { deadList, tableStats } from './table-reads.ts';
 
 
@@ -125,13 +124,12 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
  * before it; the unique index on the aggregate of `processing` rows backs the rule.
  */
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
-  const claimIn = (text: string) =>
+  const rows = await claimRetryingInFlight(() =>
     pgTransaction(ctx.pool, async (client) => {
       await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-      return (await pgClaimQuery<InboxDbRow>(client, text, () => [leaseWithinBudget(p.leaseMs)], ctx.prepared)).rows;
-    });
-  // A missing function fails the call and rolls back its transaction: the fallback runs it again.
-  const rows = await claimRetryingInFlight(() => runClaimStatement(ctx.names, ctx.claimFunctions, relayClaimStatement(ctx.names, p.limit), claimIn));
+      return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared)).rows;
+    }),
+  );
   return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
 }
 
@@ -235,18 +233,6 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
               i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at`;
 });
-
-/** The relay claim of `names` at batch size `limit` as a statement that may run as a function (`$1`: the lease in ms). */
-export const relayClaimStatement = oncePerNamesAndLimit(
-  (names, limit): ClaimStatement => ({
-    table: names.inboxTable,
-    text: relayClaimText(names, limit),
-    params: ['double precision'],
-    returns: `id uuid, source varchar, idempotency_key varchar, aggregate_id varchar, event_type varchar, payload_text text,
-    headers jsonb, correlation_id varchar, attempt integer, sequence bigint, created_at timestamptz, claim_token uuid,
-    lease_expires_at timestamptz`,
-  }),
-);
 
 /** Fenced lease renewal; returns the ids renewed. */
 export async function inboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {

@@ -5,13 +5,13 @@ import type pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
 import { refusePool } from '../caller-transaction.ts';
-import type { CallerTransaction, Driver } from '../driver.ts';
+import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../driver.ts';
 import * as consoleReads from './console-queries.ts';
 import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
 import { pgExpectedColumns, pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent } from './names.ts';
-import { installClaimFunctions, type ClaimStatement } from './claim-functions.ts';
+import { installClaimFunctions, newClaimFunctionState, type ClaimStatement } from './claim-functions.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
@@ -25,17 +25,14 @@ function asQueryable(tx: CallerTransaction): PgQueryable {
 }
 
 export interface PostgresDriverOptions {
-  /** `outbox.batchSize` and `inbox.relay.batchSize` name the claim statements `migrate` creates functions for (default 100). */
-  config: Pick<QueueBoxConfig, 'database' | 'tables'> & {
-    outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'>;
-    inbox?: { relay: Pick<QueueBoxConfig['inbox']['relay'], 'batchSize'> };
-  };
+  /** `outbox.batchSize` names the claim statements `migrate` creates functions for (default 100). */
+  config: Pick<QueueBoxConfig, 'database' | 'tables'> & { outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'> };
   url: string;
   /** Use this pool instead of creating one (it is not ended by `close`). */
   pool?: PgPool;
 }
 
-/** `outbox.batchSize` and `inbox.relay.batchSize` when the driver's config has no such section (the config defaults). */
+/** `outbox.batchSize` when the driver's config has no `outbox` section (the config default). */
 const DEFAULT_BATCH_SIZE = 100;
 
 export class PostgresDriver implements Driver {
@@ -43,7 +40,6 @@ export class PostgresDriver implements Driver {
   readonly ctx: PgContext;
   readonly #ownsPool: boolean;
   readonly #outboxBatchSize: number;
-  readonly #relayBatchSize: number;
   readonly #useClaimFunctions: boolean;
 
   constructor(options: PostgresDriverOptions) {
@@ -56,10 +52,9 @@ export class PostgresDriver implements Driver {
       names: pgNames(options.config.database.schema ?? 'public', options.config.tables),
       prepared,
       // Named prepared statements already plan once per connection: no functions then.
-      claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : { missing: new Set() },
+      claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : newClaimFunctionState(),
     };
     this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
-    this.#relayBatchSize = options.config.inbox?.relay.batchSize ?? DEFAULT_BATCH_SIZE;
   }
 
   /**
@@ -69,14 +64,22 @@ export class PostgresDriver implements Driver {
   claimStatements(): ClaimStatement[] {
     if (!this.#useClaimFunctions) return [];
     const outboxClaims = outbox.outboxClaimStatements(this.ctx.names, this.#outboxBatchSize);
-    return [outboxClaims.window, outboxClaims.full, inbox.relayClaimStatement(this.ctx.names, this.#relayBatchSize)];
+    return [outboxClaims.window, outboxClaims.full];
   }
 
   get pool(): PgPool {
     return this.ctx.pool;
   }
 
-  async migrate(): Promise<{ applied: number[] }> {
+  /** Claim functions found unusable are logged as warnings (once per finding; retried after `CLAIM_FUNCTION_RETRY_MS`). */
+  useLogger(logger: DriverLogger): void {
+    const state = this.ctx.claimFunctions;
+    if (state === undefined) return;
+    state.warn = (event) =>
+      logger.warn('claim function unusable: claims send their statement until it is found usable again (run `queuebox migrate` after an upgrade or a change of outbox.batchSize)', { ...event });
+  }
+
+  async migrate(): Promise<MigrateResult> {
     const n = this.ctx.names;
     return pgTransaction(this.ctx.pool, async (client) => {
       // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.
@@ -94,10 +97,10 @@ export class PostgresDriver implements Driver {
         await client.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
         applied.push(migration.version);
       }
-      // Not numbered: the claim statements of this release and configuration, replaced at every run.
-      await installClaimFunctions(client, n, this.claimStatements());
-      return applied;
-    }).then((applied) => ({ applied }));
+      // Not numbered: the claim functions of this release and configuration (see claim-functions.ts).
+      const claimFunctions = await installClaimFunctions(client, n, this.claimStatements());
+      return { applied, claimFunctions };
+    });
   }
 
   async schemaVerify(): Promise<void> {
