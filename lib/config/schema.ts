@@ -42,15 +42,16 @@ export const databaseSchema = z
     idleInTransactionTimeoutMs: positiveInt.default(60000),
     /**
      * PostgreSQL: `queuebox migrate` creates a PL/pgSQL function for each outbox claim statement
-     * (at `outbox.batchSize`) and the relay claim (at `inbox.relay.batchSize`), and claims call it: planned once per server connection instead of
+     * (at `outbox.batchSize`), and claims call it: planned once per server connection instead of
      * at every batch (about 0.7–0.9 ms of database CPU per claim), with no session state, so it
      * works through RDS Proxy and any PgBouncer. A claim whose function is missing sends its
-     * statement. `false`: `migrate` drops them and claims send their statements.
+     * statement (and tries the function again 5 minutes later). `false`: `migrate` drops them
+     * and claims send their statements.
      */
     claimFunctions: z.boolean().default(true),
     /**
      * PostgreSQL: send the claim statements as named prepared statements, planned once per
-     * connection instead of at every batch (the pull claim too; the outbox and relay claims
+     * connection instead of at every batch (the relay and pull claims too; the outbox claims
      * gain no more than with `claimFunctions`). Only on a direct connection or PgBouncer 1.21+
      * with `max_prepared_statements`: RDS Proxy pins such sessions and older PgBouncer in
      * transaction mode fails them. Off by default.

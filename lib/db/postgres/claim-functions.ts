@@ -14,13 +14,16 @@
  * as a function.
  *
  * `queuebox migrate` creates one function per claim statement the configuration uses: the outbox
- * window and full claims and the relay claim. The batch size is a literal of each text, so that
- * the cached plan is the generic plan of that size; the pull claim, whose batch follows the free
- * handler slots (`LIMIT $n`), is not one of them. A function is named after its table and a
- * digest of its statement (`outbox_claim_1a2b3c4d5e6f`); `migrate` drops QueueBox's functions of
- * statements no longer used. A driver calls the function of a statement and, when it does not
- * exist (code deployed before `migrate` ran, or a batch size the migration did not see),
- * runs the statement itself from then on: the same rows, planned at every batch.
+ * window and full claims at `outbox.batchSize`. The batch size is a literal of each text, so that
+ * the cached plan is the generic plan of that size. A function is named after its table and a
+ * digest of its definition (`outbox_claim_1a2b3c4d5e6f`); `migrate` creates the missing ones and
+ * drops QueueBox's functions of statements no longer used. A driver calls the function of a
+ * statement and, when it is unusable (code deployed before `migrate` ran, or a batch size the
+ * migration did not see), sends the statement itself — the same rows, planned at every batch —
+ * and calls the function again `CLAIM_FUNCTION_RETRY_MS` later. The relay claim is not one of
+ * them: its plan joins the heads of the aggregates to the table in an order no plan setting
+ * pinned, so a plan kept from a small table would scan the table per head; the pull claim's batch
+ * size is a parameter (`LIMIT $n`).
  */
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
