@@ -7,7 +7,9 @@
  * head of the first `--in-flight` keys into `processing`, runs `VACUUM ANALYZE`, then explains the
  * exact statement the driver sends for a batch of `--limit` (default 100) in a rolled-back
  * transaction. Prints one JSON line (claimed rows, buffers, execution time); `--plan` also prints
- * the plan. Uses DATABASE_URL.
+ * the plan. `--function` (outbox): explains the call of the statement's claim function instead,
+ * on one connection, after seven calls (PL/pgSQL then keeps its generic plan); its buffers are
+ * the function's statement's (the plan inside is not shown). Uses DATABASE_URL.
  */
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
@@ -15,7 +17,8 @@ import pg from 'pg';
 import { parseConfig } from '../lib/config/load-config.ts';
 import type { PgContext } from '../lib/db/postgres/context.ts';
 import { inboxClaimPushMany } from '../lib/db/postgres/inbox-queries.ts';
-import { outboxClaimMany } from '../lib/db/postgres/outbox-queries.ts';
+import { outboxClaimMany, outboxClaimStatements } from '../lib/db/postgres/outbox-queries.ts';
+import { claimFunctionName } from '../lib/db/postgres/claim-functions.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { pullClaimMany } from '../lib/db/postgres/pull-queries.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
@@ -33,7 +36,8 @@ async function claimText(ctx: PgContext, kind: Kind, limit: number): Promise<{ t
     },
     release: () => {},
   };
-  const recording = { ...ctx, pool: { ...recorder, connect: async () => recorder } as unknown as pg.Pool };
+  // Without claim functions: the statement itself is sent (and recorded).
+  const recording = { ...ctx, claimFunctions: undefined, pool: { ...recorder, connect: async () => recorder } as unknown as pg.Pool };
   if (kind === 'outbox') await outboxClaimMany(recording, { limit, leaseMs: 30_000 });
   else if (kind === 'relay') await inboxClaimPushMany(recording, { limit, leaseMs: 30_000 });
   else await pullClaimMany(recording, { source: 'src', limit, leaseMs: 30_000 });
@@ -50,6 +54,7 @@ async function main(): Promise<void> {
       'in-flight': { type: 'string', default: '50' },
       limit: { type: 'string', default: '100' },
       plan: { type: 'boolean', default: false },
+      function: { type: 'boolean', default: false },
     },
   });
   const kind = values.kind as Kind;
@@ -81,15 +86,27 @@ async function main(): Promise<void> {
       );
     }
     await admin.query(`VACUUM ANALYZE ${table}`);
-    const claim = await claimText(driver.ctx, kind, limit);
-    await admin.query('BEGIN');
-    const plan = (await admin.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${claim.text}`, claim.values)).rows.map((r) => r['QUERY PLAN']);
-    await admin.query('ROLLBACK');
+    let claim = await claimText(driver.ctx, kind, limit);
+    if (values.function) {
+      if (kind !== 'outbox') throw new Error('--function: only the outbox claims run as functions');
+      const statements = outboxClaimStatements(driver.ctx.names, limit);
+      const statement = [statements.window, statements.full].find((s) => s.text === claim.text);
+      if (!statement) throw new Error('bench: the recorded claim is neither outbox claim statement');
+      claim = { text: `SELECT * FROM ${quoteIdent(schema)}.${quoteIdent(claimFunctionName(statement))}($1)`, values: claim.values };
+    }
+    const explain = async () => {
+      await admin.query('BEGIN');
+      const lines = (await admin.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${claim.text}`, claim.values)).rows.map((r) => r['QUERY PLAN']);
+      await admin.query('ROLLBACK');
+      return lines;
+    };
+    if (values.function) for (let i = 0; i < 7; i++) await explain();
+    const plan = await explain();
     const claimed = Number(/rows=(\d+) loops/.exec(plan[0]!)?.[1] ?? 0);
     const buffers = /shared hit=(\d+)(?: read=(\d+))?/.exec(plan.find((l) => l.includes('Buffers:')) ?? '');
     const total = buffers ? Number(buffers[1]) + Number(buffers[2] ?? 0) : 0;
     process.stdout.write(
-      `${JSON.stringify({ kind, rows, keys, inFlight, limit, claimed, buffers: total, buffersPerClaimedRow: claimed > 0 ? Math.round(total / claimed) : null, executionTime: plan.find((l) => l.startsWith('Execution Time')) })}\n`,
+      `${JSON.stringify({ kind, via: values.function ? 'function' : 'statement', rows, keys, inFlight, limit, claimed, buffers: total, buffersPerClaimedRow: claimed > 0 ? Math.round(total / claimed) : null, executionTime: plan.find((l) => l.startsWith('Execution Time')) })}\n`,
     );
     if (values.plan) process.stdout.write(`${plan.join('\n')}\n`);
   } finally {
