@@ -177,13 +177,23 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
        UNION ALL
        SELECT id FROM oldest
        UNION ALL
-       -- only when the oldest rows filled less than half the batch: the heads of the keys that can move …
+       -- only when the oldest rows filled less than half the batch: the heads of the keys that can
+       -- move, oldest first, each then locked by its id in a lateral probe — the heads drive the
+       -- lookup whatever the row estimates (a plan kept from a small table never scans the table
+       -- per head), and the probes stop once the batch is full (heads a concurrent claim holds are
+       -- skipped) …
        SELECT id FROM (
-         SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
-          WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-          ORDER BY heads.scheduled_at, heads.sequence
-          LIMIT ${limit}
-          FOR UPDATE OF c SKIP LOCKED) AS free_heads
+         SELECT c.id
+           FROM (SELECT heads.id FROM heads
+                  WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
+                  ORDER BY heads.scheduled_at, heads.sequence) f
+           CROSS JOIN LATERAL (
+             -- the state written so that no partial index's predicate matches it: a plan made on
+             -- an empty table would otherwise scan the pending rows' index for the id
+             SELECT c.id FROM ${t} c
+              WHERE c.id = f.id AND (c.state || '') = 'pending'
+                FOR UPDATE SKIP LOCKED) c
+          LIMIT ${limit}) AS free_heads
        UNION ALL
        -- … then keyless rows
        SELECT id FROM (
