@@ -4,6 +4,7 @@
  * its statement instead — the same rows, never an error — and calls the function again later.
  */
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import pg from 'pg';
 import {
@@ -50,10 +51,13 @@ async function insertKeyless(db: TestDatabase, n: number): Promise<void> {
 /** A login role with the grants a runtime role has; dropped by the returned function. */
 async function runtimeRole(db: TestDatabase, suffix: string, grants = ''): Promise<{ url: string; drop: () => Promise<void> }> {
   const role = `qb_${suffix}_${db.schema}`.slice(0, 60);
-  await db.query(`CREATE ROLE "${role}" LOGIN`);
+  // A password: the embedded PostgreSQL of the test run authenticates by password, not trust.
+  const password = randomBytes(12).toString('hex');
+  await db.query(`CREATE ROLE "${role}" LOGIN PASSWORD '${password}'`);
   await db.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO "${role}"; ${grants.replaceAll('%R', `"${role}"`)}`);
   const url = new URL(db.url);
   url.username = role;
+  url.password = password;
   return { url: url.toString(), drop: () => db.query(`DROP OWNED BY "${role}"; DROP ROLE "${role}"`).then(() => undefined) };
 }
 
