@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { enqueue } from '../../lib/index.ts';
 import type { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
+import { outboxClaimPaths } from '../helpers/claim-paths.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 const KEYS = 100;
@@ -26,11 +27,7 @@ function random(seed: number): () => number {
  * were claimed. Every claim is checked against what the others hold; every key's deliveries are
  * checked against `sequence` order at the end.
  */
-/** Both ways a claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
-const CLAIM_PATHS = [
-  { path: 'claim functions', overrides: { outbox: { batchSize: 20 } }, functions: true },
-  { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
-] as const;
+const CLAIM_PATHS = outboxClaimPaths(20);
 
 for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox claimers on a 100-key backlog (${path})`, () => {
   let db: TestDatabase;

@@ -6,6 +6,7 @@ import { enqueue } from '../../lib/index.ts';
 import { outboxClaimMany } from '../../lib/db/postgres/outbox-queries.ts';
 import { inboxClaimPushMany } from '../../lib/db/postgres/inbox-queries.ts';
 import { pullClaimMany } from '../../lib/db/postgres/pull-queries.ts';
+import { outboxClaimPaths } from '../helpers/claim-paths.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 /**
@@ -14,11 +15,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
  * pending. B must not put row 5 in flight beside row 6. A's transaction is held open by the test, so
  * the interleaving is exact, not left to timing.
  */
-/** Both ways an outbox claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
-const CLAIM_PATHS = [
-  { path: 'outbox claim functions', overrides: { outbox: { batchSize: 10 } }, functions: true },
-  { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
-] as const;
+const CLAIM_PATHS = outboxClaimPaths(10);
 
 for (const { path, overrides, functions } of CLAIM_PATHS) describe(`a claim beside an uncommitted claim of a later row of the same key (${path})`, () => {
   let db: TestDatabase;

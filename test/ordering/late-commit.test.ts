@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { enqueue } from '../../lib/index.ts';
+import { outboxClaimPaths } from '../helpers/claim-paths.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 /**
@@ -8,11 +9,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
  * the other row was already claimed. The late row must wait: one row per key (per aggregate) is
  * in flight, whatever the commit order.
  */
-/** Both ways an outbox claim reaches the server: the function `migrate` made for the batch size, and the statement itself. */
-const CLAIM_PATHS = [
-  { path: 'outbox claim functions', overrides: { outbox: { batchSize: 10 } }, functions: true },
-  { path: 'statements', overrides: { database: { claimFunctions: false } }, functions: false },
-] as const;
+const CLAIM_PATHS = outboxClaimPaths(10);
 
 for (const { path, overrides, functions } of CLAIM_PATHS) describe(`a row that commits after a later row of its key was claimed (${path})`, () => {
   let db: TestDatabase;

@@ -27,6 +27,7 @@
  */
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
+import type { MigrateResult } from '../driver.ts';
 import { quoteIdent, type PgNames } from './names.ts';
 
 /** A claim statement that may run as a function. */
@@ -104,21 +105,12 @@ $queuebox$;
 COMMENT ON FUNCTION ${fn}(${statement.params.join(', ')}) IS '${CLAIM_FUNCTION_COMMENT}';`;
 }
 
-/** What `migrate` did to the claim functions (names). */
-export interface ClaimFunctionChanges {
-  /** Created now. */
-  created: string[];
-  /** Already there (same name: same definition). */
-  kept: string[];
-  /** Claim functions of statements no longer used (an earlier release, another batch size), dropped. */
-  dropped: string[];
-  /** Such functions left in place because this role may not drop them (another role owns them). */
-  notDropped: string[];
-}
+/** What `migrate` did to the claim functions (names; see `MigrateResult`). */
+export type ClaimFunctionChanges = NonNullable<MigrateResult['claimFunctions']>;
 
 /**
  * Creates the functions of `statements` that do not exist yet and drops QueueBox's claim functions
- * of the same tables that are not among them. Runs inside the migrate transaction. A function
+ * of the outbox table that are not among them. Runs inside the migrate transaction. A function
  * that exists is left as it is (its name is the digest of its definition), so a `migrate` with
  * nothing to change changes nothing — also when run by a role that does not own the functions.
  */
@@ -145,10 +137,9 @@ export async function installClaimFunctions(client: pg.ClientBase, names: PgName
     await client.query(claimFunctionDdl(names, statement));
     changes.created.push(name);
   }
-  const tables = [names.outboxTable, names.inboxTable];
   for (const row of rows) {
     if (!row.ours || wanted.has(row.name) || !NAME_SUFFIX.test(row.name)) continue;
-    if (!tables.includes(row.name.slice(0, -'_claim_000000000000'.length))) continue;
+    if (row.name.slice(0, -'_claim_000000000000'.length) !== names.outboxTable) continue;
     if (!row.droppable) {
       changes.notDropped.push(row.name);
       continue;
