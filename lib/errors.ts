@@ -85,3 +85,20 @@ export class MissingPackageError extends QueueBoxError {
     super(`${feature} needs the optional package "${packageName}", which is not installed: npm install ${packageName}@${version}`, options);
   }
 }
+
+/**
+ * The QueueBox schema is not QueueBox's alone: another role may create objects in it, or owns an
+ * object of a name QueueBox uses. `problems` names each role or object (and its owner).
+ */
+export class SchemaTrustError extends QueueBoxError {
+  override readonly name = 'SchemaTrustError';
+  constructor(
+    readonly schema: string,
+    readonly problems: readonly string[],
+  ) {
+    super(
+      `QueueBox refuses to use schema "${schema}": objects in it run with QueueBox's rights, and another role could plant them.\n${problems.map((p) => `- ${p}`).join('\n')}\n` +
+        'Use a schema of its own (database.schema) that only the QueueBox roles may create in; see docs/security.md, "Schema ownership".',
+    );
+  }
+}

@@ -209,8 +209,11 @@ export type { CallerTransaction };
 export interface MigrateResult {
   /** Numbered migrations applied now. */
   applied: number[];
-  /** PostgreSQL: the claim functions (names) created, kept, dropped, and stale ones this role may not drop. */
-  claimFunctions?: { created: string[]; kept: string[]; dropped: string[]; notDropped: string[] };
+  /**
+   * PostgreSQL: the claim functions (names) created, replaced (QueueBox's name, another
+   * definition), kept, dropped, and stale ones this role may not drop.
+   */
+  claimFunctions?: { created: string[]; replaced: string[]; kept: string[]; dropped: string[]; notDropped: string[] };
 }
 
 /** Where a driver logs its warnings (the Powertools logger fits). */
@@ -224,6 +227,12 @@ export interface Driver extends ConsoleReads {
 
   /** Applies pending numbered migrations under a transaction-scoped lock; idempotent. */
   migrate(): Promise<MigrateResult>;
+  /**
+   * What `migrate` would still change, one line each naming it (a migration not applied, a missing
+   * column, PostgreSQL: a claim function missing or not QueueBox's own, a schema open to other
+   * roles); empty when up to date. Changes nothing.
+   */
+  migrateCheck(): Promise<string[]>;
   /**
    * The logger for the driver's own warnings (PostgreSQL: a claim function found unusable, so
    * claims send their statement). Without one they are not logged.

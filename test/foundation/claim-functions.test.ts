@@ -82,26 +82,32 @@ describe('claim functions (PostgreSQL)', () => {
       assert.equal(functions.get(name), true, `${name} exists with QueueBox's comment`);
       assert.match(statement.text, /LIMIT 10\b/, 'the batch size is a literal of the statement');
     }
-    await insertKeyless(db, 3);
+    // A full batch: the window claim filled it, so the next claim is a window claim again.
+    await insertKeyless(db, 10);
     const driver = db.newDriver();
-    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 3);
+    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 10);
     assert.equal(driver.ctx.claimFunctions?.missing.size, 0, 'no claim fell back to its statement');
-    // Proof that the claim runs through the function: a function that fails makes the claim fail.
+    // Proof that the claim runs through the function: a function that fails makes the claim fail
+    // — on the driver that verified it already (verified once per container, not per claim).
     await makeFunctionFail(db, statements[0]!);
     await insertKeyless(db, 2);
-    await assert.rejects(db.newDriver().outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
+    await assert.rejects(driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
+    // A driver that verifies it now finds another definition: it never calls it, and sends the statement.
+    const fresh = db.newDriver();
+    assert.equal((await fresh.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2);
+    assert.deepEqual([...fresh.ctx.claimFunctions!.missing.keys()].map(claimFunctionName), [claimFunctionName(statements[0]!)]);
   });
 
   it('migrate reports what it did: created, kept, dropped; a second run creates and drops nothing', async () => {
     const names = db.driver.claimStatements().map(claimFunctionName);
     await dropFunction(db, db.driver.claimStatements()[1]!);
     const first = await db.driver.migrate();
-    assert.deepEqual(first.claimFunctions, { created: [names[1]], kept: [names[0]], dropped: [], notDropped: [] });
+    assert.deepEqual(first.claimFunctions, { created: [names[1]], replaced: [], kept: [names[0]], dropped: [], notDropped: [] });
     const again = await db.driver.migrate();
-    assert.deepEqual(again, { applied: [], claimFunctions: { created: [], kept: names, dropped: [], notDropped: [] } });
+    assert.deepEqual(again, { applied: [], claimFunctions: { created: [], replaced: [], kept: names, dropped: [], notDropped: [] } });
   });
 
-  it('a claim whose function is missing sends its statement (same rows), and calls the function again once it exists and the retry interval passed', async () => {
+  it('a claim whose function is missing sends its statement (same rows), and verifies and calls the function again once the retry interval passed', async () => {
     // Every claim here fills at least half its batch from the window, so each is a window claim.
     const [window] = db.driver.claimStatements();
     await dropFunction(db, window!);
@@ -109,7 +115,9 @@ describe('claim functions (PostgreSQL)', () => {
     const driver = db.newDriver();
     let clock = 0;
     const warnings: ClaimFunctionUnusable[] = [];
-    Object.assign(driver.ctx, { claimFunctions: { ...newClaimFunctionState({ retryMs: 1_000, now: () => clock }), warn: (e: ClaimFunctionUnusable) => warnings.push(e) } });
+    Object.assign(driver.ctx, {
+      claimFunctions: { ...newClaimFunctionState({ retryMs: 1_000, now: () => clock, verify: driver.ctx.claimFunctions!.verify! }), warn: (e: ClaimFunctionUnusable) => warnings.push(e) },
+    });
     const rows = await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE });
     assert.deepEqual(rows.map((r) => (r.payload as { n: number }).n), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     assert.deepEqual([...driver.ctx.claimFunctions!.missing.keys()].map(claimFunctionName), [claimFunctionName(window!)]);
@@ -119,15 +127,18 @@ describe('claim functions (PostgreSQL)', () => {
     await insertKeyless(db, 5);
     clock = 999;
     assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 5);
-    // After it, the function is called again (here: it fails, so the claim fails with its error).
+    // After it, the function is verified again before any call: another definition is refused.
     clock = 1_000;
     await insertKeyless(db, 5);
-    await assert.rejects(driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
-    // `migrate` puts the right one back: the next claim uses it, and the statement is no longer missing.
-    await dropFunction(db, window!);
-    await db.driver.migrate();
+    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 5);
+    assert.deepEqual(warnings.map((w) => w.code), ['42883', 'altered']);
+    // `migrate` puts the right one back: the next claim after the interval verifies and uses it.
+    assert.deepEqual((await db.driver.migrate()).claimFunctions?.replaced, [claimFunctionName(window!)]);
+    clock = 2_000;
+    await insertKeyless(db, 5);
     assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 5);
     assert.equal(driver.ctx.claimFunctions!.missing.size, 0);
+    assert.deepEqual([...driver.ctx.claimFunctions!.verified.keys()].map(claimFunctionName), [claimFunctionName(window!)]);
   });
 
   it('a batch size without a function (another config) sends its statement, and the driver logger hears of it once per finding', async () => {
@@ -189,7 +200,7 @@ describe('claim functions (PostgreSQL)', () => {
     try {
       const result = await driver20.migrate();
       const after20 = driver20.claimStatements().map(claimFunctionName);
-      assert.deepEqual(result.claimFunctions, { created: after20, kept: [], dropped: [...before10].sort(), notDropped: [] });
+      assert.deepEqual(result.claimFunctions, { created: after20, replaced: [], kept: [], dropped: [...before10].sort(), notDropped: [] });
       const functions = await functionsIn(db);
       for (const name of before10) assert.equal(functions.has(name), false, `${name} (batch 10) dropped`);
       for (const name of after20) assert.equal(functions.get(name), true, `${name} (batch 20) created`);

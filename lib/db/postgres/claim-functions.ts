@@ -18,16 +18,16 @@
  * the cached plan is the generic plan of that size. A function is named after its table and a
  * digest of its definition (`outbox_claim_1a2b3c4d5e6f`); `migrate` creates the missing ones and
  * drops QueueBox's functions of statements no longer used. A driver calls the function of a
- * statement and, when it is unusable (code deployed before `migrate` ran, or a batch size the
- * migration did not see), sends the statement itself — the same rows, planned at every batch —
- * and calls the function again `CLAIM_FUNCTION_RETRY_MS` later. The relay claim is not one of
+ * statement only once it verified that the function is QueueBox's own — owner and exact
+ * definition, never the comment (`claim-function-install.ts`) — and, when it is unusable (code
+ * deployed before `migrate` ran, a batch size the migration did not see, or a function another
+ * role planted or altered), sends the statement itself — the same rows, planned at every batch —
+ * and verifies and calls the function again `CLAIM_FUNCTION_RETRY_MS` later. The relay claim is not one of
  * them: its plan joins the heads of the aggregates to the table in an order no plan setting
  * pinned, so a plan kept from a small table would scan the table per head; the pull claim's batch
  * size is a parameter (`LIMIT $n`).
  */
 import { createHash } from 'node:crypto';
-import type pg from 'pg';
-import type { MigrateResult } from '../driver.ts';
 import { quoteIdent, type PgNames } from './names.ts';
 
 /** A claim statement that may run as a function. */
@@ -42,10 +42,11 @@ export interface ClaimStatement {
   readonly returns: string;
 }
 
-/** The comment each claim function carries: `migrate` drops only stale functions that have it. */
+/**
+ * The comment each claim function carries: `migrate` drops only stale functions that have it (and
+ * that it may drop). It is never a reason to call or keep a function: anyone may comment their own.
+ */
 export const CLAIM_FUNCTION_COMMENT = 'QueueBox claim statement (created by queuebox migrate; replaced when the statement changes)';
-
-const NAME_SUFFIX = /_claim_[0-9a-f]{12}$/;
 
 /**
  * The plan a function keeps must be right at any table size, because it outlives the statistics
@@ -87,68 +88,43 @@ function qualifiedName(names: PgNames, statement: ClaimStatement): string {
   return `${quoteIdent(names.schema)}.${quoteIdent(claimFunctionName(statement))}`;
 }
 
-/** `CREATE OR REPLACE FUNCTION` of a statement (and its comment). */
-export function claimFunctionDdl(names: PgNames, statement: ClaimStatement): string {
+/**
+ * The settings each function carries (`pg_proc.proconfig`), as PostgreSQL stores them: what a
+ * function of QueueBox's must have, exactly (a `search_path` or any other setting is not ours).
+ */
+export const CLAIM_FUNCTION_SETTINGS: readonly string[] = PLAN_SHAPE.split('\n').map((line) => line.trim().replace(/^SET (\w+) = (\w+)$/, '$1=$2'));
+
+/** The body (`pg_proc.prosrc`) of the function of `statement`: what a function of QueueBox's must hold, exactly. */
+export function claimFunctionBody(statement: ClaimStatement): string {
   if (statement.text.includes('$queuebox$')) throw new Error('a claim statement cannot contain the function body quote');
-  const fn = qualifiedName(names, statement);
   // `use_column`: a bare `id` in the statement is the table's column, not the result column.
-  return `CREATE OR REPLACE FUNCTION ${fn}(${statement.params.join(', ')})
-  RETURNS TABLE (${statement.returns})
-  LANGUAGE plpgsql VOLATILE
-  ${PLAN_SHAPE}
-AS $queuebox$
+  return `
 #variable_conflict use_column
 BEGIN
   RETURN QUERY ${statement.text};
 END
-$queuebox$;
+`;
+}
+
+/** `CREATE OR REPLACE FUNCTION` of a statement (and its comment). */
+export function claimFunctionDdl(names: PgNames, statement: ClaimStatement): string {
+  const body = claimFunctionBody(statement);
+  const fn = qualifiedName(names, statement);
+  return `CREATE OR REPLACE FUNCTION ${fn}(${statement.params.join(', ')})
+  RETURNS TABLE (${statement.returns})
+  LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+  ${PLAN_SHAPE}
+AS $queuebox$${body}$queuebox$;
 COMMENT ON FUNCTION ${fn}(${statement.params.join(', ')}) IS '${CLAIM_FUNCTION_COMMENT}';`;
 }
 
-/** What `migrate` did to the claim functions (names; see `MigrateResult`). */
-export type ClaimFunctionChanges = NonNullable<MigrateResult['claimFunctions']>;
-
 /**
- * Creates the functions of `statements` that do not exist yet and drops QueueBox's claim functions
- * of the outbox table that are not among them. Runs inside the migrate transaction. A function
- * that exists is left as it is (its name is the digest of its definition), so a `migrate` with
- * nothing to change changes nothing — also when run by a role that does not own the functions.
+ * The call a claim sends: every argument cast to its declared type, so that an overload of the
+ * same name with other argument types (created by anyone) is never the one PostgreSQL picks.
  */
-export async function installClaimFunctions(client: pg.ClientBase, names: PgNames, statements: readonly ClaimStatement[]): Promise<ClaimFunctionChanges> {
-  const { rows } = await client.query<{ name: string; signature: string; ours: boolean; droppable: boolean }>(
-    `SELECT p.proname AS name, p.oid::regprocedure::text AS signature,
-            obj_description(p.oid, 'pg_proc') IS NOT DISTINCT FROM $2 AS ours,
-            pg_has_role(p.proowner, 'USAGE') AS droppable
-       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-      WHERE n.nspname = $1
-      ORDER BY p.proname`,
-    [names.schema, CLAIM_FUNCTION_COMMENT],
-  );
-  const existing = new Map(rows.map((r) => [r.name, r]));
-  const changes: ClaimFunctionChanges = { created: [], kept: [], dropped: [], notDropped: [] };
-  const wanted = new Set<string>();
-  for (const statement of statements) {
-    const name = claimFunctionName(statement);
-    wanted.add(name);
-    if (existing.get(name)?.ours === true) {
-      changes.kept.push(name);
-      continue;
-    }
-    await client.query(claimFunctionDdl(names, statement));
-    changes.created.push(name);
-  }
-  for (const row of rows) {
-    if (!row.ours || wanted.has(row.name) || !NAME_SUFFIX.test(row.name)) continue;
-    if (row.name.slice(0, -'_claim_000000000000'.length) !== names.outboxTable) continue;
-    if (!row.droppable) {
-      changes.notDropped.push(row.name);
-      continue;
-    }
-    // The signature comes from the catalog (`regprocedure`: schema-qualified and quoted as needed).
-    await client.query(`DROP FUNCTION IF EXISTS ${row.signature}`);
-    changes.dropped.push(row.name);
-  }
-  return changes;
+export function claimFunctionCall(names: PgNames, statement: ClaimStatement): string {
+  const args = statement.params.map((type, i) => `$${i + 1}::${type}`).join(', ');
+  return `SELECT * FROM ${qualifiedName(names, statement)}(${args})`;
 }
 
 /** How long a driver sends a statement itself after its function was found unusable, before it calls the function again. */
@@ -157,24 +133,50 @@ export const CLAIM_FUNCTION_RETRY_MS = 5 * 60_000;
 /** A claim function found unusable, for the warning a driver logs. */
 export interface ClaimFunctionUnusable {
   function: string;
+  /** The error code of the failed call, or `foreign` / `altered` / `schema` when the verification refused it. */
   code: string;
   error: string;
+  /** The role that owns the function, when the verification found one that is not QueueBox's. */
+  owner?: string;
 }
 
 /**
+ * What the verification of a statement's function found (see `claim-function-install.ts`):
+ * `usable` (QueueBox's own: trusted owner, exact definition; its oid), `missing`, or refused —
+ * `foreign` (another role owns it, or an overload of its name), `altered` (not the definition
+ * QueueBox creates), `schema` (other roles may create objects in the schema).
+ */
+export type ClaimFunctionVerdict =
+  | { status: 'usable'; oid: number }
+  | { status: 'missing' }
+  | { status: 'foreign' | 'altered' | 'schema'; detail: string; owner?: string };
+
+/**
  * What a driver remembers of its claim functions: when each statement's function was last found
- * unusable (`now()` time, ms); until `retryMs` later the statement is sent itself. `warn` hears of
- * each such finding (the driver's logger, once one is set).
+ * unusable (`now()` time, ms) — until `retryMs` later the statement is sent itself — and the oid of
+ * each function `verify` found usable (verified once per container, again after any failure).
+ * Without `verify` no function is ever called. `warn` hears of each finding (the driver's logger).
  */
 export interface ClaimFunctionState {
   readonly missing: Map<ClaimStatement, number>;
+  readonly verified: Map<ClaimStatement, number>;
   readonly retryMs: number;
   readonly now: () => number;
+  readonly verify?: (statement: ClaimStatement) => Promise<ClaimFunctionVerdict>;
   warn?: (event: ClaimFunctionUnusable) => void;
 }
 
-export function newClaimFunctionState(options: { retryMs?: number; now?: () => number } = {}): ClaimFunctionState {
-  return { missing: new Map(), retryMs: options.retryMs ?? CLAIM_FUNCTION_RETRY_MS, now: options.now ?? (() => performance.now()) };
+/** A fresh state: nothing verified, nothing missing. */
+export function newClaimFunctionState(
+  options: { retryMs?: number; now?: () => number; verify?: (statement: ClaimStatement) => Promise<ClaimFunctionVerdict> } = {},
+): ClaimFunctionState {
+  return {
+    missing: new Map(),
+    verified: new Map(),
+    retryMs: options.retryMs ?? CLAIM_FUNCTION_RETRY_MS,
+    now: options.now ?? (() => performance.now()),
+    ...(options.verify ? { verify: options.verify } : {}),
+  };
 }
 
 function errorCode(error: unknown): unknown {
@@ -208,11 +210,13 @@ export function claimFunctionUnusable(error: unknown, functionName: string): boo
 
 /**
  * Runs a claim: `run` gets the SQL text to send with the statement's bind values — the call of
- * its function when the driver uses claim functions and this one was not found unusable in the
- * last `retryMs`, else the statement itself. When the function turns out unusable, the time is
- * remembered, `warn` hears of it, and `run` runs again with the statement (the failed call changed
- * nothing: an error ends it). `run` may wrap the text in a transaction of its own; it is called
- * again from the start.
+ * its function when the driver uses claim functions, the function was verified as QueueBox's own
+ * (once per container: `state.verified`) and it was not found unusable in the last `retryMs`;
+ * else the statement itself. A function is verified before its first call and again before the
+ * first call after any failure (the 5-minute retry included), so no call reaches a function that
+ * was not verified. A refused or failed function is remembered (time), `warn` hears of it, and
+ * `run` runs with the statement (a failed call changed nothing: an error ends it). `run` may wrap
+ * the text in a transaction of its own; it is called again from the start.
  */
 export async function runClaimStatement<T>(
   names: PgNames,
@@ -220,17 +224,27 @@ export async function runClaimStatement<T>(
   statement: ClaimStatement,
   run: (text: string) => Promise<T>,
 ): Promise<T> {
-  if (state === undefined) return run(statement.text);
+  if (state?.verify === undefined) return run(statement.text);
   const missingSince = state.missing.get(statement);
   if (missingSince !== undefined && state.now() - missingSince < state.retryMs) return run(statement.text);
-  const args = statement.params.map((_, i) => `$${i + 1}`).join(', ');
   const name = claimFunctionName(statement);
+  if (!state.verified.has(statement)) {
+    const verdict = await state.verify(statement);
+    if (verdict.status !== 'usable') {
+      state.missing.set(statement, state.now());
+      if (verdict.status === 'missing') state.warn?.({ function: name, code: '42883', error: `function ${names.schema}.${name} does not exist` });
+      else state.warn?.({ function: name, code: verdict.status, error: verdict.detail, ...(verdict.owner !== undefined ? { owner: verdict.owner } : {}) });
+      return run(statement.text);
+    }
+    state.verified.set(statement, verdict.oid);
+  }
   try {
-    const result = await run(`SELECT * FROM ${qualifiedName(names, statement)}(${args})`);
+    const result = await run(claimFunctionCall(names, statement));
     if (missingSince !== undefined) state.missing.delete(statement);
     return result;
   } catch (error) {
     if (!claimFunctionUnusable(error, name)) throw error;
+    state.verified.delete(statement);
     state.missing.set(statement, state.now());
     state.warn?.({ function: name, code: String(errorCode(error)), error: String((error as { message?: unknown }).message ?? error) });
     return run(statement.text);

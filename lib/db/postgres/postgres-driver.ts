@@ -3,15 +3,19 @@
  */
 import type pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
-import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
+import { QueueBoxError, SchemaMismatchError, SchemaTrustError } from '../../errors.ts';
 import { refusePool } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../driver.ts';
 import * as consoleReads from './console-queries.ts';
 import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
-import { pgExpectedColumns, pgMigrations } from './migrations.ts';
-import { pgNames, quoteIdent } from './names.ts';
-import { installClaimFunctions, newClaimFunctionState, type ClaimStatement } from './claim-functions.ts';
+import { pgMigrations } from './migrations.ts';
+import { pgNames, quoteIdent, type PgNames } from './names.ts';
+import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
+import { checkClaimFunctions, installClaimFunctions } from './claim-function-install.ts';
+import { missingColumns, pgMigrateCheck } from './migration-check.ts';
+import { PG_MIGRATE_LOCK_SQL, pgMigrationsTableSql } from './migration-script.ts';
+import { pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
@@ -52,7 +56,7 @@ export class PostgresDriver implements Driver {
       names: pgNames(options.config.database.schema ?? 'public', options.config.tables),
       prepared,
       // Named prepared statements already plan once per connection: no functions then.
-      claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : newClaimFunctionState(),
+      claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : newClaimFunctionState({ verify: (statement) => this.#verifyClaimFunction(statement) }),
     };
     this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
   }
@@ -62,9 +66,17 @@ export class PostgresDriver implements Driver {
    * with `database.claimFunctions: false`).
    */
   claimStatements(): ClaimStatement[] {
-    if (!this.#useClaimFunctions) return [];
-    const outboxClaims = outbox.outboxClaimStatements(this.ctx.names, this.#outboxBatchSize);
-    return [outboxClaims.window, outboxClaims.full];
+    return pgClaimStatements(this.ctx.names, { claimFunctions: this.#useClaimFunctions, batchSize: this.#outboxBatchSize });
+  }
+
+  /**
+   * Before a claim first calls a function (per container, and again after any failure): the
+   * schema is closed to other roles and the function is QueueBox's own. Two catalog reads.
+   */
+  async #verifyClaimFunction(statement: ClaimStatement): Promise<ClaimFunctionVerdict> {
+    const problems = await pgSchemaTrustProblems(this.ctx.pool, this.ctx.names, [claimFunctionName(statement)]);
+    if (problems.length > 0) return { status: 'schema', detail: problems.join('; ') };
+    return (await checkClaimFunctions(this.ctx.pool, this.ctx.names, [statement]))[0]!;
   }
 
   get pool(): PgPool {
@@ -76,18 +88,29 @@ export class PostgresDriver implements Driver {
     const state = this.ctx.claimFunctions;
     if (state === undefined) return;
     state.warn = (event) =>
-      logger.warn('claim function unusable: claims send their statement until it is found usable again (run `queuebox migrate` after an upgrade or a change of outbox.batchSize)', { ...event });
+      logger.warn(
+        ['foreign', 'altered', 'schema'].includes(event.code)
+          ? 'claim function refused: it is not QueueBox\'s own (or the schema is open to other roles), so it is not called and claims send their statement'
+          : 'claim function unusable: claims send their statement until it is found usable again (run `queuebox migrate` after an upgrade or a change of outbox.batchSize)',
+        { ...event },
+      );
   }
 
+  /**
+   * Applies the numbered migrations not yet recorded, then the claim functions. Refuses
+   * (`SchemaTrustError`, nothing changed) a schema other roles may create in, and objects of
+   * QueueBox's names that another role owns (`schema-trust.ts`).
+   */
   async migrate(): Promise<MigrateResult> {
     const n = this.ctx.names;
+    const statements = this.claimStatements();
     return pgTransaction(this.ctx.pool, async (client) => {
       // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.
-      await client.query(`SELECT pg_advisory_xact_lock(hashtext('queuebox.migrate'))`);
+      await client.query(PG_MIGRATE_LOCK_SQL);
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)}`);
-      await client.query(
-        `CREATE TABLE IF NOT EXISTS ${n.migrations} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      );
+      const problems = await pgSchemaTrustProblems(client, n, statements.map(claimFunctionName));
+      if (problems.length > 0) throw new SchemaTrustError(n.schema, problems);
+      await client.query(pgMigrationsTableSql(n));
       const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${n.migrations}`);
       const done = new Set(rows.map((r) => r.version));
       const applied: number[] = [];
@@ -98,32 +121,24 @@ export class PostgresDriver implements Driver {
         applied.push(migration.version);
       }
       // Not numbered: the claim functions of this release and configuration (see claim-functions.ts).
-      const claimFunctions = await installClaimFunctions(client, n, this.claimStatements());
+      const claimFunctions = await installClaimFunctions(client, n, statements);
       return { applied, claimFunctions };
     });
   }
 
+  /** What `migrate` would still change, one line each (none: up to date); changes nothing. */
+  async migrateCheck(): Promise<string[]> {
+    return pgMigrateCheck(this.ctx.pool, this.ctx.names, this.claimStatements(), this.#outboxBatchSize);
+  }
+
+  /**
+   * Start-up check (once per container): refuses a schema other roles may create in
+   * (`SchemaTrustError`), then throws `SchemaMismatchError` with the DDL of missing columns.
+   */
   async schemaVerify(): Promise<void> {
-    const n = this.ctx.names;
-    const { rows } = await pgQuery<{ table_name: string; column_name: string }>(
-      this.ctx.pool,
-      `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = ANY($2::text[])`,
-      [n.schema, [n.outboxTable, n.inboxTable, n.maintenanceTable]],
-    );
-    const present = new Set(rows.map((r) => `${r.table_name}.${r.column_name}`));
-    const tables = new Set(rows.map((r) => r.table_name));
-    const statements: string[] = [];
-    for (const table of pgExpectedColumns(n)) {
-      if (!tables.has(table.table)) {
-        statements.push(`-- table ${table.qualified} does not exist: run \`queuebox migrate\``);
-        continue;
-      }
-      for (const column of table.columns) {
-        if (!present.has(`${table.table}.${column.name}`)) {
-          statements.push(`ALTER TABLE ${table.qualified} ADD COLUMN ${quoteIdent(column.name)} ${column.ddl};`);
-        }
-      }
-    }
+    const problems = await pgSchemaTrustProblems(this.ctx.pool, this.ctx.names);
+    if (problems.length > 0) throw new SchemaTrustError(this.ctx.names.schema, problems);
+    const statements = await missingColumns(this.ctx.pool, this.ctx.names);
     if (statements.length > 0) throw new SchemaMismatchError(statements);
   }
 
@@ -178,6 +193,17 @@ export class PostgresDriver implements Driver {
   inboxBlockedAggregates: Driver['inboxBlockedAggregates'] = (p) => consoleReads.inboxBlockedAggregates(this.ctx, p);
   inboxDeadSearch: Driver['inboxDeadSearch'] = (q) => consoleReads.inboxDeadSearch(this.ctx, q);
   inboxRowGet: Driver['inboxRowGet'] = (p) => consoleReads.inboxRowGet(this.ctx, p);
+}
+
+/**
+ * The claim statements a configuration sends through functions, which `migrate` (and
+ * `migrate --sql`) creates: the outbox window and full claims at `outbox.batchSize`; none with
+ * `database.claimFunctions: false`.
+ */
+export function pgClaimStatements(names: PgNames, options: { claimFunctions: boolean; batchSize: number }): ClaimStatement[] {
+  if (!options.claimFunctions) return [];
+  const outboxClaims = outbox.outboxClaimStatements(names, options.batchSize);
+  return [outboxClaims.window, outboxClaims.full];
 }
 
 export type { pg };

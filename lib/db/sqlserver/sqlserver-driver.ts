@@ -76,6 +76,24 @@ export class SqlServerDriver implements Driver {
     return { applied };
   }
 
+  /** Numbered migrations not recorded, then what `schemaVerify` finds (missing columns, level). */
+  async migrateCheck(): Promise<string[]> {
+    const n = this.names;
+    const { recordset } = await runStatement<{ version: number }>(await this.pool(), {
+      text: `IF OBJECT_ID(N'${n.migrations}', N'U') IS NOT NULL SELECT version FROM ${n.migrations} ELSE SELECT CAST(NULL AS INT) AS version WHERE 1 = 0;`,
+      params: [],
+    });
+    const done = new Set(recordset.map((r) => r.version));
+    const problems = mssqlMigrations.filter((m) => !done.has(m.version)).map((m) => `migration ${m.version} (${m.name}) is not applied`);
+    try {
+      await this.schemaVerify();
+    } catch (error) {
+      if (!(error instanceof SchemaMismatchError)) throw error;
+      problems.push(...error.statements.map((s) => (s.startsWith('-- ') ? s.slice(3) : `a column is missing: ${s}`)));
+    }
+    return problems;
+  }
+
   async schemaVerify(): Promise<void> {
     const n = this.names;
     const { recordsets } = await runStatement<{ table_name: string; column_name: string }>(await this.pool(), {

@@ -1,0 +1,82 @@
+/**
+ * `queuebox migrate --sql` for PostgreSQL: the whole schema of a configuration as one script, for
+ * a team's own migration tool (Flyway, Liquibase, Knex, node-pg-migrate) or `psql`. No connection.
+ *
+ * The script does what `migrate` does, in the same order, and leaves the same bookkeeping, so a
+ * later `queuebox migrate` or `queuebox migrate --check` agrees with it: the migrate lock, the
+ * schema, the refusal of a schema other roles may create in (or of objects they own under
+ * QueueBox's names), each numbered migration not yet recorded in `queuebox_migrations` (guarded
+ * by its row, so a second run changes nothing), then the claim functions of `outbox.batchSize`.
+ * It does not drop claim functions of other batch sizes or releases (`migrate` does; they are
+ * never called). Run it in one transaction: the lock is transaction-scoped, and a failure then
+ * leaves nothing half-done (`psql -v ON_ERROR_STOP=1 --single-transaction -f …`; a migration
+ * tool runs each file in a transaction of its own).
+ */
+import type { ClaimStatement } from './claim-functions.ts';
+import { claimFunctionDdl, claimFunctionName } from './claim-functions.ts';
+import { pgMigrations } from './migrations.ts';
+import { quoteIdent, type PgNames } from './names.ts';
+import { SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
+
+/** The statement that serializes `migrate` runs (transaction-scoped: released at COMMIT). */
+export const PG_MIGRATE_LOCK_SQL = `SELECT pg_advisory_xact_lock(hashtext('queuebox.migrate'))`;
+
+/** `CREATE TABLE` of the bookkeeping table (`queuebox_migrations`). */
+export function pgMigrationsTableSql(n: PgNames): string {
+  return `CREATE TABLE IF NOT EXISTS ${n.migrations} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`;
+}
+
+function literal(value: string): string {
+  return `'${value.replaceAll("'", "''")}'`;
+}
+
+function textArray(values: readonly string[]): string {
+  return `ARRAY[${values.map(literal).join(', ')}]::text[]`;
+}
+
+/** The schema trust check (`schema-trust.ts`) as a block that raises when it finds a problem. */
+function trustCheckBlock(n: PgNames, functionNames: readonly string[]): string {
+  const [schema, names, prefixes, functions] = schemaTrustValues(n, functionNames);
+  // The query binds $1..$4 in `migrate`; here they are literals (validated identifiers, quoted).
+  const query = SCHEMA_TRUST_SQL.replaceAll('$1', literal(schema))
+    .replaceAll('$2::text[]', textArray(names))
+    .replaceAll('$3::text[]', textArray(prefixes))
+    .replaceAll('$4::text[]', textArray(functions));
+  return `DO $queuebox_check$
+DECLARE problems text;
+BEGIN
+  SELECT string_agg(problem, E'\\n') INTO problems FROM (${query}) checked;
+  IF problems IS NOT NULL THEN
+    RAISE EXCEPTION 'QueueBox refuses to use schema %: another role could plant objects that run with QueueBox''s rights (see docs/security.md, "Schema ownership")', ${literal(schema)}
+      USING DETAIL = problems;
+  END IF;
+END
+$queuebox_check$;`;
+}
+
+/** The script (see the module comment); `statements` are the configuration's claim statements. */
+export function pgMigrationScript(n: PgNames, statements: readonly ClaimStatement[], header: readonly string[] = []): string {
+  const parts = [
+    ...header.map((line) => `-- ${line}`),
+    `DO $queuebox_lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('queuebox.migrate')); END $queuebox_lock$;`,
+    `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)};`,
+    trustCheckBlock(n, statements.map(claimFunctionName)),
+    `${pgMigrationsTableSql(n)};`,
+  ];
+  for (const migration of pgMigrations) {
+    const sql = migration.sql(n);
+    if (sql.includes('$queuebox_sql$')) throw new Error(`migration ${migration.version} cannot contain the script's quote`);
+    parts.push(`-- migration ${migration.version}: ${migration.name}
+DO $queuebox_migration$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM ${n.migrations} WHERE version = ${migration.version}) THEN
+    EXECUTE $queuebox_sql$${sql}$queuebox_sql$;
+    INSERT INTO ${n.migrations} (version, name) VALUES (${migration.version}, ${literal(migration.name)});
+  END IF;
+END
+$queuebox_migration$;`);
+  }
+  if (statements.length > 0) parts.push('-- claim functions of this configuration (docs/operations.md, "Claim functions")');
+  for (const statement of statements) parts.push(claimFunctionDdl(n, statement));
+  return `${parts.join('\n\n')}\n`;
+}

@@ -1,0 +1,79 @@
+/**
+ * Whose objects QueueBox may use in its schema. QueueBox runs what it finds there with its own
+ * rights — the claim functions are called, the tables carry triggers and defaults — so an object
+ * planted by another role runs as QueueBox. `migrate` and driver start-up therefore refuse a
+ * schema that other roles may create objects in, and `migrate` refuses to adopt an object of a
+ * name it uses that another role owns.
+ *
+ * A role is trusted when it is the current role, a role the current role is a member of (it may
+ * act as it), a superuser, or the schema's owner or a member of it: the schema's owner may drop
+ * and replace anything in its schema anyway, and a superuser anything anywhere, so trusting them
+ * adds nothing an attacker could use. When the current role is itself a superuser,
+ * `pg_has_role` answers "member" for every role, so only the first, third and fourth rules apply:
+ * a superuser that ran another role's function would hand that role everything.
+ */
+import type { PgNames } from './names.ts';
+import type { PgQueryable } from './pg-pool.ts';
+
+/**
+ * SQL: `me` (the current role: oid, rolsuper) and `s` (the schema: oid, nspowner, nspname) for a
+ * query whose `$1` is the schema name. `s` has no row when the schema does not exist.
+ */
+export const TRUST_SCOPE = `me AS (SELECT oid, rolsuper FROM pg_roles WHERE rolname = current_user),
+     s AS (SELECT oid, nspowner, nspname FROM pg_namespace WHERE nspname = $1)`;
+
+/** SQL: whether the role whose oid is `role` is trusted (see the module comment); needs `me` and `s`. */
+export function trustedRole(role: string): string {
+  return `(${role} = me.oid
+      OR COALESCE((SELECT rolsuper FROM pg_roles WHERE oid = ${role}), false)
+      OR pg_has_role(${role}, s.nspowner, 'MEMBER')
+      OR (NOT me.rolsuper AND pg_has_role(me.oid, ${role}, 'MEMBER')))`;
+}
+
+/**
+ * SQL: the reasons QueueBox may not use its schema, one row (`problem`) each. `$1` the schema,
+ * `$2` the relation names QueueBox uses, `$3` the table names whose `<table>_…` names are
+ * QueueBox's too, `$4` the claim function names of the configuration:
+ * - PUBLIC, or a role that is not trusted, holds `CREATE` on the schema (before PostgreSQL 15 the
+ *   `public` schema grants it to PUBLIC);
+ * - a table, sequence, index or view of a name QueueBox uses, or a function of a claim function's
+ *   name, belongs to a role that is not trusted.
+ * A schema that does not exist has no problems (`migrate` creates it).
+ */
+export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
+     public_create AS (SELECT has_schema_privilege('public', s.oid, 'CREATE') AS yes FROM s)
+     SELECT 'PUBLIC (every role) may CREATE in schema ' || quote_ident(s.nspname) || ': REVOKE CREATE ON SCHEMA ' || quote_ident(s.nspname) || ' FROM PUBLIC' AS problem
+       FROM s, public_create WHERE public_create.yes
+     UNION ALL
+     SELECT * FROM (
+       SELECT 'role ' || quote_ident(r.rolname) || ' may CREATE in schema ' || quote_ident(s.nspname) || ': REVOKE CREATE ON SCHEMA ' || quote_ident(s.nspname) || ' FROM ' || quote_ident(r.rolname)
+         FROM pg_roles r, s, me, public_create
+        WHERE NOT public_create.yes AND has_schema_privilege(r.oid, s.oid, 'CREATE') AND NOT ${trustedRole('r.oid')}
+        ORDER BY r.rolname) creators
+     UNION ALL
+     SELECT * FROM (
+       SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'v' THEN 'view' ELSE 'table' END
+              || ' ' || quote_ident(s.nspname) || '.' || quote_ident(c.relname) || ' belongs to role ' || quote_ident(pg_get_userbyid(c.relowner))
+              || ', not to QueueBox: QueueBox does not adopt it (drop it, or use another schema)'
+         FROM pg_class c, s, me
+        WHERE c.relnamespace = s.oid
+          AND (c.relname = ANY($2::text[]) OR EXISTS (SELECT 1 FROM unnest($3::text[]) t WHERE starts_with(c.relname, t || '_')))
+          AND NOT ${trustedRole('c.relowner')}
+        UNION ALL
+       SELECT 'function ' || p.oid::regprocedure::text || ' belongs to role ' || quote_ident(pg_get_userbyid(p.proowner))
+              || ', not to QueueBox: it is never called, and migrate neither keeps nor replaces it (drop it as its owner or a superuser)'
+         FROM pg_proc p, s, me
+        WHERE p.pronamespace = s.oid AND p.proname = ANY($4::text[]) AND NOT ${trustedRole('p.proowner')}
+        ORDER BY 1) foreign_objects`;
+
+/** The values of `SCHEMA_TRUST_SQL`'s parameters for these names and claim function names. */
+export function schemaTrustValues(names: PgNames, functionNames: readonly string[]): [string, string[], string[], string[]] {
+  const tables = [names.outboxTable, names.inboxTable, names.maintenanceTable];
+  return [names.schema, [...tables, 'queuebox_migrations'], tables, [...functionNames]];
+}
+
+/** Runs `SCHEMA_TRUST_SQL` (one round trip): the problems, none when QueueBox may use the schema. */
+export async function pgSchemaTrustProblems(db: PgQueryable, names: PgNames, functionNames: readonly string[] = []): Promise<string[]> {
+  const { rows } = await db.query<{ problem: string }>(SCHEMA_TRUST_SQL, schemaTrustValues(names, functionNames));
+  return rows.map((r) => r.problem);
+}
