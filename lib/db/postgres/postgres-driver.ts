@@ -74,7 +74,7 @@ export class PostgresDriver implements Driver {
    * schema is closed to other roles and the function is QueueBox's own. Two catalog reads.
    */
   async #verifyClaimFunction(statement: ClaimStatement): Promise<ClaimFunctionVerdict> {
-    const problems = await pgSchemaTrustProblems(this.ctx.pool, this.ctx.names, [claimFunctionName(statement)]);
+    const problems = await pgSchemaTrustProblems(this.ctx.pool, this.ctx.names);
     if (problems.length > 0) return { status: 'schema', detail: problems.join('; ') };
     return (await checkClaimFunctions(this.ctx.pool, this.ctx.names, [statement]))[0]!;
   }
