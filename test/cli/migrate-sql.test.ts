@@ -101,11 +101,12 @@ describe('queuebox migrate --sql and --check', { timeout: 180_000 }, () => {
     const printed = await runTsx(['bin/queuebox.ts', '--config', config, 'migrate', '--sql'], { PATH: env.PATH, HOME: env.HOME }, 60_000);
     assert.equal(printed.code, 0, printed.stderr);
     const batches = printed.stdout.split(/^GO$/m).map((b) => b.trim()).filter((b) => b !== '');
-    assert.match(batches[0]!, /sp_getapplock @Resource = N'queuebox_migrate'/);
+    assert.match(batches[0]!, /^-- [^\n]*\nSET XACT_ABORT ON;\nBEGIN TRANSACTION;\n[\s\S]*sp_getapplock @Resource = N'queuebox_migrate', @LockMode = N'Exclusive', @LockOwner = N'Transaction'/);
+    assert.equal(batches.at(-1), 'COMMIT TRANSACTION;');
     assert.match(batches[1]!, /IF SCHEMA_ID\(N'qb_sales'\) IS NULL EXEC\(N'CREATE SCHEMA \[qb_sales\]'\)/);
     assert.match(printed.stdout, /CREATE TABLE \[qb_sales\]\.\[sales_outbox\]/);
     assert.doesNotMatch(printed.stdout, /\[dbo\]|\[outbox\]|"/, 'only the configured schema and tables, no PostgreSQL quoting');
-    for (const batch of batches.slice(3)) assert.match(batch, /IF NOT EXISTS \(SELECT 1 FROM \[qb_sales\]\.\[queuebox_migrations\] WHERE version = \d+\)/, batch);
+    for (const batch of batches.slice(3, -1)) assert.match(batch, /IF NOT EXISTS \(SELECT 1 FROM \[qb_sales\]\.\[queuebox_migrations\] WHERE version = \d+\)/, batch);
     const recorded = [...printed.stdout.matchAll(/INSERT INTO \[qb_sales\]\.\[queuebox_migrations\] \(version, name\) VALUES \((\d+),/g)].map((m) => Number(m[1]));
     const { mssqlMigrations } = await import('../../lib/db/sqlserver/migrations.ts');
     assert.deepEqual(recorded, mssqlMigrations.map((m) => m.version));
