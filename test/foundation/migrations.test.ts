@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { handler as migrateHandler } from '../../functions/migrate.ts';
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { SchemaMismatchError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
 describe('migrations', () => {
   let db: TestDatabase;
@@ -47,5 +49,23 @@ describe('migrations', () => {
       await db.pool.query(`ALTER TABLE "${db.schema}".outbox ADD COLUMN last_error text NULL`);
     }
     await db.driver.schemaVerify();
+  });
+
+  it('the migrate function with {"check": true} changes nothing and names what is behind', async () => {
+    const saved = { ...process.env };
+    Object.assign(process.env, { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema });
+    delete process.env.QUEUEBOX_CONFIG;
+    try {
+      const context = fakeLambdaContext({ functionName: 'queuebox-migrate', timeoutMs: 5000 });
+      assert.deepEqual(await migrateHandler({ check: true }, context), { upToDate: true, problems: [] });
+      await db.pool.query(`DELETE FROM "${db.schema}".queuebox_migrations WHERE version = 2`);
+      assert.deepEqual(await migrateHandler({ check: true }, context), { upToDate: false, problems: ['migration 2 (pull head-of-aggregate index) is not applied'] });
+      const rows = await db.query(`SELECT 1 FROM "${db.schema}".queuebox_migrations WHERE version = 2`);
+      assert.equal(rows.length, 0, 'the check applied nothing');
+      assert.deepEqual((await migrateHandler({}, context) as { applied: number[] }).applied, [2]);
+    } finally {
+      for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
+      Object.assign(process.env, saved);
+    }
   });
 });
