@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
+import { runCli } from '../../bin/cli-program.ts';
 import { runTsx } from '../helpers/run-tsx.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
 
@@ -94,6 +95,16 @@ describe('queuebox migrate --sql and --check', { timeout: 180_000 }, () => {
     assert.equal(migrate.code, 0, migrate.stderr);
     assert.match(migrate.stdout, /applied migrations 6\nreplaced claim functions that were not QueueBox's definition: outbox_claim_/);
     assert.equal((await cli(config25, '--check')).code, 0);
+  });
+
+  it('migrate --help documents --sql and --check', async () => {
+    let out = '';
+    const code = await runCli(['migrate', '--help'], { stdout: (t) => (out += t), stderr: (t) => (out += t), env: {} });
+    assert.equal(code, 0);
+    assert.match(out, /--sql\s+print the DDL migrate applies/);
+    assert.match(out, /--check\s+change nothing; exit 1 naming each difference/);
+    assert.match(out, /psql -v ON_ERROR_STOP=1 --single-transaction -f queuebox\.sql/);
+    assert.match(out, /claims send their statement/);
   });
 
   it('SQL Server: --sql prints the migrations as sqlcmd batches, each guarded by its row, in the configured schema and tables', async () => {
