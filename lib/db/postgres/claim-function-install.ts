@@ -11,7 +11,7 @@ import { SchemaTrustError } from '../../errors.ts';
 import type { MigrateResult } from '../driver.ts';
 import { CLAIM_FUNCTION_COMMENT, CLAIM_FUNCTION_SETTINGS, claimFunctionBody, claimFunctionDdl, claimFunctionName, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
 import type { PgNames } from './names.ts';
-import type { PgQueryable } from './pg-pool.ts';
+import { pgQuery, type PgQueryable } from './pg-pool.ts';
 import { TRUST_SCOPE, trustedRole } from './schema-trust.ts';
 
 interface FunctionRow {
@@ -27,7 +27,7 @@ interface FunctionRow {
 /** The verdict on the function of each statement (same order), in one round trip. */
 export async function checkClaimFunctions(db: PgQueryable, names: PgNames, statements: readonly ClaimStatement[]): Promise<ClaimFunctionVerdict[]> {
   if (statements.length === 0) return [];
-  const { rows } = await db.query<FunctionRow>(
+  const { rows } = await pgQuery<FunctionRow>(db, 
     `WITH ${TRUST_SCOPE}
      SELECT p.proname AS name, p.oid::text AS oid, p.oid::regprocedure::text AS signature,
             pg_get_userbyid(p.proowner) AS owner, ${trustedRole('p.proowner')} AS trusted,
@@ -89,7 +89,7 @@ export async function installClaimFunctions(client: PgQueryable, names: PgNames,
   }
   // Stale functions: only QueueBox's name pattern for this outbox table, with its comment, and
   // only those this role may drop (it is a member of their owner) — never another role's object.
-  const { rows } = await client.query<{ name: string; signature: string; droppable: boolean }>(
+  const { rows } = await pgQuery<{ name: string; signature: string; droppable: boolean }>(client, 
     `SELECT p.proname AS name, p.oid::regprocedure::text AS signature, pg_has_role(p.proowner, 'USAGE') AS droppable
        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
       WHERE n.nspname = $1 AND obj_description(p.oid, 'pg_proc') IS NOT DISTINCT FROM $2

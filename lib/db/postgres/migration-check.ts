@@ -6,7 +6,7 @@ import { checkClaimFunctions } from './claim-function-install.ts';
 import { claimFunctionName, type ClaimStatement } from './claim-functions.ts';
 import { pgExpectedColumns, pgMigrations } from './migrations.ts';
 import { quoteIdent, type PgNames } from './names.ts';
-import type { PgQueryable } from './pg-pool.ts';
+import { pgQuery, type PgQueryable } from './pg-pool.ts';
 import { pgSchemaTrustProblems } from './schema-trust.ts';
 
 /**
@@ -18,7 +18,7 @@ import { pgSchemaTrustProblems } from './schema-trust.ts';
  * docs/upgrading.md).
  */
 export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: readonly ClaimStatement[], batchSize: number): Promise<string[]> {
-  const { rows: found } = await db.query<{ schema: boolean; migrations: boolean }>(
+  const { rows: found } = await pgQuery<{ schema: boolean; migrations: boolean }>(db, 
     `SELECT to_regnamespace($1) IS NOT NULL AS schema, to_regclass($2) IS NOT NULL AS migrations`,
     [quoteIdent(n.schema), n.migrations],
   );
@@ -26,7 +26,7 @@ export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: re
   const problems = await pgSchemaTrustProblems(db, n, statements.map(claimFunctionName));
   const done = new Set<number>();
   if (found[0]!.migrations) {
-    const { rows } = await db.query<{ version: number }>(`SELECT version FROM ${n.migrations}`);
+    const { rows } = await pgQuery<{ version: number }>(db, `SELECT version FROM ${n.migrations}`);
     for (const row of rows) done.add(row.version);
   } else {
     problems.push(`table ${n.migrations} does not exist: no migration was applied`);
@@ -49,7 +49,7 @@ export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: re
 
 /** A missing table, or a missing column with the `ALTER TABLE` that adds it. */
 export async function missingColumns(db: PgQueryable, n: PgNames): Promise<string[]> {
-  const { rows } = await db.query<{ table_name: string; column_name: string }>(
+  const { rows } = await pgQuery<{ table_name: string; column_name: string }>(db, 
     `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = ANY($2::text[])`,
     [n.schema, [n.outboxTable, n.inboxTable, n.maintenanceTable]],
   );

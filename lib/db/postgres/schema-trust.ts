@@ -13,7 +13,7 @@
  * a superuser that ran another role's function would hand that role everything.
  */
 import type { PgNames } from './names.ts';
-import type { PgQueryable } from './pg-pool.ts';
+import { pgQuery, type PgQueryable } from './pg-pool.ts';
 
 /**
  * SQL: `me` (the current role: oid, rolsuper) and `s` (the schema: oid, nspowner, nspname) for a
@@ -74,6 +74,6 @@ export function schemaTrustValues(names: PgNames, functionNames: readonly string
 
 /** Runs `SCHEMA_TRUST_SQL` (one round trip): the problems, none when QueueBox may use the schema. */
 export async function pgSchemaTrustProblems(db: PgQueryable, names: PgNames, functionNames: readonly string[] = []): Promise<string[]> {
-  const { rows } = await db.query<{ problem: string }>(SCHEMA_TRUST_SQL, schemaTrustValues(names, functionNames));
+  const { rows } = await pgQuery<{ problem: string }>(db, SCHEMA_TRUST_SQL, schemaTrustValues(names, functionNames));
   return rows.map((r) => r.problem);
 }
