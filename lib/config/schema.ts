@@ -25,6 +25,22 @@ const envName = z
   .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name')
   .refine((name) => !looksLikeSecret(name), 'looks like a secret, not the name of an environment variable: put the secret in an environment variable and name that variable here');
 
+/**
+ * Variables the runtime sets for its own use (`AWS_REGION`, `AWS_LAMBDA_FUNCTION_NAME`, `_HANDLER`,
+ * `PATH`…): public or guessable values, never a webhook secret.
+ */
+const RUNTIME_ENV = /^(AWS_|LAMBDA_|_|NODE_|POWERTOOLS_|QUEUEBOX_)|^(PATH|HOME|TZ|LANG|LD_LIBRARY_PATH|PWD|USER|SHELL|HOSTNAME|TERM)$/;
+
+/** Name of the environment variable holding a source's secret: not a variable the runtime sets. */
+const secretEnvName = envName.refine(
+  (name) => !RUNTIME_ENV.test(name),
+  'names a variable the runtime sets for its own use (AWS_*, LAMBDA_*, _*, NODE_*, POWERTOOLS_*, QUEUEBOX_*, PATH, TZ…), whose value is not secret: name the variable that holds the source secret',
+);
+
+/** Largest accepted clock difference of a signed timestamp: a captured request is refused after it (docs/security.md). */
+export const MAX_TOLERANCE_SECONDS = 900;
+const toleranceSeconds = positiveInt.max(MAX_TOLERANCE_SECONDS, `must be at most ${MAX_TOLERANCE_SECONDS} seconds: a signed request is replayable for this long`).default(300);
+
 export const databaseSchema = z
   .strictObject({
     type: z.enum(['postgres', 'sqlserver']).default('postgres'),
@@ -124,39 +140,39 @@ export const outboxSchema = z
 export const hmacAuthSchema = z.strictObject({
   type: z.literal('hmac'),
   /** Environment variable holding the shared secret. */
-  secretEnv: envName,
+  secretEnv: secretEnvName,
   algorithm: z.enum(['sha256', 'sha1', 'sha512']).default('sha256'),
   /** Header carrying the hex signature (an optional `sha256=` prefix is accepted). */
   signatureHeader: z.string().min(1).default('x-signature'),
   /** Header carrying the Unix timestamp (seconds) that is signed as `${timestamp}.${body}`. */
   timestampHeader: z.string().min(1).default('x-timestamp'),
-  toleranceSeconds: positiveInt.default(300),
+  toleranceSeconds,
 });
 
 export const bearerAuthSchema = z.strictObject({
   type: z.literal('bearer'),
-  tokenEnv: envName,
+  tokenEnv: secretEnvName,
 });
 
 export const apiKeyAuthSchema = z.strictObject({
   type: z.literal('api-key'),
   header: z.string().min(1).default('x-api-key'),
-  keyEnv: envName,
+  keyEnv: secretEnvName,
 });
 
 /** Stripe's scheme: `Stripe-Signature: t=<unix>,v1=<hex>` over `${t}.${rawBody}` (HMAC-SHA256). */
 export const stripeAuthSchema = z.strictObject({
   type: z.literal('stripe'),
   /** Environment variable holding the endpoint's signing secret (`whsec_…`). */
-  secretEnv: envName,
-  toleranceSeconds: positiveInt.default(300),
+  secretEnv: secretEnvName,
+  toleranceSeconds,
 });
 
 /** GitHub's scheme: `X-Hub-Signature-256: sha256=<hex>` over the raw body (HMAC-SHA256). */
 export const githubAuthSchema = z.strictObject({
   type: z.literal('github'),
   /** Environment variable holding the webhook secret. */
-  secretEnv: envName,
+  secretEnv: secretEnvName,
 });
 
 /** No authentication: must be written explicitly, and is logged as a warning at every cold start. */
@@ -176,8 +192,15 @@ export const sourceSchema = z.strictObject({
   consumption: z.enum(['push', 'pull']).default('push'),
   /** Required for `http` sources (`type: none` to accept anyone); not allowed for `sqs` sources (IAM decides). */
   auth: authSchema.optional(),
-  /** JSONPath into the body for the idempotency key when the header/attribute is absent. */
+  /** JSONPath into the body for the idempotency key (unsigned http sources: when `X-Idempotency-Key` is absent). */
   idempotencyKeyPath: z.string().min(1).optional(),
+  /** HTTP sources: header carrying the sender's delivery id, used as the idempotency key (e.g. `X-GitHub-Delivery`). */
+  idempotencyKeyHeader: z
+    .string()
+    .regex(/^[A-Za-z0-9-]{1,64}$/, 'must be an HTTP header name')
+    .optional(),
+  /** `none`: store every delivery (no deduplication); `body-digest`: identical bodies are one message. */
+  idempotency: z.enum(['none', 'body-digest']).optional(),
   eventTypePath: z.string().min(1).optional(),
   aggregateIdPath: z.string().min(1).optional(),
   correlationIdPath: z.string().min(1).optional(),
@@ -240,6 +263,20 @@ export const retentionSchema = z
     inboxDeadAfterHours: positiveInt.default(720),
     /** Rows per DELETE statement. */
     batchSize: positiveInt.max(50000).default(1000),
+    /**
+     * Inbox rows of sources whose replay protection rests on the stored key alone (GitHub: no
+     * signed timestamp) are kept at least this long, whatever the two inbox ages say.
+     */
+    inboxReplayHorizonHours: positiveInt.default(720),
+  })
+  .prefault({});
+
+export const secretsSchema = z
+  .strictObject({
+    /** A secret read from Secrets Manager or SSM is read again once it is this old. */
+    maxAgeSeconds: positiveInt.max(3600).default(300),
+    /** A refused signature or database login reads the secret again at most this often, per secret. */
+    minRefetchSeconds: positiveInt.max(3600).default(30),
   })
   .prefault({});
 
@@ -275,6 +312,7 @@ export const configSchema = z
     inbox: inboxSchema,
     pull: pullSchema,
     retention: retentionSchema,
+    secrets: secretsSchema,
     observability: observabilitySchema,
     lambda: lambdaSchema,
   })
