@@ -7,15 +7,21 @@
  */
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
+import { handler as httpHandler } from '../../functions/inbox-http.ts';
 import { createHttpReceiver, type HttpReceiver } from '../../lib/inbox/http-receiver.ts';
 import { hmacSignature } from '../../lib/inbox/source-auth.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
+import { setContainer } from '../../lib/runtime/container.ts';
 import { loadSourceSecrets } from '../../lib/runtime/source-secrets.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
 import { FakeSecretStore } from '../helpers/fake-secret-store.ts';
+import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
 const PATH = '/queuebox/rotation';
 const OLD = { HOOK_SECRET: 'old-hook-secret-0001', GITHUB_SECRET: 'old-github-secret-01', CRM_TOKEN: 'old-crm-token-000001' };
@@ -117,5 +123,29 @@ describe('webhook secrets rotate in a warm container', () => {
     clock += 300_000;
     assert.equal((await hooks(OLD.HOOK_SECRET)).statusCode, 202);
     assert.equal(reads('HOOK_SECRET'), 2);
+  });
+  it('through the Lambda handler: the container reads the source secret from SSM at cold start, and a rotation takes effect in the warm container', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'queuebox-rotation-'));
+    const file = join(dir, 'queuebox.yml');
+    writeFileSync(file, 'inbox:\n  sources:\n    crm: { type: http, path: /crm, auth: { type: bearer, tokenEnv: CRM_TOKEN } }\n');
+    const env = { QUEUEBOX_CONFIG: file, QUEUEBOX_DATABASE_URL: testDatabaseUrl(), QUEUEBOX_DATABASE__SCHEMA: db.schema, QUEUEBOX_SECRETS_PARAMETER_PATH: PATH, QUEUEBOX_SECRETS__MIN_REFETCH_SECONDS: '1' };
+    Object.assign(process.env, env);
+    delete process.env.CRM_TOKEN;
+    setContainer(undefined);
+    const call = async (token: string) =>
+      (await httpHandler(apiGatewayV2Event('/inbox/crm', '{}', { authorization: `Bearer ${token}`, 'x-idempotency-key': `h-${++sequence}` }), fakeLambdaContext({ timeoutMs: 10_000 }))).statusCode;
+    const earlier = reads('CRM_TOKEN');
+    try {
+      assert.equal(await call(OLD.CRM_TOKEN), 202);
+      store.values.set(`${PATH}/CRM_TOKEN`, NEW.CRM_TOKEN);
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      assert.equal(await call(NEW.CRM_TOKEN), 202, 'read again after the refusal, 1 s after the last read');
+      assert.equal(await call(OLD.CRM_TOKEN), 401);
+      assert.equal(reads('CRM_TOKEN') - earlier, 2, 'the cold-start read and one read after the refusal');
+    } finally {
+      for (const key of Object.keys(env)) delete process.env[key];
+      setContainer(undefined);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
