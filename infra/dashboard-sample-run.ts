@@ -66,7 +66,7 @@ export function sampleConfig(databaseUrl: string, schema: string, endpoints: { s
     inbox: {
       relay: { pollIntervalMs: 50 },
       sources: {
-        payments: { type: 'http', path: '/payments', auth: { type: 'hmac', secretEnv: 'SAMPLE_WEBHOOK_SECRET' }, eventTypePath: '$.type', aggregateIdPath: '$.orderId' },
+        payments: { type: 'http', path: '/payments', auth: { type: 'hmac', secretEnv: 'SAMPLE_WEBHOOK_SECRET' }, idempotencyKeyPath: '$.id', eventTypePath: '$.type', aggregateIdPath: '$.orderId' },
         jobs: { type: 'http', path: '/jobs', consumption: 'pull' },
       },
     },

@@ -20,7 +20,18 @@ interface CheckedConfig {
   inbox: {
     basePath: string;
     topicTemplate: string;
-    sources: Record<string, { type: 'http' | 'sqs'; path?: string | undefined; queueName?: string | undefined; auth?: { type: string } | undefined; topicTemplate?: string | undefined } & Partial<Record<(typeof PATH_KEYS)[number], string>>>;
+    sources: Record<
+      string,
+      {
+        type: 'http' | 'sqs';
+        path?: string | undefined;
+        queueName?: string | undefined;
+        auth?: { type: string } | undefined;
+        topicTemplate?: string | undefined;
+        idempotencyKeyHeader?: string | undefined;
+        idempotency?: string | undefined;
+      } & Partial<Record<(typeof PATH_KEYS)[number], string>>
+    >;
   };
 }
 
@@ -60,6 +71,7 @@ export function crossCheckConfig(config: CheckedConfig): CrossCheckIssue[] {
       if (problem !== undefined) issues.push({ path: at(key), message: problem });
     }
     if (source.topicTemplate !== undefined) checkTemplate(source.topicTemplate, at('topicTemplate'), issues);
+    checkIdempotency(source, at, issues);
   }
   for (const [key, table] of Object.entries(config.tables)) {
     if (table.length > MAX_TABLE_NAME_LENGTH) {
@@ -70,6 +82,31 @@ export function crossCheckConfig(config: CheckedConfig): CrossCheckIssue[] {
     }
   }
   return issues;
+}
+
+/**
+ * Every source says how deliveries are told apart: one of `idempotencyKeyPath`,
+ * `idempotencyKeyHeader` or `idempotency`. A generic `hmac` source has no default (keying on the
+ * body would answer a later identical body `duplicate` and never store it); the presets, the
+ * unsigned schemes and SQS sources have a documented one (lib/inbox/idempotency-choice.ts).
+ */
+function checkIdempotency(source: CheckedConfig['inbox']['sources'][string], at: (key: string) => string[], issues: CrossCheckIssue[]): void {
+  const chosen = (['idempotencyKeyPath', 'idempotencyKeyHeader', 'idempotency'] as const).filter((key) => source[key] !== undefined);
+  if (source.type === 'sqs') {
+    for (const key of chosen.filter((k) => k !== 'idempotencyKeyPath')) {
+      issues.push({ path: at(key), message: 'is for http sources: an sqs source keys on the x-idempotency-key attribute, else idempotencyKeyPath, else the SQS MessageId' });
+    }
+    return;
+  }
+  if (chosen.length > 1) {
+    issues.push({ path: at(chosen[1]!), message: `choose one of idempotencyKeyPath, idempotencyKeyHeader and idempotency (this source sets ${chosen.join(' and ')})` });
+  } else if (chosen.length === 0 && source.auth?.type === 'hmac') {
+    issues.push({
+      path: at('idempotency'),
+      message:
+        'is required for an hmac source: set idempotencyKeyPath (a unique id in the signed body), idempotencyKeyHeader (the header carrying the delivery id) or idempotency: none (store every delivery)',
+    });
+  }
 }
 
 function checkTemplate(template: string, path: string[], issues: CrossCheckIssue[]): void {

@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml, YAMLError } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError } from '../errors.ts';
-import { looksLikeSecret } from './looks-like-secret.ts';
+import { looksLikeSecret, shownVariable } from './looks-like-secret.ts';
 import { configSchema, LOG_LEVELS, type ConfigInput, type QueueBoxConfig } from './schema.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -150,13 +150,14 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 }
 
 /**
- * Resolves a secret named by an `…Env` key; throws `ConfigError` naming `key` when it is unset.
+ * Resolves a secret named by an `…Env` key; throws `ConfigError` naming `key` when it is unset
+ * (the variable is named only when its name has the shape of one: `shownVariable`).
  */
 export function requireSecret(env: Env, variable: string, key: string): string {
   const value = env[variable];
   if (looksLikeSecret(variable)) throw new ConfigError([{ key, message: 'holds what looks like a secret, not the name of an environment variable (not shown)' }]);
   if (value === undefined || value === '') {
-    throw new ConfigError([{ key, message: `names environment variable ${variable}, which is not set` }]);
+    throw new ConfigError([{ key, message: `names ${shownVariable(variable)}, which is not set` }]);
   }
   return value;
 }

@@ -13,3 +13,12 @@ export function looksLikeSecret(value: string): boolean {
   const digits = (value.match(/\d/g) ?? []).length;
   return longestWord >= 20 || (value.length >= 24 && digits >= 6);
 }
+
+/**
+ * How an error may name the variable an `…Env` key holds: the name itself when it has the usual
+ * shape of one (upper-case words joined by `_`, like `STRIPE_WEBHOOK_SECRET`), else a phrase, so
+ * that a short password pasted there (`hunter2`, `Passw0rd`) is never printed back.
+ */
+export function shownVariable(name: string): string {
+  return /^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$/.test(name) && !looksLikeSecret(name) ? `environment variable ${name}` : 'an environment variable (name not shown: it does not look like one)';
+}

@@ -6,8 +6,10 @@
  * Objects are strict: an unknown key is an error that names the key.
  */
 import { z } from 'zod';
+import { authSchema, envName } from './auth-schema.ts';
 import { crossCheckConfig } from './cross-check-config.ts';
-import { looksLikeSecret } from './looks-like-secret.ts';
+
+export { authSchema, MAX_TOLERANCE_SECONDS } from './auth-schema.ts';
 
 /** A SQL identifier QueueBox will quote and interpolate: lower-case letters, digits, underscores. */
 export const IDENTIFIER_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -18,13 +20,6 @@ const identifier = z
 
 const positiveInt = z.number().int().positive();
 const nonNegativeInt = z.number().int().nonnegative();
-/** Name of an environment variable that holds a secret; the value itself never lives in YAML. */
-const envName = z
-  .string()
-  .max(128, 'must be an environment variable name')
-  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name')
-  .refine((name) => !looksLikeSecret(name), 'looks like a secret, not the name of an environment variable: put the secret in an environment variable and name that variable here');
-
 export const databaseSchema = z
   .strictObject({
     type: z.enum(['postgres', 'sqlserver']).default('postgres'),
@@ -121,49 +116,6 @@ export const outboxSchema = z
   })
   .prefault({});
 
-export const hmacAuthSchema = z.strictObject({
-  type: z.literal('hmac'),
-  /** Environment variable holding the shared secret. */
-  secretEnv: envName,
-  algorithm: z.enum(['sha256', 'sha1', 'sha512']).default('sha256'),
-  /** Header carrying the hex signature (an optional `sha256=` prefix is accepted). */
-  signatureHeader: z.string().min(1).default('x-signature'),
-  /** Header carrying the Unix timestamp (seconds) that is signed as `${timestamp}.${body}`. */
-  timestampHeader: z.string().min(1).default('x-timestamp'),
-  toleranceSeconds: positiveInt.default(300),
-});
-
-export const bearerAuthSchema = z.strictObject({
-  type: z.literal('bearer'),
-  tokenEnv: envName,
-});
-
-export const apiKeyAuthSchema = z.strictObject({
-  type: z.literal('api-key'),
-  header: z.string().min(1).default('x-api-key'),
-  keyEnv: envName,
-});
-
-/** Stripe's scheme: `Stripe-Signature: t=<unix>,v1=<hex>` over `${t}.${rawBody}` (HMAC-SHA256). */
-export const stripeAuthSchema = z.strictObject({
-  type: z.literal('stripe'),
-  /** Environment variable holding the endpoint's signing secret (`whsec_…`). */
-  secretEnv: envName,
-  toleranceSeconds: positiveInt.default(300),
-});
-
-/** GitHub's scheme: `X-Hub-Signature-256: sha256=<hex>` over the raw body (HMAC-SHA256). */
-export const githubAuthSchema = z.strictObject({
-  type: z.literal('github'),
-  /** Environment variable holding the webhook secret. */
-  secretEnv: envName,
-});
-
-/** No authentication: must be written explicitly, and is logged as a warning at every cold start. */
-export const noAuthSchema = z.strictObject({ type: z.literal('none') });
-
-export const authSchema = z.discriminatedUnion('type', [hmacAuthSchema, stripeAuthSchema, githubAuthSchema, bearerAuthSchema, apiKeyAuthSchema, noAuthSchema]);
-
 export const sourceSchema = z.strictObject({
   type: z.enum(['http', 'sqs']),
   /** HTTP path below `inbox.basePath`, e.g. `/stripe`. Required for `http` sources. */
@@ -176,8 +128,15 @@ export const sourceSchema = z.strictObject({
   consumption: z.enum(['push', 'pull']).default('push'),
   /** Required for `http` sources (`type: none` to accept anyone); not allowed for `sqs` sources (IAM decides). */
   auth: authSchema.optional(),
-  /** JSONPath into the body for the idempotency key when the header/attribute is absent. */
+  /** JSONPath into the body for the idempotency key (unsigned http sources: when `X-Idempotency-Key` is absent). */
   idempotencyKeyPath: z.string().min(1).optional(),
+  /** HTTP sources: header carrying the sender's delivery id, used as the idempotency key (e.g. `X-GitHub-Delivery`). */
+  idempotencyKeyHeader: z
+    .string()
+    .regex(/^[A-Za-z0-9-]{1,64}$/, 'must be an HTTP header name')
+    .optional(),
+  /** `none`: store every delivery (no deduplication); `body-digest`: identical bodies are one message. */
+  idempotency: z.enum(['none', 'body-digest']).optional(),
   eventTypePath: z.string().min(1).optional(),
   aggregateIdPath: z.string().min(1).optional(),
   correlationIdPath: z.string().min(1).optional(),
@@ -240,6 +199,20 @@ export const retentionSchema = z
     inboxDeadAfterHours: positiveInt.default(720),
     /** Rows per DELETE statement. */
     batchSize: positiveInt.max(50000).default(1000),
+    /**
+     * Inbox rows of sources whose replay protection rests on the stored key alone (GitHub: no
+     * signed timestamp) are kept at least this long, whatever the two inbox ages say.
+     */
+    inboxReplayHorizonHours: positiveInt.default(720),
+  })
+  .prefault({});
+
+export const secretsSchema = z
+  .strictObject({
+    /** A secret read from Secrets Manager or SSM is read again once it is this old. */
+    maxAgeSeconds: positiveInt.max(3600).default(300),
+    /** A refused signature or database login reads the secret again at most this often, per secret. */
+    minRefetchSeconds: positiveInt.max(3600).default(30),
   })
   .prefault({});
 
@@ -275,6 +248,7 @@ export const configSchema = z
     inbox: inboxSchema,
     pull: pullSchema,
     retention: retentionSchema,
+    secrets: secretsSchema,
     observability: observabilitySchema,
     lambda: lambdaSchema,
   })

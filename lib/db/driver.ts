@@ -188,6 +188,8 @@ export interface DeleteFinishedParams {
   state: 'sent' | 'dead' | 'processed';
   olderThanMs: number;
   limit: number;
+  /** Inbox only: rows of these sources are deleted only once also older than `olderThanMs` here (a replay horizon). */
+  keep?: { sources: readonly string[]; olderThanMs: number };
 }
 
 /** Per-state counts of one table plus the dead rows' latest errors (status command). */

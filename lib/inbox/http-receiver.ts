@@ -10,12 +10,12 @@
  * `{"error": "<reason>"}`; a refused request stores nothing. The payload is stored as the text
  * sent, so no digit of a large number is lost.
  *
- * On a signed source (hmac, stripe, github) the idempotency key comes from the signed body only:
- * the `idempotencyKeyPath` value, else the SHA-256 of the body. The `X-Idempotency-Key` header is
- * not covered by the signature and is ignored there, so a replayed or re-headed capture of a
- * signed request is a duplicate, never a new message, and cannot squat a future event's key.
+ * The idempotency key follows the source's choice (lib/inbox/idempotency-choice.ts). On a signed
+ * source (hmac, stripe, github) `X-Idempotency-Key` is not covered by the signature and is
+ * ignored, so a capture re-sent with another value of it cannot squat a future event's key.
+ * GitHub signs only the body: its `X-GitHub-Event` header becomes the event type (unless
+ * `eventTypePath` reads one from the body) only when it has the shape of an event name.
  */
-import { createHash } from 'node:crypto';
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
@@ -26,7 +26,9 @@ import { extractMessageFields, type ExternalValues } from './extract-fields.ts';
 import { httpRequestOf, type ApiGatewayEvent, type HttpRequest } from './http-request.ts';
 import { InboxRejectionError } from './inbox-rejection.ts';
 import { parseJsonBody } from './parse-json-body.ts';
-import { createAuthenticator, isSigned, type Authenticator } from './source-auth.ts';
+import { idempotencyChoice, idempotencyKeyOf, type IdempotencyChoice } from './idempotency-choice.ts';
+import { createAuthenticator, type Authenticator } from './source-auth.ts';
+import { staticSecrets, type SecretLookup } from '../runtime/source-secrets.ts';
 
 /** Seconds a sender is asked to wait before retrying when the database is unavailable. */
 export const RETRY_AFTER_SECONDS = 5;
@@ -35,14 +37,17 @@ interface HttpSource {
   name: string;
   config: SourceConfig;
   authenticate: Authenticator;
+  idempotency: IdempotencyChoice;
 }
 
 export interface HttpReceiverOptions {
   config: QueueBoxConfig;
   driver: Driver;
   logger: Logger;
-  /** Environment holding the sources' secrets. */
+  /** Environment holding the sources' secrets (used when `secrets` is not given). */
   env: Readonly<Record<string, string | undefined>>;
+  /** The sources' secrets, kept fresh (lib/runtime/source-secrets.ts); default: fixed values from `env`. */
+  secrets?: SecretLookup;
   /** Clock for the signature timestamp tolerance (ms since epoch); default `Date.now`. */
   now?: () => number;
 }
@@ -63,10 +68,12 @@ export function unavailable(): APIGatewayProxyStructuredResultV2 {
 export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
   const { config, driver, logger } = options;
   const now = options.now ?? Date.now;
+  const secrets = options.secrets ?? staticSecrets(options.env);
   const routes = new Map<string, HttpSource>();
   for (const [name, source] of Object.entries(config.inbox.sources)) {
     if (source.type !== 'http' || source.path === undefined) continue;
-    routes.set(`${config.inbox.basePath}${source.path}`, { name, config: source, authenticate: createAuthenticator(name, source.auth, options.env) });
+    const authenticate = createAuthenticator(name, source.auth, secrets);
+    routes.set(`${config.inbox.basePath}${source.path}`, { name, config: source, authenticate, idempotency: idempotencyChoice(name, source) });
     if (source.auth?.type === 'none') {
       logger.warn('inbox source accepts unauthenticated requests (auth type none)', { source: name, path: `${config.inbox.basePath}${source.path}` });
     }
@@ -93,9 +100,10 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     if (request.body.length > config.inbox.maxBodyBytes) {
       throw new InboxRejectionError('body_too_large', `body of ${request.body.length} bytes exceeds the limit of ${config.inbox.maxBodyBytes} bytes`);
     }
-    source.authenticate(request.headers, request.body, now());
+    await source.authenticate(request.headers, request.body, now());
     const body = parseJsonBody(request.body);
-    const fields = extractMessageFields(source.name, withPresetPaths(source.config), body.value, externalValues(source.config, request));
+    const idempotencyKey = idempotencyKeyOf(source.idempotency, request.headers, body.value, request.body, `inbox.sources.${source.name}.idempotencyKeyPath`);
+    const fields = extractMessageFields(source.name, withPresetPaths(source.config), body.value, externalValues(source.config, request, idempotencyKey));
     let result;
     try {
       result = await driver.inboxInsert({ source: source.name, consumption: source.config.consumption, payload: body.value, payloadText: body.text, headers: {}, ...fields });
@@ -109,21 +117,21 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
   }
 }
 
-/** The Stripe preset's default paths: an event's `id` is its idempotency key, `type` its event type. */
+/** The Stripe preset's default event type path: an event's `type`. */
 function withPresetPaths(source: SourceConfig): SourceConfig {
   if (source.auth?.type !== 'stripe') return source;
-  return { ...source, idempotencyKeyPath: source.idempotencyKeyPath ?? '$.id', eventTypePath: source.eventTypePath ?? '$.type' };
+  return { ...source, eventTypePath: source.eventTypePath ?? '$.type' };
 }
 
-/** Header values a source may use: on signed sources, none that the signature does not cover. */
-function externalValues(source: SourceConfig, request: HttpRequest): ExternalValues {
-  const correlationId = request.headers('x-correlation-id');
-  if (!isSigned(source.auth)) return { idempotencyKey: request.headers('x-idempotency-key'), correlationId };
-  const bodyDigest = `sha256:${createHash('sha256').update(request.body).digest('hex')}`;
-  if (source.auth?.type === 'github') {
-    // GitHub signs the body only. The event name and delivery id headers are metadata; the key
-    // stays the body's digest, so a capture replayed under another delivery id is a duplicate.
-    return { fallbackIdempotencyKey: bodyDigest, correlationId: request.headers('x-github-delivery'), eventType: request.headers('x-github-event') };
+/** A GitHub event name (`push`, `pull_request`, `check_run`…): the only shape taken from the unsigned header. */
+const GITHUB_EVENT = /^[a-z][a-z_]{0,63}$/;
+
+/** The values from outside the body: the key chosen, the correlation id, GitHub's event header. */
+function externalValues(source: SourceConfig, request: HttpRequest, idempotencyKey: string): ExternalValues {
+  if (source.auth?.type !== 'github') return { idempotencyKey, correlationId: request.headers('x-correlation-id') };
+  const event = request.headers('x-github-event');
+  if (event !== undefined && source.eventTypePath === undefined && !GITHUB_EVENT.test(event)) {
+    throw new InboxRejectionError('invalid_field', 'X-GitHub-Event must be a GitHub event name (lower-case letters and _)');
   }
-  return { fallbackIdempotencyKey: bodyDigest, correlationId };
+  return { idempotencyKey, correlationId: request.headers('x-github-delivery'), eventType: event };
 }

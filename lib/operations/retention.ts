@@ -5,6 +5,12 @@
  * `created_at` (the driver owns the column choice). Only those states are ever named, so
  * `pending` and `processing` rows are never touched. Each policy deletes `retention.batchSize`
  * rows per statement and loops until a batch comes back short or the deadline passes.
+ *
+ * Replay horizon: an inbox row's key is what answers a replay of its request with `duplicate`. On
+ * sources whose sender signs no timestamp (GitHub) nothing else refuses an old capture, so their
+ * rows are kept at least `retention.inboxReplayHorizonHours`. Signed-timestamp sources (hmac,
+ * stripe) need no horizon: a capture older than `toleranceSeconds` (at most 900 s, below the
+ * shortest retention age of 1 hour) is refused before its key is looked at.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { DeleteFinishedParams, Driver } from '../db/driver.ts';
@@ -26,7 +32,7 @@ export interface RetentionResult {
 
 export interface RetentionOptions {
   driver: Driver;
-  config: Pick<QueueBoxConfig, 'retention' | 'tables'>;
+  config: Pick<QueueBoxConfig, 'retention' | 'tables'> & Partial<Pick<QueueBoxConfig, 'inbox'>>;
   /** Stops between batches once true (an invocation deadline). */
   expired?: () => boolean;
   /** Counts `queuebox_cleanup_messages_deleted_total{table}` (table = configured table name). */
@@ -45,14 +51,24 @@ export function retentionPolicies(retention: QueueBoxConfig['retention']): Reten
   ];
 }
 
+/** The sources whose inbox rows are kept for the replay horizon: those whose sender signs no timestamp (`github`). */
+export function replayHorizonSources(inbox: Pick<QueueBoxConfig['inbox'], 'sources'> | undefined): string[] {
+  return Object.entries(inbox?.sources ?? {})
+    .filter(([, source]) => source.auth?.type === 'github')
+    .map(([name]) => name)
+    .sort();
+}
+
 /** Runs every policy once to exhaustion (or the deadline); does not check `retention.enabled`. */
 export async function runRetention(options: RetentionOptions): Promise<RetentionResult> {
   const { driver, config } = options;
   const expired = options.expired ?? (() => false);
   const limit = config.retention.batchSize;
   const result: RetentionResult = { deleted: { outbox: 0, inbox: 0 }, complete: true };
+  const kept = replayHorizonSources(config.inbox);
+  const keep = kept.length === 0 ? undefined : { sources: kept, olderThanMs: config.retention.inboxReplayHorizonHours * 3_600_000 };
   for (const policy of retentionPolicies(config.retention)) {
-    const params: DeleteFinishedParams = { state: policy.state, olderThanMs: policy.olderThanHours * 3_600_000, limit };
+    const params: DeleteFinishedParams = { state: policy.state, olderThanMs: policy.olderThanHours * 3_600_000, limit, ...(policy.table === 'inbox' && keep ? { keep } : {}) };
     let total = 0;
     for (;;) {
       if (expired()) {

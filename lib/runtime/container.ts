@@ -11,7 +11,8 @@ import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
 import { createTracer, type Tracer } from '../observability/tracing.ts';
 import { memoizeByObject } from './memo.ts';
-import { isDatabaseLoginFailure, withDatabaseUrl, withSourceSecrets } from './secrets.ts';
+import { isDatabaseLoginFailure, withDatabaseUrl } from './secrets.ts';
+import { loadSourceSecrets, type SecretLookup } from './source-secrets.ts';
 
 export interface Container {
   config: QueueBoxConfig;
@@ -19,6 +20,8 @@ export interface Container {
   logger: Logger;
   /** Environment the container was built from (secrets are resolved from it). */
   env: Readonly<Record<string, string | undefined>>;
+  /** The inbox sources' secrets, read again when old or after a refusal; default: fixed values from `env`. */
+  secrets?: SecretLookup;
   /** X-Ray tracer when `observability.tracing` is on. */
   tracer?: Tracer;
   /** EMF line writer; default standard output. Tests and the local runner capture it. */
@@ -28,48 +31,89 @@ export interface Container {
 let current: Promise<Container> | undefined;
 /** Set when a database login failed: the next build fetches the secret again, bypassing the cache. */
 let refetchSecrets = false;
+/** The database secret of the current container when it came from Secrets Manager or SSM: what it gave, when it was read. */
+let databaseSecret: { url: string; readAt: number; maxAgeMs: number } | undefined;
+/** When a refused login last made the database secret be read again, and how often that may happen (`secrets.minRefetchSeconds`). */
+let lastForcedRead = Number.NEGATIVE_INFINITY;
+let minRefetchMs = 30_000;
 
-/** Builds (once) and returns the container's dependencies; start-up fails on bad config or schema. */
+/**
+ * Builds (once) and returns the container's dependencies; start-up fails on bad config or schema.
+ * A database secret older than `secrets.maxAgeSeconds` is read again first; when it changed, the
+ * container is rebuilt, so every new connection uses the new credentials.
+ */
 export function getContainer(): Promise<Container> {
-  current ??= buildContainer().catch((error: unknown) => {
-    current = undefined; // a later invocation retries the start-up
-    throw error;
-  });
+  if (current !== undefined && databaseSecret !== undefined && Date.now() - databaseSecret.readAt >= databaseSecret.maxAgeMs) {
+    databaseSecret.readAt = Date.now();
+    current = reconnectIfRotated(current, databaseSecret.url);
+  }
+  current ??= buildContainer();
   return current;
+}
+
+/** `previous`, or a new container when the database secret no longer holds `url`. */
+async function reconnectIfRotated(previous: Promise<Container>, url: string): Promise<Container> {
+  const container = await previous;
+  let fresh: string | undefined;
+  try {
+    fresh = (await withDatabaseUrl(process.env, { forceFetch: true })).QUEUEBOX_DATABASE_URL;
+  } catch (error) {
+    container.logger.warn('database secret could not be read again; the connection string held is kept', { error: error as Error });
+    return container;
+  }
+  if (fresh === undefined || fresh === url) return container;
+  container.logger.info('database secret changed: reconnecting with the new one');
+  await container.driver.close().catch(() => {});
+  return buildContainer();
 }
 
 /**
  * Builds the container from `process.env` plus the secrets it names (lib/runtime/secrets.ts).
  * A refused database login at start-up fetches the secrets again once (a rotation since they
  * were cached); a login refused later discards the container, so the next invocation does so.
+ * Either read bypasses the cache at most once per `secrets.minRefetchSeconds`, so a wrong
+ * password cannot turn every invocation into a Secrets Manager call.
  */
-async function buildContainer(): Promise<Container> {
-  try {
-    return await buildWithSecrets(refetchSecrets);
-  } catch (error) {
-    if (!isDatabaseLoginFailure(error)) throw error;
-    return await buildWithSecrets(true);
-  } finally {
-    refetchSecrets = false;
-  }
+function buildContainer(): Promise<Container> {
+  const forceNow = () => {
+    if (Date.now() - lastForcedRead < minRefetchMs) return false;
+    lastForcedRead = Date.now();
+    return true;
+  };
+  const build = async () => {
+    try {
+      return await buildWithSecrets(refetchSecrets && forceNow());
+    } catch (error) {
+      if (!isDatabaseLoginFailure(error) || !forceNow()) throw error;
+      return await buildWithSecrets(true);
+    } finally {
+      refetchSecrets = false;
+    }
+  };
+  return build().catch((error: unknown) => {
+    current = undefined; // a later invocation retries the start-up
+    throw error;
+  });
 }
 
 async function buildWithSecrets(forceFetch: boolean): Promise<Container> {
   const withUrl = await withDatabaseUrl(process.env, { forceFetch });
   const config = loadConfig({ env: withUrl });
-  const env = await withSourceSecrets(withUrl, config, { forceFetch });
-  const built = await createDriver(config, env);
+  minRefetchMs = config.secrets.minRefetchSeconds * 1000;
+  const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
+  const secrets = await loadSourceSecrets({ env: withUrl, config, logger });
+  const built = await createDriver(config, withUrl);
   try {
     await built.schemaVerify();
   } catch (error) {
     await built.close().catch(() => {});
     throw error;
   }
-  const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
   built.useLogger?.(logger);
   const tracer = await createTracer(config);
-  const container: Container = { config, driver: discardOnLoginFailure(built), logger, env, ...(tracer ? { tracer } : {}) };
-  return container;
+  const fromStore = withUrl.QUEUEBOX_DATABASE_URL !== undefined && withUrl.QUEUEBOX_DATABASE_URL !== process.env.QUEUEBOX_DATABASE_URL;
+  databaseSecret = fromStore ? { url: withUrl.QUEUEBOX_DATABASE_URL!, readAt: Date.now(), maxAgeMs: config.secrets.maxAgeSeconds * 1000 } : undefined;
+  return { config, driver: discardOnLoginFailure(built), logger, env: withUrl, secrets, ...(tracer ? { tracer } : {}) };
 }
 
 /** The driver, except that a refused login discards the container (the secret was rotated). */
@@ -97,6 +141,8 @@ function discardOnLoginFailure(driver: Driver): Driver {
 /** Replaces the container (tests, local runner). `undefined` resets it. */
 export function setContainer(container: Container | undefined): void {
   current = container === undefined ? undefined : Promise.resolve(container);
+  databaseSecret = undefined;
+  lastForcedRead = Number.NEGATIVE_INFINITY;
 }
 
 /** A metrics buffer for one pass, writing where the container says. */

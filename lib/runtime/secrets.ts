@@ -9,14 +9,14 @@
  * - `QUEUEBOX_SECRETS_PARAMETER_PATH`: an SSM path under which each source secret is a
  *   SecureString named like its variable (`/queuebox/prod/STRIPE_WEBHOOK_SECRET`).
  * A variable already set in the environment wins (local runs, tests). Values are fetched with
- * Powertools Parameters and cached for `SECRET_MAX_AGE_SECONDS` across invocations; `forceFetch`
- * bypasses the cache (after a failed database login: the secret was rotated).
+ * Powertools Parameters; `forceFetch` bypasses its cache. When to read again (age, a refused
+ * login or signature) is decided by the container (database) and lib/runtime/source-secrets.ts.
  */
 import type { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
 import type { SSMProvider } from '@aws-lambda-powertools/parameters/ssm';
 import type { QueueBoxConfig } from '../config/schema.ts';
 
-/** How long a fetched secret is reused before it is fetched again, in seconds. */
+/** Powertools' own cache age for a read without `forceFetch`, in seconds (the default of `secrets.maxAgeSeconds`). */
 export const SECRET_MAX_AGE_SECONDS = 300;
 
 /** Environment variables that say where secrets are (names, never values). */
@@ -32,7 +32,7 @@ export interface SecretStores {
 
 let defaultStores: Promise<SecretStores> | undefined;
 /** The Powertools providers, loaded on first use: a function whose secrets are all in its environment never loads the SDK clients. */
-function stores(): Promise<SecretStores> {
+export function secretStores(): Promise<SecretStores> {
   defaultStores ??= Promise.all([import('@aws-lambda-powertools/parameters/secrets'), import('@aws-lambda-powertools/parameters/ssm')]).then(([secrets, ssm]) => ({
     secrets: new secrets.SecretsProvider(),
     ssm: new ssm.SSMProvider(),
@@ -60,7 +60,7 @@ export async function withDatabaseUrl(env: Env, options: { forceFetch?: boolean;
   const secretId = nonEmpty(env.QUEUEBOX_DATABASE_SECRET_ID);
   const parameter = nonEmpty(env.QUEUEBOX_DATABASE_URL_PARAMETER);
   if (secretId === undefined && parameter === undefined) return env;
-  const store = options.stores ?? (await stores());
+  const store = options.stores ?? (await secretStores());
   const fetchOptions = { maxAge: SECRET_MAX_AGE_SECONDS, forceFetch: options.forceFetch === true };
   if (secretId !== undefined) {
     const value = await store.secrets.get(secretId, fetchOptions);
@@ -72,20 +72,6 @@ export async function withDatabaseUrl(env: Env, options: { forceFetch?: boolean;
     return { ...env, QUEUEBOX_DATABASE_URL: value };
   }
   return env;
-}
-
-/** `env` with every source secret of `config` that is unset filled from the SSM path, when one is named. */
-export async function withSourceSecrets(env: Env, config: Pick<QueueBoxConfig, 'inbox'>, options: { forceFetch?: boolean; stores?: SecretStores } = {}): Promise<Env> {
-  const path = nonEmpty(env.QUEUEBOX_SECRETS_PARAMETER_PATH)?.replace(/\/+$/, '');
-  const missing = secretEnvNames(config).filter((name) => nonEmpty(env[name]) === undefined);
-  if (path === undefined || missing.length === 0) return env;
-  const store = options.stores ?? (await stores());
-  const filled: Record<string, string> = {};
-  for (const name of missing) {
-    const value = await store.ssm.get(`${path}/${name}`, { maxAge: SECRET_MAX_AGE_SECONDS, forceFetch: options.forceFetch === true, decrypt: true });
-    if (typeof value === 'string' && value !== '') filled[name] = value;
-  }
-  return { ...env, ...filled };
 }
 
 /** True when `error` (or a cause) is a refused database login: the password was rotated or is wrong. */

@@ -257,4 +257,16 @@ export function defineInboxCases(define: DefineCase): void {
     assert.ok(await t.row('inbox', pending!));
     await assert.rejects(t.driver.inboxDeleteFinished({ state: 'sent', olderThanMs: 0, limit: 10 }), UsageError);
   });
+  define('inboxDeleteFinished keeps the rows of the keep sources until they are older than the keep age (a replay horizon)', async (t) => {
+    const kept = await finishedRow(t, 'k', 'dead');
+    const other = await finishedRow(t, 'o', 'dead');
+    const ancient = await finishedRow(t, 'a', 'dead');
+    for (const id of [kept, other]) await t.setTime('inbox', id, 'created_at', -7_200_000);
+    await t.setTime('inbox', ancient, 'created_at', -4 * 3_600_000);
+    const keep = { sources: ['source-k', 'source-a'], olderThanMs: 3 * 3_600_000 };
+    assert.equal(await t.driver.inboxDeleteFinished({ state: 'dead', olderThanMs: 3_600_000, limit: 10, keep }), 2);
+    assert.ok(await t.row('inbox', kept), 'a kept source younger than the keep age stays');
+    assert.equal(await t.row('inbox', other), undefined);
+    assert.equal(await t.row('inbox', ancient), undefined, 'a kept source older than the keep age goes');
+  });
 }

@@ -12,7 +12,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 
-const env = { HOOK_SECRET: 'whsec_test', API_TOKEN: 'token-123', SHOP_KEY: 'key-abc' };
+const env = { HOOK_SECRET: 'whsec_test_0000000', API_TOKEN: 'token-123-0000000', SHOP_KEY: 'key-abc-000000000' };
 const NOW = 1_800_000_000_000;
 
 const event = apiGatewayV2Event;
@@ -72,7 +72,7 @@ describe('HTTP inbox receiver', () => {
 
   it('take the key and correlation id from headers (any case), the delay from JSONPath, with bearer auth', async () => {
     const body = JSON.stringify({ trace: 'ignored-because-header', delay: 60000 });
-    const answer = await receive(event('/inbox/crm', body, { Authorization: 'Bearer token-123', 'X-Idempotency-Key': 'crm-1', 'X-Correlation-Id': 'corr-1' }), metrics);
+    const answer = await receive(event('/inbox/crm', body, { Authorization: 'Bearer token-123-0000000', 'X-Idempotency-Key': 'crm-1', 'X-Correlation-Id': 'corr-1' }), metrics);
     assert.equal(answer.statusCode, 202);
     const [row] = await db.query<{ idempotency_key: string; correlation_id: string; due_in: number }>(
       `SELECT idempotency_key, correlation_id, EXTRACT(EPOCH FROM scheduled_at - clock_timestamp())::float8 AS due_in FROM "${db.schema}".inbox`,
@@ -84,7 +84,7 @@ describe('HTTP inbox receiver', () => {
 
   it('accept a base64 body and an api key, storing a pull row', async () => {
     const body = JSON.stringify({ hello: 'world' });
-    const answer = await receive(event('/inbox/shop', Buffer.from(body).toString('base64'), { 'x-api-key': 'key-abc', 'x-idempotency-key': 'shop-1' }, 'POST', true), metrics);
+    const answer = await receive(event('/inbox/shop', Buffer.from(body).toString('base64'), { 'x-api-key': 'key-abc-000000000', 'x-idempotency-key': 'shop-1' }, 'POST', true), metrics);
     assert.equal(answer.statusCode, 202);
     const [row] = await db.query(`SELECT payload, consumption FROM "${db.schema}".inbox`);
     assert.deepEqual(row, { payload: { hello: 'world' }, consumption: 'pull' });
@@ -95,20 +95,20 @@ describe('HTTP inbox receiver', () => {
     ['an unknown path', () => event('/inbox/nope', good, signed(good)), 404, 'unknown_source', /no inbox source at \/inbox\/nope/],
     ['a GET', () => event('/inbox/stripe', good, signed(good), 'GET'), 405, 'method_not_allowed', /use POST/],
     ['a body over maxBodyBytes', () => event('/inbox/stripe', JSON.stringify({ id: 'x'.repeat(300) }), signed(JSON.stringify({ id: 'x'.repeat(300) }))), 413, 'body_too_large', /exceeds the limit of 200 bytes/],
-    ['a base64 body that decodes over maxBodyBytes', () => event('/inbox/shop', Buffer.alloc(201, 'a').toString('base64'), { 'x-api-key': 'key-abc' }, 'POST', true), 413, 'body_too_large', /201 bytes/],
+    ['a base64 body that decodes over maxBodyBytes', () => event('/inbox/shop', Buffer.alloc(201, 'a').toString('base64'), { 'x-api-key': 'key-abc-000000000' }, 'POST', true), 413, 'body_too_large', /201 bytes/],
     ['a signature made with a wrong secret', () => event('/inbox/stripe', good, signed(good, 'wrong')), 401, 'unauthorized', /invalid signature/],
     ['a stale timestamp', () => event('/inbox/stripe', good, signed(good, env.HOOK_SECRET, String(NOW / 1000 - 301))), 401, 'unauthorized', /tolerance of 300 seconds/],
     ['a tampered body', () => event('/inbox/stripe', good.replace('evt_ok', 'evt_ko'), signed(good)), 401, 'unauthorized', /invalid signature/],
     ['a missing signature', () => event('/inbox/stripe', good, { 'x-timestamp': String(NOW / 1000) }), 401, 'unauthorized', /missing signature/],
     ['a wrong bearer token', () => event('/inbox/crm', good, { authorization: 'Bearer token-12' }), 401, 'unauthorized', /invalid bearer token/],
     ['a missing api key', () => event('/inbox/shop', good, {}), 401, 'unauthorized', /x-api-key/],
-    ['a body that is not JSON', () => event('/inbox/crm', '{"a":', { authorization: 'Bearer token-123' }), 400, 'invalid_json', /not valid JSON/],
-    ['a JSON array', () => event('/inbox/crm', '[1]', { authorization: 'Bearer token-123' }), 400, 'invalid_json', /JSON object/],
-    ['no idempotency key', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123' }), 400, 'missing_idempotency_key', /X-Idempotency-Key/],
+    ['a body that is not JSON', () => event('/inbox/crm', '{"a":', { authorization: 'Bearer token-123-0000000' }), 400, 'invalid_json', /not valid JSON/],
+    ['a JSON array', () => event('/inbox/crm', '[1]', { authorization: 'Bearer token-123-0000000' }), 400, 'invalid_json', /JSON object/],
+    ['no idempotency key', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123-0000000' }), 400, 'missing_idempotency_key', /X-Idempotency-Key/],
     ['a key path selecting an object', () => { const b = JSON.stringify({ id: { a: 1 } }); return event('/inbox/stripe', b, signed(b)); }, 400, 'invalid_field', /idempotencyKeyPath \$\.id must select a string or a number/],
-    ['an idempotency key over 255 characters', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123', 'x-idempotency-key': 'k'.repeat(256) }), 400, 'invalid_field', /idempotency key must be at most 255/],
-    ['a correlation id over 128 characters', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123', 'x-idempotency-key': 'k', 'x-correlation-id': 'c'.repeat(129) }), 400, 'invalid_field', /correlation id must be at most 128/],
-    ['a negative delay', () => event('/inbox/crm', '{"delay":-1}', { authorization: 'Bearer token-123', 'x-idempotency-key': 'k' }), 400, 'invalid_field', /delay at \$\.delay/],
+    ['an idempotency key over 255 characters', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k'.repeat(256) }), 400, 'invalid_field', /idempotency key must be at most 255/],
+    ['a correlation id over 128 characters', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k', 'x-correlation-id': 'c'.repeat(129) }), 400, 'invalid_field', /correlation id must be at most 128/],
+    ['a negative delay', () => event('/inbox/crm', '{"delay":-1}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k' }), 400, 'invalid_field', /delay at \$\.delay/],
   ];
   for (const [what, make, status, reason, message] of rejections) {
     it(`refuse ${what} with ${status} and a clear JSON error, storing nothing`, async () => {
@@ -125,8 +125,8 @@ describe('HTTP inbox receiver', () => {
 
   it('refuse to start when a source secret is not set, naming the key', () => {
     assert.throws(
-      () => createHttpReceiver({ config: db.config, driver: db.driver, logger, env: { HOOK_SECRET: 'x', API_TOKEN: 'y' }, now: () => NOW }),
-      (error: unknown) => error instanceof ConfigError && error.key === 'inbox.sources.shop.auth.keyEnv' && /SHOP_KEY/.test(error.message),
+      () => createHttpReceiver({ config: db.config, driver: db.driver, logger, env: { HOOK_SECRET: env.HOOK_SECRET, API_TOKEN: env.API_TOKEN }, now: () => NOW }),
+      (error: unknown) => error instanceof ConfigError && error.key === 'inbox.sources.shop.auth.keyEnv' && /SHOP_KEY, which is not set/.test(error.message),
     );
   });
 

@@ -27,7 +27,7 @@ import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 
 const credentials = { accessKeyId: 'test', secretAccessKey: 'test' };
-const env = { API_TOKEN: 'token-123' };
+const env = { API_TOKEN: 'token-123-0000000' };
 const BIG = '12345678901234567890123';
 const FINE = '0.1000000000000000055511151231257827';
 const NEGATIVE = '-98765432109876543210987654321';

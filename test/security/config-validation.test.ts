@@ -11,6 +11,8 @@ import { LONGEST_DERIVED_SUFFIX, MAX_TABLE_NAME_LENGTH } from '../../lib/config/
 import { loadConfig, parseConfig, requireSecret } from '../../lib/config/load-config.ts';
 import type { ConfigInput } from '../../lib/config/schema.ts';
 import { ConfigError } from '../../lib/errors.ts';
+import { createHttpReceiver } from '../../lib/inbox/http-receiver.ts';
+import { createLogger } from '../../lib/observability/logger.ts';
 
 const hmac = { type: 'hmac' as const, secretEnv: 'HOOK_SECRET' };
 
@@ -29,7 +31,7 @@ describe('configuration validated whole at load', () => {
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   it('two http sources on one path are refused, naming both (an open source can no longer replace a signed one)', () => {
-    const error = refusal({ inbox: { sources: { signed: { type: 'http', path: '/hooks', auth: hmac }, open: { type: 'http', path: '/hooks', auth: { type: 'none' } } } } });
+    const error = refusal({ inbox: { sources: { signed: { type: 'http', path: '/hooks', auth: hmac, idempotencyKeyPath: '$.id' }, open: { type: 'http', path: '/hooks', auth: { type: 'none' } } } } });
     assert.equal(error.key, 'inbox.sources.open.path');
     assert.match(error.message, /POST \/inbox\/hooks is already the path of source signed/);
   });
@@ -92,7 +94,7 @@ describe('configuration validated whole at load', () => {
       assert.ok(!error.message.includes(secret), 'the secret is not echoed');
       assert.throws(() => requireSecret({ [secret]: 'x' }, secret, 'k'), (e: unknown) => e instanceof ConfigError && !e.message.includes(secret));
     }
-    assert.equal(parseConfig({ inbox: { sources: { hooks: { type: 'http', path: '/h', auth: { type: 'hmac', secretEnv: 'STRIPE_WEBHOOK_SECRET_2024' } } } } }).inbox.sources.hooks!.path, '/h');
+    assert.equal(parseConfig({ inbox: { sources: { hooks: { type: 'http', path: '/h', auth: { type: 'hmac', secretEnv: 'STRIPE_WEBHOOK_SECRET_2024' }, idempotency: 'none' } } } }).inbox.sources.hooks!.path, '/h');
   });
 
   it('a YAML syntax error shows the line and column, not the line with its password', () => {
@@ -104,5 +106,44 @@ describe('configuration validated whole at load', () => {
     );
     writeFileSync(path, 'database: { url: "postgres://app:Hunter2Secret@db/app"\n');
     assert.throws(() => loadConfig({ path, env: {} }), (e: unknown) => e instanceof ConfigError && /line \d+, column \d+/.test(e.message) && !e.message.includes('Hunter2Secret'));
+  });
+  it('weak auth settings are refused naming the key: an unbounded tolerance, a secret variable the runtime sets', () => {
+    for (const type of ['hmac', 'stripe'] as const) {
+      const error = refusal({ inbox: { sources: { hooks: { type: 'http', path: '/h', auth: { type, secretEnv: 'HOOK_SECRET', toleranceSeconds: 86_400 }, idempotencyKeyPath: '$.id' } } } });
+      assert.equal(error.key, 'inbox.sources.hooks.auth.toleranceSeconds', type);
+      assert.match(error.message, /at most 900 seconds/);
+    }
+    const auths = [
+      [{ type: 'hmac', secretEnv: 'AWS_REGION' }, 'secretEnv'],
+      [{ type: 'github', secretEnv: 'AWS_LAMBDA_FUNCTION_NAME' }, 'secretEnv'],
+      [{ type: 'bearer', tokenEnv: '_HANDLER' }, 'tokenEnv'],
+      [{ type: 'api-key', keyEnv: 'PATH' }, 'keyEnv'],
+      [{ type: 'stripe', secretEnv: 'AWS_DEFAULT_REGION' }, 'secretEnv'],
+    ] as const;
+    for (const [auth, key] of auths) {
+      const error = refusal({ inbox: { sources: { hooks: { type: 'http', path: '/h', auth, idempotency: 'none' } } } });
+      assert.equal(error.key, `inbox.sources.hooks.auth.${key}`, JSON.stringify(auth));
+      assert.match(error.message, /runtime sets for its own use/);
+    }
+  });
+
+  it('a blank or short source secret stops the receiver at cold start, naming the key and never showing the value', () => {
+    const config = parseConfig({ inbox: { sources: { hooks: { type: 'http', path: '/h', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotency: 'none' } } } });
+    const build = (value: string) => () => createHttpReceiver({ config, driver: {} as never, logger: createLogger({ serviceName: 't', logLevel: 'SILENT' }), env: { HOOK_SECRET: value } });
+    assert.throws(build(' '), (e: unknown) => e instanceof ConfigError && e.key === 'inbox.sources.hooks.auth.secretEnv' && /blank/.test(e.message));
+    assert.throws(build('tooShort-secret'), (e: unknown) => e instanceof ConfigError && e.key === 'inbox.sources.hooks.auth.secretEnv' && /shorter than 16/.test(e.message) && !e.message.includes('tooShort'));
+    assert.doesNotThrow(build('a-long-enough-secret'));
+  });
+
+  it('a short password pasted into an …Env key is never echoed, at load or at cold start', () => {
+    for (const password of ['hunter2', 'Passw0rd', 'QwErTy_99']) {
+      assert.throws(() => requireSecret({}, password, 'database.urlEnv'), (e: unknown) => e instanceof ConfigError && e.key === 'database.urlEnv' && !e.message.includes(password));
+      const config = parseConfig({ inbox: { sources: { crm: { type: 'http', path: '/crm', auth: { type: 'bearer', tokenEnv: password } } } } });
+      assert.throws(
+        () => createHttpReceiver({ config, driver: {} as never, logger: createLogger({ serviceName: 't', logLevel: 'SILENT' }), env: {} }),
+        (e: unknown) => e instanceof ConfigError && e.key === 'inbox.sources.crm.auth.tokenEnv' && !e.message.includes(password) && /not set/.test(e.message),
+      );
+    }
+    assert.throws(() => requireSecret({}, 'APP_DATABASE_URL', 'database.urlEnv'), /names environment variable APP_DATABASE_URL, which is not set/);
   });
 });

@@ -5,49 +5,16 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, afterEach, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { handler as reclaimHandler } from '../../functions/reclaim.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
-import { secretEnvNames, withDatabaseUrl, withSourceSecrets } from '../../lib/runtime/secrets.ts';
+import { secretEnvNames, withDatabaseUrl } from '../../lib/runtime/secrets.ts';
+import { loadSourceSecrets } from '../../lib/runtime/source-secrets.ts';
 import { parseConfig } from '../../lib/config/load-config.ts';
 import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
-
-/** A local endpoint answering GetSecretValue and GetParameter as AWS does (JSON 1.1 protocol). */
-class FakeSecretStore {
-  readonly values = new Map<string, string>();
-  readonly calls: string[] = [];
-  #server: Server = createServer((req, res) => {
-    let body = '';
-    req.on('data', (chunk: Buffer) => (body += chunk.toString()));
-    req.on('end', () => {
-      const target = String(req.headers['x-amz-target']);
-      const input = JSON.parse(body) as { SecretId?: string; Name?: string };
-      const name = input.SecretId ?? input.Name ?? '';
-      this.calls.push(`${target}:${name}`);
-      const value = this.values.get(name);
-      res.setHeader('content-type', 'application/x-amz-json-1.1');
-      if (value === undefined) {
-        res.statusCode = 400;
-        res.end(JSON.stringify({ __type: target.startsWith('secretsmanager') ? 'ResourceNotFoundException' : 'ParameterNotFound', message: 'not found' }));
-      } else if (target === 'secretsmanager.GetSecretValue') {
-        res.end(JSON.stringify({ ARN: `arn:aws:secretsmanager:eu-west-1:000000000000:secret:${name}`, Name: name, SecretString: value, VersionId: 'v', CreatedDate: 0 }));
-      } else {
-        res.end(JSON.stringify({ Parameter: { Name: name, Type: 'SecureString', Value: value, Version: 1 } }));
-      }
-    });
-  });
-  async start(): Promise<string> {
-    await new Promise<void>((resolve) => this.#server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
-  }
-  stop(): Promise<void> {
-    return new Promise((resolve) => this.#server.close(() => resolve()));
-  }
-}
+import { FakeSecretStore } from '../helpers/fake-secret-store.ts';
 
 describe('database and source secrets at run time', () => {
   const store = new FakeSecretStore();
@@ -115,9 +82,9 @@ describe('database and source secrets at run time', () => {
       },
     });
     assert.deepEqual(secretEnvNames(config), ['CRM_TOKEN', 'STRIPE_WEBHOOK_SECRET']);
-    store.values.set('/queuebox/test/STRIPE_WEBHOOK_SECRET', 'whsec_from_ssm');
-    const env = await withSourceSecrets({ QUEUEBOX_SECRETS_PARAMETER_PATH: '/queuebox/test/', CRM_TOKEN: 'from-env' }, config);
-    assert.deepEqual([env.STRIPE_WEBHOOK_SECRET, env.CRM_TOKEN], ['whsec_from_ssm', 'from-env']);
+    store.values.set('/queuebox/test/STRIPE_WEBHOOK_SECRET', 'whsec_from_ssm_0000');
+    const secrets = await loadSourceSecrets({ env: { QUEUEBOX_SECRETS_PARAMETER_PATH: '/queuebox/test/', CRM_TOKEN: 'from-env-00000000' }, config });
+    assert.deepEqual([await secrets.current('STRIPE_WEBHOOK_SECRET'), await secrets.current('CRM_TOKEN')], ['whsec_from_ssm_0000', 'from-env-00000000']);
     assert.ok(!store.calls.some((c) => c.endsWith('/CRM_TOKEN')), 'a variable already set is not fetched');
   });
 
@@ -148,5 +115,47 @@ describe('database and source secrets at run time', () => {
     delete process.env.QUEUEBOX_DATABASE_SECRET_ID;
     delete process.env.QUEUEBOX_DATABASE__SCHEMA;
     process.env.DATABASE_URL = base;
+  });
+  it('reads the database secret again once it is secrets.maxAgeSeconds old and reconnects with the new credentials, with no refused login', async () => {
+    await admin.query(`ALTER ROLE "${roles[0]}" LOGIN`);
+    store.values.set('queuebox/aged', url(roles[0]));
+    delete process.env.QUEUEBOX_DATABASE_URL;
+    delete process.env.DATABASE_URL;
+    Object.assign(process.env, { QUEUEBOX_DATABASE_SECRET_ID: 'queuebox/aged', QUEUEBOX_DATABASE__SCHEMA: db.schema, QUEUEBOX_SECRETS__MAX_AGE_SECONDS: '1' });
+    const fetches = () => store.calls.filter((c) => c.endsWith(':queuebox/aged')).length;
+    const connected = async (role: string) => Number((await admin.query<{ n: string }>(`SELECT count(*) AS n FROM pg_stat_activity WHERE usename = $1`, [role])).rows[0]!.n);
+    try {
+      await reclaimHandler({}, fakeLambdaContext({ timeoutMs: 10_000 }));
+      store.values.set('queuebox/aged', url(roles[1]));
+      await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, [roles[1]]);
+      await reclaimHandler({}, fakeLambdaContext({ timeoutMs: 10_000 }));
+      assert.equal(fetches(), 1, 'a secret younger than maxAgeSeconds is not read again');
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      await reclaimHandler({}, fakeLambdaContext({ timeoutMs: 10_000 }));
+      assert.equal(fetches(), 2, 'read again once 1 s old');
+      assert.ok((await connected(roles[1])) >= 1, 'the new connection logs in with the rotated credentials');
+    } finally {
+      for (const key of ['QUEUEBOX_DATABASE_SECRET_ID', 'QUEUEBOX_DATABASE__SCHEMA', 'QUEUEBOX_SECRETS__MAX_AGE_SECONDS']) delete process.env[key];
+      process.env.DATABASE_URL = base;
+    }
+  });
+
+  it('a refused login reads the database secret again at most once per secrets.minRefetchSeconds, however many invocations fail', async () => {
+    for (const role of roles) await admin.query(`ALTER ROLE "${role}" NOLOGIN`);
+    await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY($1)`, [[...roles]]);
+    store.values.set('queuebox/locked', url(roles[0]));
+    delete process.env.QUEUEBOX_DATABASE_URL;
+    delete process.env.DATABASE_URL;
+    Object.assign(process.env, { QUEUEBOX_DATABASE_SECRET_ID: 'queuebox/locked', QUEUEBOX_DATABASE__SCHEMA: db.schema });
+    const fetches = () => store.calls.filter((c) => c.endsWith(':queuebox/locked')).length;
+    try {
+      for (let invocation = 0; invocation < 5; invocation++) {
+        await assert.rejects(() => reclaimHandler({}, fakeLambdaContext({ timeoutMs: 10_000 })));
+      }
+      assert.equal(fetches(), 2, `the first read and one forced read for five refused invocations: ${store.calls.join(' ')}`);
+    } finally {
+      for (const key of ['QUEUEBOX_DATABASE_SECRET_ID', 'QUEUEBOX_DATABASE__SCHEMA']) delete process.env[key];
+      process.env.DATABASE_URL = base;
+    }
   });
 });

@@ -17,12 +17,13 @@ import { headerLookup } from '../../lib/inbox/http-request.ts';
 import { InboxRejectionError } from '../../lib/inbox/inbox-rejection.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
+import { staticSecrets } from '../../lib/runtime/source-secrets.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { RecordingLogger } from '../helpers/recording-logger.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 
-const env = { HOOK_SECRET: 'hook-secret-1', STRIPE_SECRET: 'stripe-endpoint-secret', GITHUB_SECRET: "It's a Secret to Everybody", CRM_TOKEN: 'crm-token' };
+const env = { HOOK_SECRET: 'hook-secret-000001', STRIPE_SECRET: 'stripe-endpoint-secret', GITHUB_SECRET: "It's a Secret to Everybody", CRM_TOKEN: 'crm-token-0000001' };
 const ctx = () => fakeLambdaContext({ timeoutMs: 10_000 });
 const now = () => String(Math.floor(Date.now() / 1000));
 
@@ -98,7 +99,7 @@ describe('hostile senders against the real receiver handlers', () => {
       inbox: {
         sources: {
           hooks: { type: 'http', path: '/hooks', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotencyKeyPath: '$.id', eventTypePath: '$.type' },
-          nokey: { type: 'http', path: '/nokey', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' } },
+          nokey: { type: 'http', path: '/nokey', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotency: 'body-digest' },
           deep: { type: 'http', path: '/deep', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotencyKeyPath: '$..id' },
           stripe: { type: 'http', path: '/stripe', auth: { type: 'stripe', secretEnv: 'STRIPE_SECRET' } },
           github: { type: 'http', path: '/github', auth: { type: 'github', secretEnv: 'GITHUB_SECRET' } },
@@ -135,7 +136,7 @@ describe('hostile senders against the real receiver handlers', () => {
     assert.deepEqual((await rows('hooks')).map((r) => [r.idempotency_key, r.event_type]), [['evt_old', 'paid'], ['evt_future', 'refunded']]);
   });
 
-  it('a signed source without idempotencyKeyPath keys on the SHA-256 of the signed body', async () => {
+  it('a signed source with idempotency: body-digest keys on the SHA-256 of the signed body', async () => {
     const body = JSON.stringify({ n: 1 });
     await httpHandler(v2('/inbox/nokey', body, hmacHeaders(body, { 'x-idempotency-key': 'a' })), ctx());
     const replay = await httpHandler(v2('/inbox/nokey', body, hmacHeaders(body, { 'x-idempotency-key': 'b' })), ctx());
@@ -203,9 +204,9 @@ describe('hostile senders against the real receiver handlers', () => {
   });
 
   it('lengths count characters (code points): 255 emoji fit a key, 256 do not', async () => {
-    const fits = await httpHandler(v2('/inbox/crm', '{}', { authorization: 'Bearer crm-token', 'x-idempotency-key': '😀'.repeat(255) }), ctx());
+    const fits = await httpHandler(v2('/inbox/crm', '{}', { authorization: 'Bearer crm-token-0000001', 'x-idempotency-key': '😀'.repeat(255) }), ctx());
     assert.equal(fits.statusCode, 202, fits.body);
-    const over = await httpHandler(v2('/inbox/crm', '{}', { authorization: 'Bearer crm-token', 'x-idempotency-key': '😀'.repeat(256) }), ctx());
+    const over = await httpHandler(v2('/inbox/crm', '{}', { authorization: 'Bearer crm-token-0000001', 'x-idempotency-key': '😀'.repeat(256) }), ctx());
     assert.equal(over.statusCode, 400);
     assert.match(parse(over).error!, /at most 255 characters \(got 256\)/);
   });
@@ -265,21 +266,28 @@ describe('hostile senders against the real receiver handlers', () => {
     assert.deepEqual((await rows('stripe')).map((r) => [r.idempotency_key, r.event_type]), [['evt_1NG8Du2eZvKYlo2CUI79vXWy', 'customer.created']]);
   });
 
-  it("github: GitHub's documented test vector verifies, and a changed body does not", () => {
-    const check = createAuthenticator('github', { type: 'github', secretEnv: 'GITHUB_SECRET' }, env);
+  it("github: GitHub's documented test vector verifies, and a changed body does not", async () => {
+    const check = createAuthenticator('github', { type: 'github', secretEnv: 'GITHUB_SECRET' }, staticSecrets(env));
     const documented = headerLookup({ 'X-Hub-Signature-256': 'sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17' });
-    assert.doesNotThrow(() => check(documented, Buffer.from('Hello, World!'), Date.now()));
-    assert.throws(() => check(documented, Buffer.from('Hello, World?'), Date.now()), (e: unknown) => e instanceof InboxRejectionError && e.reason === 'unauthorized');
+    await assert.doesNotReject(() => check(documented, Buffer.from('Hello, World!'), Date.now()));
+    await assert.rejects(() => check(documented, Buffer.from('Hello, World?'), Date.now()), (e: unknown) => e instanceof InboxRejectionError && e.reason === 'unauthorized');
   });
 
-  it('github: a signed JSON delivery is stored with its event header as event type; the same body under another delivery id is a duplicate', async () => {
+  it('github: keyed by X-GitHub-Delivery (a redelivery is a duplicate, an identical body under a new delivery id is stored), typed by a well-formed X-GitHub-Event', async () => {
     const body = JSON.stringify({ action: 'opened', number: 7, repository: { id: 123 } });
     const signature = `sha256=${createHmac('sha256', env.GITHUB_SECRET).update(body).digest('hex')}`;
-    const headers = (delivery: string) => ({ 'X-GitHub-Event': 'pull_request', 'X-GitHub-Delivery': delivery, 'X-Hub-Signature-256': signature });
+    const headers = (delivery: string, event = 'pull_request') => ({ 'X-GitHub-Event': event, 'X-GitHub-Delivery': delivery, 'X-Hub-Signature-256': signature });
     assert.equal((await httpHandler(v2('/inbox/github', body, headers('d-1')), ctx())).statusCode, 202);
-    assert.equal((await httpHandler(v2('/inbox/github', body, headers('d-2')), ctx())).statusCode, 200);
+    assert.equal((await httpHandler(v2('/inbox/github', body, headers('d-1')), ctx())).statusCode, 200, 'a redelivery keeps its delivery id');
+    assert.equal((await httpHandler(v2('/inbox/github', body, headers('d-2')), ctx())).statusCode, 202, 'a later identical body is a new delivery');
     assert.equal((await httpHandler(v2('/inbox/github', body, { ...headers('d-3'), 'X-Hub-Signature-256': 'sha256=00' }), ctx())).statusCode, 401);
-    assert.deepEqual((await rows('github')).map((r) => [r.idempotency_key, r.event_type, r.correlation_id]), [[`sha256:${createHash('sha256').update(body).digest('hex')}`, 'pull_request', 'd-1']]);
+    const oddEvent = await httpHandler(v2('/inbox/github', body, headers('d-4', 'x.y{{')), ctx());
+    assert.equal(oddEvent.statusCode, 400);
+    assert.match(parse(oddEvent).error!, /X-GitHub-Event must be a GitHub event name/);
+    const noDelivery = await httpHandler(v2('/inbox/github', body, { 'X-GitHub-Event': 'push', 'X-Hub-Signature-256': signature }), ctx());
+    assert.equal(noDelivery.statusCode, 400);
+    assert.match(parse(noDelivery).error!, /send the X-GitHub-Delivery header/);
+    assert.deepEqual((await rows('github')).map((r) => [r.idempotency_key, r.event_type, r.correlation_id]), [['d-1', 'pull_request', 'd-1'], ['d-2', 'pull_request', 'd-2']]);
   });
 
   it('a source with auth type none is logged as a warning when the receiver is built (every cold start)', () => {

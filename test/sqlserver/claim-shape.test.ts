@@ -188,6 +188,15 @@ describe('SQL Server claim statements', () => {
     assert.ok(DELETE_CHUNK * 5 < 5000, 'a chunk with its index entries stays below 5,000 locks');
   });
 
+  it('inbox retention keeps the replay-horizon sources (bound as one JSON list) until they are older than the horizon', () => {
+    const statement = allStatements()['inbox delete finished with a replay horizon']!;
+    assert.ok(statement.text.includes(`WHERE state = N'dead' AND created_at < @v_cutoff`));
+    assert.match(statement.text, /AND \(source NOT IN \(SELECT value FROM OPENJSON\(@p_keep_sources\) WITH \(value NVARCHAR\(255\) '\$'\)\) OR created_at < DATEADD/);
+    assert.equal(statement.params.find((p) => p.name === 'p_keep_sources')!.value, JSON.stringify([SENTINELS.source]));
+    assert.equal(statement.params.find((p) => p.name === 'p_keep_older_than_ms')!.value, 2000);
+    assert.doesNotMatch(allStatements()['inbox delete finished']!.text, /p_keep_sources/, 'no horizon, no extra condition');
+  });
+
   it('reclaim moves expired rows back in autocommitted chunks far below lock escalation, and counts them all', () => {
     for (const [name, table] of [['outbox reclaim', '[dbo].[outbox]'], ['inbox reclaim', '[dbo].[inbox]']] as const) {
       const text = allStatements()[name]!.text;

@@ -89,6 +89,7 @@ export function allStatements(): Record<string, MssqlStatement> {
     'inbox stats': buildStats(names.inbox, ` AND consumption = N'push'`),
     'inbox dead list': buildInboxDeadList(names, s.limit),
     'inbox delete finished': buildInboxDeleteFinished(names, { state: 'processed', olderThanMs: 1000, limit: s.limit }),
+    'inbox delete finished with a replay horizon': buildInboxDeleteFinished(names, { state: 'dead', olderThanMs: 1000, limit: s.limit, keep: { sources: [s.source], olderThanMs: 2000 } }),
     'pull claim': buildPullClaim(names, { source: s.source, limit: s.limit, leaseMs: s.leaseMs }),
     'outbox renew': buildFencedBatch(names.outbox, 'renew', [claim], { leaseMs: s.leaseMs }),
     'pull renew': buildPullFenced(names, 'renew', claim, s.leaseMs),

@@ -346,7 +346,10 @@ export async function inboxDeadList(ctx: PgContext, p: { limit: number }): Promi
   return deadList(ctx.pool, ctx.names.inbox, 'source', p.limit);
 }
 
-/** Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago. */
+/**
+ * Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago; rows of
+ * the `keep` sources only once also older than `keep.olderThanMs` (their keys answer replays).
+ */
 export async function inboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParams): Promise<number> {
   if (p.state !== 'processed' && p.state !== 'dead') throw new UsageError(`inbox retention deletes only processed or dead rows, not ${p.state}`);
   const { rowCount } = await pgQuery(
@@ -354,8 +357,9 @@ export async function inboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParam
     `DELETE FROM ${ctx.names.inbox} WHERE id IN (
        SELECT id FROM ${ctx.names.inbox}
         WHERE state = $1 AND created_at < clock_timestamp() - ${msInterval('$2')}
+          AND (source <> ALL($4::text[]) OR created_at < clock_timestamp() - ${msInterval('$5')})
         LIMIT $3)`,
-    [p.state, p.olderThanMs, p.limit],
+    [p.state, p.olderThanMs, p.limit, p.keep?.sources ?? [], p.keep?.olderThanMs ?? 0],
   );
   return rowCount ?? 0;
 }

@@ -129,10 +129,18 @@ export async function inboxDeadList(runner: MssqlRunner, names: MssqlNames, p: {
   return recordset.map((r) => ({ id: lowerUuid(r.id), topicOrSource: r.source, lastError: r.last_error, updatedAt: r.updated_at }));
 }
 
-/** Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago. */
+/**
+ * Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago; rows of
+ * the `keep` sources only once also older than `keep.olderThanMs` (their keys answer replays).
+ */
 export function buildInboxDeleteFinished(names: MssqlNames, p: DeleteFinishedParams): MssqlStatement {
   if (p.state !== 'processed' && p.state !== 'dead') throw new UsageError(`inbox retention deletes only processed or dead rows, not ${p.state}`);
-  return buildDeleteFinished(names.inbox, p.state, 'created_at', p.limit, p.olderThanMs);
+  if (p.keep === undefined || p.keep.sources.length === 0) return buildDeleteFinished(names.inbox, p.state, 'created_at', p.limit, p.olderThanMs);
+  return buildDeleteFinished(names.inbox, p.state, 'created_at', p.limit, p.olderThanMs, {
+    condition: `
+     AND (source NOT IN (SELECT value FROM OPENJSON(@p_keep_sources) WITH (value NVARCHAR(255) '$')) OR created_at < ${dbNowPlusMs('-@p_keep_older_than_ms')})`,
+    params: [param('p_keep_sources', sql.NVarChar(sql.MAX), JSON.stringify(p.keep.sources)), param('p_keep_older_than_ms', sql.BigInt, msValue('keep.olderThanMs', p.keep.olderThanMs))],
+  });
 }
 export async function inboxDeleteFinished(runner: MssqlRunner, names: MssqlNames, p: DeleteFinishedParams): Promise<number> {
   return runDeleteFinished(runner, buildInboxDeleteFinished(names, p));

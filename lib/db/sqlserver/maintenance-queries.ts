@@ -81,7 +81,14 @@ export const DELETE_CHUNK = 500;
  * locks before the next), and returns the count as `deleted`. The state is a literal, so the
  * filtered index of finished rows matches the statement.
  */
-export function buildDeleteFinished(table: string, state: 'sent' | 'dead' | 'processed', timeColumn: 'updated_at' | 'created_at', limit: number, olderThanMs: number): MssqlStatement {
+export function buildDeleteFinished(
+  table: string,
+  state: 'sent' | 'dead' | 'processed',
+  timeColumn: 'updated_at' | 'created_at',
+  limit: number,
+  olderThanMs: number,
+  extra: { condition: string; params: MssqlStatement['params'] } = { condition: '', params: [] },
+): MssqlStatement {
   return {
     text: `DECLARE @v_cutoff DATETIME2(7) = ${dbNowPlusMs('-@p_older_than_ms')};
 DECLARE @v_deleted INT = 0;
@@ -90,12 +97,12 @@ WHILE @v_chunk > 0 AND @v_deleted < @p_limit
 BEGIN
   DELETE TOP (CASE WHEN @p_limit - @v_deleted < ${DELETE_CHUNK} THEN @p_limit - @v_deleted ELSE ${DELETE_CHUNK} END)
     FROM ${table} WITH (ROWLOCK)
-   WHERE state = N'${state}' AND ${timeColumn} < @v_cutoff;
+   WHERE state = N'${state}' AND ${timeColumn} < @v_cutoff${extra.condition};
   SET @v_chunk = @@ROWCOUNT;
   SET @v_deleted = @v_deleted + @v_chunk;
 END;
 SELECT @v_deleted AS deleted;`,
-    params: [param('p_limit', sql.Int, limit), param('p_older_than_ms', sql.BigInt, msValue('olderThanMs', olderThanMs))],
+    params: [param('p_limit', sql.Int, limit), param('p_older_than_ms', sql.BigInt, msValue('olderThanMs', olderThanMs)), ...extra.params],
   };
 }
 
