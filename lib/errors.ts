@@ -102,3 +102,12 @@ export class SchemaTrustError extends QueueBoxError {
     );
   }
 }
+
+/**
+ * A fenced write (or renewal) waited on another transaction's lock on one of its rows until the
+ * row's lease ended, and changed nothing: every claim it carried is lost (the workers count and
+ * log it as such and leave the rows to the reclaim; it is not a failure of their pass).
+ */
+export class FencedLockTimeoutError extends QueueBoxError {
+  override readonly name = 'FencedLockTimeoutError';
+}

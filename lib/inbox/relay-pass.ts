@@ -24,13 +24,13 @@ import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts'
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
-import { ValidationError } from '../errors.ts';
+import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
 import type { Deadline } from '../runtime/deadline.ts';
-import { sleep } from '../runtime/deadline.ts';
+import { answerWaitMs, sleep } from '../runtime/deadline.ts';
 import { checkTopicTemplate, renderTopic } from './topic-template.ts';
 
 export interface RelayPassOptions {
@@ -200,14 +200,15 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     for (const row of rows) keeper.watch(claimOf(row), ignoreLoss);
     const work = relayBatch(rows);
     const finished = await waitBounded(work);
-    keeper.stop();
+    if (!finished) closed = true;
+    // Nothing the pass started may outlive it (a Lambda container is frozen as soon as the
+    // handler returns): the renewal under way is awaited, and so are the writes already sent
+    // (`closed` starts no other; each is one statement that ends on the server), with no time
+    // bound but the invocation's end (`answerWaitMs`), so the summary counts what they did even
+    // after a freeze past the deadline.
+    await waitAnswers(keeper.close());
     if (!finished) {
-      // Writes already sent land whatever the pass does; wait for their answers (each statement
-      // ends with the invocation) so that the summary counts them, and start no other.
-      closed = true;
-      const waited = new AbortController();
-      await Promise.race([work.catch(() => {}), sleep(deadline.invocationRemainingMs(), waited.signal)]);
-      waited.abort();
+      await waitAnswers(work);
       break;
     }
   }
@@ -258,6 +259,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
         { maxAttempts: relayMaxAttempts },
       );
     } catch (error) {
+      // A row stayed locked by another transaction until its lease ended: nothing changed, and
+      // every claim of the statement is lost.
+      if (error instanceof FencedLockTimeoutError) {
+        for (const f of items) loseClaim(claimOf(f.row), 'forward');
+        return;
+      }
       // The statement changed nothing: forward row by row, so one row the outbox refuses cannot
       // hold the others.
       logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: items.length, error: redactError(error) });
@@ -307,6 +314,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       metrics.count('inboxMessages', 1, { status: 'retried' });
       logger.warn('inbox forward failed; retrying', { id: row.id, attempt: row.attempt, delayMs, error: reason });
     } catch (retryError) {
+      if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });
     }
   }
@@ -320,6 +328,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     try {
       changed = new Set(await driver.inboxMarkDeadMany({ items: writes }));
     } catch (deadError) {
+      if (deadError instanceof FencedLockTimeoutError) return writes.forEach((w) => loseClaim(w, 'dead'));
       logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: deadError as Error });
       return;
     }
@@ -332,6 +341,13 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       metrics.count('inboxMessages', 1, { status: 'dead' });
       logger.error('inbox row is dead', { id: w.id, error: w.error });
     }
+  }
+
+  /** Waits for statements already sent to end, while the invocation lasts (`answerWaitMs`). */
+  async function waitAnswers(pending: Promise<unknown>): Promise<void> {
+    const timer = new AbortController();
+    await Promise.race([pending.catch(() => {}), sleep(answerWaitMs(deadline), timer.signal)]);
+    timer.abort();
   }
 
   /** Waits for `work` up to the deadline, or up to `shutdownTimeoutMs` after a shutdown; true when it finished. */

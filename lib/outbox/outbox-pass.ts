@@ -15,9 +15,10 @@
  *    `pollIntervalMs` and claims again until the deadline.
  * 4. Wait for in-flight work up to `shutdownTimeoutMs`, never past the deadline. Work still in
  *    flight then is abandoned: its rows stay `processing` and the reclaim recovers them once
- *    their lease (which never outlives the invocation) expires. A settle already sent is
- *    awaited (its statements end with the invocation), so `abandoned` counts only rows whose
- *    settle did not land.
+ *    their lease (which never outlives the invocation) expires. The renewal under way and every
+ *    settle already sent are awaited to their end (each one statement, one round trip) while the
+ *    invocation lasts (`answerWaitMs`), so the pass leaves no statement running and `abandoned`
+ *    counts only rows whose settle did not land.
  * 5. Gauges: pending count and oldest pending age from `outboxStats({ pendingOnly: true })`, which
  *    reads the pending rows only (the table's finished rows are not counted at every pass), and
  *    at most once per `BACKLOG_GAUGE_INTERVAL_MS` per driver (`backlog-gauge-gate.ts`).
@@ -31,7 +32,7 @@ import { withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
-import type { Deadline } from '../runtime/deadline.ts';
+import { answerWaitMs, type Deadline } from '../runtime/deadline.ts';
 import { CallLimiter } from './call-limiter.ts';
 import { deliverBatch } from './deliver-batch.ts';
 import { OpenCalls } from './open-calls.ts';
@@ -220,10 +221,14 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   await waitAny([allDone], Math.min(outbox.shutdownTimeoutMs, deadline.remainingMs()));
   closed = true;
   calls.abortAll(new Error('outbox pass stopped waiting for in-flight work'));
-  ctx.keeper.stop();
-  // A settle already sent lands whatever the pass does; its answer decides what the pass reports.
-  // Its statements are bounded by the time left in the invocation, and so is this wait.
-  if (ctx.settling.size > 0) await waitAny([Promise.allSettled([...ctx.settling])], deadline.invocationRemainingMs());
+  // Nothing the pass started may outlive it (a Lambda container is frozen as soon as the handler
+  // returns): the renewal under way and every settle already sent are awaited to their end — each
+  // one statement that ends on the server (its lock wait bounded by the lease, its run by
+  // `statement_timeout`) — for as long as the invocation lasts (`answerWaitMs`). Their answers
+  // decide what the pass reports, so the summary matches what the database did, also after a
+  // freeze mid-pass that outlasted the deadline.
+  await waitAny([ctx.keeper.close()], answerWaitMs(deadline));
+  if (ctx.settling.size > 0) await waitAny([Promise.allSettled([...ctx.settling])], answerWaitMs(deadline));
   // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
   const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost;
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });

@@ -14,6 +14,7 @@ import { claimKey } from '../claims/claim-key.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, DeadItem, OutboxRow, RetryItem } from '../db/driver.ts';
 import type { EntryOutcome } from '../destinations/destination.ts';
+import { FencedLockTimeoutError } from '../errors.ts';
 import type { PassContext } from './pass-context.ts';
 
 /** Jitter of outbox retries: up to +25 % (spec §4). */
@@ -69,7 +70,8 @@ export class SettlePlan {
 /**
  * Writes a batch's outcomes: at most three statements, run together; rejects with the first error
  * after counting every write that answered. A row a fenced write did not
- * change lost its claim: a lost `sent` is logged as an error (the destination holds the message
+ * change lost its claim (and so did every row of a write whose lock wait reached the lease's end,
+ * `FencedLockTimeoutError`): a lost `sent` is logged as an error (the destination holds the message
  * and the new owner will publish it again), a lost retry or dead as a warning; each counts in
  * `queuebox_claims_lost_total{component="outbox"}` and the row is left to its new owner.
  */
@@ -81,13 +83,23 @@ export async function settleBatch(ctx: PassContext, plan: SettlePlan): Promise<v
     ctx.driver.outboxRetryMany({ items: plan.retry }),
     ctx.driver.outboxMarkDeadMany({ items: plan.dead }),
   ]);
-  if (sent.status === 'fulfilled') record(ctx, 'sent', plan.sent, sent.value);
-  if (retried.status === 'fulfilled') record(ctx, 'retried', plan.retry, retried.value);
-  if (dead.status === 'fulfilled') record(ctx, 'dead', plan.dead, dead.value);
-  for (const result of [sent, retried, dead]) if (result.status === 'rejected') throw result.reason;
+  record(ctx, 'sent', plan.sent, sent);
+  record(ctx, 'retried', plan.retry, retried);
+  record(ctx, 'dead', plan.dead, dead);
+  for (const result of [sent, retried, dead]) if (result.status === 'rejected' && !(result.reason instanceof FencedLockTimeoutError)) throw result.reason;
 }
 
-function record(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: ClaimRef[], changed: string[]): void {
+/**
+ * Counts one write's answer. A write that waited on another transaction's row lock until the
+ * lease ended (`FencedLockTimeoutError`) changed nothing: all its claims are lost, like rows a
+ * fenced write did not change, and the pass goes on (the rows are left to the reclaim).
+ */
+function record(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: ClaimRef[], result: PromiseSettledResult<string[]>): void {
+  if (result.status === 'fulfilled') recordChanged(ctx, status, asked, result.value);
+  else if (result.reason instanceof FencedLockTimeoutError) recordChanged(ctx, status, asked, [], String(result.reason));
+}
+
+function recordChanged(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: ClaimRef[], changed: string[], error?: string): void {
   ctx.tally[status] += changed.length;
   ctx.metrics.count('outboxMessages', changed.length, { status });
   if (changed.length === asked.length) return;
@@ -96,9 +108,10 @@ function record(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: Cl
   ctx.tally.claimsLost += lostIds.length;
   ctx.metrics.count('claimsLost', lostIds.length, { component: 'outbox' });
   ctx.flushMetrics();
+  const detail = error === undefined ? { ids: lostIds } : { ids: lostIds, error };
   if (status === 'sent') {
-    ctx.logger.error('outbox claim lost before marking sent: the destination already holds these messages and the new owner will publish them again', { ids: lostIds });
+    ctx.logger.error('outbox claim lost before marking sent: the destination already holds these messages and the new owner will publish them again', detail);
   } else {
-    ctx.logger.warn(`outbox claim lost before marking ${status === 'dead' ? 'dead' : 'for retry'}: the row is left to its new owner`, { ids: lostIds });
+    ctx.logger.warn(`outbox claim lost before marking ${status === 'dead' ? 'dead' : 'for retry'}: the row is left to its new owner`, detail);
   }
 }

@@ -16,7 +16,7 @@ import { backoffDelayMs } from '../claims/backoff.ts';
 import { redactError } from '../claims/redact.ts';
 import type { LeaseKeeper } from '../claims/lease-keeper.ts';
 import type { CallerTransaction } from '../db/driver.ts';
-import { UsageError } from '../errors.ts';
+import { FencedLockTimeoutError, UsageError } from '../errors.ts';
 import { OwnershipLostError } from './ownership-lost-error.ts';
 import type { PullClient, PullMessage } from './pull-client.ts';
 import type { TransactionRunner } from './transaction-runner.ts';
@@ -87,7 +87,14 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
     if (signal.aborted) throw new OwnershipLostError(message.id, 'the claim was lost or the worker is stopping');
     c.keeper.release(message.claim);
     // The runner's transaction: a pg client or an mssql Transaction (the driver checks which).
-    const outcome = await c.client.complete(tx as CallerTransaction, message.claim);
+    let outcome: { ok: boolean };
+    try {
+      outcome = await c.client.complete(tx as CallerTransaction, message.claim);
+    } catch (error) {
+      // The row stayed locked by another transaction until the lease ended: the claim is lost.
+      if (!(error instanceof FencedLockTimeoutError)) throw error;
+      outcome = { ok: false };
+    }
     if (!outcome.ok) {
       fenced = true;
       throw new OwnershipLostError(message.id, 'the completion changed no row');
@@ -141,14 +148,19 @@ async function fail<Tx>(c: HandleContext<Tx>, message: PullMessage, error: unkno
   c.keeper.release(message.claim);
   if (c.forceSignal.aborted) return 'abandoned';
   const { maxAttempts, baseDelayMs, maxDelayMs, jitter } = c.retry;
+  // A fenced write that waited on a row lock until the lease ended changed nothing: a lost claim.
+  const lostOnLockWait = (writeError: unknown) => {
+    if (writeError instanceof FencedLockTimeoutError) return { ok: false };
+    throw writeError;
+  };
   if (message.attempt + 1 < maxAttempts) {
     const delayMs = backoffDelayMs(message.attempt, { baseMs: baseDelayMs, capMs: maxDelayMs, jitter });
-    const outcome = await c.client.retry(message.claim, delayMs, error);
+    const outcome = await c.client.retry(message.claim, delayMs, error).catch(lostOnLockWait);
     if (outcome.ok) return 'retried';
     c.logger.warn('pull claim lost at retry', log);
     return 'lost';
   }
-  const outcome = await c.client.dead(message.claim, `gave up after ${message.attempt + 1} of ${maxAttempts} attempts: ${redactError(error)}`);
+  const outcome = await c.client.dead(message.claim, `gave up after ${message.attempt + 1} of ${maxAttempts} attempts: ${redactError(error)}`).catch(lostOnLockWait);
   if (outcome.ok) {
     c.logger.error('pull message dead-lettered after its last attempt', { ...log, error: String(error) });
     return 'dead';

@@ -8,6 +8,7 @@
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import type { Driver } from '../db/driver.ts';
+import { FencedLockTimeoutError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { handlePullMessage, type HandleContext, type HandleResult, type PullHandler, type PullLogger, type PullRetryPolicy } from './handle-pull-message.ts';
@@ -41,6 +42,8 @@ export interface PullRunPolicy {
   exitWhenIdle: boolean;
   /** How long to wait for running handlers once the loop ends. */
   drainTimeoutMs(): number;
+  /** How long to wait for statements already sent (a renewal) once the run ends; undefined: until they end. */
+  answerWaitMs(): number | undefined;
 }
 
 export interface PullRunSettings<Tx> {
@@ -107,7 +110,13 @@ export class PullRun<Tx> {
     }
     await this.#releaseQueued();
     await this.#drain();
-    this.#keeper.stop();
+    // A renewal under way ends before the run returns (a Lambda container is frozen as soon as
+    // the handler returns; a renewal cut from its answer would be lost with it).
+    const closing = this.#keeper.close();
+    const answerMs = this.#policy.answerWaitMs();
+    const timer = new AbortController();
+    await (answerMs === undefined ? closing : Promise.race([closing, sleep(answerMs, timer.signal)]));
+    timer.abort();
     this.summary.durationMs = Date.now() - started;
     if (failure) throw failure.error;
     // What this run did when it returned: handlers still running (a shutdown stopped waiting
@@ -222,6 +231,11 @@ export class PullRun<Tx> {
           }
           else this.summary.claimsLost += 1;
         } catch (error) {
+          // Waited on another transaction's lock on the row until the lease ended: the claim is lost.
+          if (error instanceof FencedLockTimeoutError) {
+            this.summary.claimsLost += 1;
+            return;
+          }
           this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });
         }
       }),

@@ -28,7 +28,7 @@ import { UsageError } from '../errors.ts';
 import { createLogger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
-import { createDeadline, type Deadline, type RemainingTime } from '../runtime/deadline.ts';
+import { answerWaitMs, createDeadline, type Deadline, type RemainingTime } from '../runtime/deadline.ts';
 import type { PullHandler, PullLogger, PullRetryPolicy } from './handle-pull-message.ts';
 import { createPullClient } from './pull-client.ts';
 import { PullRun, type PullRunPolicy, type PullRunSettings, type PullRunSummary } from './pull-run.ts';
@@ -170,6 +170,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         msUntilEnd: () => undefined,
         exitWhenIdle: false,
         drainTimeoutMs: drainMs,
+        answerWaitMs: () => undefined,
       })).catch((error: unknown) => settings.logger.error('pull worker loop failed', { source: settings.source, error: String(error) }));
     },
     runOnce(options = {}) {
@@ -183,6 +184,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         exitWhenIdle: true,
         // Running handlers may use the margin, never time past the invocation.
         drainTimeoutMs: () => Math.min(drainMs(), deadline?.invocationRemainingMs() ?? Infinity),
+        answerWaitMs: () => (deadline === undefined ? undefined : answerWaitMs(deadline)),
       }));
       return deadline === undefined ? start() : withStatementBudget(() => deadline.invocationRemainingMs(), start);
     },

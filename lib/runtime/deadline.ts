@@ -26,6 +26,21 @@ export function createDeadline(context: RemainingTime, marginMs: number): Deadli
   };
 }
 
+/**
+ * How long a pass still waits for the answers of statements it sent when the invocation has no
+ * time left (ms). A pass waits for every statement it started until it ends, but no longer than
+ * the invocation (Lambda ends a timed-out invocation's process, which ends its statements with
+ * it); a pass resumed after a freeze that outlasted its invocation finds the clock past the end,
+ * while the database has answered its statements meanwhile (a fenced write's lock wait ends with
+ * its lease, which ends with the invocation): this grace lets it read those answers.
+ */
+export const ANSWER_GRACE_MS = 1000;
+
+/** Milliseconds to wait for statements already sent: the invocation's time left, at least `ANSWER_GRACE_MS`. */
+export function answerWaitMs(deadline: Deadline): number {
+  return Math.max(deadline.invocationRemainingMs(), ANSWER_GRACE_MS);
+}
+
 /** Resolves after `ms`, or early when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

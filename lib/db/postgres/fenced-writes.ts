@@ -9,7 +9,9 @@ import type { ClaimRef, DeadItem, ReclaimResult, RetryItem } from '../driver.ts'
 import { msInterval, type PgContext } from './context.ts';
 import { reclaimGate } from './maintenance-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
-import { pgQuery, type PgQueryable, type PgValues } from './pg-pool.ts';
+import type pg from 'pg';
+import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
+import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
 
 /**
  * Where a lease granted or renewed by a statement starts: the start of the statement's
@@ -36,11 +38,45 @@ export function claimSet(leaseParam: string): string {
             updated_at = clock_timestamp()`;
 }
 
-/** The fence every finishing write matches, besides the row id: still ours, lease not expired. */
-export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp()`;
+/**
+ * Bounds the lock wait of a fenced write by the time left on the row's lease, for the row about
+ * to be written: a condition, always true, that sets `lock_timeout` (transaction-local) to the
+ * milliseconds until `lease_expires_at` of the row (alias `alias`), at least 1. The scan
+ * evaluates it before the row is locked, and PostgreSQL reads `lock_timeout` when a lock wait
+ * begins: a write queued behind another transaction's lock on the row fails with
+ * `lock_not_available` (55P03) when the lease ends, instead of landing after it (PostgreSQL does
+ * not re-check the `WHERE` after a wait on a holder that changed nothing). Inside a caller's
+ * transaction the setting lasts until it ends.
+ */
+export function lockWithinLease(alias = 't'): string {
+  const lease = alias === '' ? 'lease_expires_at' : `${alias}.lease_expires_at`;
+  return `set_config('lock_timeout', greatest(1, ceil(1000 * extract(epoch FROM ${lease} - clock_timestamp())))::bigint::text, true) IS NOT NULL`;
+}
+
+/**
+ * The fence every finishing write matches, besides the row id: still ours, lease not expired;
+ * with the lock wait bounded by the lease (`lockWithinLease`).
+ */
+export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp() AND ${lockWithinLease('t')}`;
+
+/**
+ * Runs a fenced statement in one round trip (`pgSingleTrip`): it commits before the server
+ * answers, so a process frozen after sending it leaves no transaction open. A lock wait that
+ * reached the lease's end (`lock_not_available`) becomes `FencedLockTimeoutError`.
+ */
+export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
+  try {
+    return await pgSingleTrip<R>(db, text, values);
+  } catch (error) {
+    if (error instanceof TransientDatabaseError && error.code === '55P03') {
+      throw new FencedLockTimeoutError('fenced write: a row stayed locked by another transaction until its lease ended; nothing was written', { cause: error });
+    }
+    throw error;
+  }
+}
 
 async function returningIds(db: PgQueryable, text: string, values: PgValues): Promise<string[]> {
-  const { rows } = await pgQuery<{ id: string }>(db, text, values);
+  const { rows } = await fencedQuery<{ id: string }>(db, text, values);
   return rows.map((r) => r.id);
 }
 

@@ -11,7 +11,7 @@ import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxFor
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
-import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -276,7 +276,7 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
  */
 export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]> {
   if (items.length === 0) return [];
-  const { rows } = await pgQuery<{ id: string }>(
+  const { rows } = await fencedQuery<{ id: string }>(
     ctx.pool,
     `WITH s AS (
        SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],

@@ -11,7 +11,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
-import { claimSet, FENCE, fencedDeadMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
@@ -301,7 +301,7 @@ export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; l
 export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
   if (p.claims.length === 0) return [];
   const [ids, tokens] = claimArrays(p.claims);
-  const { rows } = await pgQuery<{ id: string }>(
+  const { rows } = await fencedQuery<{ id: string }>(
     ctx.pool,
     `UPDATE ${ctx.names.outbox} t
         SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL

@@ -153,6 +153,26 @@ async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text
   }
 }
 
+/**
+ * Runs one statement in one round trip, whatever the invocation's time left: on a pool, in an
+ * implicit transaction of its own (no `BEGIN; SET LOCAL`, no `COMMIT`), which the server commits
+ * before it answers, so nothing of it can stay open when the process is frozen or killed after
+ * sending it. Its run time is bounded by the connection's `statement_timeout` only: the callers
+ * (fenced writes and renewals) bound their lock waits in the statement itself
+ * (`fenced-writes.ts`, `LOCK_WITHIN_LEASE`). Not sent when the invocation has no time left.
+ */
+export async function pgSingleTrip<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
+  try {
+    requireStatementBudgetMs();
+    if (db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>(text, valuesNow(values)));
+    // A client inside a QueueBox transaction: its `statement_timeout` follows the budget as usual.
+    await boundStatement(db);
+    return await db.query<R>(text, valuesNow(values));
+  } catch (error) {
+    throw mapPgError(error);
+  }
+}
+
 const statementNames = new Map<string, string>();
 
 /** A stable statement name per SQL text (the same text on every connection gets the same name). */

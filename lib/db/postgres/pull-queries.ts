@@ -16,12 +16,12 @@
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
-import { claimSet, LEASE_START } from './fenced-writes.ts';
+import { claimSet, fencedQuery, LEASE_START, lockWithinLease } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
-const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp()`;
+const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp() AND ${lockWithinLease('')}`;
 
 /**
  * Claims up to `limit` rows of one pull source: due `pending` rows and `processing` rows whose
@@ -145,7 +145,7 @@ const pullClaimText = oncePerNames((names) => {
 
 /** Fenced lease renewal: the lease becomes the statement's start (`LEASE_START`, db clock) + `leaseMs`. */
 export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number }): Promise<boolean> {
-  const { rowCount } = await pgQuery(
+  const { rowCount } = await fencedQuery(
     ctx.pool,
     `UPDATE ${ctx.names.inbox} SET lease_expires_at = ${LEASE_START} + ${msInterval('$3')} WHERE ${FENCE}`,
     () => [p.id, p.token, leaseWithinBudget(p.leaseMs)],
@@ -155,7 +155,7 @@ export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number 
 
 /** Fenced `processed`, through `db` (the caller's open transaction). */
 export async function pullComplete(ctx: PgContext, db: PgQueryable, c: ClaimRef): Promise<boolean> {
-  const { rowCount } = await pgQuery(
+  const { rowCount } = await fencedQuery(
     db,
     `UPDATE ${ctx.names.inbox}
         SET state = 'processed', processed_at = clock_timestamp(), lease_expires_at = NULL,
@@ -168,7 +168,7 @@ export async function pullComplete(ctx: PgContext, db: PgQueryable, c: ClaimRef)
 
 /** Fenced retry: `pending`, `attempt + 1`, due at db clock + `delayMs`, claim cleared. */
 export async function pullRetry(ctx: PgContext, p: RetryItem): Promise<boolean> {
-  const { rowCount } = await pgQuery(
+  const { rowCount } = await fencedQuery(
     ctx.pool,
     `UPDATE ${ctx.names.inbox}
         SET state = 'pending', attempt = attempt + 1,
@@ -183,7 +183,7 @@ export async function pullRetry(ctx: PgContext, p: RetryItem): Promise<boolean> 
 
 /** Fenced `dead` with `error` (attempt unchanged). */
 export async function pullMarkDead(ctx: PgContext, p: DeadItem): Promise<boolean> {
-  const { rowCount } = await pgQuery(
+  const { rowCount } = await fencedQuery(
     ctx.pool,
     `UPDATE ${ctx.names.inbox}
         SET state = 'dead', last_error = $3, lease_expires_at = NULL, updated_at = clock_timestamp()
@@ -198,7 +198,7 @@ export async function pullMarkDead(ctx: PgContext, p: DeadItem): Promise<boolean
  * schedule unchanged, claim cleared, so the next claim can take it at once.
  */
 export async function pullRelease(ctx: PgContext, c: ClaimRef): Promise<boolean> {
-  const { rowCount } = await pgQuery(
+  const { rowCount } = await fencedQuery(
     ctx.pool,
     `UPDATE ${ctx.names.inbox}
         SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
