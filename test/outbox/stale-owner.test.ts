@@ -21,10 +21,13 @@ describe('outbox pass: a stale owner', () => {
   });
 
   it('that was frozen past its lease cannot mark sent, retry or dead: zero rows, counted, logged, and the new owner keeps the rows', async () => {
+    const thaw = createGate();
     const ids = await insertOutboxRows(db, ['sent', 'retry', 'dead'].map((answer) => ({ topic: 'orders.paid', payload: { answer } })));
     const staleClaims: ClaimRef[] = [];
     const stale = db.newDriver();
-    // A frozen container: its renewals never reach the database, its publish resumes when thawed.
+    // A frozen container: its publish resumes when thawed, and its renewal reaches the database
+    // only after the thaw (and changes no row: the rows are the new owner's by then). It answers
+    // after the batch has left the lease keeper, so the settle reports the lost claims.
     const frozenDriver = {
       ...stale,
       outboxClaimMany: async (p: { limit: number; leaseMs: number }) => {
@@ -32,9 +35,8 @@ describe('outbox pass: a stale owner', () => {
         staleClaims.push(...rows.map((r) => ({ id: r.id, token: r.claimToken })));
         return rows;
       },
-      outboxRenewMany: () => new Promise<string[]>(() => {}),
+      outboxRenewMany: () => thaw.wait().then(() => delay(50)).then((): string[] => []),
     };
-    const thaw = createGate();
     const answers = (m: { payload: Record<string, unknown> }) =>
       m.payload.answer === 'sent' ? ('sent' as const) : m.payload.answer === 'retry' ? { status: 'retryable' as const, error: 'InternalError' } : { status: 'permanent' as const, error: 'too large', deadNow: true };
     const staleDestination = new RecordingDestination({ waitFor: thaw.wait, answer: answers });
