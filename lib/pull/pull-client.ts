@@ -2,8 +2,10 @@
  * The low-level pull API (spec §6), bound to one driver: claim rows of a pull source, then renew,
  * complete (inside the caller's transaction), retry, dead-letter or release each claim.
  *
- * Every call after `claim` is fenced and must change exactly one row. Zero rows is not an error:
- * it is the outcome `{ ok: false, reason: 'ownership-lost' }`, counted in
+ * Every call after `claim` is fenced and must change exactly one row. Zero rows is not an error,
+ * nor is a write that waited on another transaction's lock on the row until the lease ended (it
+ * changed nothing; inside the caller's transaction, that transaction has failed and must roll
+ * back): it is the outcome `{ ok: false, reason: 'ownership-lost' }`, counted in
  * `queuebox_claims_lost_total{component="pull"}`. After that outcome the caller must stop work on
  * the row and never retry with another token (seed: the claim fence).
  */
@@ -11,7 +13,7 @@ import { MIN_LEASE_MS } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import { insidePgTransaction } from '../db/caller-transaction.ts';
 import type { CallerTransaction, ClaimRef, Driver, InboxRow } from '../db/driver.ts';
-import { UsageError } from '../errors.ts';
+import { FencedLockTimeoutError, UsageError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 
 /** A claimed inbox row plus the claim that owns it. */
@@ -60,6 +62,13 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
     options.metrics?.count('claimsLost', 1, { component: 'pull' });
     return LOST;
   };
+  // A fenced write that waited on another transaction's lock on the row until the lease ended
+  // changed nothing (`FencedLockTimeoutError`): the claim is lost, as when it changes no row.
+  const fenced = (write: Promise<boolean>): Promise<PullOutcome> =>
+    write.then(outcome, (error: unknown) => {
+      if (error instanceof FencedLockTimeoutError) return outcome(false);
+      throw error;
+    });
   return {
     async claim(source, { batch, leaseMs }) {
       if (!Number.isInteger(batch) || batch < 1) throw new UsageError(`pull batch must be a positive integer, got ${batch}`);
@@ -67,14 +76,13 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
       const rows = await driver.pullClaimMany({ source, limit: batch, leaseMs: Math.floor(leaseMs) });
       return rows.map((row) => ({ ...row, claim: { id: row.id, token: row.claimToken } }));
     },
-    renew: async (claim, leaseMs) => outcome(await driver.pullRenew({ id: claim.id, token: claim.token, leaseMs: Math.floor(leaseMs) })),
+    renew: async (claim, leaseMs) => fenced(driver.pullRenew({ id: claim.id, token: claim.token, leaseMs: Math.floor(leaseMs) })),
     // Refused outside the caller's transaction: a completion that commits on its own would mark
     // the message processed even if the handler's change rolls back.
     complete: async (tx, claim) =>
-      outcome(await insidePgTransaction(tx, 'complete', () => driver.pullComplete(tx, { id: claim.id, token: claim.token }), () => `the completion of inbox row ${claim.id}`)),
-    retry: async (claim, delayMs, error) =>
-      outcome(await driver.pullRetry({ id: claim.id, token: claim.token, delayMs: Math.max(0, delayMs), error: redactError(error) })),
-    dead: async (claim, error) => outcome(await driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) })),
-    release: async (claim) => outcome(await driver.pullRelease({ id: claim.id, token: claim.token })),
+      fenced(insidePgTransaction(tx, 'complete', () => driver.pullComplete(tx, { id: claim.id, token: claim.token }), () => `the completion of inbox row ${claim.id}`)),
+    retry: async (claim, delayMs, error) => fenced(driver.pullRetry({ id: claim.id, token: claim.token, delayMs: Math.max(0, delayMs), error: redactError(error) })),
+    dead: async (claim, error) => fenced(driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) })),
+    release: async (claim) => fenced(driver.pullRelease({ id: claim.id, token: claim.token })),
   };
 }

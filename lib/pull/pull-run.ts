@@ -8,7 +8,6 @@
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import type { Driver } from '../db/driver.ts';
-import { FencedLockTimeoutError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { handlePullMessage, type HandleContext, type HandleResult, type PullHandler, type PullLogger, type PullRetryPolicy } from './handle-pull-message.ts';
@@ -231,11 +230,6 @@ export class PullRun<Tx> {
           }
           else this.summary.claimsLost += 1;
         } catch (error) {
-          // Waited on another transaction's lock on the row until the lease ended: the claim is lost.
-          if (error instanceof FencedLockTimeoutError) {
-            this.summary.claimsLost += 1;
-            return;
-          }
           this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });
         }
       }),
