@@ -13,7 +13,9 @@
  * get the same setting, renewed before a later statement with the budget left then (when the
  * last one is more than `TIMEOUT_REFRESH_MS` old). With a
  * budget above the connection's timeout nothing changes: the startup parameter already ends the
- * statement in time.
+ * statement in time. Fenced writes and renewals are the exception (`pgSingleTrip`): always one
+ * round trip, their lock wait bounded by the lease in the statement itself, so that no transaction
+ * of theirs can be split by a freeze between two round trips.
  */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
@@ -159,7 +161,7 @@ async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text
  * before it answers, so nothing of it can stay open when the process is frozen or killed after
  * sending it. Its run time is bounded by the connection's `statement_timeout` only: the callers
  * (fenced writes and renewals) bound their lock waits in the statement itself
- * (`fenced-writes.ts`, `LOCK_WITHIN_LEASE`). Not sent when the invocation has no time left.
+ * (`fenced-writes.ts`, `lockWithinLease`). Not sent when the invocation has no time left.
  */
 export async function pgSingleTrip<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
   try {
