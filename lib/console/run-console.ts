@@ -9,6 +9,7 @@ import { createDriver, resolveDatabaseUrl } from '../db/create-driver.ts';
 import { ConfigError, QueueBoxError, UsageError } from '../errors.ts';
 import { startConsoleServer, type ConsoleServer } from './console-server.ts';
 import { readLocalRunFile } from './local-run-file.ts';
+import { localClusterReadMark } from '../db/postgres/local-cluster.ts';
 
 /** Default TCP port of the console. */
 export const CONSOLE_DEFAULT_PORT = 8787;
@@ -33,8 +34,12 @@ export interface RunConsoleOptions {
   localRunFile?: string;
 }
 
-/** The configuration to serve: as loaded, or pointed at the local run's database when none is configured. */
-export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr' | 'localRunFile'>): QueueBoxConfig {
+/**
+ * The configuration to serve: as loaded, or pointed at the local run's database when none is
+ * configured (the run file must pass `readLocalRunFile`'s owner and mode checks, and the database
+ * its URL leads to must carry the mark the file names).
+ */
+export async function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr' | 'localRunFile'>): Promise<QueueBoxConfig> {
   const base = loadConfig({ env: options.env, ...(options.configPath !== undefined ? { path: options.configPath } : {}) });
   try {
     resolveDatabaseUrl(base, options.env);
@@ -44,6 +49,12 @@ export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'e
     const local = readLocalRunFile(options.localRunFile);
     if (!local) {
       throw new ConfigError([{ key: 'database.url', message: 'is not set and no local run (npm start) is running: start one, or set DATABASE_URL / QUEUEBOX_DATABASE_URL' }]);
+    }
+    const found = await localClusterReadMark(local.url).catch((cause: unknown) => {
+      throw new ConfigError([{ key: 'database.url', message: `is not set, and the local run's database (process ${local.pid}) cannot be reached: ${cause instanceof Error ? cause.message : String(cause)}` }]);
+    });
+    if (found !== local.marker) {
+      throw new ConfigError([{ key: 'database.url', message: `is not set, and the database at the local run file's address is not the one that run created (its mark differs): not using it` }]);
     }
     options.stderr(`queuebox console: no database configured; using the local run's embedded PostgreSQL (process ${local.pid})\n`);
     return parseConfig({ ...base, database: { ...base.database, url: local.url, urlEnv: undefined, schema: local.schema } });
@@ -80,7 +91,7 @@ export async function runConsole(options: RunConsoleOptions): Promise<void> {
       `WARNING: the console listens on ${host}: anyone who can reach this address sees rows, errors and payloads${options.allowActions ? ' and can replay rows' : ''}. It has no login; prefer 127.0.0.1 and an SSH tunnel.\n`,
     );
   }
-  const config = consoleConfig(options);
+  const config = await consoleConfig(options);
   const driver = await createDriver(config, options.env);
   const stop = new AbortController();
   const onSignal = () => stop.abort();

@@ -12,7 +12,6 @@ import { after, before, describe, it } from 'node:test';
 import { blockedReason } from '../../lib/console/blocked-reason.ts';
 import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { escapeHtml, html } from '../../lib/console/html.ts';
-import { writeLocalRunFile } from '../../lib/console/local-run-file.ts';
 import { configuredSecrets, createRedactor } from '../../lib/console/redact-row.ts';
 import { runConsole } from '../../lib/console/run-console.ts';
 import type { ConsoleBlockedHead } from '../../lib/db/driver.ts';
@@ -155,15 +154,6 @@ describe('queuebox console start-up', () => {
     const run = await serve({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0' });
     assert.match(run.stderr, /^WARNING: the console listens on 0\.0\.0\.0: anyone who can reach this address/);
     assert.match(run.body, /Overview/);
-  });
-
-  it('with no database configured it uses the running local run published in the local run file', async () => {
-    const file = join(dir, 'local-run.json');
-    writeLocalRunFile({ url: db.url, schema: db.schema }, file);
-    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state) VALUES ('from-local-run', '{}', 'dead')`);
-    const run = await serve({ env: {}, localRunFile: file });
-    assert.match(run.stderr, new RegExp(`using the local run's embedded PostgreSQL \\(process ${process.pid}\\)`));
-    assert.match(run.body, /data-state="dead"><td><span class="state-dead">dead<\/span><\/td><td class="num">1</);
   });
 
   it('a port already in use is a UsageError naming the address', async () => {
