@@ -48,7 +48,8 @@ describe('console pieces', () => {
 
   it('the redactor masks secret-named keys, URL passwords, bearer tokens and the configured secrets anywhere', () => {
     const secrets = configuredSecrets({ inbox: { sources: { s: { auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' } } } }, database: { urlEnv: 'NOPE' } }, { HOOK_SECRET: 'whsec_abcdef123', NOPE: 'x' });
-    assert.deepEqual(secrets, ['whsec_abcdef123'], 'short values are not treated as secrets');
+    assert.ok(secrets.includes('whsec_abcdef123'), 'the configured secret');
+    assert.ok(!secrets.includes('x') && secrets.every((s) => s.length >= 6), 'short values are not treated as secrets');
     const r = createRedactor(secrets);
     assert.deepEqual(r.value({ password: 'p4ss', nested: { Authorization: 'Bearer abcdefgh' }, list: ['echo whsec_abcdef123 back'], n: 1, ok: 'plain' }), {
       password: '***', nested: { Authorization: '***' }, list: ['echo *** back'], n: 1, ok: 'plain',
