@@ -52,6 +52,9 @@ describe('SQL Server console read shapes', () => {
     const text = statements()['outbox blocked keys']!.text;
     assert.match(text, /NOT EXISTS \(SELECT 1 FROM \[dbo\]\.\[outbox\] e WHERE e\.\[key\] = r\.\[key\] AND e\.state IN \(N'pending', N'processing'\)\s+AND e\.\[sequence\] < r\.\[sequence\]\)/);
     assert.match(text, /SELECT TOP \(@p_waiting\) 1 AS x FROM \[dbo\]\.\[outbox\] b WHERE b\.\[key\] = r\.\[key\]/);
-    assert.match(statements()['inbox blocked aggregates']!.text, /r\.consumption = N'push' OR e\.source = r\.source/);
+    const inbox = statements()['inbox blocked aggregates']!.text;
+    assert.match(inbox, /NOT EXISTS \(SELECT 1 FROM \[dbo\]\.\[inbox\] e WHERE e\.source = r\.source AND e\.aggregate_id = r\.aggregate_id/, 'the head of its source and aggregate');
+    assert.match(inbox, /FROM \[dbo\]\.\[inbox\] b WHERE b\.source = r\.source AND b\.aggregate_id = r\.aggregate_id/, 'rows behind it of the same source');
+    assert.match(inbox, /WHERE r\.aggregate_id <> N''/, 'an empty aggregate id is keyless');
   });
 });

@@ -171,7 +171,7 @@ export async function outboxBlockedKeys(ctx: PgContext, p: BlockedParams): Promi
        FROM cand JOIN ${t} r USING (id) CROSS JOIN n
       CROSS JOIN LATERAL (SELECT count(*)::int AS waiting FROM (
               SELECT 1 FROM ${t} b WHERE b.key = r.key AND b.state IN ('pending', 'processing') AND b.sequence > r.sequence LIMIT $4) c) w
-      WHERE r.key IS NOT NULL AND ${STUCK}
+      WHERE r.key <> '' AND ${STUCK}
         AND NOT EXISTS (SELECT 1 FROM ${t} e WHERE e.key = r.key AND e.state IN ('pending', 'processing') AND e.sequence < r.sequence)
       ORDER BY w.waiting DESC, r.scheduled_at, r.sequence
       LIMIT $1`,
@@ -181,15 +181,16 @@ export async function outboxBlockedKeys(ctx: PgContext, p: BlockedParams): Promi
 }
 
 /**
- * Heads of inbox aggregates that are not moving: push rows share an aggregate across sources,
- * pull rows per source (as their claims order them). Future first attempts are read for push
- * rows only (the pull indexes lead with the source).
+ * Heads of inbox aggregates that are not moving, per source and aggregate (as the push and pull
+ * claims order them: an aggregate id of one source never waits for another source's rows). An
+ * empty aggregate id is no aggregate (the claims treat it as keyless). Future first attempts are
+ * read for push rows only (the pull indexes lead with the source).
  */
 export async function inboxBlockedAggregates(ctx: PgContext, p: BlockedParams): Promise<ConsoleBlockedHead[]> {
   const t = ctx.names.inbox;
-  const open = `state IN ('pending', 'processing') AND aggregate_id = r.aggregate_id`;
+  const open = `state IN ('pending', 'processing') AND source = r.source AND aggregate_id = r.aggregate_id`;
   const push = `consumption = 'push' AND ${open}`;
-  const pull = `consumption = 'pull' AND ${open} AND source = r.source`;
+  const pull = `consumption = 'pull' AND ${open}`;
   const { rows } = await pgQuery<BlockedDbRow>(
     ctx.pool,
     `WITH n AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -203,7 +204,7 @@ export async function inboxBlockedAggregates(ctx: PgContext, p: BlockedParams): 
       CROSS JOIN LATERAL (SELECT CASE WHEN r.consumption = 'push'
               THEN (SELECT count(*) FROM (SELECT 1 FROM ${t} WHERE ${push} AND sequence > r.sequence LIMIT $4) c)
               ELSE (SELECT count(*) FROM (SELECT 1 FROM ${t} WHERE ${pull} AND sequence > r.sequence LIMIT $4) c) END::int AS waiting) w
-      WHERE r.aggregate_id IS NOT NULL AND ${STUCK}
+      WHERE r.aggregate_id <> '' AND ${STUCK}
         AND CASE WHEN r.consumption = 'push'
               THEN NOT EXISTS (SELECT 1 FROM ${t} WHERE ${push} AND sequence < r.sequence)
               ELSE NOT EXISTS (SELECT 1 FROM ${t} WHERE ${pull} AND sequence < r.sequence) END

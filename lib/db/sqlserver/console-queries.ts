@@ -132,8 +132,7 @@ export function buildBlockedHeads(names: MssqlNames, table: 'outbox' | 'inbox', 
   const open = (alias: string) =>
     table === 'outbox'
       ? `${alias}.[key] = r.[key] AND ${alias}.state IN (N'pending', N'processing')`
-      : `${alias}.aggregate_id = r.aggregate_id AND ${alias}.state IN (N'pending', N'processing') AND ${alias}.consumption = r.consumption
-         AND (r.consumption = N'push' OR ${alias}.source = r.source)`;
+      : `${alias}.source = r.source AND ${alias}.aggregate_id = r.aggregate_id AND ${alias}.state IN (N'pending', N'processing') AND ${alias}.consumption = r.consumption`;
   return {
     text: `${NOW}
 WITH cand AS (
@@ -144,7 +143,7 @@ SELECT TOP (@p_limit) r.id, r.${l.label} AS label, r.${l.key} AS [key], r.state,
        DATEDIFF_BIG(millisecond, @v_now, r.scheduled_at) AS due_in_ms, DATEDIFF_BIG(millisecond, @v_now, r.lease_expires_at) AS lease_left_ms
   FROM cand JOIN ${t} r ON r.id = cand.id
  CROSS APPLY (SELECT COUNT(*) AS waiting FROM (SELECT TOP (@p_waiting) 1 AS x FROM ${t} b WHERE ${open('b')} AND b.[sequence] > r.[sequence]) c) w
- WHERE r.${l.key} IS NOT NULL
+ WHERE r.${l.key} <> N''
    AND (r.state = N'processing' AND r.lease_expires_at <= @v_now
         OR r.state = N'pending' AND (r.attempt >= @p_poison OR r.attempt > 0 AND r.scheduled_at > @v_now OR r.scheduled_at > @v_now AND w.waiting > 0))
    AND NOT EXISTS (SELECT 1 FROM ${t} e WHERE ${open('e')} AND e.[sequence] < r.[sequence])
@@ -184,7 +183,7 @@ async function blockedHeads(runner: MssqlRunner, names: MssqlNames, table: 'outb
 
 /** Heads of outbox keys that are not moving, most rows waiting first. */
 export const outboxBlockedKeys = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'outbox', p);
-/** Heads of inbox aggregates (push across sources, pull per source) that are not moving. */
+/** Heads of inbox aggregates (per source and aggregate, as the claims order them) that are not moving. */
 export const inboxBlockedAggregates = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'inbox', p);
 
 const COLUMNS = {
