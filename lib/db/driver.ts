@@ -120,6 +120,13 @@ export interface ReplayFilter {
    * the replay statement itself, so nothing can change between the check and the move.
    */
   asRead?: Array<{ id: string; updatedAtMs: number }>;
+  /**
+   * A hard bound (1 to `REPLAY_MAX_ROWS_BOUND`, `replay-bound.ts`): the replay locks the matching rows and moves them
+   * only when at most this many match at that moment; otherwise it moves none and throws
+   * `ReplayLimitError`. One statement (one transaction), so rows that die meanwhile cannot
+   * slip past the bound.
+   */
+  maxRows?: number;
 }
 
 /** One row a replay would move, as a preview shows it (no payload: previews are for eyes and logs). */
