@@ -4,11 +4,9 @@
  */
 import type { ConsoleDeadQuery, ConsoleRow } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
+import { operatorTimeProblem } from '../operations/operator-time.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
 import { json, page, rowLink, SHOWN_CHARS, time, type ConsoleContext, type TableKind } from './layout.ts';
-
-/** A date or date-time with a four-digit year (the range both databases store). */
-const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/;
 
 /** Rows per page, and dead rows read at most per search (the newest of the time range). */
 export const DEAD_PAGE = { limit: 25, scanLimit: 10_000 } as const;
@@ -27,9 +25,9 @@ export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; qu
   for (const field of ['from', 'to'] as const) {
     const value = search.get(field)?.trim();
     if (!value) continue;
-    const date = new Date(value);
-    if (!ISO_TIME.test(value) || Number.isNaN(date.getTime())) throw new UsageError(`${field} is not a time: "${value}" (use ISO-8601, e.g. 2026-11-30T12:00:00Z)`);
-    query[field] = date;
+    const problem = operatorTimeProblem(value);
+    if (problem) throw new UsageError(`${field} ${problem}, not "${value}"`);
+    query[field] = new Date(value);
   }
   const skipText = search.get('skip')?.trim() || '0';
   const skip = Number(skipText);

@@ -14,6 +14,7 @@ import { z } from 'zod';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver, ReplayFilter, ReplayPreviewRow } from '../db/driver.ts';
 import { ReplayLimitError, UsageError } from '../errors.ts';
+import { operatorTimeProblem } from './operator-time.ts';
 
 export type { ReplayPreviewRow } from '../db/driver.ts';
 
@@ -23,15 +24,14 @@ export const REPLAY_CONFIRM_ABOVE = 100;
 /** Rows shown by a preview unless the caller asks for another number. */
 export const REPLAY_SAMPLE_SIZE = 10;
 
-const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const time = z.union([
   z.date().refine((d) => !Number.isNaN(d.getTime()), 'is not a valid time'),
-  z
-    .string()
-    .regex(ISO_TIME, 'must be an ISO-8601 time such as 2025-01-31T00:00:00Z')
-    .refine((s) => !Number.isNaN(new Date(s).getTime()), 'is not a valid time'),
+  z.string().superRefine((s, ctx) => {
+    const problem = operatorTimeProblem(s);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  }),
 ]);
 const nonEmptyList = (item: z.ZodString, what: string) => z.array(item).min(1, `must list at least one ${what}`);
 

@@ -38,8 +38,11 @@ describe('console: malformed input is a 400 naming the field', () => {
   const cases: Array<[string, RegExp]> = [
     ['/row/outbox/%', /percent-encoding/],
     ['/row/inbox/%E0%A4%A', /percent-encoding/],
-    ['/dead?from=-271821-04-20T00:00:00Z', /from is not a time/],
-    ['/dead?to=1', /to is not a time/],
+    ['/dead?from=-271821-04-20T00:00:00Z', /from must be an ISO-8601 time with its zone/],
+    ['/dead?to=1', /to must be an ISO-8601 time with its zone/],
+    ['/dead?from=2026-11-30T12:00:00', /from has no time zone: write it in UTC with a Z \(e\.g\. 2026-11-30T12:00:00Z\)/],
+    ['/dead?to=2026-11-30%2012:00', /to has no time zone/],
+    ['/replay/preview?createdFrom=2026-11-30T12:00', /createdFrom has no time zone/],
     ['/dead?label=a%00b', /label must not contain a NUL/],
     ['/dead?table=inbox&label=%00', /label must not contain a NUL/],
     ['/replay/preview?topics=orders%00', /topics\.0 must not contain a NUL/],

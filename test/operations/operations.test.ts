@@ -5,7 +5,7 @@ import { handler as reclaimHandler } from '../../functions/reclaim.ts';
 import { handler as replayHandler } from '../../functions/replay.ts';
 import { handler as retentionHandler } from '../../functions/retention.ts';
 import { UsageError } from '../../lib/errors.ts';
-import { runReplayCommand } from '../../lib/operations/replay.ts';
+import { parseReplayRequest, runReplayCommand } from '../../lib/operations/replay.ts';
 import { retentionProgress } from '../../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../../lib/operations/status.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
@@ -143,6 +143,13 @@ describe('operations: reclaim, replay, retention, status', () => {
     assert.deepEqual(await states(outbox()), { dead: 101, sent: 1 });
     assert.deepEqual(await replayHandler({ topics: ['order.paid'], yes: true }, fakeLambdaContext({ timeoutMs: 30_000 })), { moved: 101 });
     assert.deepEqual(await states(outbox()), { pending: 101, sent: 1 });
+  });
+
+  it('replay times name their zone: a date-time without one is refused naming the key, a date alone is 00:00 UTC, an offset is applied', () => {
+    assert.throws(() => parseReplayRequest({ createdFrom: '2026-11-30T12:00:00' }), (e: unknown) => e instanceof UsageError && /createdFrom has no time zone/.test(e.message));
+    assert.throws(() => parseReplayRequest({ createdTo: '2026-11-30 12:00' }), (e: unknown) => e instanceof UsageError && /createdTo has no time zone/.test(e.message));
+    assert.equal((parseReplayRequest({ createdFrom: '2026-11-30' }).createdFrom as Date).toISOString(), '2026-11-30T00:00:00.000Z');
+    assert.equal((parseReplayRequest({ createdFrom: '2026-11-30T12:00:00+02:00' }).createdFrom as Date).toISOString(), '2026-11-30T10:00:00.000Z');
   });
 
   it('replay without yes is bounded at the move: 900 rows dying between the count and the move make it move nothing', async () => {
