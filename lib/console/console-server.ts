@@ -119,6 +119,7 @@ async function handle(ctx: ConsoleContext, request: IncomingMessage, response: S
   }
   if (path === '/assets/console.css') return sendAsset(response, 'text/css', CONSOLE_CSS);
   if (path === '/assets/console.js') return sendAsset(response, 'text/javascript', CONSOLE_JS);
+  if (request.method !== 'POST' && path !== '/' && ctx.guard.isForeignNavigation(request)) return send(response, 200, foreignLinkPage(ctx, url));
   try {
     if (request.method === 'POST') {
       if (path !== '/replay') return send(response, 404, notFound(ctx));
@@ -196,6 +197,19 @@ function sendAsset(response: ServerResponse, type: string, body: string): void {
 
 function notFound(ctx: ConsoleContext, text = 'No such page.'): SafeHtml {
   return page(ctx, '', 'Not found', html`<p>${text}</p><p><a href="/">Overview</a></p>`);
+}
+
+/** What a link from another site gets instead of the page it names: that page's address, to open from here. */
+function foreignLinkPage(ctx: ConsoleContext, url: URL): SafeHtml {
+  // One leading slash only: "//host" or "/\\host" would be another site's address in a browser.
+  const target = `/${url.pathname.replace(/^[/\\]+/, '')}${url.search}`;
+  return page(
+    ctx,
+    '',
+    'Opened from another site',
+    html`<p class="banner" data-foreign-link>A page on another site linked here. The console runs no search or count that another site asks for; open it from here if you meant to:</p>
+<p><a href="${target}"><code>${target}</code></a></p><p><a href="/">Overview</a></p>`,
+  );
 }
 
 function errorPage(ctx: ConsoleContext, title: string, error: unknown): SafeHtml {

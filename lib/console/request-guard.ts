@@ -47,6 +47,17 @@ export class RequestGuard {
     return topLevel ? undefined : { status: 403, message: 'refused: another site asked for this page in the background' };
   }
 
+  /**
+   * Whether a page was opened by following a link on another site (`Sec-Fetch-Site` cross-site or
+   * same-site — another port on localhost is the same site — in a top-level navigation). Such a
+   * request gets a page that names the link instead of running the read it asks for (a dead-row
+   * search, a replay count): a click on that page, from the console itself, runs it.
+   */
+  isForeignNavigation(request: IncomingMessage): boolean {
+    const site = request.headers['sec-fetch-site'];
+    return (site === 'cross-site' || site === 'same-site') && request.headers['sec-fetch-mode'] === 'navigate';
+  }
+
   /** Checks the origin and the form token of a state-changing request. */
   checkAction(request: IncomingMessage, form: URLSearchParams): Refusal | undefined {
     const origin = request.headers.origin ?? refererOrigin(request.headers.referer);

@@ -67,7 +67,7 @@ describe('console: another site cannot make the browser read the console in the 
     server = s;
   });
 
-  it('an <img> or no-cors fetch from another site is a 403; a followed link, the console itself and curl are served', async () => {
+  it('an <img> or no-cors fetch from another site is a 403; a followed link gets a page naming it; the console itself and curl are served', async () => {
     const path = '/replay/preview?topics=orders.failed';
     const img = await call(server.url, { path, headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' } });
     assert.equal(img.status, 403);
@@ -76,6 +76,8 @@ describe('console: another site cannot make the browser read the console in the 
     assert.equal(frame.status, 403);
     const link = await call(server.url, { path, headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' } });
     assert.equal(link.status, 200);
+    assert.match(link.body, /data-foreign-link/, 'a followed link gets the page naming it, not the count');
+    assert.doesNotMatch(link.body, /data-preview-count/);
     const own = await call(server.url, { path: '/overview/live', headers: { 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' } });
     assert.equal(own.status, 200);
     assert.equal((await call(server.url, { path })).status, 200);
@@ -123,10 +125,12 @@ describe('console: paging through dead rows leaves none out', () => {
     assert.equal(new Set(shown).size, 55);
   });
 
-  it('a skip that is not a whole number is a 400 naming it', async () => {
-    const res = await call(server.url, { path: '/dead?skip=-1' });
-    assert.equal(res.status, 400);
-    assert.match(res.body, /skip must be a whole number/);
+  it('a page position that is not one an "Older dead rows" link carries is a 400 naming it', async () => {
+    for (const before of ['975', '2026-11-30T10:00:00Z~not-a-uuid', '2026-13-45T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc']) {
+      const res = await call(server.url, { path: `/dead?before=${encodeURIComponent(before)}` });
+      assert.equal(res.status, 400, before);
+      assert.match(res.body, /before must be the position an &quot;Older dead rows&quot; link carries/);
+    }
   });
 });
 

@@ -22,12 +22,21 @@ function statements(): Record<string, MssqlStatement> {
     'inbox blocked aggregates': buildBlockedHeads(names, 'inbox', blocked),
     'outbox dead search': buildDeadSearch(names, 'outbox', dead),
     'inbox dead search': buildDeadSearch(names, 'inbox', { ...dead, label: SENTINELS.source }),
+    'outbox dead search after a cursor': buildDeadSearch(names, 'outbox', { ...dead, before: { at: '2026-11-30T10:00:00.1234567Z', id: SENTINELS.id } }),
     'outbox row get': buildRowGet(names, 'outbox', SENTINELS.id),
     'inbox row get': buildRowGet(names, 'inbox', SENTINELS.id),
   };
 }
 
 describe('SQL Server console read shapes', () => {
+  it('pages dead rows by keyset and reads full rows (payloads) only for the rows shown', () => {
+    const text = statements()['outbox dead search after a cursor']!.text;
+    assert.match(text, /AND \(@v_before IS NULL OR updated_at < @v_before OR updated_at = @v_before AND id < @p_before_id\)/);
+    assert.match(text, /SELECT TOP \(@p_scan\) id, topic AS label, updated_at AS t FROM/, 'the scan reads no payload');
+    assert.match(text, /WHERE r\.id IN \(SELECT TOP \(@p_limit\) id FROM hit ORDER BY t DESC, id DESC\)\) p/, 'full rows of the shown page only');
+    assert.equal(text.match(/r\.payload/g)?.length, 1);
+  });
+
   it('binds only @p_ parameters, each used, declares only @v_ variables, and puts no value in the text', () => {
     for (const [name, statement] of Object.entries(statements())) {
       const declared = new Set([...statement.text.matchAll(/DECLARE\s+(@\w+)/g)].map((m) => m[1]!));

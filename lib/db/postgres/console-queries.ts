@@ -274,27 +274,37 @@ export const outboxRowGet = (ctx: PgContext, p: { id: string }) => rowGet(ctx, c
 export const inboxRowGet = (ctx: PgContext, p: { id: string }) => rowGet(ctx, ctx.names.inbox, INBOX_COLUMNS, p.id);
 
 /**
- * Dead rows newest first: reads at most `scanLimit` dead rows of the time range through the
- * finished-rows index, then filters them by label.
+ * Dead rows newest first, keyset-paged: scans at most `scanLimit` dead rows of the time range
+ * after the cursor through the finished-rows index (id, label and time only), keeps those of the
+ * label, takes the first `limit + 1` by (time, id) descending, and reads the full row — payload
+ * included — of the first `limit` only. The cursor's time is the stored value to the microsecond
+ * (`at`, as text), so no row of a shared millisecond is skipped or shown twice.
  */
 async function deadSearch(ctx: PgContext, table: string, columns: string, label: string, time: string, q: ConsoleDeadQuery): Promise<ConsoleDeadPage> {
-  const { rows } = await pgQuery<RowDbRow & { scanned: number }>(
+  if (q.before && !UUID.test(q.before.id)) return { rows: [], more: false, scanCapped: false };
+  const { rows } = await pgQuery<RowDbRow & { scanned: number; found: number; at: string }>(
     ctx.pool,
     `WITH scan AS (
-       SELECT id, ${label} AS label FROM ${table}
+       SELECT id, ${label} AS label, ${time} AS t FROM ${table}
         WHERE state = 'dead' AND ${time} >= COALESCE($1::timestamptz, '-infinity') AND ${time} < COALESCE($2::timestamptz, 'infinity')
-        ORDER BY ${time} DESC LIMIT $3)
-     SELECT s.scanned, p.* FROM (SELECT count(*)::int AS scanned FROM scan) s
+          AND ($6::timestamptz IS NULL OR ${time} <= $6::timestamptz AND (${time} < $6::timestamptz OR id < $7::uuid))
+        ORDER BY ${time} DESC LIMIT $3),
+     hit AS (SELECT id, t FROM scan WHERE $4::text IS NULL OR label = $4 ORDER BY t DESC, id DESC LIMIT $5 + 1)
+     SELECT (SELECT count(*) FROM scan)::int AS scanned, (SELECT count(*) FROM hit)::int AS found, p.* FROM (SELECT 1) one
        LEFT JOIN LATERAL (
-         SELECT ${columns} FROM ${table} r WHERE r.id IN (SELECT id FROM scan WHERE $4::text IS NULL OR label = $4)
-          ORDER BY r.${time} DESC, r.id DESC LIMIT $5) p ON true`,
-    [q.from ?? null, q.to ?? null, q.scanLimit, q.label ?? null, q.limit + 1],
+         SELECT ${columns}, to_char(r.${time} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
+           FROM ${table} r WHERE r.id IN (SELECT id FROM hit ORDER BY t DESC, id DESC LIMIT $5)
+          ORDER BY r.${time} DESC, r.id DESC) p ON true`,
+    [q.from ?? null, q.to ?? null, q.scanLimit, q.label ?? null, q.limit, q.before?.at ?? null, q.before?.id ?? null],
   );
-  const found = rows.filter((r) => r.id !== null);
+  const shown = rows.filter((r) => r.id !== null);
+  const more = (rows[0]?.found ?? 0) > q.limit;
+  const last = shown.at(-1);
   return {
-    rows: found.slice(0, q.limit).map(toRow),
-    more: found.length > q.limit,
+    rows: shown.map(toRow),
+    more,
     scanCapped: (rows[0]?.scanned ?? 0) >= q.scanLimit,
+    ...(more && last ? { next: { at: last.at, id: last.id } } : {}),
   };
 }
 
