@@ -16,12 +16,12 @@ import { withConsoleServer } from './console-fixture.ts';
 
 function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
   const target = new URL(url);
-  return new Promise<{ status: number; body: string }>((resolve, reject) => {
+  return new Promise<{ status: number; body: string; cookie: string }>((resolve, reject) => {
     const req = request({ host: target.hostname, port: target.port, path: options.path, method: options.method ?? 'GET', headers: options.headers }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; ') }));
     });
     req.on('error', reject);
     req.end(options.body);
@@ -188,10 +188,14 @@ describe('console: a replay confirm acts on its own preview, once', () => {
   const states = async (ids: string[]) =>
     (await db.query<{ id: string; state: string }>(`SELECT id, state FROM "${db.schema}".outbox WHERE id = ANY($1::uuid[]) ORDER BY id`, [ids])).map((r) => r.state);
 
+  /** The browser's session cookie (set by the first page it loads). */
+  let cookie = '';
+
   /** Loads the preview page and returns the confirm form's fields as a browser would post them. */
   async function preview(query: string): Promise<URLSearchParams> {
-    const res = await call(server.url, { path: `/replay/preview?${query}` });
+    const res = await call(server.url, { path: `/replay/preview?${query}`, headers: cookie ? { cookie } : {} });
     assert.equal(res.status, 200);
+    cookie ||= res.cookie;
     const form = /<form method="post" action="\/replay">([\s\S]*?)<\/form>/.exec(res.body)?.[1] ?? '';
     const fields = new URLSearchParams();
     for (const m of form.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) fields.append(m[1]!, m[2]!);
@@ -199,7 +203,7 @@ describe('console: a replay confirm acts on its own preview, once', () => {
     return fields;
   }
   const confirm = (fields: URLSearchParams) =>
-    call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url }, body: fields.toString() });
+    call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url, cookie }, body: fields.toString() });
 
   it('a second post of the same confirm (resubmitted form) is refused and moves nothing', async () => {
     const ids = await dead(2, 'twice.failed');

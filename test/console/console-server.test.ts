@@ -123,7 +123,7 @@ describe('queuebox console start-up', () => {
     await db?.drop();
   });
 
-  async function serve(options: { env: Record<string, string>; host?: string; localRunFile?: string }) {
+  async function serve(options: { env: Record<string, string>; host?: string; localRunFile?: string; requireToken?: boolean }) {
     const stop = new AbortController();
     let stderr = '';
     let stdout = '';
@@ -151,10 +151,19 @@ describe('queuebox console start-up', () => {
     assert.match(run.body, /read-only/);
   });
 
-  it('another bind address prints a warning', async () => {
-    const run = await serve({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0' });
-    assert.match(run.stderr, /^WARNING: the console listens on 0\.0\.0\.0: anyone who can reach this address/);
-    assert.match(run.body, /Overview/);
+  it('another bind address is refused without --require-token', async () => {
+    await assert.rejects(
+      runConsole({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0', port: 0, stdout: () => {}, stderr: () => {} }),
+      (error: unknown) => error instanceof UsageError && /--host 0\.0\.0\.0 makes the console reachable from the network; add --require-token/.test(error.message),
+    );
+  });
+
+  it('with --require-token another bind address prints a warning and the access address; a client without the token reads nothing', async () => {
+    const run = await serve({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0', requireToken: true });
+    assert.match(run.stderr, /^WARNING: the console listens on 0\.0\.0\.0: anyone who can reach this address and has its access token/);
+    assert.match(run.stdout, /\nopen http:\/\/0\.0\.0\.0:\d+\/\?access=[A-Za-z0-9_-]{32}/);
+    assert.match(run.body, /needs its access token/);
+    assert.doesNotMatch(run.body, /Overview/);
   });
 
   it('a port already in use is a UsageError naming the address', async () => {
