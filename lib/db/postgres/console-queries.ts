@@ -189,7 +189,8 @@ export async function outboxBlockedKeys(ctx: PgContext, p: BlockedParams): Promi
 export async function inboxBlockedAggregates(ctx: PgContext, p: BlockedParams): Promise<ConsoleBlockedHead[]> {
   const t = ctx.names.inbox;
   const open = `state IN ('pending', 'processing') AND source = r.source AND aggregate_id = r.aggregate_id`;
-  const push = `consumption = 'push' AND ${open}`;
+  // `aggregate_id <> ''` as a literal lets the planner use the push head index (its predicate).
+  const push = `consumption = 'push' AND aggregate_id <> '' AND ${open}`;
   const pull = `consumption = 'pull' AND ${open}`;
   const { rows } = await pgQuery<BlockedDbRow>(
     ctx.pool,
