@@ -147,8 +147,8 @@ See docs/upgrading.md.`,
     .option('--id <ids>', 'row id (repeatable, or comma-separated)', collect)
     .option('--topic <topics>', 'exact topic (repeatable, or comma-separated)', collect)
     .option('--destination <name>', 'rows whose topic a route sends to this destination')
-    .option('--created-from <time>', 'created at or after (ISO-8601)')
-    .option('--created-to <time>', 'created before (ISO-8601)')
+    .option('--created-from <time>', 'created at or after (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
+    .option('--created-to <time>', 'created before (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
     .addOption(new Option('--state <states>', 'states to move: dead, sent (default dead)').argParser(collect))
     .option('--dry-run', 'print how many rows would move and a sample of them; move nothing')
     .option('--sample <n>', 'rows to show with --dry-run', positive, REPLAY_SAMPLE_SIZE)
@@ -196,9 +196,10 @@ See docs/upgrading.md.`,
     .command('console')
     .description('serve the operator console in a browser on 127.0.0.1 (read-only unless --allow-actions)')
     .option('--port <n>', 'TCP port (default 8787)', positive)
-    .option('--host <address>', 'listen on this address instead of 127.0.0.1 (prints a warning: the console has no login)')
+    .option('--host <address>', 'listen on this address instead of 127.0.0.1 (anything but loopback needs --require-token)')
+    .option('--require-token', 'print an access address with a random token and serve only browsers that opened it')
     .option('--allow-actions', 'allow replay from the browser')
-    .action(async (opts: { port?: number; host?: string; allowActions?: boolean }) => {
+    .action(async (opts: { port?: number; host?: string; allowActions?: boolean; requireToken?: boolean }) => {
       const { runConsole } = await import('../lib/console/run-console.ts');
       const path = program.opts<{ config?: string }>().config;
       await runConsole({ ...opts, ...(path !== undefined ? { configPath: path } : {}), env: { ...io.env }, stdout: io.stdout, stderr: io.stderr });

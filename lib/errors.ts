@@ -73,6 +73,13 @@ export class UsageError extends QueueBoxError {
   override readonly name = 'UsageError';
 }
 
+/** A bounded replay (`ReplayFilter.maxRows`) found more than `maxRows` rows matching at the moment of the move, so it moved none. */
+export class ReplayLimitError extends UsageError {
+  constructor(readonly maxRows: number) {
+    super(`replay: more than ${maxRows} rows match now; nothing moved`);
+  }
+}
+
 /** An optional package QueueBox needs for this feature is not installed; `packageName` names it. */
 export class MissingPackageError extends QueueBoxError {
   override readonly name = 'MissingPackageError';

@@ -34,7 +34,8 @@ const env = { ...process.env };
 if (!env.DATABASE_URL) {
   const started = Date.now();
   embedded = await startEmbeddedDatabase();
-  env.DATABASE_URL = embedded.url;
+  // The superuser: some suites create roles and terminate backends.
+  env.DATABASE_URL = embedded.adminUrl;
   console.log(`# embedded PostgreSQL started in ${Date.now() - started} ms (DATABASE_URL unset)`);
 } else {
   console.log(`# using DATABASE_URL=${env.DATABASE_URL.replace(/:[^:@/]*@/, ':***@')}`);

@@ -18,9 +18,17 @@ const RULES: Array<[RegExp, string]> = [
   [/((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|session[_-]?token|signature|x-amz-signature|x-amz-security-token|x-amz-credential|client[_-]?secret|private[_-]?key)["']?\s*[:=]\s*["']?)[^\s"'&,;}]+/gi, '$1***'],
   // AWS access key ids
   [/\b(AKIA|ASIA)[A-Z0-9]{16}\b/g, '***'],
+  // JSON Web Tokens: a base64url JSON header ("eyJ" is `{"`), a payload and a signature (empty when unsigned)
+  [/\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*/g, '***'],
+  // Provider tokens by their documented prefixes: Stripe secret/restricted keys and webhook secrets,
+  // GitHub tokens, Slack tokens, GitLab and npm tokens, Google API keys
+  [/\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9_]{8,}|\bwhsec_[A-Za-z0-9+/=]{8,}/g, '***'],
+  [/\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}/g, '***'],
+  [/\bxox[abprse]-[A-Za-z0-9-]{8,}|\bxapp-[A-Za-z0-9-]{8,}/g, '***'],
+  [/\bglpat-[A-Za-z0-9_-]{20,}|\bnpm_[A-Za-z0-9]{36}\b|\bAIza[0-9A-Za-z_-]{35}/g, '***'],
 ];
 
-/** Redacts secrets (URL passwords, authorization values, secret-named pairs, AWS key ids) from a text; no length bound. */
+/** Redacts secrets (URL passwords, authorization values, secret-named pairs, AWS key ids, JWTs, provider tokens by prefix) from a text; no length bound. */
 export function redactSecrets(input: string): string {
   let text = input;
   for (const [pattern, replacement] of RULES) text = text.replace(pattern, replacement);

@@ -3,8 +3,9 @@
  *
  * Every response carries a strict Content-Security-Policy (scripts and styles only from the
  * console itself, no framing, forms only to itself); every request is checked against the
- * console's host names, and every POST against its origin and form token (`RequestGuard`).
- * Read-only unless started with `allowActions`.
+ * console's host names, and every POST against its origin and its session's form token
+ * (`RequestGuard`, `ConsoleSessions`). A bind address other than loopback needs an access token:
+ * without one the server refuses to start. Read-only unless started with `allowActions`.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -21,8 +22,12 @@ import { overviewFragment, overviewPage } from './overview-page.ts';
 import { configuredSecrets, createRedactor } from './redact-row.ts';
 import { ReplayConfirmations } from './replay-confirmations.ts';
 import { replayConfirmPage, replayFormPage, replayPreviewPage } from './replay-page.ts';
+import { ACCESS_PARAM, ConsoleSessions } from './console-sessions.ts';
 import { RequestGuard } from './request-guard.ts';
 import { rowPage } from './row-page.ts';
+
+/** Bind addresses that only this machine can reach. */
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
 /** Largest form body accepted (a confirm of 100 ids is about 5 KB). */
 const MAX_BODY_BYTES = 64 * 1024;
@@ -45,6 +50,11 @@ export interface ConsoleServerOptions {
   /** TCP port; 0 picks a free one. */
   port: number;
   allowActions?: boolean;
+  /**
+   * A secret a browser must present once (`/?access=<token>`) to get a session; required for any
+   * `host` but loopback (127.0.0.1, ::1, localhost).
+   */
+  accessToken?: string;
   /** Unexpected errors (500) are reported here; default: nowhere. */
   onError?: (error: unknown) => void;
 }
@@ -60,6 +70,9 @@ export interface ConsoleServer {
 /** Starts the console; resolves once it listens. */
 export async function startConsoleServer(options: ConsoleServerOptions): Promise<ConsoleServer> {
   const host = options.host ?? '127.0.0.1';
+  if (!LOOPBACK.has(host) && (options.accessToken === undefined || options.accessToken.length < 16)) {
+    throw new UsageError(`console: listening on ${host} (not loopback) needs an access token of 16 characters or more; the console has no other login`);
+  }
   const hosts: string[] = [];
   const guardHolder: { guard?: RequestGuard } = {};
   const confirmations = new ReplayConfirmations();
@@ -75,6 +88,7 @@ export async function startConsoleServer(options: ConsoleServerOptions): Promise
     config: options.config,
     redactor,
     guard: guardHolder.guard!,
+    formToken: '',
     allowActions: options.allowActions === true,
     confirmations,
   });
@@ -86,7 +100,7 @@ export async function startConsoleServer(options: ConsoleServerOptions): Promise
   const { port } = server.address() as AddressInfo;
   const bracketed = host.includes(':') ? `[${host}]` : host;
   for (const name of hostNames(host)) hosts.push(`${name.includes(':') ? `[${name}]` : name}:${port}`);
-  guardHolder.guard = new RequestGuard(hosts);
+  guardHolder.guard = new RequestGuard(hosts, new ConsoleSessions(port, options.accessToken));
   return {
     url: `http://${bracketed}:${port}`,
     server,
@@ -106,19 +120,38 @@ function hostNames(host: string): string[] {
   return names;
 }
 
-async function handle(ctx: ConsoleContext, request: IncomingMessage, response: ServerResponse): Promise<void> {
-  const refusedHost = ctx.guard.checkHost(request);
+async function handle(base: ConsoleContext, request: IncomingMessage, response: ServerResponse): Promise<void> {
+  const refusedHost = base.guard.checkHost(request);
   if (refusedHost) return sendText(response, refusedHost.status, refusedHost.message);
-  const refusedFetch = ctx.guard.checkFetch(request);
+  const refusedFetch = base.guard.checkFetch(request);
   if (refusedFetch) return sendText(response, refusedFetch.status, refusedFetch.message);
   const url = new URL(request.url ?? '/', 'http://console.invalid');
   const path = url.pathname;
+  const sessions = base.guard.sessions;
+  let session = sessions.sessionOf(request);
+  if (session === undefined && sessions.requiresToken && !sessions.presentsAccessToken(request, url)) {
+    return sendText(response, 401, 'this console needs its access token: open the address it printed when it started (…/?access=…)');
+  }
+  // A POST never starts a session: its form token must be the one of the session that served the form.
+  if (session === undefined && request.method !== 'POST') {
+    const issued = sessions.issue();
+    session = issued.id;
+    response.setHeader('set-cookie', issued.setCookie);
+  }
+  if (url.searchParams.has(ACCESS_PARAM) && request.method !== 'POST') {
+    // The token leaves the address bar and the history as soon as the session cookie is set.
+    url.searchParams.delete(ACCESS_PARAM);
+    response.writeHead(303, { ...SECURITY_HEADERS, location: `/${url.pathname.replace(/^[/\\]+/, '')}${url.search}` });
+    return void response.end();
+  }
+  const ctx: ConsoleContext = { ...base, formToken: session === undefined ? '' : sessions.formToken(session) };
   if (request.method !== 'GET' && request.method !== 'HEAD' && request.method !== 'POST') {
     response.setHeader('allow', 'GET, HEAD, POST');
     return sendText(response, 405, 'method not allowed');
   }
   if (path === '/assets/console.css') return sendAsset(response, 'text/css', CONSOLE_CSS);
   if (path === '/assets/console.js') return sendAsset(response, 'text/javascript', CONSOLE_JS);
+  if (request.method !== 'POST' && path !== '/' && ctx.guard.isForeignNavigation(request)) return send(response, 200, foreignLinkPage(ctx, url));
   try {
     if (request.method === 'POST') {
       if (path !== '/replay') return send(response, 404, notFound(ctx));
@@ -196,6 +229,19 @@ function sendAsset(response: ServerResponse, type: string, body: string): void {
 
 function notFound(ctx: ConsoleContext, text = 'No such page.'): SafeHtml {
   return page(ctx, '', 'Not found', html`<p>${text}</p><p><a href="/">Overview</a></p>`);
+}
+
+/** What a link from another site gets instead of the page it names: that page's address, to open from here. */
+function foreignLinkPage(ctx: ConsoleContext, url: URL): SafeHtml {
+  // One leading slash only: "//host" or "/\\host" would be another site's address in a browser.
+  const target = `/${url.pathname.replace(/^[/\\]+/, '')}${url.search}`;
+  return page(
+    ctx,
+    '',
+    'Opened from another site',
+    html`<p class="banner" data-foreign-link>A page on another site linked here. The console runs no search or count that another site asks for; open it from here if you meant to:</p>
+<p><a href="${target}"><code>${target}</code></a></p><p><a href="/">Overview</a></p>`,
+  );
 }
 
 function errorPage(ctx: ConsoleContext, title: string, error: unknown): SafeHtml {

@@ -14,6 +14,8 @@ export interface ConsoleContext {
   config: QueueBoxConfig;
   redactor: Redactor;
   guard: RequestGuard;
+  /** The form token of this request's session ('' without a session: a form then cannot be posted). */
+  formToken: string;
   /** Started with `--allow-actions`: replay may move rows. */
   allowActions: boolean;
   /** The replay previews a confirm may act on (each once). */
@@ -62,7 +64,7 @@ export function rowLink(kind: TableKind, id: string): SafeHtml {
 
 /** The hidden form token of a state-changing form. */
 export function tokenField(ctx: ConsoleContext): SafeHtml {
-  return html`<input type="hidden" name="${RequestGuard.FIELD}" value="${ctx.guard.token}">`;
+  return html`<input type="hidden" name="${RequestGuard.FIELD}" value="${ctx.formToken}">`;
 }
 
 /** Characters of a payload shown in a list (the dead rows) and on a row's own page. */

@@ -3,9 +3,12 @@
  *
  * Three layers: values under a key that names a secret (`password`, `token`, `authorization`,
  * `signature`, `apiKey`…) become `***`, whole objects and lists included; every string goes
- * through `redactSecrets` (URL passwords, bearer tokens, secret-named pairs, AWS key ids); and
- * the values of the secrets the configuration names (`*Env` keys: source secrets, tokens, keys,
- * the database URL) are replaced wherever they occur.
+ * through `redactSecrets`, the redactor `last_error` is stored through (URL passwords, bearer
+ * tokens, secret-named pairs, AWS key ids, JWTs, provider tokens by prefix); and the values of
+ * the secrets the configuration names (`*Env` keys: source secrets, tokens, keys, the database
+ * URL and its password) are replaced wherever they occur — as they are, percent-encoded,
+ * JSON-escaped, and in base64 and base64url at any byte offset (the stretch of a longer base64
+ * text, such as a Basic credential, that only the secret's bytes determine).
  */
 import { redactSecrets } from '../claims/redact.ts';
 
@@ -20,13 +23,43 @@ export function configuredSecrets(config: unknown, env: Readonly<Record<string, 
     for (const [key, value] of Object.entries(node)) {
       if (key.endsWith('Env') && typeof value === 'string') {
         const secret = env[value];
-        // Short values would mask ordinary words; a real secret is longer.
-        if (secret !== undefined && secret.length >= 6) found.add(secret);
+        if (secret === undefined) continue;
+        for (const form of [secret, urlPassword(secret)]) {
+          if (form !== undefined && form.length >= MIN_SECRET_CHARS) for (const text of encodedForms(form)) found.add(text);
+        }
       } else walk(value);
     }
   };
   walk(config);
-  return [...found].sort((a, b) => b.length - a.length);
+  // Short values would mask ordinary words; a real secret is longer.
+  return [...found].filter((s) => s.length >= MIN_SECRET_CHARS).sort((a, b) => b.length - a.length);
+}
+
+/** Characters a configured secret (or an encoded stretch of it) must have to be masked. */
+const MIN_SECRET_CHARS = 6;
+
+/** The password of a connection URL, decoded (undefined when the value is not such a URL). */
+function urlPassword(value: string): string | undefined {
+  try {
+    const password = new URL(value).password;
+    return password === '' ? undefined : decodeURIComponent(password);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A secret as it may appear in text: itself, percent-encoded (either case, `+` for spaces), JSON-escaped, and base64/base64url at each of the three byte offsets. */
+function encodedForms(secret: string): string[] {
+  const percent = encodeURIComponent(secret);
+  const forms = [secret, percent, percent.replace(/%[0-9A-F]{2}/g, (e) => e.toLowerCase()), percent.replace(/%20/g, '+'), JSON.stringify(secret).slice(1, -1)];
+  const bytes = Buffer.from(secret, 'utf8');
+  for (let offset = 0; offset < 3; offset++) {
+    const encoded = Buffer.concat([Buffer.alloc(offset), bytes]).toString('base64');
+    // Characters whose six bits all come from the secret: they appear wherever the secret starts at this offset.
+    const stable = encoded.slice(Math.ceil((offset * 8) / 6), Math.floor(((offset + bytes.length) * 8) / 6));
+    forms.push(stable, stable.replace(/\+/g, '-').replace(/\//g, '_'));
+  }
+  return forms;
 }
 
 /** A redactor bound to the configured secrets. */

@@ -4,11 +4,11 @@
  * The console listens on loopback, but any page open in the operator's browser can send it
  * requests. Every request must name one of the console's own hosts in `Host` (a DNS-rebinding
  * page sends its own name there). A state-changing request (POST) must also come from the
- * console's own origin (`Origin`, else `Referer`, must match) and carry the per-process form
- * token that only the console's pages contain; a cross-site form cannot read it.
+ * console's own origin (`Origin`, else `Referer`, must match) and carry the form token of the
+ * session its cookie names (`ConsoleSessions`); a cross-site form can read neither.
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { ConsoleSessions } from './console-sessions.ts';
 
 /** Why a request was refused (HTTP status and a sentence), or undefined when allowed. */
 export interface Refusal {
@@ -16,16 +16,18 @@ export interface Refusal {
   message: string;
 }
 
-/** The Host, Origin and form-token checks of one console process (its token lives as long as the process). */
+/** The Host, Sec-Fetch, Origin and form-token checks of one console process. */
 export class RequestGuard {
   /** Hidden field name of the form token. */
   static readonly FIELD = 'token';
-  readonly token = randomBytes(32).toString('hex');
   readonly #hosts: Set<string>;
+  /** The sessions whose form tokens a POST must carry. */
+  readonly sessions: ConsoleSessions;
 
   /** `hosts`: every `host:port` the console answers as (its bind address and loopback names). */
-  constructor(hosts: Iterable<string>) {
+  constructor(hosts: Iterable<string>, sessions: ConsoleSessions) {
     this.#hosts = new Set([...hosts].map((h) => h.toLowerCase()));
+    this.sessions = sessions;
   }
 
   /** Checks `Host` on every request. */
@@ -47,16 +49,25 @@ export class RequestGuard {
     return topLevel ? undefined : { status: 403, message: 'refused: another site asked for this page in the background' };
   }
 
-  /** Checks the origin and the form token of a state-changing request. */
+  /**
+   * Whether a page was opened by following a link on another site (`Sec-Fetch-Site` cross-site or
+   * same-site — another port on localhost is the same site — in a top-level navigation). Such a
+   * request gets a page that names the link instead of running the read it asks for (a dead-row
+   * search, a replay count): a click on that page, from the console itself, runs it.
+   */
+  isForeignNavigation(request: IncomingMessage): boolean {
+    const site = request.headers['sec-fetch-site'];
+    return (site === 'cross-site' || site === 'same-site') && request.headers['sec-fetch-mode'] === 'navigate';
+  }
+
+  /** Checks the origin of a state-changing request and that its form token is its session's. */
   checkAction(request: IncomingMessage, form: URLSearchParams): Refusal | undefined {
     const origin = request.headers.origin ?? refererOrigin(request.headers.referer);
     if (origin === undefined || origin === 'null' || !this.#hosts.has(originHost(origin))) {
       return { status: 403, message: 'refused: the request does not come from this console (Origin/Referer)' };
     }
-    const sent = Buffer.from(form.get(RequestGuard.FIELD) ?? '');
-    const expected = Buffer.from(this.token);
-    if (sent.length !== expected.length || !timingSafeEqual(sent, expected)) {
-      return { status: 403, message: 'refused: missing or stale form token (reload the page)' };
+    if (!this.sessions.checkFormToken(this.sessions.sessionOf(request), form.get(RequestGuard.FIELD) ?? '')) {
+      return { status: 403, message: 'refused: missing or stale form token, or no session cookie (reload the page)' };
     }
     return undefined;
   }

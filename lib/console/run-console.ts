@@ -3,12 +3,14 @@
  * none configured, the database of a running `npm start`), starts the console server and serves
  * until SIGINT/SIGTERM (or `signal`).
  */
+import { randomBytes } from 'node:crypto';
 import { loadConfig, parseConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver, resolveDatabaseUrl } from '../db/create-driver.ts';
 import { ConfigError, QueueBoxError, UsageError } from '../errors.ts';
 import { startConsoleServer, type ConsoleServer } from './console-server.ts';
 import { readLocalRunFile } from './local-run-file.ts';
+import { localClusterReadMark } from '../db/postgres/local-cluster.ts';
 
 /** Default TCP port of the console. */
 export const CONSOLE_DEFAULT_PORT = 8787;
@@ -18,9 +20,11 @@ const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 /** Options of `queuebox console` plus the IO and stop signal tests inject. */
 export interface RunConsoleOptions {
   port?: number;
-  /** Bind address; anything but loopback prints a warning. */
+  /** Bind address; anything but loopback needs `requireToken` and prints a warning. */
   host?: string;
   allowActions?: boolean;
+  /** Generate an access token, print the address that carries it, and serve only browsers that presented it (required off loopback). */
+  requireToken?: boolean;
   configPath?: string;
   env: Record<string, string | undefined>;
   stdout: (text: string) => void;
@@ -33,8 +37,12 @@ export interface RunConsoleOptions {
   localRunFile?: string;
 }
 
-/** The configuration to serve: as loaded, or pointed at the local run's database when none is configured. */
-export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr' | 'localRunFile'>): QueueBoxConfig {
+/**
+ * The configuration to serve: as loaded, or pointed at the local run's database when none is
+ * configured (the run file must pass `readLocalRunFile`'s owner and mode checks, and the database
+ * its URL leads to must carry the mark the file names).
+ */
+export async function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr' | 'localRunFile'>): Promise<QueueBoxConfig> {
   const base = loadConfig({ env: options.env, ...(options.configPath !== undefined ? { path: options.configPath } : {}) });
   try {
     resolveDatabaseUrl(base, options.env);
@@ -44,6 +52,12 @@ export function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'e
     const local = readLocalRunFile(options.localRunFile);
     if (!local) {
       throw new ConfigError([{ key: 'database.url', message: 'is not set and no local run (npm start) is running: start one, or set DATABASE_URL / QUEUEBOX_DATABASE_URL' }]);
+    }
+    const found = await localClusterReadMark(local.url).catch((cause: unknown) => {
+      throw new ConfigError([{ key: 'database.url', message: `is not set, and the local run's database (process ${local.pid}) cannot be reached: ${cause instanceof Error ? cause.message : String(cause)}` }]);
+    });
+    if (found !== local.marker) {
+      throw new ConfigError([{ key: 'database.url', message: `is not set, and the database at the local run file's address is not the one that run created (its mark differs): not using it` }]);
     }
     options.stderr(`queuebox console: no database configured; using the local run's embedded PostgreSQL (process ${local.pid})\n`);
     return parseConfig({ ...base, database: { ...base.database, url: local.url, urlEnv: undefined, schema: local.schema } });
@@ -76,11 +90,15 @@ export async function runConsole(options: RunConsoleOptions): Promise<void> {
   const port = options.port ?? CONSOLE_DEFAULT_PORT;
   if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new UsageError(`console: --port must be a TCP port (1 to 65535), not ${port}`);
   if (!LOOPBACK.has(host)) {
+    if (options.requireToken !== true) {
+      throw new UsageError(`console: --host ${host} makes the console reachable from the network; add --require-token (a browser then needs the printed access address), or keep 127.0.0.1 and use an SSH tunnel`);
+    }
     options.stderr(
-      `WARNING: the console listens on ${host}: anyone who can reach this address sees rows, errors and payloads${options.allowActions ? ' and can replay rows' : ''}. It has no login; prefer 127.0.0.1 and an SSH tunnel.\n`,
+      `WARNING: the console listens on ${host}: anyone who can reach this address and has its access token sees rows, errors and payloads${options.allowActions ? ' and can replay rows' : ''}, over plain HTTP; prefer 127.0.0.1 and an SSH tunnel.\n`,
     );
   }
-  const config = consoleConfig(options);
+  const accessToken = options.requireToken === true ? randomBytes(24).toString('base64url') : undefined;
+  const config = await consoleConfig(options);
   const driver = await createDriver(config, options.env);
   const stop = new AbortController();
   const onSignal = () => stop.abort();
@@ -99,9 +117,11 @@ export async function runConsole(options: RunConsoleOptions): Promise<void> {
       host,
       port,
       allowActions: options.allowActions === true,
+      ...(accessToken !== undefined ? { accessToken } : {}),
       onError: (error) => options.stderr(`queuebox console: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`),
     });
     options.stdout(`QueueBox console on ${server.url}/ (${options.allowActions ? 'actions allowed' : 'read-only; --allow-actions enables replay'}); Ctrl-C stops it\n`);
+    if (accessToken !== undefined) options.stdout(`open ${server.url}/?access=${accessToken} (the access token is asked for once per browser session; keep it secret)\n`);
     options.onListening?.(server);
     if (!stop.signal.aborted) await new Promise((resolve) => stop.signal.addEventListener('abort', resolve, { once: true }));
   } finally {

@@ -120,6 +120,13 @@ export interface ReplayFilter {
    * the replay statement itself, so nothing can change between the check and the move.
    */
   asRead?: Array<{ id: string; updatedAtMs: number }>;
+  /**
+   * A hard bound (1 to `REPLAY_MAX_ROWS_BOUND`, `replay-bound.ts`): the replay locks the matching rows and moves them
+   * only when at most this many match at that moment; otherwise it moves none and throws
+   * `ReplayLimitError`. One statement (one transaction), so rows that die meanwhile cannot
+   * slip past the bound.
+   */
+  maxRows?: number;
 }
 
 /** One row a replay would move, as a preview shows it (no payload: previews are for eyes and logs). */
@@ -397,15 +404,28 @@ export interface ConsoleDeadQuery {
   /** Outbox: `updated_at`; inbox: `created_at` (the indexed time of each table). */
   from?: Date;
   to?: Date;
+  /** Only rows after this one in the page order (older, or as old with a lower id): a previous page's `next`. */
+  before?: ConsoleDeadCursor;
   limit: number;
   scanLimit: number;
 }
 
-/** A page of dead rows, newest first. `scanCapped`: the search stopped after `scanLimit` rows. */
+/** A position in the dead rows' order: a row's time exactly as stored (ISO-8601 UTC text, sub-millisecond digits kept) and its id. */
+export interface ConsoleDeadCursor {
+  at: string;
+  id: string;
+}
+
+/**
+ * A page of dead rows, newest first. `scanCapped`: the search stopped after `scanLimit` rows.
+ * `next`: where the following page starts (the last row shown), when more rows match.
+ * Payloads are read for the rows returned only.
+ */
 export interface ConsoleDeadPage {
   rows: ConsoleRow[];
   more: boolean;
   scanCapped: boolean;
+  next?: ConsoleDeadCursor;
 }
 
 /** The operator console's reads: each one statement, bounded by its limits on any table size. */

@@ -12,7 +12,7 @@ const send = (message: EmbeddedDatabaseMessage) => {
 
 const started = startEmbeddedCluster((line) => send({ log: line }));
 started.then(
-  (database) => send({ url: database.url }),
+  (database) => send({ url: database.url, adminUrl: database.adminUrl, marker: database.marker }),
   (error: unknown) => {
     send({ error: error instanceof Error ? error.message : String(error) });
     process.exitCode = 1;

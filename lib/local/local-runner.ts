@@ -143,7 +143,7 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     await driver.migrate();
     if (embedded === undefined && options.useExisting !== true) await refuseExistingRows(driver, `database ${redactUrl(url)} (schema ${config.database.schema ?? 'public'})`);
     // `queuebox console` finds the embedded database through this file.
-    if (embedded) writeLocalRunFile({ url, schema: config.database.schema ?? 'public' });
+    if (embedded) writeLocalRunFile({ url, schema: config.database.schema ?? 'public', marker: embedded.marker });
     const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
     driver.useLogger?.(logger);
     setContainer({ config, driver, logger, env, writeMetrics: () => {} });

@@ -13,7 +13,8 @@
 import { z } from 'zod';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver, ReplayFilter, ReplayPreviewRow } from '../db/driver.ts';
-import { UsageError } from '../errors.ts';
+import { ReplayLimitError, UsageError } from '../errors.ts';
+import { operatorTimeProblem } from './operator-time.ts';
 
 export type { ReplayPreviewRow } from '../db/driver.ts';
 
@@ -23,15 +24,14 @@ export const REPLAY_CONFIRM_ABOVE = 100;
 /** Rows shown by a preview unless the caller asks for another number. */
 export const REPLAY_SAMPLE_SIZE = 10;
 
-const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const time = z.union([
   z.date().refine((d) => !Number.isNaN(d.getTime()), 'is not a valid time'),
-  z
-    .string()
-    .regex(ISO_TIME, 'must be an ISO-8601 time such as 2025-01-31T00:00:00Z')
-    .refine((s) => !Number.isNaN(new Date(s).getTime()), 'is not a valid time'),
+  z.string().superRefine((s, ctx) => {
+    const problem = operatorTimeProblem(s);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  }),
 ]);
 const nonEmptyList = (item: z.ZodString, what: string) => z.array(item).min(1, `must list at least one ${what}`);
 
@@ -162,7 +162,10 @@ export async function replayOutbox(driver: Driver, config: Pick<QueueBoxConfig, 
 
 /**
  * Runs a replay command as operator surfaces do: a dry run previews; a replay that would move
- * more than `confirmAbove` rows is refused unless `yes` (the refusal carries the count).
+ * more than `confirmAbove` rows is refused unless `yes` (the refusal carries the count). Without
+ * `yes` the move itself is bounded too (`maxRows: confirmAbove`): rows that die between the count
+ * and the move cannot take it past `confirmAbove` — it then moves nothing and says so. With `yes`
+ * the operator confirmed whatever matches when the move runs.
  */
 export async function runReplayCommand(
   driver: Driver,
@@ -171,11 +174,15 @@ export async function runReplayCommand(
   confirmAbove = REPLAY_CONFIRM_ABOVE,
 ): Promise<{ dryRun: true; count: number; sample: ReplayPreviewRow[] } | { moved: number }> {
   if (command.dryRun) return { dryRun: true, ...(await previewReplay(driver, config, command.request)) };
-  if (!command.yes) {
-    const { count } = await previewReplay(driver, config, command.request, { sampleSize: 0 });
-    if (count > confirmAbove) {
-      throw new UsageError(`replay would move ${count} rows (more than ${confirmAbove}): preview with a dry run, then confirm with --yes ("yes": true in the event)`);
-    }
+  if (command.yes) return replayOutbox(driver, config, command.request);
+  const { count } = await previewReplay(driver, config, command.request, { sampleSize: 0 });
+  const confirm = 'preview with a dry run, then confirm with --yes ("yes": true in the event)';
+  if (count > confirmAbove) throw new UsageError(`replay would move ${count} rows (more than ${confirmAbove}): ${confirm}`);
+  const filter = { ...resolveReplayFilter(config, command.request), maxRows: confirmAbove };
+  try {
+    return { moved: await driver.outboxReplay(filter) };
+  } catch (error) {
+    if (!(error instanceof ReplayLimitError)) throw error;
+    throw new UsageError(`replay: ${count} rows matched when counted, but more than ${confirmAbove} match now (rows finished meanwhile); nothing moved: ${confirm}`, { cause: error });
   }
-  return replayOutbox(driver, config, command.request);
 }

@@ -141,6 +141,11 @@ export function defineConsoleCases(define: DefineCase): void {
     assert.deepEqual({ more: all.more, scanCapped: all.scanCapped }, { more: false, scanCapped: false });
     const x = await t.driver.outboxDeadSearch({ label: 'x', limit: 1, scanLimit: 100 });
     assert.deepEqual({ ids: x.rows.map((r) => r.id), more: x.more }, { ids: [dead[2]], more: true });
+    assert.equal(all.next, undefined, 'no cursor when nothing more matches');
+    assert.match(x.next!.at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6,7}Z$/, 'the stored time, sub-millisecond digits kept');
+    assert.equal(x.next!.id, dead[2]);
+    const after = await t.driver.outboxDeadSearch({ label: 'x', before: x.next!, limit: 1, scanLimit: 100 });
+    assert.deepEqual({ ids: after.rows.map((r) => r.id), more: after.more, next: after.next }, { ids: [dead[0]], more: false, next: undefined });
     const older = await t.driver.outboxDeadSearch({ label: 'x', to: all.rows[0]!.updatedAt, limit: 10, scanLimit: 100 });
     assert.deepEqual(older.rows.map((r) => r.id), [dead[0]]);
     const from = await t.driver.outboxDeadSearch({ from: all.rows[1]!.updatedAt, limit: 10, scanLimit: 100 });

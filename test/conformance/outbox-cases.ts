@@ -3,7 +3,7 @@
  */
 import assert from 'node:assert/strict';
 import type { ClaimRef } from '../../lib/db/driver.ts';
-import { UsageError } from '../../lib/errors.ts';
+import { ReplayLimitError, UsageError } from '../../lib/errors.ts';
 import { enqueueRows, type ConformanceTarget, type DefineCase } from './driver-conformance.ts';
 import { defineFenceCases } from './fence-cases.ts';
 
@@ -310,6 +310,15 @@ export function defineOutboxCases(define: DefineCase): void {
     assert.equal(await t.driver.outboxReplay({ ids: [a, b], states: ['dead'], asRead }), 1, 'the clock keeps sub-millisecond digits; the read value matches them truncated');
     assert.deepEqual([(await t.row('outbox', a))!.state, (await t.row('outbox', b))!.state], ['pending', 'dead']);
     await assert.rejects(t.driver.outboxReplay({ ids: [b], states: ['dead'], asRead: [] }), UsageError, 'an empty list never widens a replay');
+  });
+
+  define('outboxReplay with maxRows moves every matching row when no more than maxRows match, and none (ReplayLimitError) when more do', async (t) => {
+    const rows = [await finishedRow(t, 'bounded.a', 'dead'), await finishedRow(t, 'bounded.a', 'dead'), await finishedRow(t, 'bounded.a', 'dead')];
+    await assert.rejects(t.driver.outboxReplay({ topics: ['bounded.a'], states: ['dead'], maxRows: 2 }), ReplayLimitError);
+    assert.deepEqual(await Promise.all(rows.map(async (id) => (await t.row('outbox', id))!.state)), ['dead', 'dead', 'dead'], 'nothing moved');
+    assert.equal(await t.driver.outboxReplay({ topics: ['bounded.a'], states: ['dead'], maxRows: 3 }), 3);
+    assert.equal(await t.driver.outboxReplay({ topics: ['bounded.a'], states: ['dead'], maxRows: 3 }), 0, 'replayed rows left the filter');
+    await assert.rejects(t.driver.outboxReplay({ topics: ['bounded.a'], maxRows: 0 }), UsageError);
   });
 
   define('outboxReplay refuses an empty filter and states other than sent or dead', async (t) => {

@@ -16,12 +16,12 @@ import { withConsoleServer } from './console-fixture.ts';
 
 function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
   const target = new URL(url);
-  return new Promise<{ status: number; body: string }>((resolve, reject) => {
+  return new Promise<{ status: number; body: string; cookie: string }>((resolve, reject) => {
     const req = request({ host: target.hostname, port: target.port, path: options.path, method: options.method ?? 'GET', headers: options.headers }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; ') }));
     });
     req.on('error', reject);
     req.end(options.body);
@@ -38,8 +38,11 @@ describe('console: malformed input is a 400 naming the field', () => {
   const cases: Array<[string, RegExp]> = [
     ['/row/outbox/%', /percent-encoding/],
     ['/row/inbox/%E0%A4%A', /percent-encoding/],
-    ['/dead?from=-271821-04-20T00:00:00Z', /from is not a time/],
-    ['/dead?to=1', /to is not a time/],
+    ['/dead?from=-271821-04-20T00:00:00Z', /from must be an ISO-8601 time with its zone/],
+    ['/dead?to=1', /to must be an ISO-8601 time with its zone/],
+    ['/dead?from=2026-11-30T12:00:00', /from has no time zone: write it in UTC with a Z \(e\.g\. 2026-11-30T12:00:00Z\)/],
+    ['/dead?to=2026-11-30%2012:00', /to has no time zone/],
+    ['/replay/preview?createdFrom=2026-11-30T12:00', /createdFrom has no time zone/],
     ['/dead?label=a%00b', /label must not contain a NUL/],
     ['/dead?table=inbox&label=%00', /label must not contain a NUL/],
     ['/replay/preview?topics=orders%00', /topics\.0 must not contain a NUL/],
@@ -64,7 +67,7 @@ describe('console: another site cannot make the browser read the console in the 
     server = s;
   });
 
-  it('an <img> or no-cors fetch from another site is a 403; a followed link, the console itself and curl are served', async () => {
+  it('an <img> or no-cors fetch from another site is a 403; a followed link gets a page naming it; the console itself and curl are served', async () => {
     const path = '/replay/preview?topics=orders.failed';
     const img = await call(server.url, { path, headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' } });
     assert.equal(img.status, 403);
@@ -73,6 +76,8 @@ describe('console: another site cannot make the browser read the console in the 
     assert.equal(frame.status, 403);
     const link = await call(server.url, { path, headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' } });
     assert.equal(link.status, 200);
+    assert.match(link.body, /data-foreign-link/, 'a followed link gets the page naming it, not the count');
+    assert.doesNotMatch(link.body, /data-preview-count/);
     const own = await call(server.url, { path: '/overview/live', headers: { 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' } });
     assert.equal(own.status, 200);
     assert.equal((await call(server.url, { path })).status, 200);
@@ -120,10 +125,12 @@ describe('console: paging through dead rows leaves none out', () => {
     assert.equal(new Set(shown).size, 55);
   });
 
-  it('a skip that is not a whole number is a 400 naming it', async () => {
-    const res = await call(server.url, { path: '/dead?skip=-1' });
-    assert.equal(res.status, 400);
-    assert.match(res.body, /skip must be a whole number/);
+  it('a page position that is not one an "Older dead rows" link carries is a 400 naming it', async () => {
+    for (const before of ['975', '2026-11-30T10:00:00Z~not-a-uuid', '2026-13-45T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc']) {
+      const res = await call(server.url, { path: `/dead?before=${encodeURIComponent(before)}` });
+      assert.equal(res.status, 400, before);
+      assert.match(res.body, /before must be the position an &quot;Older dead rows&quot; link carries/);
+    }
   });
 });
 
@@ -181,10 +188,14 @@ describe('console: a replay confirm acts on its own preview, once', () => {
   const states = async (ids: string[]) =>
     (await db.query<{ id: string; state: string }>(`SELECT id, state FROM "${db.schema}".outbox WHERE id = ANY($1::uuid[]) ORDER BY id`, [ids])).map((r) => r.state);
 
+  /** The browser's session cookie (set by the first page it loads). */
+  let cookie = '';
+
   /** Loads the preview page and returns the confirm form's fields as a browser would post them. */
   async function preview(query: string): Promise<URLSearchParams> {
-    const res = await call(server.url, { path: `/replay/preview?${query}` });
+    const res = await call(server.url, { path: `/replay/preview?${query}`, headers: cookie ? { cookie } : {} });
     assert.equal(res.status, 200);
+    cookie ||= res.cookie;
     const form = /<form method="post" action="\/replay">([\s\S]*?)<\/form>/.exec(res.body)?.[1] ?? '';
     const fields = new URLSearchParams();
     for (const m of form.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) fields.append(m[1]!, m[2]!);
@@ -192,7 +203,7 @@ describe('console: a replay confirm acts on its own preview, once', () => {
     return fields;
   }
   const confirm = (fields: URLSearchParams) =>
-    call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url }, body: fields.toString() });
+    call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url, cookie }, body: fields.toString() });
 
   it('a second post of the same confirm (resubmitted form) is refused and moves nothing', async () => {
     const ids = await dead(2, 'twice.failed');

@@ -12,7 +12,6 @@ import { after, before, describe, it } from 'node:test';
 import { blockedReason } from '../../lib/console/blocked-reason.ts';
 import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { escapeHtml, html } from '../../lib/console/html.ts';
-import { writeLocalRunFile } from '../../lib/console/local-run-file.ts';
 import { configuredSecrets, createRedactor } from '../../lib/console/redact-row.ts';
 import { runConsole } from '../../lib/console/run-console.ts';
 import type { ConsoleBlockedHead } from '../../lib/db/driver.ts';
@@ -49,7 +48,8 @@ describe('console pieces', () => {
 
   it('the redactor masks secret-named keys, URL passwords, bearer tokens and the configured secrets anywhere', () => {
     const secrets = configuredSecrets({ inbox: { sources: { s: { auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' } } } }, database: { urlEnv: 'NOPE' } }, { HOOK_SECRET: 'whsec_abcdef123', NOPE: 'x' });
-    assert.deepEqual(secrets, ['whsec_abcdef123'], 'short values are not treated as secrets');
+    assert.ok(secrets.includes('whsec_abcdef123'), 'the configured secret');
+    assert.ok(!secrets.includes('x') && secrets.every((s) => s.length >= 6), 'short values are not treated as secrets');
     const r = createRedactor(secrets);
     assert.deepEqual(r.value({ password: 'p4ss', nested: { Authorization: 'Bearer abcdefgh' }, list: ['echo whsec_abcdef123 back'], n: 1, ok: 'plain' }), {
       password: '***', nested: { Authorization: '***' }, list: ['echo *** back'], n: 1, ok: 'plain',
@@ -123,7 +123,7 @@ describe('queuebox console start-up', () => {
     await db?.drop();
   });
 
-  async function serve(options: { env: Record<string, string>; host?: string; localRunFile?: string }) {
+  async function serve(options: { env: Record<string, string>; host?: string; localRunFile?: string; requireToken?: boolean }) {
     const stop = new AbortController();
     let stderr = '';
     let stdout = '';
@@ -151,19 +151,19 @@ describe('queuebox console start-up', () => {
     assert.match(run.body, /read-only/);
   });
 
-  it('another bind address prints a warning', async () => {
-    const run = await serve({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0' });
-    assert.match(run.stderr, /^WARNING: the console listens on 0\.0\.0\.0: anyone who can reach this address/);
-    assert.match(run.body, /Overview/);
+  it('another bind address is refused without --require-token', async () => {
+    await assert.rejects(
+      runConsole({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0', port: 0, stdout: () => {}, stderr: () => {} }),
+      (error: unknown) => error instanceof UsageError && /--host 0\.0\.0\.0 makes the console reachable from the network; add --require-token/.test(error.message),
+    );
   });
 
-  it('with no database configured it uses the running local run published in the local run file', async () => {
-    const file = join(dir, 'local-run.json');
-    writeLocalRunFile({ url: db.url, schema: db.schema }, file);
-    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state) VALUES ('from-local-run', '{}', 'dead')`);
-    const run = await serve({ env: {}, localRunFile: file });
-    assert.match(run.stderr, new RegExp(`using the local run's embedded PostgreSQL \\(process ${process.pid}\\)`));
-    assert.match(run.body, /data-state="dead"><td><span class="state-dead">dead<\/span><\/td><td class="num">1</);
+  it('with --require-token another bind address prints a warning and the access address; a client without the token reads nothing', async () => {
+    const run = await serve({ env: { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema }, host: '0.0.0.0', requireToken: true });
+    assert.match(run.stderr, /^WARNING: the console listens on 0\.0\.0\.0: anyone who can reach this address and has its access token/);
+    assert.match(run.stdout, /\nopen http:\/\/0\.0\.0\.0:\d+\/\?access=[A-Za-z0-9_-]{32}/);
+    assert.match(run.body, /needs its access token/);
+    assert.doesNotMatch(run.body, /Overview/);
   });
 
   it('a port already in use is a UsageError naming the address', async () => {

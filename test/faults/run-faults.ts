@@ -30,7 +30,7 @@ if (!['default', 'short-lease', 'frozen-pull'].includes(profile)) {
 let embedded: EmbeddedDatabase | undefined;
 if (!process.env.DATABASE_URL) {
   embedded = await startEmbeddedDatabase();
-  process.env.DATABASE_URL = embedded.url;
+  process.env.DATABASE_URL = embedded.adminUrl;
   console.log('# embedded PostgreSQL started (DATABASE_URL unset)');
 }
 console.log(`# fault run: profile ${profile}, seed ${seed}, ${messages} messages (replay with FAULTS_PROFILE=${profile} QUEUEBOX_FAULTS_SEED=${seed} FAULTS_MESSAGES=${messages})`);

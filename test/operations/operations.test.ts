@@ -5,6 +5,7 @@ import { handler as reclaimHandler } from '../../functions/reclaim.ts';
 import { handler as replayHandler } from '../../functions/replay.ts';
 import { handler as retentionHandler } from '../../functions/retention.ts';
 import { UsageError } from '../../lib/errors.ts';
+import { parseReplayRequest, runReplayCommand } from '../../lib/operations/replay.ts';
 import { retentionProgress } from '../../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../../lib/operations/status.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
@@ -142,6 +143,33 @@ describe('operations: reclaim, replay, retention, status', () => {
     assert.deepEqual(await states(outbox()), { dead: 101, sent: 1 });
     assert.deepEqual(await replayHandler({ topics: ['order.paid'], yes: true }, fakeLambdaContext({ timeoutMs: 30_000 })), { moved: 101 });
     assert.deepEqual(await states(outbox()), { pending: 101, sent: 1 });
+  });
+
+  it('replay times name their zone: a date-time without one is refused naming the key, a date alone is 00:00 UTC, an offset is applied', () => {
+    assert.throws(() => parseReplayRequest({ createdFrom: '2026-11-30T12:00:00' }), (e: unknown) => e instanceof UsageError && /createdFrom has no time zone/.test(e.message));
+    assert.throws(() => parseReplayRequest({ createdTo: '2026-11-30 12:00' }), (e: unknown) => e instanceof UsageError && /createdTo has no time zone/.test(e.message));
+    assert.equal((parseReplayRequest({ createdFrom: '2026-11-30' }).createdFrom as Date).toISOString(), '2026-11-30T00:00:00.000Z');
+    assert.equal((parseReplayRequest({ createdFrom: '2026-11-30T12:00:00+02:00' }).createdFrom as Date).toISOString(), '2026-11-30T10:00:00.000Z');
+  });
+
+  it('replay without yes is bounded at the move: 900 rows dying between the count and the move make it move nothing', async () => {
+    await db.query(`INSERT INTO ${outbox()} (topic, payload, state, last_error) SELECT 'order.paid', '{}', 'dead', 'boom' FROM generate_series(1, 100)`);
+    await db.query(`INSERT INTO ${outbox()} (topic, payload, state) SELECT 'order.paid', '{}', 'pending' FROM generate_series(1, 900)`);
+    // The count sees 100 rows; then 900 more die before the move runs.
+    const racing = new Proxy(db.driver, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target) as unknown;
+        if (prop !== 'outboxReplayPreview') return typeof value === 'function' ? value.bind(target) : value;
+        return async (p: Parameters<typeof target.outboxReplayPreview>[0]) => {
+          const counted = await target.outboxReplayPreview(p);
+          await db.query(`UPDATE ${outbox()} SET state = 'dead', last_error = 'died meanwhile' WHERE state = 'pending'`);
+          return counted;
+        };
+      },
+    });
+    const command = { request: { topics: ['order.paid'], states: ['dead' as const] }, dryRun: false, yes: false };
+    await assert.rejects(runReplayCommand(racing, db.config, command), (e: unknown) => e instanceof UsageError && /100 rows matched when counted, but more than 100 match now.*nothing moved/.test(e.message));
+    assert.deepEqual(await states(outbox()), { dead: 1000 });
   });
 
   it('retention deletes old finished rows in bounded batches and never touches pending or processing rows', async () => {

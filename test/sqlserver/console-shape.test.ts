@@ -22,12 +22,21 @@ function statements(): Record<string, MssqlStatement> {
     'inbox blocked aggregates': buildBlockedHeads(names, 'inbox', blocked),
     'outbox dead search': buildDeadSearch(names, 'outbox', dead),
     'inbox dead search': buildDeadSearch(names, 'inbox', { ...dead, label: SENTINELS.source }),
+    'outbox dead search after a cursor': buildDeadSearch(names, 'outbox', { ...dead, before: { at: '2026-11-30T10:00:00.1234567Z', id: SENTINELS.id } }),
     'outbox row get': buildRowGet(names, 'outbox', SENTINELS.id),
     'inbox row get': buildRowGet(names, 'inbox', SENTINELS.id),
   };
 }
 
 describe('SQL Server console read shapes', () => {
+  it('pages dead rows by keyset and reads full rows (payloads) only for the rows shown', () => {
+    const text = statements()['outbox dead search after a cursor']!.text;
+    assert.match(text, /AND \(@v_before IS NULL OR updated_at < @v_before OR updated_at = @v_before AND id < @p_before_id\)/);
+    assert.match(text, /SELECT TOP \(@p_scan\) id, topic AS label, updated_at AS t FROM/, 'the scan reads no payload');
+    assert.match(text, /WHERE r\.id IN \(SELECT TOP \(@p_limit\) id FROM hit ORDER BY t DESC, id DESC\)\) p/, 'full rows of the shown page only');
+    assert.equal(text.match(/r\.payload/g)?.length, 1);
+  });
+
   it('binds only @p_ parameters, each used, declares only @v_ variables, and puts no value in the text', () => {
     for (const [name, statement] of Object.entries(statements())) {
       const declared = new Set([...statement.text.matchAll(/DECLARE\s+(@\w+)/g)].map((m) => m[1]!));
@@ -52,6 +61,9 @@ describe('SQL Server console read shapes', () => {
     const text = statements()['outbox blocked keys']!.text;
     assert.match(text, /NOT EXISTS \(SELECT 1 FROM \[dbo\]\.\[outbox\] e WHERE e\.\[key\] = r\.\[key\] AND e\.state IN \(N'pending', N'processing'\)\s+AND e\.\[sequence\] < r\.\[sequence\]\)/);
     assert.match(text, /SELECT TOP \(@p_waiting\) 1 AS x FROM \[dbo\]\.\[outbox\] b WHERE b\.\[key\] = r\.\[key\]/);
-    assert.match(statements()['inbox blocked aggregates']!.text, /r\.consumption = N'push' OR e\.source = r\.source/);
+    const inbox = statements()['inbox blocked aggregates']!.text;
+    assert.match(inbox, /NOT EXISTS \(SELECT 1 FROM \[dbo\]\.\[inbox\] e WHERE e\.source = r\.source AND e\.aggregate_id = r\.aggregate_id/, 'the head of its source and aggregate');
+    assert.match(inbox, /FROM \[dbo\]\.\[inbox\] b WHERE b\.source = r\.source AND b\.aggregate_id = r\.aggregate_id/, 'rows behind it of the same source');
+    assert.match(inbox, /WHERE r\.aggregate_id <> N''/, 'an empty aggregate id is keyless');
   });
 });

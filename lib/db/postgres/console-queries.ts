@@ -171,7 +171,7 @@ export async function outboxBlockedKeys(ctx: PgContext, p: BlockedParams): Promi
        FROM cand JOIN ${t} r USING (id) CROSS JOIN n
       CROSS JOIN LATERAL (SELECT count(*)::int AS waiting FROM (
               SELECT 1 FROM ${t} b WHERE b.key = r.key AND b.state IN ('pending', 'processing') AND b.sequence > r.sequence LIMIT $4) c) w
-      WHERE r.key IS NOT NULL AND ${STUCK}
+      WHERE r.key <> '' AND ${STUCK}
         AND NOT EXISTS (SELECT 1 FROM ${t} e WHERE e.key = r.key AND e.state IN ('pending', 'processing') AND e.sequence < r.sequence)
       ORDER BY w.waiting DESC, r.scheduled_at, r.sequence
       LIMIT $1`,
@@ -181,15 +181,17 @@ export async function outboxBlockedKeys(ctx: PgContext, p: BlockedParams): Promi
 }
 
 /**
- * Heads of inbox aggregates that are not moving: push rows share an aggregate across sources,
- * pull rows per source (as their claims order them). Future first attempts are read for push
- * rows only (the pull indexes lead with the source).
+ * Heads of inbox aggregates that are not moving, per source and aggregate (as the push and pull
+ * claims order them: an aggregate id of one source never waits for another source's rows). An
+ * empty aggregate id is no aggregate (the claims treat it as keyless). Future first attempts are
+ * read for push rows only (the pull indexes lead with the source).
  */
 export async function inboxBlockedAggregates(ctx: PgContext, p: BlockedParams): Promise<ConsoleBlockedHead[]> {
   const t = ctx.names.inbox;
-  const open = `state IN ('pending', 'processing') AND aggregate_id = r.aggregate_id`;
-  const push = `consumption = 'push' AND ${open}`;
-  const pull = `consumption = 'pull' AND ${open} AND source = r.source`;
+  const open = `state IN ('pending', 'processing') AND source = r.source AND aggregate_id = r.aggregate_id`;
+  // `aggregate_id <> ''` as a literal lets the planner use the push head index (its predicate).
+  const push = `consumption = 'push' AND aggregate_id <> '' AND ${open}`;
+  const pull = `consumption = 'pull' AND ${open}`;
   const { rows } = await pgQuery<BlockedDbRow>(
     ctx.pool,
     `WITH n AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -203,7 +205,7 @@ export async function inboxBlockedAggregates(ctx: PgContext, p: BlockedParams): 
       CROSS JOIN LATERAL (SELECT CASE WHEN r.consumption = 'push'
               THEN (SELECT count(*) FROM (SELECT 1 FROM ${t} WHERE ${push} AND sequence > r.sequence LIMIT $4) c)
               ELSE (SELECT count(*) FROM (SELECT 1 FROM ${t} WHERE ${pull} AND sequence > r.sequence LIMIT $4) c) END::int AS waiting) w
-      WHERE r.aggregate_id IS NOT NULL AND ${STUCK}
+      WHERE r.aggregate_id <> '' AND ${STUCK}
         AND CASE WHEN r.consumption = 'push'
               THEN NOT EXISTS (SELECT 1 FROM ${t} WHERE ${push} AND sequence < r.sequence)
               ELSE NOT EXISTS (SELECT 1 FROM ${t} WHERE ${pull} AND sequence < r.sequence) END
@@ -273,27 +275,37 @@ export const outboxRowGet = (ctx: PgContext, p: { id: string }) => rowGet(ctx, c
 export const inboxRowGet = (ctx: PgContext, p: { id: string }) => rowGet(ctx, ctx.names.inbox, INBOX_COLUMNS, p.id);
 
 /**
- * Dead rows newest first: reads at most `scanLimit` dead rows of the time range through the
- * finished-rows index, then filters them by label.
+ * Dead rows newest first, keyset-paged: scans at most `scanLimit` dead rows of the time range
+ * after the cursor through the finished-rows index (id, label and time only), keeps those of the
+ * label, takes the first `limit + 1` by (time, id) descending, and reads the full row — payload
+ * included — of the first `limit` only. The cursor's time is the stored value to the microsecond
+ * (`at`, as text), so no row of a shared millisecond is skipped or shown twice.
  */
 async function deadSearch(ctx: PgContext, table: string, columns: string, label: string, time: string, q: ConsoleDeadQuery): Promise<ConsoleDeadPage> {
-  const { rows } = await pgQuery<RowDbRow & { scanned: number }>(
+  if (q.before && !UUID.test(q.before.id)) return { rows: [], more: false, scanCapped: false };
+  const { rows } = await pgQuery<RowDbRow & { scanned: number; found: number; at: string }>(
     ctx.pool,
     `WITH scan AS (
-       SELECT id, ${label} AS label FROM ${table}
+       SELECT id, ${label} AS label, ${time} AS t FROM ${table}
         WHERE state = 'dead' AND ${time} >= COALESCE($1::timestamptz, '-infinity') AND ${time} < COALESCE($2::timestamptz, 'infinity')
-        ORDER BY ${time} DESC LIMIT $3)
-     SELECT s.scanned, p.* FROM (SELECT count(*)::int AS scanned FROM scan) s
+          AND ($6::timestamptz IS NULL OR ${time} <= $6::timestamptz AND (${time} < $6::timestamptz OR id < $7::uuid))
+        ORDER BY ${time} DESC LIMIT $3),
+     hit AS (SELECT id, t FROM scan WHERE $4::text IS NULL OR label = $4 ORDER BY t DESC, id DESC LIMIT $5 + 1)
+     SELECT (SELECT count(*) FROM scan)::int AS scanned, (SELECT count(*) FROM hit)::int AS found, p.* FROM (SELECT 1) one
        LEFT JOIN LATERAL (
-         SELECT ${columns} FROM ${table} r WHERE r.id IN (SELECT id FROM scan WHERE $4::text IS NULL OR label = $4)
-          ORDER BY r.${time} DESC, r.id DESC LIMIT $5) p ON true`,
-    [q.from ?? null, q.to ?? null, q.scanLimit, q.label ?? null, q.limit + 1],
+         SELECT ${columns}, to_char(r.${time} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
+           FROM ${table} r WHERE r.id IN (SELECT id FROM hit ORDER BY t DESC, id DESC LIMIT $5)
+          ORDER BY r.${time} DESC, r.id DESC) p ON true`,
+    [q.from ?? null, q.to ?? null, q.scanLimit, q.label ?? null, q.limit, q.before?.at ?? null, q.before?.id ?? null],
   );
-  const found = rows.filter((r) => r.id !== null);
+  const shown = rows.filter((r) => r.id !== null);
+  const more = (rows[0]?.found ?? 0) > q.limit;
+  const last = shown.at(-1);
   return {
-    rows: found.slice(0, q.limit).map(toRow),
-    more: found.length > q.limit,
+    rows: shown.map(toRow),
+    more,
     scanCapped: (rows[0]?.scanned ?? 0) >= q.scanLimit,
+    ...(more && last ? { next: { at: last.at, id: last.id } } : {}),
   };
 }
 

@@ -5,7 +5,8 @@
  * clock_timestamp()` and settles a whole batch in one statement via `unnest` of parallel arrays.
  */
 import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
-import { UsageError } from '../../errors.ts';
+import { ReplayLimitError, UsageError } from '../../errors.ts';
+import { replayMaxRows } from '../replay-bound.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
@@ -334,19 +335,35 @@ export async function outboxDeadList(ctx: PgContext, p: { limit: number }): Prom
   return deadList(ctx.pool, ctx.names.outbox, 'topic', p.limit);
 }
 
+const REPLAY_SET = `SET state = 'pending', attempt = 0, scheduled_at = clock_timestamp(), last_error = NULL,
+            claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+            replay_count = replay_count + 1, updated_at = clock_timestamp()`;
+
+/**
+ * Moves the matching rows back to `pending`; returns how many moved. With `maxRows`, one
+ * statement locks at most `maxRows + 1` matching rows and moves them only when there are no more
+ * than `maxRows` (the UPDATE re-checks the filter on each locked row), else throws `ReplayLimitError`.
+ */
 export async function outboxReplay(ctx: PgContext, f: ReplayFilter): Promise<number> {
   const { values, bind } = binder();
   const where = replayWhere(f, bind);
-  const { rowCount } = await pgQuery(
+  const t = ctx.names.outbox;
+  if (f.maxRows === undefined) {
+    const { rowCount } = await pgQuery(ctx.pool, `UPDATE ${t} ${REPLAY_SET} WHERE ${where}`, values);
+    return rowCount ?? 0;
+  }
+  const max = replayMaxRows(f.maxRows);
+  const { rows } = await pgQuery<{ matched: number; moved: number }>(
     ctx.pool,
-    `UPDATE ${ctx.names.outbox}
-        SET state = 'pending', attempt = 0, scheduled_at = clock_timestamp(), last_error = NULL,
-            claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-            replay_count = replay_count + 1, updated_at = clock_timestamp()
-      WHERE ${where}`,
+    `WITH m AS (SELECT id FROM ${t} WHERE ${where} ORDER BY sequence LIMIT ${bind(max + 1)} FOR UPDATE),
+          c AS (SELECT count(*)::int AS n FROM m),
+          u AS (UPDATE ${t} ${REPLAY_SET} WHERE id IN (SELECT id FROM m) AND (SELECT n FROM c) <= ${bind(max)} AND ${where} RETURNING 1)
+     SELECT (SELECT n FROM c) AS matched, (SELECT count(*) FROM u)::int AS moved`,
     values,
   );
-  return rowCount ?? 0;
+  const { matched, moved } = rows[0]!;
+  if (matched > max) throw new ReplayLimitError(max);
+  return moved;
 }
 
 export async function outboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParams): Promise<number> {

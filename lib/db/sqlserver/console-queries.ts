@@ -132,8 +132,7 @@ export function buildBlockedHeads(names: MssqlNames, table: 'outbox' | 'inbox', 
   const open = (alias: string) =>
     table === 'outbox'
       ? `${alias}.[key] = r.[key] AND ${alias}.state IN (N'pending', N'processing')`
-      : `${alias}.aggregate_id = r.aggregate_id AND ${alias}.state IN (N'pending', N'processing') AND ${alias}.consumption = r.consumption
-         AND (r.consumption = N'push' OR ${alias}.source = r.source)`;
+      : `${alias}.source = r.source AND ${alias}.aggregate_id = r.aggregate_id AND ${alias}.state IN (N'pending', N'processing') AND ${alias}.consumption = r.consumption`;
   return {
     text: `${NOW}
 WITH cand AS (
@@ -144,7 +143,7 @@ SELECT TOP (@p_limit) r.id, r.${l.label} AS label, r.${l.key} AS [key], r.state,
        DATEDIFF_BIG(millisecond, @v_now, r.scheduled_at) AS due_in_ms, DATEDIFF_BIG(millisecond, @v_now, r.lease_expires_at) AS lease_left_ms
   FROM cand JOIN ${t} r ON r.id = cand.id
  CROSS APPLY (SELECT COUNT(*) AS waiting FROM (SELECT TOP (@p_waiting) 1 AS x FROM ${t} b WHERE ${open('b')} AND b.[sequence] > r.[sequence]) c) w
- WHERE r.${l.key} IS NOT NULL
+ WHERE r.${l.key} <> N''
    AND (r.state = N'processing' AND r.lease_expires_at <= @v_now
         OR r.state = N'pending' AND (r.attempt >= @p_poison OR r.attempt > 0 AND r.scheduled_at > @v_now OR r.scheduled_at > @v_now AND w.waiting > 0))
    AND NOT EXISTS (SELECT 1 FROM ${t} e WHERE ${open('e')} AND e.[sequence] < r.[sequence])
@@ -184,7 +183,7 @@ async function blockedHeads(runner: MssqlRunner, names: MssqlNames, table: 'outb
 
 /** Heads of outbox keys that are not moving, most rows waiting first. */
 export const outboxBlockedKeys = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'outbox', p);
-/** Heads of inbox aggregates (push across sources, pull per source) that are not moving. */
+/** Heads of inbox aggregates (per source and aggregate, as the claims order them) that are not moving. */
 export const inboxBlockedAggregates = (runner: MssqlRunner, names: MssqlNames, p: BlockedParams) => blockedHeads(runner, names, 'inbox', p);
 
 const COLUMNS = {
@@ -260,33 +259,50 @@ export const outboxRowGet = (runner: MssqlRunner, names: MssqlNames, p: { id: st
 /** One inbox row by id (undefined when absent or not a UUID). */
 export const inboxRowGet = (runner: MssqlRunner, names: MssqlNames, p: { id: string }) => rowGet(runner, names, 'inbox', p.id);
 
-/** At most `@p_scan` dead rows of the time range (the finished index), filtered by label. */
+/**
+ * Dead rows newest first, keyset-paged as on PostgreSQL: at most `@p_scan` dead rows of the time
+ * range after the cursor (id, label and time only), those of the label, the first `@p_limit + 1`
+ * by (time, id) descending, and the full rows — payload included — of the first `@p_limit` only.
+ * The cursor's time travels as ISO-8601 text with all seven fractional digits (style 126).
+ */
 export function buildDeadSearch(names: MssqlNames, table: 'outbox' | 'inbox', q: ConsoleDeadQuery): MssqlStatement {
   const time = table === 'outbox' ? 'updated_at' : 'created_at';
   return {
-    text: `WITH scan AS (
-  SELECT TOP (@p_scan) id, ${LABELS[table].label} AS label FROM ${names[table]}
+    text: `DECLARE @v_before DATETIME2(7) = CONVERT(DATETIME2(7), @p_before_at, 126);
+WITH scan AS (
+  SELECT TOP (@p_scan) id, ${LABELS[table].label} AS label, ${time} AS t FROM ${names[table]}
    WHERE state = N'dead' AND (@p_from IS NULL OR ${time} >= @p_from) AND (@p_to IS NULL OR ${time} < @p_to)
-   ORDER BY ${time} DESC)
-SELECT s.scanned, p.* FROM (SELECT COUNT(*) AS scanned FROM scan) s
-OUTER APPLY (SELECT TOP (@p_limit) ${COLUMNS[table]} FROM ${names[table]} r
-              WHERE r.id IN (SELECT id FROM scan WHERE @p_label IS NULL OR label = @p_label)
-              ORDER BY r.${time} DESC, r.id DESC) p;`,
+     AND (@v_before IS NULL OR ${time} < @v_before OR ${time} = @v_before AND id < @p_before_id)
+   ORDER BY ${time} DESC),
+hit AS (SELECT TOP (@p_limit + 1) id, t FROM scan WHERE @p_label IS NULL OR label = @p_label ORDER BY t DESC, id DESC)
+SELECT (SELECT COUNT(*) FROM scan) AS scanned, (SELECT COUNT(*) FROM hit) AS found, p.* FROM (SELECT 1 AS one) one
+OUTER APPLY (SELECT ${COLUMNS[table]}, CONVERT(VARCHAR(27), r.${time}, 126) + 'Z' AS at FROM ${names[table]} r
+              WHERE r.id IN (SELECT TOP (@p_limit) id FROM hit ORDER BY t DESC, id DESC)) p
+ORDER BY p.${time} DESC, p.id DESC;`,
     params: [
       param('p_scan', sql.Int, q.scanLimit),
       param('p_from', sql.DateTime2(7), q.from ?? null),
       param('p_to', sql.DateTime2(7), q.to ?? null),
       param('p_label', sql.NVarChar(255), q.label ?? null),
-      param('p_limit', sql.Int, q.limit + 1),
+      param('p_limit', sql.Int, q.limit),
+      param('p_before_at', sql.VarChar(30), q.before ? q.before.at.replace(/Z$/, '') : null),
+      param('p_before_id', sql.UniqueIdentifier, q.before?.id ?? null),
     ],
   };
 }
 
 async function deadSearch(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', q: ConsoleDeadQuery): Promise<ConsoleDeadPage> {
-  const { recordset } = await runStatement<RowDbRow & { scanned: number }>(runner, buildDeadSearch(names, table, q));
-  const found = recordset.filter((r) => r.id !== null);
-  const scanned = Number(recordset[0]?.scanned ?? 0);
-  return { rows: found.slice(0, q.limit).map((r) => toRow(r, table)), more: found.length > q.limit, scanCapped: scanned >= q.scanLimit };
+  if (q.before && !UUID.test(q.before.id)) return { rows: [], more: false, scanCapped: false };
+  const { recordset } = await runStatement<RowDbRow & { scanned: number; found: number; at: string }>(runner, buildDeadSearch(names, table, q));
+  const shown = recordset.filter((r) => r.id !== null);
+  const more = Number(recordset[0]?.found ?? 0) > q.limit;
+  const last = shown.at(-1);
+  return {
+    rows: shown.map((r) => toRow(r, table)),
+    more,
+    scanCapped: Number(recordset[0]?.scanned ?? 0) >= q.scanLimit,
+    ...(more && last ? { next: { at: last.at, id: lowerUuid(last.id) } } : {}),
+  };
 }
 
 /** Dead outbox rows by `updated_at`, optionally of one topic. */

@@ -8,7 +8,8 @@
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
-import { QueueBoxError, UsageError } from '../../errors.ts';
+import { QueueBoxError, ReplayLimitError, UsageError } from '../../errors.ts';
+import { replayMaxRows } from '../replay-bound.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
@@ -197,8 +198,42 @@ SELECT @v_replayed AS replayed;`,
 export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<number> {
   const matched = await replayMatchedTopics(runner, names, f);
   if (matched?.length === 0) return 0;
+  if (f.maxRows !== undefined) {
+    const max = replayMaxRows(f.maxRows);
+    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, buildOutboxReplayBounded(names, f, max, matched));
+    if (Number(recordset[0]?.matched ?? 0) > max) throw new ReplayLimitError(max);
+    return Number(recordset[0]?.replayed ?? 0);
+  }
   const { recordset } = await runStatement<{ replayed: number }>(runner, buildOutboxReplay(names, f, matched));
   return Number(recordset[0]?.replayed ?? 0);
+}
+
+/**
+ * A bounded replay in one transaction (one batch): counts at most `max + 1` matching rows under
+ * update locks held to the end (UPDLOCK, HOLDLOCK), and moves them only when there are no more
+ * than `max`; returns `matched` (capped at `max + 1`) and `replayed`.
+ */
+export function buildOutboxReplayBounded(names: MssqlNames, f: ReplayFilter, max: number, matchedTopics?: string[]): MssqlStatement {
+  const { where, params } = replayConditions(f, matchedTopics);
+  return {
+    text: `SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @v_matched INT = (SELECT COUNT(*) FROM (SELECT TOP (@p_max + 1) 1 AS x FROM ${names.outbox} WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+   WHERE ${where.join('\n     AND ')}) c);
+DECLARE @v_replayed INT = 0;
+IF @v_matched <= @p_max
+BEGIN
+  UPDATE TOP (@p_max) ${names.outbox} WITH (ROWLOCK)
+     SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
+         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+         replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()
+   WHERE ${where.join('\n     AND ')};
+  SET @v_replayed = @@ROWCOUNT;
+END;
+COMMIT TRANSACTION;
+SELECT @v_matched AS matched, @v_replayed AS replayed;`,
+    params: [...params, param('p_max', sql.Int, max)],
+  };
 }
 
 /** Deletes at most `limit` rows of one finished state older than `olderThanMs` (by `updated_at`). */

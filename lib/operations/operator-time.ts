@@ -1,0 +1,23 @@
+/**
+ * Times that operators type (CLI `--created-from`/`--created-to`, the replay function's event,
+ * the console's forms): ISO-8601 with a four-digit year, and a time of day only with its zone
+ * (`Z` or `±hh:mm`). A date alone is midnight UTC of that date. A date-time without a zone is
+ * refused: JavaScript would read it as the local time of whichever machine parses it (the
+ * console says UTC; the Lambda runs in UTC; a laptop may not), so the same text could select
+ * different rows.
+ */
+
+/** A date alone (`2026-11-30`), read as 00:00 UTC. */
+const DATE_ONLY = /^\d{4}-\d{2}-\d{2}$/;
+/** A date-time with its zone (`2026-11-30T12:00:00Z`, `2026-11-30 12:00+01:00`). */
+const ZONED = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})$/;
+/** A date-time without a zone. */
+const UNZONED = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?$/;
+
+/** Why `text` is not an operator time (a phrase to follow the key's name), or undefined when it is one. */
+export function operatorTimeProblem(text: string): string | undefined {
+  if (UNZONED.test(text)) return `has no time zone: write it in UTC with a Z (e.g. ${text.replace(' ', 'T')}Z) or with an offset such as +02:00`;
+  if (!DATE_ONLY.test(text) && !ZONED.test(text)) return 'must be an ISO-8601 time with its zone, such as 2026-11-30T12:00:00Z (or a date alone, 2026-11-30, for 00:00 UTC)';
+  if (Number.isNaN(new Date(text).getTime())) return 'is not a valid time';
+  return undefined;
+}
