@@ -82,6 +82,6 @@ export function rowsOf(result: unknown): CallerExecutorResult {
 }
 
 /** `enqueue` through an adapter's executor: the same checks, SQL and errors as `enqueue` on a `pg` client. */
-export function enqueueThrough(executor: CallerExecutor, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueueThrough(executor: CallerExecutor, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
   return coreEnqueue(executor, message, options);
 }

@@ -44,7 +44,7 @@ export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record
 }
 
 /** Inserts one outbox message inside the Drizzle transaction `tx`; same validation, errors and sequence as `enqueue`. */
-export function enqueue<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(tx), message, options);
 }
 

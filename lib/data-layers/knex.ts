@@ -35,7 +35,7 @@ export function queueboxTransaction(trx: Knex.Transaction): CallerExecutor {
 }
 
 /** Inserts one outbox message inside the Knex transaction `trx`; same validation, errors and sequence as `enqueue`. */
-export function enqueue(trx: Knex.Transaction, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue(trx: Knex.Transaction, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(trx), message, options);
 }
 

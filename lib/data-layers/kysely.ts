@@ -24,7 +24,7 @@ export function queueboxTransaction<DB>(trx: Transaction<DB>): CallerExecutor {
 }
 
 /** Inserts one outbox message inside the Kysely transaction `trx`; same validation, errors and sequence as `enqueue`. */
-export function enqueue<DB>(trx: Transaction<DB>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue<DB>(trx: Transaction<DB>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(trx), message, options);
 }
 

@@ -37,7 +37,7 @@ export function queueboxTransaction<T extends Record<string, unknown>>(tx: Postg
 }
 
 /** Inserts one outbox message inside the postgres.js transaction `tx`; same validation, errors and sequence as `enqueue`. */
-export function enqueue<T extends Record<string, unknown>>(tx: PostgresJsTransaction<T>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue<T extends Record<string, unknown>>(tx: PostgresJsTransaction<T>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(tx), message, options);
 }
 
