@@ -5,22 +5,22 @@
  * compiled query with every value bound. A `Kysely` instance that is not a transaction is refused.
  * Only types are imported from `kysely`.
  */
-import type { Kysely, Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import type { OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
-import { kyselyExecutor } from './kysely-query.ts';
+import { kyselyExecutor, type KyselyRunner } from './kysely-query.ts';
 
 const HINT = 'db.transaction().execute(async (trx) => …)';
 
 /** Wraps a Kysely `Transaction` for `enqueue` from `queuebox` and for the pull client's `complete`. */
 export function queueboxTransaction<DB>(trx: Transaction<DB>): CallerExecutor {
   requireObject(trx, 'Kysely', HINT);
-  const k: Kysely<DB> = trx;
+  const k = trx;
   if (typeof k.executeQuery !== 'function') throw new UsageError(`expected a Kysely Transaction (${HINT})`);
   // A controlled transaction also knows when it has ended.
   const ended = () => (trx as { isCommitted?: boolean }).isCommitted === true || (trx as { isRolledBack?: boolean }).isRolledBack === true;
-  return callerExecutor({ library: 'Kysely', hint: HINT, ...kyselyExecutor(k, () => k.isTransaction === true && !ended()) });
+  return callerExecutor({ library: 'Kysely', hint: HINT, ...kyselyExecutor(k as unknown as KyselyRunner, () => k.isTransaction === true && !ended()) });
 }
 
 /** Inserts one outbox message inside the Kysely transaction `trx`; same validation, errors and sequence as `enqueue`. */

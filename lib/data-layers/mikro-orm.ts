@@ -8,11 +8,10 @@
  * SQL Server (`@mikro-orm/mssql`). Only types are imported from `@mikro-orm/core`.
  */
 import type { EntityManager } from '@mikro-orm/core';
-import type { Kysely } from 'kysely';
 import type { OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
-import { kyselyExecutor } from './kysely-query.ts';
+import { kyselyExecutor, type KyselyRunner } from './kysely-query.ts';
 
 const HINT = 'em.transactional(async (em) => …)';
 
@@ -20,7 +19,7 @@ const HINT = 'em.transactional(async (em) => …)';
 export function queueboxTransaction(em: EntityManager): CallerExecutor {
   requireObject(em, 'MikroORM', HINT);
   if (typeof em.isInTransaction !== 'function' || typeof em.getTransactionContext !== 'function') throw new UsageError(`expected a MikroORM EntityManager (${HINT})`);
-  const context = em.getTransactionContext<Kysely<unknown>>();
+  const context = em.getTransactionContext<KyselyRunner>();
   const inTransaction = () => em.isInTransaction() && em.getTransactionContext() === context;
   if (context === undefined || typeof context.executeQuery !== 'function') {
     const refuse = () => Promise.reject(new UsageError(`MikroORM EntityManager outside a transaction (${HINT})`));
