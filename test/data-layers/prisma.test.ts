@@ -1,15 +1,11 @@
 /**
  * Prisma 7 against the test database: the client is generated first (`prisma generate`, the
- * Rust-free `prisma-client` generator) and runs on `@prisma/adapter-pg`. The Prisma CLI checks for
- * its schema engine at start-up and would download it (binaries.prisma.sh: no access here, and
- * `@prisma/engines`' install script is not approved); `generate` never runs that engine, so
- * `PRISMA_SCHEMA_ENGINE_BINARY` names a stand-in and nothing is downloaded.
+ * Rust-free `prisma-client` generator; see `prisma-client.ts`) and runs on `@prisma/adapter-pg`.
  */
-import { execFileSync } from 'node:child_process';
-import { resolve } from 'node:path';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { enqueue, queueboxTransaction, type PrismaTransactionClient } from '../../lib/data-layers/prisma.ts';
 import { adapterCases } from './adapter-cases.ts';
+import { generatePrismaClient, type GeneratedPrismaClient } from './prisma-client.ts';
 
 /** The generated client, as far as this test uses it. */
 interface Transaction extends PrismaTransactionClient {
@@ -21,20 +17,18 @@ interface Client extends Omit<Transaction, '$connect'> {
 }
 
 let prisma: Client;
+let generated: GeneratedPrismaClient;
 
 adapterCases<Transaction>('prisma', {
   async open(test) {
-    const schema = resolve('test/data-layers/prisma/schema.prisma');
-    execFileSync(process.execPath, [resolve('node_modules/prisma/build/index.js'), 'generate', '--schema', schema], {
-      env: { ...process.env, PRISMA_SCHEMA_ENGINE_BINARY: '/bin/false', PRISMA_HIDE_UPDATE_MESSAGE: '1', CHECKPOINT_DISABLE: '1' },
-      stdio: 'pipe',
-      timeout: 120_000,
-    });
-    const generated = resolve('test/data-layers/prisma/generated/client.ts');
-    const { PrismaClient } = (await import(generated)) as { PrismaClient: new (options: object) => Client };
+    generated = await generatePrismaClient();
+    const { PrismaClient } = (await import(generated.module)) as { PrismaClient: new (options: object) => Client };
     prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: test.url, max: 4 }) });
   },
-  close: () => prisma.$disconnect(),
+  async close() {
+    await prisma.$disconnect();
+    generated.remove();
+  },
   transaction: (work) => prisma.$transaction(work, { timeout: 20_000 }),
   // An interactive transaction inside one is a savepoint in Prisma 7.
   nested: (tx, work) => tx.$transaction(work),
