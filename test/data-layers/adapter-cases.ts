@@ -23,6 +23,8 @@ export interface Harness<Tx> {
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
   /** The library's nested transaction or savepoint inside `tx`, rolled back alone when `work` throws; `undefined` when the library offers none. */
   nested?: <T>(tx: Tx, work: (inner: Tx) => Promise<T>) => Promise<T>;
+  /** A transaction the library reports ended (committed), for libraries that keep track; the adapter must refuse it. */
+  ended?: () => Promise<Tx>;
   /** The library's non-transaction object (pool, client, database) the adapter must refuse, and what it is. */
   outside(): { handle: unknown; what: string };
   enqueue(tx: Tx, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string>;
@@ -121,6 +123,14 @@ export function adapterCases<Tx>(library: string, harness: Harness<Tx>): void {
         assert.match(error.message, /transaction/);
         return true;
       });
+      assert.deepEqual(await db.query(`SELECT count(*) AS n FROM "${db.schema}".outbox`), before);
+    });
+
+    it('refuses a transaction the library reports ended, writing nothing', async (t) => {
+      const ended = harness.ended;
+      if (ended === undefined) return t.skip(`${library} does not report an ended transaction`);
+      const before = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox`);
+      await assert.rejects(harness.enqueue(await ended(), { topic: 'ended', payload: {} }, schema), (e: unknown) => e instanceof UsageError && /outside a transaction/.test(e.message));
       assert.deepEqual(await db.query(`SELECT count(*) AS n FROM "${db.schema}".outbox`), before);
     });
 

@@ -12,6 +12,11 @@ adapterCases<Knex.Transaction>('knex', {
   transaction: (work) => db.transaction(work),
   // A transaction started from a transaction is a savepoint in Knex.
   nested: (tx, work) => tx.transaction(work),
+  async ended() {
+    const trx = await db.transaction();
+    await trx.commit();
+    return trx;
+  },
   outside: () => ({ handle: db, what: 'the knex instance' }),
   enqueue,
   queueboxTransaction,

@@ -34,6 +34,11 @@ adapterCases<ControlledTransaction<Record<string, never>, string[]>>('kysely', {
       throw error;
     }
   },
+  async ended() {
+    const trx = await db.startTransaction().execute();
+    await trx.commit().execute();
+    return trx;
+  },
   outside: () => ({ handle: db, what: 'a Kysely instance' }),
   enqueue,
   queueboxTransaction,

@@ -12,6 +12,11 @@ adapterCases<Transaction>('sequelize', {
   transaction: (work) => sequelize.transaction(work),
   // A transaction given its parent is a savepoint in Sequelize.
   nested: (tx, work) => sequelize.transaction({ transaction: tx }, work),
+  async ended() {
+    const t = await sequelize.transaction();
+    await t.commit();
+    return t;
+  },
   outside: () => ({ handle: sequelize, what: 'the Sequelize instance' }),
   enqueue,
   queueboxTransaction,

@@ -13,6 +13,13 @@ adapterCases<EntityManager>('typeorm', {
   transaction: (work) => dataSource.transaction(work),
   // A transaction started on the transaction's manager is a savepoint in TypeORM.
   nested: (tx, work) => tx.transaction(work),
+  async ended() {
+    const runner = dataSource.createQueryRunner();
+    await runner.startTransaction();
+    await runner.commitTransaction();
+    await runner.release();
+    return runner.manager;
+  },
   outside: () => ({ handle: dataSource.manager, what: 'dataSource.manager' }),
   enqueue,
   queueboxTransaction,
