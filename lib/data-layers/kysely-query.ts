@@ -28,10 +28,12 @@ function rawCompiledQuery(text: string, values: unknown[]): RawCompiledQuery {
   return Object.freeze({ sql: text, parameters: Object.freeze([...values]), query: Object.freeze({ kind: 'RawNode', sqlFragments: Object.freeze([text]), parameters: Object.freeze([]) }), queryId });
 }
 
-/** True when the Kysely instance runs on SQL Server (its dialect adapter is Kysely's `MssqlAdapter`). */
+/** True when the Kysely instance runs on SQL Server: its dialect adapter is Kysely's `MssqlAdapter` or a subclass of it. */
 function onSqlServer(db: KyselyRunner): boolean {
-  const adapter = (db.getExecutor() as { adapter?: object }).adapter;
-  return adapter?.constructor.name === 'MssqlAdapter';
+  for (let proto = Object.getPrototypeOf((db.getExecutor() as { adapter?: object }).adapter ?? {}); proto !== null; proto = Object.getPrototypeOf(proto)) {
+    if ((proto as { constructor?: { name?: string } }).constructor?.name === 'MssqlAdapter') return true;
+  }
+  return false;
 }
 
 /** Dialect, placeholder style and runner of a Kysely instance or transaction. */
