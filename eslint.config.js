@@ -2,7 +2,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.serverless/', 'dist/'] },
+  { ignores: ['node_modules/', '.serverless/', 'dist/', 'test/data-layers/prisma/generated/'] },
   ...tseslint.configs.recommended,
   {
     rules: {

@@ -6,7 +6,7 @@ export { loadConfig, parseConfig, type LoadConfigOptions } from './config/load-c
 export type { QueueBoxConfig, ConfigInput } from './config/schema.ts';
 export { createDriver } from './db/create-driver.ts';
 export type { Driver, OutboxMessageInput, InboxMessageInput, InboxRow, OutboxRow, ClaimRef, CallerTransaction } from './db/driver.ts';
-export type { PgTransactionClient, MssqlTransactionHandle } from './db/caller-transaction.ts';
+export type { PgTransactionClient, MssqlTransactionHandle, CallerExecutor, CallerExecutorResult } from './db/caller-transaction.ts';
 export * from './errors.ts';
 export { createPullClient, type PullClient, type PullClientOptions, type PullClaimOptions, type PullMessage, type PullOutcome } from './pull/pull-client.ts';
 export { createPullWorker, PULL_SHUTDOWN_TIMEOUT_MS, type PullWorker, type PullWorkerOptions, type PullRunOnceOptions } from './pull/pull-worker.ts';

@@ -6,6 +6,7 @@
  * published declarations without installing the SQL Server driver or its types.
  */
 import { UsageError } from '../errors.ts';
+import { SQLSERVER_TRANCOUNT } from './sqlserver/caller-statements.ts';
 
 /**
  * A `pg` client on which the caller ran `BEGIN`: a `pg.PoolClient` from `pool.connect()` or a
@@ -23,8 +24,39 @@ export interface MssqlTransactionHandle {
   request(): unknown;
 }
 
+/** Rows and affected-row count of one statement run through a `CallerExecutor`. */
+export interface CallerExecutorResult {
+  rows: Array<Record<string, unknown>>;
+  rowCount: number;
+}
+
+/**
+ * A data-layer library's transaction, seen through one small interface (made by
+ * `queuebox/<library>`'s `queueboxTransaction(tx)`): every QueueBox write in a caller transaction
+ * goes through `query`, and `inTransaction` says what the library knows of the transaction.
+ */
+export interface CallerExecutor {
+  /** Marks an adapter-made executor (a `pg` client has no such property). */
+  readonly queueboxExecutor: true;
+  /** The library, for error messages (`Kysely`, `Knex`, …). */
+  readonly library: string;
+  /** The database behind the library's connection. */
+  readonly dialect: 'postgres' | 'sqlserver';
+  /** How to get that library's transaction object, quoted in the `UsageError` that refuses one. */
+  readonly hint: string;
+  /** Runs `text` (placeholders `$1`…`$n`, converted by the adapter) with every value bound. */
+  query(text: string, values: unknown[]): Promise<CallerExecutorResult>;
+  /** `true`/`false` when the library knows whether its transaction is open; `undefined` when it cannot tell (the server is asked). */
+  inTransaction(): boolean | undefined;
+}
+
 /** A transaction handle that belongs to the caller, on either dialect. */
-export type CallerTransaction = PgTransactionClient | MssqlTransactionHandle;
+export type CallerTransaction = PgTransactionClient | MssqlTransactionHandle | CallerExecutor;
+
+/** True for an executor made by a `queuebox/<library>` adapter. */
+export function isCallerExecutor(tx: unknown): tx is CallerExecutor {
+  return typeof tx === 'object' && tx !== null && (tx as { queueboxExecutor?: unknown }).queueboxExecutor === true;
+}
 
 /** True for a `pg.Pool` (it counts its connections; a client does not). */
 function isPgPool(tx: unknown): boolean {
@@ -63,6 +95,7 @@ const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
  * naming what was written.
  */
 export async function insidePgTransaction<T>(tx: unknown, operation: string, work: () => Promise<T>, written: (result: T) => string = (r) => JSON.stringify(r)): Promise<T> {
+  if (isCallerExecutor(tx)) return insideExecutorTransaction(tx, operation, work, written);
   const client = tx as { getTransactionStatus?: () => string | null; query(text: string): Promise<unknown> };
   if (typeof client.getTransactionStatus !== 'function') return work();
   const status = client.getTransactionStatus();
@@ -93,7 +126,51 @@ export async function insidePgTransaction<T>(tx: unknown, operation: string, wor
   return result;
 }
 
+/**
+ * `insidePgTransaction` for a library's transaction (`CallerExecutor`): refused when the library
+ * says its transaction is not open; when it cannot tell, the server is asked (PostgreSQL: a
+ * savepoint set and released, refused outside a block; SQL Server: `@@TRANCOUNT`). After `work`,
+ * a library that now reports its transaction ended gets the same `UsageError` as a `pg` client.
+ */
+async function insideExecutorTransaction<T>(tx: CallerExecutor, operation: string, work: () => Promise<T>, written: (result: T) => string): Promise<T> {
+  const outside = () =>
+    new UsageError(`${operation} ran outside a transaction: pass ${tx.library}'s transaction object (${tx.hint}), not the connection or client it came from; nothing was written.`);
+  const state = tx.inTransaction();
+  if (state === false) throw outside();
+  if (state === undefined) {
+    if (tx.dialect === 'sqlserver') {
+      const { rows } = await tx.query(SQLSERVER_TRANCOUNT, []);
+      if (Number(rows[0]?.depth ?? 0) === 0) throw outside();
+    } else {
+      try {
+        await tx.query(`SAVEPOINT ${CHECK_SAVEPOINT}`, []);
+        await tx.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`, []);
+      } catch (error) {
+        if (noTransaction(error)) throw outside();
+        throw error;
+      }
+    }
+  }
+  const result = await work();
+  if (tx.inTransaction() === false) {
+    throw new UsageError(`${operation} wrote ${written(result)} after ${tx.library}'s transaction had ended, so it committed on its own, apart from your change. Await ${operation} before ending the transaction.`);
+  }
+  return result;
+}
+
 /** SQLSTATE 25P01: no_active_sql_transaction. */
 function noTransaction(error: unknown): boolean {
-  return (error as { code?: unknown } | null)?.code === '25P01';
+  return sqlState(error) === '25P01';
+}
+
+/** The SQLSTATE of a driver error, also when a library wraps it (`cause`, `original`, `driverError`, Prisma's `meta.code`). */
+export function sqlState(error: unknown, depth = 0): string | undefined {
+  if (typeof error !== 'object' || error === null || depth > 4) return undefined;
+  const e = error as { code?: unknown; meta?: { code?: unknown }; cause?: unknown; original?: unknown; driverError?: unknown; originalCode?: unknown };
+  for (const code of [e.code, e.originalCode, e.meta?.code]) if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+  for (const inner of [e.cause, e.original, e.driverError]) {
+    const code = sqlState(inner, depth + 1);
+    if (code !== undefined) return code;
+  }
+  return undefined;
 }

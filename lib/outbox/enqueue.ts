@@ -5,11 +5,14 @@
  * with the business change. Nothing here opens a connection.
  */
 import { IDENTIFIER_PATTERN } from '../config/schema.ts';
-import { insidePgTransaction, refusePool } from '../db/caller-transaction.ts';
+import { insidePgTransaction, isCallerExecutor, refusePool, type CallerExecutor } from '../db/caller-transaction.ts';
 import type { CallerTransaction, OutboxMessageInput } from '../db/driver.ts';
 import { importOptional } from '../optional-package.ts';
 import { pgNames } from '../db/postgres/names.ts';
 import { outboxInsert } from '../db/postgres/outbox-queries.ts';
+import { pgOutboxInsertStatement } from '../db/postgres/caller-statements.ts';
+import { mssqlNames } from '../db/sqlserver/names.ts';
+import { sqlServerCallerOutboxInsert } from '../db/sqlserver/caller-statements.ts';
 import type { PgQueryable } from '../db/postgres/pg-pool.ts';
 import { QueueBoxError, ValidationError } from '../errors.ts';
 import { validateOutboxMessage } from './validate-message.ts';
@@ -28,10 +31,27 @@ function isMssqlTransaction(tx: unknown): boolean {
   return typeof tx === 'object' && tx !== null && typeof (tx as { request?: unknown }).request === 'function' && typeof (tx as { query?: unknown }).query !== 'function';
 }
 
+/** The same INSERT through a data-layer library's transaction (`queuebox/<library>`), after the same checks. */
+async function enqueueThrough(tx: CallerExecutor, m: OutboxMessageInput, where: { schema: string | undefined; table: string }, defaults: { maxAttempts: number }): Promise<string> {
+  const tables = { outbox: where.table, inbox: 'inbox', maintenance: 'queuebox_maintenance' };
+  const insert = async (): Promise<string> => {
+    if (tx.dialect === 'sqlserver') {
+      const { id, statement } = sqlServerCallerOutboxInsert(mssqlNames(where.schema ?? 'dbo', tables), m, defaults);
+      await tx.query(statement.text, statement.values);
+      return id;
+    }
+    const { text, values } = pgOutboxInsertStatement(pgNames(where.schema ?? 'public', tables), m, defaults);
+    const { rows } = await tx.query(text, values);
+    return String(rows[0]!.id);
+  };
+  return insidePgTransaction(tx, 'enqueue', insert, (id) => `outbox row ${id}`);
+}
+
 /**
  * Inserts one outbox message inside the caller's open transaction and returns its id.
  *
- * `tx` is a `pg` client on which the caller ran `BEGIN` (or an `mssql` Transaction). Throws
+ * `tx` is a `pg` client on which the caller ran `BEGIN` (or an `mssql` Transaction, or a library's
+ * transaction wrapped by `queueboxTransaction` of `queuebox/<library>`). Throws
  * `ValidationError` naming the field when the message is invalid, and `UsageError` for a
  * `pg.Pool` (its queries would run outside the transaction) or a client outside a transaction
  * block (no `BEGIN`: the row would commit on its own); nothing is written then.
@@ -42,6 +62,7 @@ export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput
   if (!IDENTIFIER_PATTERN.test(table)) throw new ValidationError('options.table', 'must be a lower-case SQL identifier');
   if (options.schema !== undefined && !IDENTIFIER_PATTERN.test(options.schema)) throw new ValidationError('options.schema', 'must be a lower-case SQL identifier');
   const defaults = { maxAttempts: options.maxAttempts ?? 5 };
+  if (isCallerExecutor(tx)) return enqueueThrough(tx, m, { schema: options.schema, table }, defaults);
   refusePool(tx, 'enqueue');
   if (isMssqlTransaction(tx)) {
     const { sqlServerOutboxInsert } = await importOptional('mssql', 'enqueue on an mssql Transaction', () => import('../db/sqlserver/outbox-queries.ts'));

@@ -17,6 +17,7 @@ import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
 import { binder, replayWhere } from './replay-preview.ts';
+import { pgOutboxInsertStatement } from './caller-statements.ts';
 
 
 interface OutboxDbRow {
@@ -55,23 +56,8 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
 
 /** Inserts one outbox row through `db` (the caller's transaction or a relay transaction). */
 export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
-  const { rows } = await pgQuery<{ id: string }>(
-    db,
-    `INSERT INTO ${names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at)
-     VALUES (COALESCE($1::uuid, gen_random_uuid()), $2, $3, $4::jsonb, $5::jsonb, $6,
-             COALESCE($7::timestamptz, clock_timestamp() + ${msInterval('$8')}))
-     RETURNING id`,
-    [
-      m.id ?? null,
-      m.topic,
-      m.key ?? null,
-      m.payloadText ?? JSON.stringify(m.payload),
-      JSON.stringify(m.headers ?? {}),
-      m.maxAttempts ?? defaults.maxAttempts,
-      m.scheduledAt ?? null,
-      m.delayMs ?? 0,
-    ],
-  );
+  const { text, values } = pgOutboxInsertStatement(names, m, defaults);
+  const { rows } = await pgQuery<{ id: string }>(db, text, values);
   return rows[0]!.id;
 }
 

@@ -153,14 +153,15 @@ export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number 
   return rowCount === 1;
 }
 
-/** Fenced `processed`, through `db` (the caller's open transaction). */
+/** Fenced `processed`, through `db` (the caller's open transaction; `RETURNING` lets a library that reports only rows count it). */
 export async function pullComplete(ctx: PgContext, db: PgQueryable, c: ClaimRef): Promise<boolean> {
   const { rowCount } = await fencedQuery(
     db,
     `UPDATE ${ctx.names.inbox}
         SET state = 'processed', processed_at = clock_timestamp(), lease_expires_at = NULL,
             last_error = NULL, updated_at = clock_timestamp()
-      WHERE ${FENCE}`,
+      WHERE ${FENCE}
+      RETURNING id`,
     [c.id, c.token],
   );
   return rowCount === 1;

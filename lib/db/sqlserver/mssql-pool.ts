@@ -233,13 +233,7 @@ export function lowerUuid<T extends string | null>(value: T): T {
   return (typeof value === 'string' ? value.toLowerCase() : value) as T;
 }
 
-/**
- * A time `ms` milliseconds after `from` (default: the database clock now); safe for BIGINT
- * amounts beyond INT milliseconds.
- */
-export function dbNowPlusMs(expression: string, from = 'SYSUTCDATETIME()'): string {
-  return `DATEADD(millisecond, CAST((${expression}) % 1000 AS INT), DATEADD(second, CAST((${expression}) / 1000 AS INT), ${from}))`;
-}
+export { dbNowPlusMs } from './caller-statements.ts';
 
 /** Runs parameterless text as a plain SQL batch (DDL whose parse-time SET options must apply). */
 export async function runBatch(runner: MssqlRunner, text: string): Promise<void> {

@@ -7,7 +7,9 @@
 import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
+import { isCallerExecutor } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver } from '../driver.ts';
+import { sqlServerCallerPullComplete } from './caller-statements.ts';
 import * as consoleReads from './console-queries.ts';
 import * as inbox from './inbox-queries.ts';
 import { inboxClaimPushMany } from './inbox-claim.ts';
@@ -161,7 +163,11 @@ ${COMPATIBILITY_LEVEL_SQL}`,
 
   pullClaimMany: Driver['pullClaimMany'] = async (p) => pull.pullClaimMany(await this.pool(), this.names, p);
   pullRenew: Driver['pullRenew'] = async (p) => pull.pullRenew(await this.pool(), this.names, p);
-  pullComplete: Driver['pullComplete'] = (tx, claim) => pull.pullComplete(asTransaction(tx), this.names, claim);
+  pullComplete: Driver['pullComplete'] = async (tx, claim) => {
+    if (!isCallerExecutor(tx)) return pull.pullComplete(asTransaction(tx), this.names, claim);
+    const { text, values } = sqlServerCallerPullComplete(this.names, claim);
+    return (await tx.query(text, values)).rows.length === 1;
+  };
   pullRetry: Driver['pullRetry'] = async (p) => pull.pullRetry(await this.pool(), this.names, p);
   pullMarkDead: Driver['pullMarkDead'] = async (p) => pull.pullMarkDead(await this.pool(), this.names, p);
   pullRelease: Driver['pullRelease'] = async (c) => pull.pullRelease(await this.pool(), this.names, c);

@@ -1,0 +1,66 @@
+/**
+ * SQL Server statements QueueBox writes inside a caller's transaction when a data-layer library
+ * holds it (`queuebox/<library>`), as text with `$1…$n` and the values to bind; each adapter
+ * renames the placeholders for its library (`@P1`, `@0`, `?`, …). No `mssql` import: an
+ * application on Prisma, TypeORM, Knex, Sequelize or MikroORM needs no `mssql` package for these.
+ *
+ * The same INSERT as `enqueue` on an `mssql` Transaction (`buildOutboxInsert`), with untyped
+ * parameters: the id is chosen here, the schedule is an ISO 8601 text read as UTC.
+ */
+import { randomUUID } from 'node:crypto';
+import type { ClaimRef, OutboxMessageInput } from '../driver.ts';
+import type { MssqlNames } from './names.ts';
+
+/** One statement: text with `$n` placeholders and the values to bind. */
+export interface SqlServerCallerStatement {
+  text: string;
+  values: unknown[];
+}
+
+/**
+ * A time `ms` milliseconds after `from` (default: the database clock now); safe for BIGINT
+ * amounts beyond INT milliseconds.
+ */
+export function dbNowPlusMs(expression: string, from = 'SYSUTCDATETIME()'): string {
+  return `DATEADD(millisecond, CAST((${expression}) % 1000 AS INT), DATEADD(second, CAST((${expression}) / 1000 AS INT), ${from}))`;
+}
+
+/** The transaction depth of the connection (0: outside a transaction), read as `depth`. */
+export const SQLSERVER_TRANCOUNT = 'SELECT @@TRANCOUNT AS depth';
+
+/** The outbox INSERT of `enqueue`; returns the statement and the row's id (lower-case). */
+export function sqlServerCallerOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): { id: string; statement: SqlServerCallerStatement } {
+  const id = (m.id ?? randomUUID()).toLowerCase();
+  const delay = `CAST($8 AS BIGINT)`;
+  return {
+    id,
+    statement: {
+      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at)
+OUTPUT LOWER(CONVERT(NVARCHAR(36), inserted.id)) AS id
+VALUES (CAST($1 AS UNIQUEIDENTIFIER), CAST($2 AS NVARCHAR(255)), CAST($3 AS NVARCHAR(255)), CAST($4 AS NVARCHAR(MAX)), CAST($5 AS NVARCHAR(MAX)), CAST($6 AS INT),
+        COALESCE(CONVERT(DATETIME2(7), SWITCHOFFSET(CONVERT(DATETIMEOFFSET(7), CAST($7 AS NVARCHAR(40)), 127), '+00:00')), ${dbNowPlusMs(delay)}));`,
+      values: [
+        id,
+        m.topic,
+        m.key ?? null,
+        m.payloadText ?? JSON.stringify(m.payload),
+        JSON.stringify(m.headers ?? {}),
+        m.maxAttempts ?? defaults.maxAttempts,
+        m.scheduledAt?.toISOString() ?? null,
+        m.delayMs ?? 0,
+      ],
+    },
+  };
+}
+
+/** The fenced `processed` of a pull row (the four fence conditions, pull rows only); one row back when the claim held. */
+export function sqlServerCallerPullComplete(names: Pick<MssqlNames, 'inbox'>, c: ClaimRef): SqlServerCallerStatement {
+  return {
+    text: `UPDATE r SET state = N'processed', processed_at = SYSUTCDATETIME(), updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL
+OUTPUT inserted.id
+FROM ${names.inbox} AS r
+WHERE r.id = CAST($1 AS UNIQUEIDENTIFIER) AND r.consumption = N'pull' AND r.state = N'processing'
+  AND r.claim_token = CAST($2 AS UNIQUEIDENTIFIER) AND r.lease_expires_at > SYSUTCDATETIME();`,
+    values: [c.id, c.token],
+  };
+}

@@ -1,0 +1,18 @@
+/**
+ * The examples of docs/data-layers.md, by heading: the TypeScript block under each `###` example
+ * heading, and the pull example under `## Pull workers`. Shared by the docs test (run in this
+ * repository) and the packed-package test (type-checked and run in a scratch app).
+ */
+import { readFileSync } from 'node:fs';
+
+/** Heading → code of each ```ts block on the page. */
+export function dataLayerExamples(): Map<string, string> {
+  const page = readFileSync('docs/data-layers.md', 'utf8');
+  const examples = new Map<string, string>();
+  let heading = '';
+  for (const part of page.split(/^(#{2,3} .*)$/m)) {
+    if (/^#{2,3} /.test(part)) heading = part.replace(/^#+ /, '');
+    for (const block of part.matchAll(/```ts\n([\s\S]*?)```/g)) examples.set(heading, block[1]!);
+  }
+  return examples;
+}
