@@ -63,7 +63,8 @@ function runnerItself(runner: DocsRunner): void {
     assert.deepEqual(service!.plan, { kind: 'run', context: 'service', env: [] });
     assert.match(service!.serverlessYml ?? '', /^service: docs-runner-fixture$/m);
     assert.deepEqual(environment!.plan, { kind: 'run', context: 'app', env: [{ name: 'QUEUEBOX_DATABASE_URL', value: undefined }, { name: 'GREETING', value: 'hello' }] });
-    assert.deepEqual(interrupted!.plan, { kind: 'run', context: 'clone', interruptAfterMs: 2000, env: [] });
+    assert.deepEqual(interrupted!.plan, { kind: 'run', context: 'clone', interruptAfterMs: 1000, interruptAfterText: 'ready', expect: 'ready', env: [] });
+    assert.deepEqual(unclean!.plan, { kind: 'run', context: 'clone', interruptAfterMs: 1000, env: [] });
   });
 
   it('names the problem of a missing or malformed comment', () => {

@@ -4,7 +4,8 @@
  *
  * - `<!-- run: clone -->`, `<!-- run: app -->`, `<!-- run: service -->`: run literally in that
  *   context (see `docs-runner.ts`); modifiers after commas:
- *   `interrupt after 20s` (each command on its own, SIGINT after that long, a clean exit expected),
+ *   `interrupt after 20s` (each command on its own, SIGINT after that long, a clean exit expected)
+ *   or `interrupt 20s after "text"` (the same, counted from when the output first shows text),
  *   `with NAME` (a variable the prose tells the user to set; `…DATABASE_URL` names get a fresh
  *   database) or `with NAME=value`, `expect "text"` (the output must contain text; no commas).
  * - `<!-- run: ci -->`: `.ci/run` runs exactly these commands after `npm ci`.
@@ -21,7 +22,7 @@ export type RunContext = 'clone' | 'app' | 'service' | 'ci';
 
 /** How one block is run, as its comment says. */
 export type BlockPlan =
-  | { kind: 'run'; context: RunContext; interruptAfterMs?: number; env: Array<{ name: string; value?: string }>; expect?: string }
+  | { kind: 'run'; context: RunContext; interruptAfterMs?: number; interruptAfterText?: string; env: Array<{ name: string; value?: string }>; expect?: string }
   | { kind: 'not run'; reason: string }
   | { kind: 'missing'; problem: string };
 
@@ -53,13 +54,16 @@ export function parsePlan(comment: string | undefined): BlockPlan {
   }
   const plan: BlockPlan = { kind: 'run', context: context as RunContext, env: [] };
   for (const modifier of modifiers) {
-    const interrupt = /^interrupt after (\d+)s$/.exec(modifier);
+    const interrupt = /^interrupt after (\d+)s$/.exec(modifier) ?? /^interrupt (\d+)s after "([^"]+)"$/.exec(modifier);
     const withVar = /^with ([A-Z_][A-Z0-9_]*)(?:=(.*))?$/.exec(modifier);
     const expect = /^expect "([^"]+)"$/.exec(modifier);
-    if (interrupt) plan.interruptAfterMs = Number(interrupt[1]) * 1000;
+    if (interrupt) {
+      plan.interruptAfterMs = Number(interrupt[1]) * 1000;
+      if (interrupt[2] !== undefined) plan.interruptAfterText = interrupt[2];
+    }
     else if (expect) plan.expect = expect[1];
     else if (withVar) plan.env.push({ name: withVar[1]!, value: withVar[2] });
-    else return { kind: 'missing', problem: `unknown modifier "${modifier}" (expected "interrupt after <n>s", "with NAME[=value]" or 'expect "text"')` };
+    else return { kind: 'missing', problem: `unknown modifier "${modifier}" (expected "interrupt after <n>s", 'interrupt <n>s after "text"', "with NAME[=value]" or 'expect "text"')` };
   }
   return plan;
 }

@@ -50,7 +50,7 @@ export class DocsRunner {
   /** Runs one block; throws an Error naming the file, line, command and output on failure. */
   async run(block: ShellBlock): Promise<void> {
     if (block.plan.kind !== 'run') throw new Error(`${block.file}:${block.line}: not a runnable block`);
-    const { context, interruptAfterMs } = block.plan;
+    const { context, interruptAfterMs, interruptAfterText } = block.plan;
     if (context === 'ci') return this.checkCi(block);
     const cwd = await this.prepare(block);
     const env = userEnvironment(await this.variables(block));
@@ -62,7 +62,8 @@ export class DocsRunner {
       output = result.output;
     } else {
       for (const command of blockCommands(block.code)) {
-        const result = await runShell(command, { cwd, env, interruptAfterMs, timeoutMs: interruptAfterMs + STOP_GRACE_MS });
+        const timeoutMs = interruptAfterText === undefined ? interruptAfterMs + STOP_GRACE_MS : BLOCK_TIMEOUT_MS;
+        const result = await runShell(command, { cwd, env, interruptAfterMs, interruptAfterText, timeoutMs });
         const clean = result.code === 0 || (result.interrupted && (result.code === 130 || result.signal === 'SIGINT'));
         if (!clean || result.timedOut) throw new Error(`${where} did not exit cleanly:\n${describeResult(command, result)}`);
         output += result.output;

@@ -24,6 +24,8 @@ export interface ShellOptions {
   env: NodeJS.ProcessEnv;
   timeoutMs: number;
   interruptAfterMs?: number;
+  /** Count `interruptAfterMs` from when the output first contains this text (never, if it does not). */
+  interruptAfterText?: string;
 }
 
 /**
@@ -56,13 +58,21 @@ export function runShell(command: string, options: ShellOptions): Promise<ShellR
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
+    let interrupted = false;
+    let timedOut = false;
+    let interrupt: NodeJS.Timeout | undefined;
+    const armInterrupt = () => {
+      interrupt ??= setTimeout(() => {
+        interrupted = true;
+        signalGroup('SIGINT');
+      }, options.interruptAfterMs);
+    };
     const keep = (chunk: Buffer) => {
       output = (output + chunk.toString()).slice(-6000);
+      if (options.interruptAfterMs !== undefined && options.interruptAfterText !== undefined && output.includes(options.interruptAfterText)) armInterrupt();
     };
     child.stdout.on('data', keep);
     child.stderr.on('data', keep);
-    let interrupted = false;
-    let timedOut = false;
     const signalGroup = (signal: NodeJS.Signals) => {
       try {
         process.kill(-child.pid!, signal);
@@ -70,10 +80,7 @@ export function runShell(command: string, options: ShellOptions): Promise<ShellR
         // the group has already exited
       }
     };
-    const interrupt = options.interruptAfterMs === undefined ? undefined : setTimeout(() => {
-      interrupted = true;
-      signalGroup('SIGINT');
-    }, options.interruptAfterMs);
+    if (options.interruptAfterMs !== undefined && options.interruptAfterText === undefined) armInterrupt();
     const limit = setTimeout(() => {
       timedOut = true;
       signalGroup('SIGKILL');
