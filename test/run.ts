@@ -6,6 +6,9 @@
  * - unset: an embedded PostgreSQL is started once for the whole run and removed afterwards.
  *
  * Arguments: file paths or substrings to select test files (default: all of `test/**\/*.test.ts`).
+ *
+ * Every test has a time limit: `TEST_TIMEOUT_MS` unless it sets a longer `timeout` of its own, so a
+ * hang fails the test that hangs instead of stalling the run.
  */
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
@@ -21,6 +24,9 @@ function findTests(dir: string): string[] {
   }
   return out.sort();
 }
+
+/** The default time limit of each test (and suite); longer ones declare their own `timeout`. */
+const TEST_TIMEOUT_MS = 240_000;
 
 const filters = process.argv.slice(2);
 const files = findTests('test').filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)));
@@ -42,7 +48,7 @@ if (!env.DATABASE_URL) {
 }
 
 const code = await new Promise<number>((resolve) => {
-  const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-reporter=spec', '--test-concurrency=2', ...files], {
+  const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-reporter=spec', '--test-concurrency=2', `--test-timeout=${TEST_TIMEOUT_MS}`, ...files], {
     env,
     stdio: 'inherit',
   });

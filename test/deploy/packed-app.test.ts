@@ -1,5 +1,5 @@
 /**
- * QueueBox as an application gets it: `npm pack` (which compiles through `prepack`), installed into
+ * QueueBox as an application gets it: `npm pack` (which compiles through `prepare`), installed into
  * a scratch app with its runtime dependencies only (no optional peers, no dev tools), then used from
  * there — the CLI through `npx --no -- queuebox` (never fetched from the registry), `enqueue` from ESM and from TypeScript (type-checked with
  * `skipLibCheck: false` under node16, nodenext, bundler and node10 resolution), a pull worker — against the

@@ -17,11 +17,17 @@ describe('the README', () => {
   });
   after(async () => db.drop());
 
-  it('gives exactly the two quick-start commands, and both exist as npm scripts', () => {
+  it('gives exactly the two quick-start commands, the install included, and both exist as npm scripts', () => {
     const quickStart = readme.split('## Quick start')[1]!.split('\n## ')[0]!;
-    assert.deepEqual(codeBlocks(quickStart, 'bash'), ['npm start', 'npm test']);
+    assert.deepEqual(codeBlocks(quickStart, 'bash'), ['npm install && npm start', 'npm test']);
     assert.match(packageJson.scripts.start!, /bin\/queuebox\.ts local/);
     assert.match(packageJson.scripts.test!, /test\/run\.ts/);
+  });
+
+  it('stops the install on a Node.js older than engines.node (engine-strict), and builds dist/ at install for npx', () => {
+    assert.match(readFileSync('.npmrc', 'utf8'), /^engine-strict=true$/m);
+    assert.match(packageJson.scripts.prepare!, /npm run build:lib/);
+    assert.match(packageJson.scripts['build:lib']!, /chmodSync\('dist\/bin\/queuebox\.js'/, 'the bin npx runs is executable after a rebuild');
   });
 
   it('is what CI runs: .ci/run runs the README test command after a clean install', () => {
