@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import { dashboardHtml, pageSize } from './dashboard-html.ts';
 import { runSample } from './dashboard-sample-run.ts';
-import { dashboardBodyText } from './dashboard.ts';
+import { dashboardBodyText } from '../lib/serverless/dashboard.ts';
 
 const OUTPUT = 'docs/images/dashboard.png';
 const ROUNDS = 30;
