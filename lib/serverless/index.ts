@@ -16,6 +16,7 @@ import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { ConfigError } from '../errors.ts';
 import { bundleFunctions, loadEsbuild } from './bundle.ts';
+import { deployRefusal, deployWarnings, hasDatabaseLocation } from './deploy-checks.ts';
 import { deployedFunctionName, functionKey, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
 import { parsePluginOptions, pluginOptionsJsonSchema, type FunctionOptions, type PluginOptions } from './options.ts';
 import { roleLogicalId } from './roles.ts';
@@ -62,7 +63,7 @@ interface Log {
 
 /** The Serverless plugin (osls loads the default export). */
 export default class QueueBoxServerlessPlugin {
-  readonly hooks: Record<string, () => Promise<void> | void>;
+  readonly hooks: Record<string, () => Promise<void>>;
   private readonly log: Log;
   private options!: PluginOptions;
   private config!: QueueBoxConfig;
@@ -163,12 +164,14 @@ export default class QueueBoxServerlessPlugin {
 
   /** Refuses what must not be deployed, then bundles (`only`: those functions). */
   private async build(packaging: boolean, only?: string[]): Promise<void> {
-    if (packaging) this.checkDeployable();
-    for (const [name, source] of Object.entries(this.config.inbox.sources)) {
-      if (source.type === 'http' && source.auth?.type === 'none') {
-        this.log.warning(`QueueBox: inbox source ${name} has auth: none: its route POST ${this.config.inbox.basePath}${source.path ?? ''} accepts requests from anyone`);
+    if (packaging) {
+      const refusal = deployRefusal(this.options, this.config, this.deployment.stage);
+      if (refusal !== undefined) throw new Error(refusal);
+      if (!hasDatabaseLocation(this.options, this.config)) {
+        this.log.warning(`QueueBox: stage ${this.deployment.stage} has no database location (allowMissingDatabase): these functions cannot reach a database`);
       }
     }
+    for (const warning of deployWarnings(this.config)) this.log.warning(`QueueBox: ${warning}`);
     const esbuild = await loadEsbuild(this.serverless.serviceDir);
     const outDir = join(this.serverless.serviceDir, BUILD_DIR);
     const report = await bundleFunctions({ esbuild, config: this.config, configPath: resolve(this.serverless.serviceDir, this.options.config), outDir, ...(only ? { only } : {}), log: (line) => this.log.info(line) });
@@ -176,22 +179,6 @@ export default class QueueBoxServerlessPlugin {
     if (packaging && this.fragment.secretNames.length > 0) {
       this.log.notice(`QueueBox: queueboxInboxHttp reads these SSM SecureStrings at cold start: ${this.fragment.secretNames.map((n) => `${this.secretsParameterPath()}/${n}`).join(', ')}`);
     }
-  }
-
-  /** Build-time truth: a package that would find no database, or would carry its password, is refused. */
-  private checkDeployable(): void {
-    if (this.config.database.url !== undefined) {
-      throw new Error(
-        `${this.options.config} sets database.url: every function package would carry the connection string (and its password). Remove it, and set custom.queuebox.databaseSecretArn or custom.queuebox.databaseUrlParameter (or database.urlEnv naming a variable the functions get)`,
-      );
-    }
-    const located = this.options.databaseSecretArn !== '' || this.options.databaseUrlParameter !== '' || this.config.database.urlEnv !== undefined;
-    if (!located && !this.options.allowMissingDatabase) {
-      throw new Error(
-        `stage ${this.deployment.stage} has no database location: set custom.queuebox.databaseSecretArn (a Secrets Manager secret) or custom.queuebox.databaseUrlParameter (an SSM SecureString), or custom.queuebox.allowMissingDatabase: true to package without one (offline checks only: the functions would find no database)`,
-      );
-    }
-    if (!located) this.log.warning(`QueueBox: stage ${this.deployment.stage} has no database location (allowMissingDatabase): these functions cannot reach a database`);
   }
 
   private addToTemplate(): void {
