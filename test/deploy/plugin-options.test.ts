@@ -5,7 +5,7 @@
  * adds to a service (named apart from the service's own, refusing a name it already has).
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -13,7 +13,7 @@ import { parseConfig } from '../../lib/config/load-config.ts';
 import { deployRefusal, deployWarnings } from '../../lib/serverless/deploy-checks.ts';
 import { FUNCTIONS, functionKey } from '../../lib/serverless/functions.ts';
 import QueueBoxServerlessPlugin from '../../lib/serverless/index.ts';
-import { parsePluginOptions, pluginOptionsJsonSchema } from '../../lib/serverless/options.ts';
+import { parsePluginOptions, pluginOptionsJsonSchema, pluginOptionsSchema } from '../../lib/serverless/options.ts';
 
 const service = mkdtempSync(join(tmpdir(), 'qb-plugin-options-'));
 writeFileSync(join(service, 'queuebox.yml'), 'inbox:\n  sources:\n    hook: { type: http, path: /hook, auth: { type: none } }\n');
@@ -50,6 +50,21 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.equal(parsePluginOptions({ allowMissingDatabase: 'true' }).allowMissingDatabase, true, 'a --param gives text');
     assert.equal(pluginOptionsJsonSchema().$schema, undefined);
     assert.equal((pluginOptionsJsonSchema() as { additionalProperties: boolean }).additionalProperties, false);
+  });
+
+  it('docs/deploy.md lists exactly the keys of custom.queuebox', () => {
+    const shape = pluginOptionsSchema.shape;
+    const keys = Object.keys(shape).flatMap((key) => {
+      if (key === 'httpApi') return Object.keys(shape.httpApi.parse({})).map((k) => `httpApi.${k}`);
+      if (key === 'functions') return ['schedule', 'timeout', 'memorySize', 'reservedConcurrency'].map((k) => `functions.<name>.${k}`);
+      return [key];
+    });
+    const section = readFileSync('docs/deploy.md', 'utf8').split('## `custom.queuebox`')[1]!.split('\n## ')[0]!;
+    const documented = [...section.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1]);
+    assert.deepEqual(documented.sort(), keys.sort());
+    for (const [name, fn] of Object.entries(shape.functions.parse({}))) {
+      assert.ok(Object.keys(fn).every((k) => ['schedule', 'timeout', 'memorySize', 'reservedConcurrency'].includes(k)), name);
+    }
   });
 
   it('refuses a bad custom.queuebox naming each key', () => {
