@@ -30,11 +30,11 @@ export interface Esbuild {
 export type BundleReport = Record<string, number>;
 
 /**
- * esbuild, as installed in the service (`serviceDir`), else next to this package; throws naming
- * `npm install -D esbuild` when neither has it.
+ * esbuild, as installed in the service (`serviceDir`), else next to this package (`besides`, a
+ * file whose folder is searched); throws naming `npm install -D esbuild` when neither has it.
  */
-export async function loadEsbuild(serviceDir: string): Promise<Esbuild> {
-  for (const from of [join(serviceDir, 'package.json'), fileURLToPath(import.meta.url)]) {
+export async function loadEsbuild(serviceDir: string, besides = fileURLToPath(import.meta.url)): Promise<Esbuild> {
+  for (const from of [join(serviceDir, 'package.json'), besides]) {
     let path: string;
     try {
       path = createRequire(from).resolve('esbuild');

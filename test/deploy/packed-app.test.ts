@@ -96,7 +96,7 @@ const TSCONFIGS: Record<string, Record<string, unknown>> = {
   node10: { module: 'esnext', moduleResolution: 'node10', esModuleInterop: true, noEmit: true },
 };
 
-describe('the packed package, installed into an application', () => {
+describe('the packed package, installed into an application', { timeout: 600_000 }, () => {
   let work: string;
   let app: string;
   let schema: string;

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { parseConfig } from '../../lib/config/load-config.ts';
+import { loadEsbuild } from '../../lib/serverless/bundle.ts';
 import { deployRefusal, deployWarnings } from '../../lib/serverless/deploy-checks.ts';
 import { FUNCTIONS, functionKey } from '../../lib/serverless/functions.ts';
 import QueueBoxServerlessPlugin from '../../lib/serverless/index.ts';
@@ -97,6 +98,11 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.throws(() => parseConfig(destination('*')), /destinations\.q\.region: must be an AWS region name/);
     assert.throws(() => parseConfig(destination('eu-west-*')), /destinations\.q\.region/);
     assert.equal((parseConfig(destination('us-gov-west-1')).destinations.q as { region?: string }).region, 'us-gov-west-1');
+  });
+
+  it('finds esbuild in the service, and names the command to install it when it is missing', async () => {
+    assert.equal(typeof (await loadEsbuild(process.cwd(), join(service, 'x.js'))).build, 'function');
+    await assert.rejects(loadEsbuild(service, join(service, 'x.js')), new RegExp(`esbuild, which is not installed in ${service}: npm install -D esbuild`));
   });
 
   it('initialize adds queuebox<Name> functions with their own runtime, role and package, beside the service\'s', async () => {
