@@ -81,8 +81,9 @@ export default class QueueBoxServerlessPlugin {
     this.hooks = {
       initialize: () => this.fail(() => this.addFunctions()),
       'before:package:createDeploymentArtifacts': () => this.fail(() => this.build(true)),
-      'before:deploy:function:packageFunction': () => this.fail(() => this.build(true, this.requestedFunction())),
-      'before:invoke:local:invoke': () => this.fail(() => (this.requestedFunction() ? this.build(false, this.requestedFunction()) : undefined)),
+      // `-f` naming one of the service's own functions builds nothing of QueueBox's.
+      'before:deploy:function:packageFunction': () => this.fail(() => this.buildRequested(true)),
+      'before:invoke:local:invoke': () => this.fail(() => this.buildRequested(false)),
       'after:package:compileEvents': () => this.fail(() => this.addToTemplate()),
     };
   }
@@ -97,10 +98,10 @@ export default class QueueBoxServerlessPlugin {
     }
   }
 
-  /** The QueueBox function named by `-f`, as a short name, if it is one. */
-  private requestedFunction(): string[] | undefined {
+  /** Bundles the QueueBox function named by `-f`, if it is one. */
+  private async buildRequested(packaging: boolean): Promise<void> {
     const fn = FUNCTIONS.find((f) => functionKey(f.name) === this.cliOptions.function);
-    return fn ? [fn.name] : undefined;
+    if (fn !== undefined) await this.build(packaging, [fn.name]);
   }
 
   private addFunctions(): void {

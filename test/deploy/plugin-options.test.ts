@@ -5,7 +5,7 @@
  * adds to a service (named apart from the service's own, refusing a name it already has).
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -20,7 +20,7 @@ const service = mkdtempSync(join(tmpdir(), 'qb-plugin-options-'));
 writeFileSync(join(service, 'queuebox.yml'), 'inbox:\n  sources:\n    hook: { type: http, path: /hook, auth: { type: none } }\n');
 
 /** A plugin on a minimal stand-in for osls's `serverless` object, with the service's own function `hello`. */
-function pluginFor(custom: unknown, functions: Record<string, Record<string, unknown>> = { hello: { handler: 'handler.hello' } }) {
+function pluginFor(custom: unknown, functions: Record<string, Record<string, unknown>> = { hello: { handler: 'handler.hello' } }, cliOptions: { function?: string } = {}) {
   const serverless = {
     serviceDir: service,
     service: { service: 'shop', provider: {} as Record<string, unknown>, functions, custom: { queuebox: custom }, package: {} as { patterns?: string[] } },
@@ -28,7 +28,7 @@ function pluginFor(custom: unknown, functions: Record<string, Record<string, unk
     classes: { Error },
   };
   const warnings: string[] = [];
-  const plugin = new QueueBoxServerlessPlugin(serverless as never, {}, { log: { notice: () => {}, info: () => {}, warning: (m: string) => warnings.push(m) } });
+  const plugin = new QueueBoxServerlessPlugin(serverless as never, cliOptions, { log: { notice: () => {}, info: () => {}, warning: (m: string) => warnings.push(m) } });
   return { plugin, serverless, warnings, hook: (name: string) => plugin.hooks[name]!() };
 }
 
@@ -118,12 +118,17 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.deepEqual(serverless.service.package.patterns, ['!.queuebox/**'], 'the service\'s own package leaves the bundles out');
   });
 
-  it('stops on a function name the service already has, and refuses to package without a database location before bundling', async () => {
+  it('stops on a function name the service already has, refuses to package without a database location before bundling, and builds nothing for the service\'s own function', async () => {
     const taken = pluginFor({}, { queueboxMigrate: { handler: 'mine.handler' } });
     await assert.rejects(taken.hook('initialize'), /QueueBox: the service already has a function queueboxMigrate/);
     const { hook, warnings } = pluginFor({});
     await hook('initialize');
     await assert.rejects(hook('before:package:createDeploymentArtifacts'), /QueueBox: stage dev has no database location/);
     assert.deepEqual(warnings, []);
+    const own = pluginFor({}, undefined, { function: 'hello' });
+    await own.hook('initialize');
+    await own.hook('before:invoke:local:invoke');
+    await own.hook('before:deploy:function:packageFunction');
+    assert.equal(existsSync(join(service, '.queuebox')), false, 'the service\'s own function builds nothing of QueueBox\'s');
   });
 });
