@@ -90,7 +90,7 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
 
   it('warns about an HTTP route without authentication', () => {
     assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'none' } } } } })), ['inbox source hook has auth: none: its route POST /inbox/hook accepts requests from anyone']);
-    assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' } } } } })), []);
+    assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotencyKeyPath: '$.id' } } } })), []);
   });
 
   it('refuses a destination region that is not a region name (it enters IAM ARNs)', () => {
