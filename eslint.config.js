@@ -2,7 +2,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.serverless/', 'dist/', 'test/data-layers/prisma/generated/'] },
+  { ignores: ['node_modules/', '.serverless/', 'dist/', '.queuebox/', 'test/data-layers/prisma/generated/'] },
   ...tseslint.configs.recommended,
   {
     rules: {
@@ -10,4 +10,6 @@ export default tseslint.config(
       'no-empty': ['error', { allowEmptyCatch: true }],
     },
   },
+  // CommonJS files osls requires (serverless.yml's plugin and config-path resolver).
+  { files: ['**/*.cjs'], languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', module: 'writable', __filename: 'readonly', process: 'readonly' } }, rules: { '@typescript-eslint/no-require-imports': 'off' } },
 );

@@ -24,7 +24,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
-import { LAMBDA_NODE_TARGET } from '../infra/build.ts';
+import { LAMBDA_NODE_TARGET } from '../lib/serverless/bundle.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import type { CaseResult, ChildInput } from './case-child.ts';
 import { CASE_NAMES } from './cases.ts';

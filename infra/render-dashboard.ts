@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import { dashboardHtml, pageSize } from './dashboard-html.ts';
 import { runSample } from './dashboard-sample-run.ts';
-import { dashboardBodyText } from './dashboard.ts';
+import { dashboardBodyText } from '../lib/serverless/dashboard.ts';
 
 const OUTPUT = 'docs/images/dashboard.png';
 const ROUNDS = 30;
@@ -24,7 +24,7 @@ try {
   console.log(`local run: ${ROUNDS} rounds…`);
   const { config, rounds } = await runSample({ databaseUrl, rounds: ROUNDS, out: (line) => console.log(line) });
   const body = dashboardBodyText(config);
-  const caption = `Rendered from infra/dashboard.ts with the EMF metrics of a local run: ${ROUNDS} rounds (x axis), each one scheduled invocation of the poller, the relay and a pull worker, with EventBridge throttling in rounds 9–11 and one refused entry in round 23.`;
+  const caption = `Rendered from lib/serverless/dashboard.ts with the EMF metrics of a local run: ${ROUNDS} rounds (x axis), each one scheduled invocation of the poller, the relay and a pull worker, with EventBridge throttling in rounds 9–11 and one refused entry in round 23.`;
   const dir = mkdtempSync(join(tmpdir(), 'qb-dashboard-'));
   try {
     const page = join(dir, 'dashboard.html');

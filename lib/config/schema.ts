@@ -68,8 +68,8 @@ export const tablesSchema = z
   .prefault({});
 
 const awsEndpoint = {
-  /** AWS region of the destination; defaults to the Lambda's `AWS_REGION`. */
-  region: z.string().min(1).optional(),
+  /** AWS region of the destination; defaults to the Lambda's `AWS_REGION`. It enters IAM ARNs, so only a region name. */
+  region: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d{1,2}$/, 'must be an AWS region name such as eu-west-1').optional(),
   /** Endpoint override (local emulators, VPC endpoints). */
   endpoint: z.string().url().optional(),
 };

@@ -1,14 +1,15 @@
 /**
  * The scheduled functions the local runner invokes, and their schedules as `serverless.yml`
- * declares them (`events: - schedule: rate(…)` and `timeout`, resolving `${param:…}` from
- * `params.default`). Without the file, or for a schedule it cannot read (e.g. `cron(…)`), a
- * function runs every minute with a 60 s timeout.
+ * declares them for the Serverless plugin (`custom.queuebox.functions.<name>.schedule` and
+ * `timeout`, else the plugin's defaults). For a schedule it cannot read (e.g. `cron(…)`), a
+ * function runs every minute.
  *
  * To run another scheduled function locally, add it to `LOCAL_FUNCTIONS`.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import type { Context } from 'aws-lambda';
 import { parse as parseYaml } from 'yaml';
+import { pluginOptionsSchema } from '../serverless/options.ts';
 
 /** A scheduled Lambda handler as the runner calls it. */
 export type ScheduledHandler = (event: unknown, context: Context) => Promise<unknown>;
@@ -44,28 +45,18 @@ export function rateMs(expression: string): number | undefined {
   return match && unit ? Number(match[1]) * unit : undefined;
 }
 
-/** Reads each function's schedule from `serverless.yml` at `path`; missing entries get the default. */
+/**
+ * Reads each scheduled function's schedule and timeout from `custom.queuebox.functions` of
+ * `serverless.yml` at `path`, with the Serverless plugin's defaults for what it does not set.
+ */
 export function readSchedules(path = 'serverless.yml'): Map<string, Schedule> {
   const out = new Map<string, Schedule>();
-  if (!existsSync(path)) return out;
-  const doc = (parseYaml(readFileSync(path, 'utf8')) ?? {}) as {
-    params?: { default?: Record<string, unknown> };
-    functions?: Record<string, { timeout?: unknown; events?: unknown }>;
-  };
-  const params = doc.params?.default ?? {};
-  const resolve = (value: unknown): string =>
-    String(value ?? '').replace(/\$\{param:([A-Za-z0-9_]+)(?:\s*,\s*([^}]*))?\}/g, (_all, name: string, fallback?: string) => String(params[name] ?? fallback ?? ''));
-  for (const [name, fn] of Object.entries(doc.functions ?? {})) {
-    const events = Array.isArray(fn.events) ? (fn.events as Array<Record<string, unknown>>) : [];
-    const schedule = events.map((e) => e.schedule).find((s) => s !== undefined);
-    if (schedule === undefined) continue;
-    const expression = resolve(typeof schedule === 'object' && schedule !== null ? (schedule as { rate?: unknown }).rate : schedule);
-    const timeoutSeconds = Number(resolve(fn.timeout));
-    out.set(name, {
-      periodMs: rateMs(expression) ?? DEFAULT_SCHEDULE.periodMs,
-      timeoutMs: Number.isFinite(timeoutSeconds) && timeoutSeconds > 0 ? timeoutSeconds * 1000 : DEFAULT_SCHEDULE.timeoutMs,
-      expression,
-    });
+  const doc = (existsSync(path) ? (parseYaml(readFileSync(path, 'utf8')) ?? {}) : {}) as { custom?: { queuebox?: { functions?: unknown } } };
+  const functions = pluginOptionsSchema.shape.functions;
+  const parsed = functions.safeParse(doc.custom?.queuebox?.functions ?? {});
+  for (const [name, fn] of Object.entries(parsed.success ? parsed.data : functions.parse({}))) {
+    if (!('schedule' in fn)) continue;
+    out.set(name, { periodMs: rateMs(fn.schedule) ?? DEFAULT_SCHEDULE.periodMs, timeoutMs: fn.timeout * 1000, expression: fn.schedule });
   }
   return out;
 }

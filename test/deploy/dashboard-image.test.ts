@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { dashboardHtml, widgetSeries } from '../../infra/dashboard-html.ts';
 import type { SampleRound } from '../../infra/dashboard-sample-run.ts';
-import { dashboardBodyText } from '../../infra/dashboard.ts';
+import { dashboardBodyText } from '../../lib/serverless/dashboard.ts';
 import { loadConfig } from '../../lib/config/load-config.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 

@@ -4,9 +4,9 @@ import { describe, it } from 'node:test';
 import { loadConfig } from '../../lib/config/load-config.ts';
 import { METRIC_NAMES, METRICS, type MetricKey } from '../../lib/observability/metric-names.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
-import { alarmResources } from '../../infra/alarms.ts';
+import { alarmResources } from '../../lib/serverless/alarms.ts';
 import { CONFIG_MEANINGS } from '../../infra/config-meanings.ts';
-import { dashboardBodyText } from '../../infra/dashboard.ts';
+import { dashboardBodyText } from '../../lib/serverless/dashboard.ts';
 import { configKeys, renderConfigurationDoc, renderMetricsDoc } from '../../infra/reference-docs.ts';
 
 const config = loadConfig({ path: 'test/deploy/fixtures/queuebox.yml', env: {} });

@@ -5,11 +5,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseConfig } from '../../lib/config/load-config.ts';
-import { buildStackFragment } from '../../infra/stack.ts';
+import { buildStackFragment } from '../../lib/serverless/stack.ts';
 
 describe('IAM resources from configured names', () => {
   const build = (destinations: Record<string, unknown>, sources: Record<string, unknown> = {}) =>
-    buildStackFragment(parseConfig({ destinations, outbox: { routes: [{ topicPattern: '**', destination: Object.keys(destinations)[0]! }] }, inbox: { sources } } as never));
+    buildStackFragment(parseConfig({ destinations, outbox: { routes: [{ topicPattern: '**', destination: Object.keys(destinations)[0]! }] }, inbox: { sources } } as never), { service: 'app', stage: 'test' });
 
   it('refuses a queue URL, bus name or trigger queue with a wildcard character, naming it', () => {
     assert.throws(() => build({ q: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders*' } }), /queue name in queue URL "orders\*"/);

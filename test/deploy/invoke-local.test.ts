@@ -1,20 +1,20 @@
 /**
- * The deploy path of a fresh clone: with no queuebox.yml the build uses queuebox.example.yml, and
- * `osls invoke local -f <fn>` runs every function's bundle (as Lambda loads it: ESM `index.js`)
- * against a real database. The build goes to a scratch service directory (a copy of
- * serverless.yml), so it never races another test's `dist/`.
+ * The deploy path of a fresh clone: with no queuebox.yml this repository's serverless.yml builds
+ * with queuebox.example.yml, and `osls invoke local -f queuebox<Name>` bundles and runs every
+ * function (as Lambda loads it: ESM `index.js`) against a real database named only by
+ * `QUEUEBOX_DATABASE_URL`, as docs/deploy.md says (no inherited `DATABASE_URL`). It runs in a
+ * scratch copy of the service, so it never races another test's `.queuebox/`.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { buildAll, defaultConfigPath, EXAMPLE_CONFIG } from '../../infra/build.ts';
-import { FUNCTIONS } from '../../infra/functions.ts';
+import { EXAMPLE_CONFIG } from '../../infra/build.ts';
+import { FUNCTIONS, functionKey } from '../../lib/serverless/functions.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-
-const OSLS = resolve('node_modules/osls/bin/serverless.js');
+import { OSLS, QUIET_OSLS_ENV, scratchRepoService } from '../helpers/repo-service.ts';
 
 /** An API Gateway HTTP API (payload 2.0) request as Lambda delivers it. */
 function httpEvent(path: string): Record<string, unknown> {
@@ -70,10 +70,10 @@ function lastResult(stdout: string): Record<string, unknown> {
 
 function invokeLocal(serviceDir: string, name: string, event: unknown, env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done, fail) => {
-    // Short pass timeouts: the pollers work until their deadline (timeout − 5 s margin).
-    const args = [OSLS, 'invoke', 'local', '-f', name, '--stage', 'test', '--data', JSON.stringify(event), '--param', `databaseUrl=${env.TEST_DATABASE_URL}`];
-    for (const param of ['outboxPollerTimeout=7', 'inboxRelayTimeout=7']) args.push('--param', param);
-    const child = spawn(process.execPath, args, { cwd: serviceDir, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const args = [OSLS, 'invoke', 'local', '-f', functionKey(name), '--stage', 'test', '--data', JSON.stringify(event)];
+    // Short passes: the pollers work until their deadline (60 s timeout − this margin).
+    const margin = name === 'outboxPoller' || name === 'inboxRelay' ? { QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS: '53000' } : {};
+    const child = spawn(process.execPath, args, { cwd: serviceDir, env: { ...env, ...margin }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -87,26 +87,25 @@ function invokeLocal(serviceDir: string, name: string, event: unknown, env: Node
   });
 }
 
-describe('deploy from a fresh clone', () => {
+describe('deploy from a fresh clone', { timeout: 300_000 }, () => {
   let db: TestDatabase;
   let serviceDir: string;
   before(async () => {
     db = await createTestDatabase();
-    serviceDir = mkdtempSync(join(tmpdir(), 'qb-service-'));
-    copyFileSync('serverless.yml', join(serviceDir, 'serverless.yml'));
-    await buildAll({ configPath: EXAMPLE_CONFIG, outDir: join(serviceDir, 'dist'), log: () => {} });
+    serviceDir = scratchRepoService('qb-service-');
   });
   after(async () => {
     rmSync(serviceDir, { recursive: true, force: true });
     await db.drop();
   });
 
-  it('builds with queuebox.example.yml when there is no queuebox.yml, and with queuebox.yml once it exists', () => {
+  it('configures serverless.yml with queuebox.example.yml when there is no queuebox.yml, and with queuebox.yml once it exists', () => {
+    const configPath = (cwd: string) => execFileSync(process.execPath, ['-e', `process.stdout.write(require(${JSON.stringify(resolve('infra/config-path.cjs'))})())`], { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
     const dir = mkdtempSync(join(tmpdir(), 'qb-clone-'));
     try {
-      assert.equal(defaultConfigPath(dir), join(dir, EXAMPLE_CONFIG));
+      assert.equal(configPath(dir), EXAMPLE_CONFIG);
       writeFileSync(join(dir, 'queuebox.yml'), 'destinations: {}\n');
-      assert.equal(defaultConfigPath(dir), join(dir, 'queuebox.yml'));
+      assert.equal(configPath(dir), 'queuebox.yml');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -114,14 +113,13 @@ describe('deploy from a fresh clone', () => {
 
   it('`osls invoke local -f <fn>` runs every function against the database', async () => {
     assert.deepEqual(Object.keys(CASES).sort(), FUNCTIONS.map((f) => f.name).sort(), 'a case per function');
+    // What a shell has, plus the database the docs name: nothing inherited from the test run.
     const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      TEST_DATABASE_URL: db.url,
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      QUEUEBOX_DATABASE_URL: db.url,
       QUEUEBOX_DATABASE__SCHEMA: db.schema,
-      SLS_TELEMETRY_DISABLED: '1',
-      SLS_TRACKING_DISABLED: '1',
-      SLS_NOTIFICATIONS_MODE: 'off',
-      SLS_DEPRECATION_DISABLE: '*',
+      ...QUIET_OSLS_ENV,
       AWS_ACCESS_KEY_ID: 'local',
       AWS_SECRET_ACCESS_KEY: 'local',
     };

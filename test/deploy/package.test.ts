@@ -1,17 +1,21 @@
 /**
- * `npm run package` offline: build the bundles and stack fragment from a fixture config, run
- * `osls package` with telemetry and notifications off, and check the CloudFormation template.
+ * `npm run package` of this repository as a fresh clone has it: its own `serverless.yml` (the
+ * plugin, loaded from source) with the shipped `queuebox.example.yml` (no `queuebox.yml`), offline
+ * (`allowMissingDatabase`, as the script sets it), in a scratch copy; then the CloudFormation
+ * template is checked. Package contents are read from the zips themselves (no `unzip` needed).
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { before, describe, it } from 'node:test';
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
 import { METRIC_NAMES, METRICS } from '../../lib/observability/metric-names.ts';
-import { buildAll, LAMBDA_NODE_TARGET } from '../../infra/build.ts';
-import { FUNCTIONS, functionLogicalId } from '../../infra/functions.ts';
+import { LAMBDA_NODE_TARGET } from '../../lib/serverless/bundle.ts';
+import { FUNCTIONS, functionKey, functionLogicalId } from '../../lib/serverless/functions.ts';
+import { explain, run } from '../helpers/packed-package.ts';
+import { QUIET_OSLS_ENV, scratchRepoService } from '../helpers/repo-service.ts';
+import { zipEntries } from '../helpers/zip-entries.ts';
 
 type Resource = { Type: string; Properties: Record<string, unknown>; Condition?: string };
-const FIXTURE = 'test/deploy/fixtures/queuebox.yml';
 
 /** Replaces `Ref`s in a `Fn::Join` with readable placeholders and returns the text. */
 function joinText(value: unknown): string {
@@ -19,23 +23,26 @@ function joinText(value: unknown): string {
   return join[1].map((p) => (typeof p === 'string' ? p : `<${(p as { Ref: string }).Ref}>`)).join(join[0]);
 }
 
-describe('osls package (offline)', () => {
+describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }, () => {
+  let service: string;
+  let templateText: string;
   let template: { Resources: Record<string, Resource>; Conditions?: Record<string, unknown> };
   let resources: Record<string, Resource>;
-  let sizes: Record<string, number>;
   const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
 
   before(async () => {
-    sizes = await buildAll({ configPath: FIXTURE, outDir: 'dist', log: () => {} });
-    const run = spawnSync(process.execPath, ['node_modules/osls/bin/serverless.js', 'package', '--stage', 'test'], {
-      encoding: 'utf8',
-      env: { ...process.env, SLS_TELEMETRY_DISABLED: '1', SLS_TRACKING_DISABLED: '1', SLS_NOTIFICATIONS_MODE: 'off', SLS_DEPRECATION_DISABLE: '*', AWS_ACCESS_KEY_ID: '', AWS_PROFILE: '' },
-      timeout: 120_000,
-    });
-    assert.equal(run.status, 0, `osls package failed:\n${run.stdout}\n${run.stderr}`);
-    template = JSON.parse(readFileSync('.serverless/cloudformation-template-update-stack.json', 'utf8'));
+    service = scratchRepoService('qb-package-');
+    const env: NodeJS.ProcessEnv = { ...process.env, ...QUIET_OSLS_ENV, AWS_ACCESS_KEY_ID: '', AWS_PROFILE: '' };
+    delete env.QUEUEBOX_CONFIG;
+    const packaged = await run('npm', ['run', 'package', '--', '--stage', 'test'], { cwd: service, env, timeoutMs: 240_000 });
+    assert.equal(packaged.code, 0, explain(packaged));
+    assert.match(packaged.stderr, /no queuebox\.yml: building with queuebox\.example\.yml/);
+    assert.match(packaged.stdout + packaged.stderr, /stage test has no database location \(allowMissingDatabase\)/);
+    templateText = readFileSync(join(service, '.serverless/cloudformation-template-update-stack.json'), 'utf8');
+    template = JSON.parse(templateText);
     resources = template.Resources;
-  });
+  }, { timeout: 280_000 });
+  after(() => rmSync(service, { recursive: true, force: true }));
 
   it('declares every function on nodejs24.x arm64 (the esbuild target and `engines` match), each shipping only its own bundle', () => {
     assert.equal(LAMBDA_NODE_TARGET, 'node24');
@@ -46,16 +53,14 @@ describe('osls package (offline)', () => {
       const props = resources[functionLogicalId(fn.name)]!.Properties;
       assert.equal(props.Runtime, 'nodejs24.x');
       assert.deepEqual(props.Architectures, ['arm64']);
-      assert.equal(props.Handler, `dist/${fn.name}/index.handler`);
-      assert.equal((props.Environment as { Variables: Record<string, string> }).Variables.QUEUEBOX_CONFIG, 'dist/queuebox.yml', 'relative to /var/task, the working directory on Lambda');
-      const zip = spawnSync('unzip', ['-Z1', `.serverless/${fn.name}.zip`], { encoding: 'utf8' });
-      if (zip.status === 0) {
-        const shipped = zip.stdout.trim().split('\n').sort();
-        assert.deepEqual(shipped.filter((f) => !f.startsWith(`dist/${fn.name}/`)), ['dist/queuebox.yml'], 'nothing of another function');
-        for (const file of ['index.js', 'index.js.map', 'package.json']) assert.ok(shipped.includes(`dist/${fn.name}/${file}`), `${fn.name} ships ${file}`);
-      }
-      assert.ok(sizes[fn.name]! > 0);
+      assert.equal(props.Handler, `.queuebox/${fn.name}/index.handler`);
+      assert.equal(props.FunctionName, `queuebox-test-${functionKey(fn.name)}`);
+      assert.equal((props.Environment as { Variables: Record<string, string> }).Variables.QUEUEBOX_CONFIG, '.queuebox/queuebox.yml', 'relative to /var/task, the working directory on Lambda');
+      const shipped = zipEntries(join(service, `.serverless/${functionKey(fn.name)}.zip`));
+      assert.deepEqual(shipped.filter((f) => !f.startsWith(`.queuebox/${fn.name}/`)), ['.queuebox/queuebox.yml'], 'nothing of another function');
+      for (const file of ['index.js', 'index.js.map', 'package.json']) assert.ok(shipped.includes(`.queuebox/${fn.name}/${file}`), `${fn.name} ships ${file}`);
     }
+    assert.equal(readFileSync(join(service, '.queuebox/queuebox.yml'), 'utf8'), readFileSync('queuebox.example.yml', 'utf8'), 'the shipped configuration is the example');
   });
 
   it('schedules the pollers, reclaim and retention, with a timeout that fits the schedule', () => {
@@ -70,7 +75,7 @@ describe('osls package (offline)', () => {
       const timeout = resources[functionLogicalId(fn.name)]!.Properties.Timeout as number;
       assert.ok(timeout <= periodSeconds && timeout <= 900, `${fn.name}: timeout ${timeout}s must fit its ${periodSeconds}s schedule`);
     }
-    assert.equal(resources.OutboxPollerEventsRuleSchedule1!.Properties.ScheduleExpression, 'rate(1 minute)');
+    assert.equal(resources.QueueboxOutboxPollerEventsRuleSchedule1!.Properties.ScheduleExpression, 'rate(1 minute)');
   });
 
   it('turns async retries off for every function (EventInvokeConfig MaximumRetryAttempts 0)', () => {
@@ -79,9 +84,9 @@ describe('osls package (offline)', () => {
     for (const [, c] of configs) assert.equal(c.Properties.MaximumRetryAttempts, 0);
   });
 
-  it('wires the inbox: an HTTP route per http source and an SQS trigger with partial batch responses', () => {
-    const routes = ofType('AWS::ApiGatewayV2::Route').map(([, r]) => r.Properties.RouteKey);
-    assert.deepEqual(routes, ['POST /inbox/stripe']);
+  it('wires the inbox: no HTTP API for a configuration without http sources, an SQS trigger with partial batch responses', () => {
+    assert.deepEqual(ofType('AWS::ApiGatewayV2::Route'), []);
+    assert.equal(resources.HttpApiStage, undefined);
     const [mapping] = ofType('AWS::Lambda::EventSourceMapping');
     assert.deepEqual(mapping![1].Properties.FunctionResponseTypes, ['ReportBatchItemFailures']);
     assert.match(joinText(mapping![1].Properties.EventSourceArn), /:sqs:<AWS::Region>:<AWS::AccountId>:partner-events$/);
@@ -107,43 +112,39 @@ describe('osls package (offline)', () => {
         for (const action of s.Action) assert.ok(!action.includes('*'), `wildcard action ${action}`);
         assert.ok(!s.Resource.includes('*'), `${fn.name}: nothing on *`);
       }
-      assert.deepEqual(granted(fn.name, 'logs:PutLogEvents'), [`arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/lambda/<AWS::StackName>-${fn.name}:*`]);
+      assert.deepEqual(granted(fn.name, 'logs:PutLogEvents'), [`arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/lambda/queuebox-test-${functionKey(fn.name)}:*`]);
       assert.deepEqual(statementsOf(fn.name).filter((s) => s.Action.includes('secretsmanager:GetSecretValue')).flatMap((s) => s.Resource), [{ Ref: 'QueueBoxDatabaseSecretArn' }]);
     }
     assert.deepEqual(granted('outboxPoller', 'sqs:SendMessage'), ['arn:<AWS::Partition>:sqs:eu-west-1:123456789012:orders.fifo']);
     assert.deepEqual(granted('outboxPoller', 'events:PutEvents'), ['arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:event-bus/app-bus']);
     assert.deepEqual(granted('inboxSqs', 'sqs:ReceiveMessage'), ['arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:partner-events']);
-    assert.deepEqual(granted('inboxHttp', 'ssm:GetParameter').filter((r) => !r.includes('QueueBoxDatabaseUrlParameter')), ['arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter<QueueBoxSecretsParameterPath>/STRIPE_WEBHOOK_SECRET']);
+    assert.deepEqual(granted('inboxHttp', 'ssm:GetParameter').filter((r) => !r.includes('QueueBoxDatabaseUrlParameter')), [], 'the example has no source secret');
     for (const fn of FUNCTIONS.filter((f) => f.name !== 'outboxPoller')) {
       assert.deepEqual([...granted(fn.name, 'sqs:SendMessage'), ...granted(fn.name, 'events:PutEvents')], [], `${fn.name} publishes nowhere`);
     }
   });
 
   it('keeps the database secret out of the template: the functions get where it is, not what it is', () => {
-    const text = readFileSync('.serverless/cloudformation-template-update-stack.json', 'utf8');
-    assert.ok(!/postgres(ql)?:\/\/|mssql:\/\//.test(text), 'no connection string');
+    assert.ok(!/postgres(ql)?:\/\/|mssql:\/\//.test(templateText), 'no connection string');
     for (const fn of FUNCTIONS) {
       const variables = (resources[functionLogicalId(fn.name)]!.Properties.Environment as { Variables: Record<string, string> }).Variables;
       assert.equal(variables.QUEUEBOX_DATABASE_URL, undefined);
       assert.ok('QUEUEBOX_DATABASE_SECRET_ID' in variables && 'QUEUEBOX_DATABASE_URL_PARAMETER' in variables);
     }
-    const http = (resources.InboxHttpLambdaFunction!.Properties.Environment as { Variables: Record<string, string> }).Variables;
+    const http = (resources.QueueboxInboxHttpLambdaFunction!.Properties.Environment as { Variables: Record<string, string> }).Variables;
     assert.equal(http.QUEUEBOX_SECRETS_PARAMETER_PATH, '/queuebox/test');
   });
 
-  it('throttles the HTTP API and reserves concurrency for the receivers by default (stage params)', () => {
-    assert.deepEqual(resources.HttpApiStage!.Properties.DefaultRouteSettings, { ThrottlingRateLimit: 100, ThrottlingBurstLimit: 200 });
-    assert.equal(resources.InboxHttpLambdaFunction!.Properties.ReservedConcurrentExecutions, 10);
-    assert.equal(resources.InboxSqsLambdaFunction!.Properties.ReservedConcurrentExecutions, 5);
+  it('reserves concurrency for the receivers by default', () => {
+    assert.equal(resources.QueueboxInboxHttpLambdaFunction!.Properties.ReservedConcurrentExecutions, 10);
+    assert.equal(resources.QueueboxInboxSqsLambdaFunction!.Properties.ReservedConcurrentExecutions, 5);
   });
 
-  it('passes cfn-lint with zero errors', () => {
-    const lint = spawnSync('cfn-lint', ['.serverless/cloudformation-template-update-stack.json'], { encoding: 'utf8', timeout: 120_000 });
-    if (lint.error && (lint.error as NodeJS.ErrnoException).code === 'ENOENT') {
-      assert.fail('cfn-lint is not installed: pip install cfn-lint');
-    }
+  it('passes cfn-lint with zero errors', async () => {
+    const lint = await run('cfn-lint', ['.serverless/cloudformation-template-update-stack.json'], { cwd: service, timeoutMs: 120_000 });
+    assert.ok(!/ENOENT/.test(lint.stderr), 'cfn-lint is not installed: pip install cfn-lint');
     // Exit status bits: 1 fatal, 2 errors, 4 warnings, 8 informational.
-    assert.equal((lint.status ?? 1) & 3, 0, `cfn-lint errors:\n${lint.stdout}${lint.stderr}`);
+    assert.equal(lint.code & 3, 0, `cfn-lint errors:\n${lint.stdout}${lint.stderr}`);
   });
 
   it('has a dashboard whose body is JSON naming only metrics the code emits, with the emitted dimensions', () => {

@@ -6,7 +6,6 @@
  * test database. npm installs from its cache where it can (`--prefer-offline`).
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,26 +13,10 @@ import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { testDatabaseUrl } from '../helpers/database.ts';
+import { explain, npmInstall, packedTarball, run } from '../helpers/packed-package.ts';
 
 const TSC = resolve('node_modules/typescript/bin/tsc');
 const manifest = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string; peerDependencies: Record<string, string> };
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function run(command: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<Run> {
-  return new Promise((done) => {
-    execFile(command, args, { cwd: options.cwd, env: options.env ?? process.env, timeout: 180_000, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
-      done({ code, stdout, stderr });
-    });
-  });
-}
-
-const explain = (r: Run) => `exit ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`;
 
 /** The application's TypeScript: enqueue in its transaction; a Pool must not type-check. */
 const ENQUEUE_TS = `import pg from 'pg';
@@ -113,7 +96,7 @@ const TSCONFIGS: Record<string, Record<string, unknown>> = {
   node10: { module: 'esnext', moduleResolution: 'node10', esModuleInterop: true, noEmit: true },
 };
 
-describe('the packed package, installed into an application', () => {
+describe('the packed package, installed into an application', { timeout: 600_000 }, () => {
   let work: string;
   let app: string;
   let schema: string;
@@ -123,13 +106,10 @@ describe('the packed package, installed into an application', () => {
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'qb-packed-'));
     app = join(work, 'app');
-    const packed = await run('npm', ['pack', '--pack-destination', work, '--json'], { cwd: process.cwd() });
-    assert.equal(packed.code, 0, explain(packed));
-    const tarball = join(work, (JSON.parse(packed.stdout.slice(packed.stdout.indexOf('['))) as Array<{ filename: string }>)[0]!.filename);
+    const tarball = await packedTarball();
     mkdirSync(app);
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'qb-scratch-app', private: true, type: 'module' }));
-    const installed = await run('npm', ['install', '--omit=dev', '--prefer-offline', '--no-audit', '--no-fund', tarball], { cwd: app });
-    assert.equal(installed.code, 0, explain(installed));
+    await npmInstall(app, ['--omit=dev', tarball]);
     schema = `qb_packed_${randomBytes(5).toString('hex')}`;
     env = { ...process.env, APP_DATABASE_URL: testDatabaseUrl(), APP_SCHEMA: schema, QUEUEBOX_DATABASE_URL: testDatabaseUrl(), QUEUEBOX_DATABASE__SCHEMA: schema };
     delete env.DATABASE_URL;

@@ -9,8 +9,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { alarmResources } from '../../infra/alarms.ts';
-import { dashboardPanels } from '../../infra/monitoring.ts';
+import { alarmResources } from '../../lib/serverless/alarms.ts';
+import { dashboardPanels } from '../../lib/serverless/monitoring.ts';
 import type { Driver } from '../../lib/db/driver.ts';
 import { runRelayPass } from '../../lib/inbox/relay-pass.ts';
 import { createDeadline, createPullWorker, METRICS, QueueBoxMetrics } from '../../lib/index.ts';

@@ -5,7 +5,7 @@
  * each function's physical name); `toJoin` turns it into an `Fn::Join` whose parts are strings
  * and `Ref`s, so no `${…}` reaches the Serverless variable resolver.
  */
-import { METRICS } from '../lib/observability/metric-names.ts';
+import { METRICS } from '../observability/metric-names.ts';
 import { functionLogicalId } from './functions.ts';
 import { dashboardPanels, emittedDimensions, type MonitoringConfig, type Panel } from './monitoring.ts';
 

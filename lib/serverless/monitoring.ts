@@ -7,8 +7,8 @@
  * every QueueBox metric is published with `service` plus the metric's own dimensions
  * (`METRICS[key].dimensions`). A query or alarm with any other dimension set matches nothing.
  */
-import type { QueueBoxConfig } from '../lib/config/schema.ts';
-import { METRICS, type MetricKey } from '../lib/observability/metric-names.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
+import { METRICS, type MetricKey } from '../observability/metric-names.ts';
 import { FUNCTIONS, type FunctionDef } from './functions.ts';
 
 /** A QueueBox metric with the values of its own dimensions (`service` is added when rendered). */

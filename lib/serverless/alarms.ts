@@ -3,7 +3,7 @@
  * to the SNS topic of the `alarmTopicArn` deploy parameter when it is set (condition
  * `QueueBoxAlarmTopicSet`, declared in `serverless.yml`), and nowhere otherwise.
  */
-import { METRICS } from '../lib/observability/metric-names.ts';
+import { METRICS } from '../observability/metric-names.ts';
 import { functionLogicalId } from './functions.ts';
 import { alarmDefinitions, emittedDimensions, type MonitoringConfig } from './monitoring.ts';
 

@@ -11,9 +11,9 @@
  * So the public HTTP receiver can publish nowhere. Names are checked against the characters AWS
  * allows (no `*` or `?`, which IAM would read as wildcards) before they enter a resource ARN.
  * Deploy-time values (the database secret, the secrets path, VPC access) are CloudFormation
- * parameters declared in `serverless.yml`.
+ * parameters of the stack (`stack.ts`), set from `custom.queuebox`.
  */
-import { FUNCTIONS } from './functions.ts';
+import { deployedFunctionName, FUNCTIONS, type Deployment } from './functions.ts';
 
 type Cfn = unknown;
 
@@ -33,6 +33,8 @@ export interface RoleInputs {
   secretNames: string[];
   /** `observability.tracing`: every role may then send X-Ray segments. */
   tracing?: boolean;
+  /** Service and stage: each role may write only the log group of its deployed function. */
+  deployment: Deployment;
 }
 
 /** The role's logical id for function `name` (`outboxPoller` → `QueueBoxRoleOutboxPoller`). */
@@ -52,7 +54,7 @@ function statement(actions: string[], resources: Cfn[]): Cfn {
   return { Effect: 'Allow', Action: actions, Resource: resources };
 }
 
-/** The role resources, one per function of `infra/functions.ts`. */
+/** The role resources, one per function of `functions.ts`. */
 export function roleResources(inputs: RoleInputs): Record<string, Cfn> {
   const resources: Record<string, Cfn> = {};
   const databaseSecret = {
@@ -67,7 +69,7 @@ export function roleResources(inputs: RoleInputs): Record<string, Cfn> {
   };
   for (const fn of FUNCTIONS) {
     const statements: Cfn[] = [
-      statement(['logs:CreateLogStream', 'logs:PutLogEvents'], [join('arn:', partition, ':logs:', region, ':', account, ':log-group:/aws/lambda/', { Ref: 'AWS::StackName' }, `-${fn.name}:*`)]),
+      statement(['logs:CreateLogStream', 'logs:PutLogEvents'], [join('arn:', partition, ':logs:', region, ':', account, `:log-group:/aws/lambda/${deployedFunctionName(inputs.deployment, fn.name)}:*`)]),
       databaseSecret,
       databaseParameter,
     ];

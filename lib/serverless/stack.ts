@@ -1,28 +1,30 @@
 /**
- * Everything the stack derives from the QueueBox configuration, written by `infra/build.ts` to
- * `dist/stack.json` and read by `serverless.yml` through `${file(dist/stack.json):…}`:
- * one least-privilege IAM role per function (`infra/roles.ts`), the inbox triggers (HTTP
- * routes, SQS queues), the names of the source secrets, the dashboard and alarm resources, and
- * the functions' X-Ray tracing mode.
+ * Everything the stack derives from the QueueBox configuration, which the Serverless plugin
+ * (`plugin.ts`) adds to the service: one least-privilege IAM role per function (`roles.ts`), the
+ * inbox triggers (HTTP routes, SQS queues), the names of the source secrets, the dashboard and
+ * alarm resources, and the functions' X-Ray tracing mode.
  * Values the template only knows at deploy time are `Fn::Join`s of `Ref`s, never `${…}`.
  */
-import type { QueueBoxConfig } from '../lib/config/schema.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
 import { alarmResources } from './alarms.ts';
-import { secretEnvNames } from '../lib/runtime/secrets.ts';
+import { secretEnvNames } from '../runtime/secrets.ts';
 import { dashboardResource } from './dashboard.ts';
+import type { Deployment } from './functions.ts';
 import { checkedName, roleResources } from './roles.ts';
 
 type Cfn = unknown;
 
-/** `dist/stack.json`. */
+/** What the plugin adds to the service for one configuration. */
 export interface StackFragment {
   /** Environment variables the inbox sources read secrets from (each a SecureString under the secrets path). */
   secretNames: string[];
   inboxHttpEvents: Cfn[];
+  /** API Gateway route keys of the HTTP sources (`POST /inbox/stripe`): the routes QueueBox throttles. */
+  httpRouteKeys: string[];
   inboxSqsEvents: Cfn[];
   resources: { Resources: Record<string, Cfn> };
   /**
-   * `provider.tracing`: `{ lambda: 'Active' }` when `observability.tracing` is on (each function's
+   * The functions' tracing: `{ lambda: 'Active' }` when `observability.tracing` is on (each function's
    * role then grants `xray:PutTraceSegments` and `xray:PutTelemetryRecords`, which X-Ray only
    * allows on `*`), else `null`: no tracing setting and no X-Ray rights.
    */
@@ -59,8 +61,8 @@ export function eventBusArn(eventBusName: string, destinationRegion?: string): C
 /** SQS queue names: letters, digits, `-` and `_`, up to 80, optionally `.fifo`. */
 const QUEUE_NAME = /^[A-Za-z0-9_-]{1,80}(\.fifo)?$/;
 
-/** Builds the fragment for one configuration; throws naming a destination or queue whose name AWS would not accept. */
-export function buildStackFragment(config: QueueBoxConfig): StackFragment {
+/** Builds the fragment for one configuration and deployment; throws naming a destination or queue whose name AWS would not accept. */
+export function buildStackFragment(config: QueueBoxConfig, deployment: Deployment): StackFragment {
   const destinations = Object.values(config.destinations);
   const queues = destinations.flatMap((d) => (d.type === 'sqs' ? [sqsQueueArn(d.queueUrl, d.region)] : []));
   const buses = destinations.flatMap((d) => (d.type === 'eventbridge' ? [eventBusArn(d.eventBusName, d.region)] : []));
@@ -79,10 +81,11 @@ export function buildStackFragment(config: QueueBoxConfig): StackFragment {
     }));
   const triggerQueues = sources.filter(([, s]) => s.type === 'sqs').map(([name, s]) => s.queueName ?? name);
   const secretNames = secretEnvNames(config);
-  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames, tracing: config.observability.tracing });
+  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames, tracing: config.observability.tracing, deployment });
   return {
     secretNames,
     inboxHttpEvents,
+    httpRouteKeys: inboxHttpEvents.map((e) => `${e.httpApi.method} ${e.httpApi.path}`),
     inboxSqsEvents,
     resources: { Resources: { ...roles, ...dashboardResource(config), ...alarmResources(config) } },
     providerTracing: config.observability.tracing ? { lambda: 'Active' } : null,

@@ -1,0 +1,203 @@
+/**
+ * `plugins: [queuebox/serverless]`: adds QueueBox to a Serverless Framework (osls) service, next to
+ * the service's own functions, configured under `custom.queuebox` (`options.ts`).
+ *
+ * - `initialize`: validates `custom.queuebox`, loads the QueueBox configuration, and adds the
+ *   functions `queuebox<Name>` (`functions.ts`), each with its own runtime, architecture, role,
+ *   timeout, memory, retries off and package, so the service's provider settings do not reach them.
+ * - packaging (`package`, `deploy`, `deploy function`): refuses a stage with no database location
+ *   and a configuration with `database.url` in it, then bundles the functions into `.queuebox/`.
+ * - `invoke local` of a QueueBox function: bundles that function first.
+ * - after the events are compiled: adds roles, dashboard, alarms, parameters and HTTP route
+ *   settings to the template (`template.ts`).
+ */
+import { join, resolve } from 'node:path';
+import { loadConfig } from '../config/load-config.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
+import { ConfigError } from '../errors.ts';
+import { bundleFunctions, loadEsbuild } from './bundle.ts';
+import { deployRefusal, deployWarnings, hasDatabaseLocation } from './deploy-checks.ts';
+import { deployedFunctionName, functionKey, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
+import { parsePluginOptions, pluginOptionsJsonSchema, type FunctionOptions, type PluginOptions } from './options.ts';
+import { roleLogicalId } from './roles.ts';
+import { buildStackFragment, type StackFragment } from './stack.ts';
+import { extendTemplate, type Template } from './template.ts';
+
+/** The folder, in the service directory, that the bundles and the shipped configuration go to. */
+export const BUILD_DIR = '.queuebox';
+
+const DESCRIPTIONS: Record<string, string> = {
+  outboxPoller: 'QueueBox outbox poller (claim, publish, settle)',
+  inboxHttp: 'QueueBox HTTP inbox receiver',
+  inboxSqs: 'QueueBox SQS inbox receiver',
+  inboxRelay: 'QueueBox inbox push relay',
+  reclaim: 'QueueBox reclaim: scheduled (throttled), or by hand (now, both tables)',
+  retention: 'QueueBox retention (no-op unless retention.enabled)',
+  replay: 'QueueBox replay (invoke by hand with a filter)',
+  migrate: 'QueueBox migrations (invoke by hand)',
+};
+
+type Dict = Record<string, unknown>;
+
+/** The part of the osls `serverless` object the plugin uses. */
+interface Serverless {
+  serviceDir: string;
+  service: {
+    service: string;
+    provider: Dict & { compiledCloudFormationTemplate: Template; vpc?: unknown; logRetentionInDays?: number };
+    functions: Record<string, Dict & { events?: Dict[] }>;
+    custom?: Dict;
+    package?: { patterns?: string[] };
+    resources?: { Resources?: Dict; Parameters?: Dict; Conditions?: Dict };
+  };
+  getProvider(name: 'aws'): { getStage(): string };
+  configSchemaHandler?: { defineCustomProperties?(schema: Dict): void };
+  classes: { Error: new (message: string) => Error };
+}
+
+interface Log {
+  notice(message: string): void;
+  info(message: string): void;
+  warning(message: string): void;
+}
+
+/** The Serverless plugin (osls loads the default export). */
+export default class QueueBoxServerlessPlugin {
+  readonly hooks: Record<string, () => Promise<void>>;
+  private readonly log: Log;
+  private options!: PluginOptions;
+  private config!: QueueBoxConfig;
+  private fragment!: StackFragment;
+  private deployment!: Deployment;
+
+  constructor(
+    private readonly serverless: Serverless,
+    private readonly cliOptions: { function?: string } = {},
+    utils: { log?: Log } = {},
+  ) {
+    const print = (message: string) => process.stderr.write(`${message}\n`);
+    this.log = utils.log ?? { notice: print, info: () => {}, warning: print };
+    serverless.configSchemaHandler?.defineCustomProperties?.({ properties: { queuebox: pluginOptionsJsonSchema() } });
+    this.hooks = {
+      initialize: () => this.fail(() => this.addFunctions()),
+      'before:package:createDeploymentArtifacts': () => this.fail(() => this.build(true)),
+      // `-f` naming one of the service's own functions builds nothing of QueueBox's.
+      'before:deploy:function:packageFunction': () => this.fail(() => this.buildRequested(true)),
+      'before:invoke:local:invoke': () => this.fail(() => this.buildRequested(false)),
+      'after:package:compileEvents': () => this.fail(() => this.addToTemplate()),
+    };
+  }
+
+  /** Runs a step; a failure stops osls with its message (no stack trace). */
+  private async fail(step: () => Promise<void> | void): Promise<void> {
+    try {
+      await step();
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      throw new this.serverless.classes.Error(`QueueBox: ${error instanceof ConfigError ? `${this.options?.config ?? 'custom.queuebox.config'}: ` : ''}${message}`);
+    }
+  }
+
+  /** Bundles the QueueBox function named by `-f`, if it is one. */
+  private async buildRequested(packaging: boolean): Promise<void> {
+    const fn = FUNCTIONS.find((f) => functionKey(f.name) === this.cliOptions.function);
+    if (fn !== undefined) await this.build(packaging, [fn.name]);
+  }
+
+  private addFunctions(): void {
+    const service = this.serverless.service;
+    this.options = parsePluginOptions(service.custom?.queuebox);
+    this.config = loadConfig({ path: resolve(this.serverless.serviceDir, this.options.config), env: {} });
+    this.deployment = { service: service.service, stage: this.serverless.getProvider('aws').getStage() };
+    this.fragment = buildStackFragment(this.config, this.deployment);
+    service.functions ??= {};
+    // The bundles belong to QueueBox's packages only, never to the service's own artifact.
+    service.package ??= {};
+    service.package.patterns = [...(service.package.patterns ?? []), `!${BUILD_DIR}/**`];
+    for (const fn of FUNCTIONS) {
+      const key = functionKey(fn.name);
+      if (key in service.functions) throw new Error(`the service already has a function ${key}; QueueBox's plugin adds one of that name: rename yours`);
+      service.functions[key] = this.functionDefinition(fn);
+    }
+  }
+
+  private functionDefinition(fn: FunctionDef): Dict {
+    const settings = this.options.functions[fn.name as keyof PluginOptions['functions']] as FunctionOptions;
+    const environment: Record<string, string> = {
+      // Relative to the working directory: /var/task on Lambda, the service under `osls invoke local`.
+      QUEUEBOX_CONFIG: `${BUILD_DIR}/queuebox.yml`,
+      QUEUEBOX_DATABASE_SECRET_ID: this.options.databaseSecretArn,
+      QUEUEBOX_DATABASE_URL_PARAMETER: this.options.databaseUrlParameter,
+      NODE_OPTIONS: '--enable-source-maps',
+    };
+    if (fn.name === 'inboxHttp') environment.QUEUEBOX_SECRETS_PARAMETER_PATH = this.secretsParameterPath();
+    const events =
+      fn.name === 'inboxHttp' ? this.fragment.inboxHttpEvents : fn.name === 'inboxSqs' ? this.fragment.inboxSqsEvents : settings.schedule ? [{ schedule: settings.schedule }] : [];
+    return {
+      name: deployedFunctionName(this.deployment, fn.name),
+      handler: `${BUILD_DIR}/${fn.name}/index.handler`,
+      description: DESCRIPTIONS[fn.name],
+      runtime: 'nodejs24.x',
+      architecture: 'arm64',
+      role: roleLogicalId(fn.name),
+      timeout: settings.timeout,
+      memorySize: settings.memorySize ?? this.options.memorySize,
+      maximumRetryAttempts: 0,
+      ...(settings.reservedConcurrency !== undefined ? { reservedConcurrency: settings.reservedConcurrency } : {}),
+      logRetentionInDays: this.logRetentionInDays(),
+      // Only when on: osls grants X-Ray to the service's shared role whenever any function sets tracing.
+      ...(this.fragment.providerTracing ? { tracing: 'Active' } : {}),
+      layers: [],
+      ...(this.options.vpc ? { vpc: this.options.vpc } : {}),
+      environment,
+      package: { individually: true, patterns: ['!**', `${BUILD_DIR}/${fn.name}/**`, `${BUILD_DIR}/queuebox.yml`] },
+      events,
+    };
+  }
+
+  private secretsParameterPath(): string {
+    return this.options.secretsParameterPath ?? `/queuebox/${this.deployment.stage}`;
+  }
+
+  private logRetentionInDays(): number {
+    return this.options.logRetentionInDays ?? this.serverless.service.provider.logRetentionInDays ?? 30;
+  }
+
+  /** Refuses what must not be deployed, then bundles (`only`: those functions). */
+  private async build(packaging: boolean, only?: string[]): Promise<void> {
+    if (packaging) {
+      const refusal = deployRefusal(this.options, this.config, this.deployment.stage);
+      if (refusal !== undefined) throw new Error(refusal);
+      if (!hasDatabaseLocation(this.options, this.config)) {
+        this.log.warning(`QueueBox: stage ${this.deployment.stage} has no database location (allowMissingDatabase): these functions cannot reach a database`);
+      }
+    }
+    for (const warning of deployWarnings(this.config)) this.log.warning(`QueueBox: ${warning}`);
+    const esbuild = await loadEsbuild(this.serverless.serviceDir);
+    const outDir = join(this.serverless.serviceDir, BUILD_DIR);
+    const report = await bundleFunctions({ esbuild, config: this.config, configPath: resolve(this.serverless.serviceDir, this.options.config), outDir, ...(only ? { only } : {}), log: (line) => this.log.info(line) });
+    this.log.notice(`QueueBox: bundled ${Object.keys(report).join(', ')} into ${BUILD_DIR}/ with ${this.options.config}`);
+    if (packaging && this.fragment.secretNames.length > 0) {
+      this.log.notice(`QueueBox: queueboxInboxHttp reads these SSM SecureStrings at cold start: ${this.fragment.secretNames.map((n) => `${this.secretsParameterPath()}/${n}`).join(', ')}`);
+    }
+  }
+
+  private addToTemplate(): void {
+    const service = this.serverless.service;
+    const serviceResourceIds = new Set(Object.values(service.resources ?? {}).flatMap((section) => Object.keys((section as Dict | undefined) ?? {})));
+    const ours = new Set(FUNCTIONS.map((f) => functionKey(f.name)));
+    const serviceSqsArns = Object.entries(service.functions)
+      .filter(([key]) => !ours.has(key))
+      .flatMap(([, fn]) => (fn.events ?? []).flatMap((e) => (e.sqs === undefined ? [] : [typeof e.sqs === 'string' ? e.sqs : (e.sqs as { arn: unknown }).arn])));
+    const vpcAccess = this.options.vpcAccess ?? (this.options.vpc !== undefined || Boolean(service.provider.vpc));
+    extendTemplate(service.provider.compiledCloudFormationTemplate, {
+      fragment: this.fragment,
+      options: this.options,
+      secretsParameterPath: this.secretsParameterPath(),
+      vpcAccess,
+      logRetentionInDays: this.logRetentionInDays(),
+      serviceResourceIds,
+      serviceSqsArns,
+    });
+  }
+}

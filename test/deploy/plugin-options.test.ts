@@ -1,0 +1,134 @@
+/**
+ * The plugin's rules without packaging: `custom.queuebox` validated key by key with today's
+ * defaults, what packaging refuses (no database location, `database.url` in the YAML) and warns
+ * about (`auth: none`), a destination region that is not a region, and the functions `initialize`
+ * adds to a service (named apart from the service's own, refusing a name it already has).
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { parseConfig } from '../../lib/config/load-config.ts';
+import { loadEsbuild } from '../../lib/serverless/bundle.ts';
+import { deployRefusal, deployWarnings } from '../../lib/serverless/deploy-checks.ts';
+import { FUNCTIONS, functionKey } from '../../lib/serverless/functions.ts';
+import QueueBoxServerlessPlugin from '../../lib/serverless/index.ts';
+import { parsePluginOptions, pluginOptionsJsonSchema, pluginOptionsSchema } from '../../lib/serverless/options.ts';
+
+const service = mkdtempSync(join(tmpdir(), 'qb-plugin-options-'));
+writeFileSync(join(service, 'queuebox.yml'), 'inbox:\n  sources:\n    hook: { type: http, path: /hook, auth: { type: none } }\n');
+
+/** A plugin on a minimal stand-in for osls's `serverless` object, with the service's own function `hello`. */
+function pluginFor(custom: unknown, functions: Record<string, Record<string, unknown>> = { hello: { handler: 'handler.hello' } }, cliOptions: { function?: string } = {}) {
+  const serverless = {
+    serviceDir: service,
+    service: { service: 'shop', provider: {} as Record<string, unknown>, functions, custom: { queuebox: custom }, package: {} as { patterns?: string[] } },
+    getProvider: () => ({ getStage: () => 'dev' }),
+    classes: { Error },
+  };
+  const warnings: string[] = [];
+  const plugin = new QueueBoxServerlessPlugin(serverless as never, cliOptions, { log: { notice: () => {}, info: () => {}, warning: (m: string) => warnings.push(m) } });
+  return { plugin, serverless, warnings, hook: (name: string) => plugin.hooks[name]!() };
+}
+
+describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
+  after(() => rmSync(service, { recursive: true, force: true }));
+
+  it('fills in today\'s defaults for every key of custom.queuebox', () => {
+    const options = parsePluginOptions({});
+    assert.equal(options.config, 'queuebox.yml');
+    assert.deepEqual([options.databaseSecretArn, options.databaseUrlParameter, options.allowMissingDatabase, options.alarmTopicArn], ['', '', false, '']);
+    assert.deepEqual(options.httpApi, { throttlingRateLimit: 100, throttlingBurstLimit: 200, accessLogs: true });
+    assert.equal(options.memorySize, 256);
+    assert.deepEqual(options.functions.outboxPoller, { schedule: 'rate(1 minute)', timeout: 60, memorySize: 512 });
+    assert.deepEqual(options.functions.inboxRelay, { schedule: 'rate(1 minute)', timeout: 60, memorySize: 512 });
+    assert.deepEqual([options.functions.reclaim.schedule, options.functions.reclaim.timeout], ['rate(5 minutes)', 30]);
+    assert.deepEqual([options.functions.retention.schedule, options.functions.retention.timeout], ['rate(1 hour)', 300]);
+    assert.deepEqual([options.functions.inboxHttp.timeout, options.functions.inboxHttp.reservedConcurrency], [10, 10]);
+    assert.deepEqual([options.functions.inboxSqs.timeout, options.functions.inboxSqs.reservedConcurrency], [30, 5]);
+    assert.deepEqual([options.functions.replay.timeout, options.functions.migrate.timeout], [120, 300]);
+    assert.equal(parsePluginOptions({ allowMissingDatabase: 'true' }).allowMissingDatabase, true, 'a --param gives text');
+    assert.equal(pluginOptionsJsonSchema().$schema, undefined);
+    assert.equal((pluginOptionsJsonSchema() as { additionalProperties: boolean }).additionalProperties, false);
+  });
+
+  it('docs/deploy.md lists exactly the keys of custom.queuebox', () => {
+    const shape = pluginOptionsSchema.shape;
+    const keys = Object.keys(shape).flatMap((key) => {
+      if (key === 'httpApi') return Object.keys(shape.httpApi.parse({})).map((k) => `httpApi.${k}`);
+      if (key === 'functions') return ['schedule', 'timeout', 'memorySize', 'reservedConcurrency'].map((k) => `functions.<name>.${k}`);
+      return [key];
+    });
+    const section = readFileSync('docs/deploy.md', 'utf8').split('## `custom.queuebox`')[1]!.split('\n## ')[0]!;
+    const documented = [...section.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1]);
+    assert.deepEqual(documented.sort(), keys.sort());
+    for (const [name, fn] of Object.entries(shape.functions.parse({}))) {
+      assert.ok(Object.keys(fn).every((k) => ['schedule', 'timeout', 'memorySize', 'reservedConcurrency'].includes(k)), name);
+    }
+  });
+
+  it('refuses a bad custom.queuebox naming each key', () => {
+    assert.throws(() => parsePluginOptions({ functions: { outboxPoller: { timout: 30 } } }), /custom\.queuebox\.functions\.outboxPoller\.timout: unknown key/);
+    assert.throws(() => parsePluginOptions({ functions: { replay: { schedule: 'rate(1 minute)' } } }), /custom\.queuebox\.functions\.replay\.schedule: unknown key/);
+    assert.throws(() => parsePluginOptions({ databaseSecretArn: 'queuebox/prod/db' }), /custom\.queuebox\.databaseSecretArn: must be a Secrets Manager secret ARN/);
+    assert.throws(() => parsePluginOptions({ functions: { reclaim: { schedule: 'every 5 minutes', timeout: 901 } } }), (error: Error) => /functions\.reclaim\.schedule: must be rate/.test(error.message) && /functions\.reclaim\.timeout/.test(error.message));
+  });
+
+  it('refuses to package with no database location or with database.url in the file; the opt-out and each location pass', () => {
+    const config = parseConfig({});
+    assert.match(deployRefusal(parsePluginOptions({}), config, 'dev')!, /^stage dev has no database location: set custom\.queuebox\.databaseSecretArn .* or custom\.queuebox\.databaseUrlParameter .*allowMissingDatabase: true/);
+    assert.equal(deployRefusal(parsePluginOptions({ allowMissingDatabase: true }), config, 'dev'), undefined);
+    assert.equal(deployRefusal(parsePluginOptions({ databaseSecretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:db' }), config, 'dev'), undefined);
+    assert.equal(deployRefusal(parsePluginOptions({ databaseUrlParameter: '/shop/dev/database-url' }), config, 'dev'), undefined);
+    assert.equal(deployRefusal(parsePluginOptions({}), parseConfig({ database: { urlEnv: 'SHOP_DATABASE_URL' } }), 'dev'), undefined);
+    const withUrl = parseConfig({ database: { url: 'postgres://app:hunter2@db.internal/app' } });
+    const refusal = deployRefusal(parsePluginOptions({ databaseUrlParameter: '/shop/dev/database-url' }), withUrl, 'dev')!;
+    assert.match(refusal, /queuebox\.yml sets database\.url: every function package would carry the connection string .*database\.urlEnv/);
+    assert.ok(!refusal.includes('hunter2'), 'the refusal does not print the password');
+  });
+
+  it('warns about an HTTP route without authentication', () => {
+    assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'none' } } } } })), ['inbox source hook has auth: none: its route POST /inbox/hook accepts requests from anyone']);
+    assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotencyKeyPath: '$.id' } } } })), []);
+  });
+
+  it('refuses a destination region that is not a region name (it enters IAM ARNs)', () => {
+    const destination = (region: string) => ({ destinations: { q: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders', region } }, outbox: { routes: [{ topicPattern: '**', destination: 'q' }] } });
+    assert.throws(() => parseConfig(destination('*')), /destinations\.q\.region: must be an AWS region name/);
+    assert.throws(() => parseConfig(destination('eu-west-*')), /destinations\.q\.region/);
+    assert.equal((parseConfig(destination('us-gov-west-1')).destinations.q as { region?: string }).region, 'us-gov-west-1');
+  });
+
+  it('finds esbuild in the service, and names the command to install it when it is missing', async () => {
+    assert.equal(typeof (await loadEsbuild(process.cwd(), join(service, 'x.js'))).build, 'function');
+    await assert.rejects(loadEsbuild(service, join(service, 'x.js')), new RegExp(`esbuild, which is not installed in ${service}: npm install -D esbuild`));
+  });
+
+  it('initialize adds queuebox<Name> functions with their own runtime, role and package, beside the service\'s', async () => {
+    const { serverless, hook } = pluginFor({ config: 'queuebox.yml', functions: { outboxPoller: { timeout: 45, reservedConcurrency: 2 } } });
+    await hook('initialize');
+    const functions = serverless.service.functions;
+    assert.deepEqual(Object.keys(functions), ['hello', ...FUNCTIONS.map((f) => functionKey(f.name))]);
+    const poller = functions.queueboxOutboxPoller!;
+    assert.deepEqual([poller.name, poller.handler, poller.runtime, poller.architecture, poller.role], ['shop-dev-queueboxOutboxPoller', '.queuebox/outboxPoller/index.handler', 'nodejs24.x', 'arm64', 'QueueBoxRoleOutboxPoller']);
+    assert.deepEqual([poller.timeout, poller.memorySize, poller.reservedConcurrency, poller.maximumRetryAttempts], [45, 512, 2, 0]);
+    assert.deepEqual(poller.package, { individually: true, patterns: ['!**', '.queuebox/outboxPoller/**', '.queuebox/queuebox.yml'] });
+    assert.deepEqual(functions.queueboxInboxHttp!.events, [{ httpApi: { method: 'POST', path: '/inbox/hook' } }]);
+    assert.deepEqual(serverless.service.package.patterns, ['!.queuebox/**'], 'the service\'s own package leaves the bundles out');
+  });
+
+  it('stops on a function name the service already has, refuses to package without a database location before bundling, and builds nothing for the service\'s own function', async () => {
+    const taken = pluginFor({}, { queueboxMigrate: { handler: 'mine.handler' } });
+    await assert.rejects(taken.hook('initialize'), /QueueBox: the service already has a function queueboxMigrate/);
+    const { hook, warnings } = pluginFor({});
+    await hook('initialize');
+    await assert.rejects(hook('before:package:createDeploymentArtifacts'), /QueueBox: stage dev has no database location/);
+    assert.deepEqual(warnings, []);
+    const own = pluginFor({}, undefined, { function: 'hello' });
+    await own.hook('initialize');
+    await own.hook('before:invoke:local:invoke');
+    await own.hook('before:deploy:function:packageFunction');
+    assert.equal(existsSync(join(service, '.queuebox')), false, 'the service\'s own function builds nothing of QueueBox\'s');
+  });
+});
