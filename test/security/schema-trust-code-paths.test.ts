@@ -106,6 +106,11 @@ describe('code that runs as QueueBox through triggers and search_path (PostgreSQ
       await assert.rejects(driver().migrate(), refused);
       await q(`REVOKE CREATE ON SCHEMA "${OPEN}" FROM "${ATTACKER}"`);
       await driver().schemaVerify();
+      // A schema of the path that the attacker owns (as one named after QueueBox's role, for "$user", would be).
+      await q(`ALTER SCHEMA "${OPEN}" OWNER TO "${ATTACKER}"`);
+      await assert.rejects(driver().schemaVerify(), new RegExp(`role ${ATTACKER} may CREATE in schema ${OPEN}, which is on QueueBox's search_path`));
+      await q(`ALTER SCHEMA "${OPEN}" OWNER TO CURRENT_USER; REVOKE CREATE ON SCHEMA "${OPEN}" FROM "${ATTACKER}"`);
+      await driver().schemaVerify();
     } finally {
       await q(`ALTER ROLE "${OWNER}" RESET search_path`);
     }

@@ -36,8 +36,9 @@ export function trustedRole(role: string): string {
  * QueueBox's too, `$4` the claim function names of the configuration:
  * - PUBLIC, or a role that is not trusted, holds `CREATE` on the schema (before PostgreSQL 15 the
  *   `public` schema grants it to PUBLIC);
- * - PUBLIC, or a role that is neither trusted nor a member of that schema's owner, holds `CREATE`
- *   on another schema of the session's `search_path` (`current_schemas`): an operator or function
+ * - PUBLIC, or a role that is neither trusted nor the database's owner (who owns `public` from
+ *   PostgreSQL 15 on), holds `CREATE` on another schema of the session's `search_path`
+ *   (`current_schemas`) — its owner included: an operator or function
  *   planted there that matches QueueBox's argument types better than `pg_catalog`'s (such as
  *   `=` on `varchar`) runs in QueueBox's statements;
  * - PUBLIC, or a role that is not trusted, holds `TRIGGER` on one of QueueBox's tables (`GRANT ALL`
@@ -49,7 +50,7 @@ export function trustedRole(role: string): string {
  */
 export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
      public_create AS (SELECT has_schema_privilege('public', s.oid, 'CREATE') AS yes FROM s),
-     path AS (SELECT n.oid, n.nspname, n.nspowner, has_schema_privilege('public', n.oid, 'CREATE') AS public_create
+     path AS (SELECT n.oid, n.nspname, has_schema_privilege('public', n.oid, 'CREATE') AS public_create
                 FROM pg_namespace n, s WHERE n.nspname = ANY (current_schemas(false)) AND n.oid <> s.oid),
      tables AS (SELECT c.oid, quote_ident(s.nspname) || '.' || quote_ident(c.relname) AS name, has_table_privilege('public', c.oid, 'TRIGGER') AS public_trigger
                   FROM pg_class c, s WHERE c.relnamespace = s.oid AND c.relname = ANY($2::text[]) AND c.relkind IN ('r', 'p'))
@@ -68,7 +69,7 @@ export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
               || quote_ident(path.nspname) || ' FROM ' || COALESCE(quote_ident(r.rolname), 'PUBLIC') || ', or take it off the search_path of QueueBox''s role'
          FROM path CROSS JOIN s CROSS JOIN me LEFT JOIN pg_roles r
            ON NOT path.public_create AND has_schema_privilege(r.oid, path.oid, 'CREATE')
-          AND NOT ${trustedRole('r.oid')} AND NOT pg_has_role(r.oid, path.nspowner, 'MEMBER')
+          AND NOT ${trustedRole('r.oid')} AND NOT pg_has_role(r.oid, 'pg_database_owner', 'MEMBER')
         WHERE path.public_create OR r.oid IS NOT NULL
         ORDER BY 1) path_creators
      UNION ALL
