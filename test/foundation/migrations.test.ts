@@ -68,4 +68,26 @@ describe('migrations', () => {
       Object.assign(process.env, saved);
     }
   });
+
+  it('--check names an index, a constraint, a default, NOT NULL or a column type changed by hand after the migrations, with the statement that restores it', async () => {
+    const schema = `${db.schema}_drift`;
+    const driver = new PostgresDriver({ config: { ...db.config, database: { ...db.config.database, schema } }, url: db.url });
+    const o = `"${schema}"."outbox"`;
+    try {
+      await driver.migrate();
+      assert.deepEqual(await driver.migrateCheck(), []);
+      await db.pool.query(`DROP INDEX "${schema}".outbox_key_in_flight_idx; ALTER TABLE ${o} DROP CONSTRAINT outbox_state_check;
+        ALTER TABLE ${o} ALTER COLUMN sequence DROP DEFAULT; ALTER TABLE ${o} ALTER COLUMN topic DROP NOT NULL; ALTER TABLE ${o} ALTER COLUMN key TYPE text`);
+      assert.deepEqual(await driver.migrateCheck(), [
+        `index "${schema}"."outbox_key_in_flight_idx" is missing: CREATE UNIQUE INDEX IF NOT EXISTS "outbox_key_in_flight_idx" ON ${o} (key) WHERE state = 'processing' AND key <> '';`,
+        `constraint "outbox_state_check" of table ${o} is missing (migration 1 creates it)`,
+        `column ${o}."topic" is not varchar(255) NOT NULL: ALTER TABLE ${o} ALTER COLUMN "topic" SET NOT NULL;`,
+        `column ${o}."key" is not varchar(255) NULL: ALTER TABLE ${o} ALTER COLUMN "key" TYPE varchar(255);`,
+        `column ${o}."sequence" is not bigint NOT NULL DEFAULT nextval('"${schema}"."outbox_sequence_seq"'): ALTER TABLE ${o} ALTER COLUMN "sequence" SET DEFAULT nextval('"${schema}"."outbox_sequence_seq"');`,
+      ]);
+    } finally {
+      await driver.close();
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  });
 });

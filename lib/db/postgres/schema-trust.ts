@@ -36,12 +36,24 @@ export function trustedRole(role: string): string {
  * QueueBox's too, `$4` the claim function names of the configuration:
  * - PUBLIC, or a role that is not trusted, holds `CREATE` on the schema (before PostgreSQL 15 the
  *   `public` schema grants it to PUBLIC);
+ * - PUBLIC, or a role that is neither trusted nor the database's owner (who owns `public` from
+ *   PostgreSQL 15 on), holds `CREATE` on another schema of the session's `search_path`
+ *   (`current_schemas`) — its owner included: an operator or function
+ *   planted there that matches QueueBox's argument types better than `pg_catalog`'s (such as
+ *   `=` on `varchar`) runs in QueueBox's statements;
+ * - PUBLIC, or a role that is not trusted, holds `TRIGGER` on one of QueueBox's tables (`GRANT ALL`
+ *   includes it), or a trigger on one runs a function whose owner is not trusted: triggers run with
+ *   the rights of the role whose write fires them;
  * - a table, sequence, index or view of a name QueueBox uses, or a function of a claim function's
  *   name, belongs to a role that is not trusted.
  * A schema that does not exist has no problems (`migrate` creates it).
  */
 export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
-     public_create AS (SELECT has_schema_privilege('public', s.oid, 'CREATE') AS yes FROM s)
+     public_create AS (SELECT has_schema_privilege('public', s.oid, 'CREATE') AS yes FROM s),
+     path AS (SELECT n.oid, n.nspname, has_schema_privilege('public', n.oid, 'CREATE') AS public_create
+                FROM pg_namespace n, s WHERE n.nspname = ANY (current_schemas(false)) AND n.oid <> s.oid),
+     tables AS (SELECT c.oid, quote_ident(s.nspname) || '.' || quote_ident(c.relname) AS name, has_table_privilege('public', c.oid, 'TRIGGER') AS public_trigger
+                  FROM pg_class c, s WHERE c.relnamespace = s.oid AND c.relname = ANY($2::text[]) AND c.relkind IN ('r', 'p'))
      SELECT 'PUBLIC (every role) may CREATE in schema ' || quote_ident(s.nspname) || ': REVOKE CREATE ON SCHEMA ' || quote_ident(s.nspname) || ' FROM PUBLIC' AS problem
        FROM s, public_create WHERE public_create.yes
      UNION ALL
@@ -50,6 +62,29 @@ export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
          FROM pg_roles r, s, me, public_create
         WHERE NOT public_create.yes AND has_schema_privilege(r.oid, s.oid, 'CREATE') AND NOT ${trustedRole('r.oid')}
         ORDER BY r.rolname) creators
+     UNION ALL
+     SELECT * FROM (
+       SELECT CASE WHEN r.oid IS NULL THEN 'PUBLIC (every role)' ELSE 'role ' || quote_ident(r.rolname) END
+              || ' may CREATE in schema ' || quote_ident(path.nspname) || ', which is on QueueBox''s search_path: REVOKE CREATE ON SCHEMA '
+              || quote_ident(path.nspname) || ' FROM ' || COALESCE(quote_ident(r.rolname), 'PUBLIC') || ', or take it off the search_path of QueueBox''s role'
+         FROM path CROSS JOIN s CROSS JOIN me LEFT JOIN pg_roles r
+           ON NOT path.public_create AND has_schema_privilege(r.oid, path.oid, 'CREATE')
+          AND NOT ${trustedRole('r.oid')} AND NOT pg_has_role(r.oid, 'pg_database_owner', 'MEMBER')
+        WHERE path.public_create OR r.oid IS NOT NULL
+        ORDER BY 1) path_creators
+     UNION ALL
+     SELECT * FROM (
+       SELECT CASE WHEN r.oid IS NULL THEN 'PUBLIC (every role)' ELSE 'role ' || quote_ident(r.rolname) END
+              || ' may create triggers on table ' || tables.name || ': REVOKE TRIGGER ON ' || tables.name || ' FROM ' || COALESCE(quote_ident(r.rolname), 'PUBLIC')
+         FROM tables CROSS JOIN s CROSS JOIN me LEFT JOIN pg_roles r
+           ON NOT tables.public_trigger AND has_table_privilege(r.oid, tables.oid, 'TRIGGER') AND NOT ${trustedRole('r.oid')}
+        WHERE tables.public_trigger OR r.oid IS NOT NULL
+        UNION ALL
+       SELECT 'trigger ' || quote_ident(t.tgname) || ' on table ' || tables.name || ' runs function ' || quote_ident(fn.nspname) || '.' || quote_ident(p.proname)
+              || '() of role ' || quote_ident(pg_get_userbyid(p.proowner)) || ', not QueueBox''s: DROP TRIGGER ' || quote_ident(t.tgname) || ' ON ' || tables.name
+         FROM pg_trigger t JOIN tables ON tables.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_namespace fn ON fn.oid = p.pronamespace, s, me
+        WHERE NOT ${trustedRole('p.proowner')}
+        ORDER BY 1) triggers
      UNION ALL
      SELECT * FROM (
        SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'v' THEN 'view' ELSE 'table' END
