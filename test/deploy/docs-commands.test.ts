@@ -19,7 +19,6 @@ const FIXTURE = 'test/deploy/fixtures/docs-runner.md';
  * Blocks of the deploy documentation, which the Serverless plugin change rewrites and annotates:
  * reported as to-do (not failed) while they carry no comment. Empty this once it has landed.
  */
-const awaitingAnnotation = (b: ShellBlock) => b.plan.kind === 'missing' && (b.file === 'docs/deploy.md' || (b.file === 'README.md' && b.section === 'Deploy'));
 
 const blocks = DOCS.flatMap((file) => shellBlocks(file, readFileSync(file, 'utf8')));
 const fixture = shellBlocks(FIXTURE, readFileSync(FIXTURE, 'utf8'));
@@ -30,7 +29,7 @@ describe('the docs’ shell blocks run as written', { timeout: 600_000 }, () => 
   after(() => runner.close());
 
   it('every shell block of README.md and docs/*.md says how it is run', () => {
-    const missing = blocks.filter((b) => b.plan.kind === 'missing' && !awaitingAnnotation(b));
+    const missing = blocks.filter((b) => b.plan.kind === 'missing');
     assert.deepEqual(missing.map((b) => `${b.file}:${b.line}: ${b.plan.kind === 'missing' ? b.plan.problem : ''}`), []);
     assert.ok(blocks.filter((b) => b.plan.kind === 'run').length >= 6, 'the docs have runnable blocks');
   });
@@ -39,7 +38,6 @@ describe('the docs’ shell blocks run as written', { timeout: 600_000 }, () => 
     const plan = block.plan;
     if (plan.kind === 'run') it(`${label(block)} (run: ${plan.context})`, { timeout: 300_000 }, () => runner.run(block));
     else if (plan.kind === 'not run') it(label(block), { skip: `not run: ${plan.reason}` }, () => {});
-    else if (awaitingAnnotation(block)) it(label(block), { todo: 'deploy docs: annotated with the Serverless plugin change' }, () => {});
   };
 
   // The README first and in order (its quick start installs the clone, its npm pack makes the
@@ -61,7 +59,7 @@ function runnerItself(runner: DocsRunner): void {
   it('reads each fixture block with its plan and serverless.yml', () => {
     assert.equal(fixture.length, 6);
     assert.deepEqual(service!.plan, { kind: 'run', context: 'service', env: [] });
-    assert.match(service!.serverlessYml ?? '', /^service: docs-runner-fixture$/m);
+    assert.match(service!.serviceFiles['serverless.yml'] ?? '', /^service: docs-runner-fixture$/m);
     assert.deepEqual(environment!.plan, { kind: 'run', context: 'app', env: [{ name: 'QUEUEBOX_DATABASE_URL', value: undefined }, { name: 'GREETING', value: 'hello' }] });
     assert.deepEqual(interrupted!.plan, { kind: 'run', context: 'clone', interruptAfterMs: 1000, interruptAfterText: 'ready', expect: 'ready', env: [] });
     assert.deepEqual(unclean!.plan, { kind: 'run', context: 'clone', interruptAfterMs: 1000, env: [] });

@@ -10,8 +10,9 @@
  *   database) or `with NAME=value`, `expect "text"` (the output must contain text; no commas).
  * - `<!-- run: ci -->`: `.ci/run` runs exactly these commands after `npm ci`.
  * - `<!-- not run: <reason> -->`: not run (the reason says what it needs, e.g. an AWS account).
- * - `<!-- file: serverless.yml -->` before a ```yaml block: the service context's serverless.yml
- *   for the shell blocks after it in the same file.
+ * - `<!-- file: NAME -->` before a block (```yaml for `serverless.yml`, `queuebox.yml`): a file of
+ *   the service context, written for the shell blocks after it in the same file; a service block
+ *   needs at least `serverless.yml`.
  */
 
 /** Languages whose fenced blocks are shell commands a user types. */
@@ -35,8 +36,8 @@ export interface ShellBlock {
   plan: BlockPlan;
   /** The `## ` heading the block is under ('' before the first). */
   section: string;
-  /** The closest preceding ```yaml block annotated `<!-- file: serverless.yml -->` in the same file. */
-  serverlessYml?: string;
+  /** The service context's files: for each name, the closest preceding block annotated `<!-- file: NAME -->` in the same file. */
+  serviceFiles: Record<string, string>;
 }
 
 const CONTEXTS: RunContext[] = ['clone', 'app', 'service', 'ci'];
@@ -72,7 +73,7 @@ export function parsePlan(comment: string | undefined): BlockPlan {
 export function shellBlocks(file: string, text: string): ShellBlock[] {
   const lines = text.split('\n');
   const blocks: ShellBlock[] = [];
-  let serverlessYml: string | undefined;
+  const serviceFiles: Record<string, string> = {};
   let section = '';
   for (let i = 0; i < lines.length; i++) {
     if (lines[i]!.startsWith('## ')) section = lines[i]!.slice(3).trim();
@@ -83,8 +84,9 @@ export function shellBlocks(file: string, text: string): ShellBlock[] {
     const code = lines.slice(i + 1, end).join('\n');
     const comment = commentBefore(lines, i);
     const lang = fence[1]!;
-    if (lang === 'yaml' && comment === 'file: serverless.yml') serverlessYml = code + '\n';
-    if (SHELL_LANGUAGES.has(lang)) blocks.push({ file, line: i + 1, code, plan: parsePlan(comment), section, serverlessYml });
+    const fileName = comment === undefined ? null : /^file:\s*([\w.-]+)$/.exec(comment);
+    if (fileName) serviceFiles[fileName[1]!] = code + '\n';
+    if (SHELL_LANGUAGES.has(lang)) blocks.push({ file, line: i + 1, code, plan: parsePlan(comment), section, serviceFiles: { ...serviceFiles } });
     i = end;
   }
   return blocks;

@@ -101,10 +101,10 @@ export class DocsRunner {
       await this.once('app', () => this.makeApp(this.app, [tarball]));
       return this.app;
     }
-    if (!block.serverlessYml) throw new Error(`${block.file}:${block.line}: run: service needs a \`\`\`yaml block annotated <!-- file: serverless.yml --> before it`);
+    if (block.serviceFiles['serverless.yml'] === undefined) throw new Error(`${block.file}:${block.line}: run: service needs a \`\`\`yaml block annotated <!-- file: serverless.yml --> before it`);
     const dev = this.manifest.devDependencies;
     await this.once('service', () => this.makeApp(this.service, [tarball, `osls@${dev.osls}`, `esbuild@${dev.esbuild}`]));
-    writeFileSync(join(this.service, 'serverless.yml'), block.serverlessYml);
+    for (const [name, text] of Object.entries(block.serviceFiles)) writeFileSync(join(this.service, name), text);
     return this.service;
   }
 
