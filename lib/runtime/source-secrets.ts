@@ -7,13 +7,14 @@
  * cold start, read again once it is `secrets.maxAgeSeconds` old, and read again when a request
  * fails verification with it — at most once per `secrets.minRefetchSeconds` per secret, whatever
  * the reason of the read, so a flood of forged requests makes at most one SSM call per secret
- * per interval. There is no grace window: once the new value is read, only it verifies.
+ * per interval. A read again that fails, or gets no answer within `SECRET_REREAD_TIMEOUT_MS`,
+ * keeps the value held. There is no grace window: once the new value is read, only it verifies.
  */
 import { shownVariable } from '../config/looks-like-secret.ts';
 import { ConfigError } from '../errors.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Logger } from '../observability/logger.ts';
-import { secretEnvNames, secretStores, type SecretStores } from './secrets.ts';
+import { SECRET_REREAD_TIMEOUT_MS, secretEnvNames, secretStores, withinMs, type SecretStores } from './secrets.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -86,9 +87,9 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
     const value = await store.ssm.get(`${path}/${name}`, { forceFetch: true, decrypt: true });
     return typeof value === 'string' ? value : '';
   };
-  /** One read at a time per secret; a failed read keeps the value held (an SSM outage is not a rotation). */
+  /** One read at a time per secret; a failed or unanswered read keeps the value held (an SSM outage is not a rotation). */
   const reread = (name: string, entry: Entry): Promise<string> => {
-    entry.reading ??= read(name)
+    entry.reading ??= withinMs(read(name), SECRET_REREAD_TIMEOUT_MS, `SSM parameter for ${name}`)
       .then((value) => {
         if (usable(value)) entry.value = value;
         else options.logger?.warn('source secret read again is unset, blank or too short; the value held is kept', { secret: name });

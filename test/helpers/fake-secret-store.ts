@@ -2,15 +2,19 @@
  * A local endpoint answering Secrets Manager `GetSecretValue` and SSM `GetParameter` as AWS does
  * (JSON 1.1 protocol), so tests drive the real AWS SDK and Powertools Parameters against it.
  * Point the SDK at it with `AWS_ENDPOINT_URL`. `values` is what the store holds (set a new value
- * to rotate); `calls` lists every request as `<target>:<name>`.
+ * to rotate); `calls` lists every request as `<target>:<name>`. With `hang` set, a request is
+ * never answered (an endpoint that does not respond; `stop()` ends it).
  */
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 /** The stand-in; `start()` returns its endpoint URL. */
 export class FakeSecretStore {
   readonly values = new Map<string, string>();
   readonly calls: string[] = [];
+  /** When true, requests get no answer until `stop()`. */
+  hang = false;
+  #held = new Set<ServerResponse>();
   #server: Server = createServer((req, res) => {
     let body = '';
     req.on('data', (chunk: Buffer) => (body += chunk.toString()));
@@ -19,6 +23,10 @@ export class FakeSecretStore {
       const input = JSON.parse(body) as { SecretId?: string; Name?: string };
       const name = input.SecretId ?? input.Name ?? '';
       this.calls.push(`${target}:${name}`);
+      if (this.hang) {
+        this.#held.add(res);
+        return;
+      }
       const value = this.values.get(name);
       res.setHeader('content-type', 'application/x-amz-json-1.1');
       if (value === undefined) {
@@ -36,6 +44,8 @@ export class FakeSecretStore {
     return `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
   }
   stop(): Promise<void> {
+    for (const res of this.#held) res.destroy();
+    this.#held.clear();
     return new Promise((resolve) => this.#server.close(() => resolve()));
   }
 }
