@@ -69,8 +69,9 @@ interface Entry {
 
 /**
  * Reads every source secret the environment does not set from the SSM path (cold start) and
- * returns a lookup that keeps them fresh. A read that fails fails the cold start; a value that
- * is blank or too short is refused when the receiver is built, naming its key.
+ * returns a lookup that keeps them fresh. A read that fails fails the cold start (a parameter that
+ * does not exist: a `ConfigError` naming the key); a value that is blank or too short is refused
+ * when the receiver is built, naming its key.
  */
 export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<SecretLookup> {
   const { env, config } = options;
@@ -107,7 +108,12 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
   };
 
   for (const name of fromStore) {
-    entries.set(name, { value: await read(name), readAt: now() });
+    const value = await read(name).catch((error: unknown) => {
+      if (!isParameterNotFound(error)) throw error;
+      const where = shownVariable(name).startsWith('environment variable ') ? `${path}/${name}` : `for it under ${path}`;
+      throw new ConfigError([{ key: secretKeyOf(config, name), message: `names ${shownVariable(name)}, which is not set, and SSM holds no parameter ${where}` }]);
+    });
+    entries.set(name, { value, readAt: now() });
   }
 
   return {
@@ -127,6 +133,25 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
       return value !== used ? value : undefined;
     },
   };
+}
+
+/** The first key that names secret variable `name` (`inbox.sources.<source>.auth.secretEnv`…). */
+function secretKeyOf(config: Pick<QueueBoxConfig, 'inbox'>, name: string): string {
+  for (const [source, { auth }] of Object.entries(config.inbox.sources)) {
+    if (auth === undefined || auth.type === 'none') continue;
+    const [field, variable] = auth.type === 'bearer' ? ['tokenEnv', auth.tokenEnv] : auth.type === 'api-key' ? ['keyEnv', auth.keyEnv] : ['secretEnv', auth.secretEnv];
+    if (variable === name) return `inbox.sources.${source}.auth.${field}`;
+  }
+  return 'inbox.sources';
+}
+
+/** True when `error` (or a cause) is SSM's answer for a parameter that does not exist. */
+function isParameterNotFound(error: unknown): boolean {
+  for (let current: unknown = error, depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    if ((current as { name?: unknown }).name === 'ParameterNotFound') return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 function usable(value: string): boolean {
