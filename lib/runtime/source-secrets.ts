@@ -90,12 +90,14 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
   };
   /** One read at a time per secret; a failed or unanswered read keeps the value held (an SSM outage is not a rotation). */
   const reread = (name: string, entry: Entry): Promise<string> => {
-    entry.reading ??= withinMs(read(name), SECRET_REREAD_TIMEOUT_MS, `SSM parameter for ${name}`)
-      .then((value) => {
-        if (usable(value)) entry.value = value;
-        else options.logger?.warn('source secret read again is unset, blank or too short; the value held is kept', { secret: name });
-        return entry.value;
-      })
+    if (entry.reading !== undefined) return entry.reading;
+    // A late answer still replaces the value held; only the wait for it is bounded.
+    const answer = read(name).then((value) => {
+      if (usable(value)) entry.value = value;
+      else options.logger?.warn('source secret read again is unset, blank or too short; the value held is kept', { secret: name });
+    });
+    entry.reading = withinMs(answer, SECRET_REREAD_TIMEOUT_MS, `SSM parameter for ${name}`)
+      .then(() => entry.value)
       .catch((error: unknown) => {
         options.logger?.warn('source secret could not be read again; the value held is kept', { secret: name, error: error as Error });
         return entry.value;

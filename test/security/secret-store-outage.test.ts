@@ -57,6 +57,29 @@ describe('a secret store that does not answer', () => {
     store.hang = false;
   });
 
+  it('a store that answers after the bound: the request is answered with the value held, and the late answer still rotates the secret', { timeout: 30_000 }, async () => {
+    store.hang = false;
+    store.values.set('/slow/CRM_TOKEN', TOKEN);
+    let clock = 1_800_000_000_000;
+    const env = { QUEUEBOX_SECRETS_PARAMETER_PATH: '/slow' };
+    const secrets = await loadSourceSecrets({ env, config: db.config, now: () => clock });
+    const receive = createHttpReceiver({ config: db.config, driver: db.driver, logger: createLogger({ serviceName: 'test', logLevel: 'SILENT' }), env, secrets, now: () => clock });
+    const send = (token: string, key: string) => receive(apiGatewayV2Event('/inbox/crm', '{}', { authorization: `Bearer ${token}`, 'x-idempotency-key': key }), metrics);
+    const rotated = 'rotated-crm-token-002';
+    store.values.set('/slow/CRM_TOKEN', rotated);
+    store.delayMs = 3_000;
+    clock += 300_000;
+    try {
+      assert.equal((await send(TOKEN, 'slow-a')).statusCode, 202, 'answered with the value held before the read came back');
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      assert.equal((await send(rotated, 'slow-b')).statusCode, 202, 'the late answer replaced the value held');
+      assert.equal((await send(TOKEN, 'slow-c')).statusCode, 401);
+      assert.equal(store.calls.filter((c) => c.endsWith('/slow/CRM_TOKEN')).length, 2, 'the cold-start read and one re-read');
+    } finally {
+      store.delayMs = 0;
+    }
+  });
+
   it('the database secret due for a re-read: the invocation runs on the connection held', { timeout: 30_000 }, async () => {
     store.hang = false;
     store.values.set('outage/db', testDatabaseUrl());
