@@ -185,25 +185,32 @@ export const pullSchema = z
   })
   .prefault({});
 
+/**
+ * Largest retention age or horizon (10 years): far more and the cutoff cannot be computed
+ * (SQL Server adds the seconds as an INT, 68 years; PostgreSQL timestamps start at 4713 BC).
+ */
+export const MAX_RETENTION_HOURS = 87_600;
+const retentionHours = positiveInt.max(MAX_RETENTION_HOURS, `must be at most ${MAX_RETENTION_HOURS} hours (10 years)`);
+
 export const retentionSchema = z
   .strictObject({
     /** Off by default: nothing is deleted until an operator turns it on. */
     enabled: z.boolean().default(false),
     /** Outbox `sent` rows older than this (by `updated_at`) are deleted. */
-    outboxSentAfterHours: positiveInt.default(168),
+    outboxSentAfterHours: retentionHours.default(168),
     /** Outbox `dead` rows older than this (by `updated_at`) are deleted. */
-    outboxDeadAfterHours: positiveInt.default(720),
+    outboxDeadAfterHours: retentionHours.default(720),
     /** Inbox `processed` rows older than this (by `created_at`) are deleted. */
-    inboxProcessedAfterHours: positiveInt.default(168),
+    inboxProcessedAfterHours: retentionHours.default(168),
     /** Inbox `dead` rows older than this (by `created_at`) are deleted. */
-    inboxDeadAfterHours: positiveInt.default(720),
+    inboxDeadAfterHours: retentionHours.default(720),
     /** Rows per DELETE statement. */
     batchSize: positiveInt.max(50000).default(1000),
     /**
      * Inbox rows of sources whose replay protection rests on the stored key alone (GitHub: no
      * signed timestamp) are kept at least this long, whatever the two inbox ages say.
      */
-    inboxReplayHorizonHours: positiveInt.default(720),
+    inboxReplayHorizonHours: retentionHours.default(720),
   })
   .prefault({});
 

@@ -11,7 +11,7 @@ import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
 import { createTracer, type Tracer } from '../observability/tracing.ts';
 import { memoizeByObject } from './memo.ts';
-import { isDatabaseLoginFailure, withDatabaseUrl } from './secrets.ts';
+import { isDatabaseLoginFailure, SECRET_REREAD_TIMEOUT_MS, withDatabaseUrl, withinMs } from './secrets.ts';
 import { loadSourceSecrets, type SecretLookup } from './source-secrets.ts';
 
 export interface Container {
@@ -51,12 +51,12 @@ export function getContainer(): Promise<Container> {
   return current;
 }
 
-/** `previous`, or a new container when the database secret no longer holds `url`. */
+/** `previous`, or a new container when the database secret no longer holds `url`; a read that fails or gets no answer within `SECRET_REREAD_TIMEOUT_MS` keeps `previous`. */
 async function reconnectIfRotated(previous: Promise<Container>, url: string): Promise<Container> {
   const container = await previous;
   let fresh: string | undefined;
   try {
-    fresh = (await withDatabaseUrl(process.env, { forceFetch: true })).QUEUEBOX_DATABASE_URL;
+    fresh = (await withinMs(withDatabaseUrl(process.env, { forceFetch: true }), SECRET_REREAD_TIMEOUT_MS, 'database secret')).QUEUEBOX_DATABASE_URL;
   } catch (error) {
     container.logger.warn('database secret could not be read again; the connection string held is kept', { error: error as Error });
     return container;

@@ -19,6 +19,22 @@ import type { QueueBoxConfig } from '../config/schema.ts';
 /** Powertools' own cache age for a read without `forceFetch`, in seconds (the default of `secrets.maxAgeSeconds`). */
 export const SECRET_MAX_AGE_SECONDS = 300;
 
+/**
+ * Longest wait for a secret read again while a value is held (an age or a refusal, not the cold
+ * start): past it the value held is used, so a store that does not answer delays a request by at
+ * most this, never until the function times out.
+ */
+export const SECRET_REREAD_TIMEOUT_MS = 2_000;
+
+/** `read`, or a rejection once it has taken `ms` (the read itself is abandoned, not cancelled). */
+export function withinMs<T>(read: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([read, late]).finally(() => clearTimeout(timer));
+}
+
 /** Environment variables that say where secrets are (names, never values). */
 export const SECRET_LOCATION_ENV = ['QUEUEBOX_DATABASE_SECRET_ID', 'QUEUEBOX_DATABASE_URL_PARAMETER', 'QUEUEBOX_SECRETS_PARAMETER_PATH'] as const;
 

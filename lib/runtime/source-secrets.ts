@@ -7,13 +7,14 @@
  * cold start, read again once it is `secrets.maxAgeSeconds` old, and read again when a request
  * fails verification with it — at most once per `secrets.minRefetchSeconds` per secret, whatever
  * the reason of the read, so a flood of forged requests makes at most one SSM call per secret
- * per interval. There is no grace window: once the new value is read, only it verifies.
+ * per interval. A read again that fails, or gets no answer within `SECRET_REREAD_TIMEOUT_MS`,
+ * keeps the value held. There is no grace window: once the new value is read, only it verifies.
  */
 import { shownVariable } from '../config/looks-like-secret.ts';
 import { ConfigError } from '../errors.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Logger } from '../observability/logger.ts';
-import { secretEnvNames, secretStores, type SecretStores } from './secrets.ts';
+import { SECRET_REREAD_TIMEOUT_MS, secretEnvNames, secretStores, withinMs, type SecretStores } from './secrets.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -68,8 +69,9 @@ interface Entry {
 
 /**
  * Reads every source secret the environment does not set from the SSM path (cold start) and
- * returns a lookup that keeps them fresh. A read that fails fails the cold start; a value that
- * is blank or too short is refused when the receiver is built, naming its key.
+ * returns a lookup that keeps them fresh. A read that fails fails the cold start (a parameter that
+ * does not exist: a `ConfigError` naming the key); a value that is blank or too short is refused
+ * when the receiver is built, naming its key.
  */
 export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<SecretLookup> {
   const { env, config } = options;
@@ -86,14 +88,16 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
     const value = await store.ssm.get(`${path}/${name}`, { forceFetch: true, decrypt: true });
     return typeof value === 'string' ? value : '';
   };
-  /** One read at a time per secret; a failed read keeps the value held (an SSM outage is not a rotation). */
+  /** One read at a time per secret; a failed or unanswered read keeps the value held (an SSM outage is not a rotation). */
   const reread = (name: string, entry: Entry): Promise<string> => {
-    entry.reading ??= read(name)
-      .then((value) => {
-        if (usable(value)) entry.value = value;
-        else options.logger?.warn('source secret read again is unset, blank or too short; the value held is kept', { secret: name });
-        return entry.value;
-      })
+    if (entry.reading !== undefined) return entry.reading;
+    // A late answer still replaces the value held; only the wait for it is bounded.
+    const answer = read(name).then((value) => {
+      if (usable(value)) entry.value = value;
+      else options.logger?.warn('source secret read again is unset, blank or too short; the value held is kept', { secret: name });
+    });
+    entry.reading = withinMs(answer, SECRET_REREAD_TIMEOUT_MS, `SSM parameter for ${name}`)
+      .then(() => entry.value)
       .catch((error: unknown) => {
         options.logger?.warn('source secret could not be read again; the value held is kept', { secret: name, error: error as Error });
         return entry.value;
@@ -106,7 +110,12 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
   };
 
   for (const name of fromStore) {
-    entries.set(name, { value: await read(name), readAt: now() });
+    const value = await read(name).catch((error: unknown) => {
+      if (!isParameterNotFound(error)) throw error;
+      const where = shownVariable(name).startsWith('environment variable ') ? `${path}/${name}` : `for it under ${path}`;
+      throw new ConfigError([{ key: secretKeyOf(config, name), message: `names ${shownVariable(name)}, which is not set, and SSM holds no parameter ${where}` }]);
+    });
+    entries.set(name, { value, readAt: now() });
   }
 
   return {
@@ -126,6 +135,25 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
       return value !== used ? value : undefined;
     },
   };
+}
+
+/** The first key that names secret variable `name` (`inbox.sources.<source>.auth.secretEnv`…). */
+function secretKeyOf(config: Pick<QueueBoxConfig, 'inbox'>, name: string): string {
+  for (const [source, { auth }] of Object.entries(config.inbox.sources)) {
+    if (auth === undefined || auth.type === 'none') continue;
+    const [field, variable] = auth.type === 'bearer' ? ['tokenEnv', auth.tokenEnv] : auth.type === 'api-key' ? ['keyEnv', auth.keyEnv] : ['secretEnv', auth.secretEnv];
+    if (variable === name) return `inbox.sources.${source}.auth.${field}`;
+  }
+  return 'inbox.sources';
+}
+
+/** True when `error` (or a cause) is SSM's answer for a parameter that does not exist. */
+function isParameterNotFound(error: unknown): boolean {
+  for (let current: unknown = error, depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    if ((current as { name?: unknown }).name === 'ParameterNotFound') return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 function usable(value: string): boolean {

@@ -88,6 +88,28 @@ describe('database and source secrets at run time', () => {
     assert.ok(!store.calls.some((c) => c.endsWith('/CRM_TOKEN')), 'a variable already set is not fetched');
   });
 
+  it('a source secret that is neither in the environment nor in SSM (a typo in secretEnv) stops the cold start naming the key', async () => {
+    const config = parseConfig({ inbox: { sources: { stripe: { type: 'http', path: '/stripe', auth: { type: 'stripe', secretEnv: 'STRIPE_WEBHOOK_SECERT' } } } } });
+    store.values.set('/queuebox/typo/STRIPE_WEBHOOK_SECRET', 'whsec_from_ssm_0000');
+    await assert.rejects(
+      () => loadSourceSecrets({ env: { QUEUEBOX_SECRETS_PARAMETER_PATH: '/queuebox/typo' }, config }),
+      (error: Error) => {
+        assert.equal(error.name, 'ConfigError');
+        assert.match(error.message, /inbox\.sources\.stripe\.auth\.secretEnv: names environment variable STRIPE_WEBHOOK_SECERT, which is not set, and SSM holds no parameter \/queuebox\/typo\/STRIPE_WEBHOOK_SECERT/);
+        return true;
+      },
+    );
+    const pasted = parseConfig({ inbox: { sources: { crm: { type: 'http', path: '/crm', auth: { type: 'bearer', tokenEnv: 'hunter2pass' } } } } });
+    await assert.rejects(
+      () => loadSourceSecrets({ env: { QUEUEBOX_SECRETS_PARAMETER_PATH: '/queuebox/typo' }, config: pasted }),
+      (error: Error) => {
+        assert.match(error.message, /inbox\.sources\.crm\.auth\.tokenEnv: .*SSM holds no parameter for it under \/queuebox\/typo/);
+        assert.doesNotMatch(error.message, /hunter2pass/, 'a name that may be a password is not printed');
+        return true;
+      },
+    );
+  });
+
   it('caches the secret across invocations and fetches it again when the rotated-out login is refused', async () => {
     store.values.set('queuebox/rotating', url(roles[0]));
     delete process.env.QUEUEBOX_DATABASE_URL;

@@ -11,6 +11,7 @@ import { createHttpReceiver, type HttpReceiver } from '../../lib/inbox/http-rece
 import { hmacSignature } from '../../lib/inbox/source-auth.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
+import { parseConfig } from '../../lib/config/load-config.ts';
 import { runRetention } from '../../lib/operations/retention.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -92,5 +93,19 @@ describe('replay of a captured signed request after retention deleted old rows',
     assert.equal(await status('/inbox/hooks', hooksBody, hmac(hooksBody, ts)), 401);
     assert.equal(await status('/inbox/stripe', stripeBody, stripe(stripeBody, ts)), 401);
     assert.deepEqual([...(await keys('hooks')), ...(await keys('stripe'))], []);
+  });
+
+  it('a replay horizon (or age) past what the database can subtract is refused at load; the largest accepted runs', async () => {
+    for (const key of ['inboxReplayHorizonHours', 'inboxProcessedAfterHours', 'inboxDeadAfterHours', 'outboxSentAfterHours', 'outboxDeadAfterHours']) {
+      assert.throws(() => parseConfig({ retention: { [key]: 100_000_000 } }), (error: Error) => error.name === 'ConfigError' && error.message.includes(`retention.${key}: must be at most 87600 hours`));
+    }
+    const longest = 87_600;
+    const config = parseConfig({
+      ...db.config,
+      retention: { enabled: true, outboxSentAfterHours: longest, outboxDeadAfterHours: longest, inboxProcessedAfterHours: longest, inboxDeadAfterHours: longest, inboxReplayHorizonHours: longest },
+    });
+    await status('/inbox/github', '{"n":1}', github('{"n":1}', 'kept-1'));
+    await age(24);
+    assert.deepEqual((await runRetention({ driver: db.driver, config })).deleted, { outbox: 0, inbox: 0 });
   });
 });
