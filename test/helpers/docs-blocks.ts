@@ -11,8 +11,7 @@
  * - `<!-- run: ci -->`: `.ci/run` runs exactly these commands after `npm ci`.
  * - `<!-- not run: <reason> -->`: not run (the reason says what it needs, e.g. an AWS account).
  * - `<!-- file: NAME -->` before a block (```yaml for `serverless.yml`, `queuebox.yml`): a file of
- *   the service context, written for the shell blocks after it in the same file; a service block
- *   needs at least `serverless.yml`.
+ *   the service context, written for the shell blocks after it in the same file.
  */
 
 /** Languages whose fenced blocks are shell commands a user types. */

@@ -101,7 +101,7 @@ export class DocsRunner {
       await this.once('app', () => this.makeApp(this.app, [tarball]));
       return this.app;
     }
-    if (block.serviceFiles['serverless.yml'] === undefined) throw new Error(`${block.file}:${block.line}: run: service needs a \`\`\`yaml block annotated <!-- file: serverless.yml --> before it`);
+    // A service's files are those its doc showed so far (an install comes before serverless.yml).
     const dev = this.manifest.devDependencies;
     await this.once('service', () => this.makeApp(this.service, [tarball, `osls@${dev.osls}`, `esbuild@${dev.esbuild}`]));
     for (const [name, text] of Object.entries(block.serviceFiles)) writeFileSync(join(this.service, name), text);
