@@ -43,6 +43,8 @@ describe('console: malformed input is a 400 naming the field', () => {
     ['/dead?from=2026-11-30T12:00:00', /from has no time zone: write it in UTC with a Z \(e\.g\. 2026-11-30T12:00:00Z\)/],
     ['/dead?to=2026-11-30%2012:00', /to has no time zone/],
     ['/replay/preview?createdFrom=2026-11-30T12:00', /createdFrom has no time zone/],
+    ['/dead?to=2026-02-30', /to is not a valid time \(2026-02 has no day 30\)/],
+    ['/replay/preview?createdTo=2026-04-31T00:00:00Z', /createdTo is not a valid time \(2026-04 has no day 31\)/],
     ['/dead?label=a%00b', /label must not contain a NUL/],
     ['/dead?table=inbox&label=%00', /label must not contain a NUL/],
     ['/replay/preview?topics=orders%00', /topics\.0 must not contain a NUL/],
@@ -126,7 +128,7 @@ describe('console: paging through dead rows leaves none out', () => {
   });
 
   it('a page position that is not one an "Older dead rows" link carries is a 400 naming it', async () => {
-    for (const before of ['975', '2026-11-30T10:00:00Z~not-a-uuid', '2026-13-45T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc']) {
+    for (const before of ['975', '2026-11-30T10:00:00Z~not-a-uuid', '2026-13-45T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc', '2026-02-30T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc']) {
       const res = await call(server.url, { path: `/dead?before=${encodeURIComponent(before)}` });
       assert.equal(res.status, 400, before);
       assert.match(res.body, /before must be the position an &quot;Older dead rows&quot; link carries/);
