@@ -12,6 +12,7 @@ import { createRedactor } from '../../lib/console/redact-row.ts';
 import { runConsole } from '../../lib/console/run-console.ts';
 import { QueueBoxError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { DEAD_PAGE } from '../../lib/console/dead-page.ts';
 import { withConsoleServer } from './console-fixture.ts';
 
 function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
@@ -125,6 +126,15 @@ describe('console: paging through dead rows leaves none out', () => {
     const shown = await pageThrough('/dead?table=inbox&label=batch.src');
     assert.equal(shown.length, 55);
     assert.equal(new Set(shown).size, 55);
+  });
+
+  it('a row of a time shared by more rows than one scan reads is not skipped (the scan is in cursor order)', { timeout: 60_000 }, async () => {
+    // One INSERT: one created_at for all; the needle rows are scattered among the other source's.
+    await db.query(`INSERT INTO "${db.schema}".inbox (source, idempotency_key, payload, state, attempt)
+      SELECT CASE WHEN n % 170 = 0 THEN 'needle.src' ELSE 'hay.src' END, 'tie-' || n, '{}', 'dead', 3 FROM generate_series(1, ${DEAD_PAGE.scanLimit + 200}) n`);
+    const shown = await pageThrough('/dead?table=inbox&label=needle.src');
+    const needles = (await db.query<{ id: string }>(`SELECT id FROM "${db.schema}".inbox WHERE source = 'needle.src'`)).map((r) => r.id);
+    assert.deepEqual([...new Set(shown)].sort(), needles.sort());
   });
 
   it('a page position that is not one an "Older dead rows" link carries is a 400 naming it', async () => {
