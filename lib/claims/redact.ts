@@ -18,8 +18,10 @@ const RULES: Array<[RegExp, string]> = [
   [/((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|session[_-]?token|signature|x-amz-signature|x-amz-security-token|x-amz-credential|client[_-]?secret|private[_-]?key)["']?\s*[:=]\s*["']?)[^\s"'&,;}]+/gi, '$1***'],
   // AWS access key ids
   [/\b(AKIA|ASIA)[A-Z0-9]{16}\b/g, '***'],
-  // JSON Web Tokens: a base64url JSON header ("eyJ" is `{"`), a payload and a signature (empty when unsigned)
-  [/\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*/g, '***'],
+  // JSON Web Tokens: a base64url JSON header ("eyJ" is `{"`), a payload and a signature (empty when
+  // unsigned). A match starts only where a base64url run starts (not after "-" or "_", as `\b` would
+  // allow), so a long run is read once, not once per "eyJ" inside it.
+  [/(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*/g, '***'],
   // Provider tokens by their documented prefixes: Stripe secret/restricted keys and webhook secrets,
   // GitHub tokens, Slack tokens, GitLab and npm tokens, Google API keys
   [/\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9_]{8,}|\bwhsec_[A-Za-z0-9+/=]{8,}/g, '***'],

@@ -35,7 +35,7 @@ export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; qu
   const before = search.get('before')?.trim();
   if (before) {
     const match = CURSOR.exec(before);
-    if (!match || Number.isNaN(new Date(match[1]!).getTime())) throw new UsageError(`before must be the position an "Older dead rows" link carries (time~row id), not "${before}"`);
+    if (!match || operatorTimeProblem(match[1]!) !== undefined) throw new UsageError(`before must be the position an "Older dead rows" link carries (time~row id), not "${before}"`);
     query.before = { at: match[1]!, id: match[2]!.toLowerCase() };
   }
   return { kind: table, query };

@@ -71,9 +71,11 @@ export interface Redactor {
 /** A redactor masking `secrets` (longest first) besides the secret-named keys and the text rules. */
 export function createRedactor(secrets: readonly string[]): Redactor {
   const text = (value: string | null): string => {
-    let out = redactSecrets(value ?? '');
+    // The configured values first: a text rule (a secret-named pair) would otherwise cut a
+    // passphrase with spaces at its first word and leave the rest unmatched.
+    let out = value ?? '';
     for (const secret of secrets) out = out.split(secret).join(MASK);
-    return out;
+    return redactSecrets(out);
   };
   const value = (node: unknown): unknown => {
     if (typeof node === 'string') return text(node);

@@ -19,5 +19,13 @@ export function operatorTimeProblem(text: string): string | undefined {
   if (UNZONED.test(text)) return `has no time zone: write it in UTC with a Z (e.g. ${text.replace(' ', 'T')}Z) or with an offset such as +02:00`;
   if (!DATE_ONLY.test(text) && !ZONED.test(text)) return 'must be an ISO-8601 time with its zone, such as 2026-11-30T12:00:00Z (or a date alone, 2026-11-30, for 00:00 UTC)';
   if (Number.isNaN(new Date(text).getTime())) return 'is not a valid time';
-  return undefined;
+  return missingDay(text);
+}
+
+/** JavaScript rolls a day the month does not have into the next month (2026-02-30 is 2026-03-02): a range would be wider than typed. */
+function missingDay(text: string): string | undefined {
+  const [year, month, day] = text.slice(0, 10).split('-').map(Number) as [number, number, number];
+  const probe = new Date(0);
+  probe.setUTCFullYear(year, month - 1, day);
+  return probe.getUTCMonth() === month - 1 && probe.getUTCDate() === day ? undefined : `is not a valid time (${text.slice(0, 7)} has no day ${day})`;
 }

@@ -12,6 +12,7 @@ import { createRedactor } from '../../lib/console/redact-row.ts';
 import { runConsole } from '../../lib/console/run-console.ts';
 import { QueueBoxError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { DEAD_PAGE } from '../../lib/console/dead-page.ts';
 import { withConsoleServer } from './console-fixture.ts';
 
 function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
@@ -43,6 +44,8 @@ describe('console: malformed input is a 400 naming the field', () => {
     ['/dead?from=2026-11-30T12:00:00', /from has no time zone: write it in UTC with a Z \(e\.g\. 2026-11-30T12:00:00Z\)/],
     ['/dead?to=2026-11-30%2012:00', /to has no time zone/],
     ['/replay/preview?createdFrom=2026-11-30T12:00', /createdFrom has no time zone/],
+    ['/dead?to=2026-02-30', /to is not a valid time \(2026-02 has no day 30\)/],
+    ['/replay/preview?createdTo=2026-04-31T00:00:00Z', /createdTo is not a valid time \(2026-04 has no day 31\)/],
     ['/dead?label=a%00b', /label must not contain a NUL/],
     ['/dead?table=inbox&label=%00', /label must not contain a NUL/],
     ['/replay/preview?topics=orders%00', /topics\.0 must not contain a NUL/],
@@ -125,8 +128,17 @@ describe('console: paging through dead rows leaves none out', () => {
     assert.equal(new Set(shown).size, 55);
   });
 
+  it('a row of a time shared by more rows than one scan reads is not skipped (the scan is in cursor order)', { timeout: 60_000 }, async () => {
+    // One INSERT: one created_at for all; the needle rows are scattered among the other source's.
+    await db.query(`INSERT INTO "${db.schema}".inbox (source, idempotency_key, payload, state, attempt)
+      SELECT CASE WHEN n % 170 = 0 THEN 'needle.src' ELSE 'hay.src' END, 'tie-' || n, '{}', 'dead', 3 FROM generate_series(1, ${DEAD_PAGE.scanLimit + 200}) n`);
+    const shown = await pageThrough('/dead?table=inbox&label=needle.src');
+    const needles = (await db.query<{ id: string }>(`SELECT id FROM "${db.schema}".inbox WHERE source = 'needle.src'`)).map((r) => r.id);
+    assert.deepEqual([...new Set(shown)].sort(), needles.sort());
+  });
+
   it('a page position that is not one an "Older dead rows" link carries is a 400 naming it', async () => {
-    for (const before of ['975', '2026-11-30T10:00:00Z~not-a-uuid', '2026-13-45T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc']) {
+    for (const before of ['975', '2026-11-30T10:00:00Z~not-a-uuid', '2026-13-45T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc', '2026-02-30T10:00:00Z~3f1c2a9e-1b2c-4d5e-8f90-123456789abc']) {
       const res = await call(server.url, { path: `/dead?before=${encodeURIComponent(before)}` });
       assert.equal(res.status, 400, before);
       assert.match(res.body, /before must be the position an &quot;Older dead rows&quot; link carries/);

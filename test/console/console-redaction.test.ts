@@ -57,4 +57,18 @@ describe('console redaction', () => {
     const stored = redactError(new Error(`401 from https://api.example.test: ${jwt} / ghp_16C7e42F292c6912E7710c838347Ae178B4a`));
     assert.ok(!stored.includes(jwt) && !stored.includes('ghp_16C7'), stored);
   });
+
+  it('masks a configured passphrase whole when a secret-named pair precedes it (the pair rule must not cut it first)', () => {
+    const passphrase = 'correct horse battery staple';
+    const own = createRedactor(configuredSecrets({ database: { passwordEnv: 'PW' } }, { PW: passphrase }));
+    const shown = own.text(`login failed with password: ${passphrase}`);
+    assert.ok(!shown.includes('battery staple'), shown);
+  });
+
+  it('reads a long run of JWT-like fragments once, not once per fragment (1 MiB from a webhook payload or an error)', { timeout: 60_000 }, () => {
+    // Each "eyJ" after "-" starts a word; a regex that may start there rescans the rest of the run.
+    const text = 'eyJaaaa-'.repeat(2 ** 17);
+    assert.equal(redactError(text).length, 2000);
+    assert.equal(redactor.text(text), text);
+  });
 });

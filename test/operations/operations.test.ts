@@ -149,6 +149,10 @@ describe('operations: reclaim, replay, retention, status', () => {
     assert.throws(() => parseReplayRequest({ createdFrom: '2026-11-30T12:00:00' }), (e: unknown) => e instanceof UsageError && /createdFrom has no time zone/.test(e.message));
     assert.throws(() => parseReplayRequest({ createdTo: '2026-11-30 12:00' }), (e: unknown) => e instanceof UsageError && /createdTo has no time zone/.test(e.message));
     assert.equal((parseReplayRequest({ createdFrom: '2026-11-30' }).createdFrom as Date).toISOString(), '2026-11-30T00:00:00.000Z');
+    // JavaScript would roll these over into March: the range would silently be wider than typed.
+    assert.throws(() => parseReplayRequest({ createdTo: '2026-02-29' }), (e: unknown) => e instanceof UsageError && /createdTo is not a valid time \(2026-02 has no day 29\)/.test(e.message));
+    assert.throws(() => parseReplayRequest({ createdTo: '2026-02-30T00:00:00Z' }), (e: unknown) => e instanceof UsageError && /createdTo is not a valid time/.test(e.message));
+    assert.equal((parseReplayRequest({ createdFrom: '2028-02-29' }).createdFrom as Date).toISOString(), '2028-02-29T00:00:00.000Z');
     assert.equal((parseReplayRequest({ createdFrom: '2026-11-30T12:00:00+02:00' }).createdFrom as Date).toISOString(), '2026-11-30T10:00:00.000Z');
   });
 

@@ -276,7 +276,8 @@ export const inboxRowGet = (ctx: PgContext, p: { id: string }) => rowGet(ctx, ct
 
 /**
  * Dead rows newest first, keyset-paged: scans at most `scanLimit` dead rows of the time range
- * after the cursor through the finished-rows index (id, label and time only), keeps those of the
+ * after the cursor, in the cursor's (time, id) order (rows sharing one time beyond a scan are then
+ * read by the next page, not skipped), through the finished-rows index (id, label and time only), keeps those of the
  * label, takes the first `limit + 1` by (time, id) descending, and reads the full row — payload
  * included — of the first `limit` only. The cursor's time is the stored value to the microsecond
  * (`at`, as text), so no row of a shared millisecond is skipped or shown twice.
@@ -289,7 +290,7 @@ async function deadSearch(ctx: PgContext, table: string, columns: string, label:
        SELECT id, ${label} AS label, ${time} AS t FROM ${table}
         WHERE state = 'dead' AND ${time} >= COALESCE($1::timestamptz, '-infinity') AND ${time} < COALESCE($2::timestamptz, 'infinity')
           AND ($6::timestamptz IS NULL OR ${time} <= $6::timestamptz AND (${time} < $6::timestamptz OR id < $7::uuid))
-        ORDER BY ${time} DESC LIMIT $3),
+        ORDER BY ${time} DESC, id DESC LIMIT $3),
      hit AS (SELECT id, t FROM scan WHERE $4::text IS NULL OR label = $4 ORDER BY t DESC, id DESC LIMIT $5 + 1)
      SELECT (SELECT count(*) FROM scan)::int AS scanned, (SELECT count(*) FROM hit)::int AS found, p.* FROM (SELECT 1) one
        LEFT JOIN LATERAL (

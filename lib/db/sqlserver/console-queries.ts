@@ -273,7 +273,7 @@ WITH scan AS (
   SELECT TOP (@p_scan) id, ${LABELS[table].label} AS label, ${time} AS t FROM ${names[table]}
    WHERE state = N'dead' AND (@p_from IS NULL OR ${time} >= @p_from) AND (@p_to IS NULL OR ${time} < @p_to)
      AND (@v_before IS NULL OR ${time} < @v_before OR ${time} = @v_before AND id < @p_before_id)
-   ORDER BY ${time} DESC),
+   ORDER BY ${time} DESC, id DESC),
 hit AS (SELECT TOP (@p_limit + 1) id, t FROM scan WHERE @p_label IS NULL OR label = @p_label ORDER BY t DESC, id DESC)
 SELECT (SELECT COUNT(*) FROM scan) AS scanned, (SELECT COUNT(*) FROM hit) AS found, p.* FROM (SELECT 1 AS one) one
 OUTER APPLY (SELECT ${COLUMNS[table]}, CONVERT(VARCHAR(27), r.${time}, 126) + 'Z' AS at FROM ${names[table]} r
