@@ -15,7 +15,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -104,8 +104,16 @@ export class DocsRunner {
     // A service's files are those its doc showed so far (an install comes before serverless.yml).
     const dev = this.manifest.devDependencies;
     await this.once('service', () => this.makeApp(this.service, [tarball, `osls@${dev.osls}`, `esbuild@${dev.esbuild}`]));
-    for (const [name, text] of Object.entries(block.serviceFiles)) writeFileSync(join(this.service, name), text);
-    return this.service;
+    // One service directory per Markdown file (files run at once, each writing its own
+    // serverless.yml), sharing the one install.
+    const dir = join(this.root, `service-${block.file.replace(/[^A-Za-z0-9]+/g, '-')}`);
+    if (!existsSync(dir)) {
+      mkdirSync(dir);
+      symlinkSync(join(this.service, 'node_modules'), join(dir, 'node_modules'), 'dir');
+      cpSync(join(this.service, 'package.json'), join(dir, 'package.json'));
+    }
+    for (const [name, text] of Object.entries(block.serviceFiles)) writeFileSync(join(dir, name), text);
+    return dir;
   }
 
   private once(name: string, make: () => Promise<void>): Promise<void> {
