@@ -55,9 +55,13 @@ export function lockWithinLease(alias = 't'): string {
 
 /**
  * The fence every finishing write matches, besides the row id: still ours, lease not expired;
- * with the lock wait bounded by the lease (`lockWithinLease`).
+ * with the lock wait bounded by the lease (`lockWithinLease`). The bound names the claim (`s`) as
+ * well as the row, so it is a join condition, evaluated for each row matched to its claim as the
+ * join hands it on to be locked: a condition on the row alone is evaluated in the scan of `t`,
+ * which a hash join runs to the end (every live lease of the table, other workers' too) before it
+ * locks any row, leaving the lock wait bounded by the lease of the last row read.
  */
-export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp() AND ${lockWithinLease('t')}`;
+export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp() AND CASE WHEN t.claim_token = s.token THEN ${lockWithinLease('t')} END`;
 
 /**
  * Runs a fenced statement in one round trip (`pgSingleTrip`): it commits before the server
