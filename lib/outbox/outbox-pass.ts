@@ -28,7 +28,7 @@ import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
-import { withStatementBudget } from '../db/statement-budget.ts';
+import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -188,7 +188,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     try {
       rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs });
     } catch (error) {
-      failure = error;
+      // The invocation ended while the claim was on its way (a freeze past its end): nothing was
+      // claimed, and the pass has reached its deadline.
+      if (!(error instanceof InvocationEndedError)) failure = error;
       break;
     }
     if (rows.length === 0) {
