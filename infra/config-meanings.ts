@@ -13,7 +13,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'database.urlEnv': 'Name of an environment variable holding the connection string (e.g. filled from SSM at deploy time).',
   'database.schema': 'Schema of the QueueBox tables; default `public` (PostgreSQL) or `dbo` (SQL Server).',
   'database.poolMax': 'Connections per container. Lambda: 1–2; behind RDS Proxy / PgBouncer the proxy pools.',
-  'database.statementTimeoutMs': 'Upper bound of any statement (also bounded by the time left in the invocation).',
+  'database.statementTimeoutMs': 'Upper bound of any statement (also bounded by the time left in the invocation, except renewals and fenced writes: one round trip each, their lock wait bounded by the lease).',
   'database.idleInTransactionTimeoutMs': 'PostgreSQL `idle_in_transaction_session_timeout`.',
   'database.claimFunctions': 'PostgreSQL: `queuebox migrate` creates a PL/pgSQL function for each outbox claim statement at `outbox.batchSize`, and claims call it, so a claim is planned once per server connection instead of at every batch — with no session state, so through RDS Proxy and any PgBouncer (docs/performance.md, "Claim functions"). A claim whose function is missing (code deployed before `migrate`, another batch size) sends its statement, logs a warning and tries the function again 5 minutes later. `false`: `migrate` drops the functions and claims send their statements.',
   'database.preparedStatements': 'PostgreSQL: run the claim statements as named prepared statements, planned once per connection — the relay and pull claims too (the outbox claims gain no more than with `claimFunctions`). Direct connections or PgBouncer 1.21+ only (RDS Proxy pins such sessions; older PgBouncer in transaction mode fails them).',

@@ -23,7 +23,7 @@ import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { withStatementBudget } from '../db/statement-budget.ts';
+import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { Logger } from '../observability/logger.ts';
@@ -180,7 +180,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   while (canStart()) {
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
     if (leaseMs === 0) break;
-    const rows = await driver.inboxClaimPushMany({ limit: relay.batchSize, leaseMs });
+    // A claim not sent because the invocation ended (a freeze past its end) claimed nothing: the pass ends.
+    const rows = await driver.inboxClaimPushMany({ limit: relay.batchSize, leaseMs }).catch((error: unknown) => {
+      if (error instanceof InvocationEndedError) return undefined;
+      throw error;
+    });
+    if (rows === undefined) break;
     if (rows.length === 0) {
       if (options.mode === 'drain') break;
       await sleep(Math.min(relay.pollIntervalMs, Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);

@@ -188,10 +188,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     try {
       rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs });
     } catch (error) {
-      // The invocation ran out while the claim was under way (a freeze, a slow round trip): a
-      // statement it had not sent yet was refused, which is the deadline, not a failed pass.
-      if (error instanceof InvocationEndedError) stoppedBecause = 'deadline';
-      else failure = error;
+      // The invocation ended while the claim was on its way (a freeze past its end): nothing was
+      // claimed, and the pass has reached its deadline.
+      if (!(error instanceof InvocationEndedError)) failure = error;
       break;
     }
     if (rows.length === 0) {

@@ -8,6 +8,7 @@
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import type { Driver } from '../db/driver.ts';
+import { InvocationEndedError } from '../db/statement-budget.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { handlePullMessage, type HandleContext, type HandleResult, type PullHandler, type PullLogger, type PullRetryPolicy } from './handle-pull-message.ts';
@@ -153,6 +154,8 @@ export class PullRun<Tx> {
     try {
       rows = await this.#s.client.claim(this.#s.source, { batch, leaseMs });
     } catch (error) {
+      // Not sent because the invocation ended (a freeze past its end): nothing claimed, the run ends.
+      if (error instanceof InvocationEndedError) return [];
       if (this.#policy.exitWhenIdle) throw error;
       this.#s.logger.error('pull claim failed; polling again', { source: this.#s.source, error: String(error) });
       await sleep(this.#s.pollMs, this.#stop.signal);

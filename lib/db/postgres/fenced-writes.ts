@@ -9,7 +9,7 @@ import type { ClaimRef, DeadItem, ReclaimResult, RetryItem } from '../driver.ts'
 import { msInterval, type PgContext } from './context.ts';
 import { reclaimGate } from './maintenance-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
-import type pg from 'pg';
+import pg from 'pg';
 import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
 import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
 
@@ -46,7 +46,7 @@ export function claimSet(leaseParam: string): string {
  * begins: a write queued behind another transaction's lock on the row fails with
  * `lock_not_available` (55P03) when the lease ends, instead of landing after it (PostgreSQL does
  * not re-check the `WHERE` after a wait on a holder that changed nothing). Inside a caller's
- * transaction the setting lasts until it ends.
+ * transaction `fencedQuery` puts the transaction's own setting back after the statement.
  */
 export function lockWithinLease(alias = 't'): string {
   const lease = alias === '' ? 'lease_expires_at' : `${alias}.lease_expires_at`;
@@ -55,9 +55,13 @@ export function lockWithinLease(alias = 't'): string {
 
 /**
  * The fence every finishing write matches, besides the row id: still ours, lease not expired;
- * with the lock wait bounded by the lease (`lockWithinLease`).
+ * with the lock wait bounded by the lease (`lockWithinLease`). The bound names the claim (`s`) as
+ * well as the row, so it is a join condition, evaluated for each row matched to its claim as the
+ * join hands it on to be locked: a condition on the row alone is evaluated in the scan of `t`,
+ * which a hash join runs to the end (every live lease of the table, other workers' too) before it
+ * locks any row, leaving the lock wait bounded by the lease of the last row read.
  */
-export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp() AND ${lockWithinLease('t')}`;
+export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp() AND CASE WHEN t.claim_token = s.token THEN ${lockWithinLease('t')} END`;
 
 /**
  * Runs a fenced statement in one round trip (`pgSingleTrip`): it commits before the server
@@ -66,13 +70,30 @@ export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.l
  */
 export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
   try {
-    return await pgSingleTrip<R>(db, text, values);
+    return db instanceof pg.Pool ? await pgSingleTrip<R>(db, text, values) : await inOpenTransaction<R>(db, text, values);
   } catch (error) {
     if (error instanceof TransientDatabaseError && error.code === '55P03') {
       throw new FencedLockTimeoutError('fenced write: a row stayed locked by another transaction until its lease ended; nothing was written', { cause: error });
     }
     throw error;
   }
+}
+
+/**
+ * A fenced statement on a client inside an open transaction (the caller's `complete`): sent at
+ * once, in the order the caller called, between two statements that save the transaction's
+ * `lock_timeout` and put it back, so the lease bound of the fence does not stay on the caller's
+ * later statements. The three are sent together, without waiting for one another.
+ */
+async function inOpenTransaction<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
+  const saved = pgQuery(db, `SELECT set_config('queuebox.lock_timeout', current_setting('lock_timeout'), true)`);
+  const result = pgQuery<R>(db, text, values);
+  const restored = pgQuery(db, `SELECT set_config('lock_timeout', current_setting('queuebox.lock_timeout'), true)`);
+  // Each answered before the caller's next statement; the first failure (in sending order) is the one reported.
+  const answers = await Promise.allSettled([saved, result, restored]);
+  const failed = answers.find((a) => a.status === 'rejected');
+  if (failed !== undefined) throw failed.reason;
+  return (answers[1] as PromiseFulfilledResult<pg.QueryResult<R>>).value;
 }
 
 async function returningIds(db: PgQueryable, text: string, values: PgValues): Promise<string[]> {

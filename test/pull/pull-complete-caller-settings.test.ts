@@ -1,0 +1,57 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { createPullClient } from '../../lib/pull/pull-client.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { insertPullRows } from './pull-fixtures.ts';
+
+/**
+ * `complete(tx, claim)` runs inside the caller's transaction: the lease bound it puts on its own
+ * lock wait must not stay on the caller's later statements, and it is sent at once, before a
+ * statement the caller sends after calling it.
+ */
+describe('pull complete leaves the caller transaction as it found it', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase({ database: { poolMax: 4 } });
+  });
+  after(async () => db.drop());
+
+  for (const setting of ['2s', '0'] as const) {
+    it(`the caller's lock_timeout (${setting}) is unchanged after complete`, async () => {
+      const source = `settings-${setting}`;
+      const [id] = await insertPullRows(db, source, [{ key: 'a' }]);
+      const client = createPullClient(db.driver);
+      const [message] = await client.claim(source, { batch: 1, leaseMs: 60_000 });
+      assert.equal(message?.id, id);
+      const tx = await db.pool.connect();
+      try {
+        await tx.query('BEGIN');
+        await tx.query(`SET LOCAL lock_timeout = '${setting}'`);
+        const before = (await tx.query<{ lock_timeout: string }>('SHOW lock_timeout')).rows[0]!.lock_timeout;
+        assert.deepEqual(await client.complete(tx, message!.claim), { ok: true });
+        const afterComplete = (await tx.query<{ lock_timeout: string }>('SHOW lock_timeout')).rows[0]!.lock_timeout;
+        await tx.query('COMMIT');
+        assert.equal(afterComplete, before);
+      } finally {
+        tx.release();
+      }
+    });
+  }
+
+  it('a complete called before the caller commits is written inside the transaction', async () => {
+    const [id] = await insertPullRows(db, 'order', [{ key: 'a' }]);
+    const client = createPullClient(db.driver);
+    const [message] = await client.claim('order', { batch: 1, leaseMs: 60_000 });
+    const tx = await db.pool.connect();
+    try {
+      await tx.query('BEGIN');
+      const completed = client.complete(tx, message!.claim);
+      await tx.query('ROLLBACK');
+      await completed.catch(() => undefined);
+    } finally {
+      tx.release();
+    }
+    const [row] = await db.query<{ state: string }>(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [id]);
+    assert.equal(row!.state, 'processing', 'rolled back with the caller transaction');
+  });
+});
