@@ -211,11 +211,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     // (`closed` starts no other; each is one statement that ends on the server), with no time
     // bound but the invocation's end (`answerWaitMs`), so the summary counts what they did even
     // after a freeze past the deadline.
-    await waitAnswers(keeper.close());
     if (!finished) {
-      await waitAnswers(work);
+      // One wait for both, so the pass never waits past the invocation's end twice over.
+      await waitAnswers(Promise.allSettled([keeper.close(), work]));
       break;
     }
+    await waitAnswers(keeper.close());
   }
   summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost;
   // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver: the read counts the pending rows.

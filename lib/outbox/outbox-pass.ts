@@ -229,8 +229,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // `statement_timeout`) — for as long as the invocation lasts (`answerWaitMs`). Their answers
   // decide what the pass reports, so the summary matches what the database did, also after a
   // freeze mid-pass that outlasted the deadline.
-  await waitAny([ctx.keeper.close()], answerWaitMs(deadline));
-  if (ctx.settling.size > 0) await waitAny([Promise.allSettled([...ctx.settling])], answerWaitMs(deadline));
+  // One wait for both, so the pass never waits past the invocation's end twice over.
+  await waitAny([Promise.allSettled([ctx.keeper.close(), ...ctx.settling])], answerWaitMs(deadline));
   // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
   const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost;
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });
