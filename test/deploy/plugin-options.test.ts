@@ -118,6 +118,16 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.deepEqual(serverless.service.package.patterns, ['!.queuebox/**'], 'the service\'s own package leaves the bundles out');
   });
 
+  it('keeps provider.tracing off QueueBox\'s functions when observability.tracing is off (their roles grant no X-Ray)', async () => {
+    const traced = pluginFor({});
+    traced.serverless.service.provider.tracing = { lambda: true };
+    await traced.hook('initialize');
+    for (const fn of FUNCTIONS) assert.equal(traced.serverless.service.functions[functionKey(fn.name)]!.tracing, 'PassThrough', fn.name);
+    const untraced = pluginFor({});
+    await untraced.hook('initialize');
+    assert.equal('tracing' in untraced.serverless.service.functions.queueboxOutboxPoller!, false, 'no tracing setting: osls would grant the service\'s role X-Ray');
+  });
+
   it('stops on a function name the service already has, refuses to package without a database location before bundling, and builds nothing for the service\'s own function', async () => {
     const taken = pluginFor({}, { queueboxMigrate: { handler: 'mine.handler' } });
     await assert.rejects(taken.hook('initialize'), /QueueBox: the service already has a function queueboxMigrate/);
