@@ -143,6 +143,8 @@ export default class QueueBoxServerlessPlugin {
       timeout: settings.timeout,
       memorySize: settings.memorySize ?? this.options.memorySize,
       maximumRetryAttempts: 0,
+      // Bundled already: serverless-esbuild, when the service uses it, leaves these functions alone.
+      skipEsbuild: true,
       ...(settings.reservedConcurrency !== undefined ? { reservedConcurrency: settings.reservedConcurrency } : {}),
       logRetentionInDays: this.logRetentionInDays(),
       // Only when on: osls grants X-Ray to the service's shared role whenever any function sets tracing.

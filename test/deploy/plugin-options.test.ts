@@ -114,6 +114,7 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.deepEqual([poller.name, poller.handler, poller.runtime, poller.architecture, poller.role], ['shop-dev-queueboxOutboxPoller', '.queuebox/outboxPoller/index.handler', 'nodejs24.x', 'arm64', 'QueueBoxRoleOutboxPoller']);
     assert.deepEqual([poller.timeout, poller.memorySize, poller.reservedConcurrency, poller.maximumRetryAttempts], [45, 512, 2, 0]);
     assert.deepEqual(poller.package, { individually: true, patterns: ['!**', '.queuebox/outboxPoller/**', '.queuebox/queuebox.yml'] });
+    assert.equal(poller.skipEsbuild, true, 'serverless-esbuild in the service does not bundle it again (its handler is built only when packaging)');
     assert.deepEqual(functions.queueboxInboxHttp!.events, [{ httpApi: { method: 'POST', path: '/inbox/hook' } }]);
     assert.deepEqual(serverless.service.package.patterns, ['!.queuebox/**'], 'the service\'s own package leaves the bundles out');
   });
