@@ -143,16 +143,25 @@ export default class QueueBoxServerlessPlugin {
       timeout: settings.timeout,
       memorySize: settings.memorySize ?? this.options.memorySize,
       maximumRetryAttempts: 0,
+      // Bundled already: serverless-esbuild, when the service uses it, leaves these functions alone.
+      skipEsbuild: true,
       ...(settings.reservedConcurrency !== undefined ? { reservedConcurrency: settings.reservedConcurrency } : {}),
       logRetentionInDays: this.logRetentionInDays(),
       // Only when on: osls grants X-Ray to the service's shared role whenever any function sets tracing.
-      ...(this.fragment.providerTracing ? { tracing: 'Active' } : {}),
+      // Off, a provider.tracing.lambda would make it Active with a role that may not send segments
+      // (Lambda refuses that function): PassThrough, and osls's role grant is then the provider's own.
+      ...(this.fragment.providerTracing ? { tracing: 'Active' } : this.providerTraces() ? { tracing: 'PassThrough' } : {}),
       layers: [],
       ...(this.options.vpc ? { vpc: this.options.vpc } : {}),
       environment,
       package: { individually: true, patterns: ['!**', `${BUILD_DIR}/${fn.name}/**`, `${BUILD_DIR}/queuebox.yml`] },
       events,
     };
+  }
+
+  private providerTraces(): boolean {
+    const tracing = this.serverless.service.provider.tracing as { lambda?: unknown } | undefined;
+    return Boolean(tracing?.lambda);
   }
 
   private secretsParameterPath(): string {

@@ -114,8 +114,19 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.deepEqual([poller.name, poller.handler, poller.runtime, poller.architecture, poller.role], ['shop-dev-queueboxOutboxPoller', '.queuebox/outboxPoller/index.handler', 'nodejs24.x', 'arm64', 'QueueBoxRoleOutboxPoller']);
     assert.deepEqual([poller.timeout, poller.memorySize, poller.reservedConcurrency, poller.maximumRetryAttempts], [45, 512, 2, 0]);
     assert.deepEqual(poller.package, { individually: true, patterns: ['!**', '.queuebox/outboxPoller/**', '.queuebox/queuebox.yml'] });
+    assert.equal(poller.skipEsbuild, true, 'serverless-esbuild in the service does not bundle it again (its handler is built only when packaging)');
     assert.deepEqual(functions.queueboxInboxHttp!.events, [{ httpApi: { method: 'POST', path: '/inbox/hook' } }]);
     assert.deepEqual(serverless.service.package.patterns, ['!.queuebox/**'], 'the service\'s own package leaves the bundles out');
+  });
+
+  it('keeps provider.tracing off QueueBox\'s functions when observability.tracing is off (their roles grant no X-Ray)', async () => {
+    const traced = pluginFor({});
+    traced.serverless.service.provider.tracing = { lambda: true };
+    await traced.hook('initialize');
+    for (const fn of FUNCTIONS) assert.equal(traced.serverless.service.functions[functionKey(fn.name)]!.tracing, 'PassThrough', fn.name);
+    const untraced = pluginFor({});
+    await untraced.hook('initialize');
+    assert.equal('tracing' in untraced.serverless.service.functions.queueboxOutboxPoller!, false, 'no tracing setting: osls would grant the service\'s role X-Ray');
   });
 
   it('stops on a function name the service already has, refuses to package without a database location before bundling, and builds nothing for the service\'s own function', async () => {
