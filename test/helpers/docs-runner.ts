@@ -15,7 +15,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -109,8 +109,9 @@ export class DocsRunner {
     const dir = join(this.root, `service-${block.file.replace(/[^A-Za-z0-9]+/g, '-')}`);
     if (!existsSync(dir)) {
       mkdirSync(dir);
-      symlinkSync(join(this.service, 'node_modules'), join(dir, 'node_modules'), 'dir');
-      cpSync(join(this.service, 'package.json'), join(dir, 'package.json'));
+      // A hard-linked copy (fast, and a real tree: npx does not see packages through a symlink).
+      execFileSync('cp', ['-al', join(this.service, 'node_modules'), join(dir, 'node_modules')]);
+      for (const file of ['package.json', 'package-lock.json']) cpSync(join(this.service, file), join(dir, file));
     }
     for (const [name, text] of Object.entries(block.serviceFiles)) writeFileSync(join(dir, name), text);
     return dir;
