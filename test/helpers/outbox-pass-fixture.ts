@@ -17,16 +17,16 @@ import { createTestDatabase, type TestDatabase } from './database.ts';
 import { RecordingLogger } from './recording-logger.ts';
 
 /**
- * A suite's database with short leases (1.2 s, polls every 10 ms) and every topic routed to the
- * SQS destination `main`; the outbox and the reclaim gate are emptied before each test.
- * `started` receives the database once it exists.
+ * A suite's database with every topic routed to the SQS destination `main` and polls every 10 ms
+ * (`claimTimeoutMs` as given, else the default); the outbox and the reclaim gate are emptied
+ * before each test. `started` receives the database once it exists.
  */
-export function withShortLeaseOutbox(started: (db: TestDatabase) => void): void {
+export function withOutboxDatabase(started: (db: TestDatabase) => void, outbox: { claimTimeoutMs?: number } = {}): void {
   let db: TestDatabase | undefined;
   before(async () => {
     db = await createTestDatabase({
       destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], claimTimeoutMs: 1200, pollIntervalMs: 10 },
+      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], pollIntervalMs: 10, ...outbox },
     });
     started(db);
   });
@@ -35,6 +35,11 @@ export function withShortLeaseOutbox(started: (db: TestDatabase) => void): void 
     await db!.query(`DELETE FROM "${db!.schema}".outbox`);
     await db!.query(`DELETE FROM "${db!.schema}".queuebox_maintenance`);
   });
+}
+
+/** `withOutboxDatabase` with short leases (1.2 s). */
+export function withShortLeaseOutbox(started: (db: TestDatabase) => void): void {
+  withOutboxDatabase(started, { claimTimeoutMs: 1200 });
 }
 
 /** Inserts rows one by one in one transaction (so `sequence` follows the array order); returns their ids. */

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import type { Driver } from '../../lib/db/driver.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { insertOutboxRows, passFixture, stateCounts } from '../helpers/outbox-pass-fixture.ts';
+import type { TestDatabase } from '../helpers/database.ts';
+import { insertOutboxRows, passFixture, stateCounts, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { waitUntil } from '../helpers/wait.ts';
 
@@ -14,14 +14,8 @@ import { waitUntil } from '../helpers/wait.ts';
  * at its deadline with a summary of what it did; it is not an error of the pass.
  */
 describe('outbox pass: a claim reached after the invocation ended', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase({
-      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], pollIntervalMs: 10 },
-    });
-  });
-  after(async () => db.drop());
+  let db!: TestDatabase;
+  withOutboxDatabase((created) => (db = created));
 
   it('stops at the deadline, its summary matching the database', { timeout: 60_000 }, async () => {
     await insertOutboxRows(db, Array.from({ length: 5 }, (_, i) => ({ topic: 'orders.paid', key: `k${i}`, payload: { i } })));

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { FencedLockTimeoutError } from '../../lib/errors.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { emfValues, insertOutboxRows, inspectRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
+import type { TestDatabase } from '../helpers/database.ts';
+import { emfValues, insertOutboxRows, inspectRows, passFixture, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { delay, waitUntil } from '../helpers/wait.ts';
 
@@ -17,18 +17,8 @@ import { delay, waitUntil } from '../helpers/wait.ts';
  * nothing, and the claim counts as lost.
  */
 describe('fenced writes: the lock wait ends with the lease', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase({
-      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], pollIntervalMs: 10 },
-    });
-  });
-  after(async () => db.drop());
-  beforeEach(async () => {
-    await db.query(`DELETE FROM "${db.schema}".outbox`);
-    await db.query(`DELETE FROM "${db.schema}".queuebox_maintenance`);
-  });
+  let db!: TestDatabase;
+  withOutboxDatabase((created) => (db = created));
 
   /** Locks `id` in an open transaction (`SELECT … FOR UPDATE`, changing nothing); `release` commits. */
   async function holdRowLock(id: string): Promise<{ release(): Promise<void> }> {

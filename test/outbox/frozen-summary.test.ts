@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { insertOutboxRows, passFixture, stateCounts } from '../helpers/outbox-pass-fixture.ts';
+import type { TestDatabase } from '../helpers/database.ts';
+import { insertOutboxRows, passFixture, stateCounts, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { delay, waitUntil } from '../helpers/wait.ts';
 
@@ -14,14 +14,8 @@ import { delay, waitUntil } from '../helpers/wait.ts';
  * the pass waits for its answer instead of counting its rows abandoned.
  */
 describe('outbox pass: the summary of a pass frozen past its deadline', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase({
-      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], pollIntervalMs: 10 },
-    });
-  });
-  after(async () => db.drop());
+  let db!: TestDatabase;
+  withOutboxDatabase((created) => (db = created));
 
   it('counts the rows its settle marked sent after the freeze, and none abandoned', { timeout: 60_000 }, async () => {
     const ids = await insertOutboxRows(db, Array.from({ length: 5 }, (_, i) => ({ topic: 'orders.paid', key: `k${i}`, payload: { i } })));
