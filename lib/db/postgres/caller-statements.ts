@@ -8,6 +8,7 @@
  * is, not as a JSON string.
  */
 import type { OutboxMessageInput } from '../driver.ts';
+import { outboxInsertValues } from '../outbox-insert-values.ts';
 import { msInterval } from './context.ts';
 import type { PgNames } from './names.ts';
 
@@ -24,15 +25,6 @@ export function pgOutboxInsertStatement(names: Pick<PgNames, 'outbox'>, m: Outbo
      VALUES (COALESCE($1::text::uuid, gen_random_uuid()), $2::text, $3::text, $4::text::jsonb, $5::text::jsonb, $6::integer,
              COALESCE($7::text::timestamptz, clock_timestamp() + ${msInterval('$8')}))
      RETURNING id::text AS id`,
-    values: [
-      m.id ?? null,
-      m.topic,
-      m.key ?? null,
-      m.payloadText ?? JSON.stringify(m.payload),
-      JSON.stringify(m.headers ?? {}),
-      m.maxAttempts ?? defaults.maxAttempts,
-      m.scheduledAt?.toISOString() ?? null,
-      m.delayMs ?? 0,
-    ],
+    values: outboxInsertValues(m, defaults),
   };
 }

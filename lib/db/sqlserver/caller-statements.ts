@@ -9,6 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { ClaimRef, OutboxMessageInput } from '../driver.ts';
+import { outboxInsertValues } from '../outbox-insert-values.ts';
 import type { MssqlNames } from './names.ts';
 
 /** One statement: text with `$n` placeholders and the values to bind. */
@@ -39,16 +40,7 @@ export function sqlServerCallerOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m
 OUTPUT LOWER(CONVERT(NVARCHAR(36), inserted.id)) AS id
 VALUES (CAST($1 AS UNIQUEIDENTIFIER), CAST($2 AS NVARCHAR(255)), CAST($3 AS NVARCHAR(255)), CAST($4 AS NVARCHAR(MAX)), CAST($5 AS NVARCHAR(MAX)), CAST($6 AS INT),
         COALESCE(CONVERT(DATETIME2(7), SWITCHOFFSET(CONVERT(DATETIMEOFFSET(7), CAST($7 AS NVARCHAR(40)), 127), '+00:00')), ${dbNowPlusMs(delay)}));`,
-      values: [
-        id,
-        m.topic,
-        m.key ?? null,
-        m.payloadText ?? JSON.stringify(m.payload),
-        JSON.stringify(m.headers ?? {}),
-        m.maxAttempts ?? defaults.maxAttempts,
-        m.scheduledAt?.toISOString() ?? null,
-        m.delayMs ?? 0,
-      ],
+      values: outboxInsertValues(m, defaults, id),
     },
   };
 }
