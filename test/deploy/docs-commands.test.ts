@@ -41,14 +41,15 @@ describe('the docs’ shell blocks run as written', { timeout: 600_000 }, () => 
   };
 
   // The README first and in order (its quick start installs the clone, its npm pack makes the
-  // tarball); then the other files at once, each in order: their blocks mostly wait.
+  // tarball); then the other files at once, each in order (`concurrency: 1`: a suite's
+  // subtests inherit its concurrency, and one file's blocks build into the same directories).
   describe('README.md', () => blocks.filter((b) => b.file === 'README.md').forEach(register));
   describe('docs/*.md, and the runner itself', { concurrency: true }, () => {
     for (const file of DOCS.slice(1)) {
       const own = blocks.filter((b) => b.file === file);
-      if (own.length > 0) describe(file, () => own.forEach(register));
+      if (own.length > 0) describe(file, { concurrency: 1 }, () => own.forEach(register));
     }
-    describe('the runner itself (test/deploy/fixtures/docs-runner.md)', () => runnerItself(runner));
+    describe('the runner itself (test/deploy/fixtures/docs-runner.md)', { concurrency: 1 }, () => runnerItself(runner));
   });
 });
 
