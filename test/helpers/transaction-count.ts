@@ -6,6 +6,7 @@
  * A backend reports its counts when it exits, so `transactionsOf` closes the work's connections
  * (the driver's pool), waits until the server has no backend left on the database, and reads the
  * counters from a connection to another database (whose own transactions are not counted).
+ * `npm run bench:latency` counts the idle poller's transactions with it too.
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -23,9 +24,11 @@ export interface CountedDatabase {
   drop(): Promise<void>;
 }
 
-/** A new database with QueueBox's tables migrated in it; `overrides` are merged into the config. */
-export async function createCountedDatabase(overrides: ConfigInput = {}): Promise<CountedDatabase> {
-  const serverUrl = testDatabaseUrl();
+/**
+ * A new database with QueueBox's tables migrated in it; `overrides` are merged into the config.
+ * `serverUrl` (default the tests' server) must be allowed to create databases.
+ */
+export async function createCountedDatabase(overrides: ConfigInput = {}, serverUrl = testDatabaseUrl()): Promise<CountedDatabase> {
   const name = `qb_count_${randomBytes(5).toString('hex')}`;
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
