@@ -1,9 +1,11 @@
 /**
  * One pass of the push relay, shaped for a scheduled Lambda: reclaim (throttled in the
  * database), then claim → forward until the deadline nears; a claim that finds nothing waits
- * `inbox.relay.pollIntervalMs` and claims again, so a webhook stored mid-invocation is relayed
- * within about that long, not at the next schedule. `mode: 'drain'` returns at the first empty
- * claim instead.
+ * and claims again — `inbox.relay.pollIntervalMs` after the first empty claim, doubling with each
+ * further one up to `inbox.relay.maxPollIntervalMs` (`idlePollDelayMs`), back to the first once a
+ * claim finds rows — so an idle pass sends about one claim a second and a webhook stored
+ * mid-invocation is relayed within about `maxPollIntervalMs`, not at the next schedule.
+ * `mode: 'drain'` returns at the first empty claim instead.
  *
  * A claimed batch is forwarded at once (`driver.inboxForwardMany`, one statement; PostgreSQL):
  * for every row whose claim holds, the outbox row (topic from the template, key = aggregate id,
@@ -17,7 +19,7 @@
  * `dead`. Leases are sized to the invocation and renewed every third. Pull rows are never claimed.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
-import { backoffDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
+import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
@@ -177,6 +179,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   summary.reclaimed = reclaim.reclaimed;
   if (reclaim.reclaimed > 0) metrics.flush();
 
+  // Claims in a row that found nothing: the idle wait grows with them.
+  let emptyClaims = 0;
   while (canStart()) {
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
     if (leaseMs === 0) break;
@@ -188,9 +192,10 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     if (rows === undefined) break;
     if (rows.length === 0) {
       if (options.mode === 'drain') break;
-      await sleep(Math.min(relay.pollIntervalMs, Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);
+      await sleep(Math.min(idlePollDelayMs(emptyClaims++, relay), Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);
       continue;
     }
+    emptyClaims = 0;
     summary.claimed += rows.length;
     keeper = new LeaseKeeper({
       leaseMs,

@@ -308,10 +308,9 @@ describe('inbox relay pass', () => {
     });
     await sleep(500);
     await store('late-1');
-    await sleep(400);
-    const relayed = await db.query<{ state: string }>(`SELECT state FROM ${inbox} WHERE idempotency_key = 'late-1'`);
-    assert.equal(relayed[0]?.state, 'processed', 'relayed within a few poll intervals, by the pass already running');
     const summary = await running;
+    const relayed = await db.query<{ state: string }>(`SELECT state FROM ${inbox} WHERE idempotency_key = 'late-1'`);
+    assert.equal(relayed[0]?.state, 'processed', 'relayed by the pass already running');
     assert.equal(summary.forwarded, 1);
     // The pass polls while a lease of MIN_LEASE_MS still fits before the deadline: it returned only
     // once the time left could no longer hold one (a pass that stopped early leaves more).
