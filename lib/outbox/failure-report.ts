@@ -13,16 +13,13 @@
 import { redactSecrets } from '../claims/redact.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import type { Destination } from '../destinations/destination.ts';
+import { FAILURE_LOG_SAMPLE, shownKeys } from '../observability/failure-log.ts';
 import type { PassContext } from './pass-context.ts';
 
 /** The message of the failure log line (what a Logs Insights query filters on). */
 export const FAILURE_LOG_MESSAGE = 'outbox delivery failed';
 /** The `destination` of a row whose topic matches no route (log field and metric dimension). */
 export const NO_ROUTE = '(no route)';
-/** Distinct topics, keys and ids a failure line lists at most. */
-export const FAILURE_LOG_SAMPLE = 10;
-/** Longest key a failure line shows, in characters (longer keys are cut). */
-const KEY_SHOWN_MAX = 200;
 
 /** Where and why one row failed, noted when its outcome is planned. */
 export interface FailureNote {
@@ -81,8 +78,8 @@ export function reportFailures(ctx: Pick<PassContext, 'logger' | 'metrics'>, not
       errorClass: note.errorClass,
       retried: group.retried,
       dead: group.dead,
-      topics: [...group.topics],
-      keys: [...group.keys].slice(0, FAILURE_LOG_SAMPLE).map((key) => (key.length > KEY_SHOWN_MAX ? `${key.slice(0, KEY_SHOWN_MAX)}…` : key)),
+      topics: [...group.topics].sort(),
+      keys: shownKeys(group.keys),
       keyCount: group.keys.size,
       ids: group.ids,
       error: note.error,
