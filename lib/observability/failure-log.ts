@@ -3,6 +3,9 @@
  * many topics, keys and ids a line lists, how a key is shown, and how an error is classed.
  */
 
+/** The `destination` of an outbox row whose topic matches no route (log field and metric dimension). */
+export const NO_ROUTE = '(no route)';
+
 /** Distinct topics, keys and ids a failure line lists at most (the line also gives the key count). */
 export const FAILURE_LOG_SAMPLE = 10;
 /** Longest key a failure line shows, in characters (longer keys are cut). */

@@ -13,13 +13,13 @@
 import { redactSecrets } from '../claims/redact.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import type { Destination } from '../destinations/destination.ts';
-import { FAILURE_LOG_SAMPLE, shownKeys } from '../observability/failure-log.ts';
+import { FAILURE_LOG_SAMPLE, NO_ROUTE, shownKeys } from '../observability/failure-log.ts';
 import type { PassContext } from './pass-context.ts';
+
+export { NO_ROUTE };
 
 /** The message of the failure log line (what a Logs Insights query filters on). */
 export const FAILURE_LOG_MESSAGE = 'outbox delivery failed';
-/** The `destination` of a row whose topic matches no route (log field and metric dimension). */
-export const NO_ROUTE = '(no route)';
 
 /** Where and why one row failed, noted when its outcome is planned. */
 export interface FailureNote {

@@ -11,6 +11,7 @@ import { createDeadline, sleep } from '../../lib/runtime/deadline.ts';
 import { MIN_LEASE_MS } from '../../lib/claims/lease.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+import { docsQueries, queryFields } from '../helpers/logs-insights.ts';
 import { captureStdout } from '../helpers/stdout-capture.ts';
 
 /** The PostgreSQL driver's batched forward (optional in the Driver interface). */
@@ -183,6 +184,10 @@ describe('inbox relay pass', () => {
     assert.ok(retried!.due_in > 0.5 && retried!.due_in <= 1.25, `due after ~1 s, got ${retried!.due_in}`);
     assert.doesNotMatch(retried!.last_error, /hunter2/);
     await db.query(`UPDATE ${inbox} SET scheduled_at = clock_timestamp()`);
+    // The Logs Insights query of docs/operations.md reads fields this line has.
+    const queries = docsQueries('docs/operations.md', 'inbox forward failed');
+    assert.ok(queries.length > 0);
+    for (const field of queries.flatMap(queryFields)) assert.ok(field in retriedLines[0]!, `the query's field ${field} is a field of the line`);
     const { summary: second, failures: deadLines } = await loggedPass(failing);
     assert.deepEqual([second.retried, second.dead], [0, 1]);
     assert.deepEqual(deadLines.map((l) => [l.level, l.errorClass, l.retried, l.dead]), [['ERROR', 'Error', 0, 1]]);
