@@ -12,6 +12,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { startFauxqs, type FauxqsServer } from 'fauxqs';
 import { createDestinations } from '../../lib/destinations/create-destinations.ts';
 import { startLocalEventBridge, type LocalEventBridge } from '../../lib/local/local-eventbridge.ts';
+import { errorClassOf } from '../../lib/observability/failure-log.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createRouter } from '../../lib/outbox/routes.ts';
@@ -170,6 +171,13 @@ describe('failed deliveries: last_error, log lines and metrics name the destinat
     assert.deepEqual([strayLine.level, strayLine.errorClass, strayLine.dead, strayLine.destinationType, strayLine.keyCount], ['ERROR', 'NoRoute', 1, undefined, 0]);
     assert.equal(emfValue(emf, FAILED, { destination: 'audit', status: 'retried' }), 1);
     assert.equal(emfValue(emf, FAILED, { destination: '(no route)', status: 'dead' }), 1);
+  });
+
+  it('classes a database error by its SQLSTATE, a named error by its name', async () => {
+    const divided = await db.query('SELECT 1 / 0').catch((error: unknown) => error);
+    assert.equal(errorClassOf(divided), '22012', 'node-postgres names every error "error"; its code says which');
+    assert.equal(errorClassOf(new TypeError('x')), 'TypeError');
+    assert.equal(errorClassOf('text'), 'Error');
   });
 
   it('docs/operations.md shows the line the code writes, and its Logs Insights query names only fields of it', async () => {
