@@ -17,7 +17,7 @@
  */
 import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import { classifyCallError } from './classify-call-error.ts';
-import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
+import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelopeJson } from './event-envelope.ts';
 
@@ -57,12 +57,15 @@ export class EventBridgeDestination implements Destination {
   readonly name: string;
   readonly eventBusName: string;
   readonly source: string;
+  /** `EventBridge bus <name or ARN>`, as configured. */
+  readonly target: DestinationTarget;
   readonly #client: EventBridgeClient;
 
   constructor(options: EventBridgeDestinationOptions) {
     this.name = options.name;
     this.eventBusName = options.eventBusName;
     this.source = options.source;
+    this.target = { label: `EventBridge bus ${options.eventBusName}`, fields: { eventBusName: options.eventBusName } };
     this.#client = options.client;
   }
 
@@ -75,13 +78,15 @@ export class EventBridgeDestination implements Destination {
     );
   }
 
-  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {
+  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string; errorClass: string } {
     if (message.topic.length > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH) {
-      return { error: `topic is ${message.topic.length} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}` };
+      return { error: `topic is ${message.topic.length} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}`, errorClass: 'DetailTypeTooLong' };
     }
     const detail = eventEnvelopeJson(message);
     const bytes = Buffer.byteLength(this.source) + Buffer.byteLength(message.topic) + Buffer.byteLength(detail);
-    if (bytes > EVENTBRIDGE_MAX_BYTES) return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows ${EVENTBRIDGE_MAX_BYTES}` };
+    if (bytes > EVENTBRIDGE_MAX_BYTES) {
+      return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows ${EVENTBRIDGE_MAX_BYTES}`, errorClass: 'EntryTooLarge' };
+    }
     return {
       index,
       bytes,
@@ -91,7 +96,7 @@ export class EventBridgeDestination implements Destination {
 
   async #send(call: PreparedEntry[], messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
     const idOf = (entry: PreparedEntry) => messages[entry.index]!.id;
-    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted' }));
+    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted', errorClass: 'Aborted' }));
     try {
       const output = await this.#client.send(new PutEventsCommand({ Entries: call.map((c) => c.entry) }), { abortSignal: signal });
       // PutEvents answers entries in request order.
@@ -99,10 +104,11 @@ export class EventBridgeDestination implements Destination {
         const id = idOf(entry);
         const result = output.Entries?.[i];
         if (result?.EventId && !result.ErrorCode) return { id, status: 'sent' };
-        if (!result?.ErrorCode) return { id, status: 'retryable', error: 'EventBridge PutEvents returned no result for this entry' };
+        if (!result?.ErrorCode) return { id, status: 'retryable', error: 'EventBridge PutEvents returned no result for this entry', errorClass: 'NoResult' };
         const error = `EventBridge PutEvents entry failed: ${result.ErrorCode}: ${result.ErrorMessage ?? ''}`;
-        if (EVENTBRIDGE_RETRYABLE_CODES.has(result.ErrorCode)) return { id, status: 'retryable', error };
-        return { id, status: 'permanent', error, ...(EVENTBRIDGE_DEAD_NOW_CODES.has(result.ErrorCode) ? { deadNow: true } : {}) };
+        const errorClass = result.ErrorCode;
+        if (EVENTBRIDGE_RETRYABLE_CODES.has(result.ErrorCode)) return { id, status: 'retryable', error, errorClass };
+        return { id, status: 'permanent', error, errorClass, ...(EVENTBRIDGE_DEAD_NOW_CODES.has(result.ErrorCode) ? { deadNow: true } : {}) };
       });
     } catch (error) {
       const failure = classifyCallError('EventBridge PutEvents', error, signal);

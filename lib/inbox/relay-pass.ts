@@ -17,6 +17,8 @@
  * cannot hold the others; a
  * failing row forward is retried with backoff (fenced) until `inbox.relay.maxAttempts`, then
  * `dead`. Leases are sized to the invocation and renewed every third. Pull rows are never claimed.
+ * Each write that retries or dead-letters rows logs one `inbox forward failed` line per source and
+ * error class (`relay-failure-report.ts`).
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
@@ -28,11 +30,13 @@ import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/drive
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
+import { errorClassOf } from '../observability/failure-log.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
 import type { Deadline } from '../runtime/deadline.ts';
 import { answerWaitMs, sleep } from '../runtime/deadline.ts';
+import { reportRelayFailures, type RelayFailure } from './relay-failure-report.ts';
 import { checkTopicTemplate, renderTopic } from './topic-template.ts';
 
 export interface RelayPassOptions {
@@ -65,10 +69,13 @@ export interface RelaySummary {
 /** Header names the relay sets on every outbox row; row headers with these names (any case) are replaced. */
 const RELAY_HEADERS = ['x-inbox-id', 'x-source', 'x-idempotency-key', 'x-correlation-id'];
 
-/** The outbox message of a row, or why it has none; `template` is already chosen for the source. */
-export function relayMessage(row: InboxRow, template: string): { message: OutboxMessageInput } | { error: string } {
+/**
+ * The outbox message of a row, or why it has none (class `TopicTemplate`: the topic does not
+ * render; `ValidationError`: the outbox refuses the message); `template` is already chosen for the source.
+ */
+export function relayMessage(row: InboxRow, template: string): { message: OutboxMessageInput } | { error: string; errorClass: string } {
   const rendered = renderTopic(template, { source: row.source, eventType: row.eventType });
-  if ('error' in rendered) return rendered;
+  if ('error' in rendered) return { error: rendered.error, errorClass: 'TopicTemplate' };
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(row.headers ?? {})) {
     if (!RELAY_HEADERS.includes(name.toLowerCase())) headers[name] = value;
@@ -82,13 +89,22 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
     const message = validateOutboxMessage({ topic: rendered.topic, key: row.aggregateId, payload: row.payload, headers });
     return { message: { ...message, payloadText: row.payloadText } };
   } catch (error) {
-    if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}` };
+    if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}`, errorClass: error.name };
     throw error;
   }
 }
 
 const claimOf = (row: InboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
 const ignoreLoss = () => {};
+
+/** A row to mark `dead`: its claim, why, and what the failure line says of it. */
+interface DeadWrite {
+  claim: ClaimRef;
+  reason: string;
+  row: InboxRow;
+  errorClass: string;
+  topic?: string;
+}
 
 /** A claimed row and the outbox message it becomes. */
 interface ForwardItem {
@@ -239,12 +255,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
 
   /** Forwards one claimed batch: dead rows in one write, the rest in one batched forward. */
   async function relayBatch(rows: InboxRow[]): Promise<void> {
-    const dead: Array<{ claim: ClaimRef; reason: string }> = [];
+    const dead: DeadWrite[] = [];
     const forward: ForwardItem[] = [];
     for (const row of rows) {
       const template = config.inbox.sources[row.source]?.topicTemplate ?? config.inbox.topicTemplate;
       const built = relayMessage(row, template);
-      if ('error' in built) dead.push({ claim: claimOf(row), reason: built.error });
+      if ('error' in built) dead.push({ claim: claimOf(row), reason: built.error, row, errorClass: built.errorClass });
       else forward.push({ row, message: built.message });
     }
     if (dead.length > 0) await markDead(dead);
@@ -310,30 +326,32 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       else loseClaim(claim, 'forward');
     } catch (error) {
       if (closed) return;
-      await settleFailure(row, claim, error);
+      await settleFailure(row, message, claim, error);
     }
   }
 
-  async function settleFailure(row: InboxRow, claim: ClaimRef, error: unknown): Promise<void> {
+  async function settleFailure(row: InboxRow, message: OutboxMessageInput, claim: ClaimRef, error: unknown): Promise<void> {
     const reason = redactError(error);
-    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `forward failed ${row.attempt + 1} times; last error: ${reason}` }]);
+    const errorClass = errorClassOf(error);
+    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `forward failed ${row.attempt + 1} times; last error: ${reason}`, row, errorClass, topic: message.topic }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
       const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });
       if (changed.length === 0) return loseClaim(claim, 'retry');
       summary.retried++;
       metrics.count('inboxMessages', 1, { status: 'retried' });
-      logger.warn('inbox forward failed; retrying', { id: row.id, attempt: row.attempt, delayMs, error: reason });
+      reportRelayFailures(logger, 'retried', [{ row, topic: message.topic, errorClass, error: reason }]);
     } catch (retryError) {
       if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });
     }
   }
 
-  /** Marks rows `dead` in one fenced write, each with its (redacted) reason. */
-  async function markDead(items: Array<{ claim: ClaimRef; reason: string }>): Promise<void> {
+  /** Marks rows `dead` in one fenced write, each with its (redacted) reason; one failure line per source and error class. */
+  async function markDead(items: DeadWrite[]): Promise<void> {
     await releaseForWrite(items.map((i) => i.claim));
-    const writes = items.filter((i) => !isLost(i.claim)).map((i) => ({ ...i.claim, error: redactError(i.reason) }));
+    const live = items.filter((i) => !isLost(i.claim)).map((i) => ({ item: i, error: redactError(i.reason) }));
+    const writes = live.map(({ item, error }) => ({ ...item.claim, error }));
     if (writes.length === 0 || closed) return;
     let changed: Set<string>;
     try {
@@ -343,15 +361,17 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: deadError as Error });
       return;
     }
-    for (const w of writes) {
-      if (!changed.has(w.id)) {
-        loseClaim(w, 'dead');
+    const failures: RelayFailure[] = [];
+    for (const { item, error } of live) {
+      if (!changed.has(item.claim.id)) {
+        loseClaim(item.claim, 'dead');
         continue;
       }
-      summary.dead++;
-      metrics.count('inboxMessages', 1, { status: 'dead' });
-      logger.error('inbox row is dead', { id: w.id, error: w.error });
+      failures.push({ row: item.row, errorClass: item.errorClass, error, ...(item.topic !== undefined ? { topic: item.topic } : {}) });
     }
+    summary.dead += failures.length;
+    metrics.count('inboxMessages', failures.length, { status: 'dead' });
+    reportRelayFailures(logger, 'dead', failures);
   }
 
   /** Waits for statements already sent to end, while the invocation lasts (`answerWaitMs`). */

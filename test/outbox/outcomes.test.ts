@@ -77,7 +77,7 @@ describe('outbox pass: per-entry outcomes', () => {
     const [row] = await inspectRows(db, [id!]);
     assert.equal(row!.state, 'dead');
     assert.equal(row!.attempt, 3);
-    assert.match(row!.last_error!, /^gave up after 4 deliveries \(max_attempts 3\): ServiceUnavailable/);
+    assert.match(row!.last_error!, /^gave up after 4 deliveries \(max_attempts 3\): destination main: ServiceUnavailable/);
   });
 
   it('gives a row enqueued with the default max_attempts six deliveries', async () => {
@@ -110,7 +110,7 @@ describe('outbox pass: per-entry outcomes', () => {
     const [row] = await inspectRows(db, [id!]);
     assert.ok(row!.last_error!.length <= 2000, `length ${row!.last_error!.length}`);
     for (const secret of ['hunter2', 's3cr3t', 'abcdefghijkl']) assert.ok(!row!.last_error!.includes(secret), `${secret} is redacted`);
-    assert.ok(row!.last_error!.startsWith('connect failed for https://***@db.internal'));
+    assert.ok(row!.last_error!.startsWith('destination main: connect failed for https://***@db.internal'), row!.last_error!);
   });
 
   it('retries every entry of a call that fails as a whole', async () => {
