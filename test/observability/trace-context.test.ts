@@ -9,6 +9,7 @@ import { describe, it } from 'node:test';
 import type { OutboundMessage } from '../../lib/destinations/destination.ts';
 import { eventEnvelopeJson } from '../../lib/destinations/event-envelope.ts';
 import { sqsMessageAttributes } from '../../lib/destinations/sqs-message-attributes.ts';
+import { runTsx } from '../helpers/run-tsx.ts';
 import {
   AWS_TRACE_HEADER_MAX_LENGTH,
   awsTraceHeaderOf,
@@ -140,5 +141,31 @@ describe('trace context', () => {
     assert.equal('tracestate' in traced.metadata, false);
     const plain = JSON.parse(eventEnvelopeJson(message(null))) as { metadata: Record<string, unknown> };
     assert.deepEqual(Object.keys(plain.metadata), ['version', 'messageId', 'topic', 'key', 'attempt', 'correlationId', 'headers']);
+  });
+
+  it('without @opentelemetry/api installed, enqueue\'s capture looks for it once, on the first call, and falls back to _X_AMZN_TRACE_ID', async () => {
+    // A child where resolving the package fails as it does when it is not installed; the hook
+    // counts the look-ups.
+    const script = `
+      import { registerHooks } from 'node:module';
+      let lookups = 0;
+      registerHooks({
+        resolve(specifier, context, next) {
+          if (specifier !== '@opentelemetry/api') return next(specifier, context);
+          lookups++;
+          throw Object.assign(new Error("Cannot find module '@opentelemetry/api'"), { code: 'MODULE_NOT_FOUND' });
+        },
+      });
+      const { captureTraceContext } = await import(${JSON.stringify(new URL('../../lib/observability/trace-context.ts', import.meta.url).href)});
+      const afterImport = lookups;
+      process.env._X_AMZN_TRACE_ID = ${JSON.stringify(XRAY)};
+      const first = captureTraceContext();
+      delete process.env._X_AMZN_TRACE_ID;
+      const second = captureTraceContext();
+      console.log(JSON.stringify({ afterImport, lookups, first, second }));
+    `;
+    const run = await runTsx(['--input-type=module', '--eval', script], { ...process.env, _X_AMZN_TRACE_ID: '' });
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout.trim().split('\n').at(-1)!), { afterImport: 0, lookups: 1, first: { awsTraceHeader: XRAY }, second: null });
   });
 });
