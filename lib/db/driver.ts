@@ -189,7 +189,7 @@ export interface InboxRow {
   createdAt: Date;
   claimToken: string;
   leaseExpiresAt: Date;
-  /** The sender's trace context; read by the relay claim only. */
+  /** The sender's trace context (validated again when read; the relay forwards it); null when none. */
   trace?: TraceContext | null;
 }
 

@@ -35,8 +35,7 @@ export interface InboxDbRow {
   created_at: Date;
   claim_token: string;
   lease_expires_at: Date;
-  /** Returned by the relay claim only. */
-  trace_context?: unknown;
+  trace_context: unknown;
 }
 
 /** Maps a claimed inbox row to the driver's `InboxRow`. */
@@ -55,7 +54,7 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     createdAt: r.created_at,
     claimToken: r.claim_token,
     leaseExpiresAt: r.lease_expires_at,
-    ...(r.trace_context !== undefined ? { trace: parseStoredTraceContext(r.trace_context) } : {}),
+    trace: parseStoredTraceContext(r.trace_context),
   };
 }
 
