@@ -20,6 +20,7 @@
  * - No session state: no session advisory locks, no LISTEN, no named prepared statements.
  */
 import type { CallerTransaction } from './caller-transaction.ts';
+import type { TraceContext } from '../observability/trace-context.ts';
 
 /** A claimed row's ownership: the row id and the token of this claim. */
 export interface ClaimRef {
@@ -47,6 +48,8 @@ export interface OutboxMessageInput {
   maxAttempts?: number;
   /** Caller-chosen id (UUID); default: random. */
   id?: string;
+  /** Trace context stored with the row; set by QueueBox (`enqueue` captures the caller's, the relay copies the inbox row's), not by the caller. */
+  trace?: TraceContext | null;
 }
 
 /** An outbox row as a claim returns it. */
@@ -68,6 +71,8 @@ export interface OutboxRow {
   createdAt: Date;
   claimToken: string;
   leaseExpiresAt: Date;
+  /** Trace context stored with the row (validated again when read); null when none. */
+  trace?: TraceContext | null;
 }
 
 /** A fenced retry: back to `pending`, `attempt + 1`, due after `delayMs` on the database clock. */
@@ -157,6 +162,8 @@ export interface InboxMessageInput {
   delayMs?: number;
   /** Store directly as `dead` with this reason (a message rejected at receipt, non-HTTP source). */
   deadReason?: string;
+  /** The sender's trace context (validated); the relay copies it to the outbox row. */
+  trace?: TraceContext | null;
 }
 
 /** Outcome of an inbox insert: a new row, or the existing row of the same (source, key). */
@@ -182,6 +189,8 @@ export interface InboxRow {
   createdAt: Date;
   claimToken: string;
   leaseExpiresAt: Date;
+  /** The sender's trace context (validated again when read; the relay forwards it); null when none. */
+  trace?: TraceContext | null;
 }
 
 /** One relay forward: the outbox row to insert and the fenced `processed` mark, in one transaction. */

@@ -8,6 +8,8 @@
  * remain) or `permanent` (dead now when no retry can succeed, see `deadNow`).
  */
 
+import type { TraceContext } from '../observability/trace-context.ts';
+
 /** What the poller delivers: a claimed row, flattened. */
 export interface OutboundMessage {
   /** Row id; travels as `X-Message-Id`. */
@@ -24,6 +26,8 @@ export interface OutboundMessage {
   attempt: number;
   /** Times the row was replayed; a replayed row gets a fresh FIFO deduplication id. */
   replayCount: number;
+  /** Trace context stored with the row (`trace-context.ts`); published as the destination's trace header and `traceparent`. */
+  trace?: TraceContext | null;
 }
 
 export type EntryOutcome =

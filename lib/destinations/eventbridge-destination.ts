@@ -7,6 +7,8 @@
  *   calls, sent concurrently;
  * - `Source` and `EventBusName` come from config, `DetailType` is the topic, `Detail` is the
  *   envelope of `event-envelope.ts` (the row id is `detail.metadata.messageId`);
+ * - the row's trace context travels as the entry's `TraceHeader` (X-Ray) and as
+ *   `detail.metadata.traceparent` / `tracestate` (W3C);
  * - an entry that can never be accepted (over 256 KB, topic over 128 characters) is `permanent`
  *   + `deadNow` and is not sent; the rest of the batch still is;
  * - per entry: `EventId` → `sent`; `InternalFailure` / `ThrottlingException` → `retryable`;
@@ -20,6 +22,7 @@ import { classifyCallError } from './classify-call-error.ts';
 import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelopeJson } from './event-envelope.ts';
+import { awsTraceHeaderOf } from '../observability/trace-context.ts';
 
 /** EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB). */
 export const EVENTBRIDGE_MAX_BYTES = 262_144;
@@ -48,6 +51,12 @@ interface PreparedEntry {
   index: number;
   entry: PutEventsRequestEntry;
   bytes: number;
+}
+
+/** `TraceHeader` of an entry: the row's X-Ray trace header (or the one of its `traceparent`), when it has one. */
+function traceHeaderOf(message: OutboundMessage): Pick<PutEventsRequestEntry, 'TraceHeader'> {
+  const header = awsTraceHeaderOf(message.trace);
+  return header === undefined ? {} : { TraceHeader: header };
 }
 
 /** An EventBridge bus as a `Destination`. */
@@ -90,7 +99,7 @@ export class EventBridgeDestination implements Destination {
     return {
       index,
       bytes,
-      entry: { Source: this.source, DetailType: message.topic, Detail: detail, EventBusName: this.eventBusName },
+      entry: { Source: this.source, DetailType: message.topic, Detail: detail, EventBusName: this.eventBusName, ...traceHeaderOf(message) },
     };
   }
 

@@ -5,6 +5,8 @@
  * - a call carries at most 10 entries and at most 1 MiB (body + attributes as SQS counts them);
  *   larger batches are split into several calls, sent concurrently;
  * - the body is the payload's JSON text as stored (`payloadText`, every digit kept); the delivery headers travel as message attributes;
+ * - the row's trace context travels as the `AWSTraceHeader` system attribute and the `traceparent`
+ *   (and `tracestate`) message attributes, these while the 10 attributes leave room;
  * - FIFO: `MessageGroupId` = key (the row id when there is no key), `MessageDeduplicationId` =
  *   row id, or `${id}:r${replayCount}` for a replayed row so SQS does not absorb the replay;
  * - a row that can never be accepted (too large, too many or invalid attributes, invalid group id
@@ -17,6 +19,7 @@ import { classifyCallError } from './classify-call-error.ts';
 import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { isValidSqsText, sqsMessageAttributes } from './sqs-message-attributes.ts';
+import { awsTraceHeaderOf } from '../observability/trace-context.ts';
 
 /** SQS limit for one message and for one batch request, in bytes (1 MiB). */
 export const SQS_MAX_BYTES = 1_048_576;
@@ -83,17 +86,23 @@ export class SqsDestination implements Destination {
   }
 
   #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string; errorClass: string } {
-    const attributes = sqsMessageAttributes(message);
+    let attributes = sqsMessageAttributes(message);
     if (!attributes.ok) return { error: attributes.error, errorClass: 'InvalidMessageAttributes' };
     const body = message.payloadText;
     if (!isValidSqsText(body)) return { error: 'payload contains characters that SQS does not accept in a message body', errorClass: 'InvalidMessageContents' };
-    const bytes = Buffer.byteLength(body) + attributes.bytes;
+    let bytes = Buffer.byteLength(body) + attributes.bytes;
+    // The trace attributes give way when only they push the message past the limit.
+    if (bytes > SQS_MAX_BYTES && (attributes = sqsMessageAttributes(message, false)).ok) bytes = Buffer.byteLength(body) + attributes.bytes;
+    if (!attributes.ok) return { error: attributes.error, errorClass: 'InvalidMessageAttributes' };
     if (bytes > SQS_MAX_BYTES) return { error: `message is ${bytes} bytes (body and attributes); SQS allows ${SQS_MAX_BYTES}`, errorClass: 'MessageTooLarge' };
     const entry: SendMessageBatchRequestEntry = {
       Id: String(index),
       MessageBody: body,
       MessageAttributes: attributes.attributes,
     };
+    // A system attribute: not counted in the message size.
+    const traceHeader = awsTraceHeaderOf(message.trace);
+    if (traceHeader !== undefined) entry.MessageSystemAttributes = { AWSTraceHeader: { DataType: 'String', StringValue: traceHeader } };
     if (this.fifo) {
       const groupId = message.key ?? message.id;
       if (groupId.length > SQS_MAX_GROUP_ID_LENGTH || !GROUP_ID_CHARS.test(groupId)) {

@@ -85,9 +85,10 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
   headers['x-idempotency-key'] = row.idempotencyKey;
   if (row.correlationId !== null && row.correlationId !== '') headers['X-Correlation-Id'] = row.correlationId;
   try {
-    // The object is validated; the stored text is what the outbox row gets, so no digit is lost.
+    // The object is validated; the stored text is what the outbox row gets, so no digit is lost,
+    // and the sender's trace context goes with it.
     const message = validateOutboxMessage({ topic: rendered.topic, key: row.aggregateId, payload: row.payload, headers });
-    return { message: { ...message, payloadText: row.payloadText } };
+    return { message: { ...message, payloadText: row.payloadText, trace: row.trace ?? null } };
   } catch (error) {
     if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}`, errorClass: error.name };
     throw error;

@@ -20,6 +20,7 @@ import type { AbortableCall, OpenCalls } from './open-calls.ts';
 import type { PassContext } from './pass-context.ts';
 import { NO_ROUTE } from './failure-report.ts';
 import { SettlePlan, settleBatch } from './settle-batch.ts';
+import type { TraceContext } from '../observability/trace-context.ts';
 
 /** The rows of one destination call that still hold their claim, and the call's abort. */
 class CallClaims implements AbortableCall {
@@ -154,6 +155,7 @@ class Outbound implements OutboundMessage {
   readonly headers: Record<string, string>;
   readonly attempt: number;
   readonly replayCount: number;
+  readonly trace: TraceContext | null;
   readonly #row: OutboxRow;
 
   constructor(row: OutboxRow) {
@@ -164,6 +166,7 @@ class Outbound implements OutboundMessage {
     this.headers = row.headers;
     this.attempt = row.attempt;
     this.replayCount = row.replayCount;
+    this.trace = row.trace ?? null;
     this.#row = row;
   }
 

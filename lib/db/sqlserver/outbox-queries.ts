@@ -16,6 +16,7 @@ import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql,
 import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, type MssqlNames } from './names.ts';
 import { buildStats, runStats } from './table-stats.ts';
+import { serializeTraceContext } from '../../observability/trace-context.ts';
 
 /** INSERT of one outbox row with a caller-chosen or fresh id (known before the insert: no OUTPUT needed). */
 export function buildOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): { id: string; statement: MssqlStatement } {
@@ -23,8 +24,8 @@ export function buildOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMe
   return {
     id,
     statement: {
-      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at)
-VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALESCE(@p_scheduled_at, ${dbNowPlusMs('@p_delay_ms')}));`,
+      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at, trace_context)
+VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALESCE(@p_scheduled_at, ${dbNowPlusMs('@p_delay_ms')}), @p_trace_context);`,
       params: [
         param('p_id', sql.UniqueIdentifier, id),
         param('p_topic', sql.NVarChar(255), m.topic),
@@ -34,6 +35,7 @@ VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALES
         param('p_max_attempts', sql.Int, m.maxAttempts ?? defaults.maxAttempts),
         param('p_scheduled_at', sql.DateTime2(7), m.scheduledAt ?? null),
         param('p_delay_ms', sql.BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
+        param('p_trace_context', sql.NVarChar(1024), serializeTraceContext(m.trace)),
       ],
     },
   };
