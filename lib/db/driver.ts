@@ -112,6 +112,8 @@ export interface ReplayFilter {
   topicPatterns?: string[];
   createdFrom?: Date;
   createdTo?: Date;
+  /** Rows whose `last_error` starts with this text (a group of the console's dead rows). */
+  lastErrorPrefix?: string;
   /** States to move; default both `sent` and `dead`. Only `sent` and `dead` are allowed. */
   states?: Array<'sent' | 'dead'>;
   /**
@@ -135,6 +137,38 @@ export interface ReplayPreviewRow {
   topic: string;
   key: string | null;
   state: 'sent' | 'dead';
+  attempt: number;
+  lastError: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/**
+ * Filter of an inbox requeue (dead rows only, push and pull); at least one of ids, sources,
+ * created range or `lastErrorPrefix` must be set. `consumption` narrows, never widens.
+ * `asRead` and `maxRows` mean what they mean on a `ReplayFilter`.
+ */
+export interface InboxReplayFilter {
+  ids?: string[];
+  /** Exact source names. */
+  sources?: string[];
+  consumption?: 'push' | 'pull';
+  /** Inclusive lower bound of `created_at` (when the row was received). */
+  createdFrom?: Date;
+  /** Exclusive upper bound of `created_at`. */
+  createdTo?: Date;
+  lastErrorPrefix?: string;
+  asRead?: Array<{ id: string; updatedAtMs: number }>;
+  maxRows?: number;
+}
+
+/** One dead inbox row an inbox requeue would move, as a preview shows it (no payload). */
+export interface InboxReplayPreviewRow {
+  id: string;
+  source: string;
+  aggregateId: string | null;
+  consumption: 'push' | 'pull';
+  state: 'dead';
   attempt: number;
   lastError: string | null;
   createdAt: Date;
@@ -309,6 +343,15 @@ export interface Driver extends ConsoleReads {
   inboxStats(scope?: StatsScope): Promise<TableStats>;
   inboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
   inboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;
+  /**
+   * Moves matching `dead` rows (push and pull) back to `pending`: attempt 0, due now, error,
+   * claim and `processed_at` cleared; `id` and `sequence` kept, so a requeued row is again the
+   * head of its aggregate and the aggregate's later open rows wait for it (claims take the open
+   * row of lowest `sequence`). Without `maxRows` it moves in `sequence` order.
+   */
+  inboxReplay(filter: InboxReplayFilter): Promise<number>;
+  /** Counts the rows `inboxReplay(filter)` would move now and returns the oldest `limit` of them; changes nothing. */
+  inboxReplayPreview(params: { filter: InboxReplayFilter; limit: number }): Promise<{ count: number; sample: InboxReplayPreviewRow[] }>;
 
   // ---- pull ----
   /**

@@ -13,6 +13,7 @@ import { sqlServerCallerPullComplete } from './caller-statements.ts';
 import * as consoleReads from './console-queries.ts';
 import * as inbox from './inbox-queries.ts';
 import { inboxClaimPushMany } from './inbox-claim.ts';
+import { inboxReplay, inboxReplayPreview } from './inbox-replay.ts';
 import { outboxClaimMany } from './outbox-claim.ts';
 import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from './compatibility-check.ts';
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from './migrations.ts';
@@ -160,6 +161,8 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   inboxStats: Driver['inboxStats'] = async (scope) => inbox.inboxStats(await this.pool(), this.names, scope);
   inboxDeadList: Driver['inboxDeadList'] = async (p) => inbox.inboxDeadList(await this.pool(), this.names, p);
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = async (p) => inbox.inboxDeleteFinished(await this.pool(), this.names, p);
+  inboxReplay: Driver['inboxReplay'] = async (f) => inboxReplay(await this.pool(), this.names, f);
+  inboxReplayPreview: Driver['inboxReplayPreview'] = async (p) => inboxReplayPreview(await this.pool(), this.names, p);
 
   pullClaimMany: Driver['pullClaimMany'] = async (p) => pull.pullClaimMany(await this.pool(), this.names, p);
   pullRenew: Driver['pullRenew'] = async (p) => pull.pullRenew(await this.pool(), this.names, p);
