@@ -471,6 +471,34 @@ export interface ConsoleDeadPage {
   next?: ConsoleDeadCursor;
 }
 
+/** What a dead-row grouping reads: the newest `scanLimit` dead rows, grouped; the `limit` largest groups. */
+export interface ConsoleDeadGroupQuery {
+  scanLimit: number;
+  limit: number;
+  /** Characters of `last_error` a group shares (its first `errorChars`), 1 to 1000. */
+  errorChars: number;
+}
+
+/** Dead rows of one topic (outbox) or source and consumption (inbox) whose last errors start alike. */
+export interface ConsoleDeadGroup {
+  /** Topic (outbox) or source (inbox). */
+  label: string;
+  /** Inbox: `push` or `pull`; outbox: null. */
+  consumption: 'push' | 'pull' | null;
+  /** The first `errorChars` characters of the rows' last error; null when they have none. */
+  error: string | null;
+  count: number;
+  /** The group's newest row time (outbox: died; inbox: received). */
+  latest: Date;
+}
+
+/** The largest groups of the newest dead rows; `scanned` rows were read, `scanCapped` when that was `scanLimit`. */
+export interface ConsoleDeadGroups {
+  groups: ConsoleDeadGroup[];
+  scanned: number;
+  scanCapped: boolean;
+}
+
 /** The operator console's reads: each one statement, bounded by its limits on any table size. */
 export interface ConsoleReads {
   outboxStatsByState(params: { countCap: number }): Promise<ConsoleStateCounts>;
@@ -479,6 +507,8 @@ export interface ConsoleReads {
   /** Heads of keys that are not moving; candidates read per cause are capped at `scanLimit`. */
   outboxBlockedKeys(params: { limit: number; scanLimit: number; poisonAttempts: number; waitingCap: number }): Promise<ConsoleBlockedHead[]>;
   outboxDeadSearch(params: ConsoleDeadQuery): Promise<ConsoleDeadPage>;
+  /** The newest dead rows (by when they died) grouped by topic and error start, largest groups first. */
+  outboxDeadGroups(params: ConsoleDeadGroupQuery): Promise<ConsoleDeadGroups>;
   /** One row by id; undefined when absent. */
   outboxRowGet(params: { id: string }): Promise<ConsoleRow | undefined>;
   inboxStatsByState(params: { countCap: number }): Promise<ConsoleStateCounts>;
@@ -486,5 +516,7 @@ export interface ConsoleReads {
   /** Heads of aggregates (push: across sources; pull: per source) that are not moving. */
   inboxBlockedAggregates(params: { limit: number; scanLimit: number; poisonAttempts: number; waitingCap: number }): Promise<ConsoleBlockedHead[]>;
   inboxDeadSearch(params: ConsoleDeadQuery): Promise<ConsoleDeadPage>;
+  /** The newest dead rows (by when they were received) grouped by source, consumption and error start, largest groups first. */
+  inboxDeadGroups(params: ConsoleDeadGroupQuery): Promise<ConsoleDeadGroups>;
   inboxRowGet(params: { id: string }): Promise<ConsoleRow | undefined>;
 }

@@ -125,8 +125,8 @@ describe('queuebox CLI', () => {
 
     const byError = await cli('replay', '--table', 'inbox', '--source', 'stripe', '--last-error', 'handler threw', '--json');
     assert.deepEqual([byError.code, JSON.parse(byError.stdout)], [0, { moved: 1 }]);
-    const [{ id: pullId }] = await db.query<{ id: string }>(`SELECT id FROM ${inbox} WHERE idempotency_key = 'pull-2'`);
-    const byId = await cli('replay', '--table', 'inbox', '--id', pullId!);
+    const [pullRow] = await db.query<{ id: string }>(`SELECT id FROM ${inbox} WHERE idempotency_key = 'pull-2'`);
+    const byId = await cli('replay', '--table', 'inbox', '--id', pullRow!.id);
     assert.deepEqual([byId.code, byId.stdout], [0, 'requeued 1 inbox rows\n']);
     const pushAll = await cli('replay', '--table', 'inbox', '--source', 'stripe', '--consumption', 'push', '--yes', '--json');
     assert.deepEqual([pushAll.code, JSON.parse(pushAll.stdout)], [0, { moved: 110 }]);

@@ -190,11 +190,13 @@ export class PostgresDriver implements Driver {
   outboxClaimsInFlight: Driver['outboxClaimsInFlight'] = (p) => consoleReads.outboxClaimsInFlight(this.ctx, p);
   outboxBlockedKeys: Driver['outboxBlockedKeys'] = (p) => consoleReads.outboxBlockedKeys(this.ctx, p);
   outboxDeadSearch: Driver['outboxDeadSearch'] = (q) => consoleReads.outboxDeadSearch(this.ctx, q);
+  outboxDeadGroups: Driver['outboxDeadGroups'] = (q) => consoleReads.outboxDeadGroups(this.ctx, q);
   outboxRowGet: Driver['outboxRowGet'] = (p) => consoleReads.outboxRowGet(this.ctx, p);
   inboxStatsByState: Driver['inboxStatsByState'] = (p) => consoleReads.inboxStatsByState(this.ctx, p);
   inboxClaimsInFlight: Driver['inboxClaimsInFlight'] = (p) => consoleReads.inboxClaimsInFlight(this.ctx, p);
   inboxBlockedAggregates: Driver['inboxBlockedAggregates'] = (p) => consoleReads.inboxBlockedAggregates(this.ctx, p);
   inboxDeadSearch: Driver['inboxDeadSearch'] = (q) => consoleReads.inboxDeadSearch(this.ctx, q);
+  inboxDeadGroups: Driver['inboxDeadGroups'] = (q) => consoleReads.inboxDeadGroups(this.ctx, q);
   inboxRowGet: Driver['inboxRowGet'] = (p) => consoleReads.inboxRowGet(this.ctx, p);
 }
 

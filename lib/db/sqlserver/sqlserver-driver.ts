@@ -179,10 +179,12 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   outboxClaimsInFlight: Driver['outboxClaimsInFlight'] = async (p) => consoleReads.outboxClaimsInFlight(await this.pool(), this.names, p);
   outboxBlockedKeys: Driver['outboxBlockedKeys'] = async (p) => consoleReads.outboxBlockedKeys(await this.pool(), this.names, p);
   outboxDeadSearch: Driver['outboxDeadSearch'] = async (q) => consoleReads.outboxDeadSearch(await this.pool(), this.names, q);
+  outboxDeadGroups: Driver['outboxDeadGroups'] = async (q) => consoleReads.outboxDeadGroups(await this.pool(), this.names, q);
   outboxRowGet: Driver['outboxRowGet'] = async (p) => consoleReads.outboxRowGet(await this.pool(), this.names, p);
   inboxStatsByState: Driver['inboxStatsByState'] = async (p) => consoleReads.inboxStatsByState(await this.pool(), this.names, p);
   inboxClaimsInFlight: Driver['inboxClaimsInFlight'] = async (p) => consoleReads.inboxClaimsInFlight(await this.pool(), this.names, p);
   inboxBlockedAggregates: Driver['inboxBlockedAggregates'] = async (p) => consoleReads.inboxBlockedAggregates(await this.pool(), this.names, p);
   inboxDeadSearch: Driver['inboxDeadSearch'] = async (q) => consoleReads.inboxDeadSearch(await this.pool(), this.names, q);
+  inboxDeadGroups: Driver['inboxDeadGroups'] = async (q) => consoleReads.inboxDeadGroups(await this.pool(), this.names, q);
   inboxRowGet: Driver['inboxRowGet'] = async (p) => consoleReads.inboxRowGet(await this.pool(), this.names, p);
 }
