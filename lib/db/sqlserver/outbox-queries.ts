@@ -93,8 +93,8 @@ export async function outboxDeadList(runner: MssqlRunner, names: MssqlNames, p: 
 
 /** States a replay may move; throws `UsageError` on an empty filter or another state. */
 function replayStates(f: ReplayFilter): string[] {
-  if (!f.ids?.length && !f.topics?.length && !f.topicPatterns?.length && !f.createdFrom && !f.createdTo) {
-    throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
+  if (!f.ids?.length && !f.topics?.length && !f.topicPatterns?.length && !f.createdFrom && !f.createdTo && f.lastErrorPrefix === undefined && !f.asRead?.length) {
+    throw new UsageError('replay needs at least one filter (ids, topics, destination, created range, last error)');
   }
   const states = f.states?.length ? f.states : ['sent', 'dead'];
   if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');
@@ -107,6 +107,32 @@ export function buildOutboxReplayTopics(names: MssqlNames, states: string[]): Ms
     text: `SELECT DISTINCT topic FROM ${names.outbox} WHERE state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'));`,
     params: [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))],
   };
+}
+
+/**
+ * `last_error` starts with `@p_last_error_prefix`, case- and trailing-space-exact (a binary
+ * comparison of the first characters, and a `last_error` at least as long as the prefix).
+ */
+export const LAST_ERROR_STARTS_WITH = `DATALENGTH(last_error) >= DATALENGTH(@p_last_error_prefix)
+       AND LEFT(last_error, DATALENGTH(@p_last_error_prefix) / 2) COLLATE Latin1_General_100_BIN2 = @p_last_error_prefix`;
+
+/** The parameter of `LAST_ERROR_STARTS_WITH`; an empty prefix is refused. */
+export function lastErrorPrefixParam(prefix: string): MssqlParam {
+  if (prefix === '') throw new UsageError('replay: lastErrorPrefix must not be empty');
+  return param('p_last_error_prefix', sql.NVarChar(sql.MAX), prefix);
+}
+
+/**
+ * Each listed row only while its `updated_at` is the one read (tedious reads DATETIME2 truncated
+ * to the millisecond; DATEDIFF_BIG counts whole milliseconds).
+ */
+export const AS_READ = `EXISTS (SELECT 1 FROM OPENJSON(@p_as_read) WITH (r_id UNIQUEIDENTIFIER '$.id', r_ms BIGINT '$.ms')
+                WHERE r_id = id AND r_ms = DATEDIFF_BIG(millisecond, CAST('1970-01-01' AS DATETIME2(7)), updated_at))`;
+
+/** The parameter of `AS_READ`; an empty list is refused (it never widens a replay). */
+export function asReadParam(asRead: NonNullable<ReplayFilter['asRead']>): MssqlParam {
+  if (asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
+  return param('p_as_read', sql.NVarChar(sql.MAX), JSON.stringify(asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) }))));
 }
 
 /**
@@ -137,14 +163,13 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
     where.push('created_at < @p_created_to');
     params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
   }
-  if (f.asRead !== undefined && f.asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
-  if (f.asRead?.length) {
-    // tedious reads DATETIME2 truncated to the millisecond; DATEDIFF_BIG counts whole milliseconds.
-    where.push(
-      `EXISTS (SELECT 1 FROM OPENJSON(@p_as_read) WITH (r_id UNIQUEIDENTIFIER '$.id', r_ms BIGINT '$.ms')
-                WHERE r_id = id AND r_ms = DATEDIFF_BIG(millisecond, CAST('1970-01-01' AS DATETIME2(7)), updated_at))`,
-    );
-    params.push(param('p_as_read', sql.NVarChar(sql.MAX), JSON.stringify(f.asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) })))));
+  if (f.lastErrorPrefix !== undefined) {
+    where.push(LAST_ERROR_STARTS_WITH);
+    params.push(lastErrorPrefixParam(f.lastErrorPrefix));
+  }
+  if (f.asRead !== undefined) {
+    where.push(AS_READ);
+    params.push(asReadParam(f.asRead));
   }
   return { where, params };
 }
