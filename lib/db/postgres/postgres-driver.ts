@@ -9,6 +9,7 @@ import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../
 import * as consoleReads from './console-queries.ts';
 import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
+import { passListFinished, passRecordFinished } from './maintenance-queries.ts';
 import { pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent, type PgNames } from './names.ts';
 import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
@@ -175,6 +176,9 @@ export class PostgresDriver implements Driver {
   inboxStats: Driver['inboxStats'] = (scope) => inbox.inboxStats(this.ctx, scope);
   inboxDeadList: Driver['inboxDeadList'] = (p) => inbox.inboxDeadList(this.ctx, p);
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = (p) => inbox.inboxDeleteFinished(this.ctx, p);
+
+  passRecordFinished: Driver['passRecordFinished'] = (p) => passRecordFinished(this.ctx, p.worker);
+  passListFinished: Driver['passListFinished'] = () => passListFinished(this.ctx);
 
   pullClaimMany: Driver['pullClaimMany'] = (p) => pull.pullClaimMany(this.ctx, p);
   pullRenew: Driver['pullRenew'] = (p) => pull.pullRenew(this.ctx, p);

@@ -15,6 +15,7 @@ import * as inbox from './inbox-queries.ts';
 import { inboxClaimPushMany } from './inbox-claim.ts';
 import { outboxClaimMany } from './outbox-claim.ts';
 import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from './compatibility-check.ts';
+import { buildPassRecordFinished, passListFinished } from './maintenance-queries.ts';
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from './migrations.ts';
 import { createMssqlPool, ensureConnected, isMssqlTransaction, param, runBatch, runStatement, mssqlTransaction } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
@@ -160,6 +161,11 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   inboxStats: Driver['inboxStats'] = async (scope) => inbox.inboxStats(await this.pool(), this.names, scope);
   inboxDeadList: Driver['inboxDeadList'] = async (p) => inbox.inboxDeadList(await this.pool(), this.names, p);
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = async (p) => inbox.inboxDeleteFinished(await this.pool(), this.names, p);
+
+  passRecordFinished: Driver['passRecordFinished'] = async (p) => {
+    await runStatement(await this.pool(), buildPassRecordFinished(this.names, p.worker));
+  };
+  passListFinished: Driver['passListFinished'] = async () => passListFinished(await this.pool(), this.names);
 
   pullClaimMany: Driver['pullClaimMany'] = async (p) => pull.pullClaimMany(await this.pool(), this.names, p);
   pullRenew: Driver['pullRenew'] = async (p) => pull.pullRenew(await this.pool(), this.names, p);
