@@ -140,6 +140,28 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
     assert.equal(resources.QueueboxInboxSqsLambdaFunction!.Properties.ReservedConcurrentExecutions, 5);
   });
 
+  it('has a heartbeat alarm per scheduled pass (poller, relay, reclaim): missing data breaching, on the emitted dimensions, over a window that two normal runs on the rule\'s schedule never reach', () => {
+    type Alarm = { MetricName: string; Namespace: string; Dimensions: Array<{ Name: string; Value: unknown }>; Statistic: string; Period: number; EvaluationPeriods: number; DatapointsToAlarm: number; Threshold: number; ComparisonOperator: string; TreatMissingData: string };
+    const heartbeats = ofType('AWS::CloudWatch::Alarm').map(([id, a]) => [id, a.Properties as Alarm] as const).filter(([, a]) => a.MetricName === METRICS.passesFinished.name);
+    assert.deepEqual(heartbeats.map(([id]) => id).sort(), ['QueueBoxAlarmInboxRelayHeartbeat', 'QueueBoxAlarmOutboxPollerHeartbeat', 'QueueBoxAlarmReclaimHeartbeat']);
+    for (const [id, a] of heartbeats) {
+      const fn = a.Dimensions.find((d) => d.Name === 'function')!.Value as string;
+      assert.deepEqual(a.Dimensions, [{ Name: 'service', Value: 'queuebox' }, { Name: 'function', Value: fn }], `${id}: exactly the dimensions the handler emits`);
+      assert.deepEqual([a.Namespace, a.Statistic, a.Threshold, a.ComparisonOperator, a.TreatMissingData], ['QueueBox', 'Sum', 1, 'LessThanThreshold', 'breaching'], id);
+      assert.equal(a.DatapointsToAlarm, a.EvaluationPeriods, `${id}: every period of the window without a finished pass`);
+      const [, rule] = ofType('AWS::Events::Rule').find(([, r]) => JSON.stringify(r.Properties.Targets).includes(functionLogicalId(fn)))!;
+      const match = /^rate\((\d+) (minutes?|hours?)\)$/.exec(String(rule.Properties.ScheduleExpression))!;
+      const every = Number(match[1]) * (match[2]!.startsWith('hour') ? 3600 : 60);
+      const timeout = resources[functionLogicalId(fn)]!.Properties.Timeout as number;
+      const window = a.Period * a.EvaluationPeriods;
+      // One pass may finish at once and the next only at its timeout: runs finish up to every + timeout apart.
+      assert.ok(window >= every + timeout + 120, `${id}: ${window} s covers ${every} s between runs, a ${timeout} s timeout and late metrics`);
+      assert.ok(window <= every + timeout + 300, `${id}: ${window} s is not much longer than needed`);
+    }
+    const poller = heartbeats.find(([id]) => id === 'QueueBoxAlarmOutboxPollerHeartbeat')![1];
+    assert.deepEqual([poller.Period, poller.EvaluationPeriods], [60, 5], 'rate(1 minute), 60 s timeout: 5 minutes without a finished pass');
+  });
+
   it('passes cfn-lint with zero errors', async () => {
     const lint = await run('cfn-lint', ['.serverless/cloudformation-template-update-stack.json'], { cwd: service, timeoutMs: 120_000 });
     assert.ok(!/ENOENT/.test(lint.stderr), 'cfn-lint is not installed: pip install cfn-lint');
