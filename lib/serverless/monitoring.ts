@@ -35,11 +35,25 @@ export interface LambdaQuery {
   stat: 'Sum' | 'Maximum' | 'Average';
 }
 
+/**
+ * A Logs Insights table over the functions' log groups: per value of `dimension`, the time of the
+ * last EMF line that carries metric `key` (the line itself, so the time a metric was written).
+ */
+export interface LastSeenQuery {
+  key: MetricKey;
+  dimension: string;
+  functions: FunctionDef[];
+  /** Column name of the time. */
+  column: string;
+}
+
 export interface Panel {
   title: string;
   metrics?: MetricQuery[];
   searches?: MetricSearch[];
   lambda?: LambdaQuery[];
+  /** Drawn as a log table instead of a chart. */
+  lastSeen?: LastSeenQuery;
 }
 
 export interface AlarmDef {
@@ -137,6 +151,10 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
     {
       title: 'Passes finished (heartbeat)',
       metrics: PASS_WORKERS.map((worker): MetricQuery => ({ key: 'passesFinished', dimensions: { function: worker }, stat: 'Sum', label: worker })),
+    },
+    {
+      title: 'Last finished pass',
+      lastSeen: { key: 'passesFinished', dimension: 'function', functions: PASS_WORKERS.map((w) => FUNCTIONS.find((f) => f.name === w)!), column: 'last_finished_pass' },
     },
     {
       title: 'Claims lost and reclaimed',

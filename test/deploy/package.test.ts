@@ -171,9 +171,10 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
 
   it('has a dashboard whose body is JSON naming only metrics the code emits, with the emitted dimensions', () => {
     const [[, dashboard]] = ofType('AWS::CloudWatch::Dashboard') as [[string, Resource]];
-    const body = JSON.parse(joinText(dashboard.Properties.DashboardBody)) as { widgets: Array<{ properties: { title: string; metrics: unknown[][] } }> };
+    const body = JSON.parse(joinText(dashboard.Properties.DashboardBody)) as { widgets: Array<{ type: string; properties: { title: string; metrics: unknown[][]; query?: string } }> };
     const named = new Set<string>();
-    for (const widget of body.widgets) {
+    const logWidgets = body.widgets.filter((w) => w.type === 'log');
+    for (const widget of body.widgets.filter((w) => w.type === 'metric')) {
       assert.ok(widget.properties.metrics.length > 0, `widget ${widget.properties.title} has metrics`);
       for (const row of widget.properties.metrics) {
         if (row[0] === 'QueueBox') {
@@ -196,7 +197,17 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
     for (const m of ['queuebox_outbox_messages_total', 'queuebox_claims_lost_total', 'queuebox_outbox_messages_reclaimed_total', 'queuebox_outbox_oldest_pending_age_seconds', 'queuebox_inbox_oldest_pending_age_seconds', 'queuebox_inbox_messages_total', 'queuebox_inbox_rejections_total', 'queuebox_outbox_publish_duration_seconds']) {
       assert.ok(named.has(m), `dashboard shows ${m}`);
     }
-    const lambdaRows = body.widgets.flatMap((w) => w.properties.metrics).filter((r) => r[0] === 'AWS/Lambda');
+    // The last finished pass: a Logs Insights table over the three functions' log groups, reading
+    // the heartbeat's EMF lines (the same metric, service and dimension the alarms watch).
+    assert.deepEqual(logWidgets.map((w) => w.properties.title), ['Last finished pass']);
+    const scheduled = ['outboxPoller', 'inboxRelay', 'reclaim'];
+    assert.equal(
+      logWidgets[0]!.properties.query,
+      `${scheduled.map((fn) => `SOURCE '/aws/lambda/<${functionLogicalId(fn)}>'`).join(' | ')} | filter ispresent(queuebox_passes_finished_total) and service = "queuebox" | stats max(@timestamp) as last_finished_pass by \`function\` | sort \`function\``,
+    );
+    const logGroups = ofType('AWS::Logs::LogGroup').map(([, g]) => g.Properties.LogGroupName);
+    for (const fn of scheduled) assert.ok(logGroups.includes(`/aws/lambda/${String(resources[functionLogicalId(fn)]!.Properties.FunctionName)}`), `${fn}'s log group is the function's name`);
+    const lambdaRows = body.widgets.flatMap((w) => w.properties.metrics ?? []).filter((r) => r[0] === 'AWS/Lambda');
     for (const fn of FUNCTIONS) for (const metric of ['Errors', 'Throttles', 'Duration']) {
       assert.ok(lambdaRows.some((r) => r[1] === metric && r[3] === `<${functionLogicalId(fn.name)}>`), `${fn.name} ${metric}`);
     }
