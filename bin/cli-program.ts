@@ -120,7 +120,7 @@ See docs/upgrading.md.`,
 
   program
     .command('status')
-    .description('rows per state per table, oldest pending age, latest dead rows with their errors')
+    .description('rows per state per table, oldest pending age, latest dead rows with their errors, last finished pass of the poller, relay and reclaim')
     .option('--json', 'print JSON instead of a table')
     .option('--dead-limit <n>', 'dead rows to list per table', positive, 10)
     .action((opts: { json?: boolean; deadLimit: number }) =>

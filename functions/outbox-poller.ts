@@ -2,8 +2,9 @@
  * Lambda entry point of the outbox poller, scheduled by `serverless.yml`.
  *
  * Thin by design: the container (config, driver, logger) and the destinations and router are
- * built once per container; each invocation computes its deadline, runs one pass, flushes its
- * EMF metrics, logs the summary and returns it. Nothing keeps running after it returns. With
+ * built once per container; each invocation computes its deadline, runs one pass, records that it
+ * finished (the heartbeat: `pass-heartbeat.ts`), flushes its EMF metrics, logs the summary and
+ * returns it. Nothing keeps running after it returns. With
  * `observability.tracing` on, the pass and each destination call are X-Ray subsegments.
  */
 import type { Context } from 'aws-lambda';
@@ -13,6 +14,7 @@ import { traceClient, tracedDestination, traceInvocation } from '../lib/observab
 import { createRouter, type Router } from '../lib/outbox/routes.ts';
 import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
+import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 
 export interface OutboxPollerOptions {
   /** Builds the destinations of a container; default `createDestinations(config)` (tests inject their own). */
@@ -40,16 +42,18 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     const metrics = passMetrics(container);
     const logger = container.logger;
     logger.addContext(context);
+    const deadline = createDeadline(context, container.config.lambda.deadlineMarginMs);
     try {
       const summary = await traceInvocation(container.tracer, 'outboxPoller', () => runOutboxPass({
         driver: container.driver,
         config: container.config,
         destinations,
         router,
-        deadline: createDeadline(context, container.config.lambda.deadlineMarginMs),
+        deadline,
         metrics,
         logger,
       }));
+      await recordPassFinished({ driver: container.driver, metrics, logger, worker: 'outboxPoller', remainingMs: deadline.invocationRemainingMs });
       logger.info('outbox pass finished', { summary });
       return summary;
     } catch (error) {

@@ -21,7 +21,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'database.connectTimeoutMs': 'Connection timeout.',
   'tables.outbox': 'Outbox table name.',
   'tables.inbox': 'Inbox table name.',
-  'tables.maintenance': 'Table of shared throttles (reclaim gates) kept across invocations.',
+  'tables.maintenance': 'Table of shared throttles (reclaim gates) kept across invocations, and of each scheduled function\'s last finished pass (`queuebox status`).',
   [`destinations.<name>${d}.type`]: 'An Amazon SQS queue (standard or FIFO).',
   [`destinations.<name>${d}.queueUrl`]: 'Full queue URL; a name ending in `.fifo` is a FIFO queue. The deploy grants `sqs:SendMessage` on it.',
   [`destinations.<name>${d}.region`]: 'AWS region; default the Lambda\'s `AWS_REGION`.',

@@ -2,18 +2,21 @@
  * Draws the CloudWatch dashboard body of `dashboard.ts` as an HTML page of SVG line charts, with
  * the values of a recorded run: every widget at its grid place and size (24 columns), every
  * metric row of the widget as a series, summed or maximized per round as its `stat` says, a
- * `SEARCH` expression as one series per value of the metric's own dimension. `render-dashboard.ts`
+ * `SEARCH` expression as one series per value of the metric's own dimension, and a log widget
+ * (last finished pass) as a table of the last round each function wrote the metric it queries. `render-dashboard.ts`
  * screenshots the page for the docs.
  */
 import type { SampleRound } from './dashboard-sample-run.ts';
 
 type MetricRow = unknown[];
 interface Widget {
+  type: 'metric' | 'log';
   x: number;
   y: number;
   width: number;
   height: number;
-  properties: { title: string; metrics: MetricRow[] };
+  /** `metrics` on a metric widget, `query` on a log widget. */
+  properties: { title: string; metrics?: MetricRow[]; query?: string };
 }
 
 /** One line of a chart: a label and a value per round (`null`: no datapoint). */
@@ -56,7 +59,7 @@ function aggregate(values: number[], stat: string): number | null {
 export function widgetSeries(widget: Widget, rounds: SampleRound[]): Series[] {
   const perRound = rounds.map(samplesOf);
   const series: Series[] = [];
-  for (const row of widget.properties.metrics) {
+  for (const row of widget.properties.metrics ?? []) {
     const last = row[row.length - 1] as { stat?: string; label?: string; expression?: string };
     if (last.expression !== undefined) {
       const name = /MetricName="([^"]+)"/.exec(last.expression)![1]!;
@@ -147,6 +150,33 @@ function chart(title: string, series: Series[], width: number, height: number): 
   return `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${parts.join('')}</svg>`;
 }
 
+/**
+ * The rows of a log widget's table (`lastSeenQuery` of `dashboard.ts`): per value of the `by`
+ * dimension, the last round whose EMF lines carry the metric the query filters on.
+ */
+export function logTableRows(widget: Widget, rounds: SampleRound[]): Array<[string, string]> {
+  const query = widget.properties.query ?? '';
+  const metric = /ispresent\(([a-z_]+)\)/.exec(query)?.[1];
+  const by = /by `([^`]+)`/.exec(query)?.[1];
+  const last = new Map<string, number>();
+  rounds.forEach((round, i) => {
+    for (const s of samplesOf(round)) if (s.name === metric && by !== undefined && s.dimensions[by] !== undefined) last.set(s.dimensions[by], i + 1);
+  });
+  return [...last].sort(([a], [b]) => a.localeCompare(b)).map(([value, round]) => [value, `round ${round}`]);
+}
+
+/** A log widget as an SVG table of `width` × `height` pixels. */
+function logTable(title: string, rows: Array<[string, string]>, width: number, height: number): string {
+  const parts: string[] = [`<rect x="0.5" y="0.5" width="${width - 1}" height="${height - 1}" rx="3" fill="#fff" stroke="#d5dbdb"/>`];
+  parts.push(`<text x="12" y="19" class="title">${escape(title)}</text>`);
+  parts.push(`<text x="12" y="46" class="legend" font-weight="bold">function</text><text x="${width / 2}" y="46" class="legend" font-weight="bold">last finished pass</text>`);
+  rows.forEach(([value, when], i) => {
+    parts.push(`<text x="12" y="${68 + i * 20}" class="legend">${escape(value)}</text><text x="${width / 2}" y="${68 + i * 20}" class="legend">${escape(when)}</text>`);
+  });
+  if (rows.length === 0) parts.push(`<text x="${width / 2}" y="${height / 2}" class="empty" text-anchor="middle">No data in this run</text>`);
+  return `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${parts.join('')}</svg>`;
+}
+
 /** The page size the dashboard needs, in pixels. */
 export function pageSize(bodyText: string): { width: number; height: number } {
   const widgets = (JSON.parse(bodyText) as { widgets: Widget[] }).widgets;
@@ -160,7 +190,7 @@ export function dashboardHtml(bodyText: string, rounds: SampleRound[], caption: 
   const cells = widgets.map((w) => {
     const width = w.width * COLUMN_PX - 8;
     const height = w.height * ROW_PX - 8;
-    const svg = chart(w.properties.title, widgetSeries(w, rounds), width, height);
+    const svg = w.type === 'log' ? logTable(w.properties.title, logTableRows(w, rounds), width, height) : chart(w.properties.title, widgetSeries(w, rounds), width, height);
     return `<div class="widget" style="left:${8 + w.x * COLUMN_PX}px;top:${HEADER_PX + w.y * ROW_PX}px">${svg}</div>`;
   });
   return `<!doctype html><html><head><meta charset="utf-8"><title>QueueBox dashboard</title><style>

@@ -67,6 +67,7 @@ export function sampleConfig(databaseUrl: string, schema: string, endpoints: { s
       relay: { pollIntervalMs: 50 },
       sources: {
         payments: { type: 'http', path: '/payments', auth: { type: 'hmac', secretEnv: 'SAMPLE_WEBHOOK_SECRET' }, idempotencyKeyPath: '$.id', eventTypePath: '$.type', aggregateIdPath: '$.orderId' },
+        // Filled by the job feed directly; its route is never called.
         jobs: { type: 'http', path: '/jobs', consumption: 'pull', auth: { type: 'none' } },
       },
     },

@@ -1,13 +1,15 @@
 /**
  * Generates `docs/configuration.md` (every key of the config schema with its type and default)
- * and `docs/metrics.md` (every entry of `METRICS`). Tests compare the committed files with this
- * output, so a schema or metric change without a doc update fails.
+ * and `docs/metrics.md` (every entry of `METRICS`, and every alarm of `monitoring.ts` with the
+ * plugin's default schedules). Tests compare the committed files with this output, so a schema,
+ * metric or alarm change without a doc update fails.
  *
  * Regenerate: `npm run docs:reference` (`tsx infra/reference-docs.ts --write`).
  */
 import { writeFileSync } from 'node:fs';
 import { configSchema } from '../lib/config/schema.ts';
 import { METRICS } from '../lib/observability/metric-names.ts';
+import { alarmDefinitions, type AlarmDef } from '../lib/serverless/monitoring.ts';
 import { CONFIG_MEANINGS } from './config-meanings.ts';
 
 /** One documented key: dotted path, type, default (JSON) or `—`. */
@@ -114,7 +116,37 @@ export function renderMetricsDoc(): string {
     const dims = ['service', ...m.dimensions].map((d) => `\`${d}\``).join(', ');
     lines.push(`| \`${m.name}\` | ${m.unit} | ${dims} | ${m.help} |`);
   }
+  lines.push(
+    '',
+    '## Alarms',
+    '',
+    'The Serverless plugin deploys these CloudWatch alarms (the logical ids below), notifying the SNS topic',
+    '`custom.queuebox.alarmTopicArn` when one is set. What to do when one fires: [Operations](operations.md).',
+    'An alarm fires when the condition holds in every period of its window. Missing data is "not',
+    'breaching" for counters and gauges (no data: nothing happened) and "breaching" for the heartbeats:',
+    'no `queuebox_passes_finished_total` for a function is the failure they watch. A heartbeat\'s window',
+    'is the longest gap between two runs of the function\'s schedule plus its timeout plus 180 s',
+    '(a late schedule, a cold start, metrics that arrive late), so two normal runs never alarm; the',
+    'table shows the plugin\'s default schedules, and `custom.queuebox.functions.<name>.schedule` and',
+    '`.timeout` resize it. A schedule with no steady interval (a cron on some weekdays only) gets no',
+    'heartbeat alarm, and packaging warns about it.',
+    '',
+    '| Alarm | Metric | Fires when | Missing data |',
+    '| --- | --- | --- | --- |',
+  );
+  for (const alarm of alarmDefinitions()) lines.push(alarmRow(alarm));
   return `${lines.join('\n')}\n`;
+}
+
+const COMPARISONS: Record<AlarmDef['comparison'], string> = { GreaterThanThreshold: '>', GreaterThanOrEqualToThreshold: '≥', LessThanThreshold: '<' };
+
+/** One alarm as a table row: its metric and dimensions, condition and window. */
+function alarmRow(alarm: AlarmDef): string {
+  const q = alarm.query;
+  const metric = 'key' in q ? `\`${METRICS[q.key].name}\`${Object.entries(q.dimensions).map(([k, v]) => ` ${k}=${v}`).join('')}` : `\`AWS/Lambda ${q.metric}\` of ${q.fn.name}`;
+  const window = alarm.evaluationPeriods === 1 ? `in a ${alarm.periodSeconds} s period` : `for ${alarm.evaluationPeriods} periods of ${alarm.periodSeconds} s`;
+  const missing = alarm.treatMissingData === 'breaching' ? 'breaching' : 'not breaching';
+  return `| \`QueueBoxAlarm${alarm.id}\` | ${metric} | ${q.stat} ${COMPARISONS[alarm.comparison]} ${alarm.threshold} ${window} | ${missing} |`;
 }
 
 if (process.argv.includes('--write')) {

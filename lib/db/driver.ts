@@ -242,6 +242,22 @@ export interface DeleteFinishedParams {
   keep?: { sources: readonly string[]; olderThanMs: number };
 }
 
+/**
+ * A scheduled function whose finished passes are recorded (`passRecordFinished`): the outbox
+ * poller, the inbox relay, the reclaim function.
+ */
+export type PassWorker = 'outboxPoller' | 'inboxRelay' | 'reclaim';
+
+/** Every `PassWorker`, in the order status lists them. */
+export const PASS_WORKERS: readonly PassWorker[] = ['outboxPoller', 'inboxRelay', 'reclaim'];
+
+/** When a worker's last pass finished, on the database clock, and how long ago that was (seconds). */
+export interface PassFinished {
+  worker: PassWorker;
+  finishedAt: Date;
+  ageSeconds: number;
+}
+
 /** Per-state counts of one table plus the dead rows' latest errors (status command). */
 export interface DeadRowSummary {
   id: string;
@@ -361,6 +377,15 @@ export interface Driver extends ConsoleReads {
   inboxReplay(filter: InboxReplayFilter): Promise<number>;
   /** Counts the rows `inboxReplay(filter)` would move now and returns the oldest `limit` of them; changes nothing. */
   inboxReplayPreview(params: { filter: InboxReplayFilter; limit: number }): Promise<{ count: number; sample: InboxReplayPreviewRow[] }>;
+
+  // ---- passes (heartbeat) ----
+  /**
+   * Records that a pass of `worker` finished now (database clock): one upsert of the worker's row
+   * (`pass:<worker>:<outbox table>`) in the maintenance table, once per pass, never per message.
+   */
+  passRecordFinished(params: { worker: PassWorker }): Promise<void>;
+  /** The last finished pass of each worker that has one (any order); reads the maintenance table only. */
+  passListFinished(): Promise<PassFinished[]>;
 
   // ---- pull ----
   /**

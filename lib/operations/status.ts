@@ -1,9 +1,11 @@
 /**
- * Status as an operation: counts per state per table, the oldest due pending age and the latest
- * dead rows with their last errors, plus a fixed-width text rendering for the CLI.
+ * Status as an operation: counts per state per table, the oldest due pending age, the latest
+ * dead rows with their last errors, and when each scheduled worker last finished a pass (its row
+ * in the maintenance table, stamped at the end of every pass), plus a fixed-width text rendering
+ * for the CLI.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
-import type { DeadRowSummary, Driver } from '../db/driver.ts';
+import { PASS_WORKERS, type DeadRowSummary, type Driver, type PassWorker } from '../db/driver.ts';
 
 /** One table's status. Ages are in seconds. */
 export interface TableStatus {
@@ -14,23 +16,32 @@ export interface TableStatus {
   dead: DeadRowSummary[];
 }
 
+/** A worker's last finished pass (database clock) and its age in seconds; `null`: none recorded. */
+export type LastPass = { finishedAt: Date; ageSeconds: number } | null;
+
 export interface StatusReport {
   outbox: TableStatus;
   inbox: TableStatus;
+  /** The last finished pass of each scheduled worker (outbox poller, inbox relay, reclaim). */
+  passes: Record<PassWorker, LastPass>;
 }
 
-/** Reads both tables' stats and dead lists (four reads, concurrently). */
+/** Reads both tables' stats and dead lists and the workers' last passes (five reads, concurrently). */
 export async function collectStatus(driver: Driver, config: Pick<QueueBoxConfig, 'tables'>, options: { deadLimit?: number } = {}): Promise<StatusReport> {
   const limit = options.deadLimit ?? 10;
-  const [outboxStats, inboxStats, outboxDead, inboxDead] = await Promise.all([
+  const [outboxStats, inboxStats, outboxDead, inboxDead, finished] = await Promise.all([
     driver.outboxStats(),
     driver.inboxStats(),
     driver.outboxDeadList({ limit }),
     driver.inboxDeadList({ limit }),
+    driver.passListFinished(),
   ]);
+  const passes = Object.fromEntries(PASS_WORKERS.map((w) => [w, null])) as Record<PassWorker, LastPass>;
+  for (const p of finished) passes[p.worker] = { finishedAt: p.finishedAt, ageSeconds: p.ageSeconds };
   return {
     outbox: { table: config.tables.outbox, ...outboxStats, dead: outboxDead },
     inbox: { table: config.tables.inbox, ...inboxStats, dead: inboxDead },
+    passes,
   };
 }
 
@@ -45,6 +56,16 @@ export function formatStatus(report: StatusReport): string {
   }
   lines.push(...table(rows), '');
   lines.push(`oldest pending: outbox ${formatAge(report.outbox.oldestPendingAgeSeconds)}, inbox ${formatAge(report.inbox.oldestPendingAgeSeconds)}`);
+  lines.push(
+    '',
+    ...table([
+      ['function', 'last finished pass', 'ago'],
+      ...PASS_WORKERS.map((w) => {
+        const last = report.passes[w];
+        return last === null ? [w, 'never', ''] : [w, last.finishedAt.toISOString(), formatAge(last.ageSeconds)];
+      }),
+    ]),
+  );
   for (const kind of ['outbox', 'inbox'] as const) {
     const dead = report[kind].dead;
     lines.push('', `dead ${kind} rows (latest ${dead.length}):`);

@@ -5,18 +5,18 @@
  */
 import { METRICS } from '../observability/metric-names.ts';
 import { functionLogicalId } from './functions.ts';
-import { alarmDefinitions, emittedDimensions, type MonitoringConfig } from './monitoring.ts';
+import { alarmDefinitions, defaultHeartbeatSchedules, emittedDimensions, type HeartbeatSchedules, type MonitoringConfig } from './monitoring.ts';
 
 /** Name of the CloudFormation condition that is true when an alarm topic was given. */
 export const ALARM_TOPIC_CONDITION = 'QueueBoxAlarmTopicSet';
 /** Name of the CloudFormation parameter carrying the topic ARN (empty: no notifications). */
 export const ALARM_TOPIC_PARAMETER = 'QueueBoxAlarmTopicArn';
 
-/** Alarm resources keyed by logical id (`QueueBoxAlarm<id>`). */
-export function alarmResources(config: MonitoringConfig): Record<string, unknown> {
+/** Alarm resources keyed by logical id (`QueueBoxAlarm<id>`); `schedules` size the heartbeat alarms. */
+export function alarmResources(config: MonitoringConfig, schedules: HeartbeatSchedules = defaultHeartbeatSchedules()): Record<string, unknown> {
   const actions = { 'Fn::If': [ALARM_TOPIC_CONDITION, [{ Ref: ALARM_TOPIC_PARAMETER }], { Ref: 'AWS::NoValue' }] };
   const resources: Record<string, unknown> = {};
-  for (const alarm of alarmDefinitions()) {
+  for (const alarm of alarmDefinitions(schedules)) {
     const q = alarm.query;
     const metric =
       'key' in q
@@ -37,8 +37,9 @@ export function alarmResources(config: MonitoringConfig): Record<string, unknown
         DatapointsToAlarm: alarm.evaluationPeriods,
         Threshold: alarm.threshold,
         ComparisonOperator: alarm.comparison,
-        // No data means no pass reported (no traffic, or the function failed: its Errors alarm fires).
-        TreatMissingData: 'notBreaching',
+        // Counters and gauges: no data means no pass reported (no traffic, or the function failed:
+        // its Errors alarm fires). The heartbeat: no data means no pass finished, the failure itself.
+        TreatMissingData: alarm.treatMissingData,
         AlarmActions: actions,
         OKActions: actions,
       },

@@ -7,7 +7,7 @@
  */
 import { METRICS } from '../observability/metric-names.ts';
 import { functionLogicalId } from './functions.ts';
-import { dashboardPanels, emittedDimensions, type MonitoringConfig, type Panel } from './monitoring.ts';
+import { dashboardPanels, emittedDimensions, type LastSeenQuery, type MonitoringConfig, type Panel } from './monitoring.ts';
 
 /** Placeholder for the stack's region in the body text. */
 export const REGION_TOKEN = '@@region@@';
@@ -19,22 +19,35 @@ type Json = unknown;
 /** The dashboard body as JSON text with placeholders (tests parse it after substitution). */
 export function dashboardBodyText(config: MonitoringConfig): string {
   const namespace = config.observability.namespace;
-  const widgets = dashboardPanels(config).map((panel, index) => ({
-    type: 'metric',
-    x: (index % 2) * 12,
-    y: Math.floor(index / 2) * 6,
-    width: 12,
-    height: 6,
-    properties: {
-      title: panel.title,
-      region: REGION_TOKEN,
-      view: 'timeSeries',
-      stacked: false,
-      period: 60,
-      metrics: panelMetrics(config, namespace, panel),
-    },
-  }));
+  const widgets = dashboardPanels(config).map((panel, index) => {
+    const place = { x: (index % 2) * 12, y: Math.floor(index / 2) * 6, width: 12, height: 6 };
+    if (panel.lastSeen) {
+      return { type: 'log', ...place, properties: { title: panel.title, region: REGION_TOKEN, view: 'table', query: lastSeenQuery(config, panel.lastSeen) } };
+    }
+    return {
+      type: 'metric',
+      ...place,
+      properties: {
+        title: panel.title,
+        region: REGION_TOKEN,
+        view: 'timeSeries',
+        stacked: false,
+        period: 60,
+        metrics: panelMetrics(config, namespace, panel),
+      },
+    };
+  });
   return JSON.stringify({ widgets });
+}
+
+/**
+ * The Logs Insights query of a `lastSeen` panel: the functions' log groups, the EMF lines of this
+ * service that carry the metric (Logs Insights reads their JSON fields), the latest per dimension value.
+ */
+export function lastSeenQuery(config: MonitoringConfig, q: LastSeenQuery): string {
+  const sources = q.functions.map((fn) => `SOURCE '/aws/lambda/${fnToken(fn.name)}'`).join(' | ');
+  const name = METRICS[q.key].name;
+  return `${sources} | filter ispresent(${name}) and service = "${config.observability.serviceName}" | stats max(@timestamp) as ${q.column} by \`${q.dimension}\` | sort \`${q.dimension}\``;
 }
 
 function panelMetrics(config: MonitoringConfig, namespace: string, panel: Panel): Json[] {

@@ -19,6 +19,7 @@ import { bundleFunctions, loadEsbuild } from './bundle.ts';
 import { deployRefusal, deployWarnings, hasDatabaseLocation } from './deploy-checks.ts';
 import { deployedFunctionName, functionKey, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
 import { parsePluginOptions, pluginOptionsJsonSchema, type FunctionOptions, type PluginOptions } from './options.ts';
+import { heartbeatWarnings } from './monitoring.ts';
 import { roleLogicalId } from './roles.ts';
 import { buildStackFragment, type StackFragment } from './stack.ts';
 import { extendTemplate, type Template } from './template.ts';
@@ -109,7 +110,8 @@ export default class QueueBoxServerlessPlugin {
     this.options = parsePluginOptions(service.custom?.queuebox);
     this.config = loadConfig({ path: resolve(this.serverless.serviceDir, this.options.config), env: {} });
     this.deployment = { service: service.service, stage: this.serverless.getProvider('aws').getStage() };
-    this.fragment = buildStackFragment(this.config, this.deployment);
+    const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
+    this.fragment = buildStackFragment(this.config, this.deployment, { outboxPoller, inboxRelay, reclaim });
     service.functions ??= {};
     // The bundles belong to QueueBox's packages only, never to the service's own artifact.
     service.package ??= {};
@@ -181,7 +183,8 @@ export default class QueueBoxServerlessPlugin {
         this.log.warning(`QueueBox: stage ${this.deployment.stage} has no database location (allowMissingDatabase): these functions cannot reach a database`);
       }
     }
-    for (const warning of deployWarnings(this.config)) this.log.warning(`QueueBox: ${warning}`);
+    const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
+    for (const warning of [...deployWarnings(this.config), ...heartbeatWarnings({ outboxPoller, inboxRelay, reclaim })]) this.log.warning(`QueueBox: ${warning}`);
     const esbuild = await loadEsbuild(this.serverless.serviceDir);
     const outDir = join(this.serverless.serviceDir, BUILD_DIR);
     const report = await bundleFunctions({ esbuild, config: this.config, configPath: resolve(this.serverless.serviceDir, this.options.config), outDir, ...(only ? { only } : {}), log: (line) => this.log.info(line) });

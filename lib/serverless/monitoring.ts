@@ -8,9 +8,12 @@
  * (`METRICS[key].dimensions`). A query or alarm with any other dimension set matches nothing.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
+import { PASS_WORKERS, type PassWorker } from '../db/driver.ts';
 import { NO_ROUTE } from '../observability/failure-log.ts';
 import { METRICS, type MetricKey } from '../observability/metric-names.ts';
 import { FUNCTIONS, type FunctionDef } from './functions.ts';
+import { parsePluginOptions } from './options.ts';
+import { scheduleMaxGapSeconds } from './schedule-gap.ts';
 
 /** A QueueBox metric with the values of its own dimensions (`service` is added when rendered). */
 export interface MetricQuery {
@@ -33,11 +36,25 @@ export interface LambdaQuery {
   stat: 'Sum' | 'Maximum' | 'Average';
 }
 
+/**
+ * A Logs Insights table over the functions' log groups: per value of `dimension`, the time of the
+ * last EMF line that carries metric `key` (the line itself, so the time a metric was written).
+ */
+export interface LastSeenQuery {
+  key: MetricKey;
+  dimension: string;
+  functions: FunctionDef[];
+  /** Column name of the time. */
+  column: string;
+}
+
 export interface Panel {
   title: string;
   metrics?: MetricQuery[];
   searches?: MetricSearch[];
   lambda?: LambdaQuery[];
+  /** Drawn as a log table instead of a chart. */
+  lastSeen?: LastSeenQuery;
 }
 
 export interface AlarmDef {
@@ -49,7 +66,65 @@ export interface AlarmDef {
   periodSeconds: number;
   evaluationPeriods: number;
   threshold: number;
-  comparison: 'GreaterThanThreshold' | 'GreaterThanOrEqualToThreshold';
+  comparison: 'GreaterThanThreshold' | 'GreaterThanOrEqualToThreshold' | 'LessThanThreshold';
+  /**
+   * `notBreaching` for metrics emitted only when something happens (no data: nothing happened);
+   * `breaching` for the heartbeat, whose silence is the failure.
+   */
+  treatMissingData: 'notBreaching' | 'breaching';
+}
+
+/** A scheduled function's schedule and timeout (s), as `custom.queuebox.functions.<name>` sets them. */
+export interface ScheduledRun {
+  schedule: string;
+  timeout: number;
+}
+
+/** The schedules and timeouts of the functions that have a heartbeat alarm. */
+export type HeartbeatSchedules = Record<PassWorker, ScheduledRun>;
+
+/** The plugin's defaults (`options.ts`): what a template gets when `custom.queuebox.functions` sets nothing. */
+export function defaultHeartbeatSchedules(): HeartbeatSchedules {
+  const functions = parsePluginOptions({}).functions;
+  return { outboxPoller: functions.outboxPoller, inboxRelay: functions.inboxRelay, reclaim: functions.reclaim };
+}
+
+/**
+ * Time added to a heartbeat alarm's window beyond the schedule's gap and the function's timeout
+ * (s): a schedule that fires late, a cold start, and EMF metrics that reach CloudWatch a minute
+ * or two after their log line.
+ */
+export const HEARTBEAT_SLACK_SECONDS = 180;
+
+/** The alarm period for a heartbeat window, finest first, with the longest window each allows (CloudWatch: period × evaluation periods ≤ 1 day below an hour's period, ≤ 7 days from it). */
+const HEARTBEAT_PERIODS = [
+  { periodSeconds: 60, maxWindowSeconds: 3_600 },
+  { periodSeconds: 300, maxWindowSeconds: 86_400 },
+  { periodSeconds: 3_600, maxWindowSeconds: 604_800 },
+] as const;
+
+/**
+ * The window of a heartbeat alarm: no finished pass in `evaluationPeriods` periods of
+ * `periodSeconds` is an alarm. The window is at least the longest gap between two scheduled runs
+ * plus the timeout (one pass may finish at once, the next only at its timeout) plus
+ * `HEARTBEAT_SLACK_SECONDS`, so two normal passes never alarm; or, when no alarm can follow the
+ * schedule, why.
+ */
+export function heartbeatWindow(run: ScheduledRun): { periodSeconds: number; evaluationPeriods: number } | { reason: string } {
+  const gap = scheduleMaxGapSeconds(run.schedule);
+  if (gap === undefined) return { reason: `its schedule ${run.schedule} does not run at one steady interval (use rate(…), or a cron(…) that runs every day)` };
+  const window = gap + run.timeout + HEARTBEAT_SLACK_SECONDS;
+  const fit = HEARTBEAT_PERIODS.find((p) => window <= p.maxWindowSeconds);
+  if (fit === undefined) return { reason: `its schedule ${run.schedule} leaves more than the 7 days a CloudWatch alarm can watch between two runs` };
+  return { periodSeconds: fit.periodSeconds, evaluationPeriods: Math.ceil(window / fit.periodSeconds) };
+}
+
+/** Why a scheduled function gets no heartbeat alarm, one line each (the plugin warns with them). */
+export function heartbeatWarnings(schedules: HeartbeatSchedules): string[] {
+  return PASS_WORKERS.flatMap((worker) => {
+    const window = heartbeatWindow(schedules[worker]);
+    return 'reason' in window ? [`no heartbeat alarm for ${worker}: ${window.reason}`] : [];
+  });
 }
 
 /** Inputs of the definition: the parts of the config that bound dimension values. */
@@ -74,6 +149,14 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
       ],
     },
     { title: 'Outbox pending rows', metrics: [{ key: 'outboxPending', dimensions: {}, stat: 'Maximum', label: 'pending' }] },
+    {
+      title: 'Passes finished (heartbeat)',
+      metrics: PASS_WORKERS.map((worker): MetricQuery => ({ key: 'passesFinished', dimensions: { function: worker }, stat: 'Sum', label: worker })),
+    },
+    {
+      title: 'Last finished pass',
+      lastSeen: { key: 'passesFinished', dimension: 'function', functions: PASS_WORKERS.map((w) => FUNCTIONS.find((f) => f.name === w)!), column: 'last_finished_pass' },
+    },
     {
       title: 'Claims lost and reclaimed',
       metrics: [
@@ -122,8 +205,11 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
   ];
 }
 
-/** The alarms: backlog age, any lost claim, any dead message (outbox, relay, pull), any function error. */
-export function alarmDefinitions(): AlarmDef[] {
+/**
+ * The alarms: backlog age, any lost claim, any dead message (outbox, relay, pull), any function
+ * error, and a heartbeat per scheduled pass (no pass finished within its schedule's window).
+ */
+export function alarmDefinitions(schedules: HeartbeatSchedules = defaultHeartbeatSchedules()): AlarmDef[] {
   const age = (key: MetricKey, table: string): AlarmDef => ({
     id: `${table}OldestPendingAge`,
     description: `QueueBox ${table}: the oldest due pending row has been older than 300 s for 5 minutes (backlog or stopped ${table === 'Outbox' ? 'poller' : 'relay'}).`,
@@ -132,6 +218,7 @@ export function alarmDefinitions(): AlarmDef[] {
     evaluationPeriods: 5,
     threshold: 300,
     comparison: 'GreaterThanThreshold',
+    treatMissingData: 'notBreaching',
   });
   return [
     age('outboxOldestPendingAge', 'Outbox'),
@@ -145,6 +232,7 @@ export function alarmDefinitions(): AlarmDef[] {
         evaluationPeriods: 1,
         threshold: 0,
         comparison: 'GreaterThanThreshold',
+        treatMissingData: 'notBreaching',
       }),
     ),
     {
@@ -155,6 +243,7 @@ export function alarmDefinitions(): AlarmDef[] {
       evaluationPeriods: 1,
       threshold: 0,
       comparison: 'GreaterThanThreshold',
+      treatMissingData: 'notBreaching',
     },
     {
       id: 'InboxDeadMessages',
@@ -164,6 +253,7 @@ export function alarmDefinitions(): AlarmDef[] {
       evaluationPeriods: 1,
       threshold: 0,
       comparison: 'GreaterThanThreshold',
+      treatMissingData: 'notBreaching',
     },
     {
       id: 'PullDeadMessages',
@@ -173,6 +263,7 @@ export function alarmDefinitions(): AlarmDef[] {
       evaluationPeriods: 1,
       threshold: 0,
       comparison: 'GreaterThanThreshold',
+      treatMissingData: 'notBreaching',
     },
     ...FUNCTIONS.map(
       (fn): AlarmDef => ({
@@ -183,8 +274,26 @@ export function alarmDefinitions(): AlarmDef[] {
         evaluationPeriods: 1,
         threshold: 0,
         comparison: 'GreaterThanThreshold',
+        treatMissingData: 'notBreaching',
       }),
     ),
+    ...PASS_WORKERS.flatMap((worker): AlarmDef[] => {
+      const run = schedules[worker];
+      const window = heartbeatWindow(run);
+      if ('reason' in window) return [];
+      const minutes = Math.round((window.periodSeconds * window.evaluationPeriods) / 60);
+      return [
+        {
+          id: `${worker.charAt(0).toUpperCase()}${worker.slice(1)}Heartbeat`,
+          description: `QueueBox function ${worker}: no pass finished for ${minutes} minutes (schedule ${run.schedule}, timeout ${run.timeout} s): the schedule is off, or every run fails or never starts. See docs/operations.md.`,
+          query: { key: 'passesFinished', dimensions: { function: worker }, stat: 'Sum' },
+          ...window,
+          threshold: 1,
+          comparison: 'LessThanThreshold',
+          treatMissingData: 'breaching',
+        },
+      ];
+    }),
   ];
 }
 

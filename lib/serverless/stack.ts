@@ -10,6 +10,7 @@ import { alarmResources } from './alarms.ts';
 import { secretEnvNames } from '../runtime/secrets.ts';
 import { dashboardResource } from './dashboard.ts';
 import type { Deployment } from './functions.ts';
+import { defaultHeartbeatSchedules, type HeartbeatSchedules } from './monitoring.ts';
 import { checkedName, roleResources } from './roles.ts';
 
 type Cfn = unknown;
@@ -61,8 +62,12 @@ export function eventBusArn(eventBusName: string, destinationRegion?: string): C
 /** SQS queue names: letters, digits, `-` and `_`, up to 80, optionally `.fifo`. */
 const QUEUE_NAME = /^[A-Za-z0-9_-]{1,80}(\.fifo)?$/;
 
-/** Builds the fragment for one configuration and deployment; throws naming a destination or queue whose name AWS would not accept. */
-export function buildStackFragment(config: QueueBoxConfig, deployment: Deployment): StackFragment {
+/**
+ * Builds the fragment for one configuration and deployment (`schedules`: the scheduled functions'
+ * schedules and timeouts, which size the heartbeat alarms); throws naming a destination or queue
+ * whose name AWS would not accept.
+ */
+export function buildStackFragment(config: QueueBoxConfig, deployment: Deployment, schedules: HeartbeatSchedules = defaultHeartbeatSchedules()): StackFragment {
   const destinations = Object.values(config.destinations);
   const queues = destinations.flatMap((d) => (d.type === 'sqs' ? [sqsQueueArn(d.queueUrl, d.region)] : []));
   const buses = destinations.flatMap((d) => (d.type === 'eventbridge' ? [eventBusArn(d.eventBusName, d.region)] : []));
@@ -87,7 +92,7 @@ export function buildStackFragment(config: QueueBoxConfig, deployment: Deploymen
     inboxHttpEvents,
     httpRouteKeys: inboxHttpEvents.map((e) => `${e.httpApi.method} ${e.httpApi.path}`),
     inboxSqsEvents,
-    resources: { Resources: { ...roles, ...dashboardResource(config), ...alarmResources(config) } },
+    resources: { Resources: { ...roles, ...dashboardResource(config), ...alarmResources(config, schedules) } },
     providerTracing: config.observability.tracing ? { lambda: 'Active' } : null,
   };
 }

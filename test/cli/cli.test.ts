@@ -43,10 +43,14 @@ describe('queuebox CLI', () => {
     assert.equal(text.code, 0);
     assert.match(text.stdout, /outbox\s+pending\s+1/);
     assert.match(text.stdout, /HTTP 400 bad/);
+    assert.match(text.stdout, /^outboxPoller\s+never$/m, 'no pass has finished against this database');
+    await db.driver.passRecordFinished({ worker: 'inboxRelay' });
     const json = await cli('status', '--json');
     const report = JSON.parse(json.stdout);
     assert.equal(report.outbox.counts.dead, 1);
     assert.equal(report.outbox.dead[0].lastError, 'HTTP 400 bad');
+    assert.deepEqual([report.passes.outboxPoller, report.passes.reclaim], [null, null]);
+    assert.ok(Date.parse(report.passes.inboxRelay.finishedAt) > 0 && report.passes.inboxRelay.ageSeconds >= 0, JSON.stringify(report.passes));
   });
 
   it('replay without a filter or for another state is refused with exit code 1 and a clear message', async () => {

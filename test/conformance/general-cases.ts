@@ -1,5 +1,6 @@
 /**
- * Conformance cases of the driver's lifecycle methods: migrate, schemaVerify, clockNow, close.
+ * Conformance cases of the driver's lifecycle methods: migrate, schemaVerify, clockNow, close;
+ * and the workers' last finished passes (passRecordFinished, passListFinished).
  */
 import assert from 'node:assert/strict';
 import { SchemaMismatchError } from '../../lib/errors.ts';
@@ -42,6 +43,31 @@ export function defineGeneralCases(define: DefineCase): void {
     const afterClaim = await t.driver.clockNow();
     const lease = row!.leaseExpiresAt.getTime();
     assert.ok(lease >= before.getTime() + 60_000 - 5 && lease <= afterClaim.getTime() + 60_000 + 5, `lease ${row!.leaseExpiresAt.toISOString()} is db clock + 60 s`);
+  });
+
+  define('passRecordFinished stamps a worker\'s row with the database clock; passListFinished reads each worker\'s last pass, apart per outbox table', async (t) => {
+    assert.deepEqual(await t.driver.passListFinished(), [], 'no pass recorded yet');
+    const before = await t.driver.clockNow();
+    await t.driver.passRecordFinished({ worker: 'outboxPoller' });
+    await t.driver.passRecordFinished({ worker: 'reclaim' });
+    const first = await t.driver.passListFinished();
+    assert.deepEqual(first.map((p) => p.worker).sort(), ['outboxPoller', 'reclaim']);
+    const poller = first.find((p) => p.worker === 'outboxPoller')!;
+    assert.ok(poller.finishedAt.getTime() >= before.getTime() - 1, `stamped on the database clock: ${poller.finishedAt.toISOString()} >= ${before.toISOString()}`);
+    assert.ok(poller.ageSeconds >= 0 && poller.ageSeconds < 5, `age ${poller.ageSeconds}`);
+
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await Promise.all([t.driver.passRecordFinished({ worker: 'outboxPoller' }), t.newDriver().passRecordFinished({ worker: 'outboxPoller' })]);
+    const again = await t.driver.passListFinished();
+    assert.equal(again.length, 2, 'one row per worker, however often and concurrently it finishes');
+    assert.ok(again.find((p) => p.worker === 'outboxPoller')!.finishedAt > poller.finishedAt, 'the later pass replaces the earlier');
+
+    const other = t.newDriver({ outbox: 'other_outbox' });
+    assert.deepEqual(await other.passListFinished(), [], 'another outbox table (another configuration) has passes of its own');
+    // Two first passes at once: one row, neither fails.
+    await Promise.all([other.passRecordFinished({ worker: 'inboxRelay' }), t.newDriver({ outbox: 'other_outbox' }).passRecordFinished({ worker: 'inboxRelay' })]);
+    assert.deepEqual((await other.passListFinished()).map((p) => p.worker), ['inboxRelay']);
+    assert.deepEqual((await t.driver.passListFinished()).map((p) => p.worker).sort(), ['outboxPoller', 'reclaim']);
   });
 
   define('close ends the pool: the closed driver no longer queries', async (t) => {

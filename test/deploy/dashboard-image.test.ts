@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { dashboardHtml, widgetSeries } from '../../infra/dashboard-html.ts';
+import { dashboardHtml, logTableRows, widgetSeries } from '../../infra/dashboard-html.ts';
 import type { SampleRound } from '../../infra/dashboard-sample-run.ts';
 import { dashboardBodyText } from '../../lib/serverless/dashboard.ts';
 import { loadConfig } from '../../lib/config/load-config.ts';
@@ -24,7 +24,7 @@ function round(record: (metrics: QueueBoxMetrics) => void, lambda: SampleRound['
 
 describe('dashboard picture', () => {
   const body = dashboardBodyText(config);
-  const widgets = (JSON.parse(body) as { widgets: Array<{ x: number; y: number; width: number; height: number; properties: { title: string; metrics: unknown[][] } }> }).widgets;
+  const widgets = (JSON.parse(body) as { widgets: Array<{ type: 'metric' | 'log'; x: number; y: number; width: number; height: number; properties: { title: string; metrics?: unknown[][]; query?: string } }> }).widgets;
   const rounds = [
     round((m) => {
       m.count('outboxMessages', 5, { status: 'sent' });
@@ -58,5 +58,19 @@ describe('dashboard picture', () => {
     for (const w of widgets) assert.ok(html.includes(`>${w.properties.title.replace(/&/g, '&amp;')}</text>`), w.properties.title);
     assert.ok(html.includes('No data in this run'), 'the retention panel has no data');
     assert.equal((html.match(/<svg /g) ?? []).length, widgets.length);
+  });
+
+  it('draws the last-finished-pass log widget as a table: per function, the last round whose EMF lines carry its heartbeat', () => {
+    const withPasses = [
+      round((m) => {
+        m.count('passesFinished', 1, { function: 'outboxPoller' });
+        m.count('passesFinished', 1, { function: 'reclaim' });
+      }),
+      round((m) => m.count('passesFinished', 1, { function: 'outboxPoller' })),
+      round((m) => m.count('outboxMessages', 1, { status: 'sent' })),
+    ];
+    const table = widgets.find((w) => w.properties.title === 'Last finished pass')!;
+    assert.equal(table.type, 'log');
+    assert.deepEqual(logTableRows(table, withPasses), [['outboxPoller', 'round 2'], ['reclaim', 'round 1']], 'inboxRelay never finished a pass in this run');
   });
 });

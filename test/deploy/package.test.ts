@@ -140,6 +140,28 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
     assert.equal(resources.QueueboxInboxSqsLambdaFunction!.Properties.ReservedConcurrentExecutions, 5);
   });
 
+  it('has a heartbeat alarm per scheduled pass (poller, relay, reclaim): missing data breaching, on the emitted dimensions, over a window that two normal runs on the rule\'s schedule never reach', () => {
+    type Alarm = { MetricName: string; Namespace: string; Dimensions: Array<{ Name: string; Value: unknown }>; Statistic: string; Period: number; EvaluationPeriods: number; DatapointsToAlarm: number; Threshold: number; ComparisonOperator: string; TreatMissingData: string };
+    const heartbeats = ofType('AWS::CloudWatch::Alarm').map(([id, a]) => [id, a.Properties as Alarm] as const).filter(([, a]) => a.MetricName === METRICS.passesFinished.name);
+    assert.deepEqual(heartbeats.map(([id]) => id).sort(), ['QueueBoxAlarmInboxRelayHeartbeat', 'QueueBoxAlarmOutboxPollerHeartbeat', 'QueueBoxAlarmReclaimHeartbeat']);
+    for (const [id, a] of heartbeats) {
+      const fn = a.Dimensions.find((d) => d.Name === 'function')!.Value as string;
+      assert.deepEqual(a.Dimensions, [{ Name: 'service', Value: 'queuebox' }, { Name: 'function', Value: fn }], `${id}: exactly the dimensions the handler emits`);
+      assert.deepEqual([a.Namespace, a.Statistic, a.Threshold, a.ComparisonOperator, a.TreatMissingData], ['QueueBox', 'Sum', 1, 'LessThanThreshold', 'breaching'], id);
+      assert.equal(a.DatapointsToAlarm, a.EvaluationPeriods, `${id}: every period of the window without a finished pass`);
+      const [, rule] = ofType('AWS::Events::Rule').find(([, r]) => JSON.stringify(r.Properties.Targets).includes(functionLogicalId(fn)))!;
+      const match = /^rate\((\d+) (minutes?|hours?)\)$/.exec(String(rule.Properties.ScheduleExpression))!;
+      const every = Number(match[1]) * (match[2]!.startsWith('hour') ? 3600 : 60);
+      const timeout = resources[functionLogicalId(fn)]!.Properties.Timeout as number;
+      const window = a.Period * a.EvaluationPeriods;
+      // One pass may finish at once and the next only at its timeout: runs finish up to every + timeout apart.
+      assert.ok(window >= every + timeout + 120, `${id}: ${window} s covers ${every} s between runs, a ${timeout} s timeout and late metrics`);
+      assert.ok(window <= every + timeout + 300, `${id}: ${window} s is not much longer than needed`);
+    }
+    const poller = heartbeats.find(([id]) => id === 'QueueBoxAlarmOutboxPollerHeartbeat')![1];
+    assert.deepEqual([poller.Period, poller.EvaluationPeriods], [60, 5], 'rate(1 minute), 60 s timeout: 5 minutes without a finished pass');
+  });
+
   it('passes cfn-lint with zero errors', async () => {
     const lint = await run('cfn-lint', ['.serverless/cloudformation-template-update-stack.json'], { cwd: service, timeoutMs: 120_000 });
     assert.ok(!/ENOENT/.test(lint.stderr), 'cfn-lint is not installed: pip install cfn-lint');
@@ -149,9 +171,10 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
 
   it('has a dashboard whose body is JSON naming only metrics the code emits, with the emitted dimensions', () => {
     const [[, dashboard]] = ofType('AWS::CloudWatch::Dashboard') as [[string, Resource]];
-    const body = JSON.parse(joinText(dashboard.Properties.DashboardBody)) as { widgets: Array<{ properties: { title: string; metrics: unknown[][] } }> };
+    const body = JSON.parse(joinText(dashboard.Properties.DashboardBody)) as { widgets: Array<{ type: string; properties: { title: string; metrics: unknown[][]; query?: string } }> };
     const named = new Set<string>();
-    for (const widget of body.widgets) {
+    const logWidgets = body.widgets.filter((w) => w.type === 'log');
+    for (const widget of body.widgets.filter((w) => w.type === 'metric')) {
       assert.ok(widget.properties.metrics.length > 0, `widget ${widget.properties.title} has metrics`);
       for (const row of widget.properties.metrics) {
         if (row[0] === 'QueueBox') {
@@ -174,7 +197,17 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
     for (const m of ['queuebox_outbox_messages_total', 'queuebox_claims_lost_total', 'queuebox_outbox_messages_reclaimed_total', 'queuebox_outbox_oldest_pending_age_seconds', 'queuebox_inbox_oldest_pending_age_seconds', 'queuebox_inbox_messages_total', 'queuebox_inbox_rejections_total', 'queuebox_outbox_publish_duration_seconds']) {
       assert.ok(named.has(m), `dashboard shows ${m}`);
     }
-    const lambdaRows = body.widgets.flatMap((w) => w.properties.metrics).filter((r) => r[0] === 'AWS/Lambda');
+    // The last finished pass: a Logs Insights table over the three functions' log groups, reading
+    // the heartbeat's EMF lines (the same metric, service and dimension the alarms watch).
+    assert.deepEqual(logWidgets.map((w) => w.properties.title), ['Last finished pass']);
+    const scheduled = ['outboxPoller', 'inboxRelay', 'reclaim'];
+    assert.equal(
+      logWidgets[0]!.properties.query,
+      `${scheduled.map((fn) => `SOURCE '/aws/lambda/<${functionLogicalId(fn)}>'`).join(' | ')} | filter ispresent(queuebox_passes_finished_total) and service = "queuebox" | stats max(@timestamp) as last_finished_pass by \`function\` | sort \`function\``,
+    );
+    const logGroups = ofType('AWS::Logs::LogGroup').map(([, g]) => g.Properties.LogGroupName);
+    for (const fn of scheduled) assert.ok(logGroups.includes(`/aws/lambda/${String(resources[functionLogicalId(fn)]!.Properties.FunctionName)}`), `${fn}'s log group is the function's name`);
+    const lambdaRows = body.widgets.flatMap((w) => w.properties.metrics ?? []).filter((r) => r[0] === 'AWS/Lambda');
     for (const fn of FUNCTIONS) for (const metric of ['Errors', 'Throttles', 'Duration']) {
       assert.ok(lambdaRows.some((r) => r[1] === metric && r[3] === `<${functionLogicalId(fn.name)}>`), `${fn.name} ${metric}`);
     }

@@ -43,7 +43,7 @@ describe('SQL Server statement shapes', () => {
     for (const [name, text] of texts) {
       assert.doesNotMatch(text, /\b(GETDATE|GETUTCDATE|SYSDATETIME|SYSDATETIMEOFFSET|CURRENT_TIMESTAMP)\b/i, name);
     }
-    for (const name of ['outbox claim', 'outbox reclaim', 'inbox claim push', 'pull claim', 'outbox stats', 'reclaim gate']) {
+    for (const name of ['outbox claim', 'outbox reclaim', 'inbox claim push', 'pull claim', 'outbox stats', 'reclaim gate', 'pass record finished', 'pass list finished']) {
       assert.match(allStatements()[name]!.text, /SYSUTCDATETIME\(\)/, name);
     }
   });
@@ -73,6 +73,23 @@ describe('SQL Server statement shapes', () => {
     const insert = allStatements()['outbox insert']!;
     assert.ok(insert.params.some((p) => p.value === SENTINELS.topic));
     assert.ok(insert.params.some((p) => typeof p.value === 'string' && p.value.includes(SENTINELS.payload)));
+  });
+
+  it('a finished pass stamps its worker\'s maintenance row: inserted under UPDLOCK, HOLDLOCK when missing, else updated; the list reads the three workers\' rows with their age on the database clock', () => {
+    const record = allStatements()['pass record finished']!;
+    assert.equal(
+      record.text,
+      `INSERT INTO ${names.maintenance} (name, last_run_at)
+SELECT @p_pass_name, SYSUTCDATETIME()
+ WHERE NOT EXISTS (SELECT 1 FROM ${names.maintenance} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_pass_name);
+IF @@ROWCOUNT = 0
+  UPDATE ${names.maintenance} SET last_run_at = SYSUTCDATETIME() WHERE name = @p_pass_name;`,
+    );
+    assert.deepEqual(record.params.map((p) => [p.name, p.value]), [['p_pass_name', 'pass:inboxRelay:outbox']]);
+    const list = allStatements()['pass list finished']!;
+    assert.match(list.text, /^SELECT name, last_run_at, DATEDIFF_BIG\(millisecond, last_run_at, SYSUTCDATETIME\(\)\) AS age_ms\s+FROM \[dbo\]\.\[queuebox_maintenance\]\s+WHERE name IN \(@p_pass_name_0, @p_pass_name_1, @p_pass_name_2\);$/);
+    assert.deepEqual(list.params.map((p) => p.value), ['pass:outboxPoller:outbox', 'pass:inboxRelay:outbox', 'pass:reclaim:outbox']);
+    for (const p of [...record.params, ...list.params]) assert.equal((p.type as unknown as { length: number }).length, 255, 'NVARCHAR(255), the name column');
   });
 
   it('migrations set QUOTED_IDENTIFIER and the ANSI options in every batch that creates a filtered index', () => {

@@ -6,7 +6,7 @@ import { buildFencedBatch, type FencedKind } from '../../lib/db/sqlserver/fenced
 import { buildInboxClaimPush } from '../../lib/db/sqlserver/inbox-claim.ts';
 import { buildInboxReplay, buildInboxReplayBounded, buildInboxReplayPreview } from '../../lib/db/sqlserver/inbox-replay.ts';
 import { buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim } from '../../lib/db/sqlserver/inbox-queries.ts';
-import { buildGatedReclaim } from '../../lib/db/sqlserver/maintenance-queries.ts';
+import { buildGatedReclaim, buildPassListFinished, buildPassRecordFinished } from '../../lib/db/sqlserver/maintenance-queries.ts';
 import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
 import { buildOutboxClaim } from '../../lib/db/sqlserver/outbox-claim.ts';
@@ -108,6 +108,8 @@ export function allStatements(): Record<string, MssqlStatement> {
     'outbox renew': buildFencedBatch(names.outbox, 'renew', [claim], { leaseMs: s.leaseMs }),
     'pull renew': buildPullFenced(names, 'renew', claim, s.leaseMs),
     'reclaim gate': buildGatedReclaim(names, s.gate, 1000, 'SELECT 1;'),
+    'pass record finished': buildPassRecordFinished(names, 'inboxRelay'),
+    'pass list finished': buildPassListFinished(names),
     ...fencedStatements(),
   };
 }

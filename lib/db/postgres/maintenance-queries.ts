@@ -1,12 +1,18 @@
 /**
- * The shared throttle: a row per gate in the maintenance table, advanced by a conditional upsert.
+ * The maintenance table: the shared throttle, and the workers' last finished passes (a row per
+ * worker, `pass-row-name.ts`, stamped at the end of each pass).
+ *
+ * The shared throttle: a row per gate, advanced by a conditional upsert.
  *
  * "Reclaim at most once per claimTimeoutMs / 5" must hold across overlapping Lambda invocations,
  * so the last run time lives in the database, compared with the database clock. `ON CONFLICT DO
  * UPDATE … WHERE` locks the gate row and re-checks the condition on its latest version, so of two
  * concurrent callers only one opens the gate.
  */
+import type { PassFinished, PassWorker } from '../driver.ts';
+import { passRowName, passRowNames } from '../pass-row-name.ts';
 import { msInterval, type PgContext } from './context.ts';
+import { pgQuery } from './pg-pool.ts';
 
 /**
  * A CTE named `gate` that yields one row when this caller may run now (and records the run).
@@ -25,4 +31,26 @@ export function reclaimGate(ctx: PgContext, name: string, throttleMs: number | u
     RETURNING 1)`,
     values: [name, throttleMs ?? null],
   };
+}
+
+/** Records a finished pass of `worker`: one upsert of its row, stamped with the database clock. */
+export async function passRecordFinished(ctx: PgContext, worker: PassWorker): Promise<void> {
+  await pgQuery(
+    ctx.pool,
+    `INSERT INTO ${ctx.names.maintenance} AS m (name, last_run_at) VALUES ($1, clock_timestamp())
+     ON CONFLICT (name) DO UPDATE SET last_run_at = clock_timestamp()`,
+    [passRowName(worker, ctx.names.outboxTable)],
+  );
+}
+
+/** The last finished pass of every worker that has one, with its age on the database clock. */
+export async function passListFinished(ctx: PgContext): Promise<PassFinished[]> {
+  const byName = passRowNames(ctx.names.outboxTable);
+  const { rows } = await pgQuery<{ name: string; last_run_at: Date; age: number }>(
+    ctx.pool,
+    `SELECT name, last_run_at, EXTRACT(EPOCH FROM clock_timestamp() - last_run_at)::float8 AS age
+       FROM ${ctx.names.maintenance} WHERE name = ANY($1::text[])`,
+    [[...byName.keys()]],
+  );
+  return rows.map((r) => ({ worker: byName.get(r.name)!, finishedAt: r.last_run_at, ageSeconds: Math.max(0, r.age) }));
 }

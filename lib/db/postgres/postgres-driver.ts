@@ -10,6 +10,7 @@ import * as consoleReads from './console-queries.ts';
 import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
 import { inboxReplay, inboxReplayPreview } from './inbox-replay.ts';
+import { passListFinished, passRecordFinished } from './maintenance-queries.ts';
 import { pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent, type PgNames } from './names.ts';
 import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
@@ -178,6 +179,9 @@ export class PostgresDriver implements Driver {
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = (p) => inbox.inboxDeleteFinished(this.ctx, p);
   inboxReplay: Driver['inboxReplay'] = (f) => inboxReplay(this.ctx, f);
   inboxReplayPreview: Driver['inboxReplayPreview'] = (p) => inboxReplayPreview(this.ctx, p);
+
+  passRecordFinished: Driver['passRecordFinished'] = (p) => passRecordFinished(this.ctx, p.worker);
+  passListFinished: Driver['passListFinished'] = () => passListFinished(this.ctx);
 
   pullClaimMany: Driver['pullClaimMany'] = (p) => pull.pullClaimMany(this.ctx, p);
   pullRenew: Driver['pullRenew'] = (p) => pull.pullRenew(this.ctx, p);

@@ -1,5 +1,8 @@
 /**
- * The shared throttle: a row per gate in the maintenance table, advanced by a conditional update.
+ * The maintenance table: the shared throttle, and the workers' last finished passes (a row per
+ * worker, `pass-row-name.ts`, stamped at the end of each pass); also retention's chunked deletes.
+ *
+ * The shared throttle: a row per gate, advanced by a conditional update.
  *
  * "Reclaim at most once per claimTimeoutMs / 5" must hold across overlapping Lambda invocations,
  * so the last run time lives in the database, compared with the database clock. A missing gate row
@@ -8,7 +11,8 @@
  * lock, so of two concurrent callers only one opens the gate.
  */
 import sql from 'mssql';
-import type { ReclaimResult } from '../driver.ts';
+import type { PassFinished, PassWorker, ReclaimResult } from '../driver.ts';
+import { passRowName, passRowNames } from '../pass-row-name.ts';
 import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 
@@ -110,4 +114,38 @@ SELECT @v_deleted AS deleted;`,
 export async function runDeleteFinished(runner: MssqlRunner, statement: MssqlStatement): Promise<number> {
   const { recordset } = await runStatement<{ deleted: number }>(runner, statement);
   return Number(recordset[0]?.deleted ?? 0);
+}
+
+/**
+ * Records a finished pass of `worker`: its row stamped with the database clock, inserted when
+ * missing under UPDLOCK/HOLDLOCK (two first passes cannot both insert), else updated.
+ */
+export function buildPassRecordFinished(names: MssqlNames, worker: PassWorker): MssqlStatement {
+  const m = names.maintenance;
+  return {
+    text: `INSERT INTO ${m} (name, last_run_at)
+SELECT @p_pass_name, SYSUTCDATETIME()
+ WHERE NOT EXISTS (SELECT 1 FROM ${m} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_pass_name);
+IF @@ROWCOUNT = 0
+  UPDATE ${m} SET last_run_at = SYSUTCDATETIME() WHERE name = @p_pass_name;`,
+    params: [param('p_pass_name', sql.NVarChar(255), passRowName(worker, names.outboxTable))],
+  };
+}
+
+/** Reads every worker's last finished pass with its age in milliseconds on the database clock. */
+export function buildPassListFinished(names: MssqlNames): MssqlStatement {
+  const rowNames = [...passRowNames(names.outboxTable).keys()];
+  return {
+    text: `SELECT name, last_run_at, DATEDIFF_BIG(millisecond, last_run_at, SYSUTCDATETIME()) AS age_ms
+  FROM ${names.maintenance}
+ WHERE name IN (${rowNames.map((_, i) => `@p_pass_name_${i}`).join(', ')});`,
+    params: rowNames.map((name, i) => param(`p_pass_name_${i}`, sql.NVarChar(255), name)),
+  };
+}
+
+/** Runs `buildPassListFinished`. */
+export async function passListFinished(runner: MssqlRunner, names: MssqlNames): Promise<PassFinished[]> {
+  const byName = passRowNames(names.outboxTable);
+  const { recordset } = await runStatement<{ name: string; last_run_at: Date; age_ms: string | number }>(runner, buildPassListFinished(names));
+  return recordset.map((r) => ({ worker: byName.get(r.name)!, finishedAt: r.last_run_at, ageSeconds: Math.max(0, Number(r.age_ms) / 1000) }));
 }

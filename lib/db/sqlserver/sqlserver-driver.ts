@@ -16,6 +16,7 @@ import { inboxClaimPushMany } from './inbox-claim.ts';
 import { inboxReplay, inboxReplayPreview } from './inbox-replay.ts';
 import { outboxClaimMany } from './outbox-claim.ts';
 import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from './compatibility-check.ts';
+import { buildPassRecordFinished, passListFinished } from './maintenance-queries.ts';
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from './migrations.ts';
 import { createMssqlPool, ensureConnected, isMssqlTransaction, param, runBatch, runStatement, mssqlTransaction } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
@@ -163,6 +164,11 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = async (p) => inbox.inboxDeleteFinished(await this.pool(), this.names, p);
   inboxReplay: Driver['inboxReplay'] = async (f) => inboxReplay(await this.pool(), this.names, f);
   inboxReplayPreview: Driver['inboxReplayPreview'] = async (p) => inboxReplayPreview(await this.pool(), this.names, p);
+
+  passRecordFinished: Driver['passRecordFinished'] = async (p) => {
+    await runStatement(await this.pool(), buildPassRecordFinished(this.names, p.worker));
+  };
+  passListFinished: Driver['passListFinished'] = async () => passListFinished(await this.pool(), this.names);
 
   pullClaimMany: Driver['pullClaimMany'] = async (p) => pull.pullClaimMany(await this.pool(), this.names, p);
   pullRenew: Driver['pullRenew'] = async (p) => pull.pullRenew(await this.pool(), this.names, p);

@@ -1,0 +1,33 @@
+/**
+ * The heartbeat of a scheduled function: when a pass finished (returned, not thrown), count
+ * `queuebox_passes_finished_total{function}` — what the heartbeat alarms watch — and stamp the
+ * worker's row in the maintenance table with the database clock, which `queuebox status` reads.
+ * One upsert per pass, never per message.
+ *
+ * A failed stamp is logged, not thrown: the pass did finish, and its metric says so. A function
+ * that fails at start, throws, or is never invoked records nothing, so its alarm fires.
+ */
+import type { Driver, PassWorker } from '../db/driver.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
+import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import type { PassLogger } from '../outbox/pass-context.ts';
+
+export interface PassHeartbeatOptions {
+  driver: Pick<Driver, 'passRecordFinished'>;
+  metrics: QueueBoxMetrics;
+  logger: Pick<PassLogger, 'warn'>;
+  worker: PassWorker;
+  /** Time left in the invocation (ms): bounds the stamp's statement, as every statement of a pass. */
+  remainingMs: () => number;
+}
+
+/** Counts the finished pass (flushed with the pass's metrics) and stamps its time in the database. */
+export async function recordPassFinished(options: PassHeartbeatOptions): Promise<void> {
+  const { driver, metrics, logger, worker } = options;
+  metrics.count('passesFinished', 1, { function: worker });
+  try {
+    await withStatementBudget(options.remainingMs, () => driver.passRecordFinished({ worker }));
+  } catch (error) {
+    logger.warn('the finished pass was not recorded in the database: queuebox status shows an earlier one', { worker, error: String(error) });
+  }
+}
