@@ -28,14 +28,22 @@ export interface ShellOptions {
   interruptAfterText?: string;
 }
 
+/** Proxy and certificate-authority variables, passed through as a terminal on this machine has them. */
+const NETWORK_VARIABLES = /^(NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy)$/;
+
 /**
  * The environment of a new terminal on this machine: the Node.js running the tests first on a
  * plain system PATH (nothing from `npm test`'s own environment: no npm_* variables, no
- * node_modules/.bin of the repository under test), HOME (npm's cache) and a UTF-8 locale. npm is
- * told to prefer its cache and skip the audit and funding requests.
+ * node_modules/.bin of the repository under test), HOME (npm's cache), a UTF-8 locale and the
+ * machine's proxy and certificate settings. npm is told to prefer its cache and skip the audit
+ * and funding requests.
  */
 export function userEnvironment(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  // The machine's network settings are the user's too: a proxy and the certificate authorities
+  // it needs (a registry reached through a TLS-inspecting proxy fails without them).
+  const network = Object.fromEntries(Object.entries(process.env).filter(([name, value]) => value !== undefined && NETWORK_VARIABLES.test(name)));
   return {
+    ...network,
     PATH: `${dirname(process.execPath)}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
     HOME: process.env.HOME ?? '/root',
     LANG: 'C.UTF-8',
