@@ -173,9 +173,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   // The relay's own forward attempts, and `max_attempts` of the outbox rows it writes.
   const relayMaxAttempts = relay.maxAttempts ?? config.outbox.maxAttempts;
 
-  const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs) });
+  const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts });
   summary.reclaimed = reclaim.reclaimed;
-  if (reclaim.reclaimed > 0) metrics.flush();
+  // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).
+  metrics.count('inboxMessages', reclaim.dead, { status: 'dead' });
+  if (reclaim.dead > 0) logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: reclaim.dead });
+  if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
 
   while (canStart()) {
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
@@ -311,14 +314,14 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
 
   async function settleFailure(row: InboxRow, claim: ClaimRef, error: unknown): Promise<void> {
     const reason = redactError(error);
-    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `forward failed ${row.attempt + 1} times; last error: ${reason}` }]);
+    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `gave up after ${row.attempt + 1} of ${relayMaxAttempts} attempts: ${reason}` }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
       const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });
       if (changed.length === 0) return loseClaim(claim, 'retry');
       summary.retried++;
       metrics.count('inboxMessages', 1, { status: 'retried' });
-      logger.warn('inbox forward failed; retrying', { id: row.id, attempt: row.attempt, delayMs, error: reason });
+      logger.warn(`inbox forward failed on attempt ${row.attempt + 1} of ${relayMaxAttempts}; retrying`, { id: row.id, attempt: `${row.attempt + 1} of ${relayMaxAttempts}`, delayMs, error: reason });
     } catch (retryError) {
       if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });

@@ -34,7 +34,7 @@ describe('queuebox CLI', () => {
     const result = await cli('reclaim');
     assert.deepEqual([result.code, result.stdout], [0, 'reclaimed: outbox 1, inbox 0\n']);
     const json = await cli('reclaim', '--json');
-    assert.deepEqual(JSON.parse(json.stdout), { outbox: 0, inbox: 0 });
+    assert.deepEqual(JSON.parse(json.stdout), { outbox: 0, inbox: 0, outboxDead: 0, inboxDead: 0 });
   });
 
   it('status prints a table and --json the same report', async () => {
