@@ -107,7 +107,7 @@ export const outboxSchema = z
     /** Pause between claims when the last claim found nothing (ms). */
     pollIntervalMs: nonNegativeInt.default(100),
     retryBaseDelayMs: positiveInt.default(1000),
-    /** Default `max_attempts` for rows enqueued through the API. */
+    /** Default `max_attempts` for rows enqueued through the API: deliveries, the first included. */
     maxAttempts: positiveInt.max(1000).default(5),
     /** Lease duration; also the reclaim throttle base (reclaim runs at most every claimTimeoutMs / 5). */
     claimTimeoutMs: positiveInt.min(1000).default(300000),
@@ -160,7 +160,7 @@ export const inboxSchema = z
         claimTimeoutMs: positiveInt.min(1000).default(300000),
         shutdownTimeoutMs: nonNegativeInt.default(30000),
         retryBaseDelayMs: positiveInt.default(1000),
-        /** Relay forward attempts and `max_attempts` of relayed outbox rows; unset: `outbox.maxAttempts`. */
+        /** Relay forwards (the first included) and `max_attempts` (deliveries) of relayed outbox rows; unset: `outbox.maxAttempts`. */
         maxAttempts: positiveInt.max(1000).optional(),
       })
       .prefault({}),
