@@ -44,6 +44,7 @@ export interface OutboxMessageInput {
   scheduledAt?: Date;
   /** Delay from now (database clock) instead of `scheduledAt`. */
   delayMs?: number;
+  /** Deliveries of the row, the first included (`max_attempts`); then it is `dead`. */
   maxAttempts?: number;
   /** Caller-chosen id (UUID); default: random. */
   id?: string;
