@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { parseConfig } from '../lib/config/load-config.ts';
 import { BLOCKED_LIMITS } from '../lib/console/blocked-page.ts';
-import { DEAD_PAGE } from '../lib/console/dead-page.ts';
+import { DEAD_GROUPS, DEAD_PAGE } from '../lib/console/dead-page.ts';
 import { CLAIMS_SHOWN, COUNT_CAP } from '../lib/console/overview-page.ts';
 import * as reads from '../lib/db/postgres/console-queries.ts';
 import type { PgContext } from '../lib/db/postgres/context.ts';
@@ -73,10 +73,12 @@ try {
     ['outboxClaimsInFlight', () => reads.outboxClaimsInFlight(explaining, { limit: CLAIMS_SHOWN })],
     ['outboxBlockedKeys', () => reads.outboxBlockedKeys(explaining, BLOCKED_LIMITS)],
     ['outboxDeadSearch (topic filter)', () => reads.outboxDeadSearch(explaining, { ...DEAD_PAGE, label: 'orders.7' })],
+    ['outboxDeadGroups', () => reads.outboxDeadGroups(explaining, DEAD_GROUPS)],
     ['outboxRowGet', () => reads.outboxRowGet(explaining, { id: '00000000-0000-4000-8000-000000000000' })],
     ['inboxStatsByState', () => reads.inboxStatsByState(explaining, { countCap: COUNT_CAP })],
     ['inboxBlockedAggregates', () => reads.inboxBlockedAggregates(explaining, BLOCKED_LIMITS)],
     ['inboxDeadSearch', () => reads.inboxDeadSearch(explaining, { ...DEAD_PAGE })],
+    ['inboxDeadGroups', () => reads.inboxDeadGroups(explaining, DEAD_GROUPS)],
   ];
   for (const [name, run] of cases) {
     plans.length = 0;

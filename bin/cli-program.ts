@@ -143,36 +143,65 @@ See docs/upgrading.md.`,
 
   program
     .command('replay')
-    .description(`move dead (or sent) outbox rows back to pending (at least one filter; more than ${REPLAY_CONFIRM_ABOVE} rows need --yes)`)
+    .description(`move dead (or sent) outbox rows, or dead inbox rows (--table inbox), back to pending (at least one filter; more than ${REPLAY_CONFIRM_ABOVE} rows need --yes)`)
+    .addOption(new Option('--table <table>', 'rows of this table: outbox or inbox (relay and pull rows)').choices(['outbox', 'inbox']).default('outbox'))
     .option('--id <ids>', 'row id (repeatable, or comma-separated)', collect)
-    .option('--topic <topics>', 'exact topic (repeatable, or comma-separated)', collect)
-    .option('--destination <name>', 'rows whose topic a route sends to this destination')
-    .option('--created-from <time>', 'created at or after (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
-    .option('--created-to <time>', 'created before (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
-    .addOption(new Option('--state <states>', 'states to move: dead, sent (default dead)').argParser(collect))
+    .option('--topic <topics>', 'outbox: exact topic (repeatable, or comma-separated)', collect)
+    .option('--destination <name>', 'outbox: rows whose topic a route sends to this destination')
+    .option('--source <sources>', 'inbox: exact source name (repeatable, or comma-separated)', collect)
+    .addOption(new Option('--consumption <kind>', 'inbox: only push (relay) or pull rows; narrows another filter').choices(['push', 'pull']))
+    .option('--created-from <time>', 'created (inbox: received) at or after (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
+    .option('--created-to <time>', 'created (inbox: received) before (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
+    .option('--last-error <prefix>', 'rows whose last error starts with this text (exact, case included)')
+    .addOption(new Option('--state <states>', 'outbox states to move: dead, sent (default dead); the inbox moves dead rows only').argParser(collect))
     .option('--dry-run', 'print how many rows would move and a sample of them; move nothing')
     .option('--sample <n>', 'rows to show with --dry-run', positive, REPLAY_SAMPLE_SIZE)
     .option('--yes', `confirm a replay of more than ${REPLAY_CONFIRM_ABOVE} rows`)
     .option('--json', 'print JSON')
-    .action((opts: { id?: string[]; topic?: string[]; destination?: string; createdFrom?: string; createdTo?: string; state?: string[]; dryRun?: boolean; sample: number; yes?: boolean; json?: boolean }) =>
+    .addHelpText(
+      'after',
+      `
+Preview first, then move: a dry run counts the matching rows and lists the oldest; without --yes
+a replay of more than ${REPLAY_CONFIRM_ABOVE} rows is refused, and the move itself moves nothing if
+more than ${REPLAY_CONFIRM_ABOVE} match when it runs. A replay resets attempt, schedule, error and
+claim and keeps each row's id and sequence.
+
+Outbox rows (the default):
+  queuebox replay --destination orders --created-from 2026-11-30T00:00:00Z --dry-run
+  queuebox replay --topic order.paid --last-error "HTTP 503" --yes
+
+Dead inbox rows, relay (push) and pull alike (--table inbox):
+  queuebox replay --table inbox --source stripe --dry-run
+  queuebox replay --table inbox --source billing --consumption pull --id <row id>
+A requeued inbox row is again the head of its aggregate: the aggregate's rows still pending wait
+for it; rows of the aggregate already processed stay processed (they are not redone).
+See docs/operations.md.`,
+    )
+    .action((opts: { table: 'outbox' | 'inbox'; id?: string[]; topic?: string[]; destination?: string; source?: string[]; consumption?: string; createdFrom?: string; createdTo?: string; lastError?: string; state?: string[]; dryRun?: boolean; sample: number; yes?: boolean; json?: boolean }) =>
 {
       const request = parseReplayRequest({
+        ...(opts.table === 'inbox' ? { table: 'inbox' } : {}),
         ...(opts.id ? { ids: opts.id } : {}),
         ...(opts.topic ? { topics: opts.topic } : {}),
         ...(opts.destination !== undefined ? { destination: opts.destination } : {}),
+        ...(opts.source ? { sources: opts.source } : {}),
+        ...(opts.consumption !== undefined ? { consumption: opts.consumption } : {}),
         ...(opts.createdFrom !== undefined ? { createdFrom: opts.createdFrom } : {}),
         ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
+        ...(opts.lastError !== undefined ? { lastErrorPrefix: opts.lastError } : {}),
         ...(opts.state ? { states: opts.state } : {}),
       });
+      const table = request.table ?? 'outbox';
       return withDriver(true, async (driver, cfg) => {
         if (opts.dryRun) {
           const preview = await previewReplay(driver, cfg, request, { sampleSize: opts.sample });
-          io.stdout(opts.json ? `${JSON.stringify({ dryRun: true, ...preview })}\n` : formatReplayPreview(preview, request.states ?? ['dead']));
+          io.stdout(opts.json ? `${JSON.stringify({ dryRun: true, table, ...preview })}\n` : formatReplayPreview(preview, request.states ?? ['dead'], table));
           return;
         }
-        io.stderr('replaying...\n');
+        io.stderr(table === 'inbox' ? 'requeueing dead inbox rows...\n' : 'replaying...\n');
         const result = await runReplayCommand(driver, cfg, { request, dryRun: false, yes: opts.yes === true });
-        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `replayed ${'moved' in result ? result.moved : 0} rows\n`);
+        const moved = 'moved' in result ? result.moved : 0;
+        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : table === 'inbox' ? `requeued ${moved} inbox rows\n` : `replayed ${moved} rows\n`);
       });
     });
 

@@ -1,6 +1,7 @@
 /**
  * Replay function, invoked by hand: the event is a replay request
- * (`{"ids": [...], "topics": [...], "destination": "...", "createdFrom": "...", "createdTo": "...", "states": ["dead"]}`)
+ * (`{"ids": [...], "topics": [...], "destination": "...", "createdFrom": "...", "createdTo": "...", "lastErrorPrefix": "...", "states": ["dead"]}`;
+ * dead inbox rows: `{"table": "inbox", "sources": [...], "consumption": "push" | "pull", ...}`)
  * plus `"dryRun": true` (count and sample, nothing moves) or `"yes": true` (confirm a replay of
  * more than 100 rows). Unknown keys and wrong types are refused naming the key; at least one
  * filter is required; states default to `dead`. Returns `{ moved }` or the preview.

@@ -67,7 +67,7 @@ export function sampleConfig(databaseUrl: string, schema: string, endpoints: { s
       relay: { pollIntervalMs: 50 },
       sources: {
         payments: { type: 'http', path: '/payments', auth: { type: 'hmac', secretEnv: 'SAMPLE_WEBHOOK_SECRET' }, idempotencyKeyPath: '$.id', eventTypePath: '$.type', aggregateIdPath: '$.orderId' },
-        jobs: { type: 'http', path: '/jobs', consumption: 'pull' },
+        jobs: { type: 'http', path: '/jobs', consumption: 'pull', auth: { type: 'none' } },
       },
     },
     lambda: { deadlineMarginMs: 300 },

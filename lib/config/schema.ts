@@ -104,8 +104,10 @@ export const outboxSchema = z
     batchSize: positiveInt.max(1000).default(100),
     /** Destination calls in flight at once within one invocation. */
     concurrency: positiveInt.max(64).default(8),
-    /** Pause between claims when the last claim found nothing (ms). */
+    /** Pause after a claim that found nothing (ms); it doubles with each further empty claim, up to `maxPollIntervalMs`. */
     pollIntervalMs: nonNegativeInt.default(100),
+    /** Longest pause between claims of an idle pass (ms); never below `pollIntervalMs`. */
+    maxPollIntervalMs: nonNegativeInt.default(1000),
     retryBaseDelayMs: positiveInt.default(1000),
     /** Default `max_attempts` for rows enqueued through the API: deliveries, the first included. */
     maxAttempts: positiveInt.max(1000).default(5),
@@ -156,7 +158,10 @@ export const inboxSchema = z
       .strictObject({
         batchSize: positiveInt.max(1000).default(100),
         concurrency: positiveInt.max(64).default(4),
+        /** Pause after a claim that found nothing (ms); it doubles with each further empty claim, up to `maxPollIntervalMs`. */
         pollIntervalMs: nonNegativeInt.default(100),
+        /** Longest pause between claims of an idle pass (ms); never below `pollIntervalMs`. */
+        maxPollIntervalMs: nonNegativeInt.default(1000),
         claimTimeoutMs: positiveInt.min(1000).default(300000),
         shutdownTimeoutMs: nonNegativeInt.default(30000),
         retryBaseDelayMs: positiveInt.default(1000),

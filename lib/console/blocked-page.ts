@@ -1,12 +1,13 @@
 /**
- * Blocked keys and aggregates: each head row that is not moving, why (in words), and how many
- * rows of its key wait behind it.
+ * Blocked keys and aggregates: each head row that is not moving, why (in words), how many rows of
+ * its key wait behind it, and links to the failing head row and to the dead rows of its topic or
+ * source (a row of the key that died earlier is among them).
  */
 import type { ConsoleBlockedHead } from '../db/driver.ts';
 import { attemptNumber } from './attempt-text.ts';
 import { blockedReason, duration, POISON_ATTEMPTS } from './blocked-reason.ts';
-import { html, type SafeHtml } from './html.ts';
-import { page, rowLink, state, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { html, queryString, type SafeHtml } from './html.ts';
+import { page, rowLink, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Heads listed per table; candidates read per cause; rows counted behind a head. */
 export const BLOCKED_LIMITS = { limit: 100, scanLimit: 1000, poisonAttempts: POISON_ATTEMPTS, waitingCap: 10_000 } as const;
@@ -20,7 +21,7 @@ export async function blockedPage(ctx: ConsoleContext): Promise<SafeHtml> {
     'Blocked keys and aggregates',
     html`<p class="note">A key delivers one row at a time, in order. These heads are not moving: their lease expired, they wait for a retry,
 they failed ${POISON_ATTEMPTS} times or more, or they are scheduled in the future with rows waiting behind them.</p>
-<h2>Outbox keys</h2>${table(ctx, 'outbox', keys)}<h2>Inbox aggregates</h2>${table(ctx, 'inbox', aggregates)}`,
+<h2>${tableHeading(ctx, 'outbox', ' keys')}</h2>${table(ctx, 'outbox', keys)}<h2>${tableHeading(ctx, 'inbox', ' aggregates')}</h2>${table(ctx, 'inbox', aggregates)}`,
   );
 }
 
@@ -36,6 +37,8 @@ ${heads.map((h) => {
 <td>${time(h.scheduledAt)}${h.dueInMs > 0 ? html`<br><span class="muted">in ${duration(h.dueInMs)}</span>` : ''}</td>
 <td>${h.leaseExpiresAt ? html`${time(h.leaseExpiresAt)}<br><span class="muted">${h.leaseLeftMs < 0 ? `expired ${duration(-h.leaseLeftMs)} ago` : `${duration(h.leaseLeftMs)} left`}</span>` : '—'}</td>
 <td class="num">${h.waitingBehind >= cap ? `≥ ${cap}` : h.waitingBehind}</td>
-<td class="reason cause-${reason.cause}">${reason.text}</td><td>${h.lastError ? html`<pre>${ctx.redactor.text(h.lastError)}</pre>` : '—'}</td></tr>`;
+<td class="reason cause-${reason.cause}">${reason.text}<br><a href="/row/${kind}/${encodeURIComponent(h.id)}" data-head-row>${reason.cause === 'poison' || reason.cause === 'retry-backoff' ? 'failing head row' : 'head row'} →</a>
+· <a href="/dead${queryString({ table: kind, label: h.label })}" data-dead-of-label>dead rows of ${kind === 'outbox' ? 'this topic' : 'this source'} →</a></td>
+<td>${h.lastError ? html`<pre>${ctx.redactor.text(h.lastError)}</pre>` : '—'}</td></tr>`;
 })}</tbody></table>`;
 }

@@ -1,16 +1,33 @@
 /**
- * Dead rows, newest first: filter by topic (outbox) or source (inbox) and time, with the full
- * last error and the payload, secrets redacted.
+ * Dead rows: first grouped by topic (inbox: source and consumption), error start and, for the
+ * outbox, the destination the topic routes to, with counts and a link that previews the group's
+ * replay (its rows listed, to requeue); then the rows, newest first, filtered by topic (outbox) or
+ * source (inbox) and time, with the full last error and the payload, secrets redacted.
  */
-import type { ConsoleDeadQuery } from '../db/driver.ts';
+import type { ConsoleDeadGroup, ConsoleDeadQuery } from '../db/driver.ts';
+import { createRouter } from '../outbox/routes.ts';
 import { UsageError } from '../errors.ts';
 import { operatorTimeProblem } from '../operations/operator-time.ts';
 import { attemptText } from './attempt-text.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
-import { json, page, rowLink, SHOWN_CHARS, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { json, page, rowLink, SHOWN_CHARS, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Rows per page, and dead rows read at most per search (the newest of the time range). */
 export const DEAD_PAGE = { limit: 25, scanLimit: 10_000 } as const;
+
+/** Groups shown, the newest dead rows they are made of, and the characters of the last error a group shares. */
+export const DEAD_GROUPS = { limit: 50, scanLimit: 10_000, errorChars: 120 } as const;
+
+/** The replay preview of one row or group: the rows it lists, and the confirm that requeues them. */
+export function replayLink(kind: TableKind, filter: { ids?: string; label?: string; consumption?: string | null; error?: string | null }): string {
+  return `/replay/preview${queryString({
+    ...(kind === 'inbox' ? { table: 'inbox' } : {}),
+    ids: filter.ids,
+    [kind === 'outbox' ? 'topics' : 'sources']: filter.label,
+    consumption: filter.consumption ?? undefined,
+    lastErrorPrefix: filter.error ?? undefined,
+  })}`;
+}
 
 /** A cursor as the "Older dead rows" link carries it: the last shown row's stored time and its id. */
 const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,7})?Z)~([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i;
@@ -42,10 +59,13 @@ export function parseDeadFilters(search: URLSearchParams): { kind: TableKind; qu
   return { kind: table, query };
 }
 
-/** The dead rows page: the filter form, one card per row, and a link to older rows. */
+/** The dead rows page: the groups (first page only), the filter form, one card per row, and a link to older rows. */
 export async function deadPage(ctx: ConsoleContext, search: URLSearchParams): Promise<SafeHtml> {
   const { kind, query } = parseDeadFilters(search);
-  const result = kind === 'outbox' ? await ctx.driver.outboxDeadSearch(query) : await ctx.driver.inboxDeadSearch(query);
+  const [result, groups] = await Promise.all([
+    kind === 'outbox' ? ctx.driver.outboxDeadSearch(query) : ctx.driver.inboxDeadSearch(query),
+    query.before ? undefined : kind === 'outbox' ? ctx.driver.outboxDeadGroups(DEAD_GROUPS) : ctx.driver.inboxDeadGroups(DEAD_GROUPS),
+  ]);
   const labelName = kind === 'outbox' ? 'topic' : 'source';
   const older = result.next
     ? queryString({ table: kind, label: query.label, from: query.from?.toISOString(), to: query.to?.toISOString(), before: `${result.next.at}~${result.next.id}` })
@@ -54,7 +74,10 @@ export async function deadPage(ctx: ConsoleContext, search: URLSearchParams): Pr
     ctx,
     '/dead',
     'Dead rows',
-    html`<form class="filters" method="get" action="/dead">
+    html`<p class="tabs"><a href="/dead" class="${kind === 'outbox' ? 'here' : ''}">Outbox</a> · <a href="/dead?table=inbox" class="${kind === 'inbox' ? 'here' : ''}">Inbox</a></p>
+${groups ? groupsTable(ctx, kind, groups.groups, groups.scanCapped) : ''}
+<h2>${tableHeading(ctx, kind, ' dead rows')}</h2>
+<form class="filters" method="get" action="/dead">
 <label>table<select name="table"><option value="outbox" ${kind === 'outbox' ? 'selected' : ''}>outbox</option><option value="inbox" ${kind === 'inbox' ? 'selected' : ''}>inbox</option></select></label>
 <label>topic or source<input name="label" value="${query.label ?? ''}" placeholder="exact name"></label>
 <label>${kind === 'outbox' ? 'died' : 'received'} from (UTC)<input name="from" value="${query.from?.toISOString() ?? ''}" placeholder="2026-11-30T00:00:00Z"></label>
@@ -63,12 +86,45 @@ export async function deadPage(ctx: ConsoleContext, search: URLSearchParams): Pr
 ${result.scanCapped ? html`<p class="banner">Searched the newest ${DEAD_PAGE.scanLimit.toLocaleString('en-US')} dead rows of this time range${query.before ? ' older than the previous page' : ''}; narrow the range to search further back.</p>` : ''}
 ${result.rows.length === 0 ? html`<p class="muted" data-dead-empty>No dead ${kind} row matches.</p>` : ''}
 ${result.rows.map(
-  (r) => html`<section class="card" data-dead-row="${r.id}"><p>${rowLink(kind, r.id)} · ${labelName} <strong>${r.label}</strong>${r.key ? html` · key <code>${r.key}</code>` : ''}
-· ${attemptText(r)} · received ${time(r.createdAt)} · died ${time(r.updatedAt)}
-${kind === 'outbox' ? html` · <a href="/replay/preview?ids=${encodeURIComponent(r.id)}">replay…</a>` : ''}</p>
+  (r) => html`<section class="card" data-dead-row="${r.id}"><p>${rowLink(kind, r.id)} · ${labelName} <strong>${r.label}</strong>${r.key ? html` · ${kind === 'outbox' ? 'key' : 'aggregate'} <code>${r.key}</code>` : ''}
+${kind === 'inbox' ? html` · ${r.details.consumption ?? ''}` : ''} · ${attemptText(r)} · received ${time(r.createdAt)} · died ${time(r.updatedAt)}
+· <a href="${replayLink(kind, { ids: r.id })}" data-replay-row>${kind === 'outbox' ? 'replay…' : 'requeue…'}</a></p>
 <h3 class="muted">last error</h3><pre data-last-error>${ctx.redactor.text(r.lastError)}</pre>
 <h3 class="muted">payload</h3><pre data-payload>${json(ctx.redactor.value(r.payload), SHOWN_CHARS.list)}</pre></section>`,
 )}
 ${older ? html`<p><a href="/dead${older}">Older dead rows →</a></p>` : ''}`,
   );
+}
+
+/**
+ * The part of an error start that a link may carry: up to its first redacted character (a link
+ * never carries a secret the page masks), or none when that leaves nothing.
+ */
+export function shownPrefix(ctx: ConsoleContext, error: string | null): string | null {
+  if (error === null) return null;
+  const shown = ctx.redactor.text(error);
+  let same = 0;
+  while (same < error.length && same < shown.length && error[same] === shown[same]) same++;
+  return same === error.length ? error : same > 0 ? error.slice(0, same) : null;
+}
+
+/**
+ * The groups: count, topic and destination (outbox) or source and consumption (inbox), the error
+ * start (redacted), the newest row's time, and links to the group's rows and to its replay preview.
+ */
+function groupsTable(ctx: ConsoleContext, kind: TableKind, groups: ConsoleDeadGroup[], scanCapped: boolean): SafeHtml {
+  const heading = html`<h2>${tableHeading(ctx, kind, ' dead rows by error')}</h2>`;
+  if (groups.length === 0) return html`${heading}<p class="muted" data-dead-groups="${kind}">No dead ${kind} row.</p>`;
+  const route = kind === 'outbox' ? createRouter(ctx.config.outbox.routes) : undefined;
+  const where = kind === 'outbox' ? html`<th>topic</th><th>destination</th>` : html`<th>source</th><th>consumption</th>`;
+  return html`${heading}
+<p class="note">${scanCapped ? `The newest ${DEAD_GROUPS.scanLimit.toLocaleString('en-US')} dead rows, g` : 'G'}rouped by ${kind === 'outbox' ? 'topic' : 'source and consumption'} and the first ${DEAD_GROUPS.errorChars} characters of the last error, largest first.
+<strong>Rows</strong> lists a group's rows (up to 100) in a replay preview: nothing moves until you confirm there.</p>
+<table data-dead-groups="${kind}"><thead><tr><th class="num">rows</th>${where}<th>last error starts with</th><th>newest</th><th></th></tr></thead><tbody>
+${groups.map((g) => {
+  const cells = kind === 'outbox' ? html`<td>${g.label}</td><td>${route!(g.label) ?? html`<span class="muted">no route</span>`}</td>` : html`<td>${g.label}</td><td>${g.consumption ?? '—'}</td>`;
+  const errorText = g.error === null ? html`<span class="muted">no error</span>` : html`<code>${ctx.redactor.text(g.error)}</code>`;
+  return html`<tr data-group-count="${g.count}">${html`<td class="num">${g.count.toLocaleString('en-US')}</td>`}${cells}<td>${errorText}</td><td>${time(g.latest)}</td>
+<td><a href="${replayLink(kind, { label: g.label, consumption: g.consumption, error: shownPrefix(ctx, g.error) })}" data-group-rows>rows and ${kind === 'outbox' ? 'replay' : 'requeue'}…</a></td></tr>`;
+})}</tbody></table>`;
 }

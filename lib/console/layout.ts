@@ -57,6 +57,16 @@ export function state(value: string): SafeHtml {
   return html`<span class="state-${value}">${value}</span>`;
 }
 
+/**
+ * A table's heading: `Outbox` or `Inbox`, and the configured table name when it is not the
+ * default one (never `outbox (outbox)`).
+ */
+export function tableHeading(ctx: ConsoleContext, kind: TableKind, suffix = ''): SafeHtml {
+  const name = ctx.config.tables[kind];
+  const title = `${kind === 'outbox' ? 'Outbox' : 'Inbox'}${suffix}`;
+  return name === kind ? html`${title}` : html`${title} <span class="muted">table <code>${name}</code></span>`;
+}
+
 /** A link to a row's page. */
 export function rowLink(kind: TableKind, id: string): SafeHtml {
   return html`<a class="id" href="/row/${kind}/${encodeURIComponent(id)}">${id.slice(0, 8)}…</a>`;

@@ -1,13 +1,14 @@
 /**
  * The overview: rows per state of both tables, the oldest due pending row's age, throughput over
- * the last hour and minute, and the claims in flight with their lease left. The fragment
+ * the last minute (the rate per second is that minute's count / 60) and the last hour, and the
+ * claims in flight with their lease left. The fragment
  * (`/overview/live`) is what the page's script reloads every five seconds.
  */
 import type { ConsoleClaim, ConsoleStateCounts } from '../db/driver.ts';
 import { attemptNumber } from './attempt-text.ts';
 import { duration } from './blocked-reason.ts';
 import { html, type SafeHtml } from './html.ts';
-import { count, page, rowLink, state, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { count, page, rowLink, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Counts stop here: above it the page says "≥". */
 export const COUNT_CAP = 100_000;
@@ -25,7 +26,7 @@ export async function overviewFragment(ctx: ConsoleContext): Promise<SafeHtml> {
     d.clockNow(),
   ]);
   return html`<p class="muted">Database clock ${time(now)}. Counts stop at ${COUNT_CAP.toLocaleString('en-US')} (shown as ≥).</p>
-<div class="cards">${card('outbox', ctx.config.tables.outbox, outbox)}${card('inbox', ctx.config.tables.inbox, inbox)}</div>
+<div class="cards">${card(ctx, 'outbox', outbox)}${card(ctx, 'inbox', inbox)}</div>
 <h2>Claims in flight</h2>${claims('outbox', outboxClaims)}${claims('inbox', inboxClaims)}`;
 }
 
@@ -34,18 +35,24 @@ export async function overviewPage(ctx: ConsoleContext): Promise<SafeHtml> {
   return page(ctx, '/', 'Overview', html`<p id="live">live · refreshes every 5 s</p><div data-live="/overview/live">${await overviewFragment(ctx)}</div>`);
 }
 
-function card(kind: TableKind, table: string, s: ConsoleStateCounts): SafeHtml {
+/** Rows per second over the last minute: `count / 60`, or `≥` when the count reached its cap. */
+export function perSecondLastMinute(lastMinute: number, cap: number): string {
+  const rate = (lastMinute / 60).toFixed(2);
+  return lastMinute >= cap ? `≥ ${rate}` : rate;
+}
+
+function card(ctx: ConsoleContext, kind: TableKind, s: ConsoleStateCounts): SafeHtml {
   const cap = s.countCap;
-  const finished = Object.keys(s.finishedLastHour);
-  return html`<section class="card" data-table="${kind}"><h2>${kind} <span class="muted">(${table})</span></h2>
+  const finished = Object.keys(s.finishedLastMinute);
+  return html`<section class="card" data-table="${kind}"><h2>${tableHeading(ctx, kind)}</h2>
 <table><thead><tr><th>state</th><th class="num">rows</th></tr></thead><tbody>
 ${Object.entries(s.counts).map(([name, n]) => html`<tr data-state="${name}"><td>${state(name)}</td><td class="num">${count(n, cap)}</td></tr>`)}
 </tbody></table>
 <p>Oldest due pending row: <strong data-oldest>${duration(s.oldestPendingAgeSeconds * 1000)}</strong>${kind === 'inbox' ? ' (push rows)' : ''}</p>
-<table><thead><tr><th>finished</th><th class="num">last hour</th><th class="num">per second</th><th class="num">last minute</th></tr></thead><tbody>
+<table><thead><tr><th>finished</th><th class="num">last minute</th><th class="num">per second (last minute)</th><th class="num">last hour</th></tr></thead><tbody>
 ${finished.map(
-  (name) => html`<tr><td>${state(name)}</td><td class="num">${count(s.finishedLastHour[name]!, cap)}</td>
-<td class="num">${(s.finishedLastHour[name]! / 3600).toFixed(2)}</td><td class="num">${count(s.finishedLastMinute[name]!, cap)}</td></tr>`,
+  (name) => html`<tr data-finished="${name}"><td>${state(name)}</td><td class="num">${count(s.finishedLastMinute[name]!, cap)}</td>
+<td class="num" data-rate>${perSecondLastMinute(s.finishedLastMinute[name]!, cap)}</td><td class="num">${count(s.finishedLastHour[name] ?? 0, cap)}</td></tr>`,
 )}</tbody></table></section>`;
 }
 

@@ -1,7 +1,7 @@
 /**
  * The previews a replay confirm may act on, each usable once.
  *
- * A preview with actions allowed remembers the ids it listed and their states under a random
+ * A preview with actions allowed remembers its table, the ids it listed and their states under a random
  * confirmation id; the confirm form carries that id. A confirm moves only those of the rows that
  * have not changed since (a row replayed elsewhere and dead again is left alone), is refused
  * when it names rows the preview did not list, and a second confirm of the same preview (a
@@ -12,6 +12,8 @@ import { randomBytes } from 'node:crypto';
 
 /** What one preview listed. */
 export interface PreviewedReplay {
+  /** The table of the listed rows. */
+  table: 'outbox' | 'inbox';
   ids: string[];
   states: Array<'sent' | 'dead'>;
   /** Each listed row's `updated_at` (ms) as previewed: a row changed since is not replayed. */
@@ -36,7 +38,7 @@ export class ReplayConfirmations {
   /** Remembers a preview; returns its confirmation id. */
   issue(preview: PreviewedReplay): string {
     const id = randomBytes(16).toString('hex');
-    this.#open.set(id, { ids: [...preview.ids], states: [...preview.states], updatedAt: { ...preview.updatedAt }, expiresAt: this.#now() + CONFIRMATION_LIMITS.ttlMs });
+    this.#open.set(id, { table: preview.table, ids: [...preview.ids], states: [...preview.states], updatedAt: { ...preview.updatedAt }, expiresAt: this.#now() + CONFIRMATION_LIMITS.ttlMs });
     while (this.#open.size > CONFIRMATION_LIMITS.max) this.#open.delete(this.#open.keys().next().value!);
     return id;
   }
@@ -47,6 +49,6 @@ export class ReplayConfirmations {
     if (!entry) return undefined;
     this.#open.delete(id);
     if (entry.expiresAt < this.#now()) return undefined;
-    return { ids: entry.ids, states: entry.states, updatedAt: entry.updatedAt };
+    return { table: entry.table, ids: entry.ids, states: entry.states, updatedAt: entry.updatedAt };
   }
 }

@@ -1,8 +1,9 @@
 /**
  * Replay from the console: a form, a dry-run preview (count and the rows), and a confirm that
- * replays exactly the rows the preview listed. Validation and the move are the CLI's own
- * (`parseReplayRequest`, `previewReplay`, `resolveReplayFilter` and the driver's replay, told to
- * move each row only while it is as the preview read it).
+ * replays exactly the rows the preview listed — outbox rows, or dead inbox rows (relay and pull)
+ * with `table=inbox`. Validation and the move are the CLI's own (`parseReplayRequest`,
+ * `previewReplay`, `replayTarget` and the driver's replay, told to move each row only while it is
+ * as the preview read it).
  *
  * The confirm acts on the previewed ids, not the filter (kept server-side under a one-time
  * confirmation id, `ReplayConfirmations`): rows that match the filter after the preview are not
@@ -10,10 +11,10 @@
  * preview is confirmed at most once. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
  */
 import { UsageError } from '../errors.ts';
-import { parseReplayRequest, previewReplay, resolveReplayFilter } from '../operations/replay.ts';
+import { parseReplayRequest, previewReplay, replayTarget, type AnyReplayPreviewRow } from '../operations/replay.ts';
 import { html, type SafeHtml } from './html.ts';
 import { ReplayConfirmations } from './replay-confirmations.ts';
-import { page, rowLink, state, time, tokenField, type ConsoleContext } from './layout.ts';
+import { page, rowLink, state, time, tokenField, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Rows one preview lists and one confirm replays. */
 export const REPLAY_PAGE_CAP = 100;
@@ -25,35 +26,54 @@ const split = (values: string[]) => values.flatMap((v) => v.split(/[\s,]+/)).fil
 /** The replay request fields present in a query string or form (absent fields stay absent). */
 export function replayInput(form: URLSearchParams): Record<string, unknown> {
   const input: Record<string, unknown> = {};
-  for (const key of ['ids', 'topics', 'states'] as const) {
+  for (const key of ['ids', 'topics', 'sources', 'states'] as const) {
     const list = split(form.getAll(key));
     if (list.length > 0) input[key] = list;
   }
-  for (const key of ['destination', 'createdFrom', 'createdTo'] as const) {
+  for (const key of ['destination', 'consumption', 'createdFrom', 'createdTo'] as const) {
     const value = form.get(key)?.trim();
     if (value) input[key] = value;
   }
+  // An error text is matched as typed (spaces included); only an empty field is absent.
+  const lastErrorPrefix = form.get('lastErrorPrefix');
+  if (lastErrorPrefix) input.lastErrorPrefix = lastErrorPrefix;
+  const table = form.get('table');
+  if (table && table !== 'outbox') input.table = table;
   return input;
+}
+
+/** The table a form names (`outbox` unless it says `inbox`). */
+function formTable(form: URLSearchParams): TableKind {
+  return form.get('table') === 'inbox' ? 'inbox' : 'outbox';
 }
 
 /** The replay filter form; `form` refills it, `error` explains why the last request was refused. */
 export function replayFormPage(ctx: ConsoleContext, form = new URLSearchParams(), error?: string): SafeHtml {
   const states = new Set(form.getAll('states'));
+  const table = formTable(form);
+  const consumption = form.get('consumption') ?? '';
   return page(
     ctx,
     '/replay',
     'Replay',
     html`${error ? html`<p class="banner error" data-error>${error}</p>` : ''}
-<p class="note">Moves dead (or sent) outbox rows back to pending. Preview first: nothing moves until you confirm the listed rows.</p>
+<p class="note">Moves dead (or sent) outbox rows, or dead inbox rows (relay and pull), back to pending. Preview first: nothing moves until you confirm the listed rows.
+A requeued inbox row is again the head of its aggregate: the aggregate's pending rows wait for it.</p>
 <form class="filters" method="get" action="/replay/preview">
-<label>topics (comma-separated)<input name="topics" value="${form.get('topics') ?? ''}"></label>
-<label>destination<select name="destination"><option value="">any</option>${Object.keys(ctx.config.destinations).map(
+<label>table<select name="table"><option value="outbox" ${table === 'outbox' ? 'selected' : ''}>outbox</option><option value="inbox" ${table === 'inbox' ? 'selected' : ''}>inbox</option></select></label>
+<label>topics (outbox, comma-separated)<input name="topics" value="${form.get('topics') ?? ''}"></label>
+<label>destination (outbox)<select name="destination"><option value="">any</option>${Object.keys(ctx.config.destinations).map(
       (d) => html`<option ${form.get('destination') === d ? 'selected' : ''}>${d}</option>`,
+    )}</select></label>
+<label>sources (inbox, comma-separated)<input name="sources" value="${form.get('sources') ?? ''}"></label>
+<label>consumption (inbox)<select name="consumption"><option value="">any</option>${(['push', 'pull'] as const).map(
+      (c) => html`<option value="${c}" ${consumption === c ? 'selected' : ''}>${c === 'push' ? 'push (relay)' : 'pull'}</option>`,
     )}</select></label>
 <label>created from (UTC)<input name="createdFrom" value="${form.get('createdFrom') ?? ''}" placeholder="2026-11-30T00:00:00Z"></label>
 <label>created to<input name="createdTo" value="${form.get('createdTo') ?? ''}"></label>
+<label>last error starts with<input name="lastErrorPrefix" value="${form.get('lastErrorPrefix') ?? ''}" size="40"></label>
 <label>row ids<input name="ids" value="${form.get('ids') ?? ''}" size="40"></label>
-<label>states<span><input type="checkbox" name="states" value="dead" ${states.size === 0 || states.has('dead') ? 'checked' : ''}> dead
+<label>states (outbox)<span><input type="checkbox" name="states" value="dead" ${states.size === 0 || states.has('dead') ? 'checked' : ''}> dead
 <input type="checkbox" name="states" value="sent" ${states.has('sent') ? 'checked' : ''}> sent</span></label>
 <button type="submit" data-action="dry-run">Dry run</button></form>`,
   );
@@ -77,19 +97,32 @@ export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchPa
   }
   const { count, sample } = preview;
   const states = request.states ?? ['dead'];
+  const table = request.table ?? 'outbox';
+  const verb = table === 'inbox' ? 'Requeue' : 'Replay';
   const confirm = ctx.allowActions
     ? html`<form method="post" action="/replay">${tokenField(ctx)}
-<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ ids: sample.map((r) => r.id), states, updatedAt: Object.fromEntries(sample.map((r) => [r.id, r.updatedAt.getTime()])) }) : ''}">
+<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ table, ids: sample.map((r) => r.id), states, updatedAt: Object.fromEntries(sample.map((r) => [r.id, r.updatedAt.getTime()])) }) : ''}">
+<input type="hidden" name="table" value="${table}">
 ${sample.map((r) => html`<input type="hidden" name="ids" value="${r.id}">`)}${states.map((s) => html`<input type="hidden" name="states" value="${s}">`)}
-<button type="submit" class="danger" data-action="confirm">Replay these ${sample.length} rows</button></form>`
-    : html`<p class="banner">Read-only console: start it with <code>--allow-actions</code> to replay from here, or run <code>queuebox replay</code>.</p>`;
-  const body = html`<p class="banner" data-preview-count="${count}">Dry run: <strong>${count}</strong> row${count === 1 ? '' : 's'} in state ${(request.states ?? ['dead']).join(' or ')} match. Nothing moved.</p>
+<button type="submit" class="danger" data-action="confirm">${verb} these ${sample.length} ${table === 'inbox' ? 'inbox ' : ''}rows</button></form>`
+    : html`<p class="banner">Read-only console: start it with <code>--allow-actions</code> to replay from here, or run <code>queuebox replay${table === 'inbox' ? ' --table inbox' : ''}</code>.</p>`;
+  const body = html`<p class="banner" data-preview-count="${count}" data-preview-table="${table}">Dry run: <strong>${count}</strong> ${table} row${count === 1 ? '' : 's'} in state ${states.join(' or ')} match. Nothing moved.</p>
 ${count > sample.length ? html`<p class="banner">Only the ${sample.length} oldest rows are listed, and a confirm replays exactly the listed rows (at most ${REPLAY_PAGE_CAP} at a time). Preview again afterwards for the rest, or use <code>queuebox replay</code> for a large replay.</p>` : ''}
-${sample.length > 0 ? html`<table data-preview><thead><tr><th>row</th><th>topic</th><th>key</th><th>state</th><th class="num">attempt</th><th>created</th><th>last error</th></tr></thead><tbody>
-${sample.map((r) => html`<tr data-id="${r.id}"><td>${rowLink('outbox', r.id)}</td><td>${r.topic}</td><td>${r.key ?? '—'}</td><td>${state(r.state)}</td><td class="num">${r.attempt}</td><td>${time(r.createdAt)}</td><td>${ctx.redactor.text(r.lastError).slice(0, 200)}</td></tr>`)}
-</tbody></table>${confirm}` : ''}
-<p><a href="/replay">← change the filter</a></p>`;
+${table === 'inbox' && sample.length > 0 ? html`<p class="note">Each requeued row keeps its place (its sequence): it is again the head of its aggregate, and the aggregate's pending rows wait for it. Rows of the aggregate already processed are not redone.</p>` : ''}
+${sample.length > 0 ? html`${previewTable(ctx, table, sample)}${confirm}` : ''}
+<p><a href="/replay${table === 'inbox' ? '?table=inbox' : ''}">← change the filter</a></p>`;
   return { status: 200, body: page(ctx, '/replay', 'Replay preview', body) };
+}
+
+/** The previewed rows: topic and key (outbox), or source, consumption and aggregate (inbox). */
+function previewTable(ctx: ConsoleContext, table: TableKind, sample: AnyReplayPreviewRow[]): SafeHtml {
+  const head = table === 'outbox' ? html`<th>topic</th><th>key</th>` : html`<th>source</th><th>consumption</th><th>aggregate</th>`;
+  return html`<table data-preview><thead><tr><th>row</th>${head}<th>state</th><th class="num">attempt</th><th>created</th><th>last error</th></tr></thead><tbody>
+${sample.map((r) => {
+  const cells = 'topic' in r ? html`<td>${r.topic}</td><td>${r.key ?? '—'}</td>` : html`<td>${r.source}</td><td>${r.consumption}</td><td>${r.aggregateId || '—'}</td>`;
+  return html`<tr data-id="${r.id}"><td>${rowLink(table, r.id)}</td>${cells}<td>${state(r.state)}</td><td class="num">${r.attempt}</td><td>${time(r.createdAt)}</td><td>${ctx.redactor.text(r.lastError).slice(0, 200)}</td></tr>`;
+})}
+</tbody></table>`;
 }
 
 /**
@@ -110,24 +143,25 @@ export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchPara
     const posted = (input.ids as string[] | undefined)?.map((id) => id.toLowerCase());
     if (posted && !sameSet(posted, previewed.ids)) throw new UsageError('replay: the confirm names rows its preview did not list; nothing moved. Preview again.');
     if (input.states && !sameSet(input.states as string[], previewed.states)) throw new UsageError('replay: the confirm names other states than its preview; nothing moved. Preview again.');
+    if (formTable(form) !== previewed.table) throw new UsageError('replay: the confirm names another table than its preview; nothing moved. Preview again.');
     const ids = previewed.ids;
     if (ids.length > REPLAY_PAGE_CAP) throw new UsageError(`replay: a confirm from the console moves at most ${REPLAY_PAGE_CAP} rows, got ${ids.length}`);
-    const request = parseReplayRequest({ ids, states: previewed.states });
+    const table = previewed.table;
+    const request = parseReplayRequest({ ...(table === 'inbox' ? { table } : {}), ids, states: previewed.states });
     // Only rows still as previewed: one replayed elsewhere and dead (or sent) again has a new
     // updated_at. The replay statement checks it as it moves each row, so nothing can change
     // between the check and the move.
-    const filter = resolveReplayFilter(ctx.config, request);
-    filter.asRead = ids.filter((id) => previewed.updatedAt[id] !== undefined).map((id) => ({ id, updatedAtMs: previewed.updatedAt[id]! }));
-    const moved = filter.asRead.length > 0 ? await ctx.driver.outboxReplay(filter) : 0;
+    const asRead = ids.filter((id) => previewed.updatedAt[id] !== undefined).map((id) => ({ id, updatedAtMs: previewed.updatedAt[id]! }));
+    const moved = asRead.length > 0 ? await replayTarget(ctx.driver, ctx.config, request).move({ asRead }) : 0;
     return {
       status: 200,
       body: page(
         ctx,
         '/replay',
         'Replay done',
-        html`<p class="banner done" data-moved="${moved}">Moved <strong>${moved}</strong> of the ${ids.length} confirmed rows back to pending.</p>
+        html`<p class="banner done" data-moved="${moved}">Moved <strong>${moved}</strong> of the ${ids.length} confirmed ${table} rows back to pending.</p>
 ${moved < ids.length ? html`<p class="banner">${ids.length - moved} row${ids.length - moved === 1 ? '' : 's'} had left ${(request.states ?? ['dead']).join('/')} or changed since the preview and were not moved.</p>` : ''}
-<ul>${ids.map((id) => html`<li>${rowLink('outbox', id)}</li>`)}</ul><p><a href="/">Overview</a> · <a href="/replay">Another replay</a></p>`,
+<ul>${ids.map((id) => html`<li>${rowLink(table, id)}</li>`)}</ul><p><a href="/">Overview</a> · <a href="/dead?table=${table}">Dead ${table} rows</a> · <a href="/replay">Another replay</a></p>`,
       ),
     };
   } catch (error) {

@@ -20,6 +20,7 @@
  * - No session state: no session advisory locks, no LISTEN, no named prepared statements.
  */
 import type { CallerTransaction } from './caller-transaction.ts';
+import type { TraceContext } from '../observability/trace-context.ts';
 
 /** A claimed row's ownership: the row id and the token of this claim. */
 export interface ClaimRef {
@@ -48,6 +49,8 @@ export interface OutboxMessageInput {
   maxAttempts?: number;
   /** Caller-chosen id (UUID); default: random. */
   id?: string;
+  /** Trace context stored with the row; set by QueueBox (`enqueue` captures the caller's, the relay copies the inbox row's), not by the caller. */
+  trace?: TraceContext | null;
 }
 
 /** An outbox row as a claim returns it. */
@@ -69,6 +72,8 @@ export interface OutboxRow {
   createdAt: Date;
   claimToken: string;
   leaseExpiresAt: Date;
+  /** Trace context stored with the row (validated again when read); null when none. */
+  trace?: TraceContext | null;
 }
 
 /** A fenced retry: back to `pending`, `attempt + 1`, due after `delayMs` on the database clock. */
@@ -115,6 +120,8 @@ export interface ReplayFilter {
   topicPatterns?: string[];
   createdFrom?: Date;
   createdTo?: Date;
+  /** Rows whose `last_error` starts with this text (a group of the console's dead rows). */
+  lastErrorPrefix?: string;
   /** States to move; default both `sent` and `dead`. Only `sent` and `dead` are allowed. */
   states?: Array<'sent' | 'dead'>;
   /**
@@ -144,6 +151,38 @@ export interface ReplayPreviewRow {
   updatedAt: Date;
 }
 
+/**
+ * Filter of an inbox requeue (dead rows only, push and pull); at least one of ids, sources,
+ * created range or `lastErrorPrefix` must be set. `consumption` narrows, never widens.
+ * `asRead` and `maxRows` mean what they mean on a `ReplayFilter`.
+ */
+export interface InboxReplayFilter {
+  ids?: string[];
+  /** Exact source names. */
+  sources?: string[];
+  consumption?: 'push' | 'pull';
+  /** Inclusive lower bound of `created_at` (when the row was received). */
+  createdFrom?: Date;
+  /** Exclusive upper bound of `created_at`. */
+  createdTo?: Date;
+  lastErrorPrefix?: string;
+  asRead?: Array<{ id: string; updatedAtMs: number }>;
+  maxRows?: number;
+}
+
+/** One dead inbox row an inbox requeue would move, as a preview shows it (no payload). */
+export interface InboxReplayPreviewRow {
+  id: string;
+  source: string;
+  aggregateId: string | null;
+  consumption: 'push' | 'pull';
+  state: 'dead';
+  attempt: number;
+  lastError: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
 /** A message as a receiver stores it in the inbox. */
 export interface InboxMessageInput {
   source: string;
@@ -160,6 +199,8 @@ export interface InboxMessageInput {
   delayMs?: number;
   /** Store directly as `dead` with this reason (a message rejected at receipt, non-HTTP source). */
   deadReason?: string;
+  /** The sender's trace context (validated); the relay copies it to the outbox row. */
+  trace?: TraceContext | null;
 }
 
 /** Outcome of an inbox insert: a new row, or the existing row of the same (source, key). */
@@ -185,6 +226,8 @@ export interface InboxRow {
   createdAt: Date;
   claimToken: string;
   leaseExpiresAt: Date;
+  /** The sender's trace context (validated again when read; the relay forwards it); null when none. */
+  trace?: TraceContext | null;
 }
 
 /** One relay forward: the outbox row to insert and the fenced `processed` mark, in one transaction. */
@@ -315,6 +358,15 @@ export interface Driver extends ConsoleReads {
   inboxStats(scope?: StatsScope): Promise<TableStats>;
   inboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
   inboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;
+  /**
+   * Moves matching `dead` rows (push and pull) back to `pending`: attempt 0, due now, error,
+   * claim and `processed_at` cleared; `id` and `sequence` kept, so a requeued row is again the
+   * head of its aggregate and the aggregate's later open rows wait for it (claims take the open
+   * row of lowest `sequence`). Without `maxRows` it moves in `sequence` order.
+   */
+  inboxReplay(filter: InboxReplayFilter): Promise<number>;
+  /** Counts the rows `inboxReplay(filter)` would move now and returns the oldest `limit` of them; changes nothing. */
+  inboxReplayPreview(params: { filter: InboxReplayFilter; limit: number }): Promise<{ count: number; sample: InboxReplayPreviewRow[] }>;
 
   // ---- pull ----
   /**
@@ -436,6 +488,34 @@ export interface ConsoleDeadPage {
   next?: ConsoleDeadCursor;
 }
 
+/** What a dead-row grouping reads: the newest `scanLimit` dead rows, grouped; the `limit` largest groups. */
+export interface ConsoleDeadGroupQuery {
+  scanLimit: number;
+  limit: number;
+  /** Characters of `last_error` a group shares (its first `errorChars`), 1 to 1000. */
+  errorChars: number;
+}
+
+/** Dead rows of one topic (outbox) or source and consumption (inbox) whose last errors start alike. */
+export interface ConsoleDeadGroup {
+  /** Topic (outbox) or source (inbox). */
+  label: string;
+  /** Inbox: `push` or `pull`; outbox: null. */
+  consumption: 'push' | 'pull' | null;
+  /** The first `errorChars` characters of the rows' last error; null when they have none. */
+  error: string | null;
+  count: number;
+  /** The group's newest row time (outbox: died; inbox: received). */
+  latest: Date;
+}
+
+/** The largest groups of the newest dead rows; `scanned` rows were read, `scanCapped` when that was `scanLimit`. */
+export interface ConsoleDeadGroups {
+  groups: ConsoleDeadGroup[];
+  scanned: number;
+  scanCapped: boolean;
+}
+
 /** The operator console's reads: each one statement, bounded by its limits on any table size. */
 export interface ConsoleReads {
   outboxStatsByState(params: { countCap: number }): Promise<ConsoleStateCounts>;
@@ -444,6 +524,8 @@ export interface ConsoleReads {
   /** Heads of keys that are not moving; candidates read per cause are capped at `scanLimit`. */
   outboxBlockedKeys(params: { limit: number; scanLimit: number; poisonAttempts: number; waitingCap: number }): Promise<ConsoleBlockedHead[]>;
   outboxDeadSearch(params: ConsoleDeadQuery): Promise<ConsoleDeadPage>;
+  /** The newest dead rows (by when they died) grouped by topic and error start, largest groups first. */
+  outboxDeadGroups(params: ConsoleDeadGroupQuery): Promise<ConsoleDeadGroups>;
   /** One row by id; undefined when absent. */
   outboxRowGet(params: { id: string }): Promise<ConsoleRow | undefined>;
   inboxStatsByState(params: { countCap: number }): Promise<ConsoleStateCounts>;
@@ -451,5 +533,7 @@ export interface ConsoleReads {
   /** Heads of aggregates (push: across sources; pull: per source) that are not moving. */
   inboxBlockedAggregates(params: { limit: number; scanLimit: number; poisonAttempts: number; waitingCap: number }): Promise<ConsoleBlockedHead[]>;
   inboxDeadSearch(params: ConsoleDeadQuery): Promise<ConsoleDeadPage>;
+  /** The newest dead rows (by when they were received) grouped by source, consumption and error start, largest groups first. */
+  inboxDeadGroups(params: ConsoleDeadGroupQuery): Promise<ConsoleDeadGroups>;
   inboxRowGet(params: { id: string }): Promise<ConsoleRow | undefined>;
 }

@@ -27,6 +27,8 @@ export const THROTTLING_CODES: ReadonlySet<string> = new Set([
 export interface CallFailure {
   status: 'retryable' | 'permanent';
   error: string;
+  /** The SDK error's name (`QueueDoesNotExist`), or its code when the name is the bare `Error` (`ECONNREFUSED`); `Aborted` for an aborted call. */
+  errorClass: string;
 }
 
 interface SdkErrorShape {
@@ -48,7 +50,7 @@ export function isAbortError(error: unknown, signal?: AbortSignal): boolean {
 
 /** Classifies a whole-call error; `operation` (e.g. `SQS SendMessageBatch`) prefixes the message. */
 export function classifyCallError(operation: string, error: unknown, signal?: AbortSignal): CallFailure {
-  if (isAbortError(error, signal)) return { status: 'retryable', error: 'aborted' };
+  if (isAbortError(error, signal)) return { status: 'retryable', error: 'aborted', errorClass: 'Aborted' };
   const shape = (typeof error === 'object' && error !== null ? error : {}) as SdkErrorShape;
   const name = typeof shape.name === 'string' ? shape.name : 'Error';
   const code = typeof shape.Code === 'string' ? shape.Code : typeof shape.code === 'string' ? shape.code : undefined;
@@ -64,5 +66,6 @@ export function classifyCallError(operation: string, error: unknown, signal?: Ab
     status >= 500 ||
     status === 408 ||
     status === 429;
-  return { status: retryable ? 'retryable' : 'permanent', error: text };
+  const errorClass = name === 'Error' && code !== undefined ? code : name;
+  return { status: retryable ? 'retryable' : 'permanent', error: text, errorClass };
 }

@@ -7,6 +7,7 @@
  * no headers, carries them in the `metadata` object of the event envelope (`event-envelope.ts`).
  */
 import type { OutboundMessage } from './destination.ts';
+import { traceparentOf } from '../observability/trace-context.ts';
 
 /** Standard header names, in the order they are emitted. */
 export const STANDARD_HEADERS = ['X-Message-Id', 'X-Topic', 'X-Attempt', 'X-Message-Key', 'X-Correlation-Id'] as const;
@@ -44,6 +45,24 @@ export function deliveryHeaders(message: OutboundMessage): Array<[name: string, 
     if (STANDARD_LOWER.has(name.toLowerCase())) continue;
     const text = headerText(value);
     if (text !== '') out.push([name, text]);
+  }
+  return out;
+}
+
+/**
+ * The W3C trace headers of a delivery (`traceparent`, then `tracestate` when the row has one),
+ * from the row's trace context: its own `traceparent`, or the one of its X-Ray trace header. A
+ * row header of the same name (any case) is the application's own and is kept instead.
+ */
+export function traceHeaders(message: OutboundMessage): Array<[name: 'traceparent' | 'tracestate', value: string]> {
+  const traceparent = traceparentOf(message.trace);
+  if (traceparent === undefined) return [];
+  const own = new Set(Object.keys(message.headers).map((name) => name.toLowerCase()));
+  const out: Array<['traceparent' | 'tracestate', string]> = [];
+  if (!own.has('traceparent')) out.push(['traceparent', traceparent]);
+  // a `tracestate` belongs to its `traceparent`: only with the row's own
+  if (!own.has('tracestate') && !own.has('traceparent') && message.trace?.traceparent !== undefined && message.trace.tracestate !== undefined) {
+    out.push(['tracestate', message.trace.tracestate]);
   }
   return out;
 }

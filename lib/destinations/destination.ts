@@ -8,6 +8,8 @@
  * remain) or `permanent` (dead now when no retry can succeed, see `deadNow`).
  */
 
+import type { TraceContext } from '../observability/trace-context.ts';
+
 /** What the poller delivers: a claimed row, flattened. */
 export interface OutboundMessage {
   /** Row id; travels as `X-Message-Id`. */
@@ -24,6 +26,8 @@ export interface OutboundMessage {
   attempt: number;
   /** Times the row was replayed; a replayed row gets a fresh FIFO deduplication id. */
   replayCount: number;
+  /** Trace context stored with the row (`trace-context.ts`); published as the destination's trace header and `traceparent`. */
+  trace?: TraceContext | null;
 }
 
 export type EntryOutcome =
@@ -35,7 +39,21 @@ export type EntryOutcome =
       error: string;
       /** True when no retry can ever succeed (too large, too many attributes, invalid): dead at once. */
       deadNow?: boolean;
+      /**
+       * The failure's class as the service names it (`QueueDoesNotExist`, `ThrottlingException`,
+       * an entry's error code) or as QueueBox does for a message it refused to send
+       * (`MessageTooLarge`); log lines and metrics group failures by it.
+       */
+      errorClass?: string;
     };
+
+/** Where a destination delivers, as `last_error` and log lines name it. */
+export interface DestinationTarget {
+  /** Short, for `last_error`: `SQS queue orders.fifo`, `EventBridge bus orders-bus`. */
+  label: string;
+  /** The full address, for log lines: `{ queueUrl }` or `{ eventBusName }`. */
+  fields: { queueUrl: string } | { eventBusName: string };
+}
 
 export interface Destination {
   /** Config name (used as the `destination` metric dimension). */
@@ -44,6 +62,8 @@ export interface Destination {
   readonly type: 'sqs' | 'eventbridge';
   /** Entries per call (10 for both SQS and EventBridge). */
   readonly maxBatchSize: number;
+  /** The queue or bus it delivers to; failures name it (a destination without one is named alone). */
+  readonly target?: DestinationTarget;
   /**
    * Publishes up to `maxBatchSize` messages in one call; returns exactly one outcome per input
    * message (same ids). `signal` aborts the call (lost claim, deadline).

@@ -8,12 +8,13 @@
  *
  * `metadata.messageId` is the row id (`X-Message-Id`): consumers deduplicate on it, since
  * EventBridge itself does not. `key` and `correlationId` are `null` when absent; `headers` are the
- * row headers as stored. Rules can match on `detail.metadata.*` and `detail.data.*`.
+ * row headers as stored; `traceparent` and `tracestate` are present only when the row has a trace
+ * context. Rules can match on `detail.metadata.*` and `detail.data.*`.
  *
  * `data` is the payload's JSON text as stored, spliced in verbatim: numbers keep every digit
  * (no parse, no re-stringify of the payload).
  */
-import { correlationIdOf } from './delivery-metadata.ts';
+import { correlationIdOf, traceHeaders } from './delivery-metadata.ts';
 import type { OutboundMessage } from './destination.ts';
 
 /** Version of the envelope shape; bumped only on an incompatible change. */
@@ -32,6 +33,9 @@ export interface EventEnvelope {
     attempt: number;
     correlationId: string | null;
     headers: Record<string, string>;
+    /** W3C trace context of the row (`traceHeaders`); absent when the row has none. */
+    traceparent?: string;
+    tracestate?: string;
   };
   data: Record<string, unknown>;
 }
@@ -46,6 +50,7 @@ function envelopeMetadata(message: OutboundMessage): EventEnvelope['metadata'] {
     attempt: message.attempt,
     correlationId: correlationIdOf(message.headers),
     headers: message.headers,
+    ...Object.fromEntries(traceHeaders(message)),
   };
 }
 

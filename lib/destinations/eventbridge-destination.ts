@@ -7,6 +7,8 @@
  *   calls, sent concurrently;
  * - `Source` and `EventBusName` come from config, `DetailType` is the topic, `Detail` is the
  *   envelope of `event-envelope.ts` (the row id is `detail.metadata.messageId`);
+ * - the row's trace context travels as the entry's `TraceHeader` (X-Ray) and as
+ *   `detail.metadata.traceparent` / `tracestate` (W3C);
  * - an entry that can never be accepted (over 256 KB, topic over 128 characters) is `permanent`
  *   + `deadNow` and is not sent; the rest of the batch still is;
  * - per entry: `EventId` → `sent`; `InternalFailure` / `ThrottlingException` → `retryable`;
@@ -17,9 +19,10 @@
  */
 import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import { classifyCallError } from './classify-call-error.ts';
-import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
+import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelopeJson } from './event-envelope.ts';
+import { awsTraceHeaderOf } from '../observability/trace-context.ts';
 
 /** EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB). */
 export const EVENTBRIDGE_MAX_BYTES = 262_144;
@@ -50,6 +53,12 @@ interface PreparedEntry {
   bytes: number;
 }
 
+/** `TraceHeader` of an entry: the row's X-Ray trace header (or the one of its `traceparent`), when it has one. */
+function traceHeaderOf(message: OutboundMessage): Pick<PutEventsRequestEntry, 'TraceHeader'> {
+  const header = awsTraceHeaderOf(message.trace);
+  return header === undefined ? {} : { TraceHeader: header };
+}
+
 /** An EventBridge bus as a `Destination`. */
 export class EventBridgeDestination implements Destination {
   readonly type = 'eventbridge' as const;
@@ -57,12 +66,15 @@ export class EventBridgeDestination implements Destination {
   readonly name: string;
   readonly eventBusName: string;
   readonly source: string;
+  /** `EventBridge bus <name or ARN>`, as configured. */
+  readonly target: DestinationTarget;
   readonly #client: EventBridgeClient;
 
   constructor(options: EventBridgeDestinationOptions) {
     this.name = options.name;
     this.eventBusName = options.eventBusName;
     this.source = options.source;
+    this.target = { label: `EventBridge bus ${options.eventBusName}`, fields: { eventBusName: options.eventBusName } };
     this.#client = options.client;
   }
 
@@ -75,23 +87,25 @@ export class EventBridgeDestination implements Destination {
     );
   }
 
-  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {
+  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string; errorClass: string } {
     if (message.topic.length > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH) {
-      return { error: `topic is ${message.topic.length} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}` };
+      return { error: `topic is ${message.topic.length} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}`, errorClass: 'DetailTypeTooLong' };
     }
     const detail = eventEnvelopeJson(message);
     const bytes = Buffer.byteLength(this.source) + Buffer.byteLength(message.topic) + Buffer.byteLength(detail);
-    if (bytes > EVENTBRIDGE_MAX_BYTES) return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows ${EVENTBRIDGE_MAX_BYTES}` };
+    if (bytes > EVENTBRIDGE_MAX_BYTES) {
+      return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows ${EVENTBRIDGE_MAX_BYTES}`, errorClass: 'EntryTooLarge' };
+    }
     return {
       index,
       bytes,
-      entry: { Source: this.source, DetailType: message.topic, Detail: detail, EventBusName: this.eventBusName },
+      entry: { Source: this.source, DetailType: message.topic, Detail: detail, EventBusName: this.eventBusName, ...traceHeaderOf(message) },
     };
   }
 
   async #send(call: PreparedEntry[], messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
     const idOf = (entry: PreparedEntry) => messages[entry.index]!.id;
-    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted' }));
+    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted', errorClass: 'Aborted' }));
     try {
       const output = await this.#client.send(new PutEventsCommand({ Entries: call.map((c) => c.entry) }), { abortSignal: signal });
       // PutEvents answers entries in request order.
@@ -99,10 +113,11 @@ export class EventBridgeDestination implements Destination {
         const id = idOf(entry);
         const result = output.Entries?.[i];
         if (result?.EventId && !result.ErrorCode) return { id, status: 'sent' };
-        if (!result?.ErrorCode) return { id, status: 'retryable', error: 'EventBridge PutEvents returned no result for this entry' };
+        if (!result?.ErrorCode) return { id, status: 'retryable', error: 'EventBridge PutEvents returned no result for this entry', errorClass: 'NoResult' };
         const error = `EventBridge PutEvents entry failed: ${result.ErrorCode}: ${result.ErrorMessage ?? ''}`;
-        if (EVENTBRIDGE_RETRYABLE_CODES.has(result.ErrorCode)) return { id, status: 'retryable', error };
-        return { id, status: 'permanent', error, ...(EVENTBRIDGE_DEAD_NOW_CODES.has(result.ErrorCode) ? { deadNow: true } : {}) };
+        const errorClass = result.ErrorCode;
+        if (EVENTBRIDGE_RETRYABLE_CODES.has(result.ErrorCode)) return { id, status: 'retryable', error, errorClass };
+        return { id, status: 'permanent', error, errorClass, ...(EVENTBRIDGE_DEAD_NOW_CODES.has(result.ErrorCode) ? { deadNow: true } : {}) };
       });
     } catch (error) {
       const failure = classifyCallError('EventBridge PutEvents', error, signal);

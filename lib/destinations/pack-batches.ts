@@ -26,20 +26,20 @@ export function packBatches<T extends { bytes: number }>(entries: readonly T[], 
 
 /**
  * The shared shape of a destination's `publishBatch`: prepare every message (a message that can
- * never be accepted is permanent and dead at once), pack the rest into calls within the limits,
+ * never be accepted is permanent and dead at once, with the class `prepare` gives), pack the rest into calls within the limits,
  * send the calls concurrently, and return one outcome per message, in input order.
  */
 export async function publishInCalls<T extends { bytes: number; index: number }>(
   messages: readonly OutboundMessage[],
   limits: { maxEntries: number; maxBytes: number },
-  prepare: (message: OutboundMessage, index: number) => T | { error: string },
+  prepare: (message: OutboundMessage, index: number) => T | { error: string; errorClass: string },
   send: (call: T[]) => Promise<EntryOutcome[]>,
 ): Promise<EntryOutcome[]> {
   const outcomes: EntryOutcome[] = new Array(messages.length);
   const prepared: T[] = [];
   messages.forEach((message, index) => {
     const result = prepare(message, index);
-    if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true };
+    if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true, errorClass: result.errorClass };
     else prepared.push(result);
   });
   await Promise.all(

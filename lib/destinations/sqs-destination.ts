@@ -5,6 +5,8 @@
  * - a call carries at most 10 entries and at most 1 MiB (body + attributes as SQS counts them);
  *   larger batches are split into several calls, sent concurrently;
  * - the body is the payload's JSON text as stored (`payloadText`, every digit kept); the delivery headers travel as message attributes;
+ * - the row's trace context travels as the `AWSTraceHeader` system attribute and the `traceparent`
+ *   (and `tracestate`) message attributes, these while the 10 attributes leave room;
  * - FIFO: `MessageGroupId` = key (the row id when there is no key), `MessageDeduplicationId` =
  *   row id, or `${id}:r${replayCount}` for a replayed row so SQS does not absorb the replay;
  * - a row that can never be accepted (too large, too many or invalid attributes, invalid group id
@@ -14,9 +16,10 @@
  */
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, type SQSClient } from '@aws-sdk/client-sqs';
 import { classifyCallError } from './classify-call-error.ts';
-import type { Destination, EntryOutcome, OutboundMessage } from './destination.ts';
+import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { isValidSqsText, sqsMessageAttributes } from './sqs-message-attributes.ts';
+import { awsTraceHeaderOf } from '../observability/trace-context.ts';
 
 /** SQS limit for one message and for one batch request, in bytes (1 MiB). */
 export const SQS_MAX_BYTES = 1_048_576;
@@ -47,6 +50,12 @@ export function fifoDeduplicationId(message: OutboundMessage): string {
   return message.replayCount > 0 ? `${message.id}:r${message.replayCount}` : message.id;
 }
 
+/** The queue name of a queue URL: its last path segment (`orders.fifo`), or the URL when it has none. */
+export function sqsQueueName(queueUrl: string): string {
+  const name = queueUrl.replace(/\/+$/, '').split('/').pop();
+  return name === undefined || name === '' ? queueUrl : name;
+}
+
 /** An SQS queue as a `Destination`. */
 export class SqsDestination implements Destination {
   readonly type = 'sqs' as const;
@@ -55,12 +64,15 @@ export class SqsDestination implements Destination {
   readonly queueUrl: string;
   /** True for a FIFO queue (URL ends in `.fifo`). */
   readonly fifo: boolean;
+  /** `SQS queue <name>` (the URL's last path segment) and the full URL. */
+  readonly target: DestinationTarget;
   readonly #client: SQSClient;
 
   constructor(options: SqsDestinationOptions) {
     this.name = options.name;
     this.queueUrl = options.queueUrl;
     this.fifo = options.queueUrl.endsWith('.fifo');
+    this.target = { label: `SQS queue ${sqsQueueName(options.queueUrl)}`, fields: { queueUrl: options.queueUrl } };
     this.#client = options.client;
   }
 
@@ -73,23 +85,30 @@ export class SqsDestination implements Destination {
     );
   }
 
-  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string } {
-    const attributes = sqsMessageAttributes(message);
-    if (!attributes.ok) return { error: attributes.error };
+  #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string; errorClass: string } {
+    let attributes = sqsMessageAttributes(message);
+    if (!attributes.ok) return { error: attributes.error, errorClass: 'InvalidMessageAttributes' };
     const body = message.payloadText;
-    if (!isValidSqsText(body)) return { error: 'payload contains characters that SQS does not accept in a message body' };
-    const bytes = Buffer.byteLength(body) + attributes.bytes;
-    if (bytes > SQS_MAX_BYTES) return { error: `message is ${bytes} bytes (body and attributes); SQS allows ${SQS_MAX_BYTES}` };
+    if (!isValidSqsText(body)) return { error: 'payload contains characters that SQS does not accept in a message body', errorClass: 'InvalidMessageContents' };
+    let bytes = Buffer.byteLength(body) + attributes.bytes;
+    // The trace attributes give way when only they push the message past the limit.
+    if (bytes > SQS_MAX_BYTES && (attributes = sqsMessageAttributes(message, false)).ok) bytes = Buffer.byteLength(body) + attributes.bytes;
+    if (!attributes.ok) return { error: attributes.error, errorClass: 'InvalidMessageAttributes' };
+    if (bytes > SQS_MAX_BYTES) return { error: `message is ${bytes} bytes (body and attributes); SQS allows ${SQS_MAX_BYTES}`, errorClass: 'MessageTooLarge' };
     const entry: SendMessageBatchRequestEntry = {
       Id: String(index),
       MessageBody: body,
       MessageAttributes: attributes.attributes,
     };
+    // A system attribute: not counted in the message size.
+    const traceHeader = awsTraceHeaderOf(message.trace);
+    if (traceHeader !== undefined) entry.MessageSystemAttributes = { AWSTraceHeader: { DataType: 'String', StringValue: traceHeader } };
     if (this.fifo) {
       const groupId = message.key ?? message.id;
       if (groupId.length > SQS_MAX_GROUP_ID_LENGTH || !GROUP_ID_CHARS.test(groupId)) {
         return {
           error: `key "${groupId.slice(0, 300)}" cannot be a FIFO MessageGroupId: SQS allows at most ${SQS_MAX_GROUP_ID_LENGTH} characters, letters, digits and ASCII punctuation`,
+          errorClass: 'InvalidMessageGroupId',
         };
       }
       entry.MessageGroupId = groupId;
@@ -100,7 +119,7 @@ export class SqsDestination implements Destination {
 
   async #send(call: PreparedEntry[], messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
     const idOf = (entry: PreparedEntry) => messages[entry.index]!.id;
-    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted' }));
+    if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted', errorClass: 'Aborted' }));
     try {
       const output = await this.#client.send(
         new SendMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: call.map((c) => c.entry) }),
@@ -112,9 +131,10 @@ export class SqsDestination implements Destination {
         const id = idOf(entry);
         if (sent.has(entry.entry.Id)) return { id, status: 'sent' };
         const failure = failed.get(entry.entry.Id);
-        if (!failure) return { id, status: 'retryable', error: 'SQS SendMessageBatch returned no result for this entry' };
-        const error = `SQS SendMessageBatch entry failed: ${failure.Code ?? 'UnknownError'}${failure.SenderFault ? ' (sender fault)' : ''}: ${failure.Message ?? ''}`;
-        return { id, status: failure.SenderFault ? 'permanent' : 'retryable', error };
+        if (!failure) return { id, status: 'retryable', error: 'SQS SendMessageBatch returned no result for this entry', errorClass: 'NoResult' };
+        const code = failure.Code ?? 'UnknownError';
+        const error = `SQS SendMessageBatch entry failed: ${code}${failure.SenderFault ? ' (sender fault)' : ''}: ${failure.Message ?? ''}`;
+        return { id, status: failure.SenderFault ? 'permanent' : 'retryable', error, errorClass: code };
       });
     } catch (error) {
       const failure = classifyCallError('SQS SendMessageBatch', error, signal);

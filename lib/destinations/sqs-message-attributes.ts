@@ -5,7 +5,7 @@
  * (`deadNow`) with the error returned here, instead of spending its attempts on a certain failure.
  */
 import type { MessageAttributeValue } from '@aws-sdk/client-sqs';
-import { deliveryHeaders, STANDARD_HEADERS } from './delivery-metadata.ts';
+import { deliveryHeaders, STANDARD_HEADERS, traceHeaders } from './delivery-metadata.ts';
 import type { OutboundMessage } from './destination.ts';
 
 /** SQS accepts at most 10 message attributes per message. */
@@ -41,9 +41,11 @@ export function isValidSqsText(text: string): boolean {
 
 /**
  * Maps a row to SQS message attributes (all `String`). `bytes` is their size as SQS counts it:
- * name, data type and value of each attribute, in UTF-8 bytes.
+ * name, data type and value of each attribute, in UTF-8 bytes. With `withTrace` (default) the
+ * W3C trace headers (`traceHeaders`) follow, as many as the 10 attributes leave room for: trace
+ * context never makes a message undeliverable.
  */
-export function sqsMessageAttributes(message: OutboundMessage): SqsAttributesResult {
+export function sqsMessageAttributes(message: OutboundMessage, withTrace = true): SqsAttributesResult {
   const headers = deliveryHeaders(message);
   if (headers.length > SQS_MAX_MESSAGE_ATTRIBUTES) {
     const standard = headers.filter(([name]) => (STANDARD_HEADERS as readonly string[]).includes(name)).length;
@@ -62,6 +64,13 @@ export function sqsMessageAttributes(message: OutboundMessage): SqsAttributesRes
     if (!isValidSqsText(value)) return { ok: false, error: `header "${name}" contains characters that SQS does not accept in attribute values` };
     attributes[name] = { DataType: 'String', StringValue: value };
     bytes += Buffer.byteLength(name) + Buffer.byteLength('String') + Buffer.byteLength(value);
+  }
+  if (withTrace) {
+    // validated ASCII (`trace-context.ts`): always a valid attribute
+    for (const [name, value] of traceHeaders(message).slice(0, SQS_MAX_MESSAGE_ATTRIBUTES - headers.length)) {
+      attributes[name] = { DataType: 'String', StringValue: value };
+      bytes += Buffer.byteLength(name) + Buffer.byteLength('String') + Buffer.byteLength(value);
+    }
   }
   return { ok: true, attributes, bytes };
 }

@@ -8,7 +8,8 @@
  * store. New → 202 `{"messageId"}`, duplicate → 200 `{"status":"duplicate","messageId"}`. A
  * database that cannot be reached → 503 with `Retry-After`. Every error body is
  * `{"error": "<reason>"}`; a refused request stores nothing. The payload is stored as the text
- * sent, so no digit of a large number is lost.
+ * sent, so no digit of a large number is lost. The sender's trace headers (`traceparent`,
+ * `tracestate`, `X-Amzn-Trace-Id`) are stored with the row when valid and ignored otherwise.
  *
  * The idempotency key follows the source's choice (lib/inbox/idempotency-choice.ts). On a signed
  * source (hmac, stripe, github) `X-Idempotency-Key` is not covered by the signature and is
@@ -22,6 +23,7 @@ import type { Driver } from '../db/driver.ts';
 import { TransientDatabaseError } from '../errors.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
 import { extractMessageFields, type ExternalValues } from './extract-fields.ts';
 import { httpRequestOf, type ApiGatewayEvent, type HttpRequest } from './http-request.ts';
 import { InboxRejectionError } from './inbox-rejection.ts';
@@ -106,7 +108,7 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     const fields = extractMessageFields(source.name, withPresetPaths(source.config), body.value, externalValues(source.config, request, idempotencyKey));
     let result;
     try {
-      result = await driver.inboxInsert({ source: source.name, consumption: source.config.consumption, payload: body.value, payloadText: body.text, headers: {}, ...fields });
+      result = await driver.inboxInsert({ source: source.name, consumption: source.config.consumption, payload: body.value, payloadText: body.text, headers: {}, ...fields, trace: inboundTrace(request) });
     } catch (error) {
       logger.error('inbox store failed', { source: source.name, error: error as Error });
       if (error instanceof TransientDatabaseError) return unavailable();
@@ -115,6 +117,11 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     metrics.count('inboxMessages', 1, { status: result.duplicate ? 'duplicate' : 'new' });
     return result.duplicate ? json(200, { status: 'duplicate', messageId: result.id }) : json(202, { messageId: result.id });
   }
+}
+
+/** The sender's trace context: W3C `traceparent` / `tracestate` and API Gateway's `X-Amzn-Trace-Id`; an invalid header is left out. */
+function inboundTrace(request: HttpRequest): TraceContext | null {
+  return traceContextOf({ traceparent: request.headers('traceparent'), tracestate: request.headers('tracestate'), awsTraceHeader: request.headers('x-amzn-trace-id') });
 }
 
 /** The Stripe preset's default event type path: an event's `type`. */

@@ -1,9 +1,11 @@
 /**
  * One pass of the push relay, shaped for a scheduled Lambda: reclaim (throttled in the
  * database), then claim → forward until the deadline nears; a claim that finds nothing waits
- * `inbox.relay.pollIntervalMs` and claims again, so a webhook stored mid-invocation is relayed
- * within about that long, not at the next schedule. `mode: 'drain'` returns at the first empty
- * claim instead.
+ * and claims again — `inbox.relay.pollIntervalMs` after the first empty claim, doubling with each
+ * further one up to `inbox.relay.maxPollIntervalMs` (`idlePollDelayMs`), back to the first once a
+ * claim finds rows — so an idle pass sends about one claim a second and a webhook stored
+ * mid-invocation is relayed within about `maxPollIntervalMs`, not at the next schedule.
+ * `mode: 'drain'` returns at the first empty claim instead.
  *
  * A claimed batch is forwarded at once (`driver.inboxForwardMany`, one statement; PostgreSQL):
  * for every row whose claim holds, the outbox row (topic from the template, key = aggregate id,
@@ -15,9 +17,11 @@
  * cannot hold the others; a
  * failing row forward is retried with backoff (fenced) until `inbox.relay.maxAttempts`, then
  * `dead`. Leases are sized to the invocation and renewed every third. Pull rows are never claimed.
+ * Each write that retries or dead-letters rows logs one `inbox forward failed` line per source and
+ * error class (`relay-failure-report.ts`).
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
-import { backoffDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
+import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
@@ -26,11 +30,13 @@ import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/drive
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
+import { errorClassOf } from '../observability/failure-log.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
 import type { Deadline } from '../runtime/deadline.ts';
 import { answerWaitMs, sleep } from '../runtime/deadline.ts';
+import { reportRelayFailures, type RelayFailure } from './relay-failure-report.ts';
 import { checkTopicTemplate, renderTopic } from './topic-template.ts';
 
 export interface RelayPassOptions {
@@ -63,10 +69,13 @@ export interface RelaySummary {
 /** Header names the relay sets on every outbox row; row headers with these names (any case) are replaced. */
 const RELAY_HEADERS = ['x-inbox-id', 'x-source', 'x-idempotency-key', 'x-correlation-id'];
 
-/** The outbox message of a row, or why it has none; `template` is already chosen for the source. */
-export function relayMessage(row: InboxRow, template: string): { message: OutboxMessageInput } | { error: string } {
+/**
+ * The outbox message of a row, or why it has none (class `TopicTemplate`: the topic does not
+ * render; `ValidationError`: the outbox refuses the message); `template` is already chosen for the source.
+ */
+export function relayMessage(row: InboxRow, template: string): { message: OutboxMessageInput } | { error: string; errorClass: string } {
   const rendered = renderTopic(template, { source: row.source, eventType: row.eventType });
-  if ('error' in rendered) return rendered;
+  if ('error' in rendered) return { error: rendered.error, errorClass: 'TopicTemplate' };
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(row.headers ?? {})) {
     if (!RELAY_HEADERS.includes(name.toLowerCase())) headers[name] = value;
@@ -76,17 +85,27 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
   headers['x-idempotency-key'] = row.idempotencyKey;
   if (row.correlationId !== null && row.correlationId !== '') headers['X-Correlation-Id'] = row.correlationId;
   try {
-    // The object is validated; the stored text is what the outbox row gets, so no digit is lost.
+    // The object is validated; the stored text is what the outbox row gets, so no digit is lost,
+    // and the sender's trace context goes with it.
     const message = validateOutboxMessage({ topic: rendered.topic, key: row.aggregateId, payload: row.payload, headers });
-    return { message: { ...message, payloadText: row.payloadText } };
+    return { message: { ...message, payloadText: row.payloadText, trace: row.trace ?? null } };
   } catch (error) {
-    if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}` };
+    if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}`, errorClass: error.name };
     throw error;
   }
 }
 
 const claimOf = (row: InboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
 const ignoreLoss = () => {};
+
+/** A row to mark `dead`: its claim, why, and what the failure line says of it. */
+interface DeadWrite {
+  claim: ClaimRef;
+  reason: string;
+  row: InboxRow;
+  errorClass: string;
+  topic?: string;
+}
 
 /** A claimed row and the outbox message it becomes. */
 interface ForwardItem {
@@ -180,6 +199,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   if (reclaim.dead > 0) logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: reclaim.dead });
   if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
 
+  // Claims in a row that found nothing: the idle wait grows with them.
+  let emptyClaims = 0;
   while (canStart()) {
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
     if (leaseMs === 0) break;
@@ -191,9 +212,10 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     if (rows === undefined) break;
     if (rows.length === 0) {
       if (options.mode === 'drain') break;
-      await sleep(Math.min(relay.pollIntervalMs, Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);
+      await sleep(Math.min(idlePollDelayMs(emptyClaims++, relay), Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);
       continue;
     }
+    emptyClaims = 0;
     summary.claimed += rows.length;
     keeper = new LeaseKeeper({
       leaseMs,
@@ -237,12 +259,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
 
   /** Forwards one claimed batch: dead rows in one write, the rest in one batched forward. */
   async function relayBatch(rows: InboxRow[]): Promise<void> {
-    const dead: Array<{ claim: ClaimRef; reason: string }> = [];
+    const dead: DeadWrite[] = [];
     const forward: ForwardItem[] = [];
     for (const row of rows) {
       const template = config.inbox.sources[row.source]?.topicTemplate ?? config.inbox.topicTemplate;
       const built = relayMessage(row, template);
-      if ('error' in built) dead.push({ claim: claimOf(row), reason: built.error });
+      if ('error' in built) dead.push({ claim: claimOf(row), reason: built.error, row, errorClass: built.errorClass });
       else forward.push({ row, message: built.message });
     }
     if (dead.length > 0) await markDead(dead);
@@ -308,30 +330,32 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       else loseClaim(claim, 'forward');
     } catch (error) {
       if (closed) return;
-      await settleFailure(row, claim, error);
+      await settleFailure(row, message, claim, error);
     }
   }
 
-  async function settleFailure(row: InboxRow, claim: ClaimRef, error: unknown): Promise<void> {
+  async function settleFailure(row: InboxRow, message: OutboxMessageInput, claim: ClaimRef, error: unknown): Promise<void> {
     const reason = redactError(error);
-    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `gave up after ${row.attempt + 1} of ${relayMaxAttempts} attempts: ${reason}` }]);
+    const errorClass = errorClassOf(error);
+    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `gave up after ${row.attempt + 1} of ${relayMaxAttempts} attempts: ${reason}`, row, errorClass, topic: message.topic }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
       const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });
       if (changed.length === 0) return loseClaim(claim, 'retry');
       summary.retried++;
       metrics.count('inboxMessages', 1, { status: 'retried' });
-      logger.warn(`inbox forward failed on attempt ${row.attempt + 1} of ${relayMaxAttempts}; retrying`, { id: row.id, attempt: `${row.attempt + 1} of ${relayMaxAttempts}`, delayMs, error: reason });
+      reportRelayFailures(logger, 'retried', [{ row, topic: message.topic, errorClass, error: reason }]);
     } catch (retryError) {
       if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });
     }
   }
 
-  /** Marks rows `dead` in one fenced write, each with its (redacted) reason. */
-  async function markDead(items: Array<{ claim: ClaimRef; reason: string }>): Promise<void> {
+  /** Marks rows `dead` in one fenced write, each with its (redacted) reason; one failure line per source and error class. */
+  async function markDead(items: DeadWrite[]): Promise<void> {
     await releaseForWrite(items.map((i) => i.claim));
-    const writes = items.filter((i) => !isLost(i.claim)).map((i) => ({ ...i.claim, error: redactError(i.reason) }));
+    const live = items.filter((i) => !isLost(i.claim)).map((i) => ({ item: i, error: redactError(i.reason) }));
+    const writes = live.map(({ item, error }) => ({ ...item.claim, error }));
     if (writes.length === 0 || closed) return;
     let changed: Set<string>;
     try {
@@ -341,15 +365,17 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: deadError as Error });
       return;
     }
-    for (const w of writes) {
-      if (!changed.has(w.id)) {
-        loseClaim(w, 'dead');
+    const failures: RelayFailure[] = [];
+    for (const { item, error } of live) {
+      if (!changed.has(item.claim.id)) {
+        loseClaim(item.claim, 'dead');
         continue;
       }
-      summary.dead++;
-      metrics.count('inboxMessages', 1, { status: 'dead' });
-      logger.error('inbox row is dead', { id: w.id, error: w.error });
+      failures.push({ row: item.row, errorClass: item.errorClass, error, ...(item.topic !== undefined ? { topic: item.topic } : {}) });
     }
+    summary.dead += failures.length;
+    metrics.count('inboxMessages', failures.length, { status: 'dead' });
+    reportRelayFailures(logger, 'dead', failures);
   }
 
   /** Waits for statements already sent to end, while the invocation lasts (`answerWaitMs`). */

@@ -8,13 +8,15 @@
  * stored `dead` with the reason in the same statement — it is stored, so SQS does not redeliver
  * it, and the rest of the batch is unaffected. A valid body is stored as the text sent. A record whose store fails is reported in
  * `batchItemFailures`; on a FIFO queue every later record of the batch is reported too, so SQS
- * keeps each message group's order.
+ * keeps each message group's order. The record's trace context (`AWSTraceHeader`, a `traceparent`
+ * message attribute) is stored with the row when valid and ignored otherwise.
  */
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import type { Driver, InboxMessageInput } from '../db/driver.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
 import { codePointLength, extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH } from './extract-fields.ts';
 import { parseJsonBody, storableText } from './parse-json-body.ts';
 import { InboxRejectionError, type RejectionReason } from './inbox-rejection.ts';
@@ -38,6 +40,11 @@ function attribute(record: SQSRecord, name: string): string | undefined {
     if (key.toLowerCase() === name && value.stringValue !== undefined && value.stringValue !== '') return value.stringValue;
   }
   return undefined;
+}
+
+/** The sender's trace context: the `AWSTraceHeader` system attribute and a `traceparent` / `tracestate` message attribute; an invalid one is left out. */
+function inboundTrace(record: SQSRecord): TraceContext | null {
+  return traceContextOf({ traceparent: attribute(record, 'traceparent'), tracestate: attribute(record, 'tracestate'), awsTraceHeader: record.attributes?.AWSTraceHeader });
 }
 
 /** Builds the receiver once per container. */
@@ -86,7 +93,7 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
 
 /** The row to store for a record: a pending message, or a `dead` one with the rejection reason. */
 function toMessage(name: string, source: SourceConfig, record: SQSRecord): { message: InboxMessageInput; rejection?: RejectionReason } {
-  const base = { source: name, consumption: source.consumption, headers: {} };
+  const base = { source: name, consumption: source.consumption, headers: {}, trace: inboundTrace(record) };
   try {
     const body = parseJsonBody(record.body);
     const fields = extractMessageFields(name, source, body.value, {
@@ -102,7 +109,7 @@ function toMessage(name: string, source: SourceConfig, record: SQSRecord): { mes
 }
 
 /** A rejected record as a `dead` row: the raw body as a JSON string, keyed so a redelivery deduplicates. */
-function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers'>, record: SQSRecord, reason: string): InboxMessageInput {
+function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers' | 'trace'>, record: SQSRecord, reason: string): InboxMessageInput {
   const key = storable(attribute(record, 'x-idempotency-key'), MAX_KEY_LENGTH);
   const correlation = storable(attribute(record, 'x-correlation-id'), MAX_CORRELATION_LENGTH);
   const body = storableText(record.body);

@@ -44,6 +44,8 @@ export interface AcceptedEvent {
   detail: Record<string, unknown>;
   /** `Detail` as sent (JSON text; numbers with every digit). */
   detailText: string;
+  /** `TraceHeader` as sent (the X-Ray trace header), when the entry had one. */
+  traceHeader?: string;
   receivedAt: Date;
 }
 
@@ -138,7 +140,7 @@ export async function startLocalEventBridge(options: LocalEventBridgeOptions = {
     const bus = busName(entry.EventBusName);
     if (!buses.has(bus)) return { ErrorCode: 'ResourceNotFoundException', ErrorMessage: `Event bus ${bus} does not exist.` };
     const eventId = randomUUID();
-    accepted.push({ eventId, bus, source: entry.Source, detailType: entry.DetailType, detail: detail as Record<string, unknown>, detailText: entry.Detail, receivedAt: new Date() });
+    accepted.push({ eventId, bus, source: entry.Source, detailType: entry.DetailType, detail: detail as Record<string, unknown>, detailText: entry.Detail, ...(entry.TraceHeader !== undefined ? { traceHeader: entry.TraceHeader } : {}), receivedAt: new Date() });
     return { EventId: eventId };
   }
 

@@ -13,6 +13,12 @@ export const METRICS = {
   outboxOldestPendingAge: { name: 'queuebox_outbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending outbox row at the end of a pass (read at most every 10 s per container).' },
   outboxPublishDuration: { name: 'queuebox_outbox_publish_duration_seconds', unit: 'Seconds', dimensions: ['destination_type'], help: 'Duration of one destination call (a batch of up to 10 entries).' },
   outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered, by destination name and outcome: sent, retryable, permanent.' },
+  outboxFailedMessages: {
+    name: 'queuebox_outbox_failed_messages_total',
+    unit: 'Count',
+    dimensions: ['destination', 'status'],
+    help: 'Outbox rows settled retried or dead, by destination name (`(no route)` when no route matches the topic) and status: retried, dead.',
+  },
   inboxMessages: { name: 'queuebox_inbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Inbox messages by status: new, duplicate (at receipt); forwarded, retried, dead (by the relay).' },
   inboxRejections: { name: 'queuebox_inbox_rejections_total', unit: 'Count', dimensions: ['reason'], help: 'Messages refused or dead-lettered at receipt, by reason.' },
   inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row at the end of a relay pass (read at most every 10 s per container).' },

@@ -57,6 +57,7 @@ export function tracedDestination(destination: Destination, tracer: Tracer): Des
     name: destination.name,
     type: destination.type,
     maxBatchSize: destination.maxBatchSize,
+    ...(destination.target !== undefined ? { target: destination.target } : {}),
     async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
       const parent: Segment | undefined = tracer.isTracingEnabled() ? tracer.getSegment() : undefined;
       if (parent === undefined) return destination.publishBatch(messages, signal);

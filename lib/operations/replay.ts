@@ -1,6 +1,6 @@
 /**
  * Replay as an operation (spec §7): move `dead` (or, when asked, `sent`) outbox rows back to
- * `pending` by filter.
+ * `pending` by filter; with `table: 'inbox'`, requeue `dead` inbox rows (relay and pull) the same way.
  *
  * Every operator input — the replay function's event, the CLI flags, a console's form — goes
  * through one strict schema (`parseReplayRequest`): an unknown key, a wrong type, an empty list,
@@ -9,14 +9,29 @@
  * A destination is resolved to the topic patterns of the routes that name it. The driver resets
  * attempt, schedule, error and claim columns, keeps `id` and `sequence`, and increments
  * `replay_count` (the FIFO destination derives a fresh deduplication id from it).
+ *
+ * Inbox rows filter by ids, sources, consumption (`push`: the relay's, `pull`), created range and
+ * last error; only `dead` rows move. A requeued inbox row keeps `id` and `sequence`, so it is its
+ * aggregate's head again: the aggregate's later open rows wait for it, and rows of it already
+ * processed are not redone. Topics and destination are outbox filters; sources and consumption
+ * inbox filters: one given for the other table is refused, never ignored.
  */
 import { z } from 'zod';
 import type { QueueBoxConfig } from '../config/schema.ts';
-import type { Driver, ReplayFilter, ReplayPreviewRow } from '../db/driver.ts';
+import type { Driver, InboxReplayFilter, InboxReplayPreviewRow, ReplayFilter, ReplayPreviewRow } from '../db/driver.ts';
 import { ReplayLimitError, UsageError } from '../errors.ts';
 import { operatorTimeProblem } from './operator-time.ts';
 
-export type { ReplayPreviewRow } from '../db/driver.ts';
+export type { InboxReplayPreviewRow, ReplayPreviewRow } from '../db/driver.ts';
+
+/** A row of a preview of either table. */
+export type AnyReplayPreviewRow = ReplayPreviewRow | InboxReplayPreviewRow;
+
+/** What a preview returns: how many rows match now and the oldest of them. */
+export interface ReplayPreview {
+  count: number;
+  sample: AnyReplayPreviewRow[];
+}
 
 /** Rows a replay may move without an explicit confirmation (`--yes` / `"yes": true`). */
 export const REPLAY_CONFIRM_ABOVE = 100;
@@ -43,30 +58,50 @@ const requestShape = {
   createdFrom: time,
   createdTo: time,
   states: z.array(z.enum(['sent', 'dead'], { error: 'replay moves only sent or dead rows' })).min(1, 'must list at least one state'),
+  table: z.enum(['outbox', 'inbox'], { error: 'must be outbox or inbox' }),
+  sources: nonEmptyList(z.string().min(1, 'must not be empty').refine((t) => !t.includes('\0'), 'must not contain a NUL character'), 'source'),
+  consumption: z.enum(['push', 'pull'], { error: 'must be push (the relay) or pull' }),
+  lastErrorPrefix: z.string().min(1, 'must not be empty').max(4000, 'must be at most 4000 characters').refine((t) => !t.includes('\0'), 'must not contain a NUL character'),
 };
 
 const requestSchema = z.strictObject({
+  table: requestShape.table.optional(),
   ids: requestShape.ids.optional(),
   topics: requestShape.topics.optional(),
   destination: requestShape.destination.optional(),
+  sources: requestShape.sources.optional(),
+  consumption: requestShape.consumption.optional(),
   createdFrom: requestShape.createdFrom.optional(),
   createdTo: requestShape.createdTo.optional(),
+  lastErrorPrefix: requestShape.lastErrorPrefix.optional(),
   states: requestShape.states.optional(),
 });
+
+/** The request keys, as the refusal of an unknown one lists them. */
+const KNOWN_KEYS = 'table, ids, topics, destination, sources, consumption, createdFrom, createdTo, lastErrorPrefix, states';
 
 const commandSchema = requestSchema.extend({ dryRun: z.boolean().optional(), yes: z.boolean().optional() }).strict();
 
 /** A replay request; `parseReplayRequest` returns it with `states` filled (default `['dead']`) and times as `Date`s. */
 export interface ReplayRequest {
+  /** The table whose rows move; default `outbox`. */
+  table?: 'outbox' | 'inbox';
   ids?: string[];
+  /** Outbox: exact topics. */
   topics?: string[];
-  /** Name of an entry in `destinations`. */
+  /** Outbox: name of an entry in `destinations`. */
   destination?: string;
+  /** Inbox: exact source names. */
+  sources?: string[];
+  /** Inbox: only rows of this consumption (`push`: the relay's; `pull`). Narrows another filter; is none itself. */
+  consumption?: 'push' | 'pull';
+  /** Rows whose last error starts with this text (exactly, case included). */
+  lastErrorPrefix?: string;
   /** Inclusive lower bound of `created_at` (ISO-8601 text or a Date; a `Date` after parsing). */
   createdFrom?: string | Date;
   /** Exclusive upper bound of `created_at` (ISO-8601 text or a Date; a `Date` after parsing). */
   createdTo?: string | Date;
-  /** States to move; default `['dead']`. */
+  /** States to move; default `['dead']`. The inbox moves `dead` rows only. */
   states?: Array<'sent' | 'dead'>;
 }
 
@@ -94,27 +129,44 @@ export function parseReplayCommand(input: unknown): ReplayCommand {
 
 function parseWith<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-    throw new UsageError('replay: the request must be an object of filters (ids, topics, destination, createdFrom, createdTo) and states');
+    throw new UsageError(`replay: the request must be an object of filters and options (${KNOWN_KEYS})`);
   }
   const result = schema.safeParse(input);
   if (result.success) return result.data;
   const issue = result.error.issues[0]!;
   if (issue.code === 'unrecognized_keys') {
-    throw new UsageError(`replay: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => JSON.stringify(k)).join(', ')} (known: ids, topics, destination, createdFrom, createdTo, states)`);
+    throw new UsageError(`replay: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => JSON.stringify(k)).join(', ')} (known: ${KNOWN_KEYS})`);
   }
   const key = issue.path.map(String).join('.');
   throw new UsageError(`replay: ${key || 'request'} ${issue.message}`);
 }
 
 function toRequest(data: z.output<typeof requestSchema>): ReplayRequest {
+  const table = data.table ?? 'outbox';
   const request: ReplayRequest = { states: data.states ? [...new Set(data.states)] : ['dead'] };
+  if (data.table !== undefined) request.table = data.table;
   if (data.ids) request.ids = data.ids.map((id) => id.toLowerCase());
   if (data.topics) request.topics = data.topics;
   if (data.destination !== undefined) request.destination = data.destination;
+  if (data.sources) request.sources = data.sources;
+  if (data.consumption !== undefined) request.consumption = data.consumption;
   if (data.createdFrom !== undefined) request.createdFrom = new Date(data.createdFrom);
   if (data.createdTo !== undefined) request.createdTo = new Date(data.createdTo);
-  if (!request.ids && !request.topics && request.destination === undefined && !request.createdFrom && !request.createdTo) {
-    throw new UsageError('replay needs at least one filter: ids, topics, destination, createdFrom or createdTo');
+  if (data.lastErrorPrefix !== undefined) request.lastErrorPrefix = data.lastErrorPrefix;
+  if (table === 'inbox') {
+    const outboxOnly = (['topics', 'destination'] as const).filter((k) => request[k] !== undefined);
+    if (outboxOnly.length > 0) throw new UsageError(`replay: ${outboxOnly.join(' and ')} filter${outboxOnly.length > 1 ? '' : 's'} outbox rows; inbox rows filter by sources (and consumption)`);
+    if (request.states!.some((s) => s !== 'dead')) throw new UsageError('replay: the inbox requeues dead rows only (a processed row was already forwarded or handled)');
+  } else {
+    const inboxOnly = (['sources', 'consumption'] as const).filter((k) => request[k] !== undefined);
+    if (inboxOnly.length > 0) throw new UsageError(`replay: ${inboxOnly.join(' and ')} filter${inboxOnly.length > 1 ? '' : 's'} inbox rows; add table inbox (--table inbox), or filter outbox rows by topics or destination`);
+  }
+  if (!request.ids && !request.topics && request.destination === undefined && !request.sources && !request.createdFrom && !request.createdTo && request.lastErrorPrefix === undefined) {
+    throw new UsageError(
+      table === 'inbox'
+        ? 'replay needs at least one filter: ids, sources, createdFrom, createdTo or lastErrorPrefix'
+        : 'replay needs at least one filter: ids, topics, destination, createdFrom, createdTo or lastErrorPrefix',
+    );
   }
   if (request.createdFrom instanceof Date && request.createdTo instanceof Date && request.createdFrom >= request.createdTo) {
     throw new UsageError('replay: createdFrom must be before createdTo');
@@ -122,9 +174,10 @@ function toRequest(data: z.output<typeof requestSchema>): ReplayRequest {
   return request;
 }
 
-/** Turns a request (validated again here) into a driver filter; throws `UsageError` with the reason. */
+/** Turns a request (validated again here) into an outbox driver filter; throws `UsageError` with the reason. */
 export function resolveReplayFilter(config: Pick<QueueBoxConfig, 'outbox' | 'destinations'>, input: ReplayRequest): ReplayFilter {
   const request = parseReplayRequest(input);
+  if (request.table === 'inbox') throw new UsageError('replay: an inbox request has no outbox filter (resolveInboxReplayFilter)');
   const filter: ReplayFilter = { states: request.states ?? ['dead'] };
   if (request.ids) filter.ids = request.ids;
   if (request.topics) filter.topics = request.topics;
@@ -140,7 +193,45 @@ export function resolveReplayFilter(config: Pick<QueueBoxConfig, 'outbox' | 'des
   }
   if (request.createdFrom !== undefined) filter.createdFrom = new Date(request.createdFrom);
   if (request.createdTo !== undefined) filter.createdTo = new Date(request.createdTo);
+  if (request.lastErrorPrefix !== undefined) filter.lastErrorPrefix = request.lastErrorPrefix;
   return filter;
+}
+
+/** Turns an inbox request (validated again here) into an inbox driver filter; throws `UsageError` with the reason. */
+export function resolveInboxReplayFilter(input: ReplayRequest): InboxReplayFilter {
+  const request = parseReplayRequest(input);
+  if (request.table !== 'inbox') throw new UsageError('replay: an outbox request has no inbox filter (resolveReplayFilter)');
+  const filter: InboxReplayFilter = {};
+  if (request.ids) filter.ids = request.ids;
+  if (request.sources) filter.sources = request.sources;
+  if (request.consumption !== undefined) filter.consumption = request.consumption;
+  if (request.createdFrom !== undefined) filter.createdFrom = new Date(request.createdFrom);
+  if (request.createdTo !== undefined) filter.createdTo = new Date(request.createdTo);
+  if (request.lastErrorPrefix !== undefined) filter.lastErrorPrefix = request.lastErrorPrefix;
+  return filter;
+}
+
+/** Bounds a move may add to its request's filter (`ReplayFilter.maxRows`, `ReplayFilter.asRead`). */
+export interface ReplayMoveBounds {
+  maxRows?: number;
+  asRead?: Array<{ id: string; updatedAtMs: number }>;
+}
+
+/** One request's preview and move, on the table it names (validated, filter resolved, once). */
+export interface ReplayTarget {
+  table: 'outbox' | 'inbox';
+  preview(limit: number): Promise<ReplayPreview>;
+  move(bounds?: ReplayMoveBounds): Promise<number>;
+}
+
+/** The preview and move of `request` on its table; throws `UsageError` for a bad request. */
+export function replayTarget(driver: Driver, config: Pick<QueueBoxConfig, 'outbox' | 'destinations'>, request: ReplayRequest): ReplayTarget {
+  if (parseReplayRequest(request).table === 'inbox') {
+    const filter = resolveInboxReplayFilter(request);
+    return { table: 'inbox', preview: (limit) => driver.inboxReplayPreview({ filter, limit }), move: (bounds = {}) => driver.inboxReplay({ ...filter, ...bounds }) };
+  }
+  const filter = resolveReplayFilter(config, request);
+  return { table: 'outbox', preview: (limit) => driver.outboxReplayPreview({ filter, limit }), move: (bounds = {}) => driver.outboxReplay({ ...filter, ...bounds }) };
 }
 
 /** Counts the rows a replay would move now and shows the oldest `sampleSize` of them; moves nothing. */
@@ -149,15 +240,13 @@ export async function previewReplay(
   config: Pick<QueueBoxConfig, 'outbox' | 'destinations'>,
   request: ReplayRequest,
   options: { sampleSize?: number } = {},
-): Promise<{ count: number; sample: ReplayPreviewRow[] }> {
-  const filter = resolveReplayFilter(config, request);
-  return driver.outboxReplayPreview({ filter, limit: options.sampleSize ?? REPLAY_SAMPLE_SIZE });
+): Promise<ReplayPreview> {
+  return replayTarget(driver, config, request).preview(options.sampleSize ?? REPLAY_SAMPLE_SIZE);
 }
 
-/** Replays matching rows; returns how many moved to `pending`. */
-export async function replayOutbox(driver: Driver, config: Pick<QueueBoxConfig, 'outbox' | 'destinations'>, request: ReplayRequest): Promise<{ moved: number }> {
-  const filter = resolveReplayFilter(config, request);
-  return { moved: await driver.outboxReplay(filter) };
+/** Replays matching rows (outbox or inbox, as the request says); returns how many moved to `pending`. */
+export async function replayRows(driver: Driver, config: Pick<QueueBoxConfig, 'outbox' | 'destinations'>, request: ReplayRequest): Promise<{ moved: number }> {
+  return { moved: await replayTarget(driver, config, request).move() };
 }
 
 /**
@@ -165,22 +254,22 @@ export async function replayOutbox(driver: Driver, config: Pick<QueueBoxConfig, 
  * more than `confirmAbove` rows is refused unless `yes` (the refusal carries the count). Without
  * `yes` the move itself is bounded too (`maxRows: confirmAbove`): rows that die between the count
  * and the move cannot take it past `confirmAbove` — it then moves nothing and says so. With `yes`
- * the operator confirmed whatever matches when the move runs.
+ * the operator confirmed whatever matches when the move runs. The same for both tables.
  */
 export async function runReplayCommand(
   driver: Driver,
   config: Pick<QueueBoxConfig, 'outbox' | 'destinations'>,
   command: ReplayCommand,
   confirmAbove = REPLAY_CONFIRM_ABOVE,
-): Promise<{ dryRun: true; count: number; sample: ReplayPreviewRow[] } | { moved: number }> {
-  if (command.dryRun) return { dryRun: true, ...(await previewReplay(driver, config, command.request)) };
-  if (command.yes) return replayOutbox(driver, config, command.request);
-  const { count } = await previewReplay(driver, config, command.request, { sampleSize: 0 });
+): Promise<({ dryRun: true } & ReplayPreview) | { moved: number }> {
+  const target = replayTarget(driver, config, command.request);
+  if (command.dryRun) return { dryRun: true, ...(await target.preview(REPLAY_SAMPLE_SIZE)) };
+  if (command.yes) return { moved: await target.move() };
+  const { count } = await target.preview(0);
   const confirm = 'preview with a dry run, then confirm with --yes ("yes": true in the event)';
   if (count > confirmAbove) throw new UsageError(`replay would move ${count} rows (more than ${confirmAbove}): ${confirm}`);
-  const filter = { ...resolveReplayFilter(config, command.request), maxRows: confirmAbove };
   try {
-    return { moved: await driver.outboxReplay(filter) };
+    return { moved: await target.move({ maxRows: confirmAbove }) };
   } catch (error) {
     if (!(error instanceof ReplayLimitError)) throw error;
     throw new UsageError(`replay: ${count} rows matched when counted, but more than ${confirmAbove} match now (rows finished meanwhile); nothing moved: ${confirm}`, { cause: error });

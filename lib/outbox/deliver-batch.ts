@@ -18,7 +18,9 @@ import type { ClaimRef, OutboxRow } from '../db/driver.ts';
 import type { Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
 import type { AbortableCall, OpenCalls } from './open-calls.ts';
 import type { PassContext } from './pass-context.ts';
+import { NO_ROUTE } from './failure-report.ts';
 import { SettlePlan, settleBatch } from './settle-batch.ts';
+import type { TraceContext } from '../observability/trace-context.ts';
 
 /** The rows of one destination call that still hold their claim, and the call's abort. */
 class CallClaims implements AbortableCall {
@@ -68,10 +70,10 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
     const destination = name === undefined ? undefined : ctx.destinations.get(name);
     if (name === undefined) {
       unroutable.push(row);
-      plan.deadNow(row, `no route matches topic "${row.topic}" (outbox.routes)`);
+      plan.deadNow(row, `no route matches topic "${row.topic}" (outbox.routes)`, { destinationName: NO_ROUTE, errorClass: 'NoRoute' });
     } else if (destination === undefined) {
       unroutable.push(row);
-      plan.deadNow(row, `route for topic "${row.topic}" names destination "${name}", which is not configured`);
+      plan.deadNow(row, `route for topic "${row.topic}" names destination "${name}", which is not configured`, { destinationName: name, errorClass: 'UnknownDestination' });
     } else {
       const list = byDestination.get(destination) ?? [];
       list.push(row);
@@ -119,7 +121,8 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
     outcomes = await destination.publishBatch(owned.map(toOutbound), call.signal);
   } catch (error) {
     const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    outcomes = owned.map((row) => ({ id: row.id, status: 'retryable', error: `destination call failed: ${reason}` }));
+    const errorClass = error instanceof Error ? error.name : 'Error';
+    outcomes = owned.map((row) => ({ id: row.id, status: 'retryable', error: `the call threw ${reason}`, errorClass }));
   } finally {
     call.dispose();
   }
@@ -132,9 +135,9 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
   const perOutcome = new Map<EntryOutcome['status'], number>();
   for (let i = 0; i < owned.length; i++) {
     const row = owned[i]!;
-    const outcome = (inOrder ? outcomes[i] : byId!.get(row.id)) ?? { id: row.id, status: 'retryable' as const, error: `destination ${destination.name} returned no outcome for this entry` };
+    const outcome = (inOrder ? outcomes[i] : byId!.get(row.id)) ?? { id: row.id, status: 'retryable' as const, error: 'returned no outcome for this entry', errorClass: 'NoOutcome' };
     perOutcome.set(outcome.status, (perOutcome.get(outcome.status) ?? 0) + 1);
-    plan.add(row, outcome);
+    plan.add(row, outcome, destination);
   }
   // One metric update per outcome kind and call, not per row.
   for (const [outcome, n] of perOutcome) ctx.metrics.count('outboxDestinationMessages', n, { destination: destination.name, outcome });
@@ -152,6 +155,7 @@ class Outbound implements OutboundMessage {
   readonly headers: Record<string, string>;
   readonly attempt: number;
   readonly replayCount: number;
+  readonly trace: TraceContext | null;
   readonly #row: OutboxRow;
 
   constructor(row: OutboxRow) {
@@ -162,6 +166,7 @@ class Outbound implements OutboundMessage {
     this.headers = row.headers;
     this.attempt = row.attempt;
     this.replayCount = row.replayCount;
+    this.trace = row.trace ?? null;
     this.#row = row;
   }
 

@@ -16,6 +16,7 @@ import { sqlServerCallerOutboxInsert } from '../db/sqlserver/caller-statements.t
 import type { PgQueryable } from '../db/postgres/pg-pool.ts';
 import { QueueBoxError, ValidationError } from '../errors.ts';
 import { validateOutboxMessage } from './validate-message.ts';
+import { captureTraceContext } from '../observability/trace-context.ts';
 
 export interface EnqueueOptions {
   /** Schema of the outbox table; default `public` (PostgreSQL) or `dbo` (SQL Server). */
@@ -51,17 +52,20 @@ async function enqueueThrough(tx: CallerExecutor, m: OutboxMessageInput, where: 
  * Inserts one outbox message inside the caller's open transaction and returns its id.
  *
  * `tx` is a `pg` client on which the caller ran `BEGIN` (or an `mssql` Transaction, or a library's
- * transaction wrapped by `queueboxTransaction` of `queuebox/<library>`). Throws
+ * transaction wrapped by `queueboxTransaction` of `queuebox/<library>`). The row records the
+ * caller's trace context (`captureTraceContext`: OpenTelemetry's active span, else the Lambda
+ * invocation's X-Ray trace header), which the poller publishes with the message. Throws
  * `ValidationError` naming the field when the message is invalid, and `UsageError` for a
  * `pg.Pool` (its queries would run outside the transaction) or a client outside a transaction
  * block (no `BEGIN`: the row would commit on its own); nothing is written then.
  */
 export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput, options: EnqueueOptions = {}): Promise<string> {
-  const m = validateOutboxMessage(message);
+  const validated = validateOutboxMessage(message);
   const table = options.table ?? 'outbox';
   if (!IDENTIFIER_PATTERN.test(table)) throw new ValidationError('options.table', 'must be a lower-case SQL identifier');
   if (options.schema !== undefined && !IDENTIFIER_PATTERN.test(options.schema)) throw new ValidationError('options.schema', 'must be a lower-case SQL identifier');
   const defaults = { maxAttempts: options.maxAttempts ?? 5 };
+  const m = { ...validated, trace: captureTraceContext() };
   if (isCallerExecutor(tx)) return enqueueThrough(tx, m, { schema: options.schema, table }, defaults);
   refusePool(tx, 'enqueue');
   if (isMssqlTransaction(tx)) {

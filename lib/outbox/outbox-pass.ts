@@ -12,7 +12,11 @@
  *    (`max(MIN_CLAIM_WINDOW_MS, 2 × the slowest destination call of this pass)`), when the lease
  *    would be shorter than `MIN_LEASE_MS`, when `signal` aborts, or — in `drain` mode — as soon
  *    as a claim that started with nothing in flight finds nothing. An idle claim in `deadline` mode waits
- *    `pollIntervalMs` and claims again until the deadline.
+ *    and claims again until the deadline: `pollIntervalMs` after the first empty claim, doubling
+ *    with each further one up to `maxPollIntervalMs` (`idlePollDelayMs`), back to `pollIntervalMs`
+ *    once a claim finds rows; a batch that finishes meanwhile ends the wait. An idle invocation thus
+ *    sends about one claim a second, and a row committed while it waits is claimed within about
+ *    `maxPollIntervalMs` (docs/performance.md, idle cost).
  * 4. Wait for in-flight work up to `shutdownTimeoutMs`, never past the deadline. Work still in
  *    flight then is abandoned: its rows stay `processing` and the reclaim recovers them once
  *    their lease (which never outlives the invocation) expires. The renewal under way and every
@@ -25,6 +29,7 @@
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
+import { idlePollDelayMs } from '../claims/backoff.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
@@ -155,6 +160,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const claimWindowMs = () => Math.max(MIN_CLAIM_WINDOW_MS, 2 * Math.max(0, ...slowest.values()));
   let reclaimRan = false;
   let stoppedBecause: StopReason = 'deadline';
+  // Claims in a row that found nothing: the idle wait grows with them.
+  let emptyClaims = 0;
 
   try {
     const reclaim = await driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) });
@@ -202,10 +209,11 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
         stoppedBecause = 'drained';
         break;
       }
-      const idleMs = Math.min(outbox.pollIntervalMs, Math.max(0, deadline.remainingMs() - claimWindowMs()));
+      const idleMs = Math.min(idlePollDelayMs(emptyClaims++, outbox), Math.max(0, deadline.remainingMs() - claimWindowMs()));
       await waitAny(inFlightWork(), inFlight.length > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, stopWait.settled);
       continue;
     }
+    emptyClaims = 0;
     tally.claimed += rows.length;
     tally.batches++;
     const entry = { work: Promise.resolve(), rows: rows.length };

@@ -9,13 +9,18 @@
  * 0-based number of its last delivery). The default of 5 gives five deliveries.
  * A permanent failure marked `deadNow` (no retry can succeed) is `dead` at once; other permanent
  * failures are retried like retryable ones, as spec §4 asks.
+ *
+ * A failed row's `last_error` names its destination and queue or bus
+ * (`destination orders (SQS queue orders.fifo): SQS SendMessageBatch failed: …`), and the rows
+ * each write retried or dead-lettered are logged and counted per destination (`failure-report.ts`).
  */
 import { backoffDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
 import { claimKey } from '../claims/claim-key.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, DeadItem, OutboxRow, RetryItem } from '../db/driver.ts';
-import type { EntryOutcome } from '../destinations/destination.ts';
+import type { Destination, EntryOutcome } from '../destinations/destination.ts';
 import { FencedLockTimeoutError } from '../errors.ts';
+import { destinationLabel, reportFailures, type FailureNote } from './failure-report.ts';
 import type { PassContext } from './pass-context.ts';
 
 /** Jitter of outbox retries: up to +25 % (spec §4). */
@@ -26,36 +31,54 @@ export class SettlePlan {
   readonly sent: ClaimRef[] = [];
   readonly retry: RetryItem[] = [];
   readonly dead: DeadItem[] = [];
+  /** Where and why each retried or dead row failed, by row id: for the failure log line and metric. */
+  readonly notes: Map<string, FailureNote>;
 
   constructor(
     private readonly retryBaseDelayMs: number,
     private readonly random: () => number,
-  ) {}
-
-  /** A row that can never be delivered: dead now, attempt unchanged. */
-  deadNow(row: OutboxRow, reason: string): void {
-    this.dead.push({ id: row.id, token: row.claimToken, error: redactError(reason) });
+    notes?: Map<string, FailureNote>,
+  ) {
+    this.notes = notes ?? new Map();
   }
 
-  /** Maps one destination answer to the row's next state. */
-  add(row: OutboxRow, outcome: EntryOutcome): void {
+  /**
+   * A row that can never be delivered: dead now, attempt unchanged. `failure` names the
+   * destination (or `(no route)`) and the error class.
+   */
+  deadNow(row: OutboxRow, reason: string, failure: { destinationName: string; destination?: Destination; errorClass: string }): void {
+    const error = redactError(reason);
+    this.dead.push({ id: row.id, token: row.claimToken, error });
+    this.notes.set(row.id, { row, ...failure, error });
+  }
+
+  /** Maps one answer of `destination` to the row's next state; a failure's error is prefixed with the destination. */
+  add(row: OutboxRow, outcome: EntryOutcome, destination: Destination): void {
     const claim = { id: row.id, token: row.claimToken };
     if (outcome.status === 'sent') {
       this.sent.push(claim);
-    } else if (outcome.status === 'permanent' && outcome.deadNow === true) {
-      this.deadNow(row, `permanent failure, not retried: ${outcome.error}`);
+      return;
+    }
+    const reason = `${destinationLabel(destination)}: ${outcome.error}`;
+    const failure = { destinationName: destination.name, destination, errorClass: outcome.errorClass ?? 'Unknown' };
+    if (outcome.status === 'permanent' && outcome.deadNow === true) {
+      this.deadNow(row, `permanent failure, not retried: ${reason}`, failure);
     } else if (row.attempt + 1 < row.maxAttempts) {
       const delayMs = backoffDelayMs(row.attempt, { baseMs: this.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: OUTBOX_RETRY_JITTER }, this.random);
-      this.retry.push({ ...claim, delayMs, error: redactError(outcome.error) });
+      const error = redactError(reason);
+      this.retry.push({ ...claim, delayMs, error });
+      this.notes.set(row.id, { row, ...failure, error });
     } else {
-      this.dead.push({ ...claim, error: redactError(`gave up after ${row.attempt + 1} of ${row.maxAttempts} attempts: ${outcome.error}`) });
+      const error = redactError(`gave up after ${row.attempt + 1} of ${row.maxAttempts} attempts: ${reason}`);
+      this.dead.push({ ...claim, error });
+      this.notes.set(row.id, { row, ...failure, error });
     }
   }
 
   /** Drops the claims already known to be lost (`lost` holds `claimKey`s: id and token). */
   without(lost: ReadonlySet<string>): SettlePlan {
     if (lost.size === 0) return this;
-    const plan = new SettlePlan(this.retryBaseDelayMs, this.random);
+    const plan = new SettlePlan(this.retryBaseDelayMs, this.random, this.notes);
     plan.sent.push(...this.sent.filter((c) => !lost.has(claimKey(c))));
     plan.retry.push(...this.retry.filter((c) => !lost.has(claimKey(c))));
     plan.dead.push(...this.dead.filter((c) => !lost.has(claimKey(c))));
@@ -87,6 +110,7 @@ export async function settleBatch(ctx: PassContext, plan: SettlePlan): Promise<v
   record(ctx, 'sent', plan.sent, sent);
   record(ctx, 'retried', plan.retry, retried);
   record(ctx, 'dead', plan.dead, dead);
+  reportFailures(ctx, plan.notes, retried.status === 'fulfilled' ? retried.value : [], dead.status === 'fulfilled' ? dead.value : []);
   for (const result of [sent, retried, dead]) if (result.status === 'rejected' && !(result.reason instanceof FencedLockTimeoutError)) throw result.reason;
 }
 

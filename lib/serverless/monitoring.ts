@@ -8,6 +8,7 @@
  * (`METRICS[key].dimensions`). A query or alarm with any other dimension set matches nothing.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
+import { NO_ROUTE } from '../observability/failure-log.ts';
 import { METRICS, type MetricKey } from '../observability/metric-names.ts';
 import { FUNCTIONS, type FunctionDef } from './functions.ts';
 
@@ -96,6 +97,15 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
       metrics: destinationNames.flatMap((destination) =>
         ['sent', 'retryable', 'permanent'].map((outcome) => ({ key: 'outboxDestinationMessages' as const, dimensions: { destination, outcome }, stat: 'Sum' as const, label: `${destination} ${outcome}` })),
       ),
+    },
+    {
+      title: 'Outbox retried and dead rows by destination',
+      metrics: [
+        ...destinationNames.flatMap((destination) =>
+          ['retried', 'dead'].map((status) => ({ key: 'outboxFailedMessages' as const, dimensions: { destination, status }, stat: 'Sum' as const, label: `${destination} ${status}` })),
+        ),
+        { key: 'outboxFailedMessages', dimensions: { destination: NO_ROUTE, status: 'dead' }, stat: 'Sum', label: `${NO_ROUTE} dead` },
+      ],
     },
     {
       title: 'Inbox flow',

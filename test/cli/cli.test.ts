@@ -99,6 +99,73 @@ describe('queuebox CLI', () => {
     assert.equal(time.stderr.split('\n').length, 2);
   });
 
+  it('replay --table inbox requeues dead relay and pull rows by source, consumption, id and last error, with a dry run and --yes above 100 rows', async () => {
+    const inbox = `"${db.schema}".inbox`;
+    await db.query(`DELETE FROM ${inbox}`);
+    await db.query(
+      `INSERT INTO ${inbox} (source, idempotency_key, aggregate_id, payload, consumption, state, attempt, last_error)
+       SELECT 'stripe', 'push-' || g, 'cus-' || (g % 7), '{}', 'push', 'dead', 3, 'HTTP 503 upstream ' || g FROM generate_series(1, 110) g`,
+    );
+    await db.query(
+      `INSERT INTO ${inbox} (source, idempotency_key, aggregate_id, payload, consumption, state, attempt, last_error)
+       SELECT 'stripe', 'pull-' || g, NULL, '{}', 'pull', 'dead', 5, CASE WHEN g = 1 THEN 'handler threw: bad amount' ELSE 'handler timed out' END FROM generate_series(1, 3) g`,
+    );
+    await db.query(`INSERT INTO ${inbox} (source, idempotency_key, payload, consumption, state) VALUES ('stripe', 'done', '{}', 'push', 'processed'), ('github', 'gh-dead', '{}', 'push', 'dead')`);
+    const counts = async () =>
+      (await db.query<{ k: string; n: string }>(`SELECT consumption || ':' || state AS k, count(*) AS n FROM ${inbox} GROUP BY 1 ORDER BY 1`)).map((r) => `${r.k}=${r.n}`).join(' ');
+    const start = 'pull:dead=3 push:dead=111 push:processed=1';
+    assert.equal(await counts(), start);
+
+    const dry = await cli('replay', '--table', 'inbox', '--source', 'stripe', '--dry-run', '--sample', '2');
+    assert.equal(dry.code, 0, dry.stderr);
+    const lines = dry.stdout.trimEnd().split('\n');
+    assert.equal(lines[0], 'would requeue 113 dead inbox rows (dry run: nothing moved)');
+    assert.equal(lines.filter((l) => /^  \S+Z  dead  attempt \d  [0-9a-f-]{36}  stripe \((push|pull)\)/.test(l)).length, 2);
+    const pullDry = JSON.parse((await cli('replay', '--table', 'inbox', '--source', 'stripe', '--consumption', 'pull', '--dry-run', '--json')).stdout);
+    assert.deepEqual([pullDry.dryRun, pullDry.table, pullDry.count, pullDry.sample.map((r: { consumption: string }) => r.consumption)], [true, 'inbox', 3, ['pull', 'pull', 'pull']]);
+    assert.equal(await counts(), start, 'dry runs move nothing');
+
+    const refused = await cli('replay', '--table', 'inbox', '--source', 'stripe', '--consumption', 'push');
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /would move 110 rows \(more than 100\).*--yes/);
+    assert.equal(await counts(), start, 'a refused replay moves nothing');
+
+    const byError = await cli('replay', '--table', 'inbox', '--source', 'stripe', '--last-error', 'handler threw', '--json');
+    assert.deepEqual([byError.code, JSON.parse(byError.stdout)], [0, { moved: 1 }]);
+    const [pullRow] = await db.query<{ id: string }>(`SELECT id FROM ${inbox} WHERE idempotency_key = 'pull-2'`);
+    const byId = await cli('replay', '--table', 'inbox', '--id', pullRow!.id);
+    assert.deepEqual([byId.code, byId.stdout], [0, 'requeued 1 inbox rows\n']);
+    const pushAll = await cli('replay', '--table', 'inbox', '--source', 'stripe', '--consumption', 'push', '--yes', '--json');
+    assert.deepEqual([pushAll.code, JSON.parse(pushAll.stdout)], [0, { moved: 110 }]);
+    assert.equal(await counts(), 'pull:dead=1 pull:pending=2 push:dead=1 push:pending=110 push:processed=1', 'the other source and the processed row stay');
+    const [reset] = await db.query<{ attempts: string; errors: string; claims: string }>(
+      `SELECT sum(attempt) AS attempts, count(last_error) AS errors, count(claim_token) AS claims FROM ${inbox} WHERE state = 'pending'`,
+    );
+    assert.deepEqual(reset, { attempts: '0', errors: '0', claims: '0' });
+  });
+
+  it('replay refuses outbox filters on the inbox and inbox filters on the outbox, and its help says how to requeue inbox rows', async () => {
+    const topic = await cli('replay', '--table', 'inbox', '--topic', 'order.paid');
+    assert.deepEqual([topic.code, topic.stderr], [1, 'queuebox: replay: topics filters outbox rows; inbox rows filter by sources (and consumption)\n']);
+    const sent = await cli('replay', '--table', 'inbox', '--source', 'stripe', '--state', 'sent');
+    assert.equal(sent.code, 1);
+    assert.match(sent.stderr, /the inbox requeues dead rows only/);
+    const source = await cli('replay', '--source', 'stripe');
+    assert.equal(source.code, 1);
+    assert.match(source.stderr, /sources filters inbox rows; add table inbox \(--table inbox\)/);
+    const alone = await cli('replay', '--table', 'inbox', '--consumption', 'pull');
+    assert.equal(alone.code, 1);
+    assert.match(alone.stderr, /replay needs at least one filter: ids, sources, createdFrom, createdTo or lastErrorPrefix/);
+    const table = await cli('replay', '--table', 'everything', '--id', randomUUID());
+    assert.equal(table.code, 1);
+    assert.match(table.stderr, /Allowed choices are outbox, inbox/);
+    const help = await cli('replay', '--help');
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /--table <table>/);
+    assert.match(help.stdout, /queuebox replay --table inbox --source stripe --dry-run/);
+    assert.match(help.stdout, /A requeued inbox row is again the head of its aggregate/);
+  });
+
   it('cleanup refuses while retention is disabled unless forced', async () => {
     const refused = await cli('cleanup');
     assert.equal(refused.code, 1);

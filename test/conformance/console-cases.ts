@@ -161,6 +161,38 @@ export function defineConsoleCases(define: DefineCase): void {
     assert.deepEqual(page.rows.map((r) => [r.label, r.lastError, r.details['idempotency key']]), [['s2', 'bad', 'k2']]);
   });
 
+  define('outboxDeadGroups and inboxDeadGroups count the newest dead rows per topic or source and consumption and error start, largest first', async (t) => {
+    const die = async (topic: string, error: string) => {
+      await enqueueRows(t, [{ topic, payload: {} }]);
+      const [row] = await claimOutbox(t);
+      await t.driver.outboxMarkDeadMany({ items: [{ id: row!.id, token: row!.claimToken, error }] });
+    };
+    for (let i = 0; i < 3; i++) await die('order.paid', `HTTP 503 from orders (request ${i})`);
+    await die('order.paid', 'HTTP 400 bad payload');
+    await die('user.created', 'HTTP 503 from orders (request 9)');
+    const groups = await t.driver.outboxDeadGroups({ scanLimit: 100, limit: 10, errorChars: 16 });
+    assert.deepEqual(
+      groups.groups.map((g) => [g.label, g.consumption, g.error, g.count]),
+      [
+        ['order.paid', null, 'HTTP 503 from or', 3],
+        ['user.created', null, 'HTTP 503 from or', 1],
+        ['order.paid', null, 'HTTP 400 bad pay', 1],
+      ],
+      'largest first; of equal counts the one with the newest row first',
+    );
+    assert.equal(groups.groups.length, 3);
+    assert.deepEqual([groups.scanned, groups.scanCapped], [5, false]);
+    assert.ok(groups.groups.every((g) => g.latest instanceof Date));
+    const capped = await t.driver.outboxDeadGroups({ scanLimit: 2, limit: 1, errorChars: 16 });
+    assert.deepEqual([capped.groups.length, capped.scanned, capped.scanCapped], [1, 2, true]);
+    await t.driver.inboxInsert({ source: 's1', idempotencyKey: 'k1', payload: {}, consumption: 'push', deadReason: 'unreadable body' });
+    await t.driver.inboxInsert({ source: 's1', idempotencyKey: 'k2', payload: {}, consumption: 'pull', deadReason: 'unreadable body' });
+    await t.driver.inboxInsert({ source: 's1', idempotencyKey: 'k3', payload: {}, consumption: 'pull', deadReason: 'unreadable body, again' });
+    const inbox = await t.driver.inboxDeadGroups({ scanLimit: 100, limit: 10, errorChars: 10 });
+    assert.deepEqual(inbox.groups.map((g) => [g.label, g.consumption, g.error, g.count]), [['s1', 'pull', 'unreadable', 2], ['s1', 'push', 'unreadable', 1]]);
+    await assert.rejects(t.driver.outboxDeadGroups({ scanLimit: 100, limit: 10, errorChars: 5000 }));
+  });
+
   define('outboxRowGet and inboxRowGet read one row with every column; absent or malformed ids read nothing', async (t) => {
     const [id] = await enqueueRows(t, [{ topic: 'order.paid', key: 'o-1', payload: { orderId: 'o-1' }, headers: { h: 'v' } }]);
     const row = (await t.driver.outboxRowGet({ id: id! }))!;

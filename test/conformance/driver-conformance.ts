@@ -13,6 +13,7 @@ import { defineConcurrencyCases } from './concurrency-cases.ts';
 import { defineConsoleCases } from './console-cases.ts';
 import { defineGeneralCases } from './general-cases.ts';
 import { defineInboxCases } from './inbox-cases.ts';
+import { defineInboxReplayCases } from './inbox-replay-cases.ts';
 import { defineOutboxCases } from './outbox-cases.ts';
 import { definePayloadTextCases } from './payload-text-cases.ts';
 import { definePullCases } from './pull-cases.ts';
@@ -99,6 +100,7 @@ export function runDriverConformance(name: string, setup: () => Promise<Conforma
     describe('general', () => defineGeneralCases(define));
     describe('outbox', () => defineOutboxCases(define));
     describe('inbox', () => defineInboxCases(define));
+    describe('inbox requeue', () => defineInboxReplayCases(define));
     describe('pull', () => definePullCases(define));
     describe('concurrency', () => defineConcurrencyCases(define));
     describe('console', () => defineConsoleCases(define));

@@ -2,7 +2,8 @@
  * The operator console in a real browser (Debian's chromium via playwright-core) against a seeded
  * PostgreSQL: every page loads, planted stuck keys appear with their reasons, hostile text stays
  * text, secrets stay hidden, the overview refreshes itself, a replay dry run and confirm move
- * exactly the previewed rows, and a cross-site form cannot replay anything.
+ * exactly the previewed rows, a dead inbox group is requeued from its preview, and a cross-site
+ * form cannot replay anything.
  */
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
@@ -129,6 +130,22 @@ describe('operator console in a browser', { skip }, () => {
     const rows = await db.query<{ id: string; state: string }>(`SELECT id, state FROM "${db.schema}".outbox WHERE topic = 'bulk.failed'`);
     assert.deepEqual(rows.filter((r) => r.state === 'pending').map((r) => r.id).sort(), [...listed].sort(), 'the moved rows are the listed rows');
     assert.equal(rows.filter((r) => r.state === 'dead').length, 5);
+  });
+
+  it('a dead inbox group opens the preview of its rows, and the confirm requeues them', async () => {
+    await page.goto(`${consoleServer.url}/dead?table=inbox`);
+    const group = page.locator('table[data-dead-groups="inbox"] tr[data-group-count]');
+    assert.equal(await group.count(), 1);
+    assert.match((await group.textContent()) ?? '', /^1\s*payments\s*push\s*relay gave up: no route for topic/);
+    await group.locator('[data-group-rows]').click();
+    await page.waitForURL(/\/replay\/preview\?table=inbox/);
+    assert.equal(await page.locator('[data-preview-count]').getAttribute('data-preview-count'), '1');
+    assert.deepEqual(await page.locator('table[data-preview] tr[data-id]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-id'))), [seed.deadInbox]);
+    await page.click('[data-action="confirm"]');
+    await page.waitForSelector('[data-moved]');
+    assert.equal(await page.locator('[data-moved]').getAttribute('data-moved'), '1');
+    const [row] = await db.query<{ state: string; attempt: number; last_error: string | null }>(`SELECT state, attempt, last_error FROM "${db.schema}".inbox WHERE id = $1`, [seed.deadInbox]);
+    assert.deepEqual(row, { state: 'pending', attempt: 0, last_error: null });
   });
 
   it('a bad replay filter is refused on the page with the key named, and moves nothing', async () => {

@@ -107,10 +107,25 @@ describe('the adapters on SQL Server (shape)', () => {
       assert.equal(await run(), ID);
       assert.equal(r.sent.length, 1, 'no probe: the library says it is in a transaction');
       const [{ text, values }] = r.sent as [Sent];
-      assert.match(text, /^INSERT INTO \[dbo\]\.\[outbox\] \(id, topic, \[key\], payload, headers, max_attempts, scheduled_at\)/);
+      assert.match(text, /^INSERT INTO \[dbo\]\.\[outbox\] \(id, topic, \[key\], payload, headers, max_attempts, scheduled_at, trace_context\)/);
       assert.match(text, placeholder);
       assert.doesNotMatch(text, /secret-topic|o-1|orderId/, 'no value in the text');
       assert.ok(values.includes('order.paid.secret-topic') && values.includes('{"orderId":"o-1"}') && values.includes(7), JSON.stringify(values));
+    });
+
+    it(`${library}: enqueue binds the Lambda invocation's X-Ray trace header as the row's trace context`, async () => {
+      const header = 'Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1';
+      const previous = process.env._X_AMZN_TRACE_ID;
+      process.env._X_AMZN_TRACE_ID = header;
+      try {
+        const { r, enqueue: run } = make();
+        await run();
+        const [{ values }] = r.sent as [Sent];
+        assert.equal(values.at(-1), JSON.stringify({ awsTraceHeader: header }));
+      } finally {
+        if (previous === undefined) delete process.env._X_AMZN_TRACE_ID;
+        else process.env._X_AMZN_TRACE_ID = previous;
+      }
     });
 
     it(`${library}: pull complete sends the fenced UPDATE … OUTPUT through the library's transaction`, async () => {

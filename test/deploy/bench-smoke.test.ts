@@ -2,7 +2,8 @@
  * `npm run bench` keeps working (docs/performance.md tells operators to run it): a tiny run of
  * the floor and the QueueBox pass on two workloads, checked for what it reports — every message
  * moved, a ratio to the floor, round trips — never for how fast (speed is measured by the bench
- * itself, not by tests).
+ * itself, not by tests). The same for `npm run bench:latency`: every message it wrote is in its
+ * latencies, whatever they are.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -42,5 +43,31 @@ describe('npm run bench', () => {
       if (l.case === 'queuebox') assert.equal(l.notes?.claimFunctionsMissing, 0, `${l.workload}/${l.case}: ${JSON.stringify(l.notes)}`);
     }
     assert.match(stdout, /\| workload \| case \| msg\/s \| × floor \|/, 'the readable table follows the JSON lines');
+  });
+
+  it('bench:latency reports the idle invocations and a latency for every message it wrote', { timeout: 180_000 }, async () => {
+    const { code, stdout, stderr } = await runTsx(
+      ['bench/latency.ts', '--idle-seconds', '10', '--samples', '1', '--rates', '5', '--load-seconds', '2', '--period', '8'],
+      { ...process.env, DATABASE_URL: testDatabaseUrl() },
+    );
+    assert.equal(code, 0, stderr);
+    const lines = stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown> & { phase: string });
+    assert.deepEqual(
+      lines.map((l) => l.phase),
+      ['idle', 'idle', 'first message after 5-6 s idle', 'light load'],
+    );
+    const [shipped, fixed] = lines as unknown as Array<{ transactions: number; claims: number }>;
+    assert.ok(shipped!.claims > 0 && shipped!.transactions >= shipped!.claims, JSON.stringify(shipped));
+    // 4 s of polling: the idle backoff claims about 8 times, a fixed 100 ms interval about 40.
+    assert.ok(shipped!.claims < fixed!.claims, `${shipped!.claims} claims with the backoff, ${fixed!.claims} at a fixed interval`);
+    assert.equal(lines[2]!.count, 1);
+    const load = lines[3] as unknown as Record<'all' | 'whilePolling' | 'betweenInvocations', { count: number; p50Ms: number; p99Ms: number; maxMs: number }>;
+    assert.equal(load.all.count, 10, 'every message written at 5 msg/s for 2 s has a latency');
+    assert.equal(load.whilePolling.count + load.betweenInvocations.count, 10);
+    assert.ok(load.all.p50Ms <= load.all.p99Ms && load.all.p99Ms <= load.all.maxMs, JSON.stringify(load.all));
+    assert.match(stdout, /\| commit → publish \| messages \| p50 ms \| p99 ms \| max ms \|/, 'the readable table follows the JSON lines');
   });
 });

@@ -148,7 +148,7 @@ describe('EventBridge destination', () => {
   it('answers retryable "aborted" for an aborted signal and sends nothing', async () => {
     const { destination, delivered } = acceptingDestination();
     const row = outboundMessage();
-    assert.deepEqual(await destination.publishBatch([row], AbortSignal.abort()), [{ id: row.id, status: 'retryable', error: 'aborted' }]);
+    assert.deepEqual(await destination.publishBatch([row], AbortSignal.abort()), [{ id: row.id, status: 'retryable', error: 'aborted', errorClass: 'Aborted' }]);
     assert.equal(delivered.entries.length, 0);
   });
 });

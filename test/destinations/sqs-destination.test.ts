@@ -141,7 +141,7 @@ describe('SQS destination (fauxqs)', () => {
       { id: tenAttributes.id, status: 'sent' },
     ]);
     const [many, space, aws, big] = outcomes.slice(2);
-    assert.deepEqual({ ...many, error: undefined }, { id: tooMany.id, status: 'permanent', deadNow: true, error: undefined });
+    assert.deepEqual({ ...many, error: undefined }, { id: tooMany.id, status: 'permanent', deadNow: true, error: undefined, errorClass: 'InvalidMessageAttributes' });
     assert.match((many as { error: string }).error, /needs 11 message attributes \(3 QueueBox headers \+ 8 row headers\); SQS allows at most 10/);
     assert.equal(space?.status, 'permanent');
     assert.equal(space?.status === 'permanent' && space.deadNow, true);
@@ -183,7 +183,7 @@ describe('SQS destination (fauxqs)', () => {
     const { queueUrl, destination } = newQueue();
     const row = outboundMessage();
     const outcomes = await destination.publishBatch([row], AbortSignal.abort());
-    assert.deepEqual(outcomes, [{ id: row.id, status: 'retryable', error: 'aborted' }]);
+    assert.deepEqual(outcomes, [{ id: row.id, status: 'retryable', error: 'aborted', errorClass: 'Aborted' }]);
     assert.equal((await drain(queueUrl)).length, 0);
   });
 
@@ -207,7 +207,7 @@ describe('SQS destination (fauxqs)', () => {
       const controller = new AbortController();
       const pending = destination.publishBatch([row], controller.signal);
       setTimeout(() => controller.abort(), 50);
-      assert.deepEqual(await pending, [{ id: row.id, status: 'retryable', error: 'aborted' }]);
+      assert.deepEqual(await pending, [{ id: row.id, status: 'retryable', error: 'aborted', errorClass: 'Aborted' }]);
       stuck.destroy();
     });
 
@@ -222,6 +222,7 @@ describe('SQS destination (fauxqs)', () => {
       const outcomes = await destination.publishBatch(rows);
       assert.deepEqual(outcomes.map((o) => [o.id, o.status]), rows.map((r) => [r.id, 'retryable']));
       assert.match((outcomes[0] as { error: string }).error, /ECONNREFUSED/);
+      assert.equal((outcomes[0] as { errorClass: string }).errorClass, 'ECONNREFUSED', 'a bare Error is classed by its code');
       refused.destroy();
     });
   });

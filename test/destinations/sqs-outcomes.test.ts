@@ -52,9 +52,9 @@ describe('SQS outcome mapping', () => {
     const outcomes = await destination.publishBatch(rows);
     assert.deepEqual(outcomes.map((o) => o.id), rows.map((r) => r.id));
     assert.deepEqual(outcomes[0], { id: rows[0]!.id, status: 'sent' });
-    assert.deepEqual(outcomes[1], { id: rows[1]!.id, status: 'retryable', error: 'SQS SendMessageBatch entry failed: InternalError: try again' });
-    assert.deepEqual(outcomes[2], { id: rows[2]!.id, status: 'permanent', error: 'SQS SendMessageBatch entry failed: InvalidParameterValue (sender fault): bad value' });
-    assert.deepEqual(outcomes[3], { id: rows[3]!.id, status: 'retryable', error: 'SQS SendMessageBatch returned no result for this entry' });
+    assert.deepEqual(outcomes[1], { id: rows[1]!.id, status: 'retryable', error: 'SQS SendMessageBatch entry failed: InternalError: try again', errorClass: 'InternalError' });
+    assert.deepEqual(outcomes[2], { id: rows[2]!.id, status: 'permanent', error: 'SQS SendMessageBatch entry failed: InvalidParameterValue (sender fault): bad value', errorClass: 'InvalidParameterValue' });
+    assert.deepEqual(outcomes[3], { id: rows[3]!.id, status: 'retryable', error: 'SQS SendMessageBatch returned no result for this entry', errorClass: 'NoResult' });
   });
 
   it('uses batch-local entry ids and maps them back to row ids', async () => {

@@ -27,10 +27,11 @@ describe('configuration', () => {
     const config = loadConfig({ env: {} });
     assert.deepEqual(
       { ...config.outbox, routes: undefined },
-      { batchSize: 100, concurrency: 8, pollIntervalMs: 100, retryBaseDelayMs: 1000, maxAttempts: 5, claimTimeoutMs: 300000, shutdownTimeoutMs: 30000, routes: undefined },
+      { batchSize: 100, concurrency: 8, pollIntervalMs: 100, maxPollIntervalMs: 1000, retryBaseDelayMs: 1000, maxAttempts: 5, claimTimeoutMs: 300000, shutdownTimeoutMs: 30000, routes: undefined },
     );
     assert.equal(config.inbox.maxBodyBytes, 1048576);
     assert.equal(config.inbox.relay.claimTimeoutMs, 300000);
+    assert.deepEqual([config.inbox.relay.pollIntervalMs, config.inbox.relay.maxPollIntervalMs], [100, 1000]);
     assert.deepEqual(config.pull, { batchSize: 10, leaseMs: 30000, concurrency: 1, pollMs: 1000, retry: { maxAttempts: 5, baseDelayMs: 1000, maxDelayMs: 300000, jitter: 0.2 } });
     assert.equal(config.retention.enabled, false);
     assert.equal(config.observability.namespace, 'QueueBox');

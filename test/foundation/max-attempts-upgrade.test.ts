@@ -68,7 +68,7 @@ describe('upgrade: max_attempts counts deliveries (migration 8)', { timeout: 60_
     assert.deepEqual(destination.offered.map((m) => [m.topic, m.attempt]), [2, 3, 4, 5].map((a) => ['pending', a]));
     const rows = Object.fromEntries((await inspectRows(db, [pending, lastLease, dead, sent])).map((r) => [r.topic, [r.state, r.attempt, r.last_error]]));
     assert.deepEqual(rows, {
-      pending: ['dead', 5, 'gave up after 6 of 6 attempts: ServiceUnavailable'],
+      pending: ['dead', 5, 'gave up after 6 of 6 attempts: destination main: ServiceUnavailable'],
       processing: ['dead', 5, 'gave up after 6 of 6 attempts: the lease of the last one expired during the delivery (the call did not finish within its lease)'],
       dead: ['dead', 5, null],
       sent: ['sent', 0, null],

@@ -1,9 +1,14 @@
 /**
  * Upgrading a live database: the schema of the first release, rows in flight (pending, processing
- * under a live lease held by a poller started before the upgrade, scheduled for a retry), an
- * outbox pass running while `migrate` brings the schema to the current level. Nothing is lost, no
+ * under a live lease held by a poller of that release, scheduled for a retry) while `migrate`
+ * brings the schema to the current level, then passes of the current release. Nothing is lost, no
  * key is delivered out of order, the held claims stay fenced and settle with their tokens, and
  * `migrate --check` is clean afterwards (docs/upgrading.md).
+ *
+ * The rows and claims of 0.1.0 are written with the statements of 0.1.0 (its INSERT and its claim
+ * UPDATE; the settles are the same fenced UPDATEs in every release): the current release reads
+ * columns that later migrations add (`trace_context`, migration 7), so it runs only after
+ * `migrate`, as the procedure says.
  *
  * 0.1.0 — the CHANGELOG's first release, commit b8f312e — shipped PostgreSQL migrations 1 to 4
  * and no claim functions. The test builds exactly that level by applying the migrations up to
@@ -18,15 +23,16 @@ import { pgMigrationScript, pgMigrationsTableSql } from '../../lib/db/postgres/m
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase } from '../helpers/database.ts';
-import { claimRecordingDriver, insertOutboxRows, inspectRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
+import { claimRecordingDriver, inspectRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
-import { createGate, delay, waitUntil } from '../helpers/wait.ts';
+import { delay } from '../helpers/wait.ts';
+import { claimSet } from '../../lib/db/postgres/fenced-writes.ts';
 
 /** The last PostgreSQL migration of 0.1.0. */
 const RELEASED_0_1_0 = 4;
 
 describe('upgrade from the 0.1.0 schema with rows in flight (PostgreSQL)', { timeout: 120_000 }, () => {
-  it('migrate to the current level while a pass runs: nothing lost, order per key kept, held leases fenced, --check clean', async () => {
+  it('migrate to the current level under the old poller\'s live claims, then passes of this release: nothing lost, order per key kept, held leases fenced, --check clean', async () => {
     assert.ok(pgMigrations.some((m) => m.version > RELEASED_0_1_0), 'there is something to upgrade to');
     const db = await createTestDatabase({
       destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
@@ -43,39 +49,49 @@ describe('upgrade from the 0.1.0 schema with rows in flight (PostgreSQL)', { tim
         await db.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
       }
 
-      // 12 keys × 8 rows, interleaved, and 24 keyless rows.
-      const ids = await insertOutboxRows(db, [
+      // 12 keys × 8 rows, interleaved, and 24 keyless rows, written by 0.1.0's INSERT in one transaction.
+      const messages = [
         ...Array.from({ length: 96 }, (_, i) => ({ topic: 'orders', key: `k${i % 12}`, payload: { i } })),
-        ...Array.from({ length: 24 }, (_, i) => ({ topic: 'audit', payload: { i } })),
-      ]);
-      // A poller started before the upgrade holds 10 rows under a live lease, and has scheduled 3
-      // more for a retry (their keys wait behind them).
+        ...Array.from({ length: 24 }, (_, i) => ({ topic: 'audit', key: null, payload: { i } })),
+      ];
+      const [inserted] = await db.query<{ ids: string[] }>(
+        `WITH m AS (SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[]) WITH ORDINALITY AS m(topic, key, payload, ord)),
+              ins AS (INSERT INTO ${n.outbox} (topic, key, payload) SELECT topic, key, payload FROM m ORDER BY ord RETURNING id::text, sequence)
+         SELECT array_agg(id ORDER BY sequence) AS ids FROM ins`,
+        [messages.map((m) => m.topic), messages.map((m) => m.key), messages.map((m) => JSON.stringify(m.payload))],
+      );
+      const ids = inserted!.ids;
+      assert.equal(ids.length, messages.length);
+      // A poller of 0.1.0 holds 10 rows under a live lease (the heads of k0…k9), and has scheduled
+      // 2 more for a retry (the heads of k10 and k11; their keys wait behind them).
+      const claimAs010 = async (rowIds: string[]) =>
+        db.query<{ id: string; key: string | null; claim_token: string }>(
+          `UPDATE ${n.outbox} o SET ${claimSet('$1')} WHERE o.id = ANY($2::uuid[]) AND o.state = 'pending' RETURNING o.id::text, o.key, o.claim_token::text`,
+          [60_000, rowIds],
+        );
       const old = db.newDriver();
-      const held = await old.outboxClaimMany({ limit: 10, leaseMs: 60_000 });
+      const held = (await claimAs010(ids.slice(0, 10))).map((r) => ({ id: r.id, key: r.key, claimToken: r.claim_token }));
       assert.equal(held.length, 10);
-      const retried = await old.outboxClaimMany({ limit: 3, leaseMs: 60_000 });
-      assert.ok(retried.length > 0);
-      assert.equal((await old.outboxRetryMany({ items: retried.map((r) => ({ id: r.id, token: r.claimToken, delayMs: 1_500, error: 'throttled' })) })).length, retried.length);
+      const retried = await claimAs010(ids.slice(10, 12));
+      assert.equal(retried.length, 2);
+      assert.equal((await old.outboxRetryMany({ items: retried.map((r) => ({ id: r.id, token: r.claim_token, delayMs: 1_500, error: 'throttled' })) })).length, retried.length);
       const heldClaims: ClaimRef[] = held.map((r) => ({ id: r.id, token: r.claimToken }));
 
       const behind = await db.driver.migrateCheck();
       assert.ok(behind.some((line) => /^migration 6 \(.*\) is not applied$/.test(line)), behind.join('\n'));
+      assert.ok(behind.some((line) => /^migration 7 \(trace context of a row\) is not applied$/.test(line)), behind.join('\n'));
       assert.equal(behind.filter((line) => /^claim function .* is missing/.test(line)).length, 2, behind.join('\n'));
 
-      // A pass of the new release: its second publish waits until migrate has committed, so the
-      // migration runs while that pass has rows in flight and keeps claiming.
-      const migrated = createGate();
-      const destination: RecordingDestination = new RecordingDestination({ delayMs: 2, waitFor: (): Promise<void> => (destination.calls >= 2 ? migrated.wait() : Promise.resolve()) });
+      // The migration runs while the old poller's claims are live; then a pass of this release.
+      const destination = new RecordingDestination({ delayMs: 2 });
       const claims = { ids: new Map<string, string>(), keys: new Map<string, string>(), violations: [] as string[] };
       for (const row of held) {
         claims.ids.set(row.id, 'old');
         if (row.key !== null) claims.keys.set(row.key, row.id);
       }
       const passDriver = claimRecordingDriver(db.newDriver(), 'pass', claims);
-      const pass = runOutboxPass(passFixture(db, { destinations: [destination], driver: passDriver, mode: 'drain' }));
-      await waitUntil('the pass has rows in flight', () => destination.calls >= 2);
       const result = await db.newDriver().migrate();
-      migrated.open();
+      const pass = runOutboxPass(passFixture(db, { destinations: [destination], driver: passDriver, mode: 'drain' }));
       assert.deepEqual(result.applied, pgMigrations.filter((m) => m.version > RELEASED_0_1_0).map((m) => m.version));
       assert.equal(result.claimFunctions?.created.length, 2);
       await pass;

@@ -11,6 +11,8 @@ import { createDeadline, sleep } from '../../lib/runtime/deadline.ts';
 import { MIN_LEASE_MS } from '../../lib/claims/lease.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+import { docsQueries, queryFields } from '../helpers/logs-insights.ts';
+import { captureStdout } from '../helpers/stdout-capture.ts';
 
 /** The PostgreSQL driver's batched forward (optional in the Driver interface). */
 type ForwardMany = NonNullable<Driver['inboxForwardMany']>;
@@ -45,6 +47,16 @@ describe('inbox relay pass', () => {
   const newMetrics = () => new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
   const pass = (driver: Driver, metrics = newMetrics(), timeoutMs = 20_000): Promise<RelaySummary> =>
     runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs }), db.config.lambda.deadlineMarginMs), mode: 'drain' });
+  /** A pass through the real Powertools Logger at INFO; its `inbox forward failed` lines. */
+  const loggedPass = async (driver: Driver, metrics = newMetrics()) => {
+    const loud = createLogger({ serviceName: 'queuebox', logLevel: 'INFO' });
+    const { result: summary, lines } = await captureStdout(
+      () => runRelayPass({ config: db.config, driver, logger: loud, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs: 20_000 }), db.config.lambda.deadlineMarginMs), mode: 'drain' }),
+      { stderr: true },
+    );
+    const failures = lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.message === 'inbox forward failed');
+    return { summary, failures };
+  };
   /** A driver whose batched forwards take a few milliseconds, recording how many keyless rows are forwarded at once. */
   const slowDriver = (observed: { keylessInFlight: number; maxKeyless: number }): Driver =>
     Object.create(db.newDriver(), {
@@ -133,14 +145,24 @@ describe('inbox relay pass', () => {
   });
 
   it('mark dead, with a clear reason, a row whose topic needs an event type it lacks or whose payload is not an object', async () => {
-    await store('d-1', { eventType: null });
+    await store('d-1', { eventType: null, aggregateId: 'cart-1' });
     await store('d-2', { payload: [1, 2] });
-    const summary = await pass(db.driver);
-    assert.deepEqual([summary.dead, summary.forwarded], [2, 0]);
-    const rows = await db.query<{ state: string; last_error: string }>(`SELECT state, last_error FROM ${inbox} ORDER BY sequence`);
+    await store('d-3', { payload: 'text', aggregateId: 'cart-2' });
+    const { summary, failures } = await loggedPass(db.driver);
+    assert.deepEqual([summary.dead, summary.forwarded], [3, 0]);
+    const rows = await db.query<{ id: string; state: string; last_error: string }>(`SELECT id, state, last_error FROM ${inbox} ORDER BY sequence`);
     assert.ok(rows.every((r) => r.state === 'dead'));
     assert.match(rows[0]!.last_error, /needs an event type.*source shop has none/);
     assert.match(rows[1]!.last_error, /message\.payload must be a JSON object/);
+    // One dead write, one ERROR line per source and error class (not one per row).
+    const byClass = Object.fromEntries(failures.map((l) => [l.errorClass as string, l]));
+    assert.deepEqual(Object.keys(byClass).sort(), ['TopicTemplate', 'ValidationError']);
+    const { TopicTemplate: template, ValidationError: invalid } = byClass;
+    assert.deepEqual(
+      [template!.level, template!.source, template!.dead, template!.retried, template!.keys, template!.keyCount, template!.ids, template!.error],
+      ['ERROR', 'shop', 1, 0, ['cart-1'], 1, [rows[0]!.id], rows[0]!.last_error],
+    );
+    assert.deepEqual([invalid!.level, invalid!.dead, invalid!.eventTypes, invalid!.keys, invalid!.keyCount, [...(invalid!.ids as string[])].sort()], ['ERROR', 2, ['created'], ['cart-2'], 1, [rows[1]!.id, rows[2]!.id].sort()]);
     assert.deepEqual(await db.query(`SELECT 1 FROM ${outbox}`), []);
   });
 
@@ -148,8 +170,13 @@ describe('inbox relay pass', () => {
     await store('r-1');
     const refuse = { value: async () => Promise.reject(new Error('database: password=hunter2 refused')) };
     const failing: Driver = Object.create(db.driver, { inboxForwardMany: refuse, inboxForward: refuse });
-    const first = await pass(failing);
+    const { summary: first, failures: retriedLines } = await loggedPass(failing);
     assert.deepEqual([first.retried, first.dead], [1, 0]);
+    assert.deepEqual(
+      retriedLines.map((l) => [l.level, l.source, l.errorClass, l.retried, l.dead, l.topics, l.eventTypes]),
+      [['WARN', 'shop', 'Error', 1, 0, ['shop.created'], ['created']]],
+    );
+    assert.doesNotMatch(String(retriedLines[0]!.error), /hunter2/, 'the line carries the redacted error');
     const [retried] = await db.query<{ state: string; attempt: number; due_in: number; last_error: string }>(
       `SELECT state, attempt, EXTRACT(EPOCH FROM scheduled_at - clock_timestamp())::float8 AS due_in, last_error FROM ${inbox}`,
     );
@@ -157,8 +184,13 @@ describe('inbox relay pass', () => {
     assert.ok(retried!.due_in > 0.5 && retried!.due_in <= 1.25, `due after ~1 s, got ${retried!.due_in}`);
     assert.doesNotMatch(retried!.last_error, /hunter2/);
     await db.query(`UPDATE ${inbox} SET scheduled_at = clock_timestamp()`);
-    const second = await pass(failing);
+    // The Logs Insights query of docs/operations.md reads fields this line has.
+    const queries = docsQueries('docs/operations.md', 'inbox forward failed');
+    assert.ok(queries.length > 0);
+    for (const field of queries.flatMap(queryFields)) assert.ok(field in retriedLines[0]!, `the query's field ${field} is a field of the line`);
+    const { summary: second, failures: deadLines } = await loggedPass(failing);
     assert.deepEqual([second.retried, second.dead], [0, 1]);
+    assert.deepEqual(deadLines.map((l) => [l.level, l.errorClass, l.retried, l.dead]), [['ERROR', 'Error', 0, 1]]);
     const [dead] = await db.query<{ state: string; last_error: string }>(`SELECT state, last_error FROM ${inbox}`);
     assert.equal(dead!.state, 'dead');
     assert.match(dead!.last_error, /^gave up after 2 of 2 attempts: /);
@@ -308,10 +340,9 @@ describe('inbox relay pass', () => {
     });
     await sleep(500);
     await store('late-1');
-    await sleep(400);
-    const relayed = await db.query<{ state: string }>(`SELECT state FROM ${inbox} WHERE idempotency_key = 'late-1'`);
-    assert.equal(relayed[0]?.state, 'processed', 'relayed within a few poll intervals, by the pass already running');
     const summary = await running;
+    const relayed = await db.query<{ state: string }>(`SELECT state FROM ${inbox} WHERE idempotency_key = 'late-1'`);
+    assert.equal(relayed[0]?.state, 'processed', 'relayed by the pass already running');
     assert.equal(summary.forwarded, 1);
     // The pass polls while a lease of MIN_LEASE_MS still fits before the deadline: it returned only
     // once the time left could no longer hold one (a pass that stopped early leaves more).

@@ -103,6 +103,20 @@ describe('operations: reclaim, replay, retention, status', () => {
     assert.deepEqual(await states(outbox()), { pending: 3, processing: 1, dead: 1 });
   });
 
+  it('the replay function requeues dead inbox rows with "table": "inbox", previews them, and refuses outbox filters there', async () => {
+    const dead = await inboxRow('dead');
+    await inboxRow('processed');
+    await inboxRow('pending');
+    const ctx = fakeLambdaContext({ timeoutMs: 30_000 });
+    const preview = await replayHandler({ table: 'inbox', sources: ['src'], dryRun: true }, ctx);
+    assert.ok('dryRun' in preview);
+    assert.deepEqual([preview.count, preview.sample.map((r) => r.id)], [1, [dead]]);
+    await assert.rejects(replayHandler({ table: 'inbox', destination: 'orders' }, ctx), (e: unknown) => e instanceof UsageError && /destination filters outbox rows/.test(e.message));
+    await assert.rejects(replayHandler({ table: 'inbox', sources: ['src'], consumption: 'relay' }, ctx), (e: unknown) => e instanceof UsageError && /consumption must be push \(the relay\) or pull/.test(e.message));
+    assert.deepEqual(await replayHandler({ table: 'inbox', sources: ['src'], consumption: 'push' }, ctx), { moved: 1 });
+    assert.deepEqual(await states(inbox()), { pending: 2, processed: 1 });
+  });
+
   it('replay refuses null, booleans, lists and misspelled keys as filters, naming the key, and moves nothing', async () => {
     for (let i = 0; i < 3; i++) await outboxRow('dead', 'order.paid');
     for (let i = 0; i < 3; i++) await outboxRow('sent', 'order.paid');

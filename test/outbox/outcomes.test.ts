@@ -77,7 +77,7 @@ describe('outbox pass: per-entry outcomes', () => {
     const [row] = await inspectRows(db, [id!]);
     assert.equal(row!.state, 'dead');
     assert.equal(row!.attempt, 2, 'the 0-based number of its last delivery');
-    assert.match(row!.last_error!, /^gave up after 3 of 3 attempts: ServiceUnavailable/);
+    assert.match(row!.last_error!, /^gave up after 3 of 3 attempts: destination main: ServiceUnavailable/);
   });
 
   it('gives a row enqueued with the default max_attempts five deliveries', async () => {
@@ -101,7 +101,7 @@ describe('outbox pass: per-entry outcomes', () => {
     }
     assert.deepEqual(destination.offered.map((m) => m.attempt), [0]);
     const [row] = await inspectRows(db, [id!]);
-    assert.deepEqual([row!.state, row!.attempt, row!.last_error], ['dead', 0, 'gave up after 1 of 1 attempts: ServiceUnavailable']);
+    assert.deepEqual([row!.state, row!.attempt, row!.last_error], ['dead', 0, 'gave up after 1 of 1 attempts: destination main: ServiceUnavailable']);
   });
 
   it('doubles the retry delay per attempt', async () => {
@@ -122,7 +122,7 @@ describe('outbox pass: per-entry outcomes', () => {
     const [row] = await inspectRows(db, [id!]);
     assert.ok(row!.last_error!.length <= 2000, `length ${row!.last_error!.length}`);
     for (const secret of ['hunter2', 's3cr3t', 'abcdefghijkl']) assert.ok(!row!.last_error!.includes(secret), `${secret} is redacted`);
-    assert.ok(row!.last_error!.startsWith('connect failed for https://***@db.internal'));
+    assert.ok(row!.last_error!.startsWith('destination main: connect failed for https://***@db.internal'), row!.last_error!);
   });
 
   it('retries every entry of a call that fails as a whole', async () => {

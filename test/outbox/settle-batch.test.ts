@@ -9,6 +9,8 @@ import { describe, it } from 'node:test';
 import type { OutboxRow } from '../../lib/db/driver.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import type { PassContext, PassTally } from '../../lib/outbox/pass-context.ts';
+import { NoopDestination } from '../../lib/destinations/noop-destination.ts';
+import { NO_ROUTE } from '../../lib/outbox/failure-report.ts';
 import { SettlePlan, settleBatch } from '../../lib/outbox/settle-batch.ts';
 
 const row = (id: string, attempt = 0): OutboxRow => ({
@@ -45,15 +47,21 @@ describe('settleBatch', () => {
       logger: { debug() {}, info() {}, warn: (m: string) => logged.push(m), error: (m: string) => logged.push(m) },
     } as unknown as PassContext;
     const plan = new SettlePlan(1000, () => 0.5);
-    plan.add(row('s1'), { id: 's1', status: 'sent' });
-    plan.add(row('s2'), { id: 's2', status: 'sent' });
-    plan.add(row('r1'), { id: 'r1', status: 'retryable', error: 'throttled' });
-    plan.deadNow(row('d1'), 'poison');
+    const main = new NoopDestination('main');
+    plan.add(row('s1'), { id: 's1', status: 'sent' }, main);
+    plan.add(row('s2'), { id: 's2', status: 'sent' }, main);
+    plan.add(row('r1'), { id: 'r1', status: 'retryable', error: 'throttled' }, main);
+    plan.deadNow(row('d1'), 'poison', { destinationName: NO_ROUTE, errorClass: 'NoRoute' });
     await assert.rejects(settleBatch(ctx, plan), /connection terminated/);
     assert.deepEqual([tally.sent, tally.retried, tally.dead, tally.claimsLost], [1, 0, 1, 1]);
     assert.equal(metrics.value('claimsLost', { component: 'outbox' }), 1);
     assert.equal(metrics.value('outboxMessages', { status: 'sent' }), 1);
     assert.equal(metrics.value('outboxMessages', { status: 'dead' }), 1);
-    assert.equal(logged.length, 1, 'the lost sent row is logged');
+    assert.equal(metrics.value('outboxFailedMessages', { destination: NO_ROUTE, status: 'dead' }), 1);
+    assert.equal(metrics.value('outboxFailedMessages', { destination: 'main', status: 'retried' }), 0, 'the retry write failed: nothing was retried');
+    assert.deepEqual(logged.sort(), [
+      'outbox claim lost before marking sent: the destination already holds these messages and the new owner will publish them again',
+      'outbox delivery failed',
+    ], 'the lost sent row and the dead row are logged; the retry that was not written is not');
   });
 });

@@ -73,8 +73,8 @@ describe('outbox pass through the real SQS destination', () => {
 
     const rows = await inspectRows(db, ids);
     assert.deepEqual(rows.map((r) => r.state), ['sent', 'sent', 'sent', 'sent', 'dead', 'dead', 'sent']);
-    assert.match(rows[4]!.last_error!, /^permanent failure, not retried: message is \d+ bytes .*SQS allows 1048576/);
-    assert.match(rows[5]!.last_error!, /^permanent failure, not retried: .*10/);
+    assert.match(rows[4]!.last_error!, /^permanent failure, not retried: destination events \(SQS queue e2e-events\): message is \d+ bytes .*SQS allows 1048576/);
+    assert.match(rows[5]!.last_error!, /^permanent failure, not retried: destination orders \(SQS queue e2e-orders\.fifo\): .*10/);
     assert.deepEqual([summary.sent, summary.dead, summary.retried, summary.claimsLost], [5, 2, 0, 0]);
 
     const reader = new SQSClient({ endpoint, region: 'us-east-1', credentials });

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { buildBlockedHeads, buildClaimsInFlight, buildDeadSearch, buildRowGet, buildStatsByState } from '../../lib/db/sqlserver/console-queries.ts';
+import { buildBlockedHeads, buildClaimsInFlight, buildDeadGroups, buildDeadSearch, buildRowGet, buildStatsByState } from '../../lib/db/sqlserver/console-queries.ts';
 import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { names, SENTINELS } from './statement-shapes.ts';
 
@@ -23,6 +23,8 @@ function statements(): Record<string, MssqlStatement> {
     'outbox dead search': buildDeadSearch(names, 'outbox', dead),
     'inbox dead search': buildDeadSearch(names, 'inbox', { ...dead, label: SENTINELS.source }),
     'outbox dead search after a cursor': buildDeadSearch(names, 'outbox', { ...dead, before: { at: '2026-11-30T10:00:00.1234567Z', id: SENTINELS.id } }),
+    'outbox dead groups': buildDeadGroups(names, 'outbox', { scanLimit: 10_000, limit: 50, errorChars: 120 }),
+    'inbox dead groups': buildDeadGroups(names, 'inbox', { scanLimit: 10_000, limit: 50, errorChars: 120 }),
     'outbox row get': buildRowGet(names, 'outbox', SENTINELS.id),
     'inbox row get': buildRowGet(names, 'inbox', SENTINELS.id),
   };
@@ -65,5 +67,13 @@ describe('SQL Server console read shapes', () => {
     assert.match(inbox, /NOT EXISTS \(SELECT 1 FROM \[dbo\]\.\[inbox\] e WHERE e\.source = r\.source AND e\.aggregate_id = r\.aggregate_id/, 'the head of its source and aggregate');
     assert.match(inbox, /FROM \[dbo\]\.\[inbox\] b WHERE b\.source = r\.source AND b\.aggregate_id = r\.aggregate_id/, 'rows behind it of the same source');
     assert.match(inbox, /WHERE r\.aggregate_id <> N''/, 'an empty aggregate id is keyless');
+  });
+
+  it('dead groups read the newest dead rows through the finished-rows index, group a fixed-length error start and bound both reads', () => {
+    const text = statements()['inbox dead groups']!.text;
+    assert.match(text, /SELECT TOP \(@p_scan\) source AS label, consumption AS consumption,\s+CAST\(LEFT\(last_error, 120\) AS NVARCHAR\(120\)\) AS error, created_at AS t\s+FROM \[dbo\]\.\[inbox\] WHERE state = N'dead' ORDER BY created_at DESC/);
+    assert.match(text, /SELECT TOP \(@p_limit\) label, consumption, error, COUNT\(\*\) AS n/);
+    assert.match(statements()['outbox dead groups']!.text, /topic AS label, CAST\(NULL AS NVARCHAR\(10\)\) AS consumption,[^]+updated_at AS t/);
+    assert.throws(() => buildDeadGroups(names, 'outbox', { scanLimit: 10, limit: 5, errorChars: 1001 }), /errorChars must be at most 1000/);
   });
 });

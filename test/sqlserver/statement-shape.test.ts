@@ -8,6 +8,8 @@ import { describe, it } from 'node:test';
 import { pgNames } from '../../lib/db/postgres/names.ts';
 import { pgExpectedColumns, pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
+import { buildInboxInsert } from '../../lib/db/sqlserver/inbox-queries.ts';
+import { buildOutboxInsert } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { allStatements, fencedStatements, names, SENTINELS } from './statement-shapes.ts';
 
 /** Named arguments of system procedures (not variables). */
@@ -107,6 +109,24 @@ describe('SQL Server statement shapes', () => {
       'the same columns as PostgreSQL, plus the byte lengths of the deduplication key',
     );
     for (const table of ms) for (const column of table.columns) assert.ok(all.includes(['key', 'sequence', 'source_bytes', 'idempotency_key_bytes'].includes(column.name) ? `[${column.name}]` : `${column.name} `), column.name);
+  });
+
+  it('migration 7 adds a nullable bounded trace_context to both tables (guarded); the inserts bind it and the relay and outbox claims return it', () => {
+    const seven = mssqlMigrations.find((m) => m.version === 7)!;
+    assert.equal(seven.name, 'trace context of a row');
+    assert.deepEqual(seven.statements(names), [
+      `IF COL_LENGTH(N'[dbo].[outbox]', N'trace_context') IS NULL\n  ALTER TABLE [dbo].[outbox] ADD trace_context NVARCHAR(1024) NULL;`,
+      `IF COL_LENGTH(N'[dbo].[inbox]', N'trace_context') IS NULL\n  ALTER TABLE [dbo].[inbox] ADD trace_context NVARCHAR(1024) NULL;`,
+    ]);
+    const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' };
+    const outbox = buildOutboxInsert(names, { topic: 't', payload: {}, trace }, { maxAttempts: 5 }).statement;
+    assert.match(outbox.text, /max_attempts, scheduled_at, trace_context\)/);
+    assert.equal(outbox.params.find((p) => p.name === 'p_trace_context')?.value, JSON.stringify(trace));
+    const inbox = buildInboxInsert(names, { source: 's', idempotencyKey: 'k', payload: {}, consumption: 'push', trace }, '11111111-2222-4333-8444-555555555555');
+    assert.equal(inbox.params.find((p) => p.name === 'p_trace_context')?.value, JSON.stringify(trace));
+    assert.equal(buildOutboxInsert(names, { topic: 't', payload: {} }, { maxAttempts: 5 }).statement.params.find((p) => p.name === 'p_trace_context')?.value, null);
+    const statements = allStatements();
+    for (const claim of ['outbox claim', 'inbox claim push']) assert.match(statements[claim]!.text, /inserted\.trace_context/, claim);
   });
 
   it('migrate runs under the transaction-owned applock queuebox_migrate and creates its migrations table', () => {

@@ -4,6 +4,7 @@
  */
 import { buildFencedBatch, type FencedKind } from '../../lib/db/sqlserver/fenced-batch.ts';
 import { buildInboxClaimPush } from '../../lib/db/sqlserver/inbox-claim.ts';
+import { buildInboxReplay, buildInboxReplayBounded, buildInboxReplayPreview } from '../../lib/db/sqlserver/inbox-replay.ts';
 import { buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim } from '../../lib/db/sqlserver/inbox-queries.ts';
 import { buildGatedReclaim } from '../../lib/db/sqlserver/maintenance-queries.ts';
 import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
@@ -44,6 +45,16 @@ export const SENTINELS = {
 
 const s = SENTINELS;
 const claim = { id: s.id, token: s.token, delayMs: s.delayMs, error: s.error };
+/** An inbox requeue filter with every field set. */
+const inboxReplayFilter = {
+  ids: [s.id],
+  sources: [s.source],
+  consumption: 'pull' as const,
+  createdFrom: new Date(0),
+  createdTo: new Date(),
+  lastErrorPrefix: s.error,
+  asRead: [{ id: s.id, updatedAtMs: 1_764_504_000_123 }],
+};
 const FENCED_KINDS: FencedKind[] = ['renew', 'sent', 'processed', 'retry', 'dead', 'release'];
 
 /** Fenced statements by name. */
@@ -90,6 +101,9 @@ export function allStatements(): Record<string, MssqlStatement> {
     'inbox dead list': buildInboxDeadList(names, s.limit),
     'inbox delete finished': buildInboxDeleteFinished(names, { state: 'processed', olderThanMs: 1000, limit: s.limit }),
     'inbox delete finished with a replay horizon': buildInboxDeleteFinished(names, { state: 'dead', olderThanMs: 1000, limit: s.limit, keep: { sources: [s.source], olderThanMs: 2000 } }),
+    'inbox replay': buildInboxReplay(names, inboxReplayFilter),
+    'inbox replay bounded': buildInboxReplayBounded(names, inboxReplayFilter, 100),
+    'inbox replay preview': buildInboxReplayPreview(names, inboxReplayFilter, s.limit),
     'pull claim': buildPullClaim(names, { source: s.source, limit: s.limit, leaseMs: s.leaseMs }),
     'outbox renew': buildFencedBatch(names.outbox, 'renew', [claim], { leaseMs: s.leaseMs }),
     'pull renew': buildPullFenced(names, 'renew', claim, s.leaseMs),

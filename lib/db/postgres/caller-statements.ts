@@ -21,9 +21,9 @@ export interface PgStatement {
 /** The outbox INSERT of `enqueue`; `sequence` comes from the table's sequence, in insert order. */
 export function pgOutboxInsertStatement(names: Pick<PgNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): PgStatement {
   return {
-    text: `INSERT INTO ${names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at)
+    text: `INSERT INTO ${names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at, trace_context)
      VALUES (COALESCE($1::text::uuid, gen_random_uuid()), $2::text, $3::text, $4::text::jsonb, $5::text::jsonb, $6::integer,
-             COALESCE($7::text::timestamptz, clock_timestamp() + ${msInterval('$8')}))
+             COALESCE($7::text::timestamptz, clock_timestamp() + ${msInterval('$8')}), $9::text::jsonb)
      RETURNING id::text AS id`,
     values: outboxInsertValues(m, defaults),
   };

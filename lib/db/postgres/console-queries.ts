@@ -7,7 +7,8 @@
  * capped at `scanLimit`, and key-head checks probe the key-head indexes. `docs/console.md` shows
  * each plan on a 1,000,000-row outbox.
  */
-import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
+import { deadGroupQuery } from '../dead-groups.ts';
+import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
 
@@ -314,3 +315,32 @@ async function deadSearch(ctx: PgContext, table: string, columns: string, label:
 export const outboxDeadSearch = (ctx: PgContext, q: ConsoleDeadQuery) => deadSearch(ctx, ctx.names.outbox, OUTBOX_COLUMNS, 'topic', 'updated_at', q);
 /** Dead inbox rows by `created_at` (when they were received), optionally of one source. */
 export const inboxDeadSearch = (ctx: PgContext, q: ConsoleDeadQuery) => deadSearch(ctx, ctx.names.inbox, INBOX_COLUMNS, 'source', 'created_at', q);
+
+/**
+ * The newest `scanLimit` dead rows through the finished-rows index (by `time`), grouped by label
+ * (and `consumption`) and the first `errorChars` characters of `last_error`; the `limit` largest groups.
+ */
+async function deadGroups(ctx: PgContext, table: string, label: string, consumption: string, time: string, input: ConsoleDeadGroupQuery): Promise<ConsoleDeadGroups> {
+  const q = deadGroupQuery(input);
+  const { rows } = await pgQuery<{ label: string | null; consumption: 'push' | 'pull' | null; error: string | null; n: number; latest: Date | null; scanned: number }>(
+    ctx.pool,
+    `WITH scan AS (
+       SELECT ${label} AS label, ${consumption} AS consumption, left(last_error, $2) AS error, ${time} AS t FROM ${table}
+        WHERE state = 'dead' ORDER BY ${time} DESC LIMIT $1),
+     g AS (SELECT label, consumption, error, count(*)::int AS n, max(t) AS latest FROM scan
+            GROUP BY label, consumption, error ORDER BY n DESC, latest DESC, label LIMIT $3)
+     SELECT g.*, (SELECT count(*) FROM scan)::int AS scanned FROM (SELECT 1) one LEFT JOIN g ON true`,
+    [q.scanLimit, q.errorChars, q.limit],
+  );
+  const scanned = rows[0]?.scanned ?? 0;
+  return {
+    groups: rows.filter((r) => r.label !== null).map((r) => ({ label: r.label!, consumption: r.consumption, error: r.error, count: r.n, latest: r.latest! })),
+    scanned,
+    scanCapped: scanned >= q.scanLimit,
+  };
+}
+
+/** Dead outbox rows grouped by topic and error start (the newest by when they died). */
+export const outboxDeadGroups = (ctx: PgContext, q: ConsoleDeadGroupQuery) => deadGroups(ctx, ctx.names.outbox, 'topic', 'NULL::text', 'updated_at', q);
+/** Dead inbox rows grouped by source, consumption and error start (the newest by when they were received). */
+export const inboxDeadGroups = (ctx: PgContext, q: ConsoleDeadGroupQuery) => deadGroups(ctx, ctx.names.inbox, 'source', 'consumption', 'created_at', q);

@@ -16,6 +16,7 @@ import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
+import { parseStoredTraceContext, serializeTraceContext } from '../../observability/trace-context.ts';
 
 
 /** An inbox row as the claim statements return it. */
@@ -34,6 +35,7 @@ export interface InboxDbRow {
   created_at: Date;
   claim_token: string;
   lease_expires_at: Date;
+  trace_context: unknown;
 }
 
 /** Maps a claimed inbox row to the driver's `InboxRow`. */
@@ -52,6 +54,7 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     createdAt: r.created_at,
     claimToken: r.claim_token,
     leaseExpiresAt: r.lease_expires_at,
+    trace: parseStoredTraceContext(r.trace_context),
   };
 }
 
@@ -81,9 +84,9 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
     db,
     `WITH ins AS (
        INSERT INTO ${t} (source, idempotency_key, aggregate_id, event_type, payload, headers, correlation_id,
-                         consumption, state, last_error, scheduled_at, created_at, updated_at)
+                         consumption, state, last_error, scheduled_at, created_at, updated_at, trace_context)
        VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8, $9, $10,
-               clock_timestamp() + ${msInterval('$11')}, clock_timestamp(), clock_timestamp())
+               clock_timestamp() + ${msInterval('$11')}, clock_timestamp(), clock_timestamp(), $12::text::jsonb)
        ON CONFLICT (source, idempotency_key) DO NOTHING
        RETURNING id)
      SELECT id, false AS duplicate FROM ins
@@ -102,6 +105,7 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
       dead ? 'dead' : 'pending',
       dead ? m.deadReason : null,
       m.delayMs ?? 0,
+      serializeTraceContext(m.trace),
     ],
   );
   if (insert.rows[0]) return { id: insert.rows[0].id, duplicate: insert.rows[0].duplicate };
@@ -231,7 +235,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
          FROM candidates
         WHERE i.id = candidates.id
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
-              i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at`;
+              i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at, i.trace_context`;
 });
 
 /** Fenced lease renewal; returns the ids renewed. */
@@ -280,8 +284,8 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
     ctx.pool,
     `WITH s AS (
        SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],
-                            $8::integer[], $9::timestamptz[], $10::double precision[])
-                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, ord)
+                            $8::integer[], $9::timestamptz[], $10::double precision[], $11::jsonb[])
+                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, trace_context, ord)
      ),
      marked AS (
        UPDATE ${ctx.names.inbox} t
@@ -292,9 +296,9 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
     RETURNING t.id
      ),
      forwarded AS (
-       INSERT INTO ${ctx.names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at)
+       INSERT INTO ${ctx.names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at, trace_context)
        SELECT COALESCE(s.outbox_id, gen_random_uuid()), s.topic, s.key, s.payload, s.headers, s.max_attempts,
-              COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')})
+              COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')}), s.trace_context
          FROM s JOIN marked ON marked.id = s.id
         ORDER BY s.ord
     RETURNING 1
@@ -311,6 +315,7 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
       items.map((i) => i.outbox.maxAttempts ?? defaults.maxAttempts),
       items.map((i) => (i.outbox.scheduledAt === undefined ? null : i.outbox.scheduledAt)),
       items.map((i) => i.outbox.delayMs ?? 0),
+      items.map((i) => serializeTraceContext(i.outbox.trace)),
     ],
   );
   const forwarded = new Set(rows.map((r) => r.id));

@@ -158,6 +158,16 @@ CREATE INDEX IF NOT EXISTS ${quoteIdent(`${i}_pull_keyless_idx`)} ON ${n.inbox} 
     },
   },
   {
+    version: 7,
+    name: 'trace context of a row',
+    // The writer's trace context (W3C traceparent/tracestate, X-Ray trace header) as a small JSON
+    // object; NULL for rows written without one and for every row written before this version.
+    sql: (n) => `
+ALTER TABLE ${n.outbox} ADD COLUMN IF NOT EXISTS trace_context jsonb NULL;
+ALTER TABLE ${n.inbox} ADD COLUMN IF NOT EXISTS trace_context jsonb NULL;
+`,
+  },
+  {
     version: 8,
     name: 'max_attempts counts deliveries',
     // `max_attempts` was the number of retries (5: six deliveries); it is now the number of
@@ -194,6 +204,7 @@ export function pgExpectedColumns(n: PgNames): Array<{ table: string; qualified:
         { name: 'last_error', ddl: 'text NULL' },
         { name: 'sequence', ddl: `bigint NOT NULL DEFAULT nextval('${n.outboxSequence.replaceAll("'", "''")}')` },
         { name: 'replay_count', ddl: 'integer NOT NULL DEFAULT 0' },
+        { name: 'trace_context', ddl: 'jsonb NULL' },
       ],
     },
     {
@@ -220,6 +231,7 @@ export function pgExpectedColumns(n: PgNames): Array<{ table: string; qualified:
         { name: 'lease_expires_at', ddl: 'timestamptz NULL' },
         { name: 'last_error', ddl: 'text NULL' },
         { name: 'sequence', ddl: `bigint NOT NULL DEFAULT nextval('${n.inboxSequence.replaceAll("'", "''")}')` },
+        { name: 'trace_context', ddl: 'jsonb NULL' },
       ],
     },
     {

@@ -18,6 +18,7 @@ import { deadList, tableStats } from './table-reads.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
 import { binder, replayWhere } from './replay-preview.ts';
 import { pgOutboxInsertStatement } from './caller-statements.ts';
+import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 
 
 interface OutboxDbRow {
@@ -35,6 +36,7 @@ interface OutboxDbRow {
   created_ms: number;
   claim_token: string;
   lease_expires_ms: number;
+  trace_context: unknown;
 }
 
 function toOutboxRow(r: OutboxDbRow): OutboxRow {
@@ -51,6 +53,7 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
     createdAt: new Date(r.created_ms),
     claimToken: r.claim_token,
     leaseExpiresAt: new Date(r.lease_expires_ms),
+    trace: parseStoredTraceContext(r.trace_context),
   });
 }
 
@@ -107,7 +110,7 @@ function retriedAndOldest(t: string, limit: number): string {
 /** The result columns of both claim statements (`OutboxDbRow` and `window_rows`), for their functions. */
 const CLAIM_RESULT = `id uuid, topic varchar, key varchar, payload_text text, headers jsonb, attempt integer,
     max_attempts integer, sequence bigint, replay_count integer, claim_token uuid, created_ms double precision,
-    lease_expires_ms double precision, window_rows integer`;
+    lease_expires_ms double precision, trace_context jsonb, window_rows integer`;
 
 /** Returned with every claimed row: how many rows the claim's window gave (see `outboxClaimMany`). */
 const WINDOW_ROWS = `,
@@ -123,7 +126,7 @@ function claimUpdate(t: string): string {
   RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
-            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms${WINDOW_ROWS}`;
+            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms, o.trace_context${WINDOW_ROWS}`;
 }
 
 /**

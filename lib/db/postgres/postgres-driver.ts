@@ -9,6 +9,7 @@ import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../
 import * as consoleReads from './console-queries.ts';
 import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
+import { inboxReplay, inboxReplayPreview } from './inbox-replay.ts';
 import { pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent, type PgNames } from './names.ts';
 import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
@@ -175,6 +176,8 @@ export class PostgresDriver implements Driver {
   inboxStats: Driver['inboxStats'] = (scope) => inbox.inboxStats(this.ctx, scope);
   inboxDeadList: Driver['inboxDeadList'] = (p) => inbox.inboxDeadList(this.ctx, p);
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = (p) => inbox.inboxDeleteFinished(this.ctx, p);
+  inboxReplay: Driver['inboxReplay'] = (f) => inboxReplay(this.ctx, f);
+  inboxReplayPreview: Driver['inboxReplayPreview'] = (p) => inboxReplayPreview(this.ctx, p);
 
   pullClaimMany: Driver['pullClaimMany'] = (p) => pull.pullClaimMany(this.ctx, p);
   pullRenew: Driver['pullRenew'] = (p) => pull.pullRenew(this.ctx, p);
@@ -187,11 +190,13 @@ export class PostgresDriver implements Driver {
   outboxClaimsInFlight: Driver['outboxClaimsInFlight'] = (p) => consoleReads.outboxClaimsInFlight(this.ctx, p);
   outboxBlockedKeys: Driver['outboxBlockedKeys'] = (p) => consoleReads.outboxBlockedKeys(this.ctx, p);
   outboxDeadSearch: Driver['outboxDeadSearch'] = (q) => consoleReads.outboxDeadSearch(this.ctx, q);
+  outboxDeadGroups: Driver['outboxDeadGroups'] = (q) => consoleReads.outboxDeadGroups(this.ctx, q);
   outboxRowGet: Driver['outboxRowGet'] = (p) => consoleReads.outboxRowGet(this.ctx, p);
   inboxStatsByState: Driver['inboxStatsByState'] = (p) => consoleReads.inboxStatsByState(this.ctx, p);
   inboxClaimsInFlight: Driver['inboxClaimsInFlight'] = (p) => consoleReads.inboxClaimsInFlight(this.ctx, p);
   inboxBlockedAggregates: Driver['inboxBlockedAggregates'] = (p) => consoleReads.inboxBlockedAggregates(this.ctx, p);
   inboxDeadSearch: Driver['inboxDeadSearch'] = (q) => consoleReads.inboxDeadSearch(this.ctx, q);
+  inboxDeadGroups: Driver['inboxDeadGroups'] = (q) => consoleReads.inboxDeadGroups(this.ctx, q);
   inboxRowGet: Driver['inboxRowGet'] = (p) => consoleReads.inboxRowGet(this.ctx, p);
 }
 

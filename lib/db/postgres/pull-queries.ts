@@ -148,7 +148,7 @@ const pullClaimText = oncePerNames((names) => {
       WHERE i.id = candidates.id
   RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
             i.correlation_id, i.attempt, i.created_at, i.scheduled_at, i.claim_token,
-            i.lease_expires_at)
+            i.lease_expires_at, i.trace_context)
      -- UPDATE … RETURNING does not keep the candidates' order; restore the claim order here,
      -- in the database, where timestamps keep their microseconds.
      SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;

@@ -21,19 +21,30 @@ export function replayWhere(f: ReplayFilter, bind: (value: unknown) => string): 
   if (f.topicPatterns?.length) where.push(`topic ~ ANY(${bind(f.topicPatterns.map(topicPatternSource))}::text[])`);
   if (f.createdFrom) where.push(`created_at >= ${bind(f.createdFrom)}`);
   if (f.createdTo) where.push(`created_at < ${bind(f.createdTo)}`);
-  if (f.asRead !== undefined && f.asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
-  if (f.asRead?.length) {
-    // `pg` reads a timestamp truncated to the millisecond; date_trunc compares the same way.
-    where.push(
-      `(id, date_trunc('milliseconds', updated_at)) IN (
-         SELECT r.id, 'epoch'::timestamptz + r.ms * interval '1 millisecond'
-           FROM unnest(${bind(f.asRead.map((r) => r.id))}::uuid[], ${bind(f.asRead.map((r) => Math.trunc(r.updatedAtMs)))}::bigint[]) AS r(id, ms))`,
-    );
-  }
-  if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
+  if (f.lastErrorPrefix !== undefined) where.push(lastErrorStartsWith(f.lastErrorPrefix, bind));
+  if (f.asRead !== undefined) where.push(asReadCondition(f.asRead, bind));
+  if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, topics, destination, created range, last error)');
   const states = f.states?.length ? f.states : ['sent', 'dead'];
   if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');
   return `state = ANY(${bind(states)}::text[]) AND ${where.join(' AND ')}`;
+}
+
+/** `last_error` starts with `prefix` (exactly, case included); an empty prefix is refused. */
+export function lastErrorStartsWith(prefix: string, bind: (value: unknown) => string): string {
+  if (prefix === '') throw new UsageError('replay: lastErrorPrefix must not be empty');
+  const p = bind(prefix);
+  return `left(last_error, char_length(${p}::text)) = ${p}::text`;
+}
+
+/**
+ * The `asRead` condition: each listed row only while its `updated_at` is the one read (`pg` reads
+ * a timestamp truncated to the millisecond; date_trunc compares the same way).
+ */
+export function asReadCondition(asRead: NonNullable<ReplayFilter['asRead']>, bind: (value: unknown) => string): string {
+  if (asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
+  return `(id, date_trunc('milliseconds', updated_at)) IN (
+         SELECT r.id, 'epoch'::timestamptz + r.ms * interval '1 millisecond'
+           FROM unnest(${bind(asRead.map((r) => r.id))}::uuid[], ${bind(asRead.map((r) => Math.trunc(r.updatedAtMs)))}::bigint[]) AS r(id, ms))`;
 }
 
 /** A binder collecting values for `$n` placeholders. */

@@ -21,6 +21,7 @@ TABLE inbox
   COLUMN lease_expires_at timestamp with time zone
   COLUMN last_error text
   COLUMN sequence bigint NOT NULL DEFAULT nextval('<schema>.inbox_sequence_seq'::regclass)
+  COLUMN trace_context jsonb
   CONSTRAINT inbox_consumption_check CHECK (((consumption)::text = ANY ((ARRAY['push'::character varying, 'pull'::character varying])::text[])))
   CONSTRAINT inbox_headers_object CHECK ((jsonb_typeof(headers) = 'object'::text))
   CONSTRAINT inbox_pkey PRIMARY KEY (id)
@@ -59,6 +60,7 @@ TABLE outbox
   COLUMN last_error text
   COLUMN sequence bigint NOT NULL DEFAULT nextval('<schema>.outbox_sequence_seq'::regclass)
   COLUMN replay_count integer NOT NULL DEFAULT 0
+  COLUMN trace_context jsonb
   CONSTRAINT outbox_attempts_check CHECK (((attempt >= 0) AND (max_attempts >= 1)))
   CONSTRAINT outbox_headers_object CHECK ((jsonb_typeof(headers) = 'object'::text))
   CONSTRAINT outbox_pkey PRIMARY KEY (id)

@@ -36,10 +36,10 @@ export function sqlServerCallerOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m
   return {
     id,
     statement: {
-      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at)
+      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at, trace_context)
 OUTPUT LOWER(CONVERT(NVARCHAR(36), inserted.id)) AS id
 VALUES (CAST($1 AS UNIQUEIDENTIFIER), CAST($2 AS NVARCHAR(255)), CAST($3 AS NVARCHAR(255)), CAST($4 AS NVARCHAR(MAX)), CAST($5 AS NVARCHAR(MAX)), CAST($6 AS INT),
-        COALESCE(CONVERT(DATETIME2(7), SWITCHOFFSET(CONVERT(DATETIMEOFFSET(7), CAST($7 AS NVARCHAR(40)), 127), '+00:00')), ${dbNowPlusMs(delay)}));`,
+        COALESCE(CONVERT(DATETIME2(7), SWITCHOFFSET(CONVERT(DATETIMEOFFSET(7), CAST($7 AS NVARCHAR(40)), 127), '+00:00')), ${dbNowPlusMs(delay)}), CAST($9 AS NVARCHAR(1024)));`,
       values: outboxInsertValues(m, defaults, id),
     },
   };

@@ -7,7 +7,8 @@
  * probe the key-head indexes.
  */
 import sql from 'mssql';
-import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
+import { deadGroupQuery } from '../dead-groups.ts';
+import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
 import { lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 
@@ -309,3 +310,37 @@ async function deadSearch(runner: MssqlRunner, names: MssqlNames, table: 'outbox
 export const outboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadQuery) => deadSearch(runner, names, 'outbox', q);
 /** Dead inbox rows by `created_at`, optionally of one source. */
 export const inboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadQuery) => deadSearch(runner, names, 'inbox', q);
+
+/**
+ * The newest `@p_scan` dead rows through the finished-rows index, grouped by label (and
+ * consumption) and the first `errorChars` characters of `last_error` (as `NVARCHAR(errorChars)`,
+ * a checked whole number); the `@p_limit` largest groups, then the rows scanned.
+ */
+export function buildDeadGroups(names: MssqlNames, table: 'outbox' | 'inbox', input: ConsoleDeadGroupQuery): MssqlStatement {
+  const q = deadGroupQuery(input);
+  const outbox = table === 'outbox';
+  const time = outbox ? 'updated_at' : 'created_at';
+  return {
+    text: `WITH scan AS (
+  SELECT TOP (@p_scan) ${outbox ? 'topic' : 'source'} AS label, ${outbox ? 'CAST(NULL AS NVARCHAR(10))' : 'consumption'} AS consumption,
+         CAST(LEFT(last_error, ${q.errorChars}) AS NVARCHAR(${q.errorChars})) AS error, ${time} AS t
+    FROM ${names[table]} WHERE state = N'dead' ORDER BY ${time} DESC)
+SELECT TOP (@p_limit) label, consumption, error, COUNT(*) AS n, MAX(t) AS latest FROM scan
+ GROUP BY label, consumption, error ORDER BY COUNT(*) DESC, MAX(t) DESC, label;
+SELECT COUNT(*) AS scanned FROM (SELECT TOP (@p_scan) 1 AS x FROM ${names[table]} WHERE state = N'dead') c;`,
+    params: [param('p_scan', sql.Int, q.scanLimit), param('p_limit', sql.Int, q.limit)],
+  };
+}
+
+async function deadGroups(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', q: ConsoleDeadGroupQuery): Promise<ConsoleDeadGroups> {
+  const result = await runStatement<unknown>(runner, buildDeadGroups(names, table, q));
+  type Group = { label: string; consumption: 'push' | 'pull' | null; error: string | null; n: number; latest: Date };
+  const sets = result.recordsets as unknown as [Group[], Array<{ scanned: number }>];
+  const scanned = Number(sets[1][0]?.scanned ?? 0);
+  return { groups: sets[0].map((r) => ({ label: r.label, consumption: r.consumption, error: r.error, count: Number(r.n), latest: r.latest })), scanned, scanCapped: scanned >= q.scanLimit };
+}
+
+/** Dead outbox rows grouped by topic and error start. */
+export const outboxDeadGroups = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadGroupQuery) => deadGroups(runner, names, 'outbox', q);
+/** Dead inbox rows grouped by source, consumption and error start. */
+export const inboxDeadGroups = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadGroupQuery) => deadGroups(runner, names, 'inbox', q);

@@ -16,6 +16,7 @@ import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlock
 import type { MssqlNames } from './names.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { buildStats, runStats } from './table-stats.ts';
+import { serializeTraceContext } from '../../observability/trace-context.ts';
 
 /** The exact `(source, idempotency_key)` of the call: binary-collated `=` plus equal byte lengths. */
 const SAME_KEY = `source = @p_source AND idempotency_key = @p_idempotency_key
@@ -31,9 +32,9 @@ export function buildInboxInsert(names: MssqlNames, m: InboxMessageInput, id: st
   const dead = m.deadReason !== undefined;
   return {
     text: `INSERT INTO ${names.inbox} (id, source, idempotency_key, aggregate_id, event_type, payload, headers, correlation_id,
-                   consumption, state, last_error, scheduled_at, created_at, updated_at)
+                   consumption, state, last_error, scheduled_at, created_at, updated_at, trace_context)
 SELECT @p_id, @p_source, @p_idempotency_key, @p_aggregate_id, @p_event_type, @p_payload, @p_headers, @p_correlation_id,
-       @p_consumption, @p_state, @p_last_error, ${dbNowPlusMs('@p_delay_ms')}, SYSUTCDATETIME(), SYSUTCDATETIME()
+       @p_consumption, @p_state, @p_last_error, ${dbNowPlusMs('@p_delay_ms')}, SYSUTCDATETIME(), SYSUTCDATETIME(), @p_trace_context
  WHERE NOT EXISTS (SELECT 1 FROM ${names.inbox} WITH (UPDLOCK, HOLDLOCK) WHERE ${SAME_KEY});
 SELECT id, CAST(CASE WHEN id = @p_id THEN 0 ELSE 1 END AS BIT) AS duplicate
   FROM ${names.inbox} WHERE ${SAME_KEY};`,
@@ -50,6 +51,7 @@ SELECT id, CAST(CASE WHEN id = @p_id THEN 0 ELSE 1 END AS BIT) AS duplicate
       param('p_state', sql.NVarChar(50), dead ? 'dead' : 'pending'),
       param('p_last_error', sql.NVarChar(sql.MAX), dead ? m.deadReason : null),
       param('p_delay_ms', sql.BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
+      param('p_trace_context', sql.NVarChar(1024), serializeTraceContext(m.trace)),
     ],
   };
 }

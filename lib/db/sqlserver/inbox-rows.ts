@@ -3,18 +3,20 @@
  */
 import type { InboxRow } from '../driver.ts';
 import { lowerUuid } from './mssql-pool.ts';
+import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 
 /** Columns a claim returns, in this order. */
 export const INBOX_COLUMNS = [
   'id', 'source', 'idempotency_key', 'aggregate_id', 'event_type', 'payload', 'headers', 'correlation_id',
-  'attempt', '[sequence]', 'scheduled_at', 'created_at', 'claim_token', 'lease_expires_at',
+  'attempt', '[sequence]', 'scheduled_at', 'created_at', 'claim_token', 'lease_expires_at', 'trace_context',
 ] as const;
 
 /** The table variable a claim's UPDATE writes its rows into (`OUTPUT … INTO`), with the row's claim priority. */
 export const DECLARE_INBOX_CLAIMED = `DECLARE @v_claimed TABLE (id UNIQUEIDENTIFIER NOT NULL, source NVARCHAR(255) NOT NULL, idempotency_key NVARCHAR(255) NOT NULL,
   aggregate_id NVARCHAR(255) NULL, event_type NVARCHAR(255) NULL, payload NVARCHAR(MAX) NOT NULL, headers NVARCHAR(MAX) NOT NULL,
   correlation_id NVARCHAR(128) NULL, attempt INT NOT NULL, [sequence] BIGINT NOT NULL, scheduled_at DATETIME2(7) NOT NULL,
-  created_at DATETIME2(7) NOT NULL, claim_token UNIQUEIDENTIFIER NOT NULL, lease_expires_at DATETIME2(7) NOT NULL, claim_priority INT NOT NULL);`;
+  created_at DATETIME2(7) NOT NULL, claim_token UNIQUEIDENTIFIER NOT NULL, lease_expires_at DATETIME2(7) NOT NULL, trace_context NVARCHAR(1024) NULL,
+  claim_priority INT NOT NULL);`;
 
 /** An inbox row as SQL Server returns it. */
 export interface InboxDbRow {
@@ -31,6 +33,7 @@ export interface InboxDbRow {
   created_at: Date;
   claim_token: string;
   lease_expires_at: Date;
+  trace_context?: string | null;
 }
 
 /** Maps a returned row: JSON parsed, UUIDs lower-case. */
@@ -49,5 +52,6 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     createdAt: r.created_at,
     claimToken: lowerUuid(r.claim_token),
     leaseExpiresAt: r.lease_expires_at,
+    trace: parseStoredTraceContext(r.trace_context),
   };
 }

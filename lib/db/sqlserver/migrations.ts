@@ -193,6 +193,14 @@ CREATE TABLE ${n.maintenance} (
     },
   },
   {
+    version: 7,
+    name: 'trace context of a row',
+    // The writer's trace context as a small JSON object (the same column as on PostgreSQL); NULL
+    // for rows written without one and for every row written before this version.
+    statements: (n) => [n.outbox, n.inbox].map((table) => `IF COL_LENGTH(${literal(table)}, N'trace_context') IS NULL
+  ALTER TABLE ${table} ADD trace_context NVARCHAR(1024) NULL;`),
+  },
+  {
     version: 8,
     name: 'max_attempts counts deliveries',
     // `max_attempts` was the number of retries (5: six deliveries); it is now the number of
@@ -233,6 +241,7 @@ export function mssqlExpectedColumns(n: MssqlNames): Array<{ table: string; qual
         { name: 'last_error', ddl: 'NVARCHAR(MAX) NULL' },
         { name: 'sequence', ddl: `BIGINT NOT NULL DEFAULT (NEXT VALUE FOR ${n.outboxSequence})` },
         { name: 'replay_count', ddl: 'INT NOT NULL DEFAULT 0' },
+        { name: 'trace_context', ddl: 'NVARCHAR(1024) NULL' },
       ],
     },
     {
@@ -262,6 +271,7 @@ export function mssqlExpectedColumns(n: MssqlNames): Array<{ table: string; qual
         // SQL Server only: byte lengths that make the deduplication trailing-space-exact (migration 5).
         { name: 'source_bytes', ddl: 'AS CAST(DATALENGTH([source]) AS INT) PERSISTED' },
         { name: 'idempotency_key_bytes', ddl: 'AS CAST(DATALENGTH([idempotency_key]) AS INT) PERSISTED' },
+        { name: 'trace_context', ddl: 'NVARCHAR(1024) NULL' },
       ],
     },
     {

@@ -14,12 +14,14 @@ import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf } 
 import { lowerUuid, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
+import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 
-const COLUMNS = ['id', 'topic', '[key]', 'payload', 'headers', 'attempt', 'max_attempts', '[sequence]', 'replay_count', 'created_at', 'claim_token', 'lease_expires_at'] as const;
+const COLUMNS = ['id', 'topic', '[key]', 'payload', 'headers', 'attempt', 'max_attempts', '[sequence]', 'replay_count', 'created_at', 'claim_token', 'lease_expires_at', 'trace_context'] as const;
 
 const DECLARE_CLAIMED = `DECLARE @v_claimed TABLE (id UNIQUEIDENTIFIER NOT NULL, topic NVARCHAR(255) NOT NULL, [key] NVARCHAR(255) NULL, payload NVARCHAR(MAX) NOT NULL,
   headers NVARCHAR(MAX) NOT NULL, attempt INT NOT NULL, max_attempts INT NOT NULL, [sequence] BIGINT NOT NULL, replay_count INT NOT NULL,
-  created_at DATETIME2(7) NOT NULL, claim_token UNIQUEIDENTIFIER NOT NULL, lease_expires_at DATETIME2(7) NOT NULL);`;
+  created_at DATETIME2(7) NOT NULL, claim_token UNIQUEIDENTIFIER NOT NULL, lease_expires_at DATETIME2(7) NOT NULL,
+  trace_context NVARCHAR(1024) NULL);`;
 
 /** A row as the claim returns it. */
 interface OutboxDbRow {
@@ -35,6 +37,7 @@ interface OutboxDbRow {
   created_at: Date;
   claim_token: string;
   lease_expires_at: Date;
+  trace_context: string | null;
 }
 
 function toOutboxRow(r: OutboxDbRow): OutboxRow {
@@ -52,6 +55,7 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
     createdAt: r.created_at,
     claimToken: lowerUuid(r.claim_token),
     leaseExpiresAt: r.lease_expires_at,
+    trace: parseStoredTraceContext(r.trace_context),
   });
 }
 

@@ -16,6 +16,7 @@ import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql,
 import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, type MssqlNames } from './names.ts';
 import { buildStats, runStats } from './table-stats.ts';
+import { serializeTraceContext } from '../../observability/trace-context.ts';
 
 /** INSERT of one outbox row with a caller-chosen or fresh id (known before the insert: no OUTPUT needed). */
 export function buildOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): { id: string; statement: MssqlStatement } {
@@ -23,8 +24,8 @@ export function buildOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMe
   return {
     id,
     statement: {
-      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at)
-VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALESCE(@p_scheduled_at, ${dbNowPlusMs('@p_delay_ms')}));`,
+      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at, trace_context)
+VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALESCE(@p_scheduled_at, ${dbNowPlusMs('@p_delay_ms')}), @p_trace_context);`,
       params: [
         param('p_id', sql.UniqueIdentifier, id),
         param('p_topic', sql.NVarChar(255), m.topic),
@@ -34,6 +35,7 @@ VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALES
         param('p_max_attempts', sql.Int, m.maxAttempts ?? defaults.maxAttempts),
         param('p_scheduled_at', sql.DateTime2(7), m.scheduledAt ?? null),
         param('p_delay_ms', sql.BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
+        param('p_trace_context', sql.NVarChar(1024), serializeTraceContext(m.trace)),
       ],
     },
   };
@@ -94,8 +96,8 @@ export async function outboxDeadList(runner: MssqlRunner, names: MssqlNames, p: 
 
 /** States a replay may move; throws `UsageError` on an empty filter or another state. */
 function replayStates(f: ReplayFilter): string[] {
-  if (!f.ids?.length && !f.topics?.length && !f.topicPatterns?.length && !f.createdFrom && !f.createdTo) {
-    throw new UsageError('replay needs at least one filter (ids, topics, destination, created range)');
+  if (!f.ids?.length && !f.topics?.length && !f.topicPatterns?.length && !f.createdFrom && !f.createdTo && f.lastErrorPrefix === undefined && !f.asRead?.length) {
+    throw new UsageError('replay needs at least one filter (ids, topics, destination, created range, last error)');
   }
   const states = f.states?.length ? f.states : ['sent', 'dead'];
   if (states.some((s) => s !== 'sent' && s !== 'dead')) throw new UsageError('replay moves only sent or dead rows');
@@ -108,6 +110,32 @@ export function buildOutboxReplayTopics(names: MssqlNames, states: string[]): Ms
     text: `SELECT DISTINCT topic FROM ${names.outbox} WHERE state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'));`,
     params: [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))],
   };
+}
+
+/**
+ * `last_error` starts with `@p_last_error_prefix`, case- and trailing-space-exact (a binary
+ * comparison of the first characters, and a `last_error` at least as long as the prefix).
+ */
+export const LAST_ERROR_STARTS_WITH = `DATALENGTH(last_error) >= DATALENGTH(@p_last_error_prefix)
+       AND LEFT(last_error, DATALENGTH(@p_last_error_prefix) / 2) COLLATE Latin1_General_100_BIN2 = @p_last_error_prefix`;
+
+/** The parameter of `LAST_ERROR_STARTS_WITH`; an empty prefix is refused. */
+export function lastErrorPrefixParam(prefix: string): MssqlParam {
+  if (prefix === '') throw new UsageError('replay: lastErrorPrefix must not be empty');
+  return param('p_last_error_prefix', sql.NVarChar(sql.MAX), prefix);
+}
+
+/**
+ * Each listed row only while its `updated_at` is the one read (tedious reads DATETIME2 truncated
+ * to the millisecond; DATEDIFF_BIG counts whole milliseconds).
+ */
+export const AS_READ = `EXISTS (SELECT 1 FROM OPENJSON(@p_as_read) WITH (r_id UNIQUEIDENTIFIER '$.id', r_ms BIGINT '$.ms')
+                WHERE r_id = id AND r_ms = DATEDIFF_BIG(millisecond, CAST('1970-01-01' AS DATETIME2(7)), updated_at))`;
+
+/** The parameter of `AS_READ`; an empty list is refused (it never widens a replay). */
+export function asReadParam(asRead: NonNullable<ReplayFilter['asRead']>): MssqlParam {
+  if (asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
+  return param('p_as_read', sql.NVarChar(sql.MAX), JSON.stringify(asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) }))));
 }
 
 /**
@@ -138,14 +166,13 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
     where.push('created_at < @p_created_to');
     params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
   }
-  if (f.asRead !== undefined && f.asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
-  if (f.asRead?.length) {
-    // tedious reads DATETIME2 truncated to the millisecond; DATEDIFF_BIG counts whole milliseconds.
-    where.push(
-      `EXISTS (SELECT 1 FROM OPENJSON(@p_as_read) WITH (r_id UNIQUEIDENTIFIER '$.id', r_ms BIGINT '$.ms')
-                WHERE r_id = id AND r_ms = DATEDIFF_BIG(millisecond, CAST('1970-01-01' AS DATETIME2(7)), updated_at))`,
-    );
-    params.push(param('p_as_read', sql.NVarChar(sql.MAX), JSON.stringify(f.asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) })))));
+  if (f.lastErrorPrefix !== undefined) {
+    where.push(LAST_ERROR_STARTS_WITH);
+    params.push(lastErrorPrefixParam(f.lastErrorPrefix));
+  }
+  if (f.asRead !== undefined) {
+    where.push(AS_READ);
+    params.push(asReadParam(f.asRead));
   }
   return { where, params };
 }

@@ -13,6 +13,7 @@ import { sqlServerCallerPullComplete } from './caller-statements.ts';
 import * as consoleReads from './console-queries.ts';
 import * as inbox from './inbox-queries.ts';
 import { inboxClaimPushMany } from './inbox-claim.ts';
+import { inboxReplay, inboxReplayPreview } from './inbox-replay.ts';
 import { outboxClaimMany } from './outbox-claim.ts';
 import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from './compatibility-check.ts';
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrations } from './migrations.ts';
@@ -160,6 +161,8 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   inboxStats: Driver['inboxStats'] = async (scope) => inbox.inboxStats(await this.pool(), this.names, scope);
   inboxDeadList: Driver['inboxDeadList'] = async (p) => inbox.inboxDeadList(await this.pool(), this.names, p);
   inboxDeleteFinished: Driver['inboxDeleteFinished'] = async (p) => inbox.inboxDeleteFinished(await this.pool(), this.names, p);
+  inboxReplay: Driver['inboxReplay'] = async (f) => inboxReplay(await this.pool(), this.names, f);
+  inboxReplayPreview: Driver['inboxReplayPreview'] = async (p) => inboxReplayPreview(await this.pool(), this.names, p);
 
   pullClaimMany: Driver['pullClaimMany'] = async (p) => pull.pullClaimMany(await this.pool(), this.names, p);
   pullRenew: Driver['pullRenew'] = async (p) => pull.pullRenew(await this.pool(), this.names, p);
@@ -176,10 +179,12 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   outboxClaimsInFlight: Driver['outboxClaimsInFlight'] = async (p) => consoleReads.outboxClaimsInFlight(await this.pool(), this.names, p);
   outboxBlockedKeys: Driver['outboxBlockedKeys'] = async (p) => consoleReads.outboxBlockedKeys(await this.pool(), this.names, p);
   outboxDeadSearch: Driver['outboxDeadSearch'] = async (q) => consoleReads.outboxDeadSearch(await this.pool(), this.names, q);
+  outboxDeadGroups: Driver['outboxDeadGroups'] = async (q) => consoleReads.outboxDeadGroups(await this.pool(), this.names, q);
   outboxRowGet: Driver['outboxRowGet'] = async (p) => consoleReads.outboxRowGet(await this.pool(), this.names, p);
   inboxStatsByState: Driver['inboxStatsByState'] = async (p) => consoleReads.inboxStatsByState(await this.pool(), this.names, p);
   inboxClaimsInFlight: Driver['inboxClaimsInFlight'] = async (p) => consoleReads.inboxClaimsInFlight(await this.pool(), this.names, p);
   inboxBlockedAggregates: Driver['inboxBlockedAggregates'] = async (p) => consoleReads.inboxBlockedAggregates(await this.pool(), this.names, p);
   inboxDeadSearch: Driver['inboxDeadSearch'] = async (q) => consoleReads.inboxDeadSearch(await this.pool(), this.names, q);
+  inboxDeadGroups: Driver['inboxDeadGroups'] = async (q) => consoleReads.inboxDeadGroups(await this.pool(), this.names, q);
   inboxRowGet: Driver['inboxRowGet'] = async (p) => consoleReads.inboxRowGet(await this.pool(), this.names, p);
 }
