@@ -137,7 +137,7 @@ See docs/upgrading.md.`,
     .action((opts: { json?: boolean }) =>
       withDriver(true, async (driver, cfg) => {
         const counts = await reclaimNow({ driver, config: cfg, throttled: false });
-        io.stdout(opts.json ? `${JSON.stringify(counts)}\n` : `reclaimed: outbox ${counts.outbox}, inbox ${counts.inbox}\n`);
+        io.stdout(opts.json ? `${JSON.stringify(counts)}\n` : `reclaimed: outbox ${counts.outbox}, inbox ${counts.inbox}${counts.outboxDead + counts.inboxDead > 0 ? `; dead after their last attempt: outbox ${counts.outboxDead}, inbox ${counts.inboxDead}` : ''}\n`);
       }),
     );
 

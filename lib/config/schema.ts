@@ -109,7 +109,7 @@ export const outboxSchema = z
     /** Longest pause between claims of an idle pass (ms); never below `pollIntervalMs`. */
     maxPollIntervalMs: nonNegativeInt.default(1000),
     retryBaseDelayMs: positiveInt.default(1000),
-    /** Default `max_attempts` for rows enqueued through the API. */
+    /** Default `max_attempts` for rows enqueued through the API: deliveries, the first included. */
     maxAttempts: positiveInt.max(1000).default(5),
     /** Lease duration; also the reclaim throttle base (reclaim runs at most every claimTimeoutMs / 5). */
     claimTimeoutMs: positiveInt.min(1000).default(300000),
@@ -165,7 +165,7 @@ export const inboxSchema = z
         claimTimeoutMs: positiveInt.min(1000).default(300000),
         shutdownTimeoutMs: nonNegativeInt.default(30000),
         retryBaseDelayMs: positiveInt.default(1000),
-        /** Relay forward attempts and `max_attempts` of relayed outbox rows; unset: `outbox.maxAttempts`. */
+        /** Relay forwards (the first included) and `max_attempts` (deliveries) of relayed outbox rows; unset: `outbox.maxAttempts`. */
         maxAttempts: positiveInt.max(1000).optional(),
       })
       .prefault({}),

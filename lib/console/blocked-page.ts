@@ -4,6 +4,7 @@
  * source (a row of the key that died earlier is among them).
  */
 import type { ConsoleBlockedHead } from '../db/driver.ts';
+import { attemptNumber } from './attempt-text.ts';
 import { blockedReason, duration, POISON_ATTEMPTS } from './blocked-reason.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
 import { page, rowLink, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
@@ -32,7 +33,7 @@ function table(ctx: ConsoleContext, kind: TableKind, heads: ConsoleBlockedHead[]
 ${heads.map((h) => {
   const reason = blockedReason(h);
   return html`<tr data-key="${h.key}" data-cause="${reason.cause}"><td><code>${h.key}</code></td><td>${rowLink(kind, h.id)}</td><td>${h.label}</td><td>${state(h.state)}</td>
-<td class="num">${h.attempt}${h.maxAttempts !== null ? ` / ${h.maxAttempts}` : ''}</td>
+<td class="num">${attemptNumber(h)}</td>
 <td>${time(h.scheduledAt)}${h.dueInMs > 0 ? html`<br><span class="muted">in ${duration(h.dueInMs)}</span>` : ''}</td>
 <td>${h.leaseExpiresAt ? html`${time(h.leaseExpiresAt)}<br><span class="muted">${h.leaseLeftMs < 0 ? `expired ${duration(-h.leaseLeftMs)} ago` : `${duration(h.leaseLeftMs)} left`}</span>` : '—'}</td>
 <td class="num">${h.waitingBehind >= cap ? `≥ ${cap}` : h.waitingBehind}</td>

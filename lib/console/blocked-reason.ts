@@ -2,6 +2,7 @@
  * Why a key's (or aggregate's) head row is not moving, in words an operator can act on.
  */
 import type { ConsoleBlockedHead } from '../db/driver.ts';
+import { attemptNumber } from './attempt-text.ts';
 
 /** Failures after which a head that keeps failing is called a poison row. */
 export const POISON_ATTEMPTS = 3;
@@ -24,11 +25,13 @@ export function blockedReason(head: ConsoleBlockedHead): BlockedReason {
     };
   }
   const of = head.maxAttempts !== null ? ` of ${head.maxAttempts}` : '';
-  const due = head.dueInMs > 0 ? `next attempt in ${duration(head.dueInMs)}` : 'due now';
+  // The attempts that failed, and the one the head waits for: `2 of 5 attempts failed; attempt 3 of 5 in 9 s`.
+  const failed = `${head.attempt}${of} attempt${head.attempt === 1 && of === '' ? '' : 's'} failed`;
+  const next = `attempt ${attemptNumber(head)} ${head.dueInMs > 0 ? `in ${duration(head.dueInMs)}` : 'due now'}`;
   if (head.attempt >= POISON_ATTEMPTS) {
-    return { cause: 'poison', text: `poison row: failed ${head.attempt}${of} attempts and keeps failing; ${due}` };
+    return { cause: 'poison', text: `poison row: ${failed} and it keeps failing; ${next}` };
   }
-  if (head.attempt > 0) return { cause: 'retry-backoff', text: `retry backing off after ${head.attempt}${of} failed attempts; ${due}` };
+  if (head.attempt > 0) return { cause: 'retry-backoff', text: `retry backing off: ${failed}; ${next}` };
   return { cause: 'scheduled', text: `scheduled in the future: first attempt in ${duration(head.dueInMs)}` };
 }
 

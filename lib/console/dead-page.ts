@@ -8,6 +8,7 @@ import type { ConsoleDeadGroup, ConsoleDeadQuery } from '../db/driver.ts';
 import { createRouter } from '../outbox/routes.ts';
 import { UsageError } from '../errors.ts';
 import { operatorTimeProblem } from '../operations/operator-time.ts';
+import { attemptText } from './attempt-text.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
 import { json, page, rowLink, SHOWN_CHARS, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
 
@@ -86,7 +87,7 @@ ${result.scanCapped ? html`<p class="banner">Searched the newest ${DEAD_PAGE.sca
 ${result.rows.length === 0 ? html`<p class="muted" data-dead-empty>No dead ${kind} row matches.</p>` : ''}
 ${result.rows.map(
   (r) => html`<section class="card" data-dead-row="${r.id}"><p>${rowLink(kind, r.id)} · ${labelName} <strong>${r.label}</strong>${r.key ? html` · ${kind === 'outbox' ? 'key' : 'aggregate'} <code>${r.key}</code>` : ''}
-${kind === 'inbox' ? html` · ${r.details.consumption ?? ''}` : ''} · attempt ${r.attempt} · received ${time(r.createdAt)} · died ${time(r.updatedAt)}
+${kind === 'inbox' ? html` · ${r.details.consumption ?? ''}` : ''} · ${attemptText(r)} · received ${time(r.createdAt)} · died ${time(r.updatedAt)}
 · <a href="${replayLink(kind, { ids: r.id })}" data-replay-row>${kind === 'outbox' ? 'replay…' : 'requeue…'}</a></p>
 <h3 class="muted">last error</h3><pre data-last-error>${ctx.redactor.text(r.lastError)}</pre>
 <h3 class="muted">payload</h3><pre data-payload>${json(ctx.redactor.value(r.payload), SHOWN_CHARS.list)}</pre></section>`,

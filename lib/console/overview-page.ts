@@ -5,6 +5,7 @@
  * (`/overview/live`) is what the page's script reloads every five seconds.
  */
 import type { ConsoleClaim, ConsoleStateCounts } from '../db/driver.ts';
+import { attemptNumber } from './attempt-text.ts';
 import { duration } from './blocked-reason.ts';
 import { html, type SafeHtml } from './html.ts';
 import { count, page, rowLink, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
@@ -60,7 +61,7 @@ function claims(kind: TableKind, rows: ConsoleClaim[]): SafeHtml {
   return html`<table data-claims="${kind}"><thead><tr><th>${kind} row</th><th>${kind === 'outbox' ? 'topic' : 'source'}</th><th>${kind === 'outbox' ? 'key' : 'aggregate'}</th>
 <th class="num">attempt</th><th>claimed at</th><th>lease</th></tr></thead><tbody>
 ${rows.map(
-  (c) => html`<tr><td>${rowLink(kind, c.id)}</td><td>${c.label}</td><td>${c.key ?? '—'}</td><td class="num">${c.attempt}</td><td>${time(c.claimedAt)}</td>
+  (c) => html`<tr><td>${rowLink(kind, c.id)}</td><td>${c.label}</td><td>${c.key ?? '—'}</td><td class="num">${attemptNumber({ ...c, maxAttempts: null })}</td><td>${time(c.claimedAt)}</td>
 <td class="${c.leaseLeftMs < 0 ? 'cause-expired-lease' : ''}">${c.leaseLeftMs < 0 ? `expired ${duration(-c.leaseLeftMs)} ago` : `${duration(c.leaseLeftMs)} left`}</td></tr>`,
 )}</tbody></table>`;
 }

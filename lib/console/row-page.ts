@@ -3,6 +3,7 @@
  * error, the last claim and its lease, replays, and the last change of state.
  */
 import type { ConsoleRow } from '../db/driver.ts';
+import { attemptText } from './attempt-text.ts';
 import { html, type SafeHtml } from './html.ts';
 import { json, page, SHOWN_CHARS, state, time, type ConsoleContext, type TableKind } from './layout.ts';
 
@@ -19,7 +20,7 @@ export async function rowPage(ctx: ConsoleContext, kind: TableKind, id: string):
 <dt>state</dt><dd>${state(row.state)}</dd>
 <dt>${kind === 'outbox' ? 'topic' : 'source'}</dt><dd>${row.label}</dd>
 <dt>${kind === 'outbox' ? 'key' : 'aggregate'}</dt><dd><code>${row.key ?? '—'}</code></dd>
-<dt>attempt</dt><dd>${row.attempt}${row.maxAttempts !== null ? ` of ${row.maxAttempts}` : ''}</dd>
+<dt>attempt</dt><dd>${attemptText(row)}</dd>
 <dt>sequence</dt><dd>${row.sequence}</dd>
 ${Object.entries(row.details).map(([k, v]) => html`<dt>${k}</dt><dd>${v ?? '—'}</dd>`)}
 </dl>
@@ -34,7 +35,7 @@ ${replayable ? html`<p><a href="/replay/preview?ids=${encodeURIComponent(row.id)
 
 function history(row: ConsoleRow): SafeHtml[] {
   const steps: SafeHtml[] = [html`<li>${time(row.createdAt)} — created${row.state === 'pending' && row.attempt === 0 ? ', waiting for its first attempt' : ''}</li>`];
-  if (row.attempt > 0) steps.push(html`<li>${row.attempt} failed attempt${row.attempt === 1 ? '' : 's'}${row.lastError ? ', the last one with the error below' : ''}</li>`);
+  if (row.attempt > 0) steps.push(html`<li>${row.attempt}${row.maxAttempts !== null ? ` of ${row.maxAttempts}` : ''} attempt${row.attempt === 1 && row.maxAttempts === null ? '' : 's'} failed (a lease that expired during an attempt counts)${row.lastError ? ', the last one with the error below' : ''}</li>`);
   if (row.replayCount) steps.push(html`<li>replayed ${row.replayCount} time${row.replayCount === 1 ? '' : 's'} (attempts count again from 0 after each replay)</li>`);
   if (row.claimedAt) steps.push(html`<li>${time(row.claimedAt)} — last claimed; lease until ${time(row.leaseExpiresAt)}</li>`);
   if (row.state === 'pending') steps.push(html`<li>${time(row.scheduledAt)} — due for its next attempt</li>`);

@@ -45,6 +45,7 @@ export interface OutboxMessageInput {
   scheduledAt?: Date;
   /** Delay from now (database clock) instead of `scheduledAt`. */
   delayMs?: number;
+  /** Deliveries of the row, the first included (`max_attempts`); then it is `dead`. */
   maxAttempts?: number;
   /** Caller-chosen id (UUID); default: random. */
   id?: string;
@@ -62,7 +63,7 @@ export interface OutboxRow {
   /** The payload as stored, JSON text: what destinations deliver, every digit kept. */
   payloadText: string;
   headers: Record<string, string>;
-  /** Attempts already spent (0 on the first delivery). */
+  /** Attempts already spent: failed deliveries and lost leases (0 on the first delivery). */
   attempt: number;
   maxAttempts: number;
   sequence: string;
@@ -90,8 +91,10 @@ export interface DeadItem extends ClaimRef {
 export interface ReclaimResult {
   /** False when the shared throttle said another invocation reclaimed recently. */
   ran: boolean;
-  /** Rows returned from `processing` to `pending`. */
+  /** Rows returned from `processing` to `pending` (the lost lease counted as a failed attempt). */
   reclaimed: number;
+  /** Rows whose lease expired during their last attempt: now `dead`. */
+  dead: number;
 }
 
 /**
@@ -330,8 +333,10 @@ export interface Driver extends ConsoleReads {
   /** Fenced `dead`; returns ids changed. */
   outboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
   /**
-   * Returns expired `processing` rows to `pending` (attempt unchanged). When `throttleMs` is set,
-   * runs only if no reclaim of this table ran within `throttleMs` (gate kept in the database).
+   * Returns expired `processing` rows to `pending` with `attempt + 1` (the lost lease is a failed
+   * delivery), or to `dead` when it was the row's last (`attempt + 1 >= max_attempts`), with a
+   * `last_error` that says the lease expired. When `throttleMs` is set, runs only if no reclaim of
+   * this table ran within `throttleMs` (gate kept in the database).
    */
   outboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;
   outboxStats(scope?: StatsScope): Promise<TableStats>;
@@ -363,7 +368,8 @@ export interface Driver extends ConsoleReads {
   inboxForwardMany?(items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]>;
   inboxRetryMany(params: { items: RetryItem[] }): Promise<string[]>;
   inboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
-  inboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;
+  /** `outboxReclaimExpired` for push rows; `maxAttempts` is the relay's (rows carry none). */
+  inboxReclaimExpired(params: { throttleMs?: number; maxAttempts: number }): Promise<ReclaimResult>;
   /** Counts per state; the oldest age and, with `pendingOnly`, the count are of push rows (the relay's backlog). */
   inboxStats(scope?: StatsScope): Promise<TableStats>;
   inboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
@@ -391,7 +397,9 @@ export interface Driver extends ConsoleReads {
   /**
    * One statement: due `pending` rows and expired `processing` rows of one pull source, at most
    * one per aggregate, skipping aggregates under a live lease, ordered by
-   * `scheduled_at, created_at, id`; committed before returning.
+   * `scheduled_at, created_at, id`; committed before returning. An expired row is claimed with
+   * `attempt + 1` (its lost lease is a failed attempt) and a `last_error` saying so; the worker
+   * dead-letters a row whose `attempt` reached its `maxAttempts` without running the handler.
    */
   pullClaimMany(params: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]>;
   /** Fenced; true when exactly one row changed. */

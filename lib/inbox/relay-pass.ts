@@ -192,9 +192,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   // The relay's own forward attempts, and `max_attempts` of the outbox rows it writes.
   const relayMaxAttempts = relay.maxAttempts ?? config.outbox.maxAttempts;
 
-  const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs) });
+  const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts });
   summary.reclaimed = reclaim.reclaimed;
-  if (reclaim.reclaimed > 0) metrics.flush();
+  // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).
+  metrics.count('inboxMessages', reclaim.dead, { status: 'dead' });
+  if (reclaim.dead > 0) logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: reclaim.dead });
+  if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
 
   // Claims in a row that found nothing: the idle wait grows with them.
   let emptyClaims = 0;
@@ -334,7 +337,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   async function settleFailure(row: InboxRow, message: OutboxMessageInput, claim: ClaimRef, error: unknown): Promise<void> {
     const reason = redactError(error);
     const errorClass = errorClassOf(error);
-    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `forward failed ${row.attempt + 1} times; last error: ${reason}`, row, errorClass, topic: message.topic }]);
+    if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `gave up after ${row.attempt + 1} of ${relayMaxAttempts} attempts: ${reason}`, row, errorClass, topic: message.topic }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
       const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });

@@ -1,16 +1,19 @@
 /**
  * Reclaim as an operation: return expired `processing` rows of the outbox AND the inbox to
- * `pending`, in one call. Scheduled runs respect the shared throttle (the same database gate the
+ * `pending`, in one call (each lost lease counts as an attempt; a row whose last attempt it was
+ * goes `dead`). Scheduled runs respect the shared throttle (the same database gate the
  * workers use, so a scheduled reclaim never adds load beyond one reclaim per `claimTimeoutMs / 5`);
  * a manual run ignores it and reclaims now.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
 
-/** Rows returned to `pending`, per table. */
+/** Rows returned to `pending`, per table; and rows whose lease expired during their last attempt, now `dead`. */
 export interface ReclaimCounts {
   outbox: number;
   inbox: number;
+  outboxDead: number;
+  inboxDead: number;
 }
 
 export interface ReclaimNowOptions {
@@ -25,9 +28,12 @@ export async function reclaimNow(options: ReclaimNowOptions): Promise<ReclaimCou
   const { driver, config, throttled } = options;
   const [outbox, inbox] = await Promise.all([
     driver.outboxReclaimExpired(throttled ? { throttleMs: Math.floor(config.outbox.claimTimeoutMs / 5) } : {}),
-    driver.inboxReclaimExpired(throttled ? { throttleMs: Math.floor(config.inbox.relay.claimTimeoutMs / 5) } : {}),
+    driver.inboxReclaimExpired({
+      ...(throttled ? { throttleMs: Math.floor(config.inbox.relay.claimTimeoutMs / 5) } : {}),
+      maxAttempts: config.inbox.relay.maxAttempts ?? config.outbox.maxAttempts,
+    }),
   ]);
-  return { outbox: outbox.reclaimed, inbox: inbox.reclaimed };
+  return { outbox: outbox.reclaimed, inbox: inbox.reclaimed, outboxDead: outbox.dead, inboxDead: inbox.dead };
 }
 
 /**

@@ -23,7 +23,7 @@ export interface EnqueueOptions {
   schema?: string;
   /** Outbox table name; default `outbox`. */
   table?: string;
-  /** `max_attempts` when the message does not set it; default 5. */
+  /** `max_attempts` (deliveries, the first included) when the message does not set it; default 5. */
   maxAttempts?: number;
 }
 

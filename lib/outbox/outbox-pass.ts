@@ -168,8 +168,11 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     reclaimRan = reclaim.ran;
     tally.reclaimed = reclaim.reclaimed;
     metrics.count('outboxReclaimed', reclaim.reclaimed);
+    // A lease that expired during a row's last delivery made it dead (the reclaim counted the attempt).
+    metrics.count('outboxMessages', reclaim.dead, { status: 'dead' });
+    if (reclaim.dead > 0) logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: reclaim.dead });
     // Emitted now: an invocation killed later in the pass must not take the count with it.
-    if (reclaim.reclaimed > 0) metrics.flush();
+    if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
   } catch (error) {
     failure = error;
   }

@@ -2,10 +2,11 @@
  * Turning destination outcomes into row states, and writing them: one fenced statement per
  * outcome kind (sent, retry, dead) per claimed batch.
  *
- * Attempts (spec §4): `attempt` is 0-based and counts the failed deliveries so far. A delivery that
- * fails with `attempt < max_attempts` goes back to `pending` with `attempt + 1`; otherwise the row
- * is `dead` (its `attempt` then equals `max_attempts`). So `max_attempts` counts retries: the
- * default of 5 gives six deliveries, the first and five retries.
+ * Attempts: `attempt` is 0-based and counts the failed deliveries so far (a lease that expired
+ * during a delivery counts too: the reclaim step adds it). `max_attempts` is the number of
+ * deliveries: one that fails with `attempt + 1 < max_attempts` goes back to `pending` with
+ * `attempt + 1`; otherwise the row is `dead` (its `attempt` then is `max_attempts - 1`, the
+ * 0-based number of its last delivery). The default of 5 gives five deliveries.
  * A permanent failure marked `deadNow` (no retry can succeed) is `dead` at once; other permanent
  * failures are retried like retryable ones, as spec §4 asks.
  *
@@ -62,13 +63,13 @@ export class SettlePlan {
     const failure = { destinationName: destination.name, destination, errorClass: outcome.errorClass ?? 'Unknown' };
     if (outcome.status === 'permanent' && outcome.deadNow === true) {
       this.deadNow(row, `permanent failure, not retried: ${reason}`, failure);
-    } else if (row.attempt < row.maxAttempts) {
+    } else if (row.attempt + 1 < row.maxAttempts) {
       const delayMs = backoffDelayMs(row.attempt, { baseMs: this.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: OUTBOX_RETRY_JITTER }, this.random);
       const error = redactError(reason);
       this.retry.push({ ...claim, delayMs, error });
       this.notes.set(row.id, { row, ...failure, error });
     } else {
-      const error = redactError(`gave up after ${row.attempt + 1} deliveries (max_attempts ${row.maxAttempts}): ${reason}`);
+      const error = redactError(`gave up after ${row.attempt + 1} of ${row.maxAttempts} attempts: ${reason}`);
       this.dead.push({ ...claim, error });
       this.notes.set(row.id, { row, ...failure, error });
     }

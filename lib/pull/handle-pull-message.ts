@@ -8,6 +8,8 @@
  *   returns.
  * - A handler that throws is retried (`attempt + 1`, backoff) while `attempt + 1 < maxAttempts`,
  *   else dead-lettered: `maxAttempts` counts handler runs.
+ * - A handler run whose lease expired counts too (the claim of the expired row spent it): a
+ *   message claimed with `attempt >= maxAttempts` is dead-lettered without running the handler.
  * - Once the claim is lost (renewal fenced or failed, completion fenced) or the shutdown timeout
  *   forced an abort, nothing more is written to the row.
  * The row leaves the lease keeper before every finishing write, so a renewal cannot race it.
@@ -77,7 +79,7 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
     else source.addEventListener('abort', abort, { once: true });
   }
   const signal = controller.signal;
-  const log = { messageId: message.id, source: message.source, aggregateId: message.aggregateId, attempt: message.attempt };
+  const log = { messageId: message.id, source: message.source, aggregateId: message.aggregateId, attempt: attemptOf(message.attempt, c.retry.maxAttempts) };
   let opened = false;
   let committed = false;
   let fenced = false;
@@ -121,6 +123,7 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
 
   try {
     if (signal.aborted) return ended();
+    if (message.attempt >= c.retry.maxAttempts) return await spent(c, message, log);
     try {
       await c.handler(message, { signal, transaction });
       if (committed) return 'completed';
@@ -144,15 +147,37 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
   }
 }
 
+/** How logs and errors name a handler run: `attempt 3 of 5` (`attempt` is the 0-based count of runs before it). */
+export function attemptOf(attempt: number, maxAttempts: number): string {
+  return `${attempt + 1} of ${maxAttempts}`;
+}
+
+/** A fenced write that waited on a row lock until the lease ended changed nothing: a lost claim. */
+function lostOnLockWait(writeError: unknown): { ok: boolean } {
+  if (writeError instanceof FencedLockTimeoutError) return { ok: false };
+  throw writeError;
+}
+
+/**
+ * Every attempt is spent, the last by a lease that expired while its handler ran (the claim of the
+ * expired row counted it): dead now, the handler not run again. The row releases its aggregate.
+ */
+async function spent<Tx>(c: HandleContext<Tx>, message: PullMessage, log: Record<string, unknown>): Promise<HandleResult> {
+  c.keeper.release(message.claim);
+  const reason = `gave up after ${message.attempt} of ${c.retry.maxAttempts} attempts: the lease of the last one expired during the handler (it did not finish within its lease)`;
+  const outcome = await c.client.dead(message.claim, reason).catch(lostOnLockWait);
+  if (outcome.ok) {
+    c.logger.error('pull message dead-lettered: the lease of its last attempt expired before its handler finished', { ...log, attempt: `${message.attempt} of ${c.retry.maxAttempts}` });
+    return 'dead';
+  }
+  c.logger.warn('pull claim lost at dead-letter', log);
+  return 'lost';
+}
+
 async function fail<Tx>(c: HandleContext<Tx>, message: PullMessage, error: unknown, log: Record<string, unknown>): Promise<HandleResult> {
   c.keeper.release(message.claim);
   if (c.forceSignal.aborted) return 'abandoned';
   const { maxAttempts, baseDelayMs, maxDelayMs, jitter } = c.retry;
-  // A fenced write that waited on a row lock until the lease ended changed nothing: a lost claim.
-  const lostOnLockWait = (writeError: unknown) => {
-    if (writeError instanceof FencedLockTimeoutError) return { ok: false };
-    throw writeError;
-  };
   if (message.attempt + 1 < maxAttempts) {
     const delayMs = backoffDelayMs(message.attempt, { baseMs: baseDelayMs, capMs: maxDelayMs, jitter });
     const outcome = await c.client.retry(message.claim, delayMs, error).catch(lostOnLockWait);

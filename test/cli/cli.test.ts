@@ -34,7 +34,14 @@ describe('queuebox CLI', () => {
     const result = await cli('reclaim');
     assert.deepEqual([result.code, result.stdout], [0, 'reclaimed: outbox 1, inbox 0\n']);
     const json = await cli('reclaim', '--json');
-    assert.deepEqual(JSON.parse(json.stdout), { outbox: 0, inbox: 0 });
+    assert.deepEqual(JSON.parse(json.stdout), { outbox: 0, inbox: 0, outboxDead: 0, inboxDead: 0 });
+    // A row whose lease expired during its last delivery (attempt 5 of 5) goes dead.
+    await db.query(
+      `INSERT INTO "${db.schema}".outbox (topic, payload, state, attempt, max_attempts, claim_token, lease_expires_at, claimed_at) VALUES ('t', '{}', 'processing', 4, 5, gen_random_uuid(), now() - interval '1 second', now())`,
+    );
+    const last = await cli('reclaim');
+    assert.deepEqual([last.code, last.stdout], [0, 'reclaimed: outbox 0, inbox 0; dead after their last attempt: outbox 1, inbox 0\n']);
+    await db.query(`DELETE FROM "${db.schema}".outbox WHERE state = 'dead' AND attempt = 4`);
   });
 
   it('status prints a table and --json the same report', async () => {

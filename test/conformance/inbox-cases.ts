@@ -216,12 +216,13 @@ export function defineInboxCases(define: DefineCase): void {
     const [pull] = await t.driver.pullClaimMany({ source: 'p', limit: 1, leaseMs: LEASE });
     await t.setTime('inbox', push!.id, 'lease_expires_at', -1000);
     await t.setTime('inbox', pull!.id, 'lease_expires_at', -1000);
-    assert.deepEqual(await t.driver.inboxReclaimExpired({ throttleMs: 60_000 }), { ran: true, reclaimed: 1 });
+    assert.deepEqual(await t.driver.inboxReclaimExpired({ throttleMs: 60_000, maxAttempts: 5 }), { ran: true, reclaimed: 1, dead: 0 });
     assert.equal((await t.row('inbox', push!.id))!.state, 'pending');
-    assert.equal((await t.row('inbox', push!.id))!.attempt, 0);
+    assert.equal((await t.row('inbox', push!.id))!.attempt, 1, 'the lost lease is a failed attempt');
+    assert.equal((await t.row('inbox', push!.id))!.last_error, 'lease expired during forward attempt 1 of 5 (the call did not finish within its lease)');
     assert.equal((await t.row('inbox', pull!.id))!.state, 'processing');
-    assert.deepEqual(await t.driver.inboxReclaimExpired({ throttleMs: 60_000 }), { ran: false, reclaimed: 0 });
-    assert.equal((await t.driver.inboxReclaimExpired({})).ran, true);
+    assert.deepEqual(await t.driver.inboxReclaimExpired({ throttleMs: 60_000, maxAttempts: 5 }), { ran: false, reclaimed: 0, dead: 0 });
+    assert.equal((await t.driver.inboxReclaimExpired({ maxAttempts: 5 })).ran, true);
   });
 
   define('inboxStats counts rows per state and the oldest due pending push row', async (t) => {

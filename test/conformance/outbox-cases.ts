@@ -202,22 +202,39 @@ export function defineOutboxCases(define: DefineCase): void {
     assert.deepEqual(changed, [a!.id]);
   });
 
-  define('outboxReclaimExpired returns expired rows to pending (attempt unchanged) and leaves live claims alone', async (t) => {
+  define('outboxReclaimExpired returns expired rows to pending with the lost lease counted as an attempt, and leaves live claims alone', async (t) => {
     await enqueueRows(t, [{ topic: 'a', payload: {} }, { topic: 'b', payload: {} }]);
     const [expired, live] = await t.driver.outboxClaimMany({ limit: 2, leaseMs: LEASE });
     await t.setTime('outbox', expired!.id, 'lease_expires_at', -1000);
-    assert.deepEqual(await t.driver.outboxReclaimExpired({}), { ran: true, reclaimed: 1 });
+    assert.deepEqual(await t.driver.outboxReclaimExpired({}), { ran: true, reclaimed: 1, dead: 0 });
     const row = (await t.row('outbox', expired!.id))!;
     assert.equal(row.state, 'pending');
-    assert.equal(row.attempt, 0);
+    assert.equal(row.attempt, 1);
+    assert.equal(row.last_error, 'lease expired during delivery attempt 1 of 5 (the call did not finish within its lease)');
     assert.equal(row.claim_token, null);
     assert.equal((await t.row('outbox', live!.id))!.state, 'processing');
+  });
+
+  define('outboxReclaimExpired makes a row dead when the lease of its last attempt expired, and its key moves on', async (t) => {
+    const [head, next] = await enqueueRows(t, [{ topic: 'a', key: 'k', payload: {}, maxAttempts: 2 }, { topic: 'a', key: 'k', payload: {} }]);
+    for (const expected of [{ reclaimed: 1, dead: 0 }, { reclaimed: 0, dead: 1 }]) {
+      const claimed = await t.driver.outboxClaimMany({ limit: 10, leaseMs: LEASE });
+      assert.deepEqual(claimed.map((r) => r.id), [head], 'only the head of the key is claimed');
+      await t.setTime('outbox', head!, 'lease_expires_at', -1000);
+      assert.deepEqual(await t.driver.outboxReclaimExpired({}), { ran: true, ...expected });
+    }
+    const row = (await t.row('outbox', head!))!;
+    assert.equal(row.state, 'dead');
+    assert.equal(row.attempt, 1, 'the 0-based number of its last delivery');
+    assert.equal(row.last_error, 'gave up after 2 of 2 attempts: the lease of the last one expired during the delivery (the call did not finish within its lease)');
+    assert.equal(row.claim_token, null);
+    assert.deepEqual((await t.driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).map((r) => r.id), [next], 'the dead head releases its key');
   });
 
   define('outboxReclaimExpired is throttled through the database and runs when forced', async (t) => {
     assert.equal((await t.driver.outboxReclaimExpired({ throttleMs: 60_000 })).ran, true);
     const other = t.newDriver();
-    assert.deepEqual(await other.outboxReclaimExpired({ throttleMs: 60_000 }), { ran: false, reclaimed: 0 });
+    assert.deepEqual(await other.outboxReclaimExpired({ throttleMs: 60_000 }), { ran: false, reclaimed: 0, dead: 0 });
     await other.close();
     assert.equal((await t.driver.outboxReclaimExpired({})).ran, true, 'a forced run ignores the throttle');
   });

@@ -60,11 +60,11 @@ describe('operator console in a browser', { skip }, () => {
     await page.goto(`${consoleServer.url}/blocked`);
     const row = (key: string) => page.locator(`table[data-blocked="outbox"] tr[data-key="${key}"]`);
     assert.equal(await row('order-poison').getAttribute('data-cause'), 'poison');
-    assert.match((await row('order-poison').textContent()) ?? '', /poison row: failed 4 of 5 attempts[\s\S]*400 InvalidParameterValue/);
+    assert.match((await row('order-poison').textContent()) ?? '', /poison row: 4 of 5 attempts failed and it keeps failing; attempt 5 of 5 [\s\S]*400 InvalidParameterValue/);
     assert.equal(await row('order-lease').getAttribute('data-cause'), 'expired-lease');
     assert.match((await row('order-lease').locator('.reason').textContent()) ?? '', /lease held by an invocation that died/);
     assert.equal(await row('order-retry').getAttribute('data-cause'), 'retry-backoff');
-    assert.match((await row('order-retry').locator('.reason').textContent()) ?? '', /retry backing off after 1 of 5 failed attempts; next attempt in [0-4] min/);
+    assert.match((await row('order-retry').locator('.reason').textContent()) ?? '', /retry backing off: 1 of 5 attempts failed; attempt 2 of 5 in [0-4] min/);
     assert.equal(await row('order-lease').locator('td.num').nth(1).textContent(), '2', 'two rows wait behind the expired lease');
     assert.equal(await page.locator('table[data-blocked="outbox"] tbody tr').count(), 3);
   });
@@ -89,7 +89,7 @@ describe('operator console in a browser', { skip }, () => {
     await page.goto(`${consoleServer.url}/row/outbox/${seed.poisonHead}`);
     const history = (await page.locator('ol.history').textContent()) ?? '';
     assert.match(history, /created/);
-    assert.match(history, /4 failed attempts/);
+    assert.match(history, /4 of 5 attempts failed/);
     assert.match((await page.locator('[data-last-error]').textContent()) ?? '', /InvalidParameterValue/);
     const missing = await page.goto(`${consoleServer.url}/row/outbox/00000000-0000-4000-8000-000000000000`);
     assert.equal(missing?.status(), 404);

@@ -9,6 +9,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { attemptText } from '../../lib/console/attempt-text.ts';
 import { blockedReason } from '../../lib/console/blocked-reason.ts';
 import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { escapeHtml, html } from '../../lib/console/html.ts';
@@ -61,9 +62,22 @@ describe('console pieces', () => {
   it('blocked heads are explained in words: expired lease, poison, retry backing off, scheduled', () => {
     assert.equal(blockedReason(head({ state: 'processing', leaseLeftMs: -65_000 })).cause, 'expired-lease');
     assert.match(blockedReason(head({ state: 'processing', leaseLeftMs: -65_000 })).text, /invocation that died: expired 1 min 5 s ago/);
-    assert.match(blockedReason(head({ attempt: 3 })).text, /^poison row: failed 3 of 5 attempts and keeps failing; due now$/);
-    assert.match(blockedReason(head({ attempt: 1, dueInMs: 30_000 })).text, /^retry backing off after 1 of 5 failed attempts; next attempt in 30 s$/);
+    assert.match(blockedReason(head({ attempt: 3 })).text, /^poison row: 3 of 5 attempts failed and it keeps failing; attempt 4 of 5 due now$/);
+    assert.match(blockedReason(head({ attempt: 1, dueInMs: 30_000 })).text, /^retry backing off: 1 of 5 attempts failed; attempt 2 of 5 in 30 s$/);
+    assert.match(blockedReason(head({ attempt: 4, dueInMs: 9_000 })).text, /^poison row: 4 of 5 attempts failed and it keeps failing; attempt 5 of 5 in 9 s$/, 'the last attempt is numbered as the logs number it');
+    assert.match(blockedReason(head({ attempt: 1, dueInMs: 30_000, maxAttempts: null })).text, /^retry backing off: 1 attempt failed; attempt 2 in 30 s$/);
     assert.match(blockedReason(head({ attempt: 0, dueInMs: 7_200_000, maxAttempts: null })).text, /^scheduled in the future: first attempt in 2 h 0 min$/);
+  });
+});
+
+describe('console attempt text', () => {
+  it('numbers attempts as the logs and last_error do: the attempt a row is on, waits for or ended with, of its max_attempts', () => {
+    assert.equal(attemptText({ state: 'pending', attempt: 0, maxAttempts: 5 }), 'attempt 1 of 5 next');
+    assert.equal(attemptText({ state: 'pending', attempt: 2, maxAttempts: 5 }), 'attempt 3 of 5 next (2 failed)');
+    assert.equal(attemptText({ state: 'processing', attempt: 4, maxAttempts: 5 }), 'attempt 5 of 5 in flight');
+    assert.equal(attemptText({ state: 'dead', attempt: 4, maxAttempts: 5 }), 'attempt 5 of 5', 'a row dead after its last delivery');
+    assert.equal(attemptText({ state: 'sent', attempt: 0, maxAttempts: 5 }), 'attempt 1 of 5');
+    assert.equal(attemptText({ state: 'processed', attempt: 1, maxAttempts: null }), 'attempt 2', 'inbox rows carry no maximum');
   });
 });
 

@@ -17,6 +17,8 @@ export interface AuditEntry {
   old_attempt: number;
   new_attempt: number;
   lease_live: boolean;
+  /** The reclaim step's write: the lost lease counted as a failed attempt (its `last_error` says so), the claim cleared. */
+  lease_lost: boolean;
 }
 
 /** Creates the audit table and the trigger on `schema`.outbox. */
@@ -25,13 +27,14 @@ export async function installAuditTrail(pool: pg.Pool, schema: string): Promise<
   await pool.query(`
     CREATE TABLE ${s}.faults_audit (
       n bigserial PRIMARY KEY, row_id uuid NOT NULL, old_state text NOT NULL, new_state text NOT NULL,
-      old_token uuid, old_attempt int NOT NULL, new_attempt int NOT NULL, lease_live boolean NOT NULL);
+      old_token uuid, old_attempt int NOT NULL, new_attempt int NOT NULL, lease_live boolean NOT NULL, lease_lost boolean NOT NULL);
     CREATE FUNCTION ${s}.faults_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF OLD.state IS DISTINCT FROM NEW.state THEN
-        INSERT INTO ${s}.faults_audit (row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live)
+        INSERT INTO ${s}.faults_audit (row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live, lease_lost)
         VALUES (OLD.id, OLD.state, NEW.state, OLD.claim_token, OLD.attempt, NEW.attempt,
-                COALESCE(OLD.lease_expires_at > clock_timestamp() - interval '50 milliseconds', false));
+                COALESCE(OLD.lease_expires_at > clock_timestamp() - interval '50 milliseconds', false),
+                NEW.claim_token IS NULL AND COALESCE(NEW.last_error LIKE 'lease expired during %' OR NEW.last_error LIKE '% the lease of the last one expired during %', false));
       END IF;
       RETURN NEW;
     END $$;
@@ -41,7 +44,7 @@ export async function installAuditTrail(pool: pg.Pool, schema: string): Promise<
 /** Every audited change. */
 export async function readAuditTrail(pool: pg.Pool, schema: string): Promise<AuditEntry[]> {
   const { rows } = await pool.query<AuditEntry>(
-    `SELECT row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live FROM "${schema}".faults_audit ORDER BY n`,
+    `SELECT row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live, lease_lost FROM "${schema}".faults_audit ORDER BY n`,
   );
   return rows;
 }

@@ -11,14 +11,16 @@
  *   committed effects follow receive order.
  * - duplicates: an outbox row returns to `pending` only by a fenced retry (after a delivery that
  *   failed, so nothing was accepted) or by the reclaim step. Hence deliveries(R) ≤ 1 + reclaims(R):
- *   every duplicate delivery of R needs a reclaim of R (a lost claim of R always ends in one).
+ *   every duplicate delivery of R needs a reclaim of R (a lost claim of R always ends in one). A
+ *   reclaim counts the lost lease as an attempt (`attempt + 1`) or, when it was the row's last,
+ *   makes the row `dead` (no delivery follows); both are told apart by their `last_error`.
  * - fence: every finishing write from `processing` happened under a live lease, every `sent` a
  *   pass was told about changed the row under the token that pass held, and no row became `sent`
  *   twice.
  * - counters: `queuebox_outbox_messages_reclaimed_total` equals the audited reclaims (or is below
  *   them when a reclaim's answer never reached its pass: killed, connection cut);
  *   `queuebox_claims_lost_total` lies between the fenced settle writes that changed nothing and
- *   that plus the renewals that changed nothing or failed; lost claims ≤ reclaims.
+ *   that plus the renewals that changed nothing or failed; lost claims ≤ reclaims (to pending or dead).
  * - inbox exactly once: one outbox row per `processed` push row, none for a dead one; one effect
  *   row per `processed` pull row, none for a dead one.
  */
@@ -94,16 +96,22 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   const sentAudits = new Map<string, string[]>();
   let claims = 0;
   let reclaimsAudited = 0;
+  let leaseDeadAudited = 0;
   for (const a of audit) {
     if (a.old_state === 'pending' && a.new_state === 'processing') claims++;
     if (a.old_state !== 'processing') {
       if (a.new_state !== 'processing') fail('fence: finishing write on a row not processing', `${a.row_id} ${a.old_state}→${a.new_state}`);
       continue;
     }
-    const reclaim = a.new_state === 'pending' && a.new_attempt === a.old_attempt;
-    if (reclaim) {
+    // The reclaim step: back to pending with the lost lease counted (attempt + 1), or dead when
+    // that was the row's last attempt (a dead row is never delivered again).
+    if (a.lease_lost && a.new_state === 'pending' && a.new_attempt === a.old_attempt + 1) {
       reclaimsAudited++;
       reclaims.set(a.row_id, (reclaims.get(a.row_id) ?? 0) + 1);
+      continue;
+    }
+    if (a.lease_lost && a.new_state === 'dead' && a.new_attempt === a.old_attempt) {
+      leaseDeadAudited++;
       continue;
     }
     if (!a.lease_live) fail('fence: finishing write under an expired lease', `${a.row_id} ${a.old_state}→${a.new_state}`);
@@ -163,7 +171,7 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   if (counters.outboxClaimsLost < lostLow || counters.outboxClaimsLost > lostHigh) {
     fail('counter: claims_lost_total{outbox} outside what the checker saw', `${counters.outboxClaimsLost} not in [${lostLow}, ${lostHigh}]`);
   }
-  if (counters.outboxClaimsLost > reclaimsAudited) fail('counter: more lost claims than reclaims', `${counters.outboxClaimsLost} > ${reclaimsAudited}`);
+  if (counters.outboxClaimsLost > reclaimsAudited + leaseDeadAudited) fail('counter: more lost claims than reclaims', `${counters.outboxClaimsLost} > ${reclaimsAudited + leaseDeadAudited}`);
   const inLow = ledger.settleLost.inbox;
   const inHigh = inLow + ledger.renewMissing.inbox + ledger.renewFailed.inbox;
   if (counters.inboxClaimsLost < inLow || counters.inboxClaimsLost > inHigh) {

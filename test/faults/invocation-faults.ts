@@ -136,7 +136,7 @@ export function faultyDriver(base: Driver, faults: InvocationFaults, ledger: Led
       faults.run(() => retry(p), { ok: lostOf(component, p.items.length), fail });
     (d as unknown as Record<string, unknown>)[component === 'outbox' ? 'outboxMarkDeadMany' : 'inboxMarkDeadMany'] = (p: Parameters<Driver['outboxMarkDeadMany']>[0]) =>
       faults.run(() => dead(p), { ok: lostOf(component, p.items.length), fail });
-    (d as unknown as Record<string, unknown>)[component === 'outbox' ? 'outboxReclaimExpired' : 'inboxReclaimExpired'] = (p: { throttleMs?: number }) => {
+    (d as unknown as Record<string, unknown>)[component === 'outbox' ? 'outboxReclaimExpired' : 'inboxReclaimExpired'] = (p: { throttleMs?: number; maxAttempts: number }) => {
       ledger.reclaimCalls[component]++;
       return faults.run(() => reclaim(p), {
         ok: () => {

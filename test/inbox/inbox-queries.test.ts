@@ -104,17 +104,24 @@ describe('PostgreSQL inbox queries', () => {
     assert.deepEqual(await db.query(`SELECT 1 FROM ${outbox}`), []);
   });
 
-  it('reclaim expired push rows with attempt unchanged, at most once per throttle, never pull rows', async () => {
+  it('reclaim expired push rows counting the lost lease as an attempt, at most once per throttle, never pull rows', async () => {
     await db.driver.inboxInsert(message('r1'));
     await db.driver.inboxInsert(message('r2', { consumption: 'pull' }));
+    await db.driver.inboxInsert(message('r3'));
     await db.query(`UPDATE ${inbox} SET state = 'processing', attempt = 2, claim_token = gen_random_uuid(), lease_expires_at = clock_timestamp() - interval '1 second'`);
-    assert.deepEqual(await db.driver.inboxReclaimExpired({ throttleMs: 60_000 }), { ran: true, reclaimed: 1 });
-    assert.deepEqual(await db.driver.inboxReclaimExpired({ throttleMs: 60_000 }), { ran: false, reclaimed: 0 });
-    const rows = await db.query(`SELECT idempotency_key, state, attempt, claim_token FROM ${inbox} ORDER BY idempotency_key`);
-    assert.equal(rows[0]!.state, 'pending');
-    assert.equal(rows[0]!.attempt, 2);
-    assert.equal(rows[0]!.claim_token, null);
+    await db.query(`UPDATE ${inbox} SET attempt = 3 WHERE idempotency_key = 'r3'`);
+    assert.deepEqual(await db.driver.inboxReclaimExpired({ throttleMs: 60_000, maxAttempts: 4 }), { ran: true, reclaimed: 1, dead: 1 });
+    assert.deepEqual(await db.driver.inboxReclaimExpired({ throttleMs: 60_000, maxAttempts: 4 }), { ran: false, reclaimed: 0, dead: 0 });
+    const rows = await db.query(`SELECT idempotency_key, state, attempt, claim_token, last_error FROM ${inbox} ORDER BY idempotency_key`);
+    assert.deepEqual(rows[0], { idempotency_key: 'r1', state: 'pending', attempt: 3, claim_token: null, last_error: 'lease expired during forward attempt 3 of 4 (the call did not finish within its lease)' });
     assert.equal(rows[1]!.state, 'processing');
+    assert.deepEqual(rows[2], {
+      idempotency_key: 'r3',
+      state: 'dead',
+      attempt: 3,
+      claim_token: null,
+      last_error: 'gave up after 4 of 4 attempts: the lease of the last one expired during the forward (the call did not finish within its lease)',
+    });
   });
 
   it('report counts per state and the oldest due pending push age, list dead rows and delete finished rows in bounds', async () => {

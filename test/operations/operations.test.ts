@@ -66,14 +66,14 @@ describe('operations: reclaim, replay, retention, status', () => {
     await inboxRow('processing', 0, `now() - interval '1 second'`);
     // A worker reclaimed a moment ago: the throttle gate is closed for claimTimeoutMs / 5.
     await db.driver.outboxReclaimExpired({ throttleMs: 60_000 });
-    await db.driver.inboxReclaimExpired({ throttleMs: 60_000 });
+    await db.driver.inboxReclaimExpired({ throttleMs: 60_000, maxAttempts: 5 });
     await outboxRow('processing', 't', 0, `now() - interval '1 second'`);
     const scheduled = await reclaimHandler({ source: 'aws.events', 'detail-type': 'Scheduled Event' }, fakeLambdaContext({ timeoutMs: 30_000 }));
-    assert.deepEqual(scheduled, { outbox: 0, inbox: 0, throttled: true }, 'a scheduled run respects the gate');
+    assert.deepEqual(scheduled, { outbox: 0, inbox: 0, outboxDead: 0, inboxDead: 0, throttled: true }, 'a scheduled run respects the gate');
     const manual = await reclaimHandler({}, fakeLambdaContext({ timeoutMs: 30_000 }));
-    assert.deepEqual(manual, { outbox: 1, inbox: 0, throttled: false });
+    assert.deepEqual(manual, { outbox: 1, inbox: 0, outboxDead: 0, inboxDead: 0, throttled: false });
     await inboxRow('processing', 0, `now() - interval '1 second'`);
-    assert.deepEqual(await reclaimHandler({ source: 'aws.events', force: true }, fakeLambdaContext({ timeoutMs: 30_000 })), { outbox: 0, inbox: 1, throttled: false });
+    assert.deepEqual(await reclaimHandler({ source: 'aws.events', force: true }, fakeLambdaContext({ timeoutMs: 30_000 })), { outbox: 0, inbox: 1, outboxDead: 0, inboxDead: 0, throttled: false });
     assert.deepEqual(await states(outbox()), { pending: 2, processing: 1 }, 'the live lease is untouched');
     assert.ok(emf.some((l) => JSON.parse(l).queuebox_outbox_messages_reclaimed_total === 1), 'reclaimed rows are counted');
   });

@@ -102,6 +102,6 @@ describe('outbox pass: leases, renewal and reclaim', () => {
     await db.query(`UPDATE "${db.schema}".queuebox_maintenance SET last_run_at = last_run_at - interval '2 seconds'`);
     const fourth = await runOutboxPass(passFixture(db, { destinations: [destination], outbox }));
     assert.equal(fourth.reclaimRan, true);
-    assert.deepEqual((await inspectRows(db, ids)).map((r) => [r.state, r.attempt]), Array(6).fill(['sent', 0]), 'reclaim leaves attempt unchanged');
+    assert.deepEqual((await inspectRows(db, ids)).map((r) => [r.state, r.attempt]), Array(6).fill(['sent', 1]), 'reclaim counts each lost lease as an attempt, once');
   });
 });

@@ -66,30 +66,42 @@ describe('outbox pass: per-entry outcomes', () => {
     assert.equal(emf.get('queuebox_outbox_destination_messages_total{destination=main,outcome=permanent}'), 2);
   });
 
-  it('retries a row while attempt < max_attempts, so max_attempts 3 gives four deliveries, then marks it dead naming them', async () => {
+  it('delivers a row with max_attempts 3 exactly three times (the first delivery and two retries), then marks it dead naming them', async () => {
     const [id] = await insertOutboxRows(db, [{ topic: 'orders.paid', payload: {}, maxAttempts: 3 }]);
     const destination = new RecordingDestination({ answer: () => ({ status: 'retryable', error: 'ServiceUnavailable' }) });
     for (let pass = 0; pass < 5; pass++) {
       await runOutboxPass(passFixture(db, { destinations: [destination] }));
       await db.query(`UPDATE "${db.schema}".outbox SET scheduled_at = clock_timestamp() WHERE state = 'pending'`);
     }
-    assert.deepEqual(destination.offered.map((m) => m.attempt), [0, 1, 2, 3], 'the first delivery and three retries, X-Attempt 0-based');
+    assert.deepEqual(destination.offered.map((m) => m.attempt), [0, 1, 2], 'three deliveries, X-Attempt 0-based');
     const [row] = await inspectRows(db, [id!]);
     assert.equal(row!.state, 'dead');
-    assert.equal(row!.attempt, 3);
-    assert.match(row!.last_error!, /^gave up after 4 deliveries \(max_attempts 3\): destination main: ServiceUnavailable/);
+    assert.equal(row!.attempt, 2, 'the 0-based number of its last delivery');
+    assert.match(row!.last_error!, /^gave up after 3 of 3 attempts: destination main: ServiceUnavailable/);
   });
 
-  it('gives a row enqueued with the default max_attempts six deliveries', async () => {
+  it('gives a row enqueued with the default max_attempts five deliveries', async () => {
     const [id] = await insertOutboxRows(db, [{ topic: 'orders.paid', payload: {} }]);
     const destination = new RecordingDestination({ answer: () => ({ status: 'retryable', error: 'ServiceUnavailable' }) });
     for (let pass = 0; pass < 7; pass++) {
       await runOutboxPass(passFixture(db, { destinations: [destination] }));
       await db.query(`UPDATE "${db.schema}".outbox SET scheduled_at = clock_timestamp() WHERE state = 'pending'`);
     }
-    assert.deepEqual(destination.offered.map((m) => m.attempt), [0, 1, 2, 3, 4, 5]);
+    assert.deepEqual(destination.offered.map((m) => m.attempt), [0, 1, 2, 3, 4]);
     const [row] = await inspectRows(db, [id!]);
     assert.deepEqual([row!.state, row!.max_attempts], ['dead', 5]);
+  });
+
+  it('delivers a row with max_attempts 1 once: a failed first delivery is its last', async () => {
+    const [id] = await insertOutboxRows(db, [{ topic: 'orders.paid', payload: {}, maxAttempts: 1 }]);
+    const destination = new RecordingDestination({ answer: () => ({ status: 'retryable', error: 'ServiceUnavailable' }) });
+    for (let pass = 0; pass < 3; pass++) {
+      await runOutboxPass(passFixture(db, { destinations: [destination] }));
+      await db.query(`UPDATE "${db.schema}".outbox SET scheduled_at = clock_timestamp() WHERE state = 'pending'`);
+    }
+    assert.deepEqual(destination.offered.map((m) => m.attempt), [0]);
+    const [row] = await inspectRows(db, [id!]);
+    assert.deepEqual([row!.state, row!.attempt, row!.last_error], ['dead', 0, 'gave up after 1 of 1 attempts: destination main: ServiceUnavailable']);
   });
 
   it('doubles the retry delay per attempt', async () => {

@@ -64,7 +64,8 @@ describe('pull claim and fenced writes (PostgreSQL)', () => {
     const [again] = await client.claim('reclaim', { batch: 10, leaseMs: 30000 });
     assert.equal(again!.id, old!.id);
     assert.notEqual(again!.claimToken, old!.claimToken);
-    assert.equal(again!.attempt, 0, 'a reclaim spends no attempt');
+    assert.equal(again!.attempt, 1, 'the expired lease was an attempt');
+    assert.equal((await readPullRows(db, 'reclaim'))[0]!.last_error, 'lease expired during attempt 1 (the handler did not finish within its lease)');
     assert.deepEqual(await client.dead(again!.claim, 'permanent'), { ok: true });
     const [next] = await client.claim('reclaim', { batch: 10, leaseMs: 30000 });
     assert.equal(next!.idempotencyKey, 'r2');

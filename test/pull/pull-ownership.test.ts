@@ -73,7 +73,7 @@ describe('a pull worker that lost its claim', () => {
     assert.equal(metrics.value('claimsLost', { component: 'pull' }), 1);
     assert.deepEqual(await shipments(), [{ idempotency_key: 's1', owner: 'new owner' }]);
     const [row] = await readPullRows(db, 'stale');
-    assert.deepEqual([row!.state, row!.attempt], ['processed', 0]);
+    assert.deepEqual([row!.state, row!.attempt], ['processed', 1], 'the lost lease of the old owner was an attempt');
   });
 
   it('aborts the handler’s signal when a renewal is fenced, and writes nothing more to the row', async () => {

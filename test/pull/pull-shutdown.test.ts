@@ -68,7 +68,7 @@ describe('graceful stop of a pull worker', () => {
     assert.deepEqual(again.map((m) => [m.idempotencyKey, m.attempt]), [['s2', 0], ['s3', 0], ['s4', 0], ['s5', 0]]);
   });
 
-  it('after the shutdown timeout aborts the handler, commits nothing and spends no attempt', async () => {
+  it('after the shutdown timeout aborts the handler, commits nothing and writes nothing; the lease that then ends is the handler run\'s attempt', async () => {
     const [id] = await insertPullRows(db, 'force', [{ key: 'f1' }]);
     const started = gate();
     const release = gate();
@@ -108,10 +108,10 @@ describe('graceful stop of a pull worker', () => {
     assert.equal(summary!.retried, 0);
     assert.deepEqual(await db.query(`SELECT * FROM "${db.schema}".work WHERE idempotency_key = 'f1'`), []);
     const [row] = await readPullRows(db, 'force');
-    assert.deepEqual([row!.state, row!.attempt], ['processing', 0], 'left to its lease, no attempt spent');
-    // Once its lease runs out, the next claim takes it on the same attempt.
+    assert.deepEqual([row!.state, row!.attempt], ['processing', 0], 'left to its lease, nothing written');
+    // Once its lease runs out, the next claim takes it and counts the abandoned run as an attempt.
     await expireLease(db, id!);
     const [again] = await createPullClient(db.driver).claim('force', { batch: 1, leaseMs: 30000 });
-    assert.deepEqual([again!.id, again!.attempt], [id, 0]);
+    assert.deepEqual([again!.id, again!.attempt], [id, 1]);
   });
 });

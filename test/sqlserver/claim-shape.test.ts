@@ -202,11 +202,32 @@ describe('SQL Server claim statements', () => {
       const text = allStatements()[name]!.text;
       assert.ok(text.includes(`UPDATE TOP (${DELETE_CHUNK}) ${table} WITH (ROWLOCK)`), name);
       assert.match(text, /WHILE @v_chunk > 0\s+BEGIN\s+UPDATE TOP/, name);
-      assert.match(text, /SET @v_chunk = @@ROWCOUNT;\s+SET @v_reclaimed = @v_reclaimed \+ @v_chunk;/, name);
+      assert.match(text, /OUTPUT inserted\.state INTO @v_moved \(state\)/, `${name}: every moved row is counted by its new state`);
+      assert.match(text, /SET @v_chunk = @@ROWCOUNT;\s+END;\s+SELECT @v_reclaimed = COUNT\(CASE WHEN state = N'pending' THEN 1 END\), @v_dead = COUNT\(CASE WHEN state = N'dead' THEN 1 END\) FROM @v_moved;/, name);
       assert.equal(text.match(/DECLARE @v_chunk\b/g)?.length, 1, `${name}: @v_chunk declared once`);
       assert.doesNotMatch(text, /BEGIN TRANSACTION/, `${name}: each chunk commits on its own`);
       assert.doesNotMatch(text, /UPDATE \[dbo\]\.\[(outbox|inbox)\]\s+SET state/, `${name}: no unbounded UPDATE of every expired row`);
     }
+  });
+
+  it('reclaim counts the lost lease as a failed attempt and makes the row dead when it was the last (outbox: max_attempts; relay: a bound maxAttempts)', () => {
+    for (const [name, max, call] of [['outbox reclaim', 'max_attempts', 'delivery'], ['inbox reclaim', '@p_max_attempts', 'forward']] as const) {
+      const text = allStatements()[name]!.text;
+      const last = `attempt + 1 >= ${max}`;
+      assert.ok(text.includes(`SET state = CASE WHEN ${last} THEN N'dead' ELSE N'pending' END`), name);
+      assert.ok(text.includes(`attempt = CASE WHEN ${last} THEN attempt ELSE attempt + 1 END`), `${name}: a dead row keeps the number of its last attempt`);
+      assert.ok(text.includes(`THEN CONCAT(N'gave up after ', attempt + 1, N' of ', ${max}, N' attempts: the lease of the last one expired during the ${call} (the call did not finish within its lease)')`), name);
+      assert.ok(text.includes(`ELSE CONCAT(N'lease expired during ${call} attempt ', attempt + 1, N' of ', ${max}, N' (the call did not finish within its lease)') END`), name);
+      assert.match(text, /SELECT CAST\(.*\) AS ran, @v_reclaimed AS reclaimed, @v_dead AS dead;/, name);
+    }
+    assert.deepEqual(allStatements()['inbox reclaim']!.params.find((p) => p.name === 'p_max_attempts')?.value, 5);
+  });
+
+  it('the pull claim counts the lease of an expired row as a failed attempt and says so in last_error', () => {
+    const text = allStatements()['pull claim']!.text;
+    assert.ok(text.includes(`attempt = CASE WHEN i.state = N'processing' THEN i.attempt + 1 ELSE i.attempt END`), text);
+    assert.ok(text.includes(`last_error = CASE WHEN i.state = N'processing' THEN CONCAT(N'lease expired during attempt ', i.attempt + 1, N' (the handler did not finish within its lease)') ELSE i.last_error END`), text);
+    for (const other of ['outbox claim', 'inbox claim push']) assert.doesNotMatch(allStatements()[other]!.text, /\battempt = CASE/, `${other}: takes pending rows only`);
   });
 
 });

@@ -96,7 +96,7 @@ export function allStatements(): Record<string, MssqlStatement> {
       s.id,
     ),
     'inbox claim push': buildInboxClaimPush(names, { limit: s.limit, leaseMs: s.leaseMs }),
-    'inbox reclaim': buildInboxReclaim(names, undefined),
+    'inbox reclaim': buildInboxReclaim(names, undefined, 5),
     'inbox stats': buildStats(names.inbox, ` AND consumption = N'push'`),
     'inbox dead list': buildInboxDeadList(names, s.limit),
     'inbox delete finished': buildInboxDeleteFinished(names, { state: 'processed', olderThanMs: 1000, limit: s.limit }),

@@ -149,24 +149,48 @@ export async function fencedDeadMany(db: PgQueryable, table: string, items: Dead
 }
 
 /**
- * Returns expired `processing` rows to `pending` (attempt unchanged) when the shared gate
- * `gateName` opens: always without `throttleMs`, else at most once per `throttleMs`.
- * `extraCondition` narrows the rows (e.g. push rows only), written against alias `t`.
+ * What a reclaim counts: a lease that ended before its claim was settled is an attempt spent (a
+ * call that never answered must not hold its row, and its key, forever). `maxAttempts` is an SQL
+ * expression for alias `t` (the outbox column, or a bound parameter for the relay); `call` names
+ * what outlived its lease in `last_error` ("delivery", "forward").
  */
-export async function reclaimExpired(ctx: PgContext, table: string, gateName: string, throttleMs: number | undefined, extraCondition = 'TRUE'): Promise<ReclaimResult> {
+export interface LostLeaseRule {
+  maxAttempts: string;
+  call: string;
+}
+
+/**
+ * Returns expired `processing` rows to `pending` with `attempt + 1` when the shared gate
+ * `gateName` opens: always without `throttleMs`, else at most once per `throttleMs`. The lost
+ * lease counts as a failed attempt: a row whose lost attempt was its last (`attempt + 1 >=
+ * maxAttempts`) goes `dead` instead (attempt unchanged, as a failed last delivery leaves it), which
+ * releases its key; either way `last_error` says the lease expired during that attempt.
+ * `extraCondition` narrows the rows (e.g. push rows only), written against alias `t`;
+ * `values` are the rule's bind parameters, numbered from `$3`.
+ */
+export async function reclaimExpired(ctx: PgContext, table: string, gateName: string, throttleMs: number | undefined, rule: LostLeaseRule, extraCondition = 'TRUE', values: unknown[] = []): Promise<ReclaimResult> {
   const gate = reclaimGate(ctx, gateName, throttleMs, 1);
-  const { rows } = await pgQuery<{ ran: boolean; reclaimed: string }>(
+  const last = `t.attempt + 1 >= ${rule.maxAttempts}`;
+  const ofMax = `(t.attempt + 1) || ' of ' || ${rule.maxAttempts}`;
+  const { rows } = await pgQuery<{ ran: boolean; reclaimed: string; dead: string }>(
     ctx.pool,
     `WITH ${gate.cte},
      moved AS (
        UPDATE ${table} t
-          SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
+          SET state = CASE WHEN ${last} THEN 'dead' ELSE 'pending' END,
+              attempt = CASE WHEN ${last} THEN t.attempt ELSE t.attempt + 1 END,
+              last_error = CASE WHEN ${last}
+                THEN 'gave up after ' || ${ofMax} || ' attempts: the lease of the last one expired during the ${rule.call} (the call did not finish within its lease)'
+                ELSE 'lease expired during ${rule.call} attempt ' || ${ofMax} || ' (the call did not finish within its lease)' END,
+              claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
               updated_at = clock_timestamp()
         WHERE t.state = 'processing' AND t.lease_expires_at <= clock_timestamp() AND (${extraCondition})
           AND EXISTS (SELECT 1 FROM gate)
-    RETURNING 1)
-     SELECT EXISTS (SELECT 1 FROM gate) AS ran, (SELECT count(*) FROM moved) AS reclaimed`,
-    gate.values,
+    RETURNING t.state)
+     SELECT EXISTS (SELECT 1 FROM gate) AS ran,
+            (SELECT count(*) FROM moved WHERE state = 'pending') AS reclaimed,
+            (SELECT count(*) FROM moved WHERE state = 'dead') AS dead`,
+    [...gate.values, ...values],
   );
-  return { ran: rows[0]!.ran, reclaimed: Number(rows[0]!.reclaimed) };
+  return { ran: rows[0]!.ran, reclaimed: Number(rows[0]!.reclaimed), dead: Number(rows[0]!.dead) };
 }

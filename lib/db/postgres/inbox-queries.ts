@@ -333,12 +333,12 @@ export async function inboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }
 }
 
 /**
- * Expired `processing` push rows back to `pending`, attempt unchanged; gated by the shared
- * throttle `reclaim:<inbox table>`. Pull rows are left alone: the pull claim takes expired rows
- * itself.
+ * Expired `processing` push rows back to `pending` with `attempt + 1`, or `dead` when the lost
+ * forward was the row's last of the relay's `maxAttempts`; gated by the shared throttle
+ * `reclaim:<inbox table>`. Pull rows are left alone: the pull claim takes expired rows itself.
  */
-export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
-  return reclaimExpired(ctx, ctx.names.inbox, `reclaim:${ctx.names.inboxTable}`, p.throttleMs, `t.consumption = 'push'`);
+export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number; maxAttempts: number }): Promise<ReclaimResult> {
+  return reclaimExpired(ctx, ctx.names.inbox, `reclaim:${ctx.names.inboxTable}`, p.throttleMs, { maxAttempts: '$3::int', call: 'forward' }, `t.consumption = 'push'`, [p.maxAttempts]);
 }
 
 /** Counts per state (push and pull) and the age in seconds of the oldest due pending push row. */

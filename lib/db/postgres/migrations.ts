@@ -167,6 +167,17 @@ ALTER TABLE ${n.outbox} ADD COLUMN IF NOT EXISTS trace_context jsonb NULL;
 ALTER TABLE ${n.inbox} ADD COLUMN IF NOT EXISTS trace_context jsonb NULL;
 `,
   },
+  {
+    version: 8,
+    name: 'max_attempts counts deliveries',
+    // `max_attempts` was the number of retries (5: six deliveries); it is now the number of
+    // deliveries. Every row that can still be delivered, or replayed, keeps the deliveries it was
+    // written for: `max_attempts + 1`. Sent rows are left as they are (reading them all would
+    // rewrite the table); one replayed later gets one delivery fewer than it was written for.
+    sql: (n) => `
+UPDATE ${n.outbox} SET max_attempts = max_attempts + 1 WHERE state IN ('pending', 'processing', 'dead');
+`,
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -311,9 +311,12 @@ export async function outboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] 
   return fencedDeadMany(ctx.pool, ctx.names.outbox, p.items);
 }
 
-/** Expired `processing` rows back to `pending`, attempt unchanged; gated by the shared throttle. */
+/**
+ * Expired `processing` rows back to `pending` with `attempt + 1`, or `dead` when the lost
+ * delivery was the row's last (`max_attempts`); gated by the shared throttle.
+ */
 export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
-  return reclaimExpired(ctx, ctx.names.outbox, `reclaim:${ctx.names.outboxTable}`, p.throttleMs);
+  return reclaimExpired(ctx, ctx.names.outbox, `reclaim:${ctx.names.outboxTable}`, p.throttleMs, { maxAttempts: 't.max_attempts', call: 'delivery' });
 }
 
 export async function outboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {

@@ -25,7 +25,7 @@ const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND cla
 
 /**
  * Claims up to `limit` rows of one pull source: due `pending` rows and `processing` rows whose
- * lease expired (no separate reclaim), at most one per aggregate (its head), none of an aggregate
+ * lease expired (no separate reclaim; the lost lease counts as a failed attempt, `LOST_LEASE_SET`), at most one per aggregate (its head), none of an aggregate
  * with a row under a live lease; rows without aggregate (NULL or `''`) freely; due retries
  * (`attempt > 0`) first, then first attempts in `scheduled_at, created_at, id` order — the oldest
  * open rows, and when their aggregates are busy, the heads of the aggregates that can move (a
@@ -46,6 +46,16 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
 /** Claimable by state: due pending, or processing with an expired lease. */
 const CLAIMABLE = (a: string) => `((${a}.state = 'pending' AND ${a}.scheduled_at <= clock_timestamp())
             OR (${a}.state = 'processing' AND ${a}.lease_expires_at <= clock_timestamp()))`;
+
+/**
+ * What the claim of an expired row counts (the SET sees the row before the claim): its lost lease
+ * is a failed attempt, `attempt + 1`, and `last_error` says so. The worker dead-letters a row
+ * whose `attempt` reached its `maxAttempts` before running a handler (`handlePullMessage`).
+ */
+const LOST_LEASE_SET = `attempt = CASE WHEN i.state = 'processing' THEN i.attempt + 1 ELSE i.attempt END,
+            last_error = CASE WHEN i.state = 'processing'
+              THEN 'lease expired during attempt ' || (i.attempt + 1) || ' (the handler did not finish within its lease)'
+              ELSE i.last_error END`;
 
 /** The pull claim statement of `names`. */
 const pullClaimText = oncePerNames((names) => {
@@ -132,7 +142,8 @@ const pullClaimText = oncePerNames((names) => {
      ),
      claimed AS (
      UPDATE ${t} i
-        SET ${claimSet('$3')}
+        SET ${claimSet('$3')},
+            ${LOST_LEASE_SET}
        FROM candidates
       WHERE i.id = candidates.id
   RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,

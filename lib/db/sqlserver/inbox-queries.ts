@@ -108,12 +108,21 @@ export async function inboxMarkDeadMany(runner: MssqlRunner, names: MssqlNames, 
   return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.inbox, 'dead', p.items));
 }
 
-/** Expired `processing` push rows back to `pending`; pull rows are left to the pull claim. */
-export function buildInboxReclaim(names: MssqlNames, throttleMs: number | undefined): MssqlStatement {
-  return buildGatedReclaim(names, `reclaim:${names.inboxTable}`, throttleMs, reclaimUpdateSql(names.inbox, ` AND consumption = N'push'`));
+/**
+ * Expired `processing` push rows back to `pending` with `attempt + 1`, or `dead` when the lost
+ * forward was the last of the relay's `maxAttempts`; pull rows are left to the pull claim.
+ */
+export function buildInboxReclaim(names: MssqlNames, throttleMs: number | undefined, maxAttempts: number): MssqlStatement {
+  return buildGatedReclaim(
+    names,
+    `reclaim:${names.inboxTable}`,
+    throttleMs,
+    reclaimUpdateSql(names.inbox, { maxAttempts: '@p_max_attempts', call: 'forward' }, ` AND consumption = N'push'`),
+    [param('p_max_attempts', sql.Int, maxAttempts)],
+  );
 }
-export async function inboxReclaimExpired(runner: MssqlRunner, names: MssqlNames, p: { throttleMs?: number }): Promise<ReclaimResult> {
-  return runGatedReclaim(runner, buildInboxReclaim(names, p.throttleMs));
+export async function inboxReclaimExpired(runner: MssqlRunner, names: MssqlNames, p: { throttleMs?: number; maxAttempts: number }): Promise<ReclaimResult> {
+  return runGatedReclaim(runner, buildInboxReclaim(names, p.throttleMs, p.maxAttempts));
 }
 
 export async function inboxStats(runner: MssqlRunner, names: MssqlNames, scope: StatsScope = {}): Promise<TableStats> {

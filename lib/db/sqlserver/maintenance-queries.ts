@@ -19,14 +19,16 @@ import type { MssqlNames } from './names.ts';
 /**
  * One batch: open the gate `gateName` (always when `throttleMs` is undefined; a forced run still
  * records its time), then, only when it opened, run `reclaimSql` (updates of expired rows that
- * add their count to `@v_reclaimed`).
- * Returns `ran` and `reclaimed` as the single result row.
+ * add their counts to `@v_reclaimed`
+ * and `@v_dead`). `params` are the reclaim's own bind parameters.
+ * Returns `ran`, `reclaimed` and `dead` as the single result row.
  */
-export function buildGatedReclaim(names: MssqlNames, gateName: string, throttleMs: number | undefined, reclaimSql: string): MssqlStatement {
+export function buildGatedReclaim(names: MssqlNames, gateName: string, throttleMs: number | undefined, reclaimSql: string, params: MssqlStatement['params'] = []): MssqlStatement {
   const m = names.maintenance;
   return {
     text: `DECLARE @v_gate_rows INT = 0;
 DECLARE @v_reclaimed INT = 0;
+DECLARE @v_dead INT = 0;
 INSERT INTO ${m} (name, last_run_at)
 SELECT @p_gate_name, SYSUTCDATETIME()
  WHERE NOT EXISTS (SELECT 1 FROM ${m} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_gate_name);
@@ -43,37 +45,49 @@ IF @v_gate_rows > 0
 BEGIN
   ${reclaimSql}
 END;
-SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_reclaimed AS reclaimed;`,
+SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_reclaimed AS reclaimed, @v_dead AS dead;`,
     params: [
       param('p_gate_name', sql.NVarChar(255), gateName),
       param('p_throttle_ms', sql.BigInt, throttleMs === undefined ? null : msValue('throttleMs', throttleMs)),
+      ...params,
     ],
   };
 }
 
 /**
- * Expired `processing` rows of `table` (qualified) back to `pending`, counted into `@v_reclaimed`;
- * `extraCondition` narrows it. Autocommitted chunks of `DELETE_CHUNK` rows: after an outage
- * thousands of leases expire at once, and one UPDATE of them all would escalate to a table lock
- * that blocks every enqueue.
+ * Expired `processing` rows of `table` (qualified) back to `pending` with `attempt + 1` (the lost
+ * lease is a failed attempt), counted into `@v_reclaimed`; or `dead` when that attempt was the
+ * row's last (`attempt + 1 >= maxAttempts`, attempt unchanged), counted into `@v_dead`; either way
+ * `last_error` says the lease expired during the `call`. `maxAttempts` is a T-SQL expression (the
+ * outbox column, or the relay's bound parameter); `extraCondition` narrows the rows.
+ * Autocommitted chunks of `DELETE_CHUNK` rows: after an outage thousands of leases expire at once,
+ * and one UPDATE of them all would escalate to a table lock that blocks every enqueue.
  */
-export function reclaimUpdateSql(table: string, extraCondition = ''): string {
+export function reclaimUpdateSql(table: string, rule: { maxAttempts: string; call: string }, extraCondition = ''): string {
+  const last = `attempt + 1 >= ${rule.maxAttempts}`;
   return `DECLARE @v_chunk INT = 1;
+  DECLARE @v_moved TABLE (state NVARCHAR(50) NOT NULL);
   WHILE @v_chunk > 0
   BEGIN
     UPDATE TOP (${DELETE_CHUNK}) ${table} WITH (ROWLOCK)
-       SET state = N'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()
+       SET state = CASE WHEN ${last} THEN N'dead' ELSE N'pending' END,
+           attempt = CASE WHEN ${last} THEN attempt ELSE attempt + 1 END,
+           last_error = CASE WHEN ${last}
+             THEN CONCAT(N'gave up after ', attempt + 1, N' of ', ${rule.maxAttempts}, N' attempts: the lease of the last one expired during the ${rule.call} (the call did not finish within its lease)')
+             ELSE CONCAT(N'lease expired during ${rule.call} attempt ', attempt + 1, N' of ', ${rule.maxAttempts}, N' (the call did not finish within its lease)') END,
+           claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()
+    OUTPUT inserted.state INTO @v_moved (state)
      WHERE state = N'processing' AND lease_expires_at <= SYSUTCDATETIME()${extraCondition};
     SET @v_chunk = @@ROWCOUNT;
-    SET @v_reclaimed = @v_reclaimed + @v_chunk;
-  END;`;
+  END;
+  SELECT @v_reclaimed = COUNT(CASE WHEN state = N'pending' THEN 1 END), @v_dead = COUNT(CASE WHEN state = N'dead' THEN 1 END) FROM @v_moved;`;
 }
 
 /** Runs a gated reclaim statement and reads its result row. */
 export async function runGatedReclaim(runner: MssqlRunner, statement: MssqlStatement): Promise<ReclaimResult> {
-  const result = await runStatement<{ ran: boolean; reclaimed: number }>(runner, statement);
+  const result = await runStatement<{ ran: boolean; reclaimed: number; dead: number }>(runner, statement);
   const row = result.recordset[0];
-  return { ran: row?.ran === true, reclaimed: Number(row?.reclaimed ?? 0) };
+  return { ran: row?.ran === true, reclaimed: Number(row?.reclaimed ?? 0), dead: Number(row?.dead ?? 0) };
 }
 
 /** Rows one retention DELETE or reclaim UPDATE touches at most: with every index entry they lock, far below the 5,000 locks that escalate to a table lock. */

@@ -200,6 +200,15 @@ CREATE TABLE ${n.maintenance} (
     statements: (n) => [n.outbox, n.inbox].map((table) => `IF COL_LENGTH(${literal(table)}, N'trace_context') IS NULL
   ALTER TABLE ${table} ADD trace_context NVARCHAR(1024) NULL;`),
   },
+  {
+    version: 8,
+    name: 'max_attempts counts deliveries',
+    // `max_attempts` was the number of retries (5: six deliveries); it is now the number of
+    // deliveries. Every row that can still be delivered, or replayed, keeps the deliveries it was
+    // written for: `max_attempts + 1`. Sent rows are left as they are (reading them all would
+    // rewrite the table); one replayed later gets one delivery fewer than it was written for.
+    statements: (n) => [`UPDATE ${n.outbox} SET max_attempts = max_attempts + 1 WHERE state IN (N'pending', N'processing', N'dead');`],
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -68,9 +68,12 @@ export async function outboxMarkDeadMany(runner: MssqlRunner, names: MssqlNames,
   return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'dead', p.items));
 }
 
-/** Expired `processing` rows back to `pending` (attempt unchanged), behind the shared gate `reclaim:<table>`. */
+/**
+ * Expired `processing` rows back to `pending` with `attempt + 1`, or `dead` when the lost delivery
+ * was the row's last (`max_attempts`), behind the shared gate `reclaim:<table>`.
+ */
 export function buildOutboxReclaim(names: MssqlNames, throttleMs: number | undefined): MssqlStatement {
-  return buildGatedReclaim(names, `reclaim:${names.outboxTable}`, throttleMs, reclaimUpdateSql(names.outbox));
+  return buildGatedReclaim(names, `reclaim:${names.outboxTable}`, throttleMs, reclaimUpdateSql(names.outbox, { maxAttempts: 'max_attempts', call: 'delivery' }));
 }
 export async function outboxReclaimExpired(runner: MssqlRunner, names: MssqlNames, p: { throttleMs?: number }): Promise<ReclaimResult> {
   return runGatedReclaim(runner, buildOutboxReclaim(names, p.throttleMs));

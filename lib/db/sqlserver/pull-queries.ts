@@ -32,6 +32,14 @@ function claimable(a: string): string {
 }
 
 /**
+ * What the claim of an expired row counts (the SET reads the row before the claim): its lost
+ * lease is a failed attempt, `attempt + 1`, and `last_error` says so. The worker dead-letters a
+ * row whose `attempt` reached its `maxAttempts` before running a handler.
+ */
+const LOST_LEASE_SET = `attempt = CASE WHEN i.state = N'processing' THEN i.attempt + 1 ELSE i.attempt END,
+       last_error = CASE WHEN i.state = N'processing' THEN CONCAT(N'lease expired during attempt ', i.attempt + 1, N' (the handler did not finish within its lease)') ELSE i.last_error END`;
+
+/**
  * The claim batch: under the transaction-owned lock of the exact source (its SHA-256), due
  * `pending` rows and expired `processing` rows of the source, at most one per aggregate (its head
  * by `sequence` among open rows), none of an aggregate with a row under a live lease, due retries
@@ -74,7 +82,8 @@ SELECT TOP (@p_limit) u.id, u.claim_priority
  ORDER BY u.claim_priority, u.scheduled_at, u.created_at, u.id
 OPTION (MAXRECURSION 0);
 UPDATE i
-   ${CLAIM_SET}
+   ${CLAIM_SET},
+       ${LOST_LEASE_SET}
 OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
   INTO @v_claimed (${INBOX_COLUMNS.join(', ')}, claim_priority)
   FROM ${t} AS i WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
