@@ -208,14 +208,21 @@ See docs/upgrading.md.`,
   program
     .command('local')
     .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
-    .option('--messages <n>', 'enqueue this many demo messages first', positive)
-    .option('--exit-when-drained', 'stop when every row is finished')
+    .option('--demo', 'run the demo: SQS emulator, demo queues and bus, demo orders and webhooks (the default without a config file)')
+    .option('--no-demo', 'run only your functions, destinations and sources against your database (the default with --config or $QUEUEBOX_CONFIG)')
+    .option('--messages <n>', 'enqueue this many demo messages first (demo only)', positive)
+    .option('--exit-when-drained', 'stop when every row is finished: with the demo after --messages N, without it once the backlog is drained; exit 1 if any row became dead')
     .option('--use-existing', 'run even though the database already holds outbox or inbox rows (they will be published and relayed)')
     .option('--speed <factor>', 'divide schedule periods and timeouts by this factor (a demo in fast motion)', positiveNumber)
-    .action(async (opts: { messages?: number; exitWhenDrained?: boolean; speed?: number; useExisting?: boolean }) => {
+    .action(async (opts: { demo?: boolean; messages?: number; exitWhenDrained?: boolean; speed?: number; useExisting?: boolean }) => {
       const run = io.runLocal ?? (await loadLocalRunner());
       const path = program.opts<{ config?: string }>().config;
-      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) });
+      const summary = (await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) })) as { stoppedBecause?: string; newlyDead?: number } | undefined;
+      // A finite run is a check: rows that died during it fail it (each was printed with its error).
+      const dead = summary?.newlyDead ?? 0;
+      if (summary?.stoppedBecause === 'drained' && dead > 0) {
+        throw new QueueBoxError(`the run drained with ${dead} row${dead === 1 ? '' : 's'} dead (printed above with ${dead === 1 ? 'its error' : 'their errors'}); \`queuebox status\` lists them`);
+      }
     });
 
   return program;
