@@ -124,6 +124,8 @@ describe('queuebox inbox put and the pull worker start-up', () => {
     assert.throws(make('partner-order'), (e: unknown) => e instanceof UsageError && e.message === 'pull worker source "partner-order" is not an inbox source of the configuration; the configured pull sources are: partner-orders, hooks');
     assert.throws(make('payments'), (e: unknown) => e instanceof UsageError && /^pull worker source "payments" is a push source: the inbox relay forwards its rows .*; the configured pull sources are: partner-orders, hooks$/.test(e.message));
     assert.doesNotThrow(make('partner-orders'));
+    const pushOnly = parseConfig({ inbox: { sources: { payments: { type: 'sqs', consumption: 'push' } } } });
+    assert.doesNotThrow(() => createPullWorker({ driver: db.driver, config: pushOnly, source: 'jobs', handler: async () => {} }), 'no pull source declared: the name is not checked');
   });
 
   it('refuses a driver that is still a Promise (createDriver without await), saying so', async () => {
