@@ -14,16 +14,13 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { stringify } from 'yaml';
 import { runCli } from '../../bin/cli-program.ts';
-import { parseConfig } from '../../lib/config/load-config.ts';
-import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
-import { testDatabaseUrl } from '../helpers/database.ts';
+import { createScratchDatabase, type ScratchDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { ORDERS_PAID_DDL } from '../../docs/examples/pull-worker-example.ts';
 
@@ -37,21 +34,14 @@ function readmePullWorker(): string {
 }
 
 describe('pull worker examples of the README and docs/pull-workers.md', () => {
-  const database = `qb_pull_docs_${randomBytes(5).toString('hex')}`;
-  const serverUrl = testDatabaseUrl();
-  const url = new URL(serverUrl);
-  url.pathname = `/${database}`;
-  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
+  let database: ScratchDatabase;
   let pool: pg.Pool;
   let dir: string;
   let env: Record<string, string>;
 
   before(async () => {
-    await admin.query(`CREATE DATABASE "${database}"`);
-    const driver = new PostgresDriver({ config: parseConfig({ database: { url: url.href } }), url: url.href });
-    await driver.migrate();
-    await driver.close();
-    pool = new pg.Pool({ connectionString: url.href, max: 2 });
+    database = await createScratchDatabase('qb_pull_docs_');
+    pool = new pg.Pool({ connectionString: database.url, max: 2 });
     await pool.query('CREATE TABLE shipments (order_id text PRIMARY KEY)');
     await pool.query(ORDERS_PAID_DDL);
     // Inside the repository, so that `queuebox` resolves through its tsconfig.json.
@@ -69,20 +59,14 @@ describe('pull worker examples of the README and docs/pull-workers.md', () => {
         },
       }),
     );
-    env = { QUEUEBOX_CONFIG: configFile, QUEUEBOX_DATABASE_URL: url.href };
+    env = { QUEUEBOX_CONFIG: configFile, QUEUEBOX_DATABASE_URL: database.url };
   });
   after(async () => {
     rmSync(dir, { recursive: true, force: true });
     await pool?.end();
-    // The Lambda example's pool lives as long as its container: wait for its idle connections to
-    // close (10 s idle timeout), so that dropping the database terminates none it still holds.
-    for (let i = 0; i < 150; i++) {
-      const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1`, [database]);
-      if (rows[0]!.n === 0) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
-    await admin.end();
+    // The Lambda example's pool lives as long as its container: the drop waits for its idle
+    // connections to close (10 s idle timeout), so that it terminates none the pool still holds.
+    await database?.drop(15_000);
   });
 
   async function put(source: string, key: string, body: unknown): Promise<void> {
