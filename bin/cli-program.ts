@@ -7,6 +7,7 @@
  * A failure prints one line without a stack (`--debug` prints the stack) and sets exit code 1;
  * a `QueueBoxError` (bad config, refused replay, missing columns) prints its own message.
  */
+import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
 import { loadConfig } from '../lib/config/load-config.ts';
 import type { QueueBoxConfig } from '../lib/config/schema.ts';
@@ -21,6 +22,7 @@ import { describeCliError } from '../lib/operations/describe-cli-error.ts';
 import { runRetention } from '../lib/operations/retention.ts';
 import { retentionProgress } from '../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../lib/operations/status.ts';
+import type { InboxPutResult } from '../lib/local/local-inbox-put.ts';
 import { packageVersion } from './package-version.ts';
 
 /** Where the program writes and what it reads. */
@@ -234,17 +236,62 @@ See docs/operations.md.`,
       await runConsole({ ...opts, ...(path !== undefined ? { configPath: path } : {}), env: { ...io.env }, stdout: io.stdout, stderr: io.stderr });
     });
 
+  const inbox = program.command('inbox').description('inbox messages from the command line');
+  inbox
+    .command('put')
+    .description('put one message into an inbox source (e.g. a pull source, for your worker) through the receiver a deployed source uses: same checks, same idempotency')
+    .requiredOption('--source <name>', 'the inbox source (inbox.sources.<name>)')
+    .option('--body <json>', 'the message body (a JSON object)')
+    .option('--body-file <path>', 'read the body from this file instead')
+    .option('--key <key>', 'idempotency key (SQS: the x-idempotency-key attribute; HTTP: X-Idempotency-Key); default: what the source takes otherwise')
+    .option('--correlation-id <id>', 'correlation id (x-correlation-id)')
+    .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+An sqs source gets the record its queue's Lambda trigger would pass; an http source gets the API
+Gateway request, signed or authorised with the secret from the variable the source names. A put
+with a key already stored is a duplicate (exit 0, nothing stored); a refused or dead message
+exits 1 with the reason.`,
+    )
+    .action((opts: { source: string; body?: string; bodyFile?: string; key?: string; correlationId?: string; json?: boolean }) => {
+      if ((opts.body === undefined) === (opts.bodyFile === undefined)) throw new UsageError('give the message body with --body <json> or --body-file <path> (one of them)');
+      const body = opts.body ?? readFileSync(opts.bodyFile!, 'utf8');
+      return withDriver(true, async (driver, cfg) => {
+        const { putInboxMessage } = await import('../lib/local/local-inbox-put.ts');
+        const result = await putInboxMessage({
+          config: cfg,
+          driver,
+          env: io.env,
+          source: opts.source,
+          body,
+          ...(opts.key !== undefined ? { key: opts.key } : {}),
+          ...(opts.correlationId !== undefined ? { correlationId: opts.correlationId } : {}),
+        });
+        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : `${describePut(result)}\n`);
+        if (result.outcome === 'refused') throw new QueueBoxError(`the ${opts.source} receiver refused the message (${result.status}): ${result.reason}`);
+        if (result.outcome === 'stored dead') throw new QueueBoxError(`the ${opts.source} receiver stored the message dead: ${result.reason}`);
+      });
+    });
+
   program
     .command('local')
     .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
-    .option('--messages <n>', 'enqueue this many demo messages first', positive)
-    .option('--exit-when-drained', 'stop when every row is finished')
+    .option('--demo', 'run the demo: SQS emulator, demo queues and bus, demo orders and webhooks (the default without a config file)')
+    .option('--no-demo', 'run only your functions, destinations and sources against your database (the default with --config or $QUEUEBOX_CONFIG)')
+    .option('--messages <n>', 'enqueue this many demo messages first (demo only)', positive)
+    .option('--exit-when-drained', 'stop when every row is finished: with the demo after --messages N, without it once the backlog is drained; exit 1 if any row became dead')
     .option('--use-existing', 'run even though the database already holds outbox or inbox rows (they will be published and relayed)')
     .option('--speed <factor>', 'divide schedule periods and timeouts by this factor (a demo in fast motion)', positiveNumber)
-    .action(async (opts: { messages?: number; exitWhenDrained?: boolean; speed?: number; useExisting?: boolean }) => {
+    .action(async (opts: { demo?: boolean; messages?: number; exitWhenDrained?: boolean; speed?: number; useExisting?: boolean }) => {
       const run = io.runLocal ?? (await loadLocalRunner());
       const path = program.opts<{ config?: string }>().config;
-      await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) });
+      const summary = (await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) })) as { stoppedBecause?: string; newlyDead?: number } | undefined;
+      // A finite run is a check: rows that died during it fail it (each was printed with its error).
+      const dead = summary?.newlyDead ?? 0;
+      if (summary?.stoppedBecause === 'drained' && dead > 0) {
+        throw new QueueBoxError(`the run drained with ${dead} row${dead === 1 ? '' : 's'} dead (printed above with ${dead === 1 ? 'its error' : 'their errors'}); \`queuebox status\` lists them`);
+      }
     });
 
   return program;
@@ -271,6 +318,15 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo()): 
 
 function isCommanderExit(error: unknown): error is { exitCode: number; code: string } {
   return typeof error === 'object' && error !== null && typeof (error as { code?: unknown }).code === 'string' && (error as { code: string }).code.startsWith('commander.');
+}
+
+/** One line for the outcome of `inbox put`. */
+function describePut(result: InboxPutResult): string {
+  if (result.outcome === 'refused') return `refused (${result.status}): ${result.reason}`;
+  const row = `inbox row ${result.id} (source ${result.source}, ${result.consumption}, idempotency key ${result.idempotencyKey})`;
+  if (result.outcome === 'duplicate') return `duplicate: already stored as ${row}; nothing stored`;
+  if (result.outcome === 'stored dead') return `stored dead: ${row}: ${result.reason}`;
+  return `stored ${row}`;
 }
 
 /** What `migrate` did to the PostgreSQL claim functions, one line each (none when nothing changed). */

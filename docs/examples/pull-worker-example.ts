@@ -4,7 +4,7 @@
  * idempotency_key), then writes its business row and completes the inbox row in one transaction.
  */
 import type pg from 'pg';
-import { createPullWorker, type PullWorker, type QueueBoxConfig } from '../../lib/index.ts';
+import { createPullWorker, type PullWorker, type QueueBoxConfig } from 'queuebox';
 
 /** The application's own table (not QueueBox's). */
 export const ORDERS_PAID_DDL = `CREATE TABLE IF NOT EXISTS orders_paid (

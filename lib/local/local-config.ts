@@ -1,5 +1,6 @@
 /**
- * The configuration of `queuebox local`: the loaded one with the run's database URL (and schema),
+ * The configuration of `queuebox local`: the loaded one with the run's database URL (and schema).
+ * Without the demo (`--no-demo`, the default with a config file) that is all. With the demo, it is
  * completed by the demo wiring when the loaded config names no destinations:
  *
  * - destinations `orders` (the emulator's FIFO queue), `events` (its standard queue) and
@@ -39,14 +40,19 @@ export interface LocalConfig {
   demoInbox: boolean;
 }
 
-/** Builds the config of a local run from the loaded `base`; `schema` isolates runs (tests). */
-export function localConfig(base: QueueBoxConfig, url: string, emulator: LocalSqsEmulator, schema: string | undefined): LocalConfig {
+/**
+ * Builds the config of a local run from the loaded `base`; `schema` isolates runs (tests).
+ * `emulator`: the demo's emulator, or undefined for a run without the demo (nothing added).
+ */
+export function localConfig(base: QueueBoxConfig, url: string, emulator: LocalSqsEmulator | undefined, schema: string | undefined): LocalConfig {
+  const database = { ...base.database, url, urlEnv: undefined, ...(schema !== undefined ? { schema } : {}) };
+  if (emulator === undefined) return { config: parseConfig({ ...base, database }), demoInbox: false };
   const demo = Object.keys(base.destinations).length === 0;
   const demoInbox = demo && Object.keys(base.inbox.sources).length === 0;
   const sources: Record<string, unknown> = demoInbox ? { [DEMO_INBOX_SOURCE]: DEMO_INBOX_SOURCE_CONFIG } : base.inbox.sources;
   const config = parseConfig({
     ...base,
-    database: { ...base.database, url, urlEnv: undefined, ...(schema !== undefined ? { schema } : {}) },
+    database,
     destinations: demo
       ? {
           orders: { type: 'sqs', queueUrl: emulator.fifoQueueUrl, endpoint: emulator.endpoint, region: EMULATOR_REGION },

@@ -116,30 +116,35 @@ export class DemoWebhooks {
       headers[auth.timestampHeader.toLowerCase()] = timestamp;
       headers[auth.signatureHeader.toLowerCase()] = `${auth.algorithm}=${hmacSignature(auth.algorithm, secret, timestamp, Buffer.from(body))}`;
     }
-    const now = new Date();
-    const routeKey = `POST ${path}`;
-    return {
-      version: '2.0',
-      routeKey,
-      rawPath: path,
-      rawQueryString: '',
-      headers,
-      requestContext: {
-        accountId: '000000000000',
-        apiId: 'local',
-        domainName: 'localhost',
-        domainPrefix: 'localhost',
-        http: { method: 'POST', path, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: headers['user-agent']! },
-        requestId: randomUUID(),
-        routeKey,
-        stage: '$default',
-        time: apiGatewayTime(now),
-        timeEpoch: now.getTime(),
-      },
-      body,
-      isBase64Encoded: false,
-    };
+    return apiGatewayPostEvent(path, body, headers);
   }
+}
+
+/** The API Gateway HTTP API (payload v2) event of `POST {path}` with `headers` (lower-case names), as API Gateway passes it. */
+export function apiGatewayPostEvent(path: string, body: string, headers: Record<string, string>): APIGatewayProxyEventV2 {
+  const now = new Date();
+  const routeKey = `POST ${path}`;
+  return {
+    version: '2.0',
+    routeKey,
+    rawPath: path,
+    rawQueryString: '',
+    headers,
+    requestContext: {
+      accountId: '000000000000',
+      apiId: 'local',
+      domainName: 'localhost',
+      domainPrefix: 'localhost',
+      http: { method: 'POST', path, protocol: 'HTTP/1.1', sourceIp: '127.0.0.1', userAgent: headers['user-agent'] ?? 'queuebox-local' },
+      requestId: randomUUID(),
+      routeKey,
+      stage: '$default',
+      time: apiGatewayTime(now),
+      timeEpoch: now.getTime(),
+    },
+    body,
+    isBase64Encoded: false,
+  };
 }
 
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];

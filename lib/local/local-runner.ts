@@ -28,6 +28,18 @@
  *
  * `speed` compresses time for demos: schedule periods and timeouts are divided by it (the
  * timeout never below margin + 5 s).
+ *
+ * Without the demo (`demo: false`, the default when a config file is given: `configPath` or
+ * `QUEUEBOX_CONFIG`) the run is for your own work: the scheduled functions run against the
+ * database and the destinations and sources of your configuration, and nothing else — no emulator,
+ * no demo queues, bus, table, orders or webhooks, no stand-in AWS credentials. `exitWhenDrained`
+ * then stops once the outbox holds no row pending or processing (and the inbox none either, when
+ * the configuration has push sources and no pull source: pull rows wait for your workers) — the
+ * backlog found, plus what your application writes meanwhile. With the demo, `exitWhenDrained`
+ * needs `messages` (a continuous stream never drains) and is refused without it.
+ *
+ * Every row that becomes dead during the run is printed with its error (`local-dead-rows.ts`);
+ * the summary's `newlyDead` counts them.
  */
 import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
@@ -47,6 +59,8 @@ import { DemoWebhooks, type WebhookTally } from './local-demo-webhooks.ts';
 import { DEFAULT_SCHEDULE, LOCAL_FUNCTIONS, readSchedules, type Schedule, type ScheduledHandler } from './local-schedules.ts';
 import { startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulator.ts';
 import { refuseExistingRows } from './local-existing-rows.ts';
+import { DeadRowWatch } from './local-dead-rows.ts';
+import { UsageError } from '../errors.ts';
 
 const redactUrl = (url: string) => url.replace(/:[^:@/]*@/, ':***@');
 
@@ -62,9 +76,17 @@ export const DEMO_REFUSALS_NOTE =
   'signed with a wrong secret, which the inbox refuses (401, logged as "inbox request refused", nothing stored)';
 
 export interface LocalRunOptions {
-  /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. */
+  /**
+   * Run the demo (emulator, demo queues and bus, demo orders and webhooks). Default: true, unless
+   * a config file is given (`configPath` or `QUEUEBOX_CONFIG`): then only your functions run.
+   */
+  demo?: boolean;
+  /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. Demo only. */
   messages?: number;
-  /** Stop once every fed message is finished (`sent` or `dead`). */
+  /**
+   * Stop once every fed message is finished (`sent` or `dead`); with the demo it needs `messages`.
+   * Without the demo: once the backlog is drained (no outbox row pending or processing).
+   */
   exitWhenDrained?: boolean;
   /** Config file (else `QUEUEBOX_CONFIG`, else embedded defaults). */
   configPath?: string;
@@ -98,12 +120,36 @@ export interface LocalRunSummary {
   invocations: number;
   claimsLost: number;
   stoppedBecause: 'drained' | 'signal';
+  /** Whether the demo ran. */
+  demo: boolean;
+  /** Outbox and inbox rows that became dead during the run (each was printed with its error). */
+  newlyDead: number;
+}
+
+/** Whether a run with these options is the demo: as asked, else unless a config file is given. */
+export function isDemoRun(options: Pick<LocalRunOptions, 'demo' | 'configPath'>, env: Readonly<Record<string, string | undefined>>): boolean {
+  return options.demo ?? !(options.configPath !== undefined || (env.QUEUEBOX_CONFIG ?? '') !== '');
+}
+
+/** Refuses option combinations that cannot do what they say, before anything starts. */
+export function checkLocalRunOptions(options: LocalRunOptions, demo: boolean): void {
+  if (!demo && options.messages !== undefined) {
+    throw new UsageError('--messages feeds demo orders, and this run has no demo (--no-demo, the default with a config file); pass --demo to feed demo orders too');
+  }
+  if (demo && options.exitWhenDrained && options.messages === undefined) {
+    throw new UsageError(
+      '--exit-when-drained needs a finite run: the demo feeds a continuous stream that never drains. Pass --messages N with it, ' +
+        'or --no-demo to drain the backlog of your own database and exit',
+    );
+  }
 }
 
 export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunSummary> {
   const env = options.env ?? process.env;
   const out = options.out ?? ((line: string) => process.stdout.write(`${line}\n`));
   const speed = options.speed ?? 1;
+  const demo = isDemoRun(options, env);
+  checkLocalRunOptions(options, demo);
   const stop = new AbortController();
   const onAbort = () => stop.abort();
   let firstSignalAt: number | undefined;
@@ -133,21 +179,27 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
       embedded = await startEmbeddedDatabase();
       url = embedded.url;
     }
-    emulator = options.emulator ?? (await startLocalSqsEmulator());
-    // The SDK's default credential chain needs some credentials; the emulator accepts any.
-    env.AWS_ACCESS_KEY_ID ??= 'local';
-    env.AWS_SECRET_ACCESS_KEY ??= 'local';
+    if (!demo && Object.keys(base.destinations).length === 0) {
+      throw new UsageError('this run has no demo (--no-demo, the default with a config file), and the configuration names no destinations for the outbox poller: add `destinations` and `outbox.routes`, or pass --demo');
+    }
+    if (demo) {
+      emulator = options.emulator ?? (await startLocalSqsEmulator());
+      // The SDK's default credential chain needs some credentials; the emulator accepts any.
+      // Only for the demo: your own destinations get your credentials or none.
+      env.AWS_ACCESS_KEY_ID ??= 'local';
+      env.AWS_SECRET_ACCESS_KEY ??= 'local';
+    }
     const { config, demoInbox } = localConfig(base, url, emulator, options.schema);
     if (demoInbox && !env[DEMO_PAYMENTS_SECRET_ENV]) env[DEMO_PAYMENTS_SECRET_ENV] = DEMO_PAYMENTS_DEFAULT_SECRET;
     driver = await createDriver(config, env);
     await driver.migrate();
-    if (embedded === undefined && options.useExisting !== true) await refuseExistingRows(driver, `database ${redactUrl(url)} (schema ${config.database.schema ?? 'public'})`);
+    if (embedded === undefined && options.useExisting !== true) await refuseExistingRows(driver, `database ${redactUrl(url)} (schema ${config.database.schema ?? 'public'})`, demo);
     // `queuebox console` finds the embedded database through this file.
     if (embedded) writeLocalRunFile({ url, schema: config.database.schema ?? 'public', marker: embedded.marker });
     const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
     driver.useLogger?.(logger);
     setContainer({ config, driver, logger, env, writeMetrics: () => {} });
-    if (config.database.type === 'postgres') {
+    if (demo && config.database.type === 'postgres') {
       feed = new DemoFeed({ url, schema: config.database.schema ?? 'public', outboxTable: config.tables.outbox, maxAttempts: config.outbox.maxAttempts });
       await feed.prepare();
     }
@@ -155,8 +207,16 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     const webhookPath = `${config.inbox.basePath}${source?.path ?? ''}`;
     const webhooks =
       feed !== undefined && demoInbox && source !== undefined ? new DemoWebhooks({ path: webhookPath, source, secret: env[DEMO_PAYMENTS_SECRET_ENV]!, out, scope: invocations.scope }) : undefined;
-    out(`QueueBox local: database ${embedded ? 'embedded PostgreSQL' : redactUrl(url)}, SQS emulator ${emulator.endpoint}`);
-    out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ')}`);
+    const database = embedded ? 'embedded PostgreSQL' : redactUrl(url);
+    const routes = config.outbox.routes.map((r) => `${r.topicPattern} → ${r.destination}`).join(', ');
+    if (emulator) {
+      out(`QueueBox local: database ${database}, SQS emulator ${emulator.endpoint}`);
+      out(`demo queues: ${Object.keys(emulator.counts()).join(', ')} · routes: ${routes}`);
+    } else {
+      out(`QueueBox local (no demo): database ${database}; your destinations ${Object.keys(config.destinations).join(', ')} · routes: ${routes}`);
+      const sources = Object.entries(config.inbox.sources);
+      if (sources.length > 0) out(`inbox sources: ${sources.map(([name, s]) => `${name} (${s.type}, ${s.consumption})`).join(', ')}`);
+    }
     if (webhooks) {
       out(`demo webhooks: POST ${webhookPath} (hmac secret from ${DEMO_PAYMENTS_SECRET_ENV}) → inbox → inboxRelay → outbox → orders`);
       out(DEMO_REFUSALS_NOTE);
@@ -187,7 +247,8 @@ interface SchedulerInput {
   options: LocalRunOptions;
   config: QueueBoxConfig;
   driver: Driver;
-  emulator: LocalSqsEmulator;
+  /** The demo's emulator; undefined without the demo. */
+  emulator: LocalSqsEmulator | undefined;
   feed: DemoFeed | undefined;
   webhooks: DemoWebhooks | undefined;
   out: (line: string) => void;
@@ -205,6 +266,11 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   let invocations = 0;
   let claimsLost = 0;
   let stoppedBecause: LocalRunSummary['stoppedBecause'] = 'signal';
+  const dead = new DeadRowWatch(driver, config, out);
+  await dead.begin();
+  // Without the demo, the inbox counts toward "drained" only when the relay is all that works on it.
+  const sources = Object.values(config.inbox.sources);
+  const inboxDrains = webhooks !== undefined || (emulator === undefined && sources.some((s) => s.consumption === 'push') && !sources.some((s) => s.consumption === 'pull'));
 
   const invoke = (name: string, handler: ScheduledHandler, schedule: Schedule) => {
     invocations++;
@@ -253,14 +319,15 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
       const sent = counts.sent ?? 0;
       const rate = ((sent - lastSent) * 1000) / Math.max(1, now - lastAt);
       [lastSent, lastAt] = [sent, now];
-      const queues = Object.entries(emulator.counts()).map(([q, n]) => `${q} ${n}`).join(', ');
+      const queues = emulator ? ` | emulator: ${Object.entries(emulator.counts()).map(([q, n]) => `${q} ${n}`).join(', ')}` : '';
       const inboxLine = webhooks
         ? ` | webhooks: received ${webhooks.tally.received} · duplicate ${webhooks.tally.duplicate} · rejected ${webhooks.tally.rejected} | inbox: ${stateLine(inbox)}`
         : '';
       out(
-        `[${Math.round((now - started) / 1000)}s] fed ${feed?.fed ?? 0} · pending ${counts.pending ?? 0} · processing ${counts.processing ?? 0} · sent ${sent} · dead ${counts.dead ?? 0} | ${rate.toFixed(1)} msg/s | claims lost ${claimsLost}${inboxLine} | emulator: ${queues}`,
+        `[${Math.round((now - started) / 1000)}s] ${feed ? `fed ${feed.fed} · ` : ''}pending ${counts.pending ?? 0} · processing ${counts.processing ?? 0} · sent ${sent} · dead ${counts.dead ?? 0} | ${rate.toFixed(1)} msg/s | claims lost ${claimsLost}${inboxLine}${queues}`,
       );
-      const inboxBusy = webhooks ? (inbox.pending ?? 0) + (inbox.processing ?? 0) : 0;
+      await dead.report({ outbox: counts, inbox });
+      const inboxBusy = inboxDrains ? (inbox.pending ?? 0) + (inbox.processing ?? 0) : 0;
       if (options.exitWhenDrained && feeding.done && inboxBusy + (counts.pending ?? 0) + (counts.processing ?? 0) === 0) {
         stoppedBecause = 'drained';
         break;
@@ -277,6 +344,7 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   try {
     inbox = (await driver.inboxStats()).counts;
     counts = (await driver.outboxStats()).counts;
+    await dead.report({ outbox: counts, inbox });
   } catch (error) {
     // A configured database may have gone away meanwhile (the embedded one stops only after
     // this read): report the last counts read instead of failing the run's summary.
@@ -285,12 +353,14 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   const summary: LocalRunSummary = {
     fed: feed?.fed ?? 0,
     counts,
-    emulator: emulator.counts(),
+    emulator: emulator?.counts() ?? {},
     webhooks: { ...(webhooks?.tally ?? { received: 0, duplicate: 0, rejected: 0, failed: 0 }) },
     inbox,
     invocations,
     claimsLost,
     stoppedBecause,
+    demo: emulator !== undefined,
+    newlyDead: dead.newlyDead,
   };
   out(`stopped (${stoppedBecause}): ${JSON.stringify(summary)}`);
   return summary;

@@ -44,6 +44,8 @@ export interface PullRunPolicy {
   drainTimeoutMs(): number;
   /** How long to wait for statements already sent (a renewal) once the run ends; undefined: until they end. */
   answerWaitMs(): number | undefined;
+  /** Told of each claim's answer: called with the error when the claim statement failed, without one when it answered. */
+  onClaimAnswered?(...failure: [] | [error: unknown]): void;
 }
 
 export interface PullRunSettings<Tx> {
@@ -153,7 +155,9 @@ export class PullRun<Tx> {
     let rows: PullMessage[];
     try {
       rows = await this.#s.client.claim(this.#s.source, { batch, leaseMs });
+      this.#policy.onClaimAnswered?.();
     } catch (error) {
+      this.#policy.onClaimAnswered?.(error);
       // Not sent because the invocation ended (a freeze past its end): nothing claimed, the run ends.
       if (error instanceof InvocationEndedError) return [];
       if (this.#policy.exitWhenIdle) throw error;

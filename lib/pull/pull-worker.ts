@@ -3,7 +3,9 @@
  * pull` source and runs a handler on each, completing the row inside the handler's business
  * transaction.
  *
- * - `start()`: a long-running loop that polls every `pollMs` when idle, until `stop()`.
+ * - `start()`: a long-running loop that polls every `pollMs` when idle, until `stop()`. It
+ *   resolves once the loop's first claim has answered (the database and the source are
+ *   reachable) and rejects, with the loop stopped, when that claim fails.
  * - `runOnce({ context })`: claims until nothing is claimable or the deadline passes, then returns
  *   a summary. Inside a Lambda every lease granted or renewed is
  *   `min(leaseMs, context.getRemainingTimeInMillis())`, so no lease outlives the invocation.
@@ -11,6 +13,11 @@
  *   for running handlers up to `shutdownTimeoutMs`, then aborts them and completes nothing more.
  * Defaults come from `config.pull` (batch 10, lease 30000 ms, concurrency 1, poll 1000 ms, retry
  * 5 attempts, 1000 ms × 2^attempt capped at 300000 ms, 20 % jitter).
+ *
+ * The source is checked when the worker is created: with a `config` that declares pull sources, a
+ * `source` that is not one of them is refused with a `UsageError` listing them (a misspelled
+ * source would otherwise claim nothing, silently); a push source is refused in any case. A `driver` that is
+ * still a Promise (`createDriver` without `await`) is refused with a `UsageError` saying so.
  *
  * Metrics are on by default: the worker counts `queuebox_pull_messages_total{status}` and
  * `queuebox_claims_lost_total{component="pull"}` in its own buffer (namespace and service from
@@ -80,8 +87,11 @@ export interface PullRunOnceOptions {
 }
 
 export interface PullWorker {
-  /** Starts the long-running loop in the background; `stop()` ends it. */
-  start(): void;
+  /**
+   * Starts the long-running loop in the background; `stop()` ends it. Resolves once the first
+   * claim has answered; rejects (the loop stopped) when it fails, e.g. the database is unreachable.
+   */
+  start(): Promise<void>;
   /** One bounded pass: claims until nothing is claimable or the deadline passes. */
   runOnce(options?: PullRunOnceOptions): Promise<PullRunSummary>;
   /** Graceful stop of `start()` (or of a running `runOnce`); resolves with the loop's summary. */
@@ -98,11 +108,15 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
   const config = options.config ?? parseConfig({});
   const defaults = config.pull;
   let driver = options.driver;
+  if (typeof (driver as { then?: unknown } | undefined)?.then === 'function') {
+    throw new UsageError('the pull worker\'s `driver` is a Promise: createDriver is async, so await it (`const driver = await createDriver(config)`)');
+  }
   if (driver === undefined) {
     if (options.pool === undefined) throw new UsageError('a pull worker needs `driver` or `pool`');
     driver = new PostgresDriver({ config, url: '', pool: options.pool });
   }
   if (!options.source) throw new UsageError('a pull worker needs `source`');
+  checkSource(config, options.source);
   const retry = { ...defaults.retry, ...options.retry };
   positive('retry.maxAttempts', retry.maxAttempts);
   positive('retry.baseDelayMs', retry.baseDelayMs);
@@ -129,6 +143,20 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
     ownMetrics,
     logger: options.logger ?? powertoolsPullLogger(config),
   };
+}
+
+/**
+ * Refuses a `source` the config declares as a push source, and one it does not declare when it
+ * declares pull sources. A config that declares no pull source (a pool without `config`, or a
+ * worker's own minimal config) is not checked against.
+ */
+function checkSource(config: QueueBoxConfig, source: string): void {
+  const pull = Object.entries(config.inbox.sources).filter(([, s]) => s.consumption === 'pull').map(([name]) => name);
+  const declared = config.inbox.sources[source];
+  if (declared?.consumption === 'pull' || (declared === undefined && pull.length === 0)) return;
+  const listed = pull.length > 0 ? `the configured pull sources are: ${pull.join(', ')}` : 'the configuration declares no pull source (inbox.sources.<name>.consumption: pull)';
+  if (declared !== undefined) throw new UsageError(`pull worker source "${source}" is a push source: the inbox relay forwards its rows to the outbox, no worker claims them; ${listed}`);
+  throw new UsageError(`pull worker source "${source}" is not an inbox source of the configuration; ${listed}`);
 }
 
 /** The default logger: Powertools structured JSON at the configured level. */
@@ -162,16 +190,27 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
     return state.done;
   };
 
-  return {
-    start() {
-      begin((drainMs) => ({
+  const worker: PullWorker = {
+    async start() {
+      type Outcome = { failed: false } | { failed: true; error: unknown };
+      let answered: (outcome: Outcome) => void = () => {};
+      const firstClaim = new Promise<Outcome>((resolve) => (answered = resolve));
+      const done = begin((drainMs) => ({
         leaseMs: () => settings.leaseMs,
         mayStart: () => true,
         msUntilEnd: () => undefined,
         exitWhenIdle: false,
         drainTimeoutMs: drainMs,
         answerWaitMs: () => undefined,
-      })).catch((error: unknown) => settings.logger.error('pull worker loop failed', { source: settings.source, error: String(error) }));
+        onClaimAnswered: (...failure) => answered(failure.length > 0 ? { failed: true, error: failure[0] } : { failed: false }),
+      }));
+      done.catch((error: unknown) => settings.logger.error('pull worker loop failed', { source: settings.source, error: String(error) }));
+      // Resolves at the first claim's answer, or when the loop ends before one (stopped at once).
+      const outcome = await Promise.race([firstClaim, done.then((): Outcome => ({ failed: false }), (error: unknown): Outcome => ({ failed: true, error }))]);
+      if (outcome.failed) {
+        await worker.stop({ timeoutMs: 0 });
+        throw outcome.error;
+      }
     },
     runOnce(options = {}) {
       const deadline = options.deadline ?? (options.context ? createDeadline(options.context, settings.deadlineMarginMs) : undefined);
@@ -196,4 +235,5 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
       return state.done;
     },
   };
+  return worker;
 }

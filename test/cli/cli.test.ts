@@ -229,6 +229,20 @@ describe('queuebox CLI', () => {
     assert.equal(seen?.messages, 5);
     assert.equal(seen?.exitWhenDrained, true);
     assert.equal(seen?.useExisting, true);
+    assert.equal(seen?.demo, undefined, 'neither --demo nor --no-demo: the runner decides (the demo unless a config file is given)');
+    for (const [flag, demo] of [['--demo', true], ['--no-demo', false]] as const) {
+      assert.equal(await runCli(['local', flag], { stdout: () => {}, stderr: () => {}, env, runLocal: async (o) => (seen = o) }), 0);
+      assert.equal(seen?.demo, demo, flag);
+    }
+  });
+
+  it('local exits 1 when a drained run leaves rows dead, and 0 when it was stopped by a signal', async () => {
+    let stderr = '';
+    const io = (summary: Record<string, unknown>) => ({ stdout: () => {}, stderr: (t: string) => (stderr += t), env, runLocal: async () => summary });
+    assert.equal(await runCli(['local', '--no-demo', '--exit-when-drained'], io({ stoppedBecause: 'drained', newlyDead: 2 })), 1);
+    assert.match(stderr, /the run drained with 2 rows dead \(printed above with their errors\)/);
+    assert.equal(await runCli(['local', '--no-demo', '--exit-when-drained'], io({ stoppedBecause: 'drained', newlyDead: 0 })), 0);
+    assert.equal(await runCli(['local', '--no-demo'], io({ stoppedBecause: 'signal', newlyDead: 3 })), 0);
   });
 
   it('--version prints the package version', async () => {

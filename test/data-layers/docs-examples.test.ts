@@ -6,14 +6,13 @@
  * tests generate.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { parseConfig } from '../../lib/config/load-config.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
-import { testDatabaseUrl } from '../helpers/database.ts';
+import { createScratchDatabase, type ScratchDatabase } from '../helpers/database.ts';
 import { dataLayerExamples } from './docs-examples.ts';
 import { generatePrismaClient, type GeneratedPrismaClient } from './prisma-client.ts';
 
@@ -30,21 +29,16 @@ function localized(code: string, prisma: GeneratedPrismaClient): string {
 
 describe('docs/data-layers.md examples', () => {
   const examples = dataLayerExamples();
-  const database = `qb_docs_${randomBytes(5).toString('hex')}`;
-  const serverUrl = testDatabaseUrl();
-  const url = new URL(serverUrl);
-  url.pathname = `/${database}`;
-  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
+  let scratch: ScratchDatabase;
+  let url: URL;
   let pool: pg.Pool;
   let dir: string;
   let prisma: GeneratedPrismaClient;
   const savedUrl = process.env.DATABASE_URL;
 
   before(async () => {
-    await admin.query(`CREATE DATABASE "${database}"`);
-    const driver = new PostgresDriver({ config: parseConfig({ database: { url: url.href } }), url: url.href });
-    await driver.migrate();
-    await driver.close();
+    scratch = await createScratchDatabase('qb_docs_');
+    url = new URL(scratch.url);
     pool = new pg.Pool({ connectionString: url.href, max: 2 });
     dir = mkdtempSync(join(resolve('test/data-layers'), '.docs-run-'));
     prisma = await generatePrismaClient();
@@ -55,15 +49,9 @@ describe('docs/data-layers.md examples', () => {
     rmSync(dir, { recursive: true, force: true });
     prisma?.remove();
     await pool?.end();
-    // A library's pool resolves `end()` before its sockets have closed: wait for the server to see
-    // them go, so that dropping the database terminates no connection a library still listens on.
-    for (let i = 0; i < 50; i++) {
-      const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1`, [database]);
-      if (rows[0]!.n === 0) break;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
-    await admin.end();
+    // A library's pool resolves `end()` before its sockets have closed: the drop waits for the
+    // server to see them go, so that it terminates no connection a library still listens on.
+    await scratch?.drop();
   });
 
   it('has one example per library and the pull example', () => {

@@ -60,3 +60,38 @@ export async function createTestDatabase(overrides: ConfigInput = {}): Promise<T
     },
   };
 }
+
+/** A database of its own on the test server, migrated with QueueBox's tables in its default schema (as an application has them). */
+export interface ScratchDatabase {
+  url: string;
+  /**
+   * Waits up to `waitMs` for every other connection to it to close (a library's or an example's
+   * pool may close its sockets after `end()` resolved, or on its idle timeout), then drops it.
+   */
+  drop(waitMs?: number): Promise<void>;
+}
+
+/** Creates a fresh database named `<prefix><random>` and migrates it. */
+export async function createScratchDatabase(prefix: string): Promise<ScratchDatabase> {
+  const database = `${prefix}${randomBytes(5).toString('hex')}`;
+  const serverUrl = testDatabaseUrl();
+  const url = new URL(serverUrl);
+  url.pathname = `/${database}`;
+  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
+  await admin.query(`CREATE DATABASE "${database}"`);
+  const driver = new PostgresDriver({ config: parseConfig({ database: { url: url.href } }), url: url.href });
+  await driver.migrate();
+  await driver.close();
+  return {
+    url: url.href,
+    async drop(waitMs = 5000) {
+      for (const until = Date.now() + waitMs; Date.now() < until; ) {
+        const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1`, [database]);
+        if (rows[0]!.n === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+      await admin.end();
+    },
+  };
+}
