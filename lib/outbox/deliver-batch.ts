@@ -4,7 +4,9 @@
  * settle the whole batch in one statement per outcome kind.
  *
  * A call whose rows have all lost their claim (renewal changed no row) is aborted. A call that
- * still holds some rows runs to its end; only the rows still owned are settled. A row whose
+ * still holds some rows runs to its end; only the rows still owned are settled. When the pass
+ * stops waiting with a call still open, the rows whose calls answered are settled all the same;
+ * the open call's rows stay `processing` for their lease to end. A row whose
  * topic matches no route is dead at once, in the same dead statement as the rest of the batch.
  *
  * Per-row work is kept to what each row needs: the lease keeper watches each call's rows as one
@@ -91,23 +93,34 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
       calls.push(ctx.limiter.run(() => publishChunk(ctx, destination, chunk, claims, plan)));
     }
   }
+  // Settles the plan once, whoever comes first: this batch when its calls are done, or the pass
+  // when it stops waiting (then only the rows whose calls answered are in the plan: a call that
+  // answers after the pass closed adds nothing).
+  let settling: Promise<void> | undefined;
+  const settle = (): Promise<void> => {
+    if (settling === undefined) {
+      const sent = settleBatch(ctx, plan.without(ctx.lost));
+      ctx.settling.add(sent);
+      settling = sent.finally(() => ctx.settling.delete(sent));
+    }
+    return settling;
+  };
+  ctx.unfinished.add(settle);
   try {
-    await Promise.all(calls);
+    try {
+      await Promise.all(calls);
+    } finally {
+      // Released before the settle: a renewal racing the settle would otherwise see a finished row
+      // and report a lost claim. The settle is fenced on its own.
+      for (const handle of watched) ctx.keeper.releaseMany(handle);
+    }
+    // A renewal sent before the release still carries these rows: the settle waits for it, since
+    // the two statements lock the rows in different orders and could deadlock.
+    await ctx.keeper.idle();
+    if (ctx.closed()) return; // the pass settles what answered (it took `settle` when it closed)
+    await settle();
   } finally {
-    // Released before the settle: a renewal racing the settle would otherwise see a finished row
-    // and report a lost claim. The settle is fenced on its own.
-    for (const handle of watched) ctx.keeper.releaseMany(handle);
-  }
-  // A renewal sent before the release still carries these rows: the settle waits for it, since
-  // the two statements lock the rows in different orders and could deadlock.
-  await ctx.keeper.idle();
-  if (ctx.closed()) return;
-  const settle = settleBatch(ctx, plan.without(ctx.lost));
-  ctx.settling.add(settle);
-  try {
-    await settle;
-  } finally {
-    ctx.settling.delete(settle);
+    ctx.unfinished.delete(settle);
   }
 }
 

@@ -140,6 +140,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     closed: () => closed,
     lost: new Set(),
     settling: new Set(),
+    unfinished: new Set(),
     flushMetrics: () => {
       // Once per burst (a renewal that loses many claims), right after the step that counted.
       if (flushQueued) return;
@@ -233,6 +234,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const allDone = Promise.all(inFlightWork()).then(() => undefined);
   await waitAny([allDone], Math.min(outbox.shutdownTimeoutMs, deadline.remainingMs()));
   closed = true;
+  // The batches still waiting for a call settle what has answered (their open calls' rows stay
+  // processing): taken now, before an aborted call's batch returns and leaves the set.
+  const unfinished = [...ctx.unfinished];
   calls.abortAll(new Error('outbox pass stopped waiting for in-flight work'));
   // Nothing the pass started may outlive it (a Lambda container is frozen as soon as the handler
   // returns): the renewal under way and every settle already sent are awaited to their end — each
@@ -241,7 +245,11 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // decide what the pass reports, so the summary matches what the database did, also after a
   // freeze mid-pass that outlasted the deadline.
   // One wait for both, so the pass never waits past the invocation's end twice over.
-  await waitAny([Promise.allSettled([ctx.keeper.close(), ...ctx.settling])], answerWaitMs(deadline));
+  // The answered rows of unfinished batches settle after the keeper has stopped (a renewal and a
+  // settle lock rows in different orders).
+  const keeperClosed = ctx.keeper.close();
+  const answered = keeperClosed.then(() => Promise.allSettled(unfinished.map((settle) => settle())));
+  await waitAny([Promise.allSettled([keeperClosed, answered, ...ctx.settling])], answerWaitMs(deadline));
   // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
   const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost;
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });

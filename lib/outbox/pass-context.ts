@@ -62,6 +62,13 @@ export interface PassContext {
   lost: Set<string>;
   /** Settles sent and not yet answered: the pass awaits them before it counts what it abandoned. */
   settling: Set<Promise<void>>;
+  /**
+   * Batches still waiting for a destination call, each with the settle of what has answered so
+   * far. When the pass stops waiting, it runs them: a row whose call answered is settled (sent,
+   * retried, dead) even though a call for other rows of its batch is still open; only the rows of
+   * the open calls are left to their lease.
+   */
+  unfinished: Set<() => Promise<void>>;
   /** Emits the metrics recorded so far (a step whose counts must survive a killed invocation). */
   flushMetrics(): void;
   tally: PassTally;

@@ -62,4 +62,27 @@ describe('outbox pass: a row that comes back to the same pass', () => {
     assert.equal(sentNow, 20);
     assert.ok(fixture.logger.at('warn').every((l) => !/abandon|stopped with rows in flight/.test(l.message)), 'no warning about abandoned rows that were in fact sent');
   });
+
+  it('settles the rows whose calls answered when it stops with another call of their batch still open; only that call\'s row is left to its lease', async () => {
+    const ids = await insertOutboxRows(db, [
+      { topic: 'orders.paid', key: 'a', payload: { hang: false } },
+      { topic: 'orders.paid', key: 'b', payload: { hang: true } },
+      { topic: 'orders.paid', key: 'c', payload: { hang: false } },
+    ]);
+    // One row per call: the call of row b never answers (until the pass aborts it).
+    const destination = new RecordingDestination({ maxBatchSize: 1, delayMs: (messages) => (messages.some((m) => m.payload.hang === true) ? 60_000 : 0) });
+    const stop = new AbortController();
+    const fixture = passFixture(db, { destinations: [destination], outbox: { shutdownTimeoutMs: 200, batchSize: 3 }, mode: 'deadline', timeoutMs: 30_000, signal: stop.signal });
+    const pass = runOutboxPass(fixture);
+    await waitUntil('the two answering calls are delivered', () => destination.deliveries.length === 2);
+    stop.abort();
+    const summary = await pass;
+    assert.deepEqual(
+      (await inspectRows(db, ids)).map((r) => r.state),
+      ['sent', 'processing', 'sent'],
+      'the delivered rows are sent although their batch had a call still open; the open call\'s row stays processing',
+    );
+    assert.deepEqual([summary.claimed, summary.sent, summary.abandoned], [3, 2, 1]);
+    assert.equal(destination.abortedCalls, 1, 'the open call was aborted when the pass stopped waiting');
+  });
 });
