@@ -135,12 +135,12 @@ describe('failed deliveries: last_error, log lines and metrics name the destinat
       { topic: 'orders.created', key: 'o-8', payload: {} },
     ]);
     // Their last attempt: the next failure is final.
-    await db.query(`UPDATE "${db.schema}".outbox SET attempt = max_attempts WHERE id = ANY($1::uuid[])`, [ids]);
+    await db.query(`UPDATE "${db.schema}".outbox SET attempt = max_attempts - 1 WHERE id = ANY($1::uuid[])`, [ids]);
     const { summary, failures, emf } = await pass();
     assert.equal(summary.dead, 2);
     for (const row of await inspectRows(db, ids)) {
       assert.equal(row.state, 'dead');
-      assert.match(row.last_error!, /^gave up after 6 deliveries \(max_attempts 5\): destination orders \(SQS queue missing-orders\.fifo\): SQS SendMessageBatch failed: QueueDoesNotExist/);
+      assert.match(row.last_error!, /^gave up after 5 of 5 attempts: destination orders \(SQS queue missing-orders\.fifo\): SQS SendMessageBatch failed: QueueDoesNotExist/);
     }
     assert.deepEqual(
       failures.map((l) => [l.level, l.destination, l.errorClass, l.retried, l.dead, l.keyCount]),

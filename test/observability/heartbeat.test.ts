@@ -109,7 +109,7 @@ describe('heartbeat of the scheduled functions', () => {
     const result = await reclaimHandler({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 1300 })).finally(() => {
       process.stderr.write = write;
     });
-    assert.deepEqual(result, { outbox: 0, inbox: 0, throttled: true });
+    assert.deepEqual(result, { outbox: 0, inbox: 0, outboxDead: 0, inboxDead: 0, throttled: true });
     assert.equal(emfSamples(lines).filter((s) => s.name === METRICS.passesFinished.name && s.dimensions.function === 'reclaim').length, 1);
     const warning = logged.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.level === 'WARN');
     assert.equal(warning?.message, 'the finished pass was not recorded in the database: queuebox status shows an earlier one');
