@@ -10,11 +10,10 @@
  * one-row-in-flight rule of an aggregate (and its unique index for push rows) is untouched.
  */
 import type { InboxReplayFilter, InboxReplayPreviewRow } from '../driver.ts';
-import { ReplayLimitError, UsageError } from '../../errors.ts';
-import { replayMaxRows } from '../replay-bound.ts';
+import { UsageError } from '../../errors.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
-import { asReadCondition, binder, lastErrorStartsWith } from './replay-preview.ts';
+import { asReadCondition, binder, lastErrorStartsWith, replayMove } from './replay-preview.ts';
 
 /** The WHERE condition of an inbox requeue (dead rows only); throws `UsageError` on an empty filter. */
 export function inboxReplayWhere(f: InboxReplayFilter, bind: (value: unknown) => string): string {
@@ -45,23 +44,7 @@ const REQUEUE_SET = `SET state = 'pending', attempt = 0, scheduled_at = clock_ti
 export async function inboxReplay(ctx: PgContext, f: InboxReplayFilter): Promise<number> {
   const { values, bind } = binder();
   const where = inboxReplayWhere(f, bind);
-  const t = ctx.names.inbox;
-  if (f.maxRows === undefined) {
-    const { rowCount } = await pgQuery(ctx.pool, `UPDATE ${t} ${REQUEUE_SET} WHERE ${where}`, values);
-    return rowCount ?? 0;
-  }
-  const max = replayMaxRows(f.maxRows);
-  const { rows } = await pgQuery<{ matched: number; moved: number }>(
-    ctx.pool,
-    `WITH m AS (SELECT id FROM ${t} WHERE ${where} ORDER BY sequence LIMIT ${bind(max + 1)} FOR UPDATE),
-          c AS (SELECT count(*)::int AS n FROM m),
-          u AS (UPDATE ${t} ${REQUEUE_SET} WHERE id IN (SELECT id FROM m) AND (SELECT n FROM c) <= ${bind(max)} AND ${where} RETURNING 1)
-     SELECT (SELECT n FROM c) AS matched, (SELECT count(*) FROM u)::int AS moved`,
-    values,
-  );
-  const { matched, moved } = rows[0]!;
-  if (matched > max) throw new ReplayLimitError(max);
-  return moved;
+  return replayMove(ctx, { table: ctx.names.inbox, set: REQUEUE_SET, where, values, bind, maxRows: f.maxRows });
 }
 
 export async function inboxReplayPreview(ctx: PgContext, p: { filter: InboxReplayFilter; limit: number }): Promise<{ count: number; sample: InboxReplayPreviewRow[] }> {

@@ -5,8 +5,7 @@
  * clock_timestamp()` and settles a whole batch in one statement via `unnest` of parallel arrays.
  */
 import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
-import { ReplayLimitError, UsageError } from '../../errors.ts';
-import { replayMaxRows } from '../replay-bound.ts';
+import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
@@ -16,7 +15,7 @@ import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedRenewMany, fencedRe
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
-import { binder, replayWhere } from './replay-preview.ts';
+import { binder, replayMove, replayWhere } from './replay-preview.ts';
 import { pgOutboxInsertStatement } from './caller-statements.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 
@@ -339,23 +338,7 @@ const REPLAY_SET = `SET state = 'pending', attempt = 0, scheduled_at = clock_tim
 export async function outboxReplay(ctx: PgContext, f: ReplayFilter): Promise<number> {
   const { values, bind } = binder();
   const where = replayWhere(f, bind);
-  const t = ctx.names.outbox;
-  if (f.maxRows === undefined) {
-    const { rowCount } = await pgQuery(ctx.pool, `UPDATE ${t} ${REPLAY_SET} WHERE ${where}`, values);
-    return rowCount ?? 0;
-  }
-  const max = replayMaxRows(f.maxRows);
-  const { rows } = await pgQuery<{ matched: number; moved: number }>(
-    ctx.pool,
-    `WITH m AS (SELECT id FROM ${t} WHERE ${where} ORDER BY sequence LIMIT ${bind(max + 1)} FOR UPDATE),
-          c AS (SELECT count(*)::int AS n FROM m),
-          u AS (UPDATE ${t} ${REPLAY_SET} WHERE id IN (SELECT id FROM m) AND (SELECT n FROM c) <= ${bind(max)} AND ${where} RETURNING 1)
-     SELECT (SELECT n FROM c) AS matched, (SELECT count(*) FROM u)::int AS moved`,
-    values,
-  );
-  const { matched, moved } = rows[0]!;
-  if (matched > max) throw new ReplayLimitError(max);
-  return moved;
+  return replayMove(ctx, { table: ctx.names.outbox, set: REPLAY_SET, where, values, bind, maxRows: f.maxRows });
 }
 
 export async function outboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParams): Promise<number> {

@@ -5,7 +5,8 @@
  * the rows the replay with the same filter would move at that moment.
  */
 import type { ReplayFilter, ReplayPreviewRow } from '../driver.ts';
-import { UsageError } from '../../errors.ts';
+import { ReplayLimitError, UsageError } from '../../errors.ts';
+import { replayMaxRows } from '../replay-bound.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
@@ -76,4 +77,33 @@ export async function outboxReplayPreview(ctx: PgContext, p: { filter: ReplayFil
     count: Number(counted.rows[0]!.n),
     sample: rows.map((r) => ({ id: r.id, topic: r.topic, key: r.key, state: r.state, attempt: r.attempt, lastError: r.last_error, createdAt: r.created_at, updatedAt: r.updated_at })),
   };
+}
+
+/**
+ * Moves the rows of `table` matching `where` with `set`; returns how many moved. With `maxRows`,
+ * one statement locks at most `maxRows + 1` matching rows and moves them only when there are no
+ * more than `maxRows` (the UPDATE re-checks the filter on each locked row), else throws
+ * `ReplayLimitError`. `where` and `values` come from one `binder()`, whose `bind` this uses too.
+ */
+export async function replayMove(
+  ctx: PgContext,
+  q: { table: string; set: string; where: string; values: unknown[]; bind: (value: unknown) => string; maxRows: number | undefined },
+): Promise<number> {
+  const { table: t, set, where, values, bind } = q;
+  if (q.maxRows === undefined) {
+    const { rowCount } = await pgQuery(ctx.pool, `UPDATE ${t} ${set} WHERE ${where}`, values);
+    return rowCount ?? 0;
+  }
+  const max = replayMaxRows(q.maxRows);
+  const { rows } = await pgQuery<{ matched: number; moved: number }>(
+    ctx.pool,
+    `WITH m AS (SELECT id FROM ${t} WHERE ${where} ORDER BY sequence LIMIT ${bind(max + 1)} FOR UPDATE),
+          c AS (SELECT count(*)::int AS n FROM m),
+          u AS (UPDATE ${t} ${set} WHERE id IN (SELECT id FROM m) AND (SELECT n FROM c) <= ${bind(max)} AND ${where} RETURNING 1)
+     SELECT (SELECT n FROM c) AS matched, (SELECT count(*) FROM u)::int AS moved`,
+    values,
+  );
+  const { matched, moved } = rows[0]!;
+  if (matched > max) throw new ReplayLimitError(max);
+  return moved;
 }

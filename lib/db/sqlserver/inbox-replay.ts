@@ -16,7 +16,7 @@ import { replayMaxRows } from '../replay-bound.ts';
 import { DELETE_CHUNK } from './maintenance-queries.ts';
 import { lowerUuid, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
-import { AS_READ, asReadParam, LAST_ERROR_STARTS_WITH, lastErrorPrefixParam } from './outbox-queries.ts';
+import { replayCommonConditions } from './outbox-queries.ts';
 
 /** The WHERE conditions and parameters of an inbox requeue (dead rows only); throws `UsageError` on an empty filter. */
 export function inboxReplayConditions(f: InboxReplayFilter): { where: string[]; params: MssqlParam[] } {
@@ -30,22 +30,7 @@ export function inboxReplayConditions(f: InboxReplayFilter): { where: string[]; 
     where.push(`source IN (SELECT value FROM OPENJSON(@p_sources) WITH (value NVARCHAR(255) '$'))`);
     params.push(param('p_sources', sql.NVarChar(sql.MAX), JSON.stringify(f.sources)));
   }
-  if (f.createdFrom) {
-    where.push('created_at >= @p_created_from');
-    params.push(param('p_created_from', sql.DateTime2(7), f.createdFrom));
-  }
-  if (f.createdTo) {
-    where.push('created_at < @p_created_to');
-    params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
-  }
-  if (f.lastErrorPrefix !== undefined) {
-    where.push(LAST_ERROR_STARTS_WITH);
-    params.push(lastErrorPrefixParam(f.lastErrorPrefix));
-  }
-  if (f.asRead !== undefined) {
-    where.push(AS_READ);
-    params.push(asReadParam(f.asRead));
-  }
+  replayCommonConditions(f, where, params);
   if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, sources, created range, last error)');
   if (f.consumption !== undefined) {
     if (f.consumption !== 'push' && f.consumption !== 'pull') throw new UsageError(`replay: consumption must be push or pull, not ${String(f.consumption)}`);

@@ -138,6 +138,30 @@ export function asReadParam(asRead: NonNullable<ReplayFilter['asRead']>): MssqlP
   return param('p_as_read', sql.NVarChar(sql.MAX), JSON.stringify(asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) }))));
 }
 
+/** The filters an outbox replay and an inbox requeue share (created range, last error, as read), added to `where` and `params`. */
+export function replayCommonConditions(
+  f: Pick<ReplayFilter, 'createdFrom' | 'createdTo' | 'lastErrorPrefix' | 'asRead'>,
+  where: string[],
+  params: MssqlParam[],
+): void {
+  if (f.createdFrom) {
+    where.push('created_at >= @p_created_from');
+    params.push(param('p_created_from', sql.DateTime2(7), f.createdFrom));
+  }
+  if (f.createdTo) {
+    where.push('created_at < @p_created_to');
+    params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
+  }
+  if (f.lastErrorPrefix !== undefined) {
+    where.push(LAST_ERROR_STARTS_WITH);
+    params.push(lastErrorPrefixParam(f.lastErrorPrefix));
+  }
+  if (f.asRead !== undefined) {
+    where.push(AS_READ);
+    params.push(asReadParam(f.asRead));
+  }
+}
+
 /**
  * The WHERE conditions and parameters of a replay filter, shared by the replay and its preview;
  * `matchedTopics` are the topics the route patterns matched (when patterns were given).
@@ -158,22 +182,7 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
     where.push(`topic IN (SELECT value FROM OPENJSON(@p_matched_topics) WITH (value NVARCHAR(255) '$'))`);
     params.push(param('p_matched_topics', sql.NVarChar(sql.MAX), JSON.stringify(matchedTopics ?? [])));
   }
-  if (f.createdFrom) {
-    where.push('created_at >= @p_created_from');
-    params.push(param('p_created_from', sql.DateTime2(7), f.createdFrom));
-  }
-  if (f.createdTo) {
-    where.push('created_at < @p_created_to');
-    params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
-  }
-  if (f.lastErrorPrefix !== undefined) {
-    where.push(LAST_ERROR_STARTS_WITH);
-    params.push(lastErrorPrefixParam(f.lastErrorPrefix));
-  }
-  if (f.asRead !== undefined) {
-    where.push(AS_READ);
-    params.push(asReadParam(f.asRead));
-  }
+  replayCommonConditions(f, where, params);
   return { where, params };
 }
 
