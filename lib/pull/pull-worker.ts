@@ -14,9 +14,9 @@
  * Defaults come from `config.pull` (batch 10, lease 30000 ms, concurrency 1, poll 1000 ms, retry
  * 5 attempts, 1000 ms × 2^attempt capped at 300000 ms, 20 % jitter).
  *
- * The source is checked when the worker is created: with a `config` that declares pull sources, a
- * `source` that is not one of them is refused with a `UsageError` listing them (a misspelled
- * source would otherwise claim nothing, silently); a push source is refused in any case. A `driver` that is
+ * The source is checked when the worker is created: with a `config` that declares inbox sources, a
+ * `source` that is not one of its pull sources is refused with a `UsageError` listing them (a
+ * misspelled source would otherwise claim nothing, silently); a push source is refused in any case. A `driver` that is
  * still a Promise (`createDriver` without `await`) is refused with a `UsageError` saying so.
  *
  * Metrics are on by default: the worker counts `queuebox_pull_messages_total{status}` and
@@ -147,13 +147,13 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
 
 /**
  * Refuses a `source` the config declares as a push source, and one it does not declare when it
- * declares pull sources. A config that declares no pull source (a pool without `config`, or a
- * worker's own minimal config) is not checked against.
+ * declares any inbox source. A config that declares no source at all (a pool without `config`, or
+ * a worker's own minimal config) is not checked against.
  */
 function checkSource(config: QueueBoxConfig, source: string): void {
   const pull = Object.entries(config.inbox.sources).filter(([, s]) => s.consumption === 'pull').map(([name]) => name);
   const declared = config.inbox.sources[source];
-  if (declared?.consumption === 'pull' || (declared === undefined && pull.length === 0)) return;
+  if (declared?.consumption === 'pull' || (declared === undefined && Object.keys(config.inbox.sources).length === 0)) return;
   const listed = pull.length > 0 ? `the configured pull sources are: ${pull.join(', ')}` : 'the configuration declares no pull source (inbox.sources.<name>.consumption: pull)';
   if (declared !== undefined) throw new UsageError(`pull worker source "${source}" is a push source: the inbox relay forwards its rows to the outbox, no worker claims them; ${listed}`);
   throw new UsageError(`pull worker source "${source}" is not an inbox source of the configuration; ${listed}`);

@@ -29,7 +29,12 @@ describe('dead-letter and pull metrics', () => {
   const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
   before(async () => {
     db = await createTestDatabase({
-      inbox: { relay: { maxAttempts: 2, retryBaseDelayMs: 1000 }, sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } } },
+      inbox: { relay: { maxAttempts: 2, retryBaseDelayMs: 1000 }, sources: {
+          shop: { type: 'http', path: '/shop', auth: { type: 'none' } },
+          // The pull workers below claim from these (a worker refuses a source the config does not declare).
+          ...Object.fromEntries(['jobs', 'loop', 'given', 'off'].map((name) => [name, { type: 'sqs', queueName: `${name}-queue`, consumption: 'pull' }])),
+        },
+      },
       observability: { namespace: 'QueueBoxMetricsTest', serviceName: 'orders-svc' },
       lambda: { deadlineMarginMs: 500 },
     });

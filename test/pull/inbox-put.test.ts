@@ -125,7 +125,12 @@ describe('queuebox inbox put and the pull worker start-up', () => {
     assert.throws(make('payments'), (e: unknown) => e instanceof UsageError && /^pull worker source "payments" is a push source: the inbox relay forwards its rows .*; the configured pull sources are: partner-orders, hooks$/.test(e.message));
     assert.doesNotThrow(make('partner-orders'));
     const pushOnly = parseConfig({ inbox: { sources: { payments: { type: 'sqs', consumption: 'push' } } } });
-    assert.doesNotThrow(() => createPullWorker({ driver: db.driver, config: pushOnly, source: 'jobs', handler: async () => {} }), 'no pull source declared: the name is not checked');
+    assert.throws(
+      () => createPullWorker({ driver: db.driver, config: pushOnly, source: 'jobs', handler: async () => {} }),
+      (e: unknown) => e instanceof UsageError && e.message === 'pull worker source "jobs" is not an inbox source of the configuration; the configuration declares no pull source (inbox.sources.<name>.consumption: pull)',
+    );
+    const noSources = parseConfig({});
+    assert.doesNotThrow(() => createPullWorker({ driver: db.driver, config: noSources, source: 'jobs', handler: async () => {} }), 'a configuration with no inbox source at all (a worker\'s own minimal one) is not checked against');
   });
 
   it('refuses a driver that is still a Promise (createDriver without await), saying so', async () => {
