@@ -159,6 +159,7 @@ export class PostgresDriver implements Driver {
   outboxMarkSentMany: Driver['outboxMarkSentMany'] = (p) => outbox.outboxMarkSentMany(this.ctx, p);
   outboxRetryMany: Driver['outboxRetryMany'] = (p) => outbox.outboxRetryMany(this.ctx, p);
   outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = (p) => outbox.outboxMarkDeadMany(this.ctx, p);
+  outboxReleaseMany: NonNullable<Driver['outboxReleaseMany']> = (p) => outbox.outboxReleaseMany(this.ctx, p);
   outboxReclaimExpired: Driver['outboxReclaimExpired'] = (p) => outbox.outboxReclaimExpired(this.ctx, p);
   outboxStats: Driver['outboxStats'] = (scope) => outbox.outboxStats(this.ctx, scope);
   outboxDeadList: Driver['outboxDeadList'] = (p) => outbox.outboxDeadList(this.ctx, p);

@@ -144,6 +144,7 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   outboxMarkSentMany: Driver['outboxMarkSentMany'] = async (p) => outbox.outboxMarkSentMany(await this.pool(), this.names, p);
   outboxRetryMany: Driver['outboxRetryMany'] = async (p) => outbox.outboxRetryMany(await this.pool(), this.names, p);
   outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = async (p) => outbox.outboxMarkDeadMany(await this.pool(), this.names, p);
+  outboxReleaseMany: NonNullable<Driver['outboxReleaseMany']> = async (p) => outbox.outboxReleaseMany(await this.pool(), this.names, p);
   outboxReclaimExpired: Driver['outboxReclaimExpired'] = async (p) => outbox.outboxReclaimExpired(await this.pool(), this.names, p);
   outboxStats: Driver['outboxStats'] = async (scope) => outbox.outboxStats(await this.pool(), this.names, scope);
   outboxDeadList: Driver['outboxDeadList'] = async (p) => outbox.outboxDeadList(await this.pool(), this.names, p);
