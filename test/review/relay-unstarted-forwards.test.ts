@@ -48,7 +48,7 @@ describe('review: relay rows whose forward never started when the pass stopped',
     }) as Driver;
     const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
     const metrics = new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
-    await runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs: 2500 }), 0), mode: 'deadline' });
+    await runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(fakeLambdaContext({ timeoutMs: 3500 }), 1000), mode: 'deadline' });
     assert.deepEqual(forwarded, [rows[0]!.id], 'only the first row was ever forwarded');
     // The invocation is over: its leases end; the next pass's reclaim runs.
     await db.query(`UPDATE ${inbox} SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE state = 'processing'`);
