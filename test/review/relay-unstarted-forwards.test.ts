@@ -30,7 +30,7 @@ describe('review: relay rows whose forward never started when the pass stopped',
 
   it('are not charged an attempt (maxAttempts 1: never made dead without a forward)', async () => {
     const inbox = `"${db.schema}".inbox`;
-    const rows = [];
+    const rows: Array<{ id: string }> = [];
     for (const n of [1, 2, 3]) rows.push(await db.driver.inboxInsert({ source: 'shop', idempotencyKey: `k-${n}`, aggregateId: `A${n}`, eventType: 'created', payload: { n }, consumption: 'push' }));
     const never = createGate();
     const forwarded: string[] = [];
