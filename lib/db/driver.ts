@@ -374,6 +374,8 @@ export interface Driver extends ConsoleReads {
   inboxForwardMany?(items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]>;
   inboxRetryMany(params: { items: RetryItem[] }): Promise<string[]>;
   inboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
+  /** Fenced release of claimed push rows the relay wrote nothing for (it stopped first): `pending`, attempt unchanged; ids changed. */
+  inboxReleaseMany?(params: { claims: ClaimRef[] }): Promise<string[]>;
   /** `outboxReclaimExpired` for push rows; `maxAttempts` is the relay's (rows carry none). */
   inboxReclaimExpired(params: { throttleMs?: number; maxAttempts: number }): Promise<ReclaimResult>;
   /** Counts per state; the oldest age and, with `pendingOnly`, the count are of push rows (the relay's backlog). */

@@ -174,6 +174,7 @@ export class PostgresDriver implements Driver {
   inboxForwardMany: Driver['inboxForwardMany'] = (items, defaults) => inbox.inboxForwardMany(this.ctx, items, defaults);
   inboxRetryMany: Driver['inboxRetryMany'] = (p) => inbox.inboxRetryMany(this.ctx, p);
   inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = (p) => inbox.inboxMarkDeadMany(this.ctx, p);
+  inboxReleaseMany: NonNullable<Driver['inboxReleaseMany']> = (p) => inbox.inboxReleaseMany(this.ctx, p);
   inboxReclaimExpired: Driver['inboxReclaimExpired'] = (p) => inbox.inboxReclaimExpired(this.ctx, p);
   inboxStats: Driver['inboxStats'] = (scope) => inbox.inboxStats(this.ctx, scope);
   inboxDeadList: Driver['inboxDeadList'] = (p) => inbox.inboxDeadList(this.ctx, p);
