@@ -333,6 +333,12 @@ export interface Driver extends ConsoleReads {
   /** Fenced `dead`; returns ids changed. */
   outboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
   /**
+   * Fenced release of claimed rows that no destination call was offered (the pass stopped before
+   * their call started): back to `pending`, attempt unchanged (no delivery was attempted); returns
+   * ids changed.
+   */
+  outboxReleaseMany?(params: { claims: ClaimRef[] }): Promise<string[]>;
+  /**
    * Returns expired `processing` rows to `pending` with `attempt + 1` (the lost lease is a failed
    * delivery), or to `dead` when it was the row's last (`attempt + 1 >= max_attempts`), with a
    * `last_error` that says the lease expired. When `throttleMs` is set, runs only if no reclaim of
@@ -368,6 +374,8 @@ export interface Driver extends ConsoleReads {
   inboxForwardMany?(items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]>;
   inboxRetryMany(params: { items: RetryItem[] }): Promise<string[]>;
   inboxMarkDeadMany(params: { items: DeadItem[] }): Promise<string[]>;
+  /** Fenced release of claimed push rows the relay wrote nothing for (it stopped first): `pending`, attempt unchanged; ids changed. */
+  inboxReleaseMany?(params: { claims: ClaimRef[] }): Promise<string[]>;
   /** `outboxReclaimExpired` for push rows; `maxAttempts` is the relay's (rows carry none). */
   inboxReclaimExpired(params: { throttleMs?: number; maxAttempts: number }): Promise<ReclaimResult>;
   /** Counts per state; the oldest age and, with `pendingOnly`, the count are of push rows (the relay's backlog). */

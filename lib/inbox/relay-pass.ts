@@ -180,6 +180,13 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     });
   };
   const isLost = (claim: ClaimRef) => lost.size > 0 && lost.has(claimKey(claim));
+  // Claims (`claimKey`) a finishing write was sent for; the rest of a batch the pass stopped
+  // waiting for were never forwarded, and are released rather than charged an attempt.
+  const written = new Set<string>();
+  const markWritten = (claims: ClaimRef[]) => {
+    for (const claim of claims) written.add(claimKey(claim));
+  };
+  let released = 0;
   // Set when the pass stops waiting for a batch: no further write starts.
   let closed = false;
   let keeper: LeaseKeeper | undefined;
@@ -231,6 +238,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     const work = relayBatch(rows);
     const finished = await waitBounded(work);
     if (!finished) closed = true;
+    // No write starts once `closed` is set: the rows no write was sent for are final now.
+    const unwritten = finished ? [] : rows.map(claimOf).filter((c) => !written.has(claimKey(c)) && !isLost(c));
     // Nothing the pass started may outlive it (a Lambda container is frozen as soon as the
     // handler returns): the renewal under way is awaited, and so are the writes already sent
     // (`closed` starts no other; each is one statement that ends on the server), with no time
@@ -238,12 +247,22 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     // after a freeze past the deadline.
     if (!finished) {
       // One wait for both, so the pass never waits past the invocation's end twice over.
-      await waitAnswers(Promise.allSettled([keeper.close(), work]));
+      // The release after the keeper stopped (a renewal and a release lock rows in different orders).
+      const closing = keeper.close();
+      const release = closing.then(async () => {
+        if (unwritten.length === 0 || driver.inboxReleaseMany === undefined) return;
+        try {
+          released += (await driver.inboxReleaseMany({ claims: unwritten })).length;
+        } catch (error) {
+          logger.warn('inbox release of rows never forwarded failed; they are reclaimed after their lease', { rows: unwritten.length, error: redactError(error) });
+        }
+      });
+      await waitAnswers(Promise.allSettled([closing, release, work]));
       break;
     }
     await waitAnswers(keeper.close());
   }
-  summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost;
+  summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost - released;
   // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver: the read counts the pending rows.
   if (backlogGaugeDue(driver, 'inbox')) {
     try {
@@ -283,6 +302,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     await releaseForWrite(items.map((f) => claimOf(f.row)));
     items = items.filter((f) => !isLost(claimOf(f.row)));
     if (items.length === 0 || closed) return;
+    markWritten(items.map((f) => claimOf(f.row)));
     let forwarded: readonly string[];
     try {
       forwarded = await forwardMany(
@@ -325,6 +345,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     const claim = claimOf(row);
     await releaseForWrite([claim]);
     if (isLost(claim) || closed) return;
+    markWritten([claim]);
     try {
       if (await driver.inboxForward({ ...claim, outbox: message }, { maxAttempts: relayMaxAttempts })) countForwarded(1);
       else loseClaim(claim, 'forward');
@@ -357,6 +378,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     const live = items.filter((i) => !isLost(i.claim)).map((i) => ({ item: i, error: redactError(i.reason) }));
     const writes = live.map(({ item, error }) => ({ ...item.claim, error }));
     if (writes.length === 0 || closed) return;
+    markWritten(writes);
     let changed: Set<string>;
     try {
       changed = new Set(await driver.inboxMarkDeadMany({ items: writes }));

@@ -29,6 +29,8 @@ class CallClaims implements AbortableCall {
   #live: number;
   #controller: AbortController | undefined;
   slot = -1;
+  /** True once the call was opened (its rows offered to the destination). */
+  opened = false;
 
   constructor(rows: number) {
     this.#live = rows;
@@ -48,6 +50,7 @@ class CallClaims implements AbortableCall {
   open(calls: OpenCalls): { signal: AbortSignal; dispose(): void } {
     const controller = new AbortController();
     this.#controller = controller;
+    this.opened = true;
     calls.add(this);
     return {
       signal: controller.signal,
@@ -85,10 +88,12 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
   // One watch per destination call (and one for the unroutable rows), not one per row.
   const watched = unroutable.length > 0 ? [ctx.keeper.watchMany(unroutable, claimOf, ignoreLoss)] : [];
   const calls: Array<Promise<void>> = [];
+  const chunks: Array<{ rows: OutboxRow[]; claims: CallClaims }> = [];
   for (const [destination, list] of byDestination) {
     for (let i = 0; i < list.length; i += destination.maxBatchSize) {
       const chunk = list.slice(i, i + destination.maxBatchSize);
       const claims = new CallClaims(chunk.length);
+      chunks.push({ rows: chunk, claims });
       watched.push(ctx.keeper.watchMany(chunk, claimOf, () => claims.rowLost()));
       calls.push(ctx.limiter.run(() => publishChunk(ctx, destination, chunk, claims, plan)));
     }
@@ -99,7 +104,12 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
   let settling: Promise<void> | undefined;
   const settle = (): Promise<void> => {
     if (settling === undefined) {
-      const sent = settleBatch(ctx, plan.without(ctx.lost));
+      // Rows whose call never opened (the pass stopped first) were not offered to any destination:
+      // released, no attempt spent; left to their lease, the reclaim would charge them one.
+      const unstarted = ctx.closed()
+        ? chunks.filter((c) => !c.claims.opened).flatMap((c) => c.rows.map(claimOf)).filter((c) => !ctx.lost.has(claimKey(c)))
+        : [];
+      const sent = settleBatch(ctx, plan.without(ctx.lost), unstarted);
       ctx.settling.add(sent);
       settling = sent.finally(() => ctx.settling.delete(sent));
     }

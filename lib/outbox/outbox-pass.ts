@@ -105,7 +105,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const { driver, deadline, logger, metrics } = options;
   const outbox = options.config.outbox;
   const calls = new OpenCalls();
-  const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0 };
+  const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0, released: 0 };
   const slowest = new Map<string, number>();
   let closed = false;
   let flushQueued = false;
@@ -251,7 +251,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const answered = keeperClosed.then(() => Promise.allSettled(unfinished.map((settle) => settle())));
   await waitAny([Promise.allSettled([keeperClosed, answered, ...ctx.settling])], answerWaitMs(deadline));
   // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
-  const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost;
+  const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost - tally.released;
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });
 
   for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });

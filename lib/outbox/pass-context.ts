@@ -14,7 +14,8 @@ import type { Router } from './routes.ts';
 export type OutboxPassDriver = Pick<
   Driver,
   'outboxClaimMany' | 'outboxRenewMany' | 'outboxMarkSentMany' | 'outboxRetryMany' | 'outboxMarkDeadMany' | 'outboxReclaimExpired' | 'outboxStats'
->;
+> &
+  Partial<Pick<Driver, 'outboxReleaseMany'>>;
 
 /** The logging the poller does; a Powertools `Logger` satisfies it. */
 export interface PassLogger {
@@ -38,6 +39,8 @@ export interface PassTally {
   batches: number;
   /** Destination calls made. */
   publishCalls: number;
+  /** Claimed rows the pass stopped before offering to a destination: back to `pending`, no attempt spent. */
+  released: number;
 }
 
 export interface PassContext {

@@ -99,19 +99,23 @@ export class SettlePlan {
  * and the new owner will publish it again), a lost retry or dead as a warning; each counts in
  * `queuebox_claims_lost_total{component="outbox"}` and the row is left to its new owner.
  */
-export async function settleBatch(ctx: PassContext, plan: SettlePlan): Promise<void> {
+export async function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[] = []): Promise<void> {
   // allSettled, not all: when one statement fails (a dropped connection), the others may have
   // written; each write that answered is counted (its lost claims too) before the error is thrown.
-  const [sent, retried, dead] = await Promise.allSettled([
+  const releaseMany = ctx.driver.outboxReleaseMany?.bind(ctx.driver);
+  const [sent, retried, dead, released] = await Promise.allSettled([
     ctx.driver.outboxMarkSentMany({ claims: plan.sent }),
     ctx.driver.outboxRetryMany({ items: plan.retry }),
     ctx.driver.outboxMarkDeadMany({ items: plan.dead }),
+    unstarted.length === 0 || releaseMany === undefined ? Promise.resolve([]) : releaseMany({ claims: unstarted }),
   ]);
   record(ctx, 'sent', plan.sent, sent);
   record(ctx, 'retried', plan.retry, retried);
   record(ctx, 'dead', plan.dead, dead);
+  // A release that changed no row: the claim was lost meanwhile, and the row is its new owner's.
+  if (released.status === 'fulfilled') ctx.tally.released += released.value.length;
   reportFailures(ctx, plan.notes, retried.status === 'fulfilled' ? retried.value : [], dead.status === 'fulfilled' ? dead.value : []);
-  for (const result of [sent, retried, dead]) if (result.status === 'rejected' && !(result.reason instanceof FencedLockTimeoutError)) throw result.reason;
+  for (const result of [sent, retried, dead, released]) if (result.status === 'rejected' && !(result.reason instanceof FencedLockTimeoutError)) throw result.reason;
 }
 
 /**

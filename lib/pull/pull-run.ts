@@ -175,6 +175,14 @@ export class PullRun<Tx> {
 
   #startNext(): void {
     const message = this.#queue.shift()!;
+    // Lost before its handler started: a renewal that failed (not one that changed no row) proves
+    // nothing, and a row left to its lease is charged an attempt by the next claim although no
+    // handler ran. The fenced release hands it back if it is still ours, and changes nothing if not.
+    if (this.#signals.get(claimKey(message.claim))?.aborted === true) {
+      const task = this.#release(message).finally(() => this.#active.delete(task));
+      this.#active.add(task);
+      return;
+    }
     const context: HandleContext<Tx> = {
       client: this.#s.client,
       handler: this.#s.handler,
@@ -219,28 +227,22 @@ export class PullRun<Tx> {
   /** Rows claimed but never started go back to `pending`, fenced, attempt unchanged. */
   async #releaseQueued(): Promise<void> {
     const queued = this.#queue.splice(0);
-    await Promise.all(
-      queued.map(async (message) => {
-        const key = claimKey(message.claim);
-        const lostAlready = this.#signals.get(key)?.aborted === true;
-        this.#keeper.release(message.claim);
-        this.#signals.delete(key);
-        if (lostAlready) {
-          this.summary.claimsLost += 1;
-          return;
-        }
-        try {
-          const outcome = await this.#s.client.release(message.claim);
-          if (outcome.ok) {
-            this.summary.released += 1;
-            this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
-          }
-          else this.summary.claimsLost += 1;
-        } catch (error) {
-          this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });
-        }
-      }),
-    );
+    await Promise.all(queued.map((message) => this.#release(message)));
+  }
+
+  /** A claimed row no handler started back to `pending`, fenced (a lost claim changes nothing). */
+  async #release(message: PullMessage): Promise<void> {
+    this.#keeper.release(message.claim);
+    this.#signals.delete(claimKey(message.claim));
+    try {
+      const outcome = await this.#s.client.release(message.claim);
+      if (outcome.ok) {
+        this.summary.released += 1;
+        this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
+      } else this.summary.claimsLost += 1;
+    } catch (error) {
+      this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });
+    }
   }
 
   /** Waits for running handlers up to the drain timeout, then aborts them (nothing more is written). */

@@ -31,7 +31,7 @@ const row = (id: string, attempt = 0): OutboxRow => ({
 
 describe('settleBatch', () => {
   it('counts the writes that answered, lost claims included, then rejects with the failed write', async () => {
-    const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0 };
+    const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0, released: 0 };
     const metrics = new QueueBoxMetrics({ namespace: 'test', serviceName: 'test', write: () => {} });
     const logged: string[] = [];
     const ctx = {

@@ -134,6 +134,21 @@ export async function fencedRetryMany(db: PgQueryable, table: string, items: Ret
   );
 }
 
+/** Back to `pending`, attempt unchanged, claim cleared: a claimed row no attempt was made for. */
+export async function fencedReleaseMany(db: PgQueryable, table: string, claims: ClaimRef[]): Promise<string[]> {
+  if (claims.length === 0) return [];
+  return returningIds(
+    db,
+    `UPDATE ${table} t
+        SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
+            updated_at = clock_timestamp()
+       FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
+      WHERE t.id = s.id AND ${FENCE}
+  RETURNING t.id`,
+    [claims.map((c) => c.id), claims.map((c) => c.token)],
+  );
+}
+
 /** To `dead` with its reason. */
 export async function fencedDeadMany(db: PgQueryable, table: string, items: DeadItem[]): Promise<string[]> {
   if (items.length === 0) return [];

@@ -11,7 +11,7 @@ import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxFor
 import { QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
-import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -328,6 +328,11 @@ export async function inboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }):
 }
 
 /** Fenced `dead`; returns ids changed. */
+/** Fenced: claimed push rows the relay wrote nothing for back to `pending`, attempt unchanged. */
+export async function inboxReleaseMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
+  return fencedReleaseMany(ctx.pool, ctx.names.inbox, p.claims);
+}
+
 export async function inboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }): Promise<string[]> {
   return fencedDeadMany(ctx.pool, ctx.names.inbox, p.items);
 }

@@ -11,7 +11,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
-import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
@@ -304,6 +304,11 @@ export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[]
 
 export async function outboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
   return fencedRetryMany(ctx.pool, ctx.names.outbox, p.items);
+}
+
+/** Fenced: claimed rows no call was offered back to `pending`, attempt unchanged. */
+export async function outboxReleaseMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
+  return fencedReleaseMany(ctx.pool, ctx.names.outbox, p.claims);
 }
 
 export async function outboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] }): Promise<string[]> {

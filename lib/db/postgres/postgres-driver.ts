@@ -159,6 +159,7 @@ export class PostgresDriver implements Driver {
   outboxMarkSentMany: Driver['outboxMarkSentMany'] = (p) => outbox.outboxMarkSentMany(this.ctx, p);
   outboxRetryMany: Driver['outboxRetryMany'] = (p) => outbox.outboxRetryMany(this.ctx, p);
   outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = (p) => outbox.outboxMarkDeadMany(this.ctx, p);
+  outboxReleaseMany: NonNullable<Driver['outboxReleaseMany']> = (p) => outbox.outboxReleaseMany(this.ctx, p);
   outboxReclaimExpired: Driver['outboxReclaimExpired'] = (p) => outbox.outboxReclaimExpired(this.ctx, p);
   outboxStats: Driver['outboxStats'] = (scope) => outbox.outboxStats(this.ctx, scope);
   outboxDeadList: Driver['outboxDeadList'] = (p) => outbox.outboxDeadList(this.ctx, p);
@@ -173,6 +174,7 @@ export class PostgresDriver implements Driver {
   inboxForwardMany: Driver['inboxForwardMany'] = (items, defaults) => inbox.inboxForwardMany(this.ctx, items, defaults);
   inboxRetryMany: Driver['inboxRetryMany'] = (p) => inbox.inboxRetryMany(this.ctx, p);
   inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = (p) => inbox.inboxMarkDeadMany(this.ctx, p);
+  inboxReleaseMany: NonNullable<Driver['inboxReleaseMany']> = (p) => inbox.inboxReleaseMany(this.ctx, p);
   inboxReclaimExpired: Driver['inboxReclaimExpired'] = (p) => inbox.inboxReclaimExpired(this.ctx, p);
   inboxStats: Driver['inboxStats'] = (scope) => inbox.inboxStats(this.ctx, scope);
   inboxDeadList: Driver['inboxDeadList'] = (p) => inbox.inboxDeadList(this.ctx, p);

@@ -104,6 +104,11 @@ export async function inboxForward(pool: sql.ConnectionPool, names: MssqlNames, 
 export async function inboxRetryMany(runner: MssqlRunner, names: MssqlNames, p: { items: RetryItem[] }): Promise<string[]> {
   return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.inbox, 'retry', p.items));
 }
+/** Fenced: claimed push rows the relay wrote nothing for back to `pending`, attempt unchanged. */
+export async function inboxReleaseMany(runner: MssqlRunner, names: MssqlNames, p: { claims: ClaimRef[] }): Promise<string[]> {
+  return p.claims.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.inbox, 'release', p.claims));
+}
+
 export async function inboxMarkDeadMany(runner: MssqlRunner, names: MssqlNames, p: { items: DeadItem[] }): Promise<string[]> {
   return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.inbox, 'dead', p.items));
 }

@@ -64,6 +64,11 @@ export async function outboxMarkSentMany(runner: MssqlRunner, names: MssqlNames,
 export async function outboxRetryMany(runner: MssqlRunner, names: MssqlNames, p: { items: RetryItem[] }): Promise<string[]> {
   return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'retry', p.items));
 }
+/** Fenced: claimed rows no call was offered back to `pending`, attempt unchanged. */
+export async function outboxReleaseMany(runner: MssqlRunner, names: MssqlNames, p: { claims: ClaimRef[] }): Promise<string[]> {
+  return p.claims.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'release', p.claims));
+}
+
 export async function outboxMarkDeadMany(runner: MssqlRunner, names: MssqlNames, p: { items: DeadItem[] }): Promise<string[]> {
   return p.items.length === 0 ? [] : runFencedBatch(runner, buildFencedBatch(names.outbox, 'dead', p.items));
 }

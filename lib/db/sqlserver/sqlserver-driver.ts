@@ -144,6 +144,7 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   outboxMarkSentMany: Driver['outboxMarkSentMany'] = async (p) => outbox.outboxMarkSentMany(await this.pool(), this.names, p);
   outboxRetryMany: Driver['outboxRetryMany'] = async (p) => outbox.outboxRetryMany(await this.pool(), this.names, p);
   outboxMarkDeadMany: Driver['outboxMarkDeadMany'] = async (p) => outbox.outboxMarkDeadMany(await this.pool(), this.names, p);
+  outboxReleaseMany: NonNullable<Driver['outboxReleaseMany']> = async (p) => outbox.outboxReleaseMany(await this.pool(), this.names, p);
   outboxReclaimExpired: Driver['outboxReclaimExpired'] = async (p) => outbox.outboxReclaimExpired(await this.pool(), this.names, p);
   outboxStats: Driver['outboxStats'] = async (scope) => outbox.outboxStats(await this.pool(), this.names, scope);
   outboxDeadList: Driver['outboxDeadList'] = async (p) => outbox.outboxDeadList(await this.pool(), this.names, p);
@@ -158,6 +159,7 @@ ${COMPATIBILITY_LEVEL_SQL}`,
   // No inboxForwardMany: the relay forwards row by row here (no SQL Server was available to prove a batched form).
   inboxRetryMany: Driver['inboxRetryMany'] = async (p) => inbox.inboxRetryMany(await this.pool(), this.names, p);
   inboxMarkDeadMany: Driver['inboxMarkDeadMany'] = async (p) => inbox.inboxMarkDeadMany(await this.pool(), this.names, p);
+  inboxReleaseMany: NonNullable<Driver['inboxReleaseMany']> = async (p) => inbox.inboxReleaseMany(await this.pool(), this.names, p);
   inboxReclaimExpired: Driver['inboxReclaimExpired'] = async (p) => inbox.inboxReclaimExpired(await this.pool(), this.names, p);
   inboxStats: Driver['inboxStats'] = async (scope) => inbox.inboxStats(await this.pool(), this.names, scope);
   inboxDeadList: Driver['inboxDeadList'] = async (p) => inbox.inboxDeadList(await this.pool(), this.names, p);
