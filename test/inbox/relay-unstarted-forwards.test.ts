@@ -15,7 +15,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { createGate } from '../helpers/wait.ts';
 
-describe('review: relay rows whose forward never started when the pass stopped', () => {
+describe('relay rows whose forward never started when the pass stopped', () => {
   let db: TestDatabase;
   before(async () => {
     db = await createTestDatabase({

@@ -13,7 +13,7 @@ import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { waitUntil } from '../helpers/wait.ts';
 import { insertPullRows, memoryLogger, readPullRows } from '../pull/pull-fixtures.ts';
 
-describe('review: pull rows queued behind a handler when a renewal fails', () => {
+describe('pull rows queued behind a handler when a renewal fails', () => {
   let db: TestDatabase;
   before(async () => {
     db = await createTestDatabase({});

@@ -12,7 +12,7 @@ import { insertOutboxRows, inspectRows, passFixture, withOutboxDatabase } from '
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { waitUntil } from '../helpers/wait.ts';
 
-describe('review: outbox rows whose call never started when the pass stopped', () => {
+describe('outbox rows whose call never started when the pass stopped', () => {
   let db: TestDatabase;
   withOutboxDatabase((d) => {
     db = d;
