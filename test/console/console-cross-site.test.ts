@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { describe, it } from 'node:test';
+import pg from 'pg';
 import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
 import type { TestDatabase } from '../helpers/database.ts';
 import { withConsoleServer } from './console-fixture.ts';
@@ -60,11 +61,19 @@ describe('console: a link reads no more than the rows it shows', { timeout: 120_
   }
 
   it('a deep page and an old skip link each read about one page of payloads, whatever their depth', async () => {
-    // ROWS dead rows in one millisecond (a batch), each with a payload of about 19 KB stored out of line.
-    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at)
+    // ROWS dead rows in one millisecond (a batch), each with a payload of about 19 KB stored out of
+    // line. Written on a connection of its own that has ended (its backend gone) before anything is
+    // measured: a backend reports its TOAST writes when it ends or goes idle, which could otherwise
+    // land inside a measurement below.
+    const writer = new pg.Client({ connectionString: db.url });
+    await writer.connect();
+    const writerPid = (await writer.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    await writer.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, updated_at)
       SELECT 'big', jsonb_build_object('blob', (SELECT string_agg(md5(random()::text || g || n), '') FROM generate_series(1, 600) g)), 'dead',
              '2026-11-30T10:00:00.123Z'::timestamptz + (n % 7) * interval '1 microsecond'
         FROM generate_series(1, ${ROWS}) n`);
+    await writer.end();
+    for (let n = 0; n < 100 && (await db.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [writerPid])).length > 0; n++) await new Promise((r) => setTimeout(r, 50));
     const perRow = Number((await db.query<{ pages: string }>(`SELECT pg_relation_size(reltoastrelid) / 8192 AS pages FROM pg_class WHERE oid = '"${db.schema}".outbox'::regclass`))[0]!.pages) / ROWS;
     assert.ok(perRow >= 1, `payloads are stored out of line (${perRow} TOAST pages a row)`);
     const bound = 26 * perRow * 2;
