@@ -5,7 +5,6 @@
  * only on its own preview and only once, and start-up refuses a bad port or database in one line.
  */
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { createRedactor } from '../../lib/console/redact-row.ts';
@@ -13,21 +12,7 @@ import { runConsole } from '../../lib/console/run-console.ts';
 import { QueueBoxError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { DEAD_PAGE } from '../../lib/console/dead-page.ts';
-import { withConsoleServer } from './console-fixture.ts';
-
-function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
-  const target = new URL(url);
-  return new Promise<{ status: number; body: string; cookie: string }>((resolve, reject) => {
-    const req = request({ host: target.hostname, port: target.port, path: options.path, method: options.method ?? 'GET', headers: options.headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; ') }));
-    });
-    req.on('error', reject);
-    req.end(options.body);
-  });
-}
+import { withConsoleServer, consoleCall as call } from './console-fixture.ts';
 
 describe('console: malformed input is a 400 naming the field', () => {
   let server: ConsoleServer;

@@ -5,24 +5,10 @@
  * second over the last minute, table headings, and the blocked page's links to the head row.
  */
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-
-function call(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: string }) {
-  const target = new URL(url);
-  return new Promise<{ status: number; body: string; cookie: string }>((resolve, reject) => {
-    const req = request({ host: target.hostname, port: target.port, path: options.path, method: options.method ?? 'GET', headers: options.headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; ') }));
-    });
-    req.on('error', reject);
-    req.end(options.body);
-  });
-}
+import { consoleCall as call } from './console-fixture.ts';
 
 /** `&amp;` back to `&` in an attribute value read from a page. */
 const attr = (value: string) => value.replace(/&amp;/g, '&').replace(/&quot;/g, '"').replace(/&#39;/g, "'");

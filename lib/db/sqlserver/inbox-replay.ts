@@ -13,10 +13,9 @@ import sql from 'mssql';
 import type { InboxReplayFilter, InboxReplayPreviewRow } from '../driver.ts';
 import { ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
-import { DELETE_CHUNK } from './maintenance-queries.ts';
 import { lowerUuid, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
-import { replayCommonConditions } from './outbox-queries.ts';
+import { chunkedReplayText, replayCommonConditions } from './outbox-queries.ts';
 
 /** The WHERE conditions and parameters of an inbox requeue (dead rows only); throws `UsageError` on an empty filter. */
 export function inboxReplayConditions(f: InboxReplayFilter): { where: string[]; params: MssqlParam[] } {
@@ -47,29 +46,7 @@ const REQUEUE_SET = `SET state = N'pending', attempt = 0, scheduled_at = SYSUTCD
 /** The unbounded requeue: chunks of `DELETE_CHUNK` rows in `[sequence]` order, each autocommitted. */
 export function buildInboxReplay(names: MssqlNames, f: InboxReplayFilter): MssqlStatement {
   const { where, params } = inboxReplayConditions(f);
-  return {
-    text: `DECLARE @v_replayed INT = 0;
-DECLARE @v_chunk INT = 1;
-DECLARE @v_after BIGINT = 0;
-DECLARE @v_moved TABLE ([sequence] BIGINT NOT NULL);
-WHILE @v_chunk > 0
-BEGIN
-  DELETE FROM @v_moved;
-  WITH chunk AS (
-    SELECT TOP (${DELETE_CHUNK}) * FROM ${names.inbox} WITH (ROWLOCK)
-     WHERE ${where.join('\n       AND ')}
-       AND [sequence] > @v_after
-     ORDER BY [sequence])
-  UPDATE chunk
-     ${REQUEUE_SET}
-  OUTPUT inserted.[sequence] INTO @v_moved ([sequence]);
-  SET @v_chunk = @@ROWCOUNT;
-  SET @v_replayed = @v_replayed + @v_chunk;
-  SELECT @v_after = COALESCE(MAX([sequence]), @v_after) FROM @v_moved;
-END;
-SELECT @v_replayed AS replayed;`,
-    params,
-  };
+  return { text: chunkedReplayText(names.inbox, where, REQUEUE_SET), params };
 }
 
 /**

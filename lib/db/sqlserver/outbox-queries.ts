@@ -202,11 +202,13 @@ export async function replayMatchedTopics(runner: MssqlRunner, names: MssqlNames
   return recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
 }
 
-/** The replay UPDATE; `matchedTopics` are the topics the route patterns matched (when patterns were given). */
-export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTopics?: string[]): MssqlStatement {
-  const { where, params } = replayConditions(f, matchedTopics);
-  return {
-    text: `DECLARE @v_replayed INT = 0;
+/**
+ * A requeue in autocommitted chunks of `DELETE_CHUNK` rows of `table` in `[sequence]` order, each
+ * chunk after the last one's highest `sequence` (shared by the outbox replay and the inbox
+ * requeue); selects the rows moved as `replayed`.
+ */
+export function chunkedReplayText(table: string, where: string[], set: string): string {
+  return `DECLARE @v_replayed INT = 0;
 DECLARE @v_chunk INT = 1;
 DECLARE @v_after BIGINT = 0;
 DECLARE @v_moved TABLE ([sequence] BIGINT NOT NULL);
@@ -214,22 +216,28 @@ WHILE @v_chunk > 0
 BEGIN
   DELETE FROM @v_moved;
   WITH chunk AS (
-    SELECT TOP (${DELETE_CHUNK}) * FROM ${names.outbox} WITH (ROWLOCK)
+    SELECT TOP (${DELETE_CHUNK}) * FROM ${table} WITH (ROWLOCK)
      WHERE ${where.join('\n       AND ')}
        AND [sequence] > @v_after
      ORDER BY [sequence])
   UPDATE chunk
-     SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
-         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-         replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()
+     ${set}
   OUTPUT inserted.[sequence] INTO @v_moved ([sequence]);
   SET @v_chunk = @@ROWCOUNT;
   SET @v_replayed = @v_replayed + @v_chunk;
   SELECT @v_after = COALESCE(MAX([sequence]), @v_after) FROM @v_moved;
 END;
-SELECT @v_replayed AS replayed;`,
-    params,
-  };
+SELECT @v_replayed AS replayed;`;
+}
+
+const REPLAY_SET = `SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
+         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+         replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()`;
+
+/** The replay UPDATE; `matchedTopics` are the topics the route patterns matched (when patterns were given). */
+export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTopics?: string[]): MssqlStatement {
+  const { where, params } = replayConditions(f, matchedTopics);
+  return { text: chunkedReplayText(names.outbox, where, REPLAY_SET), params };
 }
 
 /**
