@@ -15,7 +15,7 @@ import { ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
 import { lowerUuid, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
-import { chunkedReplayText, replayCommonConditions } from './outbox-queries.ts';
+import { boundedReplayText, chunkedReplayText, replayCommonConditions } from './outbox-queries.ts';
 
 /** The WHERE conditions and parameters of an inbox requeue (dead rows only); throws `UsageError` on an empty filter. */
 export function inboxReplayConditions(f: InboxReplayFilter): { where: string[]; params: MssqlParam[] } {
@@ -49,29 +49,10 @@ export function buildInboxReplay(names: MssqlNames, f: InboxReplayFilter): Mssql
   return { text: chunkedReplayText(names.inbox, where, REQUEUE_SET), params };
 }
 
-/**
- * The bounded requeue in one transaction: counts at most `max + 1` matching rows under update
- * locks held to the end (UPDLOCK, HOLDLOCK) and moves them only when no more than `max` match.
- */
+/** The bounded requeue in one transaction (`boundedReplayText`). */
 export function buildInboxReplayBounded(names: MssqlNames, f: InboxReplayFilter, max: number): MssqlStatement {
   const { where, params } = inboxReplayConditions(f);
-  return {
-    text: `SET XACT_ABORT ON;
-BEGIN TRANSACTION;
-DECLARE @v_matched INT = (SELECT COUNT(*) FROM (SELECT TOP (@p_max + 1) 1 AS x FROM ${names.inbox} WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
-   WHERE ${where.join('\n     AND ')}) c);
-DECLARE @v_replayed INT = 0;
-IF @v_matched <= @p_max
-BEGIN
-  UPDATE TOP (@p_max) ${names.inbox} WITH (ROWLOCK)
-     ${REQUEUE_SET}
-   WHERE ${where.join('\n     AND ')};
-  SET @v_replayed = @@ROWCOUNT;
-END;
-COMMIT TRANSACTION;
-SELECT @v_matched AS matched, @v_replayed AS replayed;`,
-    params: [...params, param('p_max', sql.Int, max)],
-  };
+  return { text: boundedReplayText(names.inbox, where, REQUEUE_SET), params: [...params, param('p_max', sql.Int, max)] };
 }
 
 /** Moves the matching dead rows back to `pending`; returns how many moved (`ReplayLimitError` past `maxRows`). */

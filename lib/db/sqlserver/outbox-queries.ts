@@ -261,31 +261,32 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
 }
 
 /**
- * A bounded replay in one transaction (one batch): counts at most `max + 1` matching rows under
- * update locks held to the end (UPDLOCK, HOLDLOCK), and moves them only when there are no more
- * than `max`; returns `matched` (capped at `max + 1`) and `replayed`.
+ * A bounded requeue of `table` in one transaction (one batch), shared by the outbox replay and the
+ * inbox requeue: counts at most `max + 1` matching rows under update locks held to the end
+ * (UPDLOCK, HOLDLOCK), and moves them only when there are no more than `max`; selects `matched`
+ * (capped at `max + 1`) and `replayed`. Binds `@p_max`.
  */
-export function buildOutboxReplayBounded(names: MssqlNames, f: ReplayFilter, max: number, matchedTopics?: string[]): MssqlStatement {
-  const { where, params } = replayConditions(f, matchedTopics);
-  return {
-    text: `SET XACT_ABORT ON;
+export function boundedReplayText(table: string, where: string[], set: string): string {
+  return `SET XACT_ABORT ON;
 BEGIN TRANSACTION;
-DECLARE @v_matched INT = (SELECT COUNT(*) FROM (SELECT TOP (@p_max + 1) 1 AS x FROM ${names.outbox} WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+DECLARE @v_matched INT = (SELECT COUNT(*) FROM (SELECT TOP (@p_max + 1) 1 AS x FROM ${table} WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
    WHERE ${where.join('\n     AND ')}) c);
 DECLARE @v_replayed INT = 0;
 IF @v_matched <= @p_max
 BEGIN
-  UPDATE TOP (@p_max) ${names.outbox} WITH (ROWLOCK)
-     SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), last_error = NULL,
-         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-         replay_count = replay_count + 1, updated_at = SYSUTCDATETIME()
+  UPDATE TOP (@p_max) ${table} WITH (ROWLOCK)
+     ${set}
    WHERE ${where.join('\n     AND ')};
   SET @v_replayed = @@ROWCOUNT;
 END;
 COMMIT TRANSACTION;
-SELECT @v_matched AS matched, @v_replayed AS replayed;`,
-    params: [...params, param('p_max', sql.Int, max)],
-  };
+SELECT @v_matched AS matched, @v_replayed AS replayed;`;
+}
+
+/** A bounded outbox replay (`boundedReplayText`); `matchedTopics` as for `buildOutboxReplay`. */
+export function buildOutboxReplayBounded(names: MssqlNames, f: ReplayFilter, max: number, matchedTopics?: string[]): MssqlStatement {
+  const { where, params } = replayConditions(f, matchedTopics);
+  return { text: boundedReplayText(names.outbox, where, REPLAY_SET), params: [...params, param('p_max', sql.Int, max)] };
 }
 
 /** Deletes at most `limit` rows of one finished state older than `olderThanMs` (by `updated_at`). */
