@@ -106,9 +106,10 @@ export function checkInboxMessage(m: InboxMessageInput): void {
  * On QueueBox's own connection a deadlock victim, a statement refused for a leftover transaction
  * and a statement on a socket found dead after a freeze run again too.
  *
- * The id is chosen once, for every attempt: an attempt whose insert committed but whose answer was
- * lost (a dropped connection) leaves a row with this id, and the next attempt reads it back as its
- * own (`stored`), not as someone else's (`duplicate`).
+ * The id is chosen once, for every attempt: an attempt whose INSERT committed (it autocommits on
+ * the pool) and whose read-back then failed — chosen as deadlock victim, or its answer lost with
+ * the connection — leaves a row with this id, and the next attempt reads it back as its own
+ * (`stored`), not as someone else's (`duplicate`).
  */
 export async function inboxInsert(runner: MssqlRunner, names: MssqlNames, m: InboxMessageInput): Promise<InboxInsertResult> {
   checkInboxMessage(m);
