@@ -11,7 +11,12 @@ import { describe, it } from 'node:test';
 import sql from 'mssql';
 import { parseConfig } from '../../lib/config/load-config.ts';
 import { TransientDatabaseError, ValidationError } from '../../lib/errors.ts';
+import type { Driver } from '../../lib/db/driver.ts';
 import { extractMessageFields } from '../../lib/inbox/extract-fields.ts';
+import { createHttpReceiver } from '../../lib/inbox/http-receiver.ts';
+import { createLogger } from '../../lib/observability/logger.ts';
+import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
+import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 import { InboxRejectionError } from '../../lib/inbox/inbox-rejection.ts';
 import { sqlServerCallerOutboxInsert } from '../../lib/db/sqlserver/caller-statements.ts';
 import { buildDeadSearch } from '../../lib/db/sqlserver/console-queries.ts';
@@ -158,6 +163,21 @@ describe('receivers count key lengths as the dialect\'s columns do', () => {
       (e: unknown) => e instanceof InboxRejectionError && e.reason === 'invalid_field' && /at most 255 UTF-16 code units .* \(got 400\)/.test(e.message),
     );
     assert.equal(extractMessageFields('s', source, {}, { idempotencyKey: '\u{1F600}'.repeat(127) }, 'sqlserver').idempotencyKey.length, 254);
+  });
+
+  it('the HTTP receiver on SQL Server answers 400 naming the limit, and stores nothing, for a key of 200 emoji', async () => {
+    const config = parseConfig({ database: { type: 'sqlserver', url: 'mssql://x@h/db' }, inbox: { sources: { s: { type: 'http', path: '/s', auth: { type: 'none' } } } } });
+    const stored: unknown[] = [];
+    const driver = { dialect: 'sqlserver', inboxInsert: async (m: unknown) => (stored.push(m), { id: 'x', duplicate: false }) } as unknown as Driver;
+    const receive = createHttpReceiver({ config, driver, logger: createLogger({ serviceName: 'test', logLevel: 'SILENT' }), env: {} });
+    const metrics = new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
+    const answer = await receive(apiGatewayV2Event(`${config.inbox.basePath}/s`, '{"a":1}', { 'x-idempotency-key': emoji }), metrics);
+    assert.equal(answer.statusCode, 400);
+    assert.match(String(answer.body), /idempotency key must be at most 255 UTF-16 code units/);
+    assert.deepEqual(stored, []);
+    const fits = await receive(apiGatewayV2Event(`${config.inbox.basePath}/s`, '{"a":1}', { 'x-idempotency-key': '\u{1F600}'.repeat(100) }), metrics);
+    assert.equal(fits.statusCode, 202);
+    assert.equal(stored.length, 1);
   });
 });
 
