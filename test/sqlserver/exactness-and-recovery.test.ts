@@ -26,7 +26,7 @@ import { buildInboxReplay } from '../../lib/db/sqlserver/inbox-replay.ts';
 import { buildInboxInsert, inboxInsert } from '../../lib/db/sqlserver/inbox-queries.ts';
 import { mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
 import { dbNowPlusMs, runStatement, statementText, type MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
-import { buildOutboxReclaim, buildOutboxReplay, buildOutboxReplayBounded, buildOutboxReplayTopics, sqlServerOutboxInsert } from '../../lib/db/sqlserver/outbox-queries.ts';
+import { buildOutboxReclaim, buildOutboxReplay, buildOutboxReplayBounded, buildOutboxReplayTopics, outboxReplay, sqlServerOutboxInsert } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { buildPullClaim, PULL_LEASE_FLOOR_MS } from '../../lib/db/sqlserver/pull-queries.ts';
 import { buildOutboxReplayPreview } from '../../lib/db/sqlserver/replay-preview.ts';
 import { MIGRATE_REQUEST_TIMEOUT_MS, SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts';
@@ -224,6 +224,13 @@ describe('SQL Server stale sockets after a freeze', () => {
     assert.equal(timeout.texts.length, 2);
     const fresh = fakePool([{ error: reset }], ALWAYS_STALE);
     await assert.rejects(runStatement(fresh.pool, ping), TransientDatabaseError);
+  });
+
+  it('a replay is not run again (a replayed row delivered again at once would match its filter again)', async () => {
+    const { pool, texts } = fakePool([{ recordset: [] }, { error: reset }, { recordset: [{ replayed: 1 }] }], ALWAYS_STALE);
+    await runStatement(pool, ping);
+    await assert.rejects(outboxReplay(pool, names, { ids: ['11111111-2222-4333-8444-555555555555'] }), (e: unknown) => e instanceof TransientDatabaseError && e.code === 'ESOCKET');
+    assert.equal(texts.length, 2);
   });
 });
 

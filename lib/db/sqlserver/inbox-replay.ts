@@ -13,7 +13,7 @@ import sql from 'mssql';
 import type { InboxReplayFilter, InboxReplayPreviewRow } from '../driver.ts';
 import { ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
-import { lowerUuid, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { lowerUuid, param, runOnceOnly, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 import { boundedReplayText, chunkedReplayText, exactlyOneOf, replayCommonConditions, replaySeekHint, withHints } from './outbox-queries.ts';
 
@@ -59,11 +59,11 @@ export function buildInboxReplayBounded(names: MssqlNames, f: InboxReplayFilter,
 export async function inboxReplay(runner: MssqlRunner, names: MssqlNames, f: InboxReplayFilter): Promise<number> {
   if (f.maxRows !== undefined) {
     const max = replayMaxRows(f.maxRows);
-    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, buildInboxReplayBounded(names, f, max));
+    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, runOnceOnly(buildInboxReplayBounded(names, f, max)));
     if (Number(recordset[0]?.matched ?? 0) > max) throw new ReplayLimitError(max);
     return Number(recordset[0]?.replayed ?? 0);
   }
-  const { recordset } = await runStatement<{ replayed: number }>(runner, buildInboxReplay(names, f));
+  const { recordset } = await runStatement<{ replayed: number }>(runner, runOnceOnly(buildInboxReplay(names, f)));
   return Number(recordset[0]?.replayed ?? 0);
 }
 

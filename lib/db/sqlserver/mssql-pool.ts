@@ -168,6 +168,19 @@ export function statementText(runner: MssqlRunner, statement: MssqlStatement): s
   return `${SESSION_SETTINGS}${transactionGuard(runner instanceof sql.ConnectionPool ? 0 : 1)}${statement.text}`;
 }
 
+/** Statements never run a second time after a dead socket (`runOnceOnly`). */
+const ONCE_ONLY = new WeakSet<MssqlStatement>();
+
+/**
+ * Marks `statement` to run at most once even after a freeze: a replay is not conditional on its
+ * own effect (a replayed row delivered again at once matches the filter again), so its error is
+ * reported instead. Returns the statement.
+ */
+export function runOnceOnly(statement: MssqlStatement): MssqlStatement {
+  ONCE_ONLY.add(statement);
+  return statement;
+}
+
 /** When each pool's last statement ended (ms since the epoch, the host clock): how long its connections sat idle. */
 const LAST_USE = new WeakMap<sql.ConnectionPool, number>();
 
@@ -197,12 +210,13 @@ function idlePastReap(pool: sql.ConnectionPool): boolean {
  * idle timeout that fails because the socket was found dead runs again, once per connection the
  * pool may hold (each may be stale). The request never reached the server (the network dropped
  * the socket while it sat idle), and every statement QueueBox sends on its pool is conditional
- * (claims, fenced writes, the inbox insert with its id chosen once, reclaim, retention). Inside a
- * transaction nothing runs again: the transaction died with its connection.
+ * (claims, fenced writes, the inbox insert with its id chosen once, reclaim, retention) — except
+ * replays, marked `runOnceOnly`. Inside a transaction nothing runs again: the transaction died
+ * with its connection.
  */
 export async function runStatement<R>(runner: MssqlRunner, statement: MssqlStatement): Promise<sql.IResult<R>> {
   if (!(runner instanceof sql.ConnectionPool)) return runOnce<R>(runner, statement);
-  const stale = idlePastReap(runner);
+  const stale = !ONCE_ONLY.has(statement) && idlePastReap(runner);
   const attempts = 1 + (stale ? Math.max(1, (runner as { config?: sql.config }).config?.pool?.max ?? 1) : 0);
   try {
     for (let attempt = 1; ; attempt += 1) {

@@ -13,7 +13,7 @@ import { replayMaxRows } from '../replay-bound.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
-import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runOnceOnly, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { KEY_COLLATION } from './migration-ddl.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
 import { assertSqlServerOutboxKey } from './caller-statements.ts';
@@ -285,11 +285,11 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
   if (matched?.length === 0) return 0;
   if (f.maxRows !== undefined) {
     const max = replayMaxRows(f.maxRows);
-    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, buildOutboxReplayBounded(names, f, max, matched));
+    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, runOnceOnly(buildOutboxReplayBounded(names, f, max, matched)));
     if (Number(recordset[0]?.matched ?? 0) > max) throw new ReplayLimitError(max);
     return Number(recordset[0]?.replayed ?? 0);
   }
-  const { recordset } = await runStatement<{ replayed: number }>(runner, buildOutboxReplay(names, f, matched));
+  const { recordset } = await runStatement<{ replayed: number }>(runner, runOnceOnly(buildOutboxReplay(names, f, matched)));
   return Number(recordset[0]?.replayed ?? 0);
 }
 
