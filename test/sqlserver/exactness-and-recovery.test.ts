@@ -14,6 +14,8 @@ import { TransientDatabaseError, ValidationError } from '../../lib/errors.ts';
 import type { Driver } from '../../lib/db/driver.ts';
 import { extractMessageFields } from '../../lib/inbox/extract-fields.ts';
 import { createHttpReceiver } from '../../lib/inbox/http-receiver.ts';
+import { createSqsReceiver } from '../../lib/inbox/sqs-receiver.ts';
+import type { SQSRecord } from 'aws-lambda';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
@@ -178,6 +180,24 @@ describe('receivers count key lengths as the dialect\'s columns do', () => {
     const fits = await receive(apiGatewayV2Event(`${config.inbox.basePath}/s`, '{"a":1}', { 'x-idempotency-key': '\u{1F600}'.repeat(100) }), metrics);
     assert.equal(fits.statusCode, 202);
     assert.equal(stored.length, 1);
+  });
+
+  it('the SQS receiver on SQL Server stores a record with a key of 200 emoji dead with the reason, under the message id', async () => {
+    const config = parseConfig({ database: { type: 'sqlserver', url: 'mssql://x@h/db' }, inbox: { sources: { events: { type: 'sqs' } } } });
+    const stored: Array<{ idempotencyKey: string; deadReason?: string }> = [];
+    const driver = { dialect: 'sqlserver', inboxInsert: async (m: { idempotencyKey: string }) => (stored.push(m), { id: 'x', duplicate: false }) } as unknown as Driver;
+    const receive = createSqsReceiver({ config, driver, logger: createLogger({ serviceName: 'test', logLevel: 'SILENT' }) });
+    const record = {
+      messageId: 'm-1', receiptHandle: 'rh', body: '{"a":1}', md5OfBody: '', eventSource: 'aws:sqs', awsRegion: 'eu-west-1',
+      eventSourceARN: 'arn:aws:sqs:eu-west-1:000000000000:events',
+      attributes: { ApproximateReceiveCount: '1', SentTimestamp: '0', SenderId: 's', ApproximateFirstReceiveTimestamp: '0' },
+      messageAttributes: { 'x-idempotency-key': { stringValue: emoji, dataType: 'String' } },
+    } as SQSRecord;
+    const answer = await receive({ Records: [record] }, new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} }));
+    assert.deepEqual(answer.batchItemFailures, []);
+    assert.equal(stored.length, 1);
+    assert.equal(stored[0]!.idempotencyKey, 'm-1', 'the key that does not fit is not used');
+    assert.match(stored[0]!.deadReason ?? '', /at most 255 UTF-16 code units/);
   });
 });
 
