@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import sql from 'mssql';
-import { UsageError } from '../../lib/errors.ts';
+import { TransientDatabaseError, UniqueViolationError, UsageError } from '../../lib/errors.ts';
 import { pullLockExpression } from '../../lib/db/sqlserver/claim-locks.ts';
 import { DELETE_CHUNK } from '../../lib/db/sqlserver/maintenance-queries.ts';
 import { APPLOCK_WAIT_MS, dbNowPlusMs, LOCK_WAIT_MS, msValue, SESSION_SETTINGS, statementText, type MssqlRunner } from '../../lib/db/sqlserver/mssql-pool.ts';
@@ -19,7 +19,6 @@ import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { claimRetryingInFlight, inboxClaimPushMany } from '../../lib/db/sqlserver/inbox-claim.ts';
 import { mapMssqlError } from '../../lib/db/sqlserver/error-map.ts';
 import { mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
-import { UniqueViolationError } from '../../lib/errors.ts';
 
 /** Every read of a QueueBox table in `text`: the alias and its table hints (INDEX(…) included). */
 function tableReadsOf(text: string): Array<{ read: string; alias: string; hints: string }> {
@@ -224,6 +223,8 @@ describe('SQL Server claim statements', () => {
     const other = new UniqueViolationError('inbox_source_idempotency_key');
     await assert.rejects(claimRetryingInFlight(async () => { calls++; throw other; }), (e) => e === other);
     assert.equal(calls, 1, 'another unique index is not retried');
+    // a NOLOCK probe that lost its place (error 601) fails the claim as transient: the worker backs off and claims again
+    assert.ok(mapMssqlError(Object.assign(new Error('Could not continue scan with NOLOCK due to data movement.'), { number: 601 })) instanceof TransientDatabaseError);
     // the relay's claim runs through it: a batch refused twice is sent a third time
     let sent = 0;
     const runner = {

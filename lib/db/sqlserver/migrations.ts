@@ -216,8 +216,8 @@ CREATE TABLE ${n.maintenance} (
     // index). One statement that writes 5,000 or more rows of a table (an application enqueueing
     // a large batch in one INSERT) would escalate its row locks to a table lock, and every claim
     // and every other enqueue would wait until it commits; with escalation disabled the statement
-    // keeps its row locks (about 100 bytes of lock memory each, so a 100,000-row INSERT holds
-    // about 10 MB until it commits). The unique index backs the relay's one-row-per-aggregate rule
+    // keeps its row and index-key locks (about 100 bytes of lock memory each, so a 100,000-row
+    // INSERT holds tens of megabytes until it commits). The unique index backs the relay's one-row-per-aggregate rule
     // (a claim it refuses is run again); the empty-aggregate index serves the relay's branch of
     // rows whose aggregate id is '' (no aggregate, as on PostgreSQL).
     statements: (n) => [
