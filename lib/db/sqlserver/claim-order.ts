@@ -42,7 +42,11 @@ export function viaIndex(index: string, seek: boolean, locks: string): string {
  * must see "a lower row exists, even one not yet committed" (an application's insert, a relayed
  * forward) reads this way, so the key is skipped instead of waited on under the claim lock;
  * a probe for candidates reads `READCOMMITTEDLOCK, READPAST` (committed rows only, locked rows
- * skipped). Nothing read with `NOLOCK` is ever claimed: it only makes a claim take less.
+ * skipped). Nothing read with `NOLOCK` is ever claimed: it only makes a claim take less. `READPAST`
+ * alone would not do: it hides the locked lower row, and the key's next row would look like its
+ * head. See `READPAST` and `READUNCOMMITTED` in "Table hints"
+ * (learn.microsoft.com/sql/t-sql/queries/hints-transact-sql-table); a `NOLOCK` read that loses its
+ * place to data movement fails with error 601, which the error map makes transient.
  */
 export const DIRTY_PROBE = 'NOLOCK';
 
