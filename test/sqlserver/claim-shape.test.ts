@@ -13,10 +13,11 @@ import { DELETE_CHUNK } from '../../lib/db/sqlserver/maintenance-queries.ts';
 import { APPLOCK_WAIT_MS, dbNowPlusMs, LOCK_WAIT_MS, msValue, SESSION_SETTINGS, statementText, type MssqlRunner } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
 import { allStatements, names, SENTINELS } from './statement-shapes.ts';
-import { OLDEST_WINDOW } from '../../lib/db/sqlserver/claim-order.ts';
+import { claimRetryingInFlight, OLDEST_WINDOW } from '../../lib/db/sqlserver/claim-order.ts';
 import { OLDEST_WINDOW as PG_OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
-import { claimRetryingInFlight, inboxClaimPushMany } from '../../lib/db/sqlserver/inbox-claim.ts';
+import { inboxClaimPushMany } from '../../lib/db/sqlserver/inbox-claim.ts';
+import { outboxClaimMany } from '../../lib/db/sqlserver/outbox-claim.ts';
 import { mapMssqlError } from '../../lib/db/sqlserver/error-map.ts';
 import { mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
 
@@ -207,8 +208,9 @@ describe('SQL Server claim statements', () => {
     assert.ok(eleven.includes("CREATE INDEX [inbox_push_empty_aggregate_idx] ON [dbo].[inbox] (scheduled_at, [sequence]) WHERE state = N''pending'' AND consumption = N''push'' AND aggregate_id = N''''"));
   });
 
-  it('one push row in flight per aggregate is a unique index (migration 11); a relay claim it refuses runs again, up to five times', async () => {
+  it('one row in flight per key and per push aggregate is a unique index (migration 11); an outbox or relay claim it refuses runs again, up to five times', async () => {
     const eleven = mssqlMigrations.find((m) => m.version === 11)!.statements(names).join('\n');
+    assert.ok(eleven.includes("CREATE UNIQUE INDEX [outbox_key_in_flight_idx] ON [dbo].[outbox] ([key]) WHERE state = N''processing'' AND [key] IS NOT NULL AND [key] <> N''''"));
     assert.ok(eleven.includes("CREATE UNIQUE INDEX [inbox_push_in_flight_idx] ON [dbo].[inbox] (source, aggregate_id) WHERE state = N''processing'' AND consumption = N''push'' AND aggregate_id IS NOT NULL AND aggregate_id <> N''''"));
     const refused = mapMssqlError(Object.assign(new Error("Cannot insert duplicate key row in object 'dbo.inbox' with unique index 'inbox_push_in_flight_idx'. The duplicate key value is (s, a)."), { number: 2601 }));
     assert.ok(refused instanceof UniqueViolationError && refused.constraint === 'inbox_push_in_flight_idx');
@@ -224,18 +226,21 @@ describe('SQL Server claim statements', () => {
     assert.equal(calls, 1, 'another unique index is not retried');
     // a NOLOCK probe that lost its place (error 601) fails the claim as transient: the worker backs off and claims again
     assert.ok(mapMssqlError(Object.assign(new Error('Could not continue scan with NOLOCK due to data movement.'), { number: 601 })) instanceof TransientDatabaseError);
-    // the relay's claim runs through it: a batch refused twice is sent a third time
+    // both claims run through it: a batch refused twice is sent a third time
     let sent = 0;
-    const runner = {
+    const refusedBy = (table: string, index: string) => ({
       request: () => ({
         input: () => undefined,
         query: async () => {
-          if (++sent < 3) throw Object.assign(new Error("Cannot insert duplicate key row in object 'dbo.inbox' with unique index 'inbox_push_in_flight_idx'."), { number: 2601 });
+          if (++sent < 3) throw Object.assign(new Error(`Cannot insert duplicate key row in object 'dbo.${table}' with unique index '${index}'.`), { number: 2601 });
           return { recordset: [] };
         },
       }),
-    } as unknown as MssqlRunner;
-    assert.deepEqual(await inboxClaimPushMany(runner, names, { limit: 5, leaseMs: 1000 }), []);
+    }) as unknown as MssqlRunner;
+    assert.deepEqual(await inboxClaimPushMany(refusedBy('inbox', 'inbox_push_in_flight_idx'), names, { limit: 5, leaseMs: 1000 }), []);
+    assert.equal(sent, 3);
+    sent = 0;
+    assert.deepEqual(await outboxClaimMany(refusedBy('outbox', 'outbox_key_in_flight_idx'), names, { limit: 5, leaseMs: 1000 }), []);
     assert.equal(sent, 3);
   });
 

@@ -15,8 +15,7 @@
 import sql from 'mssql';
 import type { InboxRow } from '../driver.ts';
 import { inClaimTransaction, lockNameLiteral } from './claim-locks.ts';
-import { CLAIM_SET, DECLARE_PICKED, DIRTY_PROBE, looseIndexScan, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
-import { UniqueViolationError } from '../../errors.ts';
+import { CLAIM_SET, claimRetryingInFlight, DECLARE_PICKED, DIRTY_PROBE, looseIndexScan, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
 import { INBOX_COLUMNS, DECLARE_INBOX_CLAIMED, type InboxDbRow, toInboxRow } from './inbox-rows.ts';
 import { msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
@@ -148,28 +147,6 @@ OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
     text: inClaimTransaction(lockNameLiteral(names.inboxClaimLock), claim, `SELECT ${INBOX_COLUMNS.join(', ')} FROM @v_claimed ORDER BY [sequence];`),
     params: [param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs))],
   };
-}
-
-/** Attempts of a relay claim refused by the unique index of in-flight aggregates (as on PostgreSQL). */
-const IN_FLIGHT_ATTEMPTS = 5;
-
-/**
- * Runs the relay claim again when the unique index of in-flight aggregates
- * (`<inbox>_push_in_flight_idx`, migration 11) refused it: a second row of an aggregate would
- * have gone in flight beside one the pick could not see (a row whose in-flight state was being
- * written when the pick read it). The claim batch rolled back whole (`XACT_ABORT`); the next
- * attempt sees the row in flight and leaves the aggregate alone, as PostgreSQL's
- * `claimRetryingInFlight` does.
- */
-export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await claim();
-    } catch (error) {
-      const inFlight = error instanceof UniqueViolationError && (error.constraint ?? '').endsWith('_in_flight_idx');
-      if (!inFlight || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
-    }
-  }
 }
 
 /** Claims and commits in one round trip; rows in `sequence` order, as SQL returned them. */

@@ -211,17 +211,18 @@ CREATE TABLE ${n.maintenance} (
   },
   {
     version: 11,
-    name: 'no lock escalation on the outbox and inbox; one push row in flight per aggregate as an index; empty aggregate ids',
+    name: 'no lock escalation on the outbox and inbox; one row in flight per key and per push aggregate as an index; empty aggregate ids',
     // SQL Server only (PostgreSQL has no lock escalation, and its migration 6 made the same
-    // index). One statement that writes 5,000 or more rows of a table (an application enqueueing
+    // indexes). One statement that writes 5,000 or more rows of a table (an application enqueueing
     // a large batch in one INSERT) would escalate its row locks to a table lock, and every claim
     // and every other enqueue would wait until it commits; with escalation disabled the statement
     // keeps its row and index-key locks (about 100 bytes of lock memory each, so a 100,000-row
-    // INSERT holds tens of megabytes until it commits). The unique index backs the relay's one-row-per-aggregate rule
-    // (a claim it refuses is run again); the empty-aggregate index serves the relay's branch of
-    // rows whose aggregate id is '' (no aggregate, as on PostgreSQL).
+    // INSERT holds tens of megabytes until it commits). The unique indexes back the outbox's and
+    // the relay's one-row-in-flight rules (a claim they refuse is run again); the empty-aggregate
+    // index serves the relay's branch of rows whose aggregate id is '' (no aggregate, as on PostgreSQL).
     statements: (n) => [
       ...[n.outbox, n.inbox].map((table) => disableLockEscalation(table)),
+      createIndex(n.outbox, `${n.outboxTable}_key_in_flight_idx`, `UNIQUE INDEX {index} ON {table} ([key]) WHERE state = N'processing' AND [key] IS NOT NULL AND [key] <> N''`, true),
       createIndex(n.inbox, `${n.inboxTable}_push_in_flight_idx`, `UNIQUE INDEX {index} ON {table} (source, aggregate_id) WHERE state = N'processing' AND consumption = N'push' AND aggregate_id IS NOT NULL AND aggregate_id <> N''`, true),
       createIndex(n.inbox, `${n.inboxTable}_push_empty_aggregate_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push' AND aggregate_id = N''`, true),
     ],

@@ -12,7 +12,7 @@
 import sql from 'mssql';
 import type { OutboxRow } from '../driver.ts';
 import { inClaimTransaction, lockNameLiteral } from './claim-locks.ts';
-import { CLAIM_SET, DECLARE_PICKED, DIRTY_PROBE, looseIndexScan, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
+import { CLAIM_SET, claimRetryingInFlight, DECLARE_PICKED, DIRTY_PROBE, looseIndexScan, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
 import { lowerUuid, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
@@ -170,6 +170,6 @@ OUTPUT ${COLUMNS.map((c) => `inserted.${c}`).join(', ')}
 /** Claims and commits in one round trip; rows in `sequence` order, as SQL returned them. */
 export async function outboxClaimMany(runner: MssqlRunner, names: MssqlNames, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
   if (p.limit <= 0) return [];
-  const { recordset } = await runStatement<OutboxDbRow>(runner, buildOutboxClaim(names, p));
+  const { recordset } = await claimRetryingInFlight(() => runStatement<OutboxDbRow>(runner, buildOutboxClaim(names, p)));
   return recordset.map(toOutboxRow);
 }
