@@ -7,12 +7,24 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import sql from 'mssql';
-import { UsageError } from '../../lib/errors.ts';
+import { TransientDatabaseError, UniqueViolationError, UsageError } from '../../lib/errors.ts';
 import { pullLockExpression } from '../../lib/db/sqlserver/claim-locks.ts';
 import { DELETE_CHUNK } from '../../lib/db/sqlserver/maintenance-queries.ts';
-import { APPLOCK_WAIT_MS, dbNowPlusMs, LOCK_WAIT_MS, msValue, SESSION_SETTINGS, statementText } from '../../lib/db/sqlserver/mssql-pool.ts';
+import { APPLOCK_WAIT_MS, dbNowPlusMs, LOCK_WAIT_MS, msValue, SESSION_SETTINGS, statementText, type MssqlRunner } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
 import { allStatements, names, SENTINELS } from './statement-shapes.ts';
+import { claimRetryingInFlight, OLDEST_WINDOW } from '../../lib/db/sqlserver/claim-order.ts';
+import { OLDEST_WINDOW as PG_OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
+import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
+import { inboxClaimPushMany } from '../../lib/db/sqlserver/inbox-claim.ts';
+import { outboxClaimMany } from '../../lib/db/sqlserver/outbox-claim.ts';
+import { mapMssqlError } from '../../lib/db/sqlserver/error-map.ts';
+import { mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
+
+/** Every read of a QueueBox table in `text`: the alias and its table hints (INDEX(…) included). */
+function tableReadsOf(text: string): Array<{ read: string; alias: string; hints: string }> {
+  return [...text.matchAll(/FROM \[dbo\]\.\[(?:outbox|inbox)\] AS (\w+)(?: WITH \(((?:[^()]|\([^()]*\))*)\))?/g)].map((m) => ({ read: m[0], alias: m[1]!, hints: m[2] ?? '' }));
+}
 
 describe('SQL Server claim statements', () => {
   const CLAIMS = ['outbox claim', 'inbox claim push', 'pull claim'] as const;
@@ -62,34 +74,112 @@ describe('SQL Server claim statements', () => {
     assert.ok(pullLockExpression(longest.pullClaimLockPrefix).includes('HASHBYTES'));
   });
 
-  it('the pick reads the latest committed rows under either RCSI setting and holds no lock; only the UPDATE locks, and only the picked rows', () => {
+  it('the pick reads the latest committed rows under either RCSI setting and holds no lock (dirty probes excepted); only the UPDATE locks, and only the picked rows', () => {
     for (const name of CLAIMS) {
       const text = allStatements()[name]!.text;
-      const tableReads = [...text.matchAll(/FROM \[dbo\]\.\[(?:outbox|inbox)\] AS (\w+)( WITH \(([^)]*)\))?/g)];
+      const tableReads = tableReadsOf(text);
       assert.ok(tableReads.length >= 5, name);
-      for (const [read, alias, , hints] of tableReads) {
+      for (const { read, alias, hints } of tableReads) {
         if (alias === 'o' || alias === 'i') {
           assert.equal(hints, 'UPDLOCK, READPAST, ROWLOCK, FORCESEEK', `${name}: the UPDATE target, reached by seeks on the picked ids only`);
           continue;
         }
-        assert.ok(hints?.startsWith('READCOMMITTEDLOCK'), `${name}: ${read} reads committed rows with locking reads, not a snapshot`);
-        assert.doesNotMatch(hints ?? '', /UPDLOCK|HOLDLOCK|TABLOCK/, `${name}: ${read} holds nothing`);
+        const locks = hints.replace(/^INDEX\(\[\w+\]\), (FORCESEEK, )?/, '');
+        assert.ok(locks.startsWith('READCOMMITTEDLOCK') || locks === 'NOLOCK', `${name}: ${read} reads committed rows with locking reads (or is a dirty probe), not a snapshot`);
+        assert.doesNotMatch(hints, /UPDLOCK|HOLDLOCK|TABLOCK/, `${name}: ${read} holds nothing`);
       }
       assert.equal(text.split('UPDLOCK').length - 1, 1, `${name}: one locking read`);
       assert.match(text, /INNER JOIN @v_picked AS p ON p\.id = (o|i)\.id/, `${name}: the UPDATE touches only picked ids`);
-      assert.match(text, /SELECT TOP \(@p_limit\) u\.id, u\.claim_priority/, `${name}: at most the batch is picked`);
+      assert.match(text, /SELECT TOP \((@p_limit|@p_limit - @v_taken)\) u\.id, (u\.claim_priority|1)/, `${name}: at most the batch is picked`);
     }
   });
 
-  it('a head check never skips a locked row; a row is re-checked as head in the UPDATE; candidates that are skipped are found by the next claim', () => {
-    const outbox = allStatements()['outbox claim']!.text;
-    assert.match(outbox, /CROSS APPLY \(SELECT TOP \(1\)[^)]+FROM \[dbo\]\.\[outbox\] AS r WITH \(READCOMMITTEDLOCK\)\s+WHERE r\.\[key\] = k\.v AND r\.state IN \(N'pending', N'processing'\)\s+ORDER BY r\.\[sequence\]\)/);
-    assert.match(outbox, /FROM \[dbo\]\.\[outbox\] AS b WITH \(READCOMMITTEDLOCK\) WHERE b\.\[key\] = k\.v AND b\.state = N'processing'/);
-    assert.match(outbox, /FROM \[dbo\]\.\[outbox\] AS h WITH \(READCOMMITTEDLOCK\)\s+WHERE h\.\[key\] = o\.\[key\] AND h\.state IN \(N'pending', N'processing'\) AND h\.\[sequence\] < o\.\[sequence\]/);
+  it('a late commit never stalls a claim: the outbox and relay picks wait for no row lock, and skip a key whose lower row another transaction holds', () => {
+    for (const [name, target] of [
+      ['outbox claim', 'UPDATE o'],
+      ['inbox claim push', 'UPDATE i'],
+    ] as const) {
+      const text = allStatements()[name]!.text;
+      const pick = text.slice(text.indexOf('DECLARE @v_picked'), text.indexOf(target));
+      for (const { read, alias, hints } of tableReadsOf(pick)) {
+        // a read without READPAST or NOLOCK waits for a locked row, for up to LOCK_TIMEOUT, under the claim lock
+        assert.match(hints, /\bREADPAST\b|\bNOLOCK\b/, `${name}: ${read} would wait for a row another transaction holds`);
+        if (alias === 'd' || alias === 'b') {
+          // a probe that skipped a locked lower row would publish the key's next row before it
+          assert.match(hints, /\bNOLOCK$/, `${name}: ${read} must see uncommitted rows`);
+          assert.doesNotMatch(hints, /READPAST/, `${name}: ${read} must not skip locked rows`);
+        }
+      }
+      const lower = name === 'outbox claim'
+        ? /AS d WITH \(INDEX\(\[outbox_key_head_idx\]\), FORCESEEK, NOLOCK\)\s+WHERE d\.\[key\] = (\w)\.\[key\] AND d\.\[key\] IS NOT NULL AND d\.state IN \(N'pending', N'processing'\) AND d\.\[sequence\] < \1\.\[sequence\]\)/g
+        : /AS d WITH \(INDEX\(\[inbox_aggregate_head_idx\]\), FORCESEEK, NOLOCK\)\s+WHERE d\.source = (\w)\.source AND d\.aggregate_id = \1\.aggregate_id AND d\.aggregate_id IS NOT NULL\s+AND d\.consumption = N'push' AND d\.state IN \(N'pending', N'processing'\) AND d\.\[sequence\] < \1\.\[sequence\]\)/g;
+      assert.deepEqual([...pick.matchAll(lower)].map((m) => m[1]), ['c', 'w', 'h'], `${name}: retries, window and heads each skip a key with a lower row, committed or not`);
+      const busy = name === 'outbox claim' ? /AS b WITH \(INDEX\(\[outbox_key_processing_idx\]\), FORCESEEK, NOLOCK\)/g : /AS b WITH \(INDEX\(\[inbox_aggregate_processing_idx\]\), FORCESEEK, NOLOCK\)/g;
+      assert.equal([...pick.matchAll(busy)].length, 3, `${name}: a row being put in flight or renewed counts as in flight`);
+      // the UPDATE's re-check waits (it never skips): only a lower row whose uncommitted version already left the open states reaches it
+      assert.match(text.slice(text.indexOf(target)), /AS h WITH \(INDEX\(\[\w+_(key|aggregate)_head_idx\]\), FORCESEEK, READCOMMITTEDLOCK\)/, name);
+    }
+  });
+
+  it('every probe of the outbox and relay claims names its filtered index (a plan that cannot use it fails with 8622) and repeats the index filter, IS NOT NULL included', () => {
+    const created = new Map<string, string>();
+    for (const m of mssqlMigrations) {
+      for (const statement of m.statements(names)) {
+        for (const [, index, filter] of statement.matchAll(/CREATE (?:UNIQUE )?INDEX \[(\w+)\] ON \[dbo\]\.\[\w+\] \([^)]*\)(?: INCLUDE \([^)]*\))? WHERE (.*?)(?: WITH \(ONLINE = ON\))?'\);/g)) created.set(index!, filter!);
+      }
+    }
+    for (const name of ['outbox claim', 'inbox claim push']) {
+      const text = allStatements()[name]!.text;
+      const hinted = [...text.matchAll(/FROM \[dbo\]\.\[\w+\] AS (\w+) WITH \(INDEX\(\[(\w+)\]\)(, FORCESEEK)?/g)];
+      assert.ok(hinted.length >= 12, `${name}: ${hinted.length} hinted reads`);
+      for (const m of hinted) {
+        const [, alias, index, seek] = m;
+        assert.ok(created.has(index!), `${name}: ${index} is created by a migration`);
+        const where = text.slice(m.index!, m.index! + 420);
+        // every condition of the index's filter, on this read's alias: the predicate implies the filter
+        for (const condition of created.get(index!)!.replaceAll("''", "'").split(' AND ')) {
+          assert.ok(where.includes(`${alias}.${condition}`), `${name}: the read of ${index} as ${alias} repeats ${condition}`);
+        }
+        // a probe by key or aggregate is a seek; the first key of a loose scan (MIN) is one read of the index's start
+        const firstKey = /SELECT MIN\(k\.[\w[\]]+\) AS v\s+$/.test(text.slice(Math.max(0, m.index! - 60), m.index!));
+        if (/_(head|processing)_idx$/.test(index!) && !firstKey) assert.ok(seek, `${name}: the probe ${alias} of ${index} is a seek`);
+      }
+      const tableReads = tableReadsOf(text).filter((r) => r.alias !== 'o' && r.alias !== 'i');
+      assert.equal(tableReads.length, hinted.length, `${name}: every read of the table names its index`);
+    }
+  });
+
+  it('the window claim first (outbox and relay, as on PostgreSQL): due retries, then the oldest due rows, and the heads of every open key only when the window gave less than half the batch', () => {
+    assert.equal(OLDEST_WINDOW, PG_OLDEST_WINDOW);
+    for (const [name, table, retryIdx, pendingIdx, scan] of [
+      ['outbox claim', 'outbox', 'outbox_retry_idx', 'outbox_pending_idx', 'WITH open_keys AS ('],
+      ['inbox claim push', 'inbox', 'inbox_push_retry_idx', 'inbox_push_pending_idx', 'WITH open_sources AS ('],
+    ] as const) {
+      const text = allStatements()[name]!.text;
+      const retries = text.indexOf(`SELECT TOP (@p_limit) c.id, 0\n  FROM [dbo].[${table}] AS c WITH (INDEX([${retryIdx}]), READCOMMITTEDLOCK, READPAST)`);
+      const window = text.indexOf(`SELECT TOP (@p_limit - @v_taken) w.id, 1\n  FROM (SELECT TOP (@p_limit * ${OLDEST_WINDOW})`);
+      const windowIndex = text.indexOf(`WITH (INDEX([${pendingIdx}]), READCOMMITTEDLOCK, READPAST)`);
+      const gate = text.indexOf('SET @v_window = @@ROWCOUNT;\nSET @v_taken = @v_taken + @v_window;\nIF @v_window * 2 < @p_limit AND @v_taken < @p_limit\nBEGIN\n');
+      const heads = text.indexOf(scan);
+      const end = text.indexOf('OPTION (MAXRECURSION 0);\nEND;\nUPDATE');
+      assert.ok(retries > 0 && retries < window && window < windowIndex && windowIndex < gate && gate < heads && heads < end, `${name}: retries, window, gate, heads`);
+      assert.match(text, /SET @v_taken = @@ROWCOUNT;\nINSERT INTO @v_picked/, `${name}: the retries count`);
+      assert.equal(text.split('MAXRECURSION').length - 1, 1, `${name}: no recursion outside the gated fallback`);
+      assert.ok(text.includes('WHERE w.attempt = 0 AND '), `${name}: the window takes first attempts (retries came first)`);
+      assert.equal(text.split('AND NOT EXISTS (SELECT 1 FROM @v_picked AS p WHERE p.id = ').length - 1, 3, `${name}: the fallback never picks a row twice`);
+    }
     const relay = allStatements()['inbox claim push']!.text;
-    assert.match(relay, /ROW_NUMBER\(\) OVER \(PARTITION BY r\.source, r\.aggregate_id ORDER BY r\.\[sequence\]\) AS head_rank/);
-    assert.match(relay, /MAX\(CASE WHEN r\.state = N'processing' THEN 1 ELSE 0 END\) OVER \(PARTITION BY r\.source, r\.aggregate_id\) AS busy/);
-    assert.match(relay, /WHERE h\.source = i\.source AND h\.aggregate_id = i\.aggregate_id AND h\.consumption = N'push'/);
+    assert.doesNotMatch(relay, /PARTITION BY r\.source, r\.aggregate_id|MAX\(CASE/, 'the relay no longer ranks every open row');
+    assert.match(relay, /ROW_NUMBER\(\) OVER \(PARTITION BY k\.source ORDER BY k\.aggregate_id\) AS rn\s+FROM \[dbo\]\.\[inbox\] AS k WITH \(INDEX\(\[inbox_aggregate_head_idx\]\), FORCESEEK, READCOMMITTEDLOCK, READPAST\)\s+INNER JOIN open_aggregates AS p ON k\.source = p\.source AND k\.aggregate_id > p\.v/, 'the next aggregate of each source, one seek each');
+    assert.match(relay, /CROSS APPLY \(SELECT MIN\(k\.aggregate_id\) AS v\s+FROM \[dbo\]\.\[inbox\] AS k WITH \(INDEX\(\[inbox_aggregate_head_idx\]\), FORCESEEK, READCOMMITTEDLOCK, READPAST\)\s+WHERE k\.source = s\.v/, 'the first aggregate of each source');
+  });
+
+  it('a head probe reads past locked candidates; a row is re-checked as head in the UPDATE; the pull head check never skips', () => {
+    const outbox = allStatements()['outbox claim']!.text;
+    assert.match(outbox, /CROSS APPLY \(SELECT TOP \(1\)[^)]+FROM \[dbo\]\.\[outbox\] AS r WITH \(INDEX\(\[outbox_key_head_idx\]\), FORCESEEK, READCOMMITTEDLOCK, READPAST\)\s+WHERE r\.\[key\] = k\.v AND r\.\[key\] IS NOT NULL AND r\.state IN \(N'pending', N'processing'\)\s+ORDER BY r\.\[sequence\]\)/);
+    assert.match(outbox, /FROM \[dbo\]\.\[outbox\] AS h WITH \(INDEX\(\[outbox_key_head_idx\]\), FORCESEEK, READCOMMITTEDLOCK\)\s+WHERE h\.\[key\] = o\.\[key\] AND h\.\[key\] IS NOT NULL AND h\.state IN \(N'pending', N'processing'\) AND h\.\[sequence\] < o\.\[sequence\]/);
+    const relay = allStatements()['inbox claim push']!.text;
+    assert.match(relay, /FROM \[dbo\]\.\[inbox\] AS h WITH \(INDEX\(\[inbox_aggregate_head_idx\]\), FORCESEEK, READCOMMITTEDLOCK\)\s+WHERE h\.source = i\.source AND h\.aggregate_id = i\.aggregate_id AND h\.aggregate_id IS NOT NULL AND h\.consumption = N'push'\s+AND h\.state IN \(N'pending', N'processing'\) AND h\.\[sequence\] < i\.\[sequence\]/);
     const pull = allStatements()['pull claim']!.text;
     assert.match(pull, /b\.aggregate_id = k\.v AND b\.state = N'processing' AND b\.lease_expires_at > SYSUTCDATETIME\(\)/, 'aggregates under a live lease are skipped');
     assert.match(pull, /i\.state = N'processing' AND i\.lease_expires_at <= SYSUTCDATETIME\(\)/, 'expired processing rows are claimable');
@@ -108,10 +198,63 @@ describe('SQL Server claim statements', () => {
     assert.doesNotMatch(text, /BEGIN TRANSACTION/);
   });
 
-  it('the relay ranks heads past rows other transactions are writing (an uncommitted insert does not hold up every aggregate); its UPDATE re-check never skips', () => {
+  it('an empty aggregate id is no aggregate for the relay, as on PostgreSQL: never an aggregate of the loose scan, claimed through its own free branch', () => {
     const relay = allStatements()['inbox claim push']!.text;
-    assert.match(relay, /AS busy\s+FROM \[dbo\]\.\[inbox\] AS r WITH \(READCOMMITTEDLOCK, READPAST\)/);
-    assert.match(relay, /SELECT 1 FROM \[dbo\]\.\[inbox\] AS h WITH \(READCOMMITTEDLOCK\)\s+WHERE h\.source = i\.source AND h\.aggregate_id = i\.aggregate_id AND h\.consumption = N'push'\s+AND h\.state IN \(N'pending', N'processing'\) AND h\.\[sequence\] < i\.\[sequence\]/);
+    assert.equal(relay.split("((c.aggregate_id IS NULL OR c.aggregate_id = N'') OR").length - 1, 1, 'retries');
+    assert.equal(relay.split("((w.aggregate_id IS NULL OR w.aggregate_id = N'') OR").length - 1, 1, 'window');
+    assert.ok(relay.includes("AND ((i.aggregate_id IS NULL OR i.aggregate_id = N'') OR NOT EXISTS ("), 'UPDATE');
+    assert.equal(relay.split("k.aggregate_id IS NOT NULL AND k.aggregate_id <> N''").length - 1, 4, 'the loose scans');
+    assert.match(relay, /FROM \[dbo\]\.\[inbox\] AS c WITH \(INDEX\(\[inbox_push_empty_aggregate_idx\]\), READCOMMITTEDLOCK, READPAST\)\s+WHERE c\.state = N'pending' AND c\.consumption = N'push' AND c\.attempt = 0\s+AND c\.scheduled_at <= SYSUTCDATETIME\(\) AND c\.aggregate_id = N''/);
+    const eleven = mssqlMigrations.find((m) => m.version === 11)!.statements(names).join('\n');
+    assert.ok(eleven.includes("CREATE INDEX [inbox_push_empty_aggregate_idx] ON [dbo].[inbox] (scheduled_at, [sequence]) WHERE state = N''pending'' AND consumption = N''push'' AND aggregate_id = N''''"));
+  });
+
+  it('one row in flight per key and per push aggregate is a unique index (migration 11); an outbox or relay claim it refuses runs again, up to five times', async () => {
+    const eleven = mssqlMigrations.find((m) => m.version === 11)!.statements(names).join('\n');
+    assert.ok(eleven.includes("CREATE UNIQUE INDEX [outbox_key_in_flight_idx] ON [dbo].[outbox] ([key]) WHERE state = N''processing'' AND [key] IS NOT NULL AND [key] <> N''''"));
+    assert.ok(eleven.includes("CREATE UNIQUE INDEX [inbox_push_in_flight_idx] ON [dbo].[inbox] (source, aggregate_id) WHERE state = N''processing'' AND consumption = N''push'' AND aggregate_id IS NOT NULL AND aggregate_id <> N''''"));
+    const refused = mapMssqlError(Object.assign(new Error("Cannot insert duplicate key row in object 'dbo.inbox' with unique index 'inbox_push_in_flight_idx'. The duplicate key value is (s, a)."), { number: 2601 }));
+    assert.ok(refused instanceof UniqueViolationError && refused.constraint === 'inbox_push_in_flight_idx');
+    let calls = 0;
+    assert.equal(await claimRetryingInFlight(async () => (++calls < 3 ? Promise.reject(refused) : 'claimed')), 'claimed');
+    assert.equal(calls, 3);
+    calls = 0;
+    await assert.rejects(claimRetryingInFlight(async () => { calls++; throw refused; }), UniqueViolationError);
+    assert.equal(calls, 5);
+    calls = 0;
+    const other = new UniqueViolationError('inbox_source_idempotency_key');
+    await assert.rejects(claimRetryingInFlight(async () => { calls++; throw other; }), (e) => e === other);
+    assert.equal(calls, 1, 'another unique index is not retried');
+    // a NOLOCK probe that lost its place (error 601) fails the claim as transient: the worker backs off and claims again
+    assert.ok(mapMssqlError(Object.assign(new Error('Could not continue scan with NOLOCK due to data movement.'), { number: 601 })) instanceof TransientDatabaseError);
+    // both claims run through it: a batch refused twice is sent a third time
+    let sent = 0;
+    const refusedBy = (table: string, index: string) => ({
+      request: () => ({
+        input: () => undefined,
+        query: async () => {
+          if (++sent < 3) throw Object.assign(new Error(`Cannot insert duplicate key row in object 'dbo.${table}' with unique index '${index}'.`), { number: 2601 });
+          return { recordset: [] };
+        },
+      }),
+    }) as unknown as MssqlRunner;
+    assert.deepEqual(await inboxClaimPushMany(refusedBy('inbox', 'inbox_push_in_flight_idx'), names, { limit: 5, leaseMs: 1000 }), []);
+    assert.equal(sent, 3);
+    sent = 0;
+    assert.deepEqual(await outboxClaimMany(refusedBy('outbox', 'outbox_key_in_flight_idx'), names, { limit: 5, leaseMs: 1000 }), []);
+    assert.equal(sent, 3);
+  });
+
+  it('migration 11 turns lock escalation off on the outbox and inbox (guarded, once); no PostgreSQL migration changes', () => {
+    const eleven = mssqlMigrations.find((m) => m.version === 11)!;
+    const texts = eleven.statements(names);
+    for (const table of ['[dbo].[outbox]', '[dbo].[inbox]']) {
+      const name = table.slice(7, -1);
+      assert.ok(texts.includes(`IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'${table}') AND lock_escalation_desc <> N'DISABLE')\n  ALTER TABLE ${table} SET (LOCK_ESCALATION = DISABLE);`), name);
+    }
+    assert.equal(texts.join('\n').split('LOCK_ESCALATION = DISABLE').length - 1, 2, 'the outbox and the inbox only');
+    assert.ok(!pgMigrations.some((m) => m.version >= 9), 'PostgreSQL has no migration 11');
+    assert.deepEqual(mssqlMigrations.map((m) => m.version), [...mssqlMigrations.map((m) => m.version)].sort((a, b) => a - b), 'in order');
   });
 
   it('keys and pull aggregates come from a loose index scan (one seek per key), so a claim costs the keys, not the rows behind them', () => {
@@ -127,8 +270,9 @@ describe('SQL Server claim statements', () => {
 
   it('an empty outbox key is keyless: never a key of the loose scan, claimed through the keyless branches', () => {
     const text = allStatements()['outbox claim']!.text;
-    assert.ok(text.includes("k.[key] <> N''"));
-    assert.ok(text.includes("(c.[key] IS NULL OR c.[key] = N'')"));
+    assert.ok(text.includes("k.[key] IS NOT NULL AND k.[key] <> N''"));
+    assert.ok(text.includes("(c.[key] IS NULL OR c.[key] = N'' OR ("));
+    assert.ok(text.includes("(w.[key] IS NULL OR w.[key] = N'' OR ("));
     assert.ok(text.includes("c.attempt = 0 AND c.scheduled_at <= SYSUTCDATETIME() AND c.[key] = N''"));
     assert.ok(text.includes("(o.[key] IS NULL OR o.[key] = N'' OR NOT EXISTS"));
   });
@@ -140,11 +284,14 @@ describe('SQL Server claim statements', () => {
   });
 
   it('claims take due retries first and order by the claim order in SQL', () => {
-    for (const [name, order] of [
-      ['outbox claim', 'u.scheduled_at, u.[sequence]'],
-      ['inbox claim push', 'u.scheduled_at, u.[sequence]'],
-      ['pull claim', 'u.scheduled_at, u.created_at, u.id'],
-    ] as const) {
+    for (const name of ['outbox claim', 'inbox claim push']) {
+      const text = allStatements()[name]!.text;
+      assert.ok(text.indexOf('c.attempt > 0') < text.indexOf('w.attempt = 0'), `${name}: the retry branch comes first`);
+      assert.match(text, /SELECT TOP \(@p_limit\) c\.id, 0\n[^;]+ORDER BY c\.scheduled_at, c\.\[sequence\];/, `${name}: retries in claim order`);
+      assert.match(text, /ORDER BY w\.scheduled_at, w\.\[sequence\];/, `${name}: the window in claim order`);
+      assert.match(text, /ORDER BY u\.scheduled_at, u\.\[sequence\]\s+OPTION/, `${name}: heads and free rows in claim order`);
+    }
+    for (const [name, order] of [['pull claim', 'u.scheduled_at, u.created_at, u.id']] as const) {
       const text = allStatements()[name]!.text;
       assert.ok(text.includes(`ORDER BY u.claim_priority, ${order}`), `${name}: pick order`);
       assert.ok(text.includes('CASE WHEN c.attempt > 0 THEN 0 ELSE 1 END AS claim_priority'), `${name}: heads ranked retries first`);

@@ -11,6 +11,11 @@
  *
  * Every lock waits at most `APPLOCK_WAIT_MS`; a return code < 0 (timeout, cancel, deadlock)
  * raises `APPLOCK_NOT_GRANTED`, which the error map turns into a `TransientDatabaseError`.
+ *
+ * The lock serializes a whole table's claims, so nothing under it may wait for an application:
+ * the outbox and relay picks wait for no row lock (a key whose lower row another transaction
+ * holds is skipped, see `claim-order.ts`), and only their `UPDATE` re-check can wait, for
+ * QueueBox's own finishing write of a lower row.
  */
 import { APPLOCK_NOT_GRANTED, CLAIM_IN_OPEN_TRANSACTION } from './error-map.ts';
 import { APPLOCK_WAIT_MS } from './mssql-pool.ts';

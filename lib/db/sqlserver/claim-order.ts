@@ -12,6 +12,44 @@
  * seeks on their ids (`FORCESEEK`: a scan would hold an update lock on every row it reads).
  */
 import { dbNowPlusMs } from './mssql-pool.ts';
+import { quoteMssqlIdent } from './names.ts';
+import { UniqueViolationError } from '../../errors.ts';
+
+/**
+ * How many batches' worth of the oldest due rows a claim reads before it looks at the heads of
+ * every open key or aggregate: three, as on PostgreSQL (`OLDEST_WINDOW` in
+ * `lib/db/postgres/claim-text.ts`, where the number was measured). The heads are read only when
+ * the window gave less than half the batch.
+ */
+export const OLDEST_WINDOW = 3;
+
+/**
+ * Table hints of a read through the filtered index `index` (a bare name): `INDEX(…)` so that a
+ * plan that cannot use the index fails to compile (error 8622) instead of scanning the table's
+ * history, plus `FORCESEEK` for a probe by key (a scan of the index per probed row would read
+ * every open row once per candidate), plus the lock hints. A filtered index is only chosen when
+ * the query's predicate implies its filter, so every hinted read repeats the filter
+ * (`[key] IS NOT NULL`, the state list as literals); see "Create filtered indexes" and "Table
+ * hints" (learn.microsoft.com/sql/relational-databases/indexes/create-filtered-indexes,
+ * learn.microsoft.com/sql/t-sql/queries/hints-transact-sql-table).
+ */
+export function viaIndex(index: string, seek: boolean, locks: string): string {
+  return `WITH (INDEX(${quoteMssqlIdent(index)}),${seek ? ' FORCESEEK,' : ''} ${locks})`;
+}
+
+/**
+ * The lock hints of the pick's probes for rows other transactions may hold: `NOLOCK` reads the
+ * latest version of every row, committed or not, and never waits for a row lock. A probe that
+ * must see "a lower row exists, even one not yet committed" (an application's insert, a relayed
+ * forward) reads this way, so the key is skipped instead of waited on under the claim lock;
+ * a probe for candidates reads `READCOMMITTEDLOCK, READPAST` (committed rows only, locked rows
+ * skipped). Nothing read with `NOLOCK` is ever claimed: it only makes a claim take less. `READPAST`
+ * alone would not do: it hides the locked lower row, and the key's next row would look like its
+ * head. See `READPAST` and `READUNCOMMITTED` in "Table hints"
+ * (learn.microsoft.com/sql/t-sql/queries/hints-transact-sql-table); a `NOLOCK` read that loses its
+ * place to data movement fails with error 601, which the error map makes transient.
+ */
+export const DIRTY_PROBE = 'NOLOCK';
 
 /**
  * `SELECT *` of one ordered, bounded branch: `TOP (@p_limit)` rows of `body` (a `FROM … WHERE …`
@@ -36,19 +74,21 @@ export function priorityOf(alias: string): string {
  * per value: the first value, then repeatedly the next value above the previous one (`ROW_NUMBER() … = 1` stands for the
  * `TOP (1)` a recursive member may not use). Its cost grows with the number of distinct values,
  * not with the rows per value. It skips rows locked by others (`READPAST`): a value whose open
- * rows are all being written right now is found by the next claim; the head lookup that follows
- * never skips. The statement that reads it needs `OPTION (MAXRECURSION 0)`.
+ * rows are all being written right now is found by the next claim; the head probe that follows
+ * decides what a locked row of a found key means. With `index` every read names the key-head index (`viaIndex`). The statement that reads
+ * it needs `OPTION (MAXRECURSION 0)`.
  */
-export function looseIndexScan(name: string, table: string, col: string, open: string, nonEmpty: boolean): string {
-  const present = nonEmpty ? `k.${col} <> N''` : `k.${col} IS NOT NULL`;
+export function looseIndexScan(name: string, table: string, col: string, open: string, nonEmpty: boolean, index?: string): string {
+  const present = nonEmpty ? `k.${col} IS NOT NULL AND k.${col} <> N''` : `k.${col} IS NOT NULL`;
+  const locks = 'READCOMMITTEDLOCK, READPAST';
   return `${name} AS (
   SELECT MIN(k.${col}) AS v
-    FROM ${table} AS k WITH (READCOMMITTEDLOCK, READPAST)
+    FROM ${table} AS k ${index === undefined ? `WITH (${locks})` : viaIndex(index, false, locks)}
    WHERE ${open} AND ${present}
   UNION ALL
   SELECT n.v
     FROM (SELECT k.${col} AS v, ROW_NUMBER() OVER (ORDER BY k.${col}) AS rn
-            FROM ${table} AS k WITH (READCOMMITTEDLOCK, READPAST)
+            FROM ${table} AS k ${index === undefined ? `WITH (${locks})` : viaIndex(index, true, locks)}
            INNER JOIN ${name} AS p ON k.${col} > p.v
            WHERE ${open} AND ${present}) AS n
    WHERE n.rn = 1
@@ -70,3 +110,25 @@ export const CLAIM_SET = `SET state = N'processing',
 
 /** The picked ids with their priority: filled by the pick, joined by the UPDATE. */
 export const DECLARE_PICKED = 'DECLARE @v_picked TABLE (id UNIQUEIDENTIFIER NOT NULL PRIMARY KEY, claim_priority INT NOT NULL);';
+
+/** Attempts of a claim refused by a unique index of in-flight keys or aggregates (as on PostgreSQL). */
+const IN_FLIGHT_ATTEMPTS = 5;
+
+/**
+ * Runs an outbox or relay claim again when a unique index of in-flight rows
+ * (`<outbox>_key_in_flight_idx`, `<inbox>_push_in_flight_idx`, migration 11) refused it: a second
+ * row of a key or aggregate would have gone in flight beside one the pick could not see (a row
+ * whose in-flight state was being written when the pick read it, and that stayed in flight). The
+ * claim batch rolled back whole (`XACT_ABORT`); the next attempt sees the row in flight and leaves
+ * the key alone, as PostgreSQL's `claimRetryingInFlight` does.
+ */
+export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await claim();
+    } catch (error) {
+      const inFlight = error instanceof UniqueViolationError && (error.constraint ?? '').endsWith('_in_flight_idx');
+      if (!inFlight || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
+    }
+  }
+}

@@ -32,6 +32,7 @@ const TRANSIENT_NUMBERS = new Set([
   LEFTOVER_TRANSACTION,
   1205, // deadlock victim
   1222, // lock request time out period exceeded
+  601, // a NOLOCK read lost its place to data movement (the claims' head probes read NOLOCK); the next claim reads again
   -2, // client-side timeout reported as an error number
   233, 10053, 10054, 10060, 64, // transport errors
   40197, 40501, 40613, 49918, 49919, 49920, 10928, 10929, 4221, 40540, 40143, // Azure SQL: service busy, failover

@@ -80,3 +80,17 @@ IF COL_LENGTH(${literal(table)}, ${literal(`${column}_bytes`)}) IS NULL
   ALTER TABLE ${table} ADD ${q(`${column}_bytes`)} AS CAST(DATALENGTH(${q(column)}) AS INT) PERSISTED;`;
 }
 
+
+/**
+ * Turns lock escalation off for `table`, once (guarded by `sys.tables.lock_escalation_desc`): a
+ * statement holding 5,000 locks on one table no longer converts them into a table lock (see
+ * "ALTER TABLE … LOCK_ESCALATION" and "Lock escalation" in the SQL Server locking guide,
+ * learn.microsoft.com/sql/t-sql/statements/alter-table-transact-sql,
+ * learn.microsoft.com/sql/relational-databases/sql-server-transaction-locking-and-row-versioning-guide).
+ * DISABLE "prevents lock escalation in most cases" (the ALTER TABLE reference): a few table locks
+ * remain (e.g. a serializable scan of a heap), none of which QueueBox's statements take.
+ */
+export function disableLockEscalation(table: string): string {
+  return `IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(${literal(table)}) AND lock_escalation_desc <> N'DISABLE')
+  ALTER TABLE ${table} SET (LOCK_ESCALATION = DISABLE);`;
+}

@@ -9,7 +9,7 @@
  * on its own (guarded by OBJECT_ID / sys.indexes); all run in one transaction that holds
  * `sp_getapplock 'queuebox_migrate'` owned by the transaction.
  */
-import { binaryColumn, byteLengthColumn, createIndex, createSequence, dropAutoStatistics, dropIndex, literal } from './migration-ddl.ts';
+import { binaryColumn, byteLengthColumn, createIndex, createSequence, disableLockEscalation, dropAutoStatistics, dropIndex, literal } from './migration-ddl.ts';
 import { quoteMssqlIdent as q, type MssqlNames } from './names.ts';
 
 export { FILTERED_INDEX_SET_OPTIONS, KEY_COLLATION, ONLINE_INDEX_EDITIONS } from './migration-ddl.ts';
@@ -208,6 +208,24 @@ CREATE TABLE ${n.maintenance} (
     // written for: `max_attempts + 1`. Sent rows are left as they are (reading them all would
     // rewrite the table); one replayed later gets one delivery fewer than it was written for.
     statements: (n) => [`UPDATE ${n.outbox} SET max_attempts = max_attempts + 1 WHERE state IN (N'pending', N'processing', N'dead');`],
+  },
+  {
+    version: 11,
+    name: 'no lock escalation on the outbox and inbox; one row in flight per key and per push aggregate as an index; empty aggregate ids',
+    // SQL Server only (PostgreSQL has no lock escalation, and its migration 6 made the same
+    // indexes). One statement that writes 5,000 or more rows of a table (an application enqueueing
+    // a large batch in one INSERT) would escalate its row locks to a table lock, and every claim
+    // and every other enqueue would wait until it commits; with escalation disabled the statement
+    // keeps its row and index-key locks (about 100 bytes of lock memory each, so a 100,000-row
+    // INSERT holds tens of megabytes until it commits). The unique indexes back the outbox's and
+    // the relay's one-row-in-flight rules (a claim they refuse is run again); the empty-aggregate
+    // index serves the relay's branch of rows whose aggregate id is '' (no aggregate, as on PostgreSQL).
+    statements: (n) => [
+      ...[n.outbox, n.inbox].map((table) => disableLockEscalation(table)),
+      createIndex(n.outbox, `${n.outboxTable}_key_in_flight_idx`, `UNIQUE INDEX {index} ON {table} ([key]) WHERE state = N'processing' AND [key] IS NOT NULL AND [key] <> N''`, true),
+      createIndex(n.inbox, `${n.inboxTable}_push_in_flight_idx`, `UNIQUE INDEX {index} ON {table} (source, aggregate_id) WHERE state = N'processing' AND consumption = N'push' AND aggregate_id IS NOT NULL AND aggregate_id <> N''`, true),
+      createIndex(n.inbox, `${n.inboxTable}_push_empty_aggregate_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push' AND aggregate_id = N''`, true),
+    ],
   },
   {
     version: 12,
