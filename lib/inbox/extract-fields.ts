@@ -7,7 +7,10 @@ import type { SourceConfig } from '../config/schema.ts';
 import { InboxRejectionError } from './inbox-rejection.ts';
 import { jsonPathText } from './json-path-value.ts';
 
-/** Column limits (migration 1), in characters (Unicode code points, as the columns count them): varchar(255) for keys and ids, varchar(128) for correlation. */
+/**
+ * Column limits (migration 1): 255 for keys and ids, 128 for correlation — in the unit each
+ * dialect counts (`columnLength`).
+ */
 export const MAX_KEY_LENGTH = 255;
 export const MAX_CORRELATION_LENGTH = 128;
 /** Longest initial delay a message may ask for: 30 days, in milliseconds. */
@@ -42,16 +45,37 @@ export function codePointLength(value: string): number {
   return n;
 }
 
-function checkLength(value: string | undefined, max: number, what: string): string | null {
+/** The database a receiver stores into: the unit its text columns count differs. */
+export type ColumnDialect = 'postgres' | 'sqlserver';
+
+/**
+ * Length of `value` as the dialect's columns count it: PostgreSQL's `varchar(n)` counts code points
+ * (an emoji is one); SQL Server's `NVARCHAR(n)` counts UTF-16 code units (an emoji outside the
+ * Basic Multilingual Plane is two, a surrogate pair), so a key of 200 emoji fits PostgreSQL's 255
+ * and not SQL Server's.
+ */
+export function columnLength(value: string, dialect: ColumnDialect): number {
+  return dialect === 'sqlserver' ? value.length : codePointLength(value);
+}
+
+/** The limit's unit in a rejection message. */
+function unitOf(dialect: ColumnDialect): string {
+  return dialect === 'sqlserver' ? 'UTF-16 code units (SQL Server; a character outside the Basic Multilingual Plane, such as an emoji, counts 2)' : 'characters';
+}
+
+function checkLength(value: string | undefined, max: number, what: string, dialect: ColumnDialect): string | null {
   if (value === undefined) return null;
-  const length = codePointLength(value);
-  if (length > max) throw new InboxRejectionError('invalid_field', `${what} must be at most ${max} characters (got ${length})`);
+  const length = columnLength(value, dialect);
+  if (length > max) throw new InboxRejectionError('invalid_field', `${what} must be at most ${max} ${unitOf(dialect)} (got ${length})`);
   if (UNSTORABLE.test(value)) throw new InboxRejectionError('invalid_field', `${what} contains a NUL character or a lone UTF-16 surrogate, which the database cannot store`);
   return value;
 }
 
-/** Extracts and checks the fields of `body` for `source`; throws `InboxRejectionError`. */
-export function extractMessageFields(sourceName: string, source: SourceConfig, body: unknown, external: ExternalValues): MessageFields {
+/**
+ * Extracts and checks the fields of `body` for `source`, lengths as `dialect`'s columns count them;
+ * throws `InboxRejectionError`.
+ */
+export function extractMessageFields(sourceName: string, source: SourceConfig, body: unknown, external: ExternalValues, dialect: ColumnDialect = 'postgres'): MessageFields {
   const at = (key: keyof SourceConfig) => `inbox.sources.${sourceName}.${key}`;
   const idempotencyKey =
     nonEmpty(external.idempotencyKey) ??
@@ -76,10 +100,10 @@ export function extractMessageFields(sourceName: string, source: SourceConfig, b
     }
   }
   return {
-    idempotencyKey: checkLength(idempotencyKey, MAX_KEY_LENGTH, 'idempotency key')!,
-    eventType: checkLength(eventType, MAX_KEY_LENGTH, 'event type'),
-    aggregateId: checkLength(aggregateId, MAX_KEY_LENGTH, 'aggregate id'),
-    correlationId: checkLength(correlationId, MAX_CORRELATION_LENGTH, 'correlation id'),
+    idempotencyKey: checkLength(idempotencyKey, MAX_KEY_LENGTH, 'idempotency key', dialect)!,
+    eventType: checkLength(eventType, MAX_KEY_LENGTH, 'event type', dialect),
+    aggregateId: checkLength(aggregateId, MAX_KEY_LENGTH, 'aggregate id', dialect),
+    correlationId: checkLength(correlationId, MAX_CORRELATION_LENGTH, 'correlation id', dialect),
     delayMs,
   };
 }

@@ -105,7 +105,7 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     await source.authenticate(request.headers, request.body, now());
     const body = parseJsonBody(request.body);
     const idempotencyKey = idempotencyKeyOf(source.idempotency, request.headers, body.value, request.body, `inbox.sources.${source.name}.idempotencyKeyPath`);
-    const fields = extractMessageFields(source.name, withPresetPaths(source.config), body.value, externalValues(source.config, request, idempotencyKey));
+    const fields = extractMessageFields(source.name, withPresetPaths(source.config), body.value, externalValues(source.config, request, idempotencyKey), driver.dialect);
     let result;
     try {
       result = await driver.inboxInsert({ source: source.name, consumption: source.config.consumption, payload: body.value, payloadText: body.text, headers: {}, ...fields, trace: inboundTrace(request) });

@@ -17,7 +17,7 @@ import type { Driver, InboxMessageInput } from '../db/driver.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
-import { codePointLength, extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH } from './extract-fields.ts';
+import { columnLength, extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH, type ColumnDialect } from './extract-fields.ts';
 import { parseJsonBody, storableText } from './parse-json-body.ts';
 import { InboxRejectionError, type RejectionReason } from './inbox-rejection.ts';
 
@@ -73,7 +73,7 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
         continue;
       }
       try {
-        const { message, rejection } = toMessage(source.name, source.config, record);
+        const { message, rejection } = toMessage(source.name, source.config, record, driver.dialect);
         const result = await driver.inboxInsert(message);
         if (rejection !== undefined && !result.duplicate) {
           metrics.count('inboxRejections', 1, { reason: rejection });
@@ -92,7 +92,7 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
 }
 
 /** The row to store for a record: a pending message, or a `dead` one with the rejection reason. */
-function toMessage(name: string, source: SourceConfig, record: SQSRecord): { message: InboxMessageInput; rejection?: RejectionReason } {
+function toMessage(name: string, source: SourceConfig, record: SQSRecord, dialect: ColumnDialect): { message: InboxMessageInput; rejection?: RejectionReason } {
   const base = { source: name, consumption: source.consumption, headers: {}, trace: inboundTrace(record) };
   try {
     const body = parseJsonBody(record.body);
@@ -100,18 +100,18 @@ function toMessage(name: string, source: SourceConfig, record: SQSRecord): { mes
       idempotencyKey: attribute(record, 'x-idempotency-key'),
       correlationId: attribute(record, 'x-correlation-id'),
       fallbackIdempotencyKey: record.messageId,
-    });
+    }, dialect);
     return { message: { ...base, payload: body.value, payloadText: body.text, ...fields } };
   } catch (error) {
     if (!(error instanceof InboxRejectionError)) throw error;
-    return { message: deadMessage(base, record, error.message), rejection: error.reason };
+    return { message: deadMessage(base, record, error.message, dialect), rejection: error.reason };
   }
 }
 
 /** A rejected record as a `dead` row: the raw body as a JSON string, keyed so a redelivery deduplicates. */
-function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers' | 'trace'>, record: SQSRecord, reason: string): InboxMessageInput {
-  const key = storable(attribute(record, 'x-idempotency-key'), MAX_KEY_LENGTH);
-  const correlation = storable(attribute(record, 'x-correlation-id'), MAX_CORRELATION_LENGTH);
+function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers' | 'trace'>, record: SQSRecord, reason: string, dialect: ColumnDialect): InboxMessageInput {
+  const key = storable(attribute(record, 'x-idempotency-key'), MAX_KEY_LENGTH, dialect);
+  const correlation = storable(attribute(record, 'x-correlation-id'), MAX_CORRELATION_LENGTH, dialect);
   const body = storableText(record.body);
   return {
     ...base,
@@ -122,8 +122,8 @@ function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'h
   };
 }
 
-/** `value` when the database can store it within `max` characters, else undefined. */
-function storable(value: string | undefined, max: number): string | undefined {
-  if (value === undefined || codePointLength(value) > max || storableText(value).replaced) return undefined;
+/** `value` when the database can store it within `max` characters (as `dialect` counts them), else undefined. */
+function storable(value: string | undefined, max: number, dialect: ColumnDialect): string | undefined {
+  if (value === undefined || columnLength(value, dialect) > max || storableText(value).replaced) return undefined;
   return value;
 }

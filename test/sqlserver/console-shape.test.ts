@@ -71,9 +71,9 @@ describe('SQL Server console read shapes', () => {
 
   it('dead groups read the newest dead rows through the finished-rows index, group a fixed-length error start and bound both reads', () => {
     const text = statements()['inbox dead groups']!.text;
-    assert.match(text, /SELECT TOP \(@p_scan\) source AS label, consumption AS consumption,\s+CAST\(LEFT\(last_error, 120\) AS NVARCHAR\(120\)\) AS error, created_at AS t\s+FROM \[dbo\]\.\[inbox\] WHERE state = N'dead' ORDER BY created_at DESC/);
+    assert.match(text, /SELECT TOP \(@p_scan\) source COLLATE Latin1_General_100_BIN2 AS label, DATALENGTH\(source\) AS label_bytes,\s+consumption AS consumption,\s+CAST\(LEFT\(last_error, 120\) AS NVARCHAR\(120\)\) COLLATE Latin1_General_100_BIN2 AS error, created_at AS t\s+FROM \[dbo\]\.\[inbox\] WHERE state = N'dead' ORDER BY created_at DESC/);
     assert.match(text, /SELECT TOP \(@p_limit\) label, consumption, error, COUNT\(\*\) AS n/);
-    assert.match(statements()['outbox dead groups']!.text, /topic AS label, CAST\(NULL AS NVARCHAR\(10\)\) AS consumption,[^]+updated_at AS t/);
+    assert.match(statements()['outbox dead groups']!.text, /topic COLLATE Latin1_General_100_BIN2 AS label, DATALENGTH\(topic\) AS label_bytes,\s+CAST\(NULL AS NVARCHAR\(10\)\) AS consumption,[^]+updated_at AS t/);
     assert.throws(() => buildDeadGroups(names, 'outbox', { scanLimit: 10, limit: 5, errorChars: 1001 }), /errorChars must be at most 1000/);
   });
 });

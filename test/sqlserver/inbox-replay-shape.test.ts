@@ -12,7 +12,7 @@ import { allStatements, names, SENTINELS } from './statement-shapes.ts';
 describe('SQL Server inbox requeue shape', () => {
   it('moves dead rows only, in chunks of 500 in sequence order, keeping id and sequence', () => {
     const text = allStatements()['inbox replay']!.text;
-    assert.match(text, /SELECT TOP \(500\) \* FROM \[dbo\]\.\[inbox\] WITH \(ROWLOCK\)\s+WHERE state = N'dead'/);
+    assert.match(text, /SELECT TOP \(500\) \* FROM \[dbo\]\.\[inbox\] WITH \(ROWLOCK, FORCESEEK \(\[inbox_pkey\] \(id\)\)\)\s+WHERE state = N'dead'/);
     assert.match(text, /AND \[sequence\] > @v_after\s+ORDER BY \[sequence\]\)/);
     assert.match(text, /SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME\(\), last_error = NULL,\s+claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL, processed_at = NULL/);
     assert.doesNotMatch(text, /SET[^;]*\b(id|\[sequence\]) =/, 'id and sequence are kept');

@@ -9,6 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { ClaimRef, OutboxMessageInput } from '../driver.ts';
+import { ValidationError } from '../../errors.ts';
 import { outboxInsertValues } from '../outbox-insert-values.ts';
 import type { MssqlNames } from './names.ts';
 
@@ -29,8 +30,21 @@ export function dbNowPlusMs(expression: string, from = 'SYSUTCDATETIME()'): stri
 /** The transaction depth of the connection (0: outside a transaction), read as `depth`. */
 export const SQLSERVER_TRANCOUNT = 'SELECT @@TRANCOUNT AS depth';
 
+/**
+ * Refuses an outbox key of spaces only at `enqueue` on SQL Server: its `=` ignores trailing
+ * spaces, so such a key equals the empty key, which is keyless (claimed freely, no order); on
+ * PostgreSQL it is a key like any other. (Keys that differ only in trailing spaces share one
+ * order: stricter than PostgreSQL, never looser, so they are accepted.)
+ */
+export function assertSqlServerOutboxKey(key: string | null | undefined): void {
+  if (typeof key === 'string' && key !== '' && /^ +$/.test(key)) {
+    throw new ValidationError('message.key', `must not be spaces only on SQL Server (got ${key.length} spaces): SQL Server compares it equal to the empty key, which has no order`);
+  }
+}
+
 /** The outbox INSERT of `enqueue`; returns the statement and the row's id (lower-case). */
 export function sqlServerCallerOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): { id: string; statement: SqlServerCallerStatement } {
+  assertSqlServerOutboxKey(m.key);
   const id = (m.id ?? randomUUID()).toLowerCase();
   const delay = `CAST($8 AS BIGINT)`;
   return {

@@ -10,6 +10,7 @@ import sql from 'mssql';
 import { deadGroupQuery } from '../dead-groups.ts';
 import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
 import { lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { KEY_COLLATION } from './migration-ddl.ts';
 import type { MssqlNames } from './names.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -262,7 +263,8 @@ export const inboxRowGet = (runner: MssqlRunner, names: MssqlNames, p: { id: str
 
 /**
  * Dead rows newest first, keyset-paged as on PostgreSQL: at most `@p_scan` dead rows of the time
- * range after the cursor (id, label and time only), those of the label, the first `@p_limit + 1`
+ * range after the cursor (id, label and time only), those of exactly the label (binary, by byte
+ * length: the default collation may ignore case), the first `@p_limit + 1`
  * by (time, id) descending, and the full rows — payload included — of the first `@p_limit` only.
  * The cursor's time travels as ISO-8601 text with all seven fractional digits (style 126).
  */
@@ -275,7 +277,9 @@ WITH scan AS (
    WHERE state = N'dead' AND (@p_from IS NULL OR ${time} >= @p_from) AND (@p_to IS NULL OR ${time} < @p_to)
      AND (@v_before IS NULL OR ${time} < @v_before OR ${time} = @v_before AND id < @p_before_id)
    ORDER BY ${time} DESC, id DESC),
-hit AS (SELECT TOP (@p_limit + 1) id, t FROM scan WHERE @p_label IS NULL OR label = @p_label ORDER BY t DESC, id DESC)
+hit AS (SELECT TOP (@p_limit + 1) id, t FROM scan
+         WHERE @p_label IS NULL OR label COLLATE ${KEY_COLLATION} = @p_label AND DATALENGTH(label) = DATALENGTH(@p_label)
+         ORDER BY t DESC, id DESC)
 SELECT (SELECT COUNT(*) FROM scan) AS scanned, (SELECT COUNT(*) FROM hit) AS found, p.* FROM (SELECT 1 AS one) one
 OUTER APPLY (SELECT ${COLUMNS[table]}, CONVERT(VARCHAR(27), r.${time}, 126) + 'Z' AS at FROM ${names[table]} r
               WHERE r.id IN (SELECT TOP (@p_limit) id FROM hit ORDER BY t DESC, id DESC)) p
@@ -312,8 +316,8 @@ export const outboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: Cons
 export const inboxDeadSearch = (runner: MssqlRunner, names: MssqlNames, q: ConsoleDeadQuery) => deadSearch(runner, names, 'inbox', q);
 
 /**
- * The newest `@p_scan` dead rows through the finished-rows index, grouped by label (and
- * consumption) and the first `errorChars` characters of `last_error` (as `NVARCHAR(errorChars)`,
+ * The newest `@p_scan` dead rows through the finished-rows index, grouped by the exact label
+ * (binary and by byte length, as a replay of the group matches it), consumption and the first `errorChars` characters of `last_error` (as `NVARCHAR(errorChars)`,
  * a checked whole number); the `@p_limit` largest groups, then the rows scanned.
  */
 export function buildDeadGroups(names: MssqlNames, table: 'outbox' | 'inbox', input: ConsoleDeadGroupQuery): MssqlStatement {
@@ -322,11 +326,12 @@ export function buildDeadGroups(names: MssqlNames, table: 'outbox' | 'inbox', in
   const time = outbox ? 'updated_at' : 'created_at';
   return {
     text: `WITH scan AS (
-  SELECT TOP (@p_scan) ${outbox ? 'topic' : 'source'} AS label, ${outbox ? 'CAST(NULL AS NVARCHAR(10))' : 'consumption'} AS consumption,
-         CAST(LEFT(last_error, ${q.errorChars}) AS NVARCHAR(${q.errorChars})) AS error, ${time} AS t
+  SELECT TOP (@p_scan) ${outbox ? 'topic' : 'source'} COLLATE ${KEY_COLLATION} AS label, DATALENGTH(${outbox ? 'topic' : 'source'}) AS label_bytes,
+         ${outbox ? 'CAST(NULL AS NVARCHAR(10))' : 'consumption'} AS consumption,
+         CAST(LEFT(last_error, ${q.errorChars}) AS NVARCHAR(${q.errorChars})) COLLATE ${KEY_COLLATION} AS error, ${time} AS t
     FROM ${names[table]} WHERE state = N'dead' ORDER BY ${time} DESC)
 SELECT TOP (@p_limit) label, consumption, error, COUNT(*) AS n, MAX(t) AS latest FROM scan
- GROUP BY label, consumption, error ORDER BY COUNT(*) DESC, MAX(t) DESC, label;
+ GROUP BY label, label_bytes, consumption, error ORDER BY COUNT(*) DESC, MAX(t) DESC, label;
 SELECT COUNT(*) AS scanned FROM (SELECT TOP (@p_scan) 1 AS x FROM ${names[table]} WHERE state = N'dead') c;`,
     params: [param('p_scan', sql.Int, q.scanLimit), param('p_limit', sql.Int, q.limit)],
   };

@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
-import { UsageError } from '../../errors.ts';
+import { UsageError, ValidationError } from '../../errors.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -27,11 +27,18 @@ const SAME_KEY = `source = @p_source AND idempotency_key = @p_idempotency_key
  * (an error would doom a caller transaction running with XACT_ABORT ON): the INSERT runs only when
  * no row of the key exists, checked under UPDLOCK/HOLDLOCK (a key-range lock), then the row of the
  * key is read back; it is new when it carries the id this call chose.
+ *
+ * The payload must be one JSON value, as PostgreSQL's `jsonb` requires: the table's check accepts
+ * a payload whose `[…]` wrapping is JSON (so `1,2` passed); one whose `{"v":…}` wrapping is JSON
+ * too is exactly one value (`{"v":1,2}` is not JSON). Checked before the insert (error 51003),
+ * after `inboxInsert` checked it in TypeScript.
  */
 export function buildInboxInsert(names: MssqlNames, m: InboxMessageInput, id: string): MssqlStatement {
   const dead = m.deadReason !== undefined;
   return {
-    text: `INSERT INTO ${names.inbox} (id, source, idempotency_key, aggregate_id, event_type, payload, headers, correlation_id,
+    text: `IF ISJSON(CONCAT(N'[', @p_payload, N']')) = 0 OR ISJSON(CONCAT(N'{"v":', @p_payload, N'}')) = 0
+  THROW ${PAYLOAD_NOT_ONE_VALUE}, N'queuebox: the inbox payload is not one JSON value', 1;
+INSERT INTO ${names.inbox} (id, source, idempotency_key, aggregate_id, event_type, payload, headers, correlation_id,
                    consumption, state, last_error, scheduled_at, created_at, updated_at, trace_context)
 SELECT @p_id, @p_source, @p_idempotency_key, @p_aggregate_id, @p_event_type, @p_payload, @p_headers, @p_correlation_id,
        @p_consumption, @p_state, @p_last_error, ${dbNowPlusMs('@p_delay_ms')}, SYSUTCDATETIME(), SYSUTCDATETIME(), @p_trace_context
@@ -56,16 +63,58 @@ SELECT id, CAST(CASE WHEN id = @p_id THEN 0 ELSE 1 END AS BIT) AS duplicate
   };
 }
 
+/** Error number the inbox insert `THROW`s for a payload that is not one JSON value. */
+export const PAYLOAD_NOT_ONE_VALUE = 51003;
+
 /** How often an insert runs again when retention deleted the duplicate row between its two statements. */
 const INSERT_ATTEMPTS = 3;
+
+/** The inbox's text columns and their lengths in UTF-16 code units, as `NVARCHAR(n)` counts them. */
+const TEXT_LIMITS = [
+  ['source', 255],
+  ['idempotencyKey', 255],
+  ['aggregateId', 255],
+  ['eventType', 255],
+  ['correlationId', 128],
+] as const;
+
+/**
+ * Refuses, before any round trip, what the insert could never store: a text longer than its
+ * column in UTF-16 code units (an emoji counts 2; PostgreSQL's varchar counts it 1), and a
+ * `payloadText` that is not one JSON value. Errors name the field and the message's key.
+ */
+export function checkInboxMessage(m: InboxMessageInput): void {
+  const key = `${m.source.slice(0, 64)}/${m.idempotencyKey.slice(0, 64)}`;
+  for (const [field, max] of TEXT_LIMITS) {
+    const value = m[field];
+    if (typeof value === 'string' && value.length > max) {
+      throw new ValidationError(`message.${field}`, `must be at most ${max} UTF-16 code units on SQL Server (got ${value.length}; a character outside the Basic Multilingual Plane counts 2) — inbox message ${key}`);
+    }
+  }
+  if (m.payloadText !== undefined) {
+    try {
+      JSON.parse(m.payloadText);
+    } catch (error) {
+      throw new ValidationError('message.payloadText', `must be one JSON value (${(error as Error).message}) — inbox message ${key}`);
+    }
+  }
+}
 
 /**
  * Stores the message, or finds the row of its key. Retention may delete that row (a finished one)
  * between the INSERT's check and the read-back; the insert then runs again and stores the message.
- * On QueueBox's own connection a deadlock victim runs again too.
+ * On QueueBox's own connection a deadlock victim, a statement refused for a leftover transaction
+ * and a statement on a socket found dead after a freeze run again too.
+ *
+ * The id is chosen once, for every attempt: an attempt whose INSERT committed (it autocommits on
+ * the pool) and whose read-back then failed — chosen as deadlock victim, or its answer lost with
+ * the connection — leaves a row with this id, and the next attempt reads it back as its own
+ * (`stored`), not as someone else's (`duplicate`).
  */
 export async function inboxInsert(runner: MssqlRunner, names: MssqlNames, m: InboxMessageInput): Promise<InboxInsertResult> {
-  const attempt = async () => (await runStatement<{ id: string; duplicate: boolean }>(runner, buildInboxInsert(names, m, randomUUID()))).recordset[0];
+  checkInboxMessage(m);
+  const statement = buildInboxInsert(names, m, randomUUID());
+  const attempt = async () => (await runStatement<{ id: string; duplicate: boolean }>(runner, statement)).recordset[0];
   for (let i = 0; i < INSERT_ATTEMPTS; i += 1) {
     const row = runner instanceof sql.ConnectionPool ? await retryDeadlocks(attempt) : await attempt();
     if (row) return { id: lowerUuid(row.id), duplicate: row.duplicate };

@@ -13,9 +13,9 @@ import sql from 'mssql';
 import type { InboxReplayFilter, InboxReplayPreviewRow } from '../driver.ts';
 import { ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
-import { lowerUuid, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { lowerUuid, param, runOnceOnly, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
-import { boundedReplayText, chunkedReplayText, replayCommonConditions } from './outbox-queries.ts';
+import { boundedReplayText, chunkedReplayText, exactlyOneOf, replayCommonConditions, replaySeekHint, withHints } from './outbox-queries.ts';
 
 /** The WHERE conditions and parameters of an inbox requeue (dead rows only); throws `UsageError` on an empty filter. */
 export function inboxReplayConditions(f: InboxReplayFilter): { where: string[]; params: MssqlParam[] } {
@@ -26,7 +26,7 @@ export function inboxReplayConditions(f: InboxReplayFilter): { where: string[]; 
     params.push(param('p_ids', sql.NVarChar(sql.MAX), JSON.stringify(f.ids)));
   }
   if (f.sources?.length) {
-    where.push(`source IN (SELECT value FROM OPENJSON(@p_sources) WITH (value NVARCHAR(255) '$'))`);
+    where.push(exactlyOneOf('source', 'p_sources'));
     params.push(param('p_sources', sql.NVarChar(sql.MAX), JSON.stringify(f.sources)));
   }
   replayCommonConditions(f, where, params);
@@ -46,24 +46,24 @@ const REQUEUE_SET = `SET state = N'pending', attempt = 0, scheduled_at = SYSUTCD
 /** The unbounded requeue: chunks of `DELETE_CHUNK` rows in `[sequence]` order, each autocommitted. */
 export function buildInboxReplay(names: MssqlNames, f: InboxReplayFilter): MssqlStatement {
   const { where, params } = inboxReplayConditions(f);
-  return { text: chunkedReplayText(names.inbox, where, REQUEUE_SET), params };
+  return { text: chunkedReplayText(names.inbox, where, REQUEUE_SET, replaySeekHint(names.inboxTable, f)), params };
 }
 
 /** The bounded requeue in one transaction (`boundedReplayText`). */
 export function buildInboxReplayBounded(names: MssqlNames, f: InboxReplayFilter, max: number): MssqlStatement {
   const { where, params } = inboxReplayConditions(f);
-  return { text: boundedReplayText(names.inbox, where, REQUEUE_SET), params: [...params, param('p_max', sql.Int, max)] };
+  return { text: boundedReplayText(names.inbox, where, REQUEUE_SET, replaySeekHint(names.inboxTable, f)), params: [...params, param('p_max', sql.Int, max)] };
 }
 
 /** Moves the matching dead rows back to `pending`; returns how many moved (`ReplayLimitError` past `maxRows`). */
 export async function inboxReplay(runner: MssqlRunner, names: MssqlNames, f: InboxReplayFilter): Promise<number> {
   if (f.maxRows !== undefined) {
     const max = replayMaxRows(f.maxRows);
-    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, buildInboxReplayBounded(names, f, max));
+    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, runOnceOnly(buildInboxReplayBounded(names, f, max)));
     if (Number(recordset[0]?.matched ?? 0) > max) throw new ReplayLimitError(max);
     return Number(recordset[0]?.replayed ?? 0);
   }
-  const { recordset } = await runStatement<{ replayed: number }>(runner, buildInboxReplay(names, f));
+  const { recordset } = await runStatement<{ replayed: number }>(runner, runOnceOnly(buildInboxReplay(names, f)));
   return Number(recordset[0]?.replayed ?? 0);
 }
 
@@ -72,9 +72,10 @@ export function buildInboxReplayPreview(names: MssqlNames, f: InboxReplayFilter,
   const { where, params } = inboxReplayConditions(f);
   params.push(param('p_limit', sql.Int, Math.max(0, Math.floor(limit))));
   const condition = where.join('\n   AND ');
+  const table = `${names.inbox}${withHints(replaySeekHint(names.inboxTable, f))}`;
   return {
-    text: `SELECT COUNT_BIG(*) AS n FROM ${names.inbox} WHERE ${condition};
-SELECT TOP (@p_limit) id, source, aggregate_id, consumption, attempt, last_error, created_at, updated_at FROM ${names.inbox}
+    text: `SELECT COUNT_BIG(*) AS n FROM ${table} WHERE ${condition};
+SELECT TOP (@p_limit) id, source, aggregate_id, consumption, attempt, last_error, created_at, updated_at FROM ${table}
  WHERE ${condition}
  ORDER BY created_at, id;`,
     params,

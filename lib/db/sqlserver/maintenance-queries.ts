@@ -19,9 +19,14 @@ import type { MssqlNames } from './names.ts';
 /**
  * One batch: open the gate `gateName` (always when `throttleMs` is undefined; a forced run still
  * records its time), then, only when it opened, run `reclaimSql` (updates of expired rows that
- * add their counts to `@v_reclaimed`
- * and `@v_dead`). `params` are the reclaim's own bind parameters.
- * Returns `ran`, `reclaimed` and `dead` as the single result row.
+ * add their counts to `@v_reclaimed` and `@v_dead`). `params` are the reclaim's own bind
+ * parameters. Returns `ran`, `reclaimed` and `dead` as the single result row.
+ *
+ * A reclaim that fails (a deadlock, a lock timeout) gives its turn back before the error is
+ * reported: the gate goes back to the time it held (or its new row is deleted), unless another
+ * caller has moved it since, so the next pass reclaims instead of waiting a whole throttle
+ * interval. A request cancelled by the client (a timeout) ends the batch without its CATCH: that
+ * turn stays taken.
  */
 export function buildGatedReclaim(names: MssqlNames, gateName: string, throttleMs: number | undefined, reclaimSql: string, params: MssqlStatement['params'] = []): MssqlStatement {
   const m = names.maintenance;
@@ -29,21 +34,33 @@ export function buildGatedReclaim(names: MssqlNames, gateName: string, throttleM
     text: `DECLARE @v_gate_rows INT = 0;
 DECLARE @v_reclaimed INT = 0;
 DECLARE @v_dead INT = 0;
+DECLARE @v_taken DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @v_previous DATETIME2(7) = NULL;
 INSERT INTO ${m} (name, last_run_at)
-SELECT @p_gate_name, SYSUTCDATETIME()
+SELECT @p_gate_name, @v_taken
  WHERE NOT EXISTS (SELECT 1 FROM ${m} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_gate_name);
 SET @v_gate_rows = @@ROWCOUNT;
 IF @v_gate_rows = 0
 BEGIN
   UPDATE ${m} WITH (UPDLOCK, HOLDLOCK)
-     SET last_run_at = SYSUTCDATETIME()
+     SET @v_previous = last_run_at, last_run_at = @v_taken
    WHERE name = @p_gate_name
      AND (@p_throttle_ms IS NULL OR last_run_at <= ${dbNowPlusMs('-@p_throttle_ms')});
   SET @v_gate_rows = @@ROWCOUNT;
 END;
 IF @v_gate_rows > 0
 BEGIN
+  BEGIN TRY
   ${reclaimSql}
+  END TRY
+  BEGIN CATCH
+    IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+    IF @v_previous IS NULL
+      DELETE FROM ${m} WHERE name = @p_gate_name AND last_run_at = @v_taken;
+    ELSE
+      UPDATE ${m} SET last_run_at = @v_previous WHERE name = @p_gate_name AND last_run_at = @v_taken;
+    THROW;
+  END CATCH;
 END;
 SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_reclaimed AS reclaimed, @v_dead AS dead;`,
     params: [

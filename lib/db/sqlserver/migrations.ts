@@ -227,6 +227,15 @@ CREATE TABLE ${n.maintenance} (
       createIndex(n.inbox, `${n.inboxTable}_push_empty_aggregate_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push' AND aggregate_id = N''`, true),
     ],
   },
+  {
+    version: 12,
+    name: 'expired push leases indexed apart from pull leases',
+    // The relay's reclaim moves expired push rows only; through the lease index it also read every
+    // expired pull row (left to the pull claim), once per chunk. SQL Server only.
+    statements: (n) => [
+      createIndex(n.inbox, `${n.inboxTable}_push_lease_idx`, `INDEX {index} ON {table} (lease_expires_at) WHERE state = N'processing' AND consumption = N'push'`, true),
+    ],
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -9,7 +9,7 @@ import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { ConfigError, TransientDatabaseError, UsageError } from '../../errors.ts';
 import { requireStatementBudgetMs } from '../statement-budget.ts';
-import { mapMssqlError } from './error-map.ts';
+import { LEFTOVER_TRANSACTION, mapMssqlError } from './error-map.ts';
 
 /** The applock wait of every claim lock, in milliseconds (seed: "waits up to 10 seconds"). */
 export const APPLOCK_WAIT_MS = 10_000;
@@ -33,6 +33,24 @@ export const SESSION_SETTINGS = `SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET ANSI_NULLS ON; SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;
 SET IMPLICIT_TRANSACTIONS OFF; SET ROWCOUNT 0; SET TEXTSIZE 2147483647;
 `;
+
+/**
+ * What a statement on QueueBox's own connections runs right after `SESSION_SETTINGS`: a
+ * transaction left open on a pooled connection by its previous user (a raw `BEGIN TRANSACTION`
+ * that never ended) would take the statement in — a fenced write or a claim would hold its rows
+ * until that connection happened to commit, or be rolled back with it. The guard rolls the
+ * leftover transaction back and refuses the statement with error `LEFTOVER_TRANSACTION`
+ * (transient: run again, on a clean connection, it goes through). `depth` is the transaction
+ * count the statement expects: 0 on the pool, 1 inside a transaction QueueBox began.
+ */
+export function transactionGuard(depth: 0 | 1): string {
+  return `IF @@TRANCOUNT > ${depth}
+BEGIN
+  ROLLBACK TRANSACTION;
+  THROW ${LEFTOVER_TRANSACTION}, N'queuebox: a transaction left open on this pooled connection was rolled back; the statement did not run', 1;
+END;
+`;
+}
 
 /** Transactions QueueBox opened itself (`mssqlTransaction`), as opposed to a caller's transaction. */
 const OWN_TRANSACTIONS = new WeakSet<sql.Transaction>();
@@ -141,17 +159,83 @@ function isOwnRunner(runner: MssqlRunner): boolean {
   return runner instanceof sql.ConnectionPool || OWN_TRANSACTIONS.has(runner);
 }
 
-/** The text sent for `statement` on `runner`: `SESSION_SETTINGS` first on QueueBox's own connections, the caller's transaction untouched. */
+/**
+ * The text sent for `statement` on `runner`: `SESSION_SETTINGS` first on QueueBox's own
+ * connections (then `transactionGuard`), the caller's transaction untouched.
+ */
 export function statementText(runner: MssqlRunner, statement: MssqlStatement): string {
-  return isOwnRunner(runner) ? `${SESSION_SETTINGS}${statement.text}` : statement.text;
+  if (!isOwnRunner(runner)) return statement.text;
+  return `${SESSION_SETTINGS}${transactionGuard(runner instanceof sql.ConnectionPool ? 0 : 1)}${statement.text}`;
+}
+
+/** Statements never run a second time after a dead socket (`runOnceOnly`). */
+const ONCE_ONLY = new WeakSet<MssqlStatement>();
+
+/**
+ * Marks `statement` to run at most once even after a freeze: a replay is not conditional on its
+ * own effect (a replayed row delivered again at once matches the filter again), so its error is
+ * reported instead. Returns the statement.
+ */
+export function runOnceOnly(statement: MssqlStatement): MssqlStatement {
+  ONCE_ONLY.add(statement);
+  return statement;
+}
+
+/** When each pool's last statement ended (ms since the epoch, the host clock): how long its connections sat idle. */
+const LAST_USE = new WeakMap<sql.ConnectionPool, number>();
+
+/**
+ * Error codes (as `mapMssqlError` reports them) of a socket found dead: reset, closed or a broken
+ * pipe. Not a timeout: a statement that timed out may have run.
+ */
+const DEAD_SOCKET_CODES = new Set(['ECONNRESET', 'ESOCKET', 'ECONNCLOSED', 'EPIPE']);
+
+/**
+ * True when every connection of `pool` sat idle longer than the pool's idle timeout: connections
+ * the pool would have closed, had its timer run — it does not while a Lambda container is frozen,
+ * and after the thaw the first statements find sockets the network dropped meanwhile.
+ */
+function idlePastReap(pool: sql.ConnectionPool): boolean {
+  const last = LAST_USE.get(pool);
+  const reapMs = (pool as { config?: sql.config }).config?.pool?.idleTimeoutMillis ?? 30_000;
+  return last !== undefined && Date.now() - last > reapMs;
 }
 
 /**
  * Runs one statement (one round trip) on a pool or a transaction; maps database errors. Inside a
  * pass (`withStatementBudget`) the request times out — and is cancelled on the server — when the
  * invocation's time runs out, if that comes before the pool's request timeout.
+ *
+ * A stale connection after a freeze: on the pool, a statement sent after the pool sat idle past its
+ * idle timeout that fails because the socket was found dead runs again, once per connection the
+ * pool may hold (each may be stale). The request never reached the server (the network dropped
+ * the socket while it sat idle), and every statement QueueBox sends on its pool is conditional
+ * (claims, fenced writes, the inbox insert with its id chosen once, reclaim, retention) — except
+ * replays, marked `runOnceOnly`. Inside a transaction nothing runs again: the transaction died
+ * with its connection.
  */
 export async function runStatement<R>(runner: MssqlRunner, statement: MssqlStatement): Promise<sql.IResult<R>> {
+  if (!(runner instanceof sql.ConnectionPool)) return runOnce<R>(runner, statement);
+  const stale = !ONCE_ONLY.has(statement) && idlePastReap(runner);
+  const attempts = 1 + (stale ? Math.max(1, (runner as { config?: sql.config }).config?.pool?.max ?? 1) : 0);
+  try {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await runOnce<R>(runner, statement);
+      } catch (error) {
+        if (attempt >= attempts || !isDeadSocket(error)) throw error;
+      }
+    }
+  } finally {
+    LAST_USE.set(runner, Date.now());
+  }
+}
+
+function isDeadSocket(error: unknown): boolean {
+  return error instanceof TransientDatabaseError && error.code !== undefined && DEAD_SOCKET_CODES.has(error.code);
+}
+
+async function runOnce<R>(runner: MssqlRunner, statement: MssqlStatement): Promise<sql.IResult<R>> {
   const budget = requireStatementBudgetMs();
   // `request(overrides)` takes a per-request timeout (mssql ≥ 11; not in its type definitions).
   const request = budget === undefined ? runner.request() : (runner as unknown as { request(overrides: { requestTimeout: number }): sql.Request }).request({ requestTimeout: Math.min(budget, poolRequestTimeoutMs(runner)) });
@@ -169,9 +253,13 @@ function poolRequestTimeoutMs(runner: MssqlRunner): number {
   return pool.config?.requestTimeout ?? MIN_REQUEST_TIMEOUT_MS;
 }
 
-/** Runs `work` in a READ COMMITTED transaction; rolls back on error. */
-export async function mssqlTransaction<T>(pool: sql.ConnectionPool, work: (tx: sql.Transaction) => Promise<T>): Promise<T> {
-  const tx = new sql.Transaction(pool);
+/**
+ * Runs `work` in a READ COMMITTED transaction; rolls back on error. `overrides.requestTimeout`
+ * applies to every request of the transaction (0: none, for `migrate`'s index builds).
+ */
+export async function mssqlTransaction<T>(pool: sql.ConnectionPool, work: (tx: sql.Transaction) => Promise<T>, overrides?: { requestTimeout: number }): Promise<T> {
+  // `transaction(overrides)` cascades the overrides to every request (mssql ≥ 11; not in its type definitions).
+  const tx = (pool as unknown as { transaction(overrides?: { requestTimeout: number }): sql.Transaction }).transaction(overrides);
   OWN_TRANSACTIONS.add(tx);
   try {
     await tx.begin(sql.ISOLATION_LEVEL.READ_COMMITTED);
@@ -195,8 +283,9 @@ export const DEADLOCK_ATTEMPTS = 3;
 /**
  * Runs `work` again when SQL Server chose it as a deadlock victim (error 1205: the victim's
  * statement or transaction was rolled back whole), up to `DEADLOCK_ATTEMPTS` times with a short
- * random pause. Only for idempotent work on QueueBox's own connections: fenced writes (the fence
- * decides again), a relay forward, an inbox insert.
+ * random pause; also when the statement was refused for a leftover transaction on its pooled
+ * connection (`transactionGuard`: it did not run). Only for idempotent work on QueueBox's own
+ * connections: fenced writes (the fence decides again), a relay forward, an inbox insert.
  */
 export async function retryDeadlocks<T>(work: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt += 1) {
@@ -209,8 +298,9 @@ export async function retryDeadlocks<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
+/** A deadlock victim (1205), or a statement refused because its pooled connection held a leftover transaction (it did not run). */
 function isDeadlock(error: unknown): boolean {
-  return error instanceof TransientDatabaseError && error.code === '1205';
+  return error instanceof TransientDatabaseError && (error.code === '1205' || error.code === String(LEFTOVER_TRANSACTION));
 }
 
 /**

@@ -13,8 +13,10 @@ import { replayMaxRows } from '../replay-bound.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
-import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
-import { MSSQL_DEFAULT_SCHEMA, mssqlNames, type MssqlNames } from './names.ts';
+import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runOnceOnly, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { KEY_COLLATION } from './migration-ddl.ts';
+import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
+import { assertSqlServerOutboxKey } from './caller-statements.ts';
 import { buildStats, runStats } from './table-stats.ts';
 import { serializeTraceContext } from '../../observability/trace-context.ts';
 
@@ -51,6 +53,7 @@ export async function outboxInsert(names: Pick<MssqlNames, 'outbox'>, runner: Ms
 /** `enqueue` on SQL Server: inserts inside the caller's `mssql` Transaction. */
 export async function sqlServerOutboxInsert(names: { schema: string; table: string }, tx: unknown, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
   if (!isMssqlTransaction(tx)) throw new QueueBoxError('expected an mssql Transaction (begun) as the caller transaction');
+  assertSqlServerOutboxKey(m.key);
   const n = mssqlNames(names.schema || MSSQL_DEFAULT_SCHEMA, { outbox: names.table, inbox: 'inbox', maintenance: 'queuebox_maintenance' });
   return outboxInsert(n, tx, m, defaults);
 }
@@ -109,10 +112,15 @@ function replayStates(f: ReplayFilter): string[] {
   return states;
 }
 
-/** Distinct topics of replayable rows (SQL Server has no regex: patterns are matched in the caller). */
+/**
+ * Distinct topics of replayable rows (SQL Server has no regex: patterns are matched in the
+ * caller), each spelling on its own: binary (case- and accent-exact) and by byte length (trailing
+ * spaces), where the database default collation would fold `Order.Paid` into `order.paid`.
+ */
 export function buildOutboxReplayTopics(names: MssqlNames, states: string[]): MssqlStatement {
   return {
-    text: `SELECT DISTINCT topic FROM ${names.outbox} WHERE state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'));`,
+    text: `SELECT DISTINCT topic COLLATE ${KEY_COLLATION} AS topic, DATALENGTH(topic) AS topic_bytes
+  FROM ${names.outbox} WHERE state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'));`,
     params: [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))],
   };
 }
@@ -168,6 +176,31 @@ export function replayCommonConditions(
 }
 
 /**
+ * `column` equals one of the texts of the JSON array `@<param>` exactly: compared binary (the
+ * database default collation may ignore case: a replay of `order.paid` moved `Order.Paid` rows
+ * too) and by byte length (`=` ignores trailing spaces under every collation).
+ */
+export function exactlyOneOf(column: string, paramName: string): string {
+  return `EXISTS (SELECT 1 FROM OPENJSON(@${paramName}) WITH (value NVARCHAR(255) '$') AS f
+                WHERE f.value = ${column} COLLATE ${KEY_COLLATION} AND DATALENGTH(f.value) = DATALENGTH(${column}))`;
+}
+
+/**
+ * The table hint of a replay or preview that lists its rows (`ids`, or the console's `asRead`):
+ * a seek per listed id on the primary key, not a scan of the whole table in `[sequence]` order
+ * for a few rows. Empty for other filters. `table` is the unqualified table name.
+ */
+export function replaySeekHint(table: string, f: Pick<ReplayFilter, 'ids' | 'asRead'>): string {
+  return f.ids?.length || f.asRead?.length ? `FORCESEEK (${quoteMssqlIdent(`${table}_pkey`)} (id))` : '';
+}
+
+/** `WITH (…)` of `hints` (empty ones left out). */
+export function withHints(...hints: string[]): string {
+  const list = hints.filter((h) => h !== '');
+  return list.length === 0 ? '' : ` WITH (${list.join(', ')})`;
+}
+
+/**
  * The WHERE conditions and parameters of a replay filter, shared by the replay and its preview;
  * `matchedTopics` are the topics the route patterns matched (when patterns were given).
  */
@@ -180,11 +213,11 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
     params.push(param('p_ids', sql.NVarChar(sql.MAX), JSON.stringify(f.ids)));
   }
   if (f.topics?.length) {
-    where.push(`topic IN (SELECT value FROM OPENJSON(@p_topics) WITH (value NVARCHAR(255) '$'))`);
+    where.push(exactlyOneOf('topic', 'p_topics'));
     params.push(param('p_topics', sql.NVarChar(sql.MAX), JSON.stringify(f.topics)));
   }
   if (f.topicPatterns?.length) {
-    where.push(`topic IN (SELECT value FROM OPENJSON(@p_matched_topics) WITH (value NVARCHAR(255) '$'))`);
+    where.push(exactlyOneOf('topic', 'p_matched_topics'));
     params.push(param('p_matched_topics', sql.NVarChar(sql.MAX), JSON.stringify(matchedTopics ?? [])));
   }
   replayCommonConditions(f, where, params);
@@ -198,7 +231,7 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
 export async function replayMatchedTopics(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<string[] | undefined> {
   if (!f.topicPatterns?.length) return undefined;
   const patterns = f.topicPatterns.map((p) => new RegExp(topicPatternSource(p), 'u'));
-  const { recordset } = await runStatement<{ topic: string }>(runner, buildOutboxReplayTopics(names, replayStates(f)));
+  const { recordset } = await runStatement<{ topic: string; topic_bytes: number }>(runner, buildOutboxReplayTopics(names, replayStates(f)));
   return recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
 }
 
@@ -207,7 +240,7 @@ export async function replayMatchedTopics(runner: MssqlRunner, names: MssqlNames
  * chunk after the last one's highest `sequence` (shared by the outbox replay and the inbox
  * requeue); selects the rows moved as `replayed`.
  */
-export function chunkedReplayText(table: string, where: string[], set: string): string {
+export function chunkedReplayText(table: string, where: string[], set: string, seekHint = ''): string {
   return `DECLARE @v_replayed INT = 0;
 DECLARE @v_chunk INT = 1;
 DECLARE @v_after BIGINT = 0;
@@ -216,7 +249,7 @@ WHILE @v_chunk > 0
 BEGIN
   DELETE FROM @v_moved;
   WITH chunk AS (
-    SELECT TOP (${DELETE_CHUNK}) * FROM ${table} WITH (ROWLOCK)
+    SELECT TOP (${DELETE_CHUNK}) * FROM ${table}${withHints('ROWLOCK', seekHint)}
      WHERE ${where.join('\n       AND ')}
        AND [sequence] > @v_after
      ORDER BY [sequence])
@@ -237,7 +270,7 @@ const REPLAY_SET = `SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDA
 /** The replay UPDATE; `matchedTopics` are the topics the route patterns matched (when patterns were given). */
 export function buildOutboxReplay(names: MssqlNames, f: ReplayFilter, matchedTopics?: string[]): MssqlStatement {
   const { where, params } = replayConditions(f, matchedTopics);
-  return { text: chunkedReplayText(names.outbox, where, REPLAY_SET), params };
+  return { text: chunkedReplayText(names.outbox, where, REPLAY_SET, replaySeekHint(names.outboxTable, f)), params };
 }
 
 /**
@@ -252,11 +285,11 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
   if (matched?.length === 0) return 0;
   if (f.maxRows !== undefined) {
     const max = replayMaxRows(f.maxRows);
-    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, buildOutboxReplayBounded(names, f, max, matched));
+    const { recordset } = await runStatement<{ matched: number; replayed: number }>(runner, runOnceOnly(buildOutboxReplayBounded(names, f, max, matched)));
     if (Number(recordset[0]?.matched ?? 0) > max) throw new ReplayLimitError(max);
     return Number(recordset[0]?.replayed ?? 0);
   }
-  const { recordset } = await runStatement<{ replayed: number }>(runner, buildOutboxReplay(names, f, matched));
+  const { recordset } = await runStatement<{ replayed: number }>(runner, runOnceOnly(buildOutboxReplay(names, f, matched)));
   return Number(recordset[0]?.replayed ?? 0);
 }
 
@@ -266,15 +299,15 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
  * (UPDLOCK, HOLDLOCK), and moves them only when there are no more than `max`; selects `matched`
  * (capped at `max + 1`) and `replayed`. Binds `@p_max`.
  */
-export function boundedReplayText(table: string, where: string[], set: string): string {
+export function boundedReplayText(table: string, where: string[], set: string, seekHint = ''): string {
   return `SET XACT_ABORT ON;
 BEGIN TRANSACTION;
-DECLARE @v_matched INT = (SELECT COUNT(*) FROM (SELECT TOP (@p_max + 1) 1 AS x FROM ${table} WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+DECLARE @v_matched INT = (SELECT COUNT(*) FROM (SELECT TOP (@p_max + 1) 1 AS x FROM ${table}${withHints('UPDLOCK', 'ROWLOCK', 'HOLDLOCK', seekHint)}
    WHERE ${where.join('\n     AND ')}) c);
 DECLARE @v_replayed INT = 0;
 IF @v_matched <= @p_max
 BEGIN
-  UPDATE TOP (@p_max) ${table} WITH (ROWLOCK)
+  UPDATE TOP (@p_max) ${table}${withHints('ROWLOCK', seekHint)}
      ${set}
    WHERE ${where.join('\n     AND ')};
   SET @v_replayed = @@ROWCOUNT;
@@ -286,7 +319,7 @@ SELECT @v_matched AS matched, @v_replayed AS replayed;`;
 /** A bounded outbox replay (`boundedReplayText`); `matchedTopics` as for `buildOutboxReplay`. */
 export function buildOutboxReplayBounded(names: MssqlNames, f: ReplayFilter, max: number, matchedTopics?: string[]): MssqlStatement {
   const { where, params } = replayConditions(f, matchedTopics);
-  return { text: boundedReplayText(names.outbox, where, REPLAY_SET), params: [...params, param('p_max', sql.Int, max)] };
+  return { text: boundedReplayText(names.outbox, where, REPLAY_SET, replaySeekHint(names.outboxTable, f)), params: [...params, param('p_max', sql.Int, max)] };
 }
 
 /** Deletes at most `limit` rows of one finished state older than `olderThanMs` (by `updated_at`). */

@@ -16,10 +16,26 @@ import { inClaimTransaction, pullLockExpression } from './claim-locks.ts';
 import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf } from './claim-order.ts';
 import { buildFencedBatch, runFencedBatch, type FencedKind } from './fenced-batch.ts';
 import { DECLARE_INBOX_CLAIMED, INBOX_COLUMNS, type InboxDbRow, toInboxRow } from './inbox-rows.ts';
-import { msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 
 const PULL_ONLY = ` AND r.consumption = N'pull'`;
+
+/** The least time a pull claim's lease has left when the claim writes it, in milliseconds (or the whole lease when shorter). */
+export const PULL_LEASE_FLOOR_MS = 1000;
+
+/**
+ * The claim's SET with a floor under the lease: a claim's lease runs from the start of its batch
+ * (`@v_claim_start`, as the other claims), and the wait for the source's claim lock (up to 10 s)
+ * came out of it — a short pull lease came back already expired. The lease is the later of
+ * `@v_claim_start + lease` and `SYSUTCDATETIME() + @p_lease_floor_ms` at the UPDATE, on the
+ * database clock, to the millisecond (DATETIME2(7)).
+ */
+const CLAIM_LEASE = `lease_expires_at = ${dbNowPlusMs('@p_lease_ms', '@v_claim_start')}`;
+const FLOORED_LEASE = `lease_expires_at = CASE WHEN ${dbNowPlusMs('@p_lease_ms', '@v_claim_start')} > ${dbNowPlusMs('@p_lease_floor_ms')}
+                             THEN ${dbNowPlusMs('@p_lease_ms', '@v_claim_start')} ELSE ${dbNowPlusMs('@p_lease_floor_ms')} END`;
+if (!CLAIM_SET.includes(CLAIM_LEASE)) throw new Error('pull claim: the shared claim SET no longer computes the lease as expected');
+const PULL_CLAIM_SET = CLAIM_SET.replace(CLAIM_LEASE, FLOORED_LEASE);
 
 /** Rows of exactly the source `@p_source` (alias `a`): `=` ignores trailing spaces, the byte length does not. */
 function ofSource(a: string): string {
@@ -82,7 +98,7 @@ SELECT TOP (@p_limit) u.id, u.claim_priority
  ORDER BY u.claim_priority, u.scheduled_at, u.created_at, u.id
 OPTION (MAXRECURSION 0);
 UPDATE i
-   ${CLAIM_SET},
+   ${PULL_CLAIM_SET},
        ${LOST_LEASE_SET}
 OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
   INTO @v_claimed (${INBOX_COLUMNS.join(', ')}, claim_priority)
@@ -99,7 +115,12 @@ OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
       claim,
       `SELECT ${INBOX_COLUMNS.join(', ')} FROM @v_claimed ORDER BY claim_priority, scheduled_at, created_at, id;`,
     ),
-    params: [param('p_source', sql.NVarChar(255), p.source), param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs))],
+    params: [
+      param('p_source', sql.NVarChar(255), p.source),
+      param('p_limit', sql.Int, p.limit),
+      param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs)),
+      param('p_lease_floor_ms', sql.BigInt, Math.min(msValue('leaseMs', p.leaseMs), PULL_LEASE_FLOOR_MS)),
+    ],
   };
 }
 

@@ -9,16 +9,18 @@ import sql from 'mssql';
 import type { ReplayFilter, ReplayPreviewRow } from '../driver.ts';
 import { lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
-import { replayConditions, replayMatchedTopics } from './outbox-queries.ts';
+import { replayConditions, replayMatchedTopics, replaySeekHint, withHints } from './outbox-queries.ts';
 
 /** The count and sample statement; `matchedTopics` are the topics the route patterns matched. */
 export function buildOutboxReplayPreview(names: MssqlNames, f: ReplayFilter, limit: number, matchedTopics?: string[]): MssqlStatement {
   const { where, params } = replayConditions(f, matchedTopics);
   params.push(param('p_limit', sql.Int, Math.max(0, Math.floor(limit))));
   const condition = where.join('\n   AND ');
+  // Rows listed by id are read by a seek each, not by a scan of the outbox.
+  const table = `${names.outbox}${withHints(replaySeekHint(names.outboxTable, f))}`;
   return {
-    text: `SELECT COUNT_BIG(*) AS n FROM ${names.outbox} WHERE ${condition};
-SELECT TOP (@p_limit) id, topic, [key], state, attempt, last_error, created_at, updated_at FROM ${names.outbox}
+    text: `SELECT COUNT_BIG(*) AS n FROM ${table} WHERE ${condition};
+SELECT TOP (@p_limit) id, topic, [key], state, attempt, last_error, created_at, updated_at FROM ${table}
  WHERE ${condition}
  ORDER BY created_at, id;`,
     params,

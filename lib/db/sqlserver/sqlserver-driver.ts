@@ -24,6 +24,9 @@ import * as outbox from './outbox-queries.ts';
 import * as pull from './pull-queries.ts';
 import { outboxReplayPreview } from './replay-preview.ts';
 
+/** The request timeout of `migrate`'s transaction: none (tedious: 0 is no timeout). */
+export const MIGRATE_REQUEST_TIMEOUT_MS = 0;
+
 /** Accepts the caller's begun `mssql` Transaction. */
 function asTransaction(tx: CallerTransaction): sql.Transaction {
   if (isMssqlTransaction(tx)) return tx;
@@ -56,6 +59,11 @@ export class SqlServerDriver implements Driver {
     return this.#pool;
   }
 
+  /**
+   * Applies the migrations not yet recorded, in one transaction under the migrate lock. Its
+   * requests have no timeout (`MIGRATE_REQUEST_TIMEOUT_MS`): an index build on a large table
+   * takes longer than the pool's request timeout, and a timeout would roll every migration back.
+   */
   async migrate(): Promise<{ applied: number[] }> {
     const n = this.names;
     const applied = await mssqlTransaction(await this.pool(), async (tx) => {
@@ -76,7 +84,7 @@ export class SqlServerDriver implements Driver {
         versions.push(migration.version);
       }
       return versions;
-    });
+    }, { requestTimeout: MIGRATE_REQUEST_TIMEOUT_MS });
     return { applied };
   }
 
