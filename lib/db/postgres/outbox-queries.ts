@@ -115,13 +115,72 @@ const CLAIM_RESULT = `id uuid, topic varchar, key varchar, payload_text text, he
 const WINDOW_ROWS = `,
             (SELECT count(*) FROM oldest)::int AS window_rows`;
 
-/** What both claim statements set and return. */
-function claimUpdate(t: string): string {
+/**
+ * The CTEs (to follow `candidates`) that extend the claimed heads of keys with the next rows of
+ * their keys, `rowsPerKey - 1` at most per key (`outbox.rowsPerKey`), within the batch size
+ * `limit`: `next_rows` reads the rows after each keyed candidate in `sequence` order (the key-head
+ * index, at most `rowsPerKey - 1` per key); `follower_choice` keeps the consecutive due `pending`
+ * ones (a row not due, or already in flight, ends the run of its key), by rank so that every key
+ * gets its second row before any gets its third; `followers` locks them (SKIP LOCKED); `kept`
+ * drops a key's rows after one that could not be locked; `key_tokens` is one claim token per key
+ * with followers, for its head and followers alike. The candidates are untouched: a follower is
+ * never a candidate (a row of its key comes before it).
+ */
+function followerCtes(t: string, limit: number, rowsPerKey: number): string {
+  return `,
+     next_rows AS (
+       SELECT n.id, h.key, n.state, n.scheduled_at, n.sequence,
+              row_number() OVER (PARTITION BY h.key ORDER BY n.sequence) AS rank
+         FROM (SELECT c.key, c.sequence FROM ${t} c
+                WHERE c.id = ANY (ARRAY(SELECT id FROM candidates)) AND c.key <> '') h
+         CROSS JOIN LATERAL (
+           SELECT n.id, n.state, n.scheduled_at, n.sequence FROM ${t} n
+            WHERE n.key = h.key AND n.state IN ('pending', 'processing') AND n.sequence > h.sequence
+            ORDER BY n.sequence
+            LIMIT ${rowsPerKey - 1}) n
+     ),
+     follower_choice AS (
+       SELECT r.id, r.key, r.rank FROM next_rows r
+        WHERE NOT EXISTS (
+          SELECT 1 FROM next_rows b
+           WHERE b.key = r.key AND b.rank <= r.rank AND (b.state <> 'pending' OR b.scheduled_at > statement_timestamp()))
+        ORDER BY r.rank, r.sequence
+        LIMIT greatest(0, ${limit} - (SELECT count(*) FROM candidates))
+     ),
+     followers AS (
+       SELECT c.id FROM ${t} c
+        WHERE c.id = ANY (ARRAY(SELECT id FROM follower_choice)) AND (c.state || '') = 'pending'
+          FOR UPDATE SKIP LOCKED
+     ),
+     kept AS (
+       SELECT f.id, f.key FROM follower_choice f
+        WHERE NOT EXISTS (
+          SELECT 1 FROM follower_choice g
+           WHERE g.key = f.key AND g.rank <= f.rank AND g.id NOT IN (SELECT id FROM followers))
+     ),
+     key_tokens AS (SELECT k.key, gen_random_uuid() AS token FROM (SELECT DISTINCT key FROM kept) k)
+     `;
+}
+
+/**
+ * What both claim statements set and return. With `rowsPerKey` above 1 the claim also takes the
+ * followers (`followerCtes`); `key_first` is true on the first row of each key in the claim (the
+ * candidate) and false on its followers — the unique index `…_key_holder_in_flight_idx` holds
+ * one first row per key in flight, so one claim per key.
+ */
+function claimUpdate(t: string, limit: number, rowsPerKey: number): string {
+  const pipelined = rowsPerKey > 1;
+  const set = pipelined
+    ? `${claimSet('$1').replace('claim_token = gen_random_uuid()', 'claim_token = coalesce((SELECT k.token FROM key_tokens k WHERE k.key = o.key), gen_random_uuid())')},
+            key_first = o.id <> ALL (ARRAY(SELECT id FROM kept))`
+    : `${claimSet('$1')},
+            key_first = true`;
+  const claimed = pipelined ? 'SELECT id FROM candidates UNION ALL SELECT id FROM kept' : 'SELECT id FROM candidates';
   // By id from the array of candidates, not a join: a join's order follows the row estimates, and
   // a plan kept from a nearly empty table would scan the whole table once per candidate.
-  return `UPDATE ${t} o
-        SET ${claimSet('$1')}
-      WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
+  return `${pipelined ? followerCtes(t, limit, rowsPerKey) : ''}UPDATE ${t} o
+        SET ${set}
+      WHERE o.id = ANY (ARRAY(${claimed}))
   RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
@@ -134,7 +193,7 @@ function claimUpdate(t: string): string {
  * of the keys that can move, then keyless rows. Each row also returns `window_rows`, how many
  * rows the window gave, so that the next claim knows whether the window alone would do.
  */
-const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
+function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): string {
   const t = names.outbox;
   return `WITH RECURSIVE
      -- every key with an open row, one index probe each (a loose scan of the key-head index)
@@ -195,8 +254,8 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
           FOR UPDATE SKIP LOCKED) AS keyless
        LIMIT ${limit}
      )
-     ${claimUpdate(t)}`;
-});
+     ${claimUpdate(t, limit, rowsPerKey)}`;
+}
 
 /**
  * The window claim: retries and the window of the oldest rows only — the same rows the full claim
@@ -204,7 +263,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
  * recursive scan, no head or keyless branch to plan: 0.5 ms instead of 1.4 ms per claim). Each
  * row also returns `window_rows`.
  */
-const outboxWindowClaimText = oncePerNamesAndLimit((names, limit) => {
+function outboxWindowClaimText(names: PgNames, limit: number, rowsPerKey: number): string {
   const t = names.outbox;
   return `WITH ${retriedAndOldest(t, limit)},
      candidates AS (
@@ -213,19 +272,34 @@ const outboxWindowClaimText = oncePerNamesAndLimit((names, limit) => {
        SELECT id FROM oldest
        LIMIT ${limit}
      )
-     ${claimUpdate(t)}`;
-});
+     ${claimUpdate(t, limit, rowsPerKey)}`;
+}
 
 /** A claim text of the outbox as a statement that may run as a function (`$1`: the lease in ms). */
 function outboxStatement(names: PgNames, text: string): ClaimStatement {
   return { table: names.outboxTable, text, params: ['double precision'], returns: CLAIM_RESULT };
 }
 
-/** The window claim and the full claim of `names` at batch size `limit`. */
-export const outboxClaimStatements = oncePerNamesAndLimit((names, limit) => ({
-  window: outboxStatement(names, outboxWindowClaimText(names, limit)),
-  full: outboxStatement(names, outboxClaimText(names, limit)),
-}));
+/** The claim statements of `names` at batch size `limit`, by rows per key. */
+const claimStatementsByDepth = oncePerNamesAndLimit(() => new Map<number, { window: ClaimStatement; full: ClaimStatement }>());
+
+/**
+ * The window claim and the full claim of `names` at batch size `limit`, taking up to
+ * `rowsPerKey` rows of a key (`outbox.rowsPerKey`; 1: the head only). Built once each.
+ */
+export function outboxClaimStatements(names: PgNames, limit: number, rowsPerKey = 1): { window: ClaimStatement; full: ClaimStatement } {
+  if (!Number.isSafeInteger(rowsPerKey) || rowsPerKey < 1) throw new RangeError(`rows per key must be a positive integer, not ${rowsPerKey}`);
+  const byDepth = claimStatementsByDepth(names, limit);
+  let statements = byDepth.get(rowsPerKey);
+  if (statements === undefined) {
+    statements = {
+      window: outboxStatement(names, outboxWindowClaimText(names, limit, rowsPerKey)),
+      full: outboxStatement(names, outboxClaimText(names, limit, rowsPerKey)),
+    };
+    byDepth.set(rowsPerKey, statements);
+  }
+  return statements;
+}
 
 /**
  * Which claim a driver sends first: the window claim while the window has been filling batches
@@ -253,8 +327,8 @@ const windowFirst = new WeakMap<PgNames, boolean>();
  * back when the window alone would have done. Every statement carries the whole batch size, so
  * there are two statement texts per batch size (one prepared statement each).
  */
-export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const statements = outboxClaimStatements(ctx.names, p.limit);
+export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxRow[]> {
+  const statements = outboxClaimStatements(ctx.names, p.limit, p.rowsPerKey ?? 1);
   const claim = async (statement: ClaimStatement) =>
     (
       await claimRetryingInFlight(() =>
