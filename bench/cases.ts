@@ -12,7 +12,7 @@ const LOADERS: Record<string, () => Promise<BenchCase>> = {
   'queuebox-rows-4': async () => (await import('./queuebox-case.ts')).queueboxRows4Case,
   'queuebox-prepared': async () => (await import('./queuebox-case.ts')).queueboxPreparedCase,
   'queuebox-sqs': async () => (await import('./queuebox-case.ts')).queueboxSqsCase,
-  'queuebox-sqs-rows-1': async () => (await import('./queuebox-case.ts')).queueboxSqsRows1Case,
+  'queuebox-rows-1-sqs': async () => (await import('./queuebox-case.ts')).queueboxSqsRows1Case,
   'pg-boss': async () => (await import('./pg-boss-case.ts')).pgBossCase,
   'graphile-worker': async () => (await import('./graphile-worker-case.ts')).graphileWorkerCase,
 };

@@ -153,4 +153,4 @@ export const queueboxRows4Case = queueboxCase('queuebox-rows-4', 'noop', false, 
 /** The real pass to SQS on the fauxqs emulator. */
 export const queueboxSqsCase = queueboxCase('queuebox-sqs', 'sqs');
 /** The real pass to SQS on fauxqs with `outbox.rowsPerKey: 1`. */
-export const queueboxSqsRows1Case = queueboxCase('queuebox-sqs-rows-1', 'sqs', false, 1);
+export const queueboxSqsRows1Case = queueboxCase('queuebox-rows-1-sqs', 'sqs', false, 1);

@@ -11,6 +11,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
+import { claimFollowers } from './outbox-claim-followers.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -116,71 +117,18 @@ const WINDOW_ROWS = `,
             (SELECT count(*) FROM oldest)::int AS window_rows`;
 
 /**
- * The CTEs (to follow `candidates`) that extend the claimed heads of keys with the next rows of
- * their keys, `rowsPerKey - 1` at most per key (`outbox.rowsPerKey`), within the batch size
- * `limit`: `next_rows` reads the rows after each keyed candidate in `sequence` order (the key-head
- * index, at most `rowsPerKey - 1` per key); `follower_choice` keeps the consecutive due `pending`
- * ones (a row not due, or already in flight, ends the run of its key), by rank so that every key
- * gets its second row before any gets its third; `followers` locks them (SKIP LOCKED); `kept`
- * drops a key's rows after one that could not be locked; `key_tokens` is one claim token per key
- * with followers, for its head and followers alike. The candidates are untouched: a follower is
- * never a candidate (a row of its key comes before it).
- */
-function followerCtes(t: string, limit: number, rowsPerKey: number): string {
-  return `,
-     next_rows AS (
-       SELECT n.id, h.key, n.state, n.scheduled_at, n.sequence,
-              row_number() OVER (PARTITION BY h.key ORDER BY n.sequence) AS rank
-         FROM (SELECT c.key, c.sequence FROM ${t} c
-                WHERE c.id = ANY (ARRAY(SELECT id FROM candidates)) AND c.key <> '') h
-         CROSS JOIN LATERAL (
-           SELECT n.id, n.state, n.scheduled_at, n.sequence FROM ${t} n
-            WHERE n.key = h.key AND n.state IN ('pending', 'processing') AND n.sequence > h.sequence
-            ORDER BY n.sequence
-            LIMIT ${rowsPerKey - 1}) n
-     ),
-     follower_choice AS (
-       SELECT r.id, r.key, r.rank FROM next_rows r
-        WHERE NOT EXISTS (
-          SELECT 1 FROM next_rows b
-           WHERE b.key = r.key AND b.rank <= r.rank AND (b.state <> 'pending' OR b.scheduled_at > statement_timestamp()))
-        ORDER BY r.rank, r.sequence
-        LIMIT greatest(0, ${limit} - (SELECT count(*) FROM candidates))
-     ),
-     followers AS (
-       SELECT c.id FROM ${t} c
-        WHERE c.id = ANY (ARRAY(SELECT id FROM follower_choice)) AND (c.state || '') = 'pending'
-          FOR UPDATE SKIP LOCKED
-     ),
-     kept AS (
-       SELECT f.id, f.key FROM follower_choice f
-        WHERE NOT EXISTS (
-          SELECT 1 FROM follower_choice g
-           WHERE g.key = f.key AND g.rank <= f.rank AND g.id NOT IN (SELECT id FROM followers))
-     ),
-     key_tokens AS (SELECT k.key, gen_random_uuid() AS token FROM (SELECT DISTINCT key FROM kept) k)
-     `;
-}
-
-/**
  * What both claim statements set and return. With `rowsPerKey` above 1 the claim also takes the
  * followers (`followerCtes`); `key_first` is true on the first row of each key in the claim (the
  * candidate) and false on its followers — the unique index `…_key_holder_in_flight_idx` holds
  * one first row per key in flight, so one claim per key.
  */
 function claimUpdate(t: string, limit: number, rowsPerKey: number): string {
-  const pipelined = rowsPerKey > 1;
-  const set = pipelined
-    ? `${claimSet('$1').replace('claim_token = gen_random_uuid()', 'claim_token = coalesce((SELECT k.token FROM key_tokens k WHERE k.key = o.key), gen_random_uuid())')},
-            key_first = o.id <> ALL (ARRAY(SELECT id FROM kept))`
-    : `${claimSet('$1')},
-            key_first = true`;
-  const claimed = pipelined ? 'SELECT id FROM candidates UNION ALL SELECT id FROM kept' : 'SELECT id FROM candidates';
+  const followers = claimFollowers(t, limit, rowsPerKey);
   // By id from the array of candidates, not a join: a join's order follows the row estimates, and
   // a plan kept from a nearly empty table would scan the whole table once per candidate.
-  return `${pipelined ? followerCtes(t, limit, rowsPerKey) : ''}UPDATE ${t} o
-        SET ${set}
-      WHERE o.id = ANY (ARRAY(${claimed}))
+  return `${followers.ctes}UPDATE ${t} o
+        SET ${followers.set(claimSet('$1'))}
+      WHERE o.id = ANY (ARRAY(${followers.claimed}))
   RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
