@@ -7,12 +7,14 @@
 /**
  * The CTEs (to follow `candidates`) that extend the claimed heads of keys with the next rows of
  * their keys, `rowsPerKey - 1` at most per key, within the batch size `limit`. `next_rows` reads
- * the rows after each keyed candidate in `sequence` order (the key-head index; nothing when the
- * heads filled the batch); `follower_choice` keeps the consecutive due `pending` ones (a row not
- * due, or in flight, ends the run of its key), by rank, so that every key gets its second row
- * before any gets its third; `followers` locks them (SKIP LOCKED); `kept` drops a key's rows
- * after one that could not be locked; `key_tokens` is one claim token per key with followers, for
- * its head and followers alike. A follower is never a candidate (a row of its key comes first).
+ * the rows after each keyed candidate in `sequence` order (the key-head index; no more per key
+ * than the room the heads left in the batch); `follower_choice` keeps the consecutive due
+ * `pending` ones (`run_end`: a row not due, or in flight, ends the run of its key), by rank, so
+ * that every key gets its second row before any gets its third; `followers` locks them (SKIP
+ * LOCKED); `kept` drops a key's rows after one that could not be locked (`lock_gap`);
+ * `key_tokens` is one claim token per key with followers, for its head and followers alike. A
+ * follower is never a candidate (a row of its key comes first). Each step is linear in the rows
+ * read (per-key minimums joined back, no pairwise comparison).
  */
 function followerCtes(t: string, limit: number, rowsPerKey: number): string {
   return `,
@@ -27,13 +29,18 @@ function followerCtes(t: string, limit: number, rowsPerKey: number): string {
            SELECT n.id, n.state, n.scheduled_at, n.sequence FROM ${t} n
             WHERE n.key = h.key AND n.state IN ('pending', 'processing') AND n.sequence > h.sequence
             ORDER BY n.sequence
-            LIMIT ${rowsPerKey - 1}) n
+            LIMIT greatest(0, least(${rowsPerKey - 1}, ${limit} - (SELECT count(*) FROM candidates)))) n
+     ),
+     -- per key, the first of its next rows that is not due or not pending: the run ends before it
+     run_end AS (
+       SELECT r.key, min(r.rank) AS rank FROM next_rows r
+        WHERE r.state <> 'pending' OR r.scheduled_at > statement_timestamp()
+        GROUP BY r.key
      ),
      follower_choice AS (
        SELECT r.id, r.key, r.rank FROM next_rows r
-        WHERE NOT EXISTS (
-          SELECT 1 FROM next_rows b
-           WHERE b.key = r.key AND b.rank <= r.rank AND (b.state <> 'pending' OR b.scheduled_at > statement_timestamp()))
+         LEFT JOIN run_end e ON e.key = r.key
+        WHERE e.rank IS NULL OR r.rank < e.rank
         ORDER BY r.rank, r.sequence
         LIMIT greatest(0, ${limit} - (SELECT count(*) FROM candidates))
      ),
@@ -42,11 +49,16 @@ function followerCtes(t: string, limit: number, rowsPerKey: number): string {
         WHERE c.id = ANY (ARRAY(SELECT id FROM follower_choice)) AND (c.state || '') = 'pending'
           FOR UPDATE SKIP LOCKED
      ),
+     -- per key, the first chosen row another transaction held locked: the run ends before it
+     lock_gap AS (
+       SELECT f.key, min(f.rank) AS rank FROM follower_choice f
+        WHERE f.id NOT IN (SELECT id FROM followers)
+        GROUP BY f.key
+     ),
      kept AS (
        SELECT f.id, f.key FROM follower_choice f
-        WHERE NOT EXISTS (
-          SELECT 1 FROM follower_choice g
-           WHERE g.key = f.key AND g.rank <= f.rank AND g.id NOT IN (SELECT id FROM followers))
+         LEFT JOIN lock_gap g ON g.key = f.key
+        WHERE g.rank IS NULL OR f.rank < g.rank
      ),
      key_tokens AS (SELECT k.key, gen_random_uuid() AS token FROM (SELECT DISTINCT key FROM kept) k)
      `;
