@@ -7,7 +7,7 @@
  * the fauxqs emulator (`queuebox-sqs`). A counting wrapper around `outboxMarkSentMany` aborts
  * every pass once the workload's drain count is sent (so a backlog drain stops at its target).
  */
-import type { QueueBoxConfig } from '../lib/config/schema.ts';
+import { DEFAULT_ROWS_PER_KEY, type QueueBoxConfig } from '../lib/config/schema.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
 import { NoopDestination } from '../lib/destinations/noop-destination.ts';
@@ -21,11 +21,11 @@ import { benchConfig, dropSchema, outboxLatency, seedOutbox } from './outbox-tab
 
 const silent: PassLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
-function passConfig(ctx: CaseContext, prepared: boolean): QueueBoxConfig {
+function passConfig(ctx: CaseContext, prepared: boolean, rowsPerKey?: number): QueueBoxConfig {
   const queueUrl = ctx.sqs?.queueUrl ?? 'http://127.0.0.1:1/000000000000/bench';
   const config = benchConfig(ctx, {
     destinations: { bench: { type: 'sqs', queueUrl, region: 'us-east-1' } },
-    outbox: { routes: [{ topicPattern: '**', destination: 'bench' }] },
+    outbox: { routes: [{ topicPattern: '**', destination: 'bench' }], ...(rowsPerKey === undefined ? {} : { rowsPerKey }) },
   });
   return { ...config, database: { ...config.database, preparedStatements: prepared } };
 }
@@ -38,8 +38,8 @@ function destinationsFor(ctx: CaseContext, config: QueueBoxConfig, kind: 'noop' 
   });
 }
 
-async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared: boolean): Promise<DrainResult> {
-  const config = passConfig(ctx, prepared);
+async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared: boolean, rowsPerKey?: number): Promise<DrainResult> {
+  const config = passConfig(ctx, prepared, rowsPerKey);
   const target = ctx.workload.drain;
   const stop = new AbortController();
   const cap = setTimeout(() => stop.abort(), ctx.timeLimitMs);
@@ -121,13 +121,22 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   };
 }
 
-function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false): BenchCase {
+function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false, rowsPerKey?: number): BenchCase {
   return {
     name,
     describe: (ctx) =>
-      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize 100, concurrency 8, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}${prepared ? ', database.preparedStatements' : ''}`,
-    prepare: seedOutbox,
-    drain: (ctx) => drainWithPasses(ctx, kind, prepared),
+      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize 100, concurrency 8, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}${prepared ? ', database.preparedStatements' : ''}, outbox.rowsPerKey ${rowsPerKey ?? `default (${DEFAULT_ROWS_PER_KEY})`}`,
+    prepare: async (ctx) => {
+      await seedOutbox(ctx);
+      // The claim functions of this case's `outbox.rowsPerKey` (the seed made the default's).
+      const driver = new PostgresDriver({ config: passConfig(ctx, prepared, rowsPerKey), url: ctx.url });
+      try {
+        await driver.migrate();
+      } finally {
+        await driver.close();
+      }
+    },
+    drain: (ctx) => drainWithPasses(ctx, kind, prepared, rowsPerKey),
     latency: outboxLatency,
     cleanup: (ctx) => dropSchema(ctx.probe, ctx.schema),
   };
@@ -137,5 +146,11 @@ function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false): Ben
 export const queueboxNoopCase = queueboxCase('queuebox', 'noop');
 /** The same with `database.preparedStatements` (claims planned once per connection; direct connections only). */
 export const queueboxPreparedCase = queueboxCase('queuebox-prepared', 'noop', true);
+/** The real pass to a no-op destination taking the head of each key only (`outbox.rowsPerKey: 1`). */
+export const queueboxRows1Case = queueboxCase('queuebox-rows-1', 'noop', false, 1);
+/** The same with `outbox.rowsPerKey: 4`. */
+export const queueboxRows4Case = queueboxCase('queuebox-rows-4', 'noop', false, 4);
 /** The real pass to SQS on the fauxqs emulator. */
 export const queueboxSqsCase = queueboxCase('queuebox-sqs', 'sqs');
+/** The real pass to SQS on fauxqs with `outbox.rowsPerKey: 1`. */
+export const queueboxSqsRows1Case = queueboxCase('queuebox-rows-1-sqs', 'sqs', false, 1);

@@ -33,6 +33,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   [`destinations.<name>${e}.endpoint`]: 'Endpoint override.',
   'outbox.batchSize': 'Rows per claim.',
   'outbox.concurrency': 'Destination calls in flight at once within one invocation.',
+  'outbox.rowsPerKey': 'Rows of one key a claim may hold (1–100): the head of the key and the next rows of that key in `sequence` order, all due and pending; they are published one after another, one row of the key per destination call, and a failure releases the rest of the key unpublished, with no attempt spent (docs/claims-and-leases.md, "Several rows of a key in one claim"). 1 takes only the head. Unset: 10 on PostgreSQL, 1 on SQL Server, where a larger value is a configuration error (not supported on SQL Server yet).',
   'outbox.pollIntervalMs': 'Pause after a claim that found nothing; it doubles with each further empty claim, up to `outbox.maxPollIntervalMs`, and starts again once a claim finds rows.',
   'outbox.maxPollIntervalMs': 'Longest pause between the claims of an idle pass (never below `pollIntervalMs`): about one claim a second while idle, and a row committed meanwhile is claimed within about that long. See [Performance](performance.md#idle-cost-and-commit-to-publish-latency).',
   'outbox.retryBaseDelayMs': 'Retry delay base: `base × 2^attempt` plus up to 25 % jitter, capped at 60 s.',

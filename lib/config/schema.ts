@@ -104,6 +104,13 @@ export const outboxSchema = z
     batchSize: positiveInt.max(1000).default(100),
     /** Destination calls in flight at once within one invocation. */
     concurrency: positiveInt.max(64).default(8),
+    /**
+     * Rows of one key a claim may hold: the head of the key and the next rows of that key in
+     * `sequence` order, all due and pending. They are published one after another, one row of the
+     * key per destination call. 1 takes only the head. Default 10 on PostgreSQL; SQL Server
+     * supports only 1 (`outboxRowsPerKey`).
+     */
+    rowsPerKey: positiveInt.max(100).optional(),
     /** Pause after a claim that found nothing (ms); it doubles with each further empty claim, up to `maxPollIntervalMs`. */
     pollIntervalMs: nonNegativeInt.default(100),
     /** Longest pause between claims of an idle pass (ms); never below `pollIntervalMs`. */
@@ -283,6 +290,13 @@ export const configSchema = z
       }
     }
     for (const issue of crossCheckConfig(config)) ctx.addIssue({ code: 'custom', ...issue });
+    if (config.database.type === 'sqlserver' && (config.outbox.rowsPerKey ?? 1) > 1) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['outbox', 'rowsPerKey'],
+        message: `is ${config.outbox.rowsPerKey}, but more than one row per key in a claim is not supported on SQL Server yet: remove it or set it to 1`,
+      });
+    }
     const tables = [config.tables.outbox, config.tables.inbox, config.tables.maintenance];
     if (new Set(tables).size !== tables.length) {
       ctx.addIssue({ code: 'custom', path: ['tables'], message: 'outbox, inbox and maintenance must be different tables' });
@@ -299,3 +313,14 @@ export type EventBridgeDestinationConfig = z.output<typeof eventBridgeDestinatio
 export type RouteConfig = z.output<typeof routeSchema>;
 export type SourceConfig = z.output<typeof sourceSchema>;
 export type AuthConfig = z.output<typeof authSchema>;
+
+/** Default of `outbox.rowsPerKey` on PostgreSQL (chosen from `npm run bench`, docs/performance.md). */
+export const DEFAULT_ROWS_PER_KEY = 10;
+
+/**
+ * The rows of one key a claim may hold: `outbox.rowsPerKey`, else `DEFAULT_ROWS_PER_KEY` on
+ * PostgreSQL and 1 on SQL Server (whose claim takes the head of each key only).
+ */
+export function outboxRowsPerKey(config: Pick<QueueBoxConfig, 'database' | 'outbox'>): number {
+  return config.outbox.rowsPerKey ?? (config.database.type === 'sqlserver' ? 1 : DEFAULT_ROWS_PER_KEY);
+}

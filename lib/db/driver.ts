@@ -320,10 +320,12 @@ export interface Driver extends ConsoleReads {
   /** Inserts one row inside the caller's transaction; returns its id. */
   outboxInsert(tx: CallerTransaction, message: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string>;
   /**
-   * Claims up to `limit` due rows, at most one per key (the key's head by `sequence`), keyless
-   * rows freely, ordered by `scheduled_at, sequence`.
+   * Claims up to `limit` due rows, keyless rows freely, ordered by `scheduled_at, sequence`; of a
+   * key, its head by `sequence` and — with `rowsPerKey` above 1 (PostgreSQL; default 1) — up to
+   * `rowsPerKey - 1` of the rows right after it, all due and pending, under the head's claim
+   * token. Another claim never holds rows of a key meanwhile. SQL Server takes the head only.
    */
-  outboxClaimMany(params: { limit: number; leaseMs: number }): Promise<OutboxRow[]>;
+  outboxClaimMany(params: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxRow[]>;
   /** Fenced lease renewal; returns ids renewed. */
   outboxRenewMany(params: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]>;
   /** Fenced `sent`; returns ids changed. */

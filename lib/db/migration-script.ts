@@ -3,7 +3,7 @@
  * migration tool, computed without a database connection (PostgreSQL or SQL Server by
  * `database.type`).
  */
-import type { QueueBoxConfig } from '../config/schema.ts';
+import { outboxRowsPerKey, type QueueBoxConfig } from '../config/schema.ts';
 import { pgMigrationScript } from './postgres/migration-script.ts';
 import { pgNames } from './postgres/names.ts';
 import { pgClaimStatements } from './postgres/postgres-driver.ts';
@@ -16,6 +16,7 @@ export function migrationScript(config: Pick<QueueBoxConfig, 'database' | 'table
     return mssqlMigrationScript(mssqlNames(config.database.schema ?? MSSQL_DEFAULT_SCHEMA, config.tables), header);
   }
   const names = pgNames(config.database.schema ?? 'public', config.tables);
-  const statements = pgClaimStatements(names, { claimFunctions: config.database.claimFunctions !== false, batchSize: config.outbox.batchSize });
-  return pgMigrationScript(names, statements, [...header, `PostgreSQL schema ${names.schema}, outbox.batchSize ${config.outbox.batchSize}`]);
+  const rowsPerKey = outboxRowsPerKey(config);
+  const statements = pgClaimStatements(names, { claimFunctions: config.database.claimFunctions !== false, batchSize: config.outbox.batchSize, rowsPerKey });
+  return pgMigrationScript(names, statements, [...header, `PostgreSQL schema ${names.schema}, outbox.batchSize ${config.outbox.batchSize}, outbox.rowsPerKey ${rowsPerKey}`]);
 }

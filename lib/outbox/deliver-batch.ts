@@ -65,8 +65,44 @@ class CallClaims implements AbortableCall {
 const ignoreLoss = () => {};
 const claimOf = (row: OutboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
 
-/** Delivers and settles `rows`, watching their claims with the pass's lease keeper meanwhile. */
+/**
+ * Delivers and settles `rows` (claim order: `sequence`), watching their claims with the pass's
+ * lease keeper meanwhile. A batch holding several rows of a key (`outbox.rowsPerKey`) is delivered
+ * in rounds (`deliverPipelined`); any other batch at once.
+ */
 export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise<void> {
+  const lanes = keyLanes(rows);
+  return lanes === undefined ? deliverAtOnce(ctx, rows) : deliverPipelined(ctx, lanes, rows);
+}
+
+/**
+ * The rows of each key in `sequence` order, one lane per key (a keyless row is a lane of its
+ * own); undefined when no key has two rows in the batch.
+ */
+function keyLanes(rows: OutboxRow[]): OutboxRow[][] | undefined {
+  const byKey = new Map<string, OutboxRow[]>();
+  const lanes: OutboxRow[][] = [];
+  let several = false;
+  for (const row of rows) {
+    if (row.key === null || row.key === '') {
+      lanes.push([row]);
+      continue;
+    }
+    const lane = byKey.get(row.key);
+    if (lane === undefined) {
+      const created = [row];
+      byKey.set(row.key, created);
+      lanes.push(created);
+    } else {
+      lane.push(row);
+      several = true;
+    }
+  }
+  return several ? lanes : undefined;
+}
+
+/** Delivers a batch that holds at most one row of each key: every call at once. */
+async function deliverAtOnce(ctx: PassContext, rows: OutboxRow[]): Promise<void> {
   const plan = new SettlePlan(ctx.retryBaseDelayMs, ctx.random);
   const byDestination = new Map<Destination, OutboxRow[]>();
   const unroutable: OutboxRow[] = [];
@@ -134,7 +170,121 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
   }
 }
 
-async function publishChunk(ctx: PassContext, destination: Destination, chunk: OutboxRow[], claims: CallClaims, plan: SettlePlan): Promise<void> {
+/**
+ * Delivers a batch that holds several rows of some keys (`outbox.rowsPerKey`), in rounds: round
+ * `i` offers the `i`-th row of every key still moving (and, in the first, every keyless row), so a
+ * destination call never carries two rows of one key, and a key's next row is offered only after
+ * the call of its previous row answered `sent` — no row is published before every earlier row of
+ * its key in the claim. At a key's first row that is not sent (retry, dead, a call that threw or
+ * was aborted, a claim lost at renewal) the rest of the key's rows are released: back to
+ * `pending`, unpublished, no attempt spent; the failed row follows the retry or dead path. The
+ * settle then writes the releases first and the sent rows last (`ordered`), so the first row of a
+ * key in the claim (`key_first`, the one the in-flight index holds) leaves `processing` after
+ * the rest of its key: the key has one holder until the claim lets go of all its rows.
+ *
+ * Every row is watched from the start (one group), and a loss reaches the call its row is in.
+ */
+async function deliverPipelined(ctx: PassContext, lanes: OutboxRow[][], rows: OutboxRow[]): Promise<void> {
+  const plan = new SettlePlan(ctx.retryBaseDelayMs, ctx.random);
+  const sent = new Set<string>();
+  const inCall = new Map<string, CallClaims>();
+  const chunks: Array<{ rows: OutboxRow[]; claims: CallClaims }> = [];
+  const released: ClaimRef[] = [];
+  const watched = ctx.keeper.watchMany(rows, claimOf, (row) => inCall.get(row.id)?.rowLost());
+  let settling: Promise<void> | undefined;
+  const settle = (): Promise<void> => {
+    if (settling === undefined) {
+      // Closed: every row not offered to a destination (its call never opened, or its round
+      // never came) and not settled by the plan goes back unpublished.
+      let unstarted = released;
+      if (ctx.closed()) {
+        const done = new Set<string>([...plan.sent, ...plan.retry, ...plan.dead].map((c) => c.id));
+        for (const chunk of chunks) if (chunk.claims.opened) for (const row of chunk.rows) done.add(row.id);
+        unstarted = rows.filter((row) => !done.has(row.id)).map(claimOf);
+      }
+      const sending = settleBatch(ctx, plan.without(ctx.lost), unstarted.filter((c) => !ctx.lost.has(claimKey(c))), true);
+      ctx.settling.add(sending);
+      settling = sending.finally(() => ctx.settling.delete(sending));
+    }
+    return settling;
+  };
+  ctx.unfinished.add(settle);
+  try {
+    try {
+      let round = lanes.map((lane) => ({ lane, at: 0 }));
+      while (round.length > 0 && !ctx.closed() && !ctx.calls.stopped) {
+        await publishRound(ctx, round.map((c) => c.lane[c.at]!), plan, { sent, inCall, chunks });
+        const next: typeof round = [];
+        for (const cursor of round) {
+          const row = cursor.lane[cursor.at]!;
+          if (cursor.at + 1 >= cursor.lane.length) continue;
+          if (sent.has(row.id) && !ctx.lost.has(claimKey(claimOf(row)))) {
+            cursor.at++;
+            next.push(cursor);
+          } else {
+            released.push(...cursor.lane.slice(cursor.at + 1).map(claimOf));
+          }
+        }
+        round = next;
+      }
+    } finally {
+      ctx.keeper.releaseMany(watched);
+    }
+    await ctx.keeper.idle();
+    if (ctx.closed()) return;
+    await settle();
+  } finally {
+    ctx.unfinished.delete(settle);
+  }
+}
+
+/** One round of `deliverPipelined`: at most one row per key, every call at once; resolves when all answered. */
+async function publishRound(
+  ctx: PassContext,
+  rows: OutboxRow[],
+  plan: SettlePlan,
+  state: { sent: Set<string>; inCall: Map<string, CallClaims>; chunks: Array<{ rows: OutboxRow[]; claims: CallClaims }> },
+): Promise<void> {
+  const byDestination = new Map<Destination, OutboxRow[]>();
+  for (const row of rows) {
+    const destination = routeOrDead(ctx, row, plan);
+    if (destination === undefined) continue;
+    const list = byDestination.get(destination) ?? [];
+    list.push(row);
+    byDestination.set(destination, list);
+  }
+  const calls: Array<Promise<void>> = [];
+  for (const [destination, list] of byDestination) {
+    for (let i = 0; i < list.length; i += destination.maxBatchSize) {
+      const chunk = list.slice(i, i + destination.maxBatchSize);
+      const claims = new CallClaims(chunk.length);
+      state.chunks.push({ rows: chunk, claims });
+      for (const row of chunk) state.inCall.set(row.id, claims);
+      calls.push(
+        ctx.limiter
+          .run(() => publishChunk(ctx, destination, chunk, claims, plan, state.sent))
+          .finally(() => {
+            for (const row of chunk) state.inCall.delete(row.id);
+          }),
+      );
+    }
+  }
+  await Promise.all(calls);
+}
+
+/** The destination of `row`; undefined when none (the row is then dead now in `plan`). */
+function routeOrDead(ctx: PassContext, row: OutboxRow, plan: SettlePlan): Destination | undefined {
+  const name = ctx.router(row.topic);
+  const destination = name === undefined ? undefined : ctx.destinations.get(name);
+  if (name === undefined) {
+    plan.deadNow(row, `no route matches topic "${row.topic}" (outbox.routes)`, { destinationName: NO_ROUTE, errorClass: 'NoRoute' });
+  } else if (destination === undefined) {
+    plan.deadNow(row, `route for topic "${row.topic}" names destination "${name}", which is not configured`, { destinationName: name, errorClass: 'UnknownDestination' });
+  }
+  return destination;
+}
+
+async function publishChunk(ctx: PassContext, destination: Destination, chunk: OutboxRow[], claims: CallClaims, plan: SettlePlan, sent?: Set<string>): Promise<void> {
   const owned = ctx.lost.size === 0 ? chunk : chunk.filter((row) => !ctx.lost.has(claimKey(claimOf(row))));
   if (owned.length === 0 || ctx.calls.stopped) return;
   const call = claims.open(ctx.calls);
@@ -161,6 +311,7 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
     const outcome = (inOrder ? outcomes[i] : byId!.get(row.id)) ?? { id: row.id, status: 'retryable' as const, error: 'returned no outcome for this entry', errorClass: 'NoOutcome' };
     perOutcome.set(outcome.status, (perOutcome.get(outcome.status) ?? 0) + 1);
     plan.add(row, outcome, destination);
+    if (outcome.status === 'sent') sent?.add(row.id);
   }
   // One metric update per outcome kind and call, not per row.
   for (const [outcome, n] of perOutcome) ctx.metrics.count('outboxDestinationMessages', n, { destination: destination.name, outcome });

@@ -31,7 +31,7 @@ import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { idlePollDelayMs } from '../claims/backoff.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
-import type { QueueBoxConfig } from '../config/schema.ts';
+import { DEFAULT_ROWS_PER_KEY, type QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
@@ -197,7 +197,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     // see; only a claim that started with nothing in flight can prove the table drained.
     const inFlightAtClaim = inFlight.length;
     try {
-      rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs });
+      rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
     } catch (error) {
       // The invocation ended while the claim was on its way (a freeze past its end): nothing was
       // claimed, and the pass has reached its deadline.

@@ -99,16 +99,18 @@ export class SettlePlan {
  * and the new owner will publish it again), a lost retry or dead as a warning; each counts in
  * `queuebox_claims_lost_total{component="outbox"}` and the row is left to its new owner.
  */
-export async function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[] = []): Promise<void> {
+export async function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[] = [], ordered = false): Promise<void> {
   // allSettled, not all: when one statement fails (a dropped connection), the others may have
   // written; each write that answered is counted (its lost claims too) before the error is thrown.
   const releaseMany = ctx.driver.outboxReleaseMany?.bind(ctx.driver);
-  const [sent, retried, dead, released] = await Promise.allSettled([
-    ctx.driver.outboxMarkSentMany({ claims: plan.sent }),
-    ctx.driver.outboxRetryMany({ items: plan.retry }),
-    ctx.driver.outboxMarkDeadMany({ items: plan.dead }),
-    unstarted.length === 0 || releaseMany === undefined ? Promise.resolve([]) : releaseMany({ claims: unstarted }),
-  ]);
+  const release = () => (unstarted.length === 0 || releaseMany === undefined ? Promise.resolve([]) : releaseMany({ claims: unstarted }));
+  const [sent, retried, dead, released] =
+    ordered && plan.sent.length < plan.size + unstarted.length ? await inKeyOrder(ctx, plan, release) : await Promise.allSettled([
+      ctx.driver.outboxMarkSentMany({ claims: plan.sent }),
+      ctx.driver.outboxRetryMany({ items: plan.retry }),
+      ctx.driver.outboxMarkDeadMany({ items: plan.dead }),
+      release(),
+    ]);
   record(ctx, 'sent', plan.sent, sent);
   record(ctx, 'retried', plan.retry, retried);
   record(ctx, 'dead', plan.dead, dead);
@@ -116,6 +118,30 @@ export async function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted:
   if (released.status === 'fulfilled') ctx.tally.released += released.value.length;
   reportFailures(ctx, plan.notes, retried.status === 'fulfilled' ? retried.value : [], dead.status === 'fulfilled' ? dead.value : []);
   for (const result of [sent, retried, dead, released]) if (result.status === 'rejected' && !(result.reason instanceof FencedLockTimeoutError)) throw result.reason;
+}
+
+type Settled = PromiseSettledResult<string[]>;
+
+/**
+ * The writes of a batch holding several rows of a key, when not all were sent: the releases, then
+ * the retries and dead rows, then the sent rows. A key's rows in a claim end as sent rows, then at
+ * most one retried or dead row, then released rows, and its first row (`key_first`) is the first
+ * of these; so the first row leaves `processing` last, and the in-flight index holds the key
+ * until the claim has let go of every row of it. A write that failed stops the later ones (their
+ * rows stay `processing` for the reclaim): the key stays held rather than half let go.
+ */
+async function inKeyOrder(ctx: PassContext, plan: SettlePlan, release: () => Promise<string[]>): Promise<[Settled, Settled, Settled, Settled]> {
+  // A write that waited until the lease ended changed nothing and lost its claims: so did the
+  // other rows of those claims (one lease), and the later writes are fenced like any other.
+  const failure = (results: Settled[]): Settled | undefined => results.find((r) => r.status === 'rejected' && !(r.reason instanceof FencedLockTimeoutError));
+  const [released] = await Promise.allSettled([release()]);
+  let stop = failure([released!]);
+  if (stop !== undefined) return [stop, stop, stop, released!];
+  const [retried, dead] = await Promise.allSettled([ctx.driver.outboxRetryMany({ items: plan.retry }), ctx.driver.outboxMarkDeadMany({ items: plan.dead })]);
+  stop = failure([retried!, dead!]);
+  if (stop !== undefined) return [stop, retried!, dead!, released!];
+  const [sent] = await Promise.allSettled([ctx.driver.outboxMarkSentMany({ claims: plan.sent })]);
+  return [sent!, retried!, dead!, released!];
 }
 
 /**

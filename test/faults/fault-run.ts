@@ -38,6 +38,8 @@ export interface FaultRunOptions {
   outboxWorkers?: number;
   relayWorkers?: number;
   pullWorkers?: number;
+  /** `outbox.rowsPerKey` of the outbox passes (default: the configuration's default). */
+  rowsPerKey?: number;
   /** Give up (and report what is unfinished as loss) after this long. */
   maxRunMs?: number;
   /** Use the deliberately broken mark-sent (proves the checker). */
@@ -68,7 +70,16 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
   const log = options.log ?? (() => {});
   const root = new Prng(options.seed);
   const db: TestDatabase = await createTestDatabase({
-    outbox: { batchSize: 50, concurrency: 4, pollIntervalMs: 20, retryBaseDelayMs: 20, maxAttempts: 10, claimTimeoutMs: 1500, shutdownTimeoutMs: 500 },
+    outbox: {
+      batchSize: 50,
+      concurrency: 4,
+      pollIntervalMs: 20,
+      retryBaseDelayMs: 20,
+      maxAttempts: 10,
+      claimTimeoutMs: 1500,
+      shutdownTimeoutMs: 500,
+      ...(options.rowsPerKey === undefined ? {} : { rowsPerKey: options.rowsPerKey }),
+    },
     inbox: {
       relay: { batchSize: 50, concurrency: 4, pollIntervalMs: 20, claimTimeoutMs: 1500, shutdownTimeoutMs: 500, retryBaseDelayMs: 20, maxAttempts: 10 },
       sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } }, jobs: { type: 'http', path: '/jobs', consumption: 'pull', auth: { type: 'none' } } },

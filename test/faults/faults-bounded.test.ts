@@ -5,9 +5,10 @@ import { formatFaultTable } from './format-fault-table.ts';
 
 const seed = Number(process.env.QUEUEBOX_FAULTS_SEED || 11);
 
-describe('outbox, inbox relay and pull workers under faults (bounded run)', () => {
+// `outbox.rowsPerKey` 1: one row per key per claim; 4: a claim holds up to four rows of a key.
+for (const rowsPerKey of [1, 4]) describe(`outbox, inbox relay and pull workers under faults (bounded run, outbox.rowsPerKey ${rowsPerKey})`, () => {
   it('lose nothing, keep order, account for every duplicate and relay each inbox row exactly once while every fault kind is injected', { timeout: 170_000 }, async () => {
-    const result = await runFaults({ seed, messages: 5000, maxRunMs: 150_000 });
+    const result = await runFaults({ seed, messages: 5000, maxRunMs: 150_000, rowsPerKey });
     const table = formatFaultTable(result);
     console.log(table);
     assert.equal(result.report.violationCount, 0, `violations (seed ${seed}):\n${table}`);

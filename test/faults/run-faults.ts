@@ -7,7 +7,8 @@
  * `FAULTS_PULL_WORKERS` (invocations of each kind at once; default 3 / 2 / 2), `FAULTS_PUSH_SHARE`,
  * `FAULTS_PULL_SHARE` (shares of push and pull inbox rows; default 0.25 / 0.15), `FAULTS_PROFILE`
  * (`default`, `short-lease`, `frozen-pull`; see fault-profiles.ts).
- * Arguments: `--messages N`, `--seed N`, `--profile NAME` override the environment.
+ * Arguments: `--messages N`, `--seed N`, `--profile NAME`, `--rows-per-key N` (`outbox.rowsPerKey`;
+ * FAULTS_ROWS_PER_KEY) override the environment.
  */
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../lib/local/embedded-database.ts';
 import type { FaultProfile } from './fault-profiles.ts';
@@ -22,6 +23,7 @@ const num = (value: string | undefined, fallback: number) => (value === undefine
 
 const seed = num(arg('seed') ?? process.env.QUEUEBOX_FAULTS_SEED, Math.floor(Math.random() * 2 ** 31));
 const messages = num(arg('messages') ?? process.env.FAULTS_MESSAGES, 5000);
+const rowsPerKey = arg('rows-per-key') ?? process.env.FAULTS_ROWS_PER_KEY;
 const profile = (arg('profile') ?? process.env.FAULTS_PROFILE ?? 'default') as FaultProfile;
 if (!['default', 'short-lease', 'frozen-pull'].includes(profile)) {
   console.error(`unknown fault profile ${profile}: use default, short-lease or frozen-pull`);
@@ -33,13 +35,15 @@ if (!process.env.DATABASE_URL) {
   process.env.DATABASE_URL = embedded.adminUrl;
   console.log('# embedded PostgreSQL started (DATABASE_URL unset)');
 }
-console.log(`# fault run: profile ${profile}, seed ${seed}, ${messages} messages (replay with FAULTS_PROFILE=${profile} QUEUEBOX_FAULTS_SEED=${seed} FAULTS_MESSAGES=${messages})`);
+const perKey = rowsPerKey === undefined || rowsPerKey === '' ? '' : ` FAULTS_ROWS_PER_KEY=${rowsPerKey}`;
+console.log(`# fault run: profile ${profile}, seed ${seed}, ${messages} messages${perKey === '' ? '' : `, outbox.rowsPerKey ${rowsPerKey}`} (replay with FAULTS_PROFILE=${profile} QUEUEBOX_FAULTS_SEED=${seed} FAULTS_MESSAGES=${messages}${perKey})`);
 let code = 1;
 try {
   const result = await runFaults({
     seed,
     messages,
     profile,
+    ...(perKey === '' ? {} : { rowsPerKey: Number(rowsPerKey) }),
     maxRunMs: num(process.env.FAULTS_MAX_RUN_MS, 20 * 60_000),
     outboxWorkers: num(process.env.FAULTS_OUTBOX_WORKERS, 3),
     relayWorkers: num(process.env.FAULTS_RELAY_WORKERS, 2),

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../../lib/config/load-config.ts';
+import { DEFAULT_ROWS_PER_KEY, outboxRowsPerKey } from '../../lib/config/schema.ts';
 import { ConfigError } from '../../lib/errors.ts';
 
 function configError(fn: () => unknown): ConfigError {
@@ -61,6 +62,13 @@ destinations:
     assert.equal(loadConfig({ env: { QUEUEBOX_DATABASE_URL: 'postgres://c/d', DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://c/d');
   });
 
+  it('takes several rows of a key per claim on PostgreSQL unless told otherwise, and one on SQL Server', () => {
+    assert.equal(outboxRowsPerKey(loadConfig({ env: {} })), DEFAULT_ROWS_PER_KEY);
+    assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('outbox:\n  rowsPerKey: 1\n'), env: {} })), 1);
+    assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('database:\n  type: sqlserver\n'), env: {} })), 1);
+    assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('database:\n  type: sqlserver\noutbox:\n  rowsPerKey: 1\n'), env: {} })), 1);
+  });
+
   const bad: Array<[string, string, Record<string, string>, string, RegExp]> = [
     ['an unknown key', 'outbox:\n  batchSzie: 5\n', {}, 'outbox.batchSzie', /unknown key/],
     ['a wrong type', 'outbox:\n  batchSize: lots\n', {}, 'outbox.batchSize', /number/],
@@ -71,6 +79,8 @@ destinations:
     ['an unknown environment override', '', { QUEUEBOX_OUTBOX__BATCH_SIZZE: '3' }, 'outbox.batchSizze', /unknown key/],
     ['an override of a wrong type', '', { QUEUEBOX_OUTBOX__CLAIM_TIMEOUT_MS: 'soon' }, 'outbox.claimTimeoutMs', /number/],
     ['an http source without a path', 'inbox:\n  sources:\n    stripe:\n      type: http\n', {}, 'inbox.sources.stripe.path', /required/],
+    ['more than one row per key on SQL Server', 'database:\n  type: sqlserver\noutbox:\n  rowsPerKey: 4\n', {}, 'outbox.rowsPerKey', /not supported on SQL Server yet/],
+    ['rows per key out of range', 'outbox:\n  rowsPerKey: 0\n', {}, 'outbox.rowsPerKey', />/],
     ['an unknown auth type', 'inbox:\n  sources:\n    stripe:\n      type: http\n      path: /stripe\n      auth:\n        type: magic\n', {}, 'inbox.sources.stripe.auth.type', /./],
   ];
   for (const [what, yaml, env, key, message] of bad) {

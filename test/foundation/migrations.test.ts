@@ -76,10 +76,10 @@ describe('migrations', () => {
     try {
       await driver.migrate();
       assert.deepEqual(await driver.migrateCheck(), []);
-      await db.pool.query(`DROP INDEX "${schema}".outbox_key_in_flight_idx; ALTER TABLE ${o} DROP CONSTRAINT outbox_state_check;
+      await db.pool.query(`DROP INDEX "${schema}".outbox_key_holder_in_flight_idx; ALTER TABLE ${o} DROP CONSTRAINT outbox_state_check;
         ALTER TABLE ${o} ALTER COLUMN sequence DROP DEFAULT; ALTER TABLE ${o} ALTER COLUMN topic DROP NOT NULL; ALTER TABLE ${o} ALTER COLUMN key TYPE text`);
       assert.deepEqual(await driver.migrateCheck(), [
-        `index "${schema}"."outbox_key_in_flight_idx" is missing: CREATE UNIQUE INDEX IF NOT EXISTS "outbox_key_in_flight_idx" ON ${o} (key) WHERE state = 'processing' AND key <> '';`,
+        `index "${schema}"."outbox_key_holder_in_flight_idx" is missing: CREATE UNIQUE INDEX IF NOT EXISTS "outbox_key_holder_in_flight_idx" ON ${o} (key) WHERE state = 'processing' AND key <> '' AND key_first;`,
         `constraint "outbox_state_check" of table ${o} is missing (migration 1 creates it)`,
         `column ${o}."topic" is not varchar(255) NOT NULL: ALTER TABLE ${o} ALTER COLUMN "topic" SET NOT NULL;`,
         `column ${o}."key" is not varchar(255) NULL: ALTER TABLE ${o} ALTER COLUMN "key" TYPE varchar(255);`,

@@ -59,12 +59,22 @@ export async function insertOutboxRows(db: TestDatabase, rows: OutboxMessageInpu
   return ids;
 }
 
-/** Wraps a driver to record which pass holds which row: a row or key claimed while held is a violation. */
+/**
+ * Wraps a driver to record which pass holds which row, and which claim holds each key: a row
+ * claimed while held, or a key claimed while another claim (token) holds rows of it, is a
+ * violation. The rows of a key in one claim (`outbox.rowsPerKey`) share its token; the key is
+ * held until the claim has let go of all of them.
+ */
 export function claimRecordingDriver(driver: OutboxPassDriver, owner: string, held: { ids: Map<string, string>; keys: Map<string, string>; violations: string[] }): OutboxPassDriver {
+  const rowsOfKey = keyRows(held);
   const release = (ids: string[]) => {
     for (const id of ids) {
       held.ids.delete(id);
-      for (const [key, holder] of held.keys) if (holder === id) held.keys.delete(key);
+      for (const [key, rows] of rowsOfKey) {
+        if (!rows.delete(id) || rows.size > 0) continue;
+        rowsOfKey.delete(key);
+        held.keys.delete(key);
+      }
     }
   };
   return {
@@ -74,9 +84,12 @@ export function claimRecordingDriver(driver: OutboxPassDriver, owner: string, he
       for (const row of rows) {
         const holder = held.ids.get(row.id);
         if (holder !== undefined) held.violations.push(`${row.id} claimed by ${owner} while held by ${holder}`);
-        if (row.key !== null && held.keys.has(row.key)) held.violations.push(`key ${row.key} claimed by ${owner} while row ${held.keys.get(row.key)} of it is held`);
         held.ids.set(row.id, owner);
-        if (row.key !== null) held.keys.set(row.key, row.id);
+        if (row.key === null) continue;
+        const token = held.keys.get(row.key);
+        if (token !== undefined && token !== row.claimToken) held.violations.push(`key ${row.key} claimed by ${owner} while another claim holds rows of it`);
+        held.keys.set(row.key, row.claimToken);
+        rowsOfKey.set(row.key, (rowsOfKey.get(row.key) ?? new Set()).add(row.id));
       }
       return rows;
     },
@@ -84,7 +97,19 @@ export function claimRecordingDriver(driver: OutboxPassDriver, owner: string, he
     outboxMarkSentMany: (p) => (release(p.claims.map((c) => c.id)), driver.outboxMarkSentMany(p)),
     outboxRetryMany: (p) => (release(p.items.map((c) => c.id)), driver.outboxRetryMany(p)),
     outboxMarkDeadMany: (p) => (release(p.items.map((c) => c.id)), driver.outboxMarkDeadMany(p)),
+    ...(driver.outboxReleaseMany === undefined
+      ? {}
+      : { outboxReleaseMany: (p: { claims: Array<{ id: string; token: string }> }) => (release(p.claims.map((c) => c.id)), driver.outboxReleaseMany!(p)) }),
   };
+}
+
+const keyRowsOf = new WeakMap<object, Map<string, Set<string>>>();
+
+/** The rows each held key has in its claim, shared by every wrapper of one `held` record. */
+function keyRows(held: object): Map<string, Set<string>> {
+  let rows = keyRowsOf.get(held);
+  if (rows === undefined) keyRowsOf.set(held, (rows = new Map()));
+  return rows;
 }
 
 export interface PassFixtureOptions {

@@ -19,7 +19,7 @@ const LEASE = 60_000;
 describe('claims look past the oldest window only when it filled less than half the batch (PostgreSQL)', () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ outbox: { rowsPerKey: 1 } });
   });
   after(async () => db.drop());
   beforeEach(async () => {
@@ -102,7 +102,7 @@ describe('the outbox claim sends its window claim first while the window fills b
   const sent: string[] = [];
   const query = pg.Client.prototype.query;
   before(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ outbox: { rowsPerKey: 1 } });
     // Records which outbox claim statement each claim sends (the window claim has no loose scan).
     pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
       const first = args[0] as string | { text?: string };

@@ -27,9 +27,9 @@ function random(seed: number): () => number {
  * were claimed. Every claim is checked against what the others hold; every key's deliveries are
  * checked against `sequence` order at the end.
  */
-const CLAIM_PATHS = outboxClaimPaths(20);
+const CLAIM_PATHS = [...outboxClaimPaths(20), ...outboxClaimPaths(20, 4)];
 
-for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox claimers on a 100-key backlog (${path})`, () => {
+for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox claimers on a 100-key backlog (${path}, outbox.rowsPerKey ${overrides.outbox.rowsPerKey})`, () => {
   let db: TestDatabase;
   before(async () => {
     db = await createTestDatabase(overrides);
@@ -62,6 +62,7 @@ for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox 
     let sent = 0;
     let retries = 0;
     let reclaims = 0;
+    let severalRows = 0; // claims of a key that took more than its head
     const stopAt = Date.now() + 60_000;
 
     const claimer = async (driver: PostgresDriver, seed: number) => {
@@ -73,30 +74,55 @@ for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox 
           await new Promise((resolve) => setTimeout(resolve, 2));
           continue;
         }
+        // The rows of each key in the claim (one lane per key; a keyless row alone), in claim order.
+        const lanes = new Map<string, typeof rows>();
         for (const row of rows) {
-          if (row.key === null) continue;
-          const holder = held.get(row.key);
-          if (holder !== undefined) violations.push(`${row.key}: claimed ${row.id} while ${holder} holds the key`);
-          held.set(row.key, row.claimToken);
+          const lane = row.key === null ? row.id : row.key;
+          lanes.set(lane, [...(lanes.get(lane) ?? []), row]);
         }
-        const toSend = [];
-        for (const row of rows) {
-          const roll = next();
-          if (roll < 0.1) {
-            if (row.key !== null) held.delete(row.key);
-            assert.deepEqual(await driver.outboxRetryMany({ items: [{ id: row.id, token: row.claimToken, delayMs: 0, error: 'throttled' }] }), [row.id]);
-            retries++;
-          } else if (roll < 0.14) {
-            // walk away: the lease runs out and the reclaim step returns the row
-            if (row.key !== null) held.delete(row.key);
-            await db.pool.query(`UPDATE ${table} SET lease_expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = $1 AND claim_token = $2`, [row.id, row.claimToken]);
-          } else {
-            toSend.push(row);
+        for (const [key, lane] of lanes) {
+          if (lane.length > 1) severalRows++;
+          if (lane[0]!.key === null) continue;
+          const holder = held.get(key);
+          if (holder !== undefined) violations.push(`${key}: claimed ${lane[0]!.id} while ${holder} holds the key`);
+          held.set(key, lane[0]!.claimToken);
+          for (let i = 1; i < lane.length; i++) {
+            if (lane[i]!.claimToken !== lane[0]!.claimToken) violations.push(`${key}: one claim, two tokens`);
+            if (BigInt(lane[i]!.sequence) <= BigInt(lane[i - 1]!.sequence)) violations.push(`${key}: the claim's rows are not in sequence order`);
           }
         }
+        // As the pass does: a key's rows one after another; at its first row not sent, the rest
+        // of the key goes back unpublished, first, then the retry, then the sent rows.
+        const toSend = [];
+        const release = [];
+        const retry = [];
+        for (const lane of lanes.values()) {
+          for (const [i, row] of lane.entries()) {
+            const roll = next();
+            if (roll < 0.1) {
+              retry.push({ id: row.id, token: row.claimToken, delayMs: 0, error: 'throttled' });
+              retries++;
+            } else if (roll < 0.14) {
+              // walk away: the lease runs out and the reclaim step returns the rows
+              await db.pool.query(`UPDATE ${table} SET lease_expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = ANY($1) AND claim_token = $2`, [
+                lane.slice(i).map((r) => r.id),
+                row.claimToken,
+              ]);
+              break;
+            } else {
+              toSend.push(row);
+              continue;
+            }
+            release.push(...lane.slice(i + 1).map((r) => ({ id: r.id, token: r.claimToken })));
+            break;
+          }
+          if (lane[0]!.key !== null && toSend.at(-1) !== lane.at(-1)) held.delete(lane[0]!.key);
+        }
+        // The key is released before the writes that let go of it, as a publisher's settle does;
+        // a claim of a row of the key can only follow the committed writes.
+        if (release.length > 0) assert.equal((await driver.outboxReleaseMany({ claims: release })).length, release.length, 'no released claim was lost');
+        if (retry.length > 0) assert.equal((await driver.outboxRetryMany({ items: retry })).length, retry.length, 'no retried claim was lost');
         if (toSend.length > 0) {
-          // The key is released before the mark, as a publisher's settle does; a claim of the
-          // next row can only follow the committed mark.
           for (const row of toSend) if (row.key !== null) held.delete(row.key);
           const marked = await driver.outboxMarkSentMany({ claims: toSend.map((r) => ({ id: r.id, token: r.claimToken })) });
           assert.equal(marked.length, toSend.length, 'no claim was lost');
@@ -124,6 +150,8 @@ for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox 
     const [{ n: twice }] = (await db.query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE state <> 'sent'`)) as [{ n: string }];
     assert.equal(Number(twice), 0);
     assert.ok(retries > 0 && reclaims > 0, `retries (${retries}) and reclaims (${reclaims}) happened`);
+    if (overrides.outbox.rowsPerKey > 1) assert.ok(severalRows > 0, 'claims took several rows of a key');
+    else assert.equal(severalRows, 0, 'each claim took the head of a key only');
     for (const driver of drivers) assert.equal(driver.ctx.claimFunctions?.missing.size, functions ? 0 : undefined, `every claim went through ${path}`);
     for (const [key, rows] of deliveries) {
       const inOrder = rows.filter((r) => !lateIds.has(r.id));

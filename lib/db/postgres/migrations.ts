@@ -178,6 +178,23 @@ ALTER TABLE ${n.inbox} ADD COLUMN IF NOT EXISTS trace_context jsonb NULL;
 UPDATE ${n.outbox} SET max_attempts = max_attempts + 1 WHERE state IN ('pending', 'processing', 'dead');
 `,
   },
+  {
+    version: 9,
+    name: 'one holder per key: several rows of a key in one claim',
+    // A claim may hold the head of a key and the next rows of that key (`outbox.rowsPerKey`).
+    // `key_first` marks the first row of its key in its claim; every claim that holds rows of a
+    // key holds exactly one such row, so the unique index on the key of the first rows in flight
+    // still refuses a second holder of a key. Rows claimed before this version were each the
+    // only row of their key in their claim: `true`.
+    sql: (n) => {
+      const o = n.outboxTable;
+      return `
+ALTER TABLE ${n.outbox} ADD COLUMN IF NOT EXISTS key_first boolean NOT NULL DEFAULT true;
+CREATE UNIQUE INDEX IF NOT EXISTS ${quoteIdent(`${o}_key_holder_in_flight_idx`)} ON ${n.outbox} (key) WHERE state = 'processing' AND key <> '' AND key_first;
+DROP INDEX IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(`${o}_key_in_flight_idx`)};
+`;
+    },
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */
@@ -205,6 +222,7 @@ export function pgExpectedColumns(n: PgNames): Array<{ table: string; qualified:
         { name: 'sequence', ddl: `bigint NOT NULL DEFAULT nextval('${n.outboxSequence.replaceAll("'", "''")}')` },
         { name: 'replay_count', ddl: 'integer NOT NULL DEFAULT 0' },
         { name: 'trace_context', ddl: 'jsonb NULL' },
+        { name: 'key_first', ddl: 'boolean NOT NULL DEFAULT true' },
       ],
     },
     {

@@ -11,6 +11,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
+import { claimFollowers } from './outbox-claim-followers.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -115,13 +116,19 @@ const CLAIM_RESULT = `id uuid, topic varchar, key varchar, payload_text text, he
 const WINDOW_ROWS = `,
             (SELECT count(*) FROM oldest)::int AS window_rows`;
 
-/** What both claim statements set and return. */
-function claimUpdate(t: string): string {
+/**
+ * What both claim statements set and return. With `rowsPerKey` above 1 the claim also takes the
+ * followers (`followerCtes`); `key_first` is true on the first row of each key in the claim (the
+ * candidate) and false on its followers — the unique index `…_key_holder_in_flight_idx` holds
+ * one first row per key in flight, so one claim per key.
+ */
+function claimUpdate(t: string, limit: number, rowsPerKey: number): string {
+  const followers = claimFollowers(t, limit, rowsPerKey);
   // By id from the array of candidates, not a join: a join's order follows the row estimates, and
   // a plan kept from a nearly empty table would scan the whole table once per candidate.
-  return `UPDATE ${t} o
-        SET ${claimSet('$1')}
-      WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
+  return `${followers.ctes}UPDATE ${t} o
+        SET ${followers.set(claimSet('$1'))}
+      WHERE o.id = ANY (ARRAY(${followers.claimed}))
   RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
@@ -134,7 +141,7 @@ function claimUpdate(t: string): string {
  * of the keys that can move, then keyless rows. Each row also returns `window_rows`, how many
  * rows the window gave, so that the next claim knows whether the window alone would do.
  */
-const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
+function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): string {
   const t = names.outbox;
   return `WITH RECURSIVE
      -- every key with an open row, one index probe each (a loose scan of the key-head index)
@@ -195,8 +202,8 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
           FOR UPDATE SKIP LOCKED) AS keyless
        LIMIT ${limit}
      )
-     ${claimUpdate(t)}`;
-});
+     ${claimUpdate(t, limit, rowsPerKey)}`;
+}
 
 /**
  * The window claim: retries and the window of the oldest rows only — the same rows the full claim
@@ -204,7 +211,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
  * recursive scan, no head or keyless branch to plan: 0.5 ms instead of 1.4 ms per claim). Each
  * row also returns `window_rows`.
  */
-const outboxWindowClaimText = oncePerNamesAndLimit((names, limit) => {
+function outboxWindowClaimText(names: PgNames, limit: number, rowsPerKey: number): string {
   const t = names.outbox;
   return `WITH ${retriedAndOldest(t, limit)},
      candidates AS (
@@ -213,19 +220,34 @@ const outboxWindowClaimText = oncePerNamesAndLimit((names, limit) => {
        SELECT id FROM oldest
        LIMIT ${limit}
      )
-     ${claimUpdate(t)}`;
-});
+     ${claimUpdate(t, limit, rowsPerKey)}`;
+}
 
 /** A claim text of the outbox as a statement that may run as a function (`$1`: the lease in ms). */
 function outboxStatement(names: PgNames, text: string): ClaimStatement {
   return { table: names.outboxTable, text, params: ['double precision'], returns: CLAIM_RESULT };
 }
 
-/** The window claim and the full claim of `names` at batch size `limit`. */
-export const outboxClaimStatements = oncePerNamesAndLimit((names, limit) => ({
-  window: outboxStatement(names, outboxWindowClaimText(names, limit)),
-  full: outboxStatement(names, outboxClaimText(names, limit)),
-}));
+/** The claim statements of `names` at batch size `limit`, by rows per key. */
+const claimStatementsByDepth = oncePerNamesAndLimit(() => new Map<number, { window: ClaimStatement; full: ClaimStatement }>());
+
+/**
+ * The window claim and the full claim of `names` at batch size `limit`, taking up to
+ * `rowsPerKey` rows of a key (`outbox.rowsPerKey`; 1: the head only). Built once each.
+ */
+export function outboxClaimStatements(names: PgNames, limit: number, rowsPerKey = 1): { window: ClaimStatement; full: ClaimStatement } {
+  if (!Number.isSafeInteger(rowsPerKey) || rowsPerKey < 1) throw new RangeError(`rows per key must be a positive integer, not ${rowsPerKey}`);
+  const byDepth = claimStatementsByDepth(names, limit);
+  let statements = byDepth.get(rowsPerKey);
+  if (statements === undefined) {
+    statements = {
+      window: outboxStatement(names, outboxWindowClaimText(names, limit, rowsPerKey)),
+      full: outboxStatement(names, outboxClaimText(names, limit, rowsPerKey)),
+    };
+    byDepth.set(rowsPerKey, statements);
+  }
+  return statements;
+}
 
 /**
  * Which claim a driver sends first: the window claim while the window has been filling batches
@@ -253,8 +275,8 @@ const windowFirst = new WeakMap<PgNames, boolean>();
  * back when the window alone would have done. Every statement carries the whole batch size, so
  * there are two statement texts per batch size (one prepared statement each).
  */
-export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<OutboxRow[]> {
-  const statements = outboxClaimStatements(ctx.names, p.limit);
+export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxRow[]> {
+  const statements = outboxClaimStatements(ctx.names, p.limit, p.rowsPerKey ?? 1);
   const claim = async (statement: ClaimStatement) =>
     (
       await claimRetryingInFlight(() =>

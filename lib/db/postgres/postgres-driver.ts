@@ -2,7 +2,7 @@
  * The PostgreSQL driver: wires the per-table query modules to the `Driver` interface.
  */
 import type pg from 'pg';
-import type { QueueBoxConfig } from '../../config/schema.ts';
+import { DEFAULT_ROWS_PER_KEY, type QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError, SchemaTrustError } from '../../errors.ts';
 import { refusePool } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../driver.ts';
@@ -31,8 +31,8 @@ function asQueryable(tx: CallerTransaction): PgQueryable {
 }
 
 export interface PostgresDriverOptions {
-  /** `outbox.batchSize` names the claim statements `migrate` creates functions for (default 100). */
-  config: Pick<QueueBoxConfig, 'database' | 'tables'> & { outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'> };
+  /** `outbox.batchSize` and `outbox.rowsPerKey` name the claim statements `migrate` creates functions for (default 100, 10). */
+  config: Pick<QueueBoxConfig, 'database' | 'tables'> & { outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'> & Partial<Pick<QueueBoxConfig['outbox'], 'rowsPerKey'>> };
   url: string;
   /** Use this pool instead of creating one (it is not ended by `close`). */
   pool?: PgPool;
@@ -46,6 +46,7 @@ export class PostgresDriver implements Driver {
   readonly ctx: PgContext;
   readonly #ownsPool: boolean;
   readonly #outboxBatchSize: number;
+  readonly #outboxRowsPerKey: number;
   readonly #useClaimFunctions: boolean;
 
   constructor(options: PostgresDriverOptions) {
@@ -61,6 +62,7 @@ export class PostgresDriver implements Driver {
       claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : newClaimFunctionState({ verify: (statement) => this.#verifyClaimFunction(statement) }),
     };
     this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
+    this.#outboxRowsPerKey = options.config.outbox?.rowsPerKey ?? DEFAULT_ROWS_PER_KEY;
   }
 
   /**
@@ -68,7 +70,7 @@ export class PostgresDriver implements Driver {
    * with `database.claimFunctions: false`).
    */
   claimStatements(): ClaimStatement[] {
-    return pgClaimStatements(this.ctx.names, { claimFunctions: this.#useClaimFunctions, batchSize: this.#outboxBatchSize });
+    return pgClaimStatements(this.ctx.names, { claimFunctions: this.#useClaimFunctions, batchSize: this.#outboxBatchSize, rowsPerKey: this.#outboxRowsPerKey });
   }
 
   /**
@@ -154,7 +156,8 @@ export class PostgresDriver implements Driver {
   }
 
   outboxInsert: Driver['outboxInsert'] = (tx, message, defaults) => outbox.outboxInsert(this.ctx.names, asQueryable(tx), message, defaults);
-  outboxClaimMany: Driver['outboxClaimMany'] = (p) => outbox.outboxClaimMany(this.ctx, p);
+  /** Without `rowsPerKey`: the configuration's `outbox.rowsPerKey` (the claims `migrate` made functions for). */
+  outboxClaimMany: Driver['outboxClaimMany'] = (p) => outbox.outboxClaimMany(this.ctx, { ...p, rowsPerKey: p.rowsPerKey ?? this.#outboxRowsPerKey });
   outboxRenewMany: Driver['outboxRenewMany'] = (p) => outbox.outboxRenewMany(this.ctx, p);
   outboxMarkSentMany: Driver['outboxMarkSentMany'] = (p) => outbox.outboxMarkSentMany(this.ctx, p);
   outboxRetryMany: Driver['outboxRetryMany'] = (p) => outbox.outboxRetryMany(this.ctx, p);
@@ -211,9 +214,9 @@ export class PostgresDriver implements Driver {
  * `migrate --sql`) creates: the outbox window and full claims at `outbox.batchSize`; none with
  * `database.claimFunctions: false`.
  */
-export function pgClaimStatements(names: PgNames, options: { claimFunctions: boolean; batchSize: number }): ClaimStatement[] {
+export function pgClaimStatements(names: PgNames, options: { claimFunctions: boolean; batchSize: number; rowsPerKey: number }): ClaimStatement[] {
   if (!options.claimFunctions) return [];
-  const outboxClaims = outbox.outboxClaimStatements(names, options.batchSize);
+  const outboxClaims = outbox.outboxClaimStatements(names, options.batchSize, options.rowsPerKey);
   return [outboxClaims.window, outboxClaims.full];
 }
 

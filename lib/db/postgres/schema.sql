@@ -61,13 +61,14 @@ TABLE outbox
   COLUMN sequence bigint NOT NULL DEFAULT nextval('<schema>.outbox_sequence_seq'::regclass)
   COLUMN replay_count integer NOT NULL DEFAULT 0
   COLUMN trace_context jsonb
+  COLUMN key_first boolean NOT NULL DEFAULT true
   CONSTRAINT outbox_attempts_check CHECK (((attempt >= 0) AND (max_attempts >= 1)))
   CONSTRAINT outbox_headers_object CHECK ((jsonb_typeof(headers) = 'object'::text))
   CONSTRAINT outbox_pkey PRIMARY KEY (id)
   CONSTRAINT outbox_state_check CHECK (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying, 'sent'::character varying, 'dead'::character varying])::text[])))
   INDEX CREATE INDEX outbox_finished_idx ON <schema>.outbox USING btree (state, updated_at) WHERE ((state)::text = ANY ((ARRAY['sent'::character varying, 'dead'::character varying])::text[]))
   INDEX CREATE INDEX outbox_key_head_idx ON <schema>.outbox USING btree (key, sequence) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND (key IS NOT NULL))
-  INDEX CREATE UNIQUE INDEX outbox_key_in_flight_idx ON <schema>.outbox USING btree (key) WHERE (((state)::text = 'processing'::text) AND ((key)::text <> ''::text))
+  INDEX CREATE UNIQUE INDEX outbox_key_holder_in_flight_idx ON <schema>.outbox USING btree (key) WHERE (((state)::text = 'processing'::text) AND ((key)::text <> ''::text) AND key_first)
   INDEX CREATE INDEX outbox_keyless_idx ON <schema>.outbox USING btree (scheduled_at, sequence) WHERE (((state)::text = 'pending'::text) AND ((key IS NULL) OR ((key)::text = ''::text)))
   INDEX CREATE INDEX outbox_lease_idx ON <schema>.outbox USING btree (lease_expires_at) WHERE ((state)::text = 'processing'::text)
   INDEX CREATE INDEX outbox_pending_idx ON <schema>.outbox USING btree (scheduled_at, sequence) WHERE ((state)::text = 'pending'::text)

@@ -1,0 +1,94 @@
+/**
+ * Several rows of a key in one outbox claim (`outbox.rowsPerKey`): the part of the claim statement
+ * that extends the chosen heads of keys with the rows right after them. It only adds CTEs after
+ * `candidates` and what the `UPDATE` sets and takes; the choice of the candidates is the claim's own.
+ */
+
+/**
+ * The CTEs (to follow `candidates`) that extend the claimed heads of keys with the next rows of
+ * their keys, `rowsPerKey - 1` at most per key, within the batch size `limit`. `next_rows` reads
+ * the rows after each keyed candidate in `sequence` order (the key-head index; no more per key
+ * than the room the heads left in the batch); `follower_choice` keeps the consecutive due
+ * `pending` ones (`run_end`: a row not due, or in flight, ends the run of its key), by rank, so
+ * that every key gets its second row before any gets its third; `followers` locks them (SKIP
+ * LOCKED); `kept` drops a key's rows after one that could not be locked (`lock_gap`);
+ * `key_tokens` is one claim token per key with followers, for its head and followers alike. A
+ * follower is never a candidate (a row of its key comes first). Each step is linear in the rows
+ * read (per-key minimums joined back, no pairwise comparison).
+ */
+function followerCtes(t: string, limit: number, rowsPerKey: number): string {
+  return `,
+     next_rows AS (
+       SELECT n.id, h.key, n.state, n.scheduled_at, n.sequence,
+              row_number() OVER (PARTITION BY h.key ORDER BY n.sequence) AS rank
+         FROM (SELECT c.key, c.sequence FROM ${t} c
+                WHERE c.id = ANY (ARRAY(SELECT id FROM candidates)) AND c.key <> ''
+                  -- no room left: the heads filled the batch, nothing to read
+                  AND (SELECT count(*) FROM candidates) < ${limit}) h
+         CROSS JOIN LATERAL (
+           SELECT n.id, n.state, n.scheduled_at, n.sequence FROM ${t} n
+            WHERE n.key = h.key AND n.state IN ('pending', 'processing') AND n.sequence > h.sequence
+            ORDER BY n.sequence
+            LIMIT greatest(0, least(${rowsPerKey - 1}, ${limit} - (SELECT count(*) FROM candidates)))) n
+     ),
+     -- per key, the first of its next rows that is not due or not pending: the run ends before it
+     run_end AS (
+       SELECT r.key, min(r.rank) AS rank FROM next_rows r
+        WHERE r.state <> 'pending' OR r.scheduled_at > statement_timestamp()
+        GROUP BY r.key
+     ),
+     follower_choice AS (
+       SELECT r.id, r.key, r.rank FROM next_rows r
+         LEFT JOIN run_end e ON e.key = r.key
+        WHERE e.rank IS NULL OR r.rank < e.rank
+        ORDER BY r.rank, r.sequence
+        LIMIT greatest(0, ${limit} - (SELECT count(*) FROM candidates))
+     ),
+     followers AS (
+       SELECT c.id FROM ${t} c
+        WHERE c.id = ANY (ARRAY(SELECT id FROM follower_choice)) AND (c.state || '') = 'pending'
+          FOR UPDATE SKIP LOCKED
+     ),
+     -- per key, the first chosen row another transaction held locked: the run ends before it
+     lock_gap AS (
+       SELECT f.key, min(f.rank) AS rank FROM follower_choice f
+        WHERE f.id NOT IN (SELECT id FROM followers)
+        GROUP BY f.key
+     ),
+     kept AS (
+       SELECT f.id, f.key FROM follower_choice f
+         LEFT JOIN lock_gap g ON g.key = f.key
+        WHERE g.rank IS NULL OR f.rank < g.rank
+     ),
+     key_tokens AS (SELECT k.key, gen_random_uuid() AS token FROM (SELECT DISTINCT key FROM kept) k)
+     `;
+}
+
+/** What the claim `UPDATE` of `rowsPerKey` needs: CTEs to put before it, its `SET` list, the ids it takes. */
+export interface ClaimFollowers {
+  /** Text to put between the `candidates` CTE and the `UPDATE` (empty, or `, next_rows AS (…) …`). */
+  ctes: string;
+  /** The `SET` list from the claim's (`claimSet`): one token per key, `key_first`. */
+  set(claimSet: string): string;
+  /** The subquery of the ids the `UPDATE` claims. */
+  claimed: string;
+}
+
+/**
+ * The followers part of the claim of table `t` at batch size `limit`: with `rowsPerKey` 1 the
+ * claim takes its candidates and marks each the first row of its key (`key_first = true`); above
+ * 1 it also takes the followers (`followerCtes`), which share their head's token and have
+ * `key_first = false`.
+ */
+export function claimFollowers(t: string, limit: number, rowsPerKey: number): ClaimFollowers {
+  if (rowsPerKey <= 1) return { ctes: '', set: (claimSet) => `${claimSet},\n            key_first = true`, claimed: 'SELECT id FROM candidates' };
+  return {
+    ctes: followerCtes(t, limit, rowsPerKey),
+    set: (claimSet) => {
+      const perKey = claimSet.replace('claim_token = gen_random_uuid()', 'claim_token = coalesce((SELECT k.token FROM key_tokens k WHERE k.key = o.key), gen_random_uuid())');
+      if (perKey === claimSet) throw new Error('claimSet no longer sets claim_token = gen_random_uuid(): update claimFollowers');
+      return `${perKey},\n            key_first = o.id <> ALL (ARRAY(SELECT id FROM kept))`;
+    },
+    claimed: 'SELECT id FROM candidates UNION ALL SELECT id FROM kept',
+  };
+}
