@@ -35,7 +35,7 @@ import { serverInfo } from './server-info.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** Cases whose drain is capped by `--peer-seconds` (slow by nature) rather than by the generous default. */
-const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs', 'queuebox-rows-1-sqs']);
+const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs', 'queuebox-rows-10-sqs']);
 const DEFAULT_CAP_MS = 300_000;
 
 /**
