@@ -16,78 +16,25 @@
  *                           shape before its timed drain, so the timed drain runs in a warm
  *                           process as in a reused Lambda container (default 20,000 — one
  *                           workload; quick 2,000; 0 = a cold process)
+ *   --best path|none        per-workload settings of the floor and graphile-worker (default
+ *                           bench/best-settings.json, written by `npm run bench:sweep`; `none`:
+ *                           each case's defaults — the floor 100 x 2 loops)
  * Uses DATABASE_URL, or starts an embedded PostgreSQL. Prints one JSON line per case, then a table.
  */
-import { spawn } from 'node:child_process';
-import { rmSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build } from 'esbuild';
-import { LAMBDA_NODE_TARGET } from '../lib/serverless/bundle.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
-import type { CaseResult, ChildInput } from './case-child.ts';
+import { BEST_SETTINGS_PATH, readBestSettings } from './best-settings.ts';
+import type { CaseResult } from './case-child.ts';
 import { CASE_NAMES } from './cases.ts';
+import { buildChild, medianRun, runChild } from './child-runner.ts';
 import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';
 import { FULL_SIZES, QUICK_SIZES, isBacklog, parseSizes, workloads } from './workloads.ts';
-import { formatTable, type RatedResult } from './format-table.ts';
+import { formatSummary, formatTable, type RatedResult } from './format-table.ts';
 import { serverInfo } from './server-info.ts';
 
-const here = dirname(fileURLToPath(import.meta.url));
 /** Cases whose drain is capped by `--peer-seconds` (slow by nature) rather than by the generous default. */
 const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs']);
 const DEFAULT_CAP_MS = 300_000;
-
-/**
- * Compiles the case child once per run with esbuild, as `npm run build` compiles the Lambda
- * functions: the children then run plain JavaScript, like a deployed poller, instead of going
- * through the `tsx` loader (which added ~30 MB of RSS and CPU for on-the-fly compilation and
- * `keepNames` wrappers to every case). Dependencies stay in node_modules (`packages: 'external'`).
- */
-async function buildChild(): Promise<string> {
-  const outdir = join(here, '..', 'node_modules', '.cache', 'queuebox-bench');
-  rmSync(outdir, { recursive: true, force: true });
-  await build({
-    entryPoints: { 'case-child': join(here, 'case-child.ts') },
-    outdir,
-    outExtension: { '.js': '.mjs' },
-    // One chunk per case module, loaded when its case runs (see cases.ts).
-    splitting: true,
-    bundle: true,
-    packages: 'external',
-    format: 'esm',
-    platform: 'node',
-    target: LAMBDA_NODE_TARGET,
-    sourcemap: true,
-    logLevel: 'error',
-  });
-  return join(outdir, 'case-child.mjs');
-}
-
-function runChild(script: string, input: ChildInput): Promise<CaseResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--enable-source-maps', script, JSON.stringify(input)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const last = out.trim().split('\n').pop() ?? '';
-      if (code === 0 && last.startsWith('{')) resolve(JSON.parse(last) as CaseResult);
-      else reject(new Error(`case ${input.caseName}/${input.workload.name} exited ${code}: ${err.trim().slice(0, 1500)}`));
-    });
-  });
-}
-
-/** The run with the median throughput (lower middle for an even count), with every run's rate attached. */
-function medianRun(list: CaseResult[]): CaseResult {
-  const sorted = [...list].sort((a, b) => a.messagesPerSecond - b.messagesPerSecond);
-  const median = sorted[Math.floor((sorted.length - 1) / 2)]!;
-  return { ...median, runs: list.map((r) => r.messagesPerSecond) };
-}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -100,6 +47,7 @@ async function main(): Promise<void> {
       'peer-seconds': { type: 'string' },
       rounds: { type: 'string' },
       warmup: { type: 'string' },
+      best: { type: 'string', default: BEST_SETTINGS_PATH },
     },
   });
   const base = values.quick ? QUICK_SIZES : FULL_SIZES;
@@ -114,6 +62,12 @@ async function main(): Promise<void> {
   const rounds = Math.max(1, Number(values.rounds ?? (values.quick ? 1 : 3)));
   const warmup = Number(values.warmup ?? (values.quick ? 2000 : 20_000));
   if (!Number.isInteger(warmup) || warmup < 0) throw new Error(`--warmup: ${values.warmup} is not a non-negative integer`);
+
+  const best = values.best === 'none' ? {} : readBestSettings(values.best);
+  const settingsOf = (caseName: string, workload: string) => {
+    const found = best[caseName]?.[workload];
+    return found ? { settings: found.settings } : {};
+  };
 
   let embedded: EmbeddedDatabase | undefined;
   let url = process.env.DATABASE_URL;
@@ -146,6 +100,7 @@ async function main(): Promise<void> {
             warmup,
             timeLimitMs: PEERS.has(caseName) ? peerCapMs : DEFAULT_CAP_MS,
             ...(sqs && caseName.endsWith('-sqs') ? { sqs: await sqs.newQueue() } : {}),
+            ...settingsOf(caseName, workload.name),
           }).catch((error: unknown) => {
             process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
             return undefined;
@@ -155,10 +110,12 @@ async function main(): Promise<void> {
       }
       const medians = new Map([...runs].map(([name, list]) => [name, medianRun(list)]));
       const floor = medians.get('floor');
+      const peer = medians.get('graphile-worker');
+      const ratio = (r: CaseResult, to: CaseResult | undefined, self: string) => (to && r.case !== self ? Math.round((r.messagesPerSecond / to.messagesPerSecond) * 100) / 100 : null);
       for (const caseName of caseNames) {
         const result = medians.get(caseName);
         if (!result) continue;
-        const withRatio: RatedResult = { ...result, ratioToFloor: floor && caseName !== 'floor' ? Math.round((result.messagesPerSecond / floor.messagesPerSecond) * 100) / 100 : null };
+        const withRatio: RatedResult = { ...result, ratioToFloor: ratio(result, floor, 'floor'), ratioToGraphileWorker: ratio(result, peer, 'graphile-worker') };
         results.push(withRatio);
         process.stdout.write(`${JSON.stringify(withRatio)}\n`);
       }
@@ -167,7 +124,7 @@ async function main(): Promise<void> {
     await sqs?.stop();
     await embedded?.stop();
   }
-  process.stdout.write(`\n${formatTable(results)}\n\n${info}\n`);
+  process.stdout.write(`\n${formatTable(results)}\n\n${formatSummary(results)}\n\n${info}\n`);
 }
 
 main().catch((error: unknown) => {
