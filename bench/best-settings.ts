@@ -44,3 +44,23 @@ export function writeBestSettings(best: BestSettings, path = BEST_SETTINGS_PATH)
   for (const [caseName, byWorkload] of Object.entries(best)) merged[caseName] = { ...merged[caseName], ...byWorkload };
   writeFileSync(path, `${JSON.stringify(merged, null, 2)}\n`);
 }
+
+/**
+ * A backlog workload not swept runs with its small-table workload's best (the same keys and
+ * statement; a sweep of a 1,000,000-row backlog seeds that table once per candidate).
+ */
+export const BACKLOG_FALLBACK: Readonly<Record<string, string>> = {
+  backlog: 'unkeyed',
+  'keys-100-backlog': 'keys-100',
+  'keys-1000-backlog': 'keys-1000',
+  'hot-keys': 'hot-keys-small',
+};
+
+/** The settings `caseName` runs `workload` with, and the workload whose sweep chose them. */
+export function bestFor(best: BestSettings, caseName: string, workload: string): { settings: CaseSettings; from: string } | undefined {
+  const own = best[caseName]?.[workload];
+  if (own) return { settings: own.settings, from: workload };
+  const small = BACKLOG_FALLBACK[workload];
+  const fallback = small === undefined ? undefined : best[caseName]?.[small];
+  return fallback ? { settings: fallback.settings, from: small! } : undefined;
+}

@@ -108,6 +108,16 @@ function settleSql(table: string): string {
            WHERE o.id = s.id AND o.claim_token = s.token AND o.state = 'processing'`;
 }
 
+/** The floor's keyless claim at its default settings (batch 100, `cte`), for bench:profile. */
+export function floorClaimText(table: string): string {
+  return claimSql(table, false, { batch: FLOOR_BATCH, loops: 1, claim: 'cte', prepared: false });
+}
+
+/** The floor's sent mark by `unnest` of ids and tokens. */
+export function floorSettleText(table: string): string {
+  return settleSql(table);
+}
+
 /** Runs `loops` claim/settle loops until `target` rows are sent or the time cap passes. */
 export async function floorDrain(ctx: CaseContext): Promise<DrainResult> {
   const table = outboxTable(ctx);
@@ -120,12 +130,18 @@ export async function floorDrain(ctx: CaseContext): Promise<DrainResult> {
   const stopAt = Date.now() + ctx.timeLimitMs;
   let moved = 0;
   let idle = 0;
+  // Round-trip time of the claims and the sent marks, summed over the loops (the notes).
+  const timing = { claims: 0, claimMs: 0, settles: 0, settleMs: 0 };
   const loop = async () => {
     const client = new pg.Client({ connectionString: ctx.url });
     await client.connect();
     try {
       while (moved < target && Date.now() < stopAt) {
+        const at = performance.now();
         const { rows } = await client.query<{ id: string; claim_token: string }>(claim());
+        const claimed = performance.now();
+        timing.claimMs += claimed - at;
+        timing.claims++;
         if (rows.length === 0) {
           // Every claimable head is in flight with another loop: yield briefly.
           idle++;
@@ -135,13 +151,20 @@ export async function floorDrain(ctx: CaseContext): Promise<DrainResult> {
         const take = rows.slice(0, Math.max(0, target - moved));
         moved += take.length;
         await client.query(settle([rows.map((r) => r.id), rows.map((r) => r.claim_token)]));
+        timing.settleMs += performance.now() - claimed;
+        timing.settles++;
       }
     } finally {
       await client.end();
     }
   };
   await Promise.all(Array.from({ length: settings.loops }, loop));
-  return { moved: Math.min(moved, target), capped: moved < target, notes: { emptyClaims: idle } };
+  const average = (ms: number, n: number) => Math.round((ms / Math.max(1, n)) * 10) / 10;
+  return {
+    moved: Math.min(moved, target),
+    capped: moved < target,
+    notes: { claims: timing.claims, emptyClaims: idle, claimMsAvg: average(timing.claimMs, timing.claims), settleMsAvg: average(timing.settleMs, timing.settles) },
+  };
 }
 
 export const floorCase: BenchCase = {

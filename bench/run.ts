@@ -14,16 +14,20 @@
  *                           median is reported (default 3; quick 1; the backlog and peers run once)
  *   --warmup n              messages each case child drains from a separate table of the same
  *                           shape before its timed drain, so the timed drain runs in a warm
- *                           process as in a reused Lambda container (default 20,000 — one
- *                           workload; quick 2,000; 0 = a cold process)
+ *                           process as in a reused Lambda container (default 5,000 — a
+ *                           quarter of a workload; quick 2,000; 0 = a cold process)
  *   --best path|none        per-workload settings of the floor and graphile-worker (default
- *                           bench/best-settings.json, written by `npm run bench:sweep`; `none`:
- *                           each case's defaults — the floor 100 x 2 loops)
+ *                           bench/best-settings.json, written by `npm run bench:sweep`; a backlog
+ *                           not swept takes its small-table workload's; `none`: each case's
+ *                           defaults — the floor 100 x 2 loops)
+ *   --set case.name=value   a setting for every workload of a case, over the file's (repeatable;
+ *                           e.g. queuebox.batchSize=1000, floor.loops=2, graphile-worker.localQueue=0)
  * Uses DATABASE_URL, or starts an embedded PostgreSQL. Prints one JSON line per case, then a table.
  */
 import { parseArgs } from 'node:util';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
-import { BEST_SETTINGS_PATH, readBestSettings } from './best-settings.ts';
+import type { CaseSettings } from './bench-case.ts';
+import { BEST_SETTINGS_PATH, bestFor, readBestSettings } from './best-settings.ts';
 import type { CaseResult } from './case-child.ts';
 import { CASE_NAMES } from './cases.ts';
 import { buildChild, medianRun, runChild } from './child-runner.ts';
@@ -48,6 +52,7 @@ async function main(): Promise<void> {
       rounds: { type: 'string' },
       warmup: { type: 'string' },
       best: { type: 'string', default: BEST_SETTINGS_PATH },
+      set: { type: 'string', multiple: true, default: [] },
     },
   });
   const base = values.quick ? QUICK_SIZES : FULL_SIZES;
@@ -60,13 +65,16 @@ async function main(): Promise<void> {
   const workers = Number(values.workers);
   const peerCapMs = Number(values['peer-seconds'] ?? (values.quick ? 5 : 20)) * 1000;
   const rounds = Math.max(1, Number(values.rounds ?? (values.quick ? 1 : 3)));
-  const warmup = Number(values.warmup ?? (values.quick ? 2000 : 20_000));
+  const warmup = Number(values.warmup ?? (values.quick ? 2000 : 5000));
   if (!Number.isInteger(warmup) || warmup < 0) throw new Error(`--warmup: ${values.warmup} is not a non-negative integer`);
 
   const best = values.best === 'none' ? {} : readBestSettings(values.best);
+  const overrides = parseSets(values.set);
   const settingsOf = (caseName: string, workload: string) => {
-    const found = best[caseName]?.[workload];
-    return found ? { settings: found.settings } : {};
+    const found = bestFor(best, caseName, workload);
+    if (found && found.from !== workload) process.stderr.write(`${caseName}/${workload}: the best settings of ${found.from} (not swept on ${workload})\n`);
+    const settings = { ...found?.settings, ...overrides[caseName] };
+    return Object.keys(settings).length > 0 ? { settings } : {};
   };
 
   let embedded: EmbeddedDatabase | undefined;
@@ -125,6 +133,20 @@ async function main(): Promise<void> {
     await embedded?.stop();
   }
   process.stdout.write(`\n${formatTable(results)}\n\n${formatSummary(results)}\n\n${info}\n`);
+}
+
+/** `--set case.name=value` → case → settings (numbers and booleans parsed; anything else a string). */
+function parseSets(sets: string[]): Record<string, CaseSettings> {
+  const out: Record<string, CaseSettings> = {};
+  for (const item of sets) {
+    const match = /^([\w-]+)\.(\w+)=(.+)$/.exec(item);
+    if (!match) throw new Error(`--set ${item}: expected case.name=value`);
+    const [, caseName, name, raw] = match as unknown as [string, string, string, string];
+    if (!CASE_NAMES.includes(caseName)) throw new Error(`--set ${item}: unknown case ${caseName}`);
+    const value = raw === 'true' ? true : raw === 'false' ? false : Number.isFinite(Number(raw)) ? Number(raw) : raw;
+    (out[caseName] ??= {})[name] = value;
+  }
+  return out;
 }
 
 main().catch((error: unknown) => {

@@ -1,17 +1,17 @@
 /**
  * `npm run bench:sweep`: the floor and graphile-worker at their best on this machine. For each
- * workload it runs every candidate setting of each case once, runs the three fastest again
- * (`--confirm` times, alternating), and writes the setting with the best median run to
+ * workload it runs every candidate setting of each case once, runs the two fastest again
+ * (`--confirm` times, alternating; default once), and writes the setting with the best median run to
  * bench/best-settings.json, which `npm run bench` then uses (see bench/best-settings.ts).
  *
  * Candidates:
- * - floor, in two stages: the statement shape (`claim` cte | in × `prepared` off | on) at batch
- *   100 and 2 loops, then `--batches` × `--loops` with the best shape;
+ * - floor, in two stages: `--batches` × `--loops` with the plain statement (`claim` cte, not
+ *   prepared), then the other statement shapes (`claim` in, `prepared` on) at the best size;
  * - graphile-worker: `--concurrency` × `--local-queue`.
  *
  * Options: `--cases floor,graphile-worker`, `--workloads a,b` (default all), `--sizes m[,b[,d]]`
- * (default the full sizes), `--batches 100,250,1000`, `--loops 2,4,8`, `--concurrency 12,24,48`,
- * `--local-queue 500,2000`, `--confirm n` (default 2), `--warmup n` (default 5,000),
+ * (default the full sizes), `--batches 100,1000`, `--loops 2,4`, `--concurrency 24,48`,
+ * `--local-queue 500,2000`, `--confirm n` (default 1), `--warmup n` (default 5,000),
  * `--peer-seconds s` (graphile-worker's drain cap, default 20), `--out path`, `--dry-run` (print
  * the winners, write nothing). Uses DATABASE_URL, or starts an embedded PostgreSQL.
  */
@@ -43,11 +43,11 @@ async function main(): Promise<void> {
       cases: { type: 'string', default: SWEPT.join(',') },
       workloads: { type: 'string' },
       sizes: { type: 'string' },
-      batches: { type: 'string', default: '100,250,1000' },
-      loops: { type: 'string', default: '2,4,8' },
-      concurrency: { type: 'string', default: '12,24,48' },
+      batches: { type: 'string', default: '100,1000' },
+      loops: { type: 'string', default: '2,4' },
+      concurrency: { type: 'string', default: '24,48' },
       'local-queue': { type: 'string', default: '500,2000' },
-      confirm: { type: 'string', default: '2' },
+      confirm: { type: 'string', default: '1' },
       warmup: { type: 'string', default: '5000' },
       'peer-seconds': { type: 'string', default: '20' },
       out: { type: 'string', default: BEST_SETTINGS_PATH },
@@ -92,18 +92,14 @@ async function main(): Promise<void> {
         const rate = (key: string) => medianRun(tried.get(key)!.runs).messagesPerSecond;
         const ranked = () => [...tried.keys()].sort((a, b) => rate(b) - rate(a));
         for (const settings of firstStage(caseName, values)) await attempt(settings);
-        if (caseName === 'floor') {
-          const shape = tried.get(ranked()[0]!)!.settings;
-          for (const batch of numbers('batches', values.batches)) {
-            for (const loops of numbers('loops', values.loops)) {
-              const settings = { ...shape, batch, loops };
-              if (!tried.has(label(settings))) await attempt(settings);
-            }
-          }
+        if (caseName === 'floor' && tried.size > 0) {
+          const size = tried.get(ranked()[0]!)!.settings;
+          for (const shape of [{ claim: 'in', prepared: false }, { claim: 'cte', prepared: true }, { claim: 'in', prepared: true }]) await attempt({ ...size, ...shape });
         }
-        const top = ranked().slice(0, 3);
+        const top = ranked().slice(0, 2);
         for (let round = 0; round < confirm; round++) for (const key of top) await attempt(tried.get(key)!.settings);
-        const order = ranked();
+        // After the confirmation the winner is one of the confirmed (its median over all its runs).
+        const order = confirm > 0 ? top.sort((a, b) => rate(b) - rate(a)) : ranked();
         if (order.length === 0) continue;
         const winner = medianRun(tried.get(order[0]!)!.runs);
         (best[caseName] ??= {})[workload.name] = {
@@ -124,10 +120,10 @@ async function main(): Promise<void> {
   }
 }
 
-/** The floor's statement shapes at batch 100 and 2 loops; graphile-worker's whole grid. */
-function firstStage(caseName: string, values: { concurrency: string; 'local-queue': string }): CaseSettings[] {
+/** The floor's batch sizes × loops with the plain statement; graphile-worker's whole grid. */
+function firstStage(caseName: string, values: { batches: string; loops: string; concurrency: string; 'local-queue': string }): CaseSettings[] {
   if (caseName === 'floor') {
-    return (['cte', 'in'] as const).flatMap((claim) => [false, true].map((prepared) => ({ batch: 100, loops: 2, claim, prepared })));
+    return numbers('batches', values.batches).flatMap((batch) => numbers('loops', values.loops).map((loops) => ({ batch, loops, claim: 'cte', prepared: false })));
   }
   return numbers('concurrency', values.concurrency).flatMap((concurrency) => numbers('local-queue', values['local-queue']).map((localQueue) => ({ concurrency, localQueue })));
 }
