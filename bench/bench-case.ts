@@ -21,7 +21,16 @@ export interface CaseContext {
   sqs?: { endpoint: string; queueUrl: string };
   /** Uncounted client for seeding, progress and latency queries. */
   probe: pg.Client;
+  /**
+   * The case's tunables for this run (the floor's batch size and loops, graphile-worker's
+   * concurrency…), as the sweep chose them (bench/best-settings.json) or as a sweep tries them;
+   * a case uses its own defaults for what is absent.
+   */
+  settings?: CaseSettings;
 }
+
+/** Tunables of one case, by name (each case documents its own). */
+export type CaseSettings = Record<string, number | string | boolean>;
 
 export interface Latency {
   p50Ms: number;

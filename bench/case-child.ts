@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
-import type { BenchCase, CaseContext } from './bench-case.ts';
+import type { BenchCase, CaseContext, CaseSettings } from './bench-case.ts';
 import { loadCase } from './cases.ts';
 import { installQueryCounter, queryCount, uncountedClient } from './query-counter.ts';
 import type { Workload } from './workloads.ts';
@@ -21,6 +21,8 @@ export interface ChildInput {
   /** Messages drained from a separate table of the same shape before the timed drain (0: none). */
   warmup?: number;
   sqs?: { endpoint: string; queueUrl: string };
+  /** The case's tunables (see `CaseContext.settings`). */
+  settings?: CaseSettings;
 }
 
 /** One JSON line of the bench output. */
@@ -28,6 +30,8 @@ export interface CaseResult {
   case: string;
   workload: string;
   settings: string;
+  /** The tunables the case ran with (`ChildInput.settings`), absent for its defaults. */
+  tuning?: CaseSettings;
   messages: number;
   capped: boolean;
   seconds: number;
@@ -86,6 +90,7 @@ async function runCase(c: BenchCase, ctx: CaseContext, input: ChildInput): Promi
     case: input.caseName,
     workload: input.workload.name,
     settings: c.describe(ctx),
+    ...(input.settings ? { tuning: input.settings } : {}),
     messages: result.moved,
     capped: result.capped,
     seconds: round(seconds, 3),
@@ -120,6 +125,7 @@ async function main(): Promise<void> {
     timeLimitMs: input.timeLimitMs,
     probe,
     ...(input.sqs ? { sqs: input.sqs } : {}),
+    ...(input.settings ? { settings: input.settings } : {}),
   };
   try {
     const result = await runCase(c, ctx, input);

@@ -7,8 +7,10 @@
  * hands them to the worker slots), `completeJobBatchDelay` 0 and `failJobBatchDelay` 0 (completions
  * of the same tick batched into one statement), `pollInterval` 100 ms (only matters when idle;
  * new jobs wake workers via LISTEN/NOTIFY), prepared statements on (its default),
- * `NO_LOG_SUCCESS`. `GRAPHILE_CONCURRENCY` and `GRAPHILE_LOCAL_QUEUE` (0 = off) override the two
- * numbers for a sweep. Keyed workloads use
+ * `NO_LOG_SUCCESS`. Settings (`ctx.settings`: `npm run bench:sweep` tries them, `npm run bench`
+ * runs each workload's best from bench/best-settings.json): `concurrency` (default 12 ×
+ * `workers`) and `localQueue` (default 500; 0 or 1 = off). `GRAPHILE_CONCURRENCY` and
+ * `GRAPHILE_LOCAL_QUEUE` override both. Keyed workloads use
  * `queue_name` = key: graphile-worker runs the jobs of one named queue serially, in order —
  * its documented per-key ordering. Its "batch jobs" (array payloads merged under one `job_key`)
  * are not used: they turn many messages into one job that succeeds or fails as a whole.
@@ -28,8 +30,13 @@ const POLL_INTERVAL_MS = 100;
 const silentLogger: Logger = new GraphileLogger(() => () => {});
 const latencies = new Map<string, number[]>();
 
-const concurrencyFor = (ctx: CaseContext) => Number(process.env.GRAPHILE_CONCURRENCY ?? 12 * ctx.workers);
-const localQueueSize = () => Number(process.env.GRAPHILE_LOCAL_QUEUE ?? 500);
+function setting(ctx: CaseContext, name: 'concurrency' | 'localQueue', env: string | undefined, fallback: number): number {
+  const value = env !== undefined ? Number(env) : (ctx.settings?.[name] ?? fallback);
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) throw new Error(`graphile-worker: setting ${name} = ${String(value)} is not a non-negative integer`);
+  return value;
+}
+const concurrencyFor = (ctx: CaseContext) => Math.max(1, setting(ctx, 'concurrency', process.env.GRAPHILE_CONCURRENCY, 12 * ctx.workers));
+const localQueueSize = (ctx: CaseContext) => setting(ctx, 'localQueue', process.env.GRAPHILE_LOCAL_QUEUE, 500);
 
 async function prepare(ctx: CaseContext): Promise<void> {
   process.env.NO_LOG_SUCCESS = '1';
@@ -66,7 +73,7 @@ async function drain(ctx: CaseContext): Promise<DrainResult> {
     taskList: { noop: async () => {} },
     preset: {
       worker: {
-        ...(localQueueSize() > 1 ? { localQueue: { size: localQueueSize() } } : {}),
+        ...(localQueueSize(ctx) > 1 ? { localQueue: { size: localQueueSize(ctx) } } : {}),
         completeJobBatchDelay: 0,
         failJobBatchDelay: 0,
       },
@@ -99,7 +106,7 @@ async function latency(ctx: CaseContext): Promise<Latency | null> {
 export const graphileWorkerCase: BenchCase = {
   name: 'graphile-worker',
   describe: (ctx) =>
-    `graphile-worker 0.17.3, concurrency ${concurrencyFor(ctx)}, localQueue ${localQueueSize() > 1 ? localQueueSize() : 'off'}, completeJobBatchDelay 0, pollInterval ${POLL_INTERVAL_MS} ms${ctx.workload.keys > 0 ? ', queue_name = key (serial per key)' : ''}`,
+    `graphile-worker 0.17.3, concurrency ${concurrencyFor(ctx)}, localQueue ${localQueueSize(ctx) > 1 ? localQueueSize(ctx) : 'off'}, completeJobBatchDelay 0, pollInterval ${POLL_INTERVAL_MS} ms${ctx.workload.keys > 0 ? ', queue_name = key (serial per key)' : ''}`,
   prepare,
   drain,
   latency,

@@ -19,9 +19,13 @@ export function outboxTable(ctx: CaseContext): string {
   return `${quoteIdent(ctx.schema)}.${quoteIdent('outbox')}`;
 }
 
-/** Migrates the schema with QueueBox's own migrations and inserts the workload's rows in one statement. */
-export async function seedOutbox(ctx: CaseContext): Promise<void> {
-  const driver = new PostgresDriver({ config: benchConfig(ctx), url: ctx.url });
+/**
+ * Migrates the schema with QueueBox's own migrations and inserts the workload's rows in one
+ * statement. `outbox` overrides the config's outbox section (its `batchSize` names the claim
+ * functions `migrate` creates).
+ */
+export async function seedOutbox(ctx: CaseContext, outbox?: Record<string, unknown>): Promise<void> {
+  const driver = new PostgresDriver({ config: benchConfig(ctx, outbox ? { outbox } : {}), url: ctx.url });
   try {
     await driver.migrate();
   } finally {

@@ -3,7 +3,8 @@
  *
  * `workers` passes run at once (as concurrent scheduled invocations would), each with its own
  * driver and pool, in `drain` mode with default settings (batch 100, concurrency 8, two batches
- * in flight per pass). The destination is an in-process no-op (`queuebox`) or an SQS queue on
+ * in flight per pass). Settings (`ctx.settings`, e.g. `npm run bench -- --set
+ * queuebox.batchSize=1000`): `batchSize` and `concurrency`, the `outbox` config keys. The destination is an in-process no-op (`queuebox`) or an SQS queue on
  * the fauxqs emulator (`queuebox-sqs`). A counting wrapper around `outboxMarkSentMany` aborts
  * every pass once the workload's drain count is sent (so a backlog drain stops at its target).
  */
@@ -21,11 +22,27 @@ import { benchConfig, dropSchema, outboxLatency, seedOutbox } from './outbox-tab
 
 const silent: PassLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
+/** The `outbox` config keys the case's settings change (none by default). */
+function outboxSettings(ctx: CaseContext): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [name, value] of Object.entries(ctx.settings ?? {})) {
+    if (name !== 'batchSize' && name !== 'concurrency') throw new Error(`queuebox: unknown setting ${name} (batchSize, concurrency)`);
+    if (typeof value !== 'number') throw new Error(`queuebox: setting ${name} = ${String(value)} is not a number`);
+    out[name] = value;
+  }
+  return out;
+}
+
+/** The case's `outbox` settings and its `outbox.rowsPerKey` (when the case names one). */
+function outboxConfig(ctx: CaseContext, rowsPerKey?: number): Record<string, number> {
+  return { ...outboxSettings(ctx), ...(rowsPerKey === undefined ? {} : { rowsPerKey }) };
+}
+
 function passConfig(ctx: CaseContext, prepared: boolean, rowsPerKey?: number): QueueBoxConfig {
   const queueUrl = ctx.sqs?.queueUrl ?? 'http://127.0.0.1:1/000000000000/bench';
   const config = benchConfig(ctx, {
     destinations: { bench: { type: 'sqs', queueUrl, region: 'us-east-1' } },
-    outbox: { routes: [{ topicPattern: '**', destination: 'bench' }], ...(rowsPerKey === undefined ? {} : { rowsPerKey }) },
+    outbox: { routes: [{ topicPattern: '**', destination: 'bench' }], ...outboxConfig(ctx, rowsPerKey) },
   });
   return { ...config, database: { ...config.database, preparedStatements: prepared } };
 }
@@ -48,20 +65,29 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   const drivers = Array.from({ length: ctx.workers }, () => new PostgresDriver({ config, url: ctx.url }));
   const destinations = destinationsFor(ctx, config, kind);
   const router = createRouter(config.outbox.routes, config.destinations);
-  // Database time of the claims and the sent marks, summed over all passes (the notes).
-  const timing = { claims: 0, claimMs: 0, emptyClaims: 0, settles: 0, settleMs: 0 };
+  // Database time of the claims and the sent marks, summed over all passes (the notes), and the
+  // time from a claim's answer to its batch's sent mark (routing, the publish, the lease keeper).
+  const timing = { claims: 0, claimMs: 0, emptyClaims: 0, settles: 0, settleMs: 0, deliverMs: 0 };
+  const claimedAt = new Map<string, number>();
   const counting = (driver: PostgresDriver): OutboxPassDriver => ({
     outboxClaimMany: async (p) => {
       const at = performance.now();
       const rows = await driver.outboxClaimMany(p);
-      timing.claimMs += performance.now() - at;
+      const now = performance.now();
+      timing.claimMs += now - at;
       timing.claims++;
       if (rows.length === 0) timing.emptyClaims++;
+      else claimedAt.set(rows[0]!.id, now);
       return rows;
     },
     outboxRenewMany: (p) => driver.outboxRenewMany(p),
     outboxMarkSentMany: async (p) => {
       const at = performance.now();
+      const claimed = p.claims.length > 0 ? claimedAt.get(p.claims[0]!.id) : undefined;
+      if (claimed !== undefined) {
+        timing.deliverMs += at - claimed;
+        claimedAt.delete(p.claims[0]!.id);
+      }
       const ids = await driver.outboxMarkSentMany(p);
       timing.settleMs += performance.now() - at;
       timing.settles++;
@@ -117,7 +143,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   return {
     moved: Math.min(sent, target),
     capped: sent < target,
-    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), settleMsAvg: average(timing.settleMs, timing.settles) },
+    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), deliverMsAvg: average(timing.deliverMs, timing.settles), settleMsAvg: average(timing.settleMs, timing.settles) },
   };
 }
 
@@ -125,17 +151,9 @@ function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false, rows
   return {
     name,
     describe: (ctx) =>
-      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize 100, concurrency 8, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}${prepared ? ', database.preparedStatements' : ''}, outbox.rowsPerKey ${rowsPerKey ?? `default (${DEFAULT_ROWS_PER_KEY})`}`,
-    prepare: async (ctx) => {
-      await seedOutbox(ctx);
-      // The claim functions of this case's `outbox.rowsPerKey` (the seed made the default's).
-      const driver = new PostgresDriver({ config: passConfig(ctx, prepared, rowsPerKey), url: ctx.url });
-      try {
-        await driver.migrate();
-      } finally {
-        await driver.close();
-      }
-    },
+      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize ${outboxSettings(ctx).batchSize ?? 100}, concurrency ${outboxSettings(ctx).concurrency ?? 8}, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}${prepared ? ', database.preparedStatements' : ''}, outbox.rowsPerKey ${rowsPerKey ?? `default (${DEFAULT_ROWS_PER_KEY})`}`,
+    // `migrate` in the seed creates the claim functions of this case's settings.
+    prepare: (ctx) => seedOutbox(ctx, outboxConfig(ctx, rowsPerKey)),
     drain: (ctx) => drainWithPasses(ctx, kind, prepared, rowsPerKey),
     latency: outboxLatency,
     cleanup: (ctx) => dropSchema(ctx.probe, ctx.schema),

@@ -14,80 +14,31 @@
  *                           median is reported (default 3; quick 1; the backlog and peers run once)
  *   --warmup n              messages each case child drains from a separate table of the same
  *                           shape before its timed drain, so the timed drain runs in a warm
- *                           process as in a reused Lambda container (default 20,000 — one
- *                           workload; quick 2,000; 0 = a cold process)
+ *                           process as in a reused Lambda container (default 5,000 — a
+ *                           quarter of a workload; quick 2,000; 0 = a cold process)
+ *   --best path|none        per-workload settings of the floor and graphile-worker (default
+ *                           bench/best-settings.json, written by `npm run bench:sweep`; a backlog
+ *                           not swept takes its small-table workload's; `none`: each case's
+ *                           defaults — the floor 100 x 2 loops)
+ *   --set case.name=value   a setting for every workload of a case, over the file's (repeatable;
+ *                           e.g. queuebox.batchSize=1000, floor.loops=2, graphile-worker.localQueue=0)
  * Uses DATABASE_URL, or starts an embedded PostgreSQL. Prints one JSON line per case, then a table.
  */
-import { spawn } from 'node:child_process';
-import { rmSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build } from 'esbuild';
-import { LAMBDA_NODE_TARGET } from '../lib/serverless/bundle.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
-import type { CaseResult, ChildInput } from './case-child.ts';
+import type { CaseSettings } from './bench-case.ts';
+import { BEST_SETTINGS_PATH, bestFor, readBestSettings } from './best-settings.ts';
+import type { CaseResult } from './case-child.ts';
 import { CASE_NAMES } from './cases.ts';
+import { buildChild, medianRun, runChild } from './child-runner.ts';
 import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';
 import { FULL_SIZES, QUICK_SIZES, isBacklog, parseSizes, workloads } from './workloads.ts';
-import { formatTable, type RatedResult } from './format-table.ts';
+import { formatSummary, formatTable, type RatedResult } from './format-table.ts';
 import { serverInfo } from './server-info.ts';
 
-const here = dirname(fileURLToPath(import.meta.url));
 /** Cases whose drain is capped by `--peer-seconds` (slow by nature) rather than by the generous default. */
 const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs', 'queuebox-rows-10-sqs']);
 const DEFAULT_CAP_MS = 300_000;
-
-/**
- * Compiles the case child once per run with esbuild, as `npm run build` compiles the Lambda
- * functions: the children then run plain JavaScript, like a deployed poller, instead of going
- * through the `tsx` loader (which added ~30 MB of RSS and CPU for on-the-fly compilation and
- * `keepNames` wrappers to every case). Dependencies stay in node_modules (`packages: 'external'`).
- */
-async function buildChild(): Promise<string> {
-  const outdir = join(here, '..', 'node_modules', '.cache', 'queuebox-bench');
-  rmSync(outdir, { recursive: true, force: true });
-  await build({
-    entryPoints: { 'case-child': join(here, 'case-child.ts') },
-    outdir,
-    outExtension: { '.js': '.mjs' },
-    // One chunk per case module, loaded when its case runs (see cases.ts).
-    splitting: true,
-    bundle: true,
-    packages: 'external',
-    format: 'esm',
-    platform: 'node',
-    target: LAMBDA_NODE_TARGET,
-    sourcemap: true,
-    logLevel: 'error',
-  });
-  return join(outdir, 'case-child.mjs');
-}
-
-function runChild(script: string, input: ChildInput): Promise<CaseResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--enable-source-maps', script, JSON.stringify(input)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const last = out.trim().split('\n').pop() ?? '';
-      if (code === 0 && last.startsWith('{')) resolve(JSON.parse(last) as CaseResult);
-      else reject(new Error(`case ${input.caseName}/${input.workload.name} exited ${code}: ${err.trim().slice(0, 1500)}`));
-    });
-  });
-}
-
-/** The run with the median throughput (lower middle for an even count), with every run's rate attached. */
-function medianRun(list: CaseResult[]): CaseResult {
-  const sorted = [...list].sort((a, b) => a.messagesPerSecond - b.messagesPerSecond);
-  const median = sorted[Math.floor((sorted.length - 1) / 2)]!;
-  return { ...median, runs: list.map((r) => r.messagesPerSecond) };
-}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -100,6 +51,8 @@ async function main(): Promise<void> {
       'peer-seconds': { type: 'string' },
       rounds: { type: 'string' },
       warmup: { type: 'string' },
+      best: { type: 'string', default: BEST_SETTINGS_PATH },
+      set: { type: 'string', multiple: true, default: [] },
     },
   });
   const base = values.quick ? QUICK_SIZES : FULL_SIZES;
@@ -112,8 +65,17 @@ async function main(): Promise<void> {
   const workers = Number(values.workers);
   const peerCapMs = Number(values['peer-seconds'] ?? (values.quick ? 5 : 20)) * 1000;
   const rounds = Math.max(1, Number(values.rounds ?? (values.quick ? 1 : 3)));
-  const warmup = Number(values.warmup ?? (values.quick ? 2000 : 20_000));
+  const warmup = Number(values.warmup ?? (values.quick ? 2000 : 5000));
   if (!Number.isInteger(warmup) || warmup < 0) throw new Error(`--warmup: ${values.warmup} is not a non-negative integer`);
+
+  const best = values.best === 'none' ? {} : readBestSettings(values.best);
+  const overrides = parseSets(values.set);
+  const settingsOf = (caseName: string, workload: string) => {
+    const found = bestFor(best, caseName, workload);
+    if (found && found.from !== workload) process.stderr.write(`${caseName}/${workload}: the best settings of ${found.from} (not swept on ${workload})\n`);
+    const settings = { ...found?.settings, ...overrides[caseName] };
+    return Object.keys(settings).length > 0 ? { settings } : {};
+  };
 
   let embedded: EmbeddedDatabase | undefined;
   let url = process.env.DATABASE_URL;
@@ -146,6 +108,7 @@ async function main(): Promise<void> {
             warmup,
             timeLimitMs: PEERS.has(caseName) ? peerCapMs : DEFAULT_CAP_MS,
             ...(sqs && caseName.endsWith('-sqs') ? { sqs: await sqs.newQueue() } : {}),
+            ...settingsOf(caseName, workload.name),
           }).catch((error: unknown) => {
             process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
             return undefined;
@@ -155,10 +118,12 @@ async function main(): Promise<void> {
       }
       const medians = new Map([...runs].map(([name, list]) => [name, medianRun(list)]));
       const floor = medians.get('floor');
+      const peer = medians.get('graphile-worker');
+      const ratio = (r: CaseResult, to: CaseResult | undefined, self: string) => (to && r.case !== self ? Math.round((r.messagesPerSecond / to.messagesPerSecond) * 100) / 100 : null);
       for (const caseName of caseNames) {
         const result = medians.get(caseName);
         if (!result) continue;
-        const withRatio: RatedResult = { ...result, ratioToFloor: floor && caseName !== 'floor' ? Math.round((result.messagesPerSecond / floor.messagesPerSecond) * 100) / 100 : null };
+        const withRatio: RatedResult = { ...result, ratioToFloor: ratio(result, floor, 'floor'), ratioToGraphileWorker: ratio(result, peer, 'graphile-worker') };
         results.push(withRatio);
         process.stdout.write(`${JSON.stringify(withRatio)}\n`);
       }
@@ -167,7 +132,21 @@ async function main(): Promise<void> {
     await sqs?.stop();
     await embedded?.stop();
   }
-  process.stdout.write(`\n${formatTable(results)}\n\n${info}\n`);
+  process.stdout.write(`\n${formatTable(results)}\n\n${formatSummary(results)}\n\n${info}\n`);
+}
+
+/** `--set case.name=value` → case → settings (numbers and booleans parsed; anything else a string). */
+function parseSets(sets: string[]): Record<string, CaseSettings> {
+  const out: Record<string, CaseSettings> = {};
+  for (const item of sets) {
+    const match = /^([\w-]+)\.(\w+)=(.+)$/.exec(item);
+    if (!match) throw new Error(`--set ${item}: expected case.name=value`);
+    const [, caseName, name, raw] = match as unknown as [string, string, string, string];
+    if (!CASE_NAMES.includes(caseName)) throw new Error(`--set ${item}: unknown case ${caseName}`);
+    const value = raw === 'true' ? true : raw === 'false' ? false : Number.isFinite(Number(raw)) ? Number(raw) : raw;
+    (out[caseName] ??= {})[name] = value;
+  }
+  return out;
 }
 
 main().catch((error: unknown) => {

@@ -1,8 +1,9 @@
 /**
  * `npm run bench` keeps working (docs/performance.md tells operators to run it): a tiny run of
  * the floor and the QueueBox pass on two workloads, checked for what it reports — every message
- * moved, a ratio to the floor, round trips — never for how fast (speed is measured by the bench
- * itself, not by tests). The same for `npm run bench:latency`: every message it wrote is in its
+ * moved, a ratio to the floor, round trips, the settings each case ran with — never for how fast
+ * (speed is measured by the bench itself, not by tests). `npm run bench:sweep` likewise: a tiny
+ * sweep of the floor reports one of the settings it tried as the best. The same for `npm run bench:latency`: every message it wrote is in its
  * latencies, whatever they are.
  */
 import assert from 'node:assert/strict';
@@ -17,6 +18,9 @@ interface Line {
   capped: boolean;
   messagesPerSecond: number;
   ratioToFloor: number | null;
+  ratioToGraphileWorker: number | null;
+  settings: string;
+  tuning?: Record<string, unknown>;
   roundTripsPerMessage: number;
   peakRssMb: number;
   notes?: Record<string, number | string>;
@@ -24,7 +28,10 @@ interface Line {
 
 describe('npm run bench', () => {
   it('drains every message of each workload in each case and reports ratios, round trips and RSS', async () => {
-    const { code, stdout, stderr } = await runTsx(['bench/run.ts', '--cases', 'floor,queuebox', '--workloads', 'unkeyed,keys-100', '--sizes', '400', '--rounds', '1', '--warmup', '100'], { ...process.env, DATABASE_URL: testDatabaseUrl() });
+    const { code, stdout, stderr } = await runTsx(
+      ['bench/run.ts', '--cases', 'floor,queuebox', '--workloads', 'unkeyed,keys-100', '--sizes', '400', '--rounds', '1', '--warmup', '100', '--set', 'floor.batch=50', '--set', 'floor.loops=3', '--set', 'floor.claim=in'],
+      { ...process.env, DATABASE_URL: testDatabaseUrl() },
+    );
     assert.equal(code, 0, stderr);
     const lines = stdout
       .split('\n')
@@ -39,10 +46,39 @@ describe('npm run bench', () => {
       assert.equal(l.capped, false);
       assert.ok(l.messagesPerSecond > 0 && l.peakRssMb > 0 && l.roundTripsPerMessage > 0, JSON.stringify(l));
       assert.equal(l.ratioToFloor === null, l.case === 'floor', `${l.case}: a ratio to the floor unless it is the floor`);
+      assert.equal(l.ratioToGraphileWorker, null, 'no graphile-worker case ran');
+      // The `--set` settings are the floor's, over whatever bench/best-settings.json holds.
+      if (l.case === 'floor') {
+        assert.deepEqual({ batch: l.tuning?.batch, loops: l.tuning?.loops, claim: l.tuning?.claim }, { batch: 50, loops: 3, claim: 'in' });
+        assert.match(l.settings, /^raw SQL, 3 loop\(s\) x \(claim 50 SKIP LOCKED \[in/);
+      }
       // The passes' claims called the functions `migrate` made for the default batch size.
       if (l.case === 'queuebox') assert.equal(l.notes?.claimFunctionsMissing, 0, `${l.workload}/${l.case}: ${JSON.stringify(l.notes)}`);
     }
-    assert.match(stdout, /\| workload \| case \| msg\/s \| × floor \|/, 'the readable table follows the JSON lines');
+    assert.match(stdout, /\| workload \| case \| msg\/s \| × floor \| × graphile-worker \|/, 'the readable table follows the JSON lines');
+    assert.match(stdout, /\| unkeyed \| 50 × 3 loops, in(, prepared)? \| [\d,]+ \| – \| – \| [\d,]+ \| [\d.]+ \| – \|/, 'the summary names the floor setting and QueueBox × floor');
+  });
+
+  it('bench:sweep reports the best of the floor settings it tried', async () => {
+    const { code, stdout, stderr } = await runTsx(
+      ['bench/sweep.ts', '--cases', 'floor', '--workloads', 'unkeyed', '--sizes', '300', '--batches', '50', '--loops', '1,2', '--confirm', '0', '--warmup', '0', '--dry-run'],
+      { ...process.env, DATABASE_URL: testDatabaseUrl() },
+      180_000,
+    );
+    assert.equal(code, 0, stderr);
+    const lines = stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { workload: string; case: string; best: string; messagesPerSecond: number; runs: number[] });
+    assert.equal(lines.length, 1, stdout);
+    const [line] = lines;
+    assert.deepEqual([line!.workload, line!.case], ['unkeyed', 'floor']);
+    // Two sizes, then the three other statement shapes at the better one.
+    const tried = stderr.split('\n').filter((l) => l.startsWith('unkeyed floor '));
+    assert.equal(tried.length, 5, stderr);
+    assert.ok(tried.some((l) => l.includes(`${line!.best}: ${line!.messagesPerSecond} msg/s`)), `${line!.best} is the setting tried at that rate`);
+    const rates = tried.map((l) => Number(/: (\d+) msg\/s/.exec(l)![1]));
+    assert.equal(line!.messagesPerSecond, Math.max(...rates), 'the best is the fastest tried');
   });
 
   it('bench:latency reports the idle invocations and a latency for every message it wrote', { timeout: 180_000 }, async () => {
