@@ -252,6 +252,11 @@ describe('SQL Server claim statements', () => {
       assert.ok(texts.includes(`IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'${table}') AND lock_escalation_desc <> N'DISABLE')\n  ALTER TABLE ${table} SET (LOCK_ESCALATION = DISABLE);`), name);
     }
     assert.equal(texts.join('\n').split('LOCK_ESCALATION = DISABLE').length - 1, 2, 'the outbox and the inbox only');
+    // Each statement keeps a table lock until the migrate transaction commits (ALTER TABLE: Sch-M
+    // from its start; an online index build: its final S or Sch-M lock), so no index may be built
+    // behind an ALTER TABLE of this migration, and the outbox's build (enqueues wait on it) comes last.
+    const kinds = texts.map((t) => (t.includes('LOCK_ESCALATION') ? 'alter' : /CREATE (UNIQUE )?INDEX \[outbox_/.test(t) ? 'outbox index' : 'inbox index'));
+    assert.deepEqual(kinds, ['inbox index', 'inbox index', 'outbox index', 'alter', 'alter']);
     assert.ok(!pgMigrations.some((m) => m.version >= 9), 'PostgreSQL has no migration 11');
     assert.deepEqual(mssqlMigrations.map((m) => m.version), [...mssqlMigrations.map((m) => m.version)].sort((a, b) => a - b), 'in order');
   });
