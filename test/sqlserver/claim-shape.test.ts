@@ -81,7 +81,10 @@ describe('SQL Server claim statements', () => {
       assert.ok(tableReads.length >= 5, name);
       for (const { read, alias, hints } of tableReads) {
         if (alias === 'o' || alias === 'i') {
-          assert.equal(hints, 'UPDLOCK, READPAST, ROWLOCK, FORCESEEK', `${name}: the UPDATE target, reached by seeks on the picked ids only`);
+          // FORCESEEK alone would also allow a range seek of the pending index over every due row,
+          // each update-locked to the commit: the outbox and relay claims name the primary key
+          const target = name === 'pull claim' ? 'UPDLOCK, READPAST, ROWLOCK, FORCESEEK' : `INDEX([${name === 'outbox claim' ? 'outbox' : 'inbox'}_pkey]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK`;
+          assert.equal(hints, target, `${name}: the UPDATE target, reached by seeks on the picked ids only`);
           continue;
         }
         const locks = hints.replace(/^INDEX\(\[\w+\]\), (FORCESEEK, )?/, '');
@@ -130,7 +133,10 @@ describe('SQL Server claim statements', () => {
     }
     for (const name of ['outbox claim', 'inbox claim push']) {
       const text = allStatements()[name]!.text;
-      const hinted = [...text.matchAll(/FROM \[dbo\]\.\[\w+\] AS (\w+) WITH \(INDEX\(\[(\w+)\]\)(, FORCESEEK)?/g)];
+      // the UPDATE target names the (unfiltered) primary key, created with the table
+      const table = name === 'outbox claim' ? 'outbox' : 'inbox';
+      assert.ok(mssqlMigrations[0]!.statements(names).some((s) => s.includes(`CONSTRAINT [${table}_pkey] PRIMARY KEY NONCLUSTERED (id)`)), `${name}: ${table}_pkey`);
+      const hinted = [...text.matchAll(/FROM \[dbo\]\.\[\w+\] AS (\w+) WITH \(INDEX\(\[(\w+)\]\)(, FORCESEEK)?/g)].filter((m) => m[1] !== 'o' && m[1] !== 'i');
       assert.ok(hinted.length >= 12, `${name}: ${hinted.length} hinted reads`);
       for (const m of hinted) {
         const [, alias, index, seek] = m;
@@ -253,6 +259,11 @@ describe('SQL Server claim statements', () => {
       assert.ok(texts.includes(`IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'${table}') AND lock_escalation_desc <> N'DISABLE')\n  ALTER TABLE ${table} SET (LOCK_ESCALATION = DISABLE);`), name);
     }
     assert.equal(texts.join('\n').split('LOCK_ESCALATION = DISABLE').length - 1, 2, 'the outbox and the inbox only');
+    // Each statement keeps a table lock until the migrate transaction commits (ALTER TABLE: Sch-M
+    // from its start; an online index build: its final S or Sch-M lock), so no index may be built
+    // behind an ALTER TABLE of this migration, and the outbox's build (enqueues wait on it) comes last.
+    const kinds = texts.map((t) => (t.includes('LOCK_ESCALATION') ? 'alter' : /CREATE (UNIQUE )?INDEX \[outbox_/.test(t) ? 'outbox index' : 'inbox index'));
+    assert.deepEqual(kinds, ['inbox index', 'inbox index', 'outbox index', 'alter', 'alter']);
     assert.ok(!pgMigrations.some((m) => m.version >= 9), 'PostgreSQL has no migration 11');
     assert.deepEqual(mssqlMigrations.map((m) => m.version), [...mssqlMigrations.map((m) => m.version)].sort((a, b) => a - b), 'in order');
   });

@@ -14,8 +14,9 @@
  *
  * The lock serializes a whole table's claims, so nothing under it may wait for an application:
  * the outbox and relay picks wait for no row lock (a key whose lower row another transaction
- * holds is skipped, see `claim-order.ts`), and only their `UPDATE` re-check can wait, for
- * QueueBox's own finishing write of a lower row.
+ * holds is skipped, see `claim-order.ts`), and only their `UPDATE` can wait: its re-check for
+ * QueueBox's own finishing write of a lower row, and its insert into the unique index of in-flight
+ * rows for the finishing write of the key's in-flight row (a replayed row below it).
  */
 import { APPLOCK_NOT_GRANTED, CLAIM_IN_OPEN_TRANSACTION } from './error-map.ts';
 import { APPLOCK_WAIT_MS } from './mssql-pool.ts';

@@ -9,7 +9,10 @@
  * its shared locks are released row by row, so the rows it looks at and rejects (a hot key's
  * thousands of waiting rows) hold no lock and cannot escalate to a table lock. Only the picked
  * rows (at most the batch size) are then updated with `UPDLOCK, READPAST, ROWLOCK`, reached by
- * seeks on their ids (`FORCESEEK`: a scan would hold an update lock on every row it reads).
+ * seeks on their ids (`FORCESEEK`: a scan would hold an update lock on every row it reads) in the
+ * primary key (`INDEX(<table>_pkey)`: `FORCESEEK` alone also allows a range seek of the pending
+ * index over every due row, each update-locked until the claim commits, a plan a small backlog
+ * can make the cheapest and the plan cache then keeps for a large one).
  */
 import { dbNowPlusMs } from './mssql-pool.ts';
 import { quoteMssqlIdent } from './names.ts';

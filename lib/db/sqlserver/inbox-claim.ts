@@ -136,7 +136,7 @@ UPDATE i
    ${CLAIM_SET}
 OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
   INTO @v_claimed (${INBOX_COLUMNS.join(', ')}, claim_priority)
-  FROM ${t} AS i WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+  FROM ${t} AS i ${viaIndex(`${i}_pkey`, true, 'UPDLOCK, READPAST, ROWLOCK')}
  INNER JOIN @v_picked AS p ON p.id = i.id
  WHERE i.state = N'pending' AND i.consumption = N'push' AND i.scheduled_at <= SYSUTCDATETIME()
    AND (${noAggregate('i')} OR NOT EXISTS (

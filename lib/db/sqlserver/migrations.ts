@@ -220,11 +220,18 @@ CREATE TABLE ${n.maintenance} (
     // INSERT holds tens of megabytes until it commits). The unique indexes back the outbox's and
     // the relay's one-row-in-flight rules (a claim they refuse is run again); the empty-aggregate
     // index serves the relay's branch of rows whose aggregate id is '' (no aggregate, as on PostgreSQL).
+    // Order: every statement here keeps a table lock until the migrate transaction commits (the
+    // ALTER TABLE a schema-modification lock from its start, an online index build its final
+    // S or Sch-M lock; "Guidelines for online index operations",
+    // learn.microsoft.com/sql/relational-databases/indexes/guidelines-for-online-index-operations).
+    // The ALTER TABLEs come last, so no index is built behind their locks, and the outbox's index
+    // after the inbox's: the outbox, where applications enqueue, is locked only for the last
+    // statements, not through the inbox's builds.
     statements: (n) => [
-      ...[n.outbox, n.inbox].map((table) => disableLockEscalation(table)),
-      createIndex(n.outbox, `${n.outboxTable}_key_in_flight_idx`, `UNIQUE INDEX {index} ON {table} ([key]) WHERE state = N'processing' AND [key] IS NOT NULL AND [key] <> N''`, true),
       createIndex(n.inbox, `${n.inboxTable}_push_in_flight_idx`, `UNIQUE INDEX {index} ON {table} (source, aggregate_id) WHERE state = N'processing' AND consumption = N'push' AND aggregate_id IS NOT NULL AND aggregate_id <> N''`, true),
       createIndex(n.inbox, `${n.inboxTable}_push_empty_aggregate_idx`, `INDEX {index} ON {table} (scheduled_at, [sequence]) WHERE state = N'pending' AND consumption = N'push' AND aggregate_id = N''`, true),
+      createIndex(n.outbox, `${n.outboxTable}_key_in_flight_idx`, `UNIQUE INDEX {index} ON {table} ([key]) WHERE state = N'processing' AND [key] IS NOT NULL AND [key] <> N''`, true),
+      ...[n.outbox, n.inbox].map((table) => disableLockEscalation(table)),
     ],
   },
   {

@@ -155,7 +155,7 @@ UPDATE o
    ${CLAIM_SET}
 OUTPUT ${COLUMNS.map((c) => `inserted.${c}`).join(', ')}
   INTO @v_claimed (${COLUMNS.join(', ')})
-  FROM ${t} AS o WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+  FROM ${t} AS o ${viaIndex(`${o}_pkey`, true, 'UPDLOCK, READPAST, ROWLOCK')}
  INNER JOIN @v_picked AS p ON p.id = o.id
  WHERE o.state = N'pending' AND o.scheduled_at <= SYSUTCDATETIME()
    AND (o.[key] IS NULL OR o.[key] = N'' OR NOT EXISTS (
