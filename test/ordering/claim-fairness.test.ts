@@ -145,13 +145,18 @@ describe('outbox claim order: scheduled_at, then sequence (PostgreSQL)', () => {
   ];
   const expected = ['d', 'e', 'a', 'b', 'c', 'f'];
 
+  // One statement: `now()` is one instant, so rows scheduled the same seconds ago share their
+  // `scheduled_at` exactly, and `sequence` follows the list.
   const insertRows = async () => {
-    for (const [label, key, ago] of rows) {
-      await db.query(
-        `INSERT INTO "${db.schema}".outbox (topic, key, payload, scheduled_at) VALUES ('t', $1, jsonb_build_object('label', $2::text), now() - make_interval(secs => $3))`,
-        [key, label, ago],
-      );
-    }
+    const values = rows.map((_, i) => `($${i * 3 + 1}::text, $${i * 3 + 2}::varchar, $${i * 3 + 3}::int, ${i})`).join(', ');
+    await db.query(
+      `INSERT INTO "${db.schema}".outbox (topic, key, payload, scheduled_at)
+       SELECT 't', key, jsonb_build_object('label', label), now() - make_interval(secs => ago)
+         FROM (VALUES ${values}) v(label, key, ago, i) ORDER BY i`,
+      rows.flat(),
+    );
+    const distinct = await db.query<{ n: string }>(`SELECT count(DISTINCT scheduled_at) AS n FROM "${db.schema}".outbox WHERE key IS DISTINCT FROM 'h'`);
+    assert.equal(Number(distinct[0]!.n), 2, 'two scheduled_at values among the six rows');
   };
   const claimOneByOne = async (driver: TestDatabase['driver'], n: number) => {
     const order: string[] = [];
