@@ -129,13 +129,13 @@ function claimUpdate(t: string): string {
 }
 
 /**
- * How many batches' worth of due rows the full claim reads past its sweep position: the rows it
- * looks at for heads of keys that can move, beyond the window. A fixed number, so that the work of
+ * How many batches' worth the full claim reads past its window, twice: due rows past its sweep
+ * position, and open keys past its key cursor (their heads). A fixed number, so that the work of
  * a claim does not grow with the number of open keys nor with the rows waiting behind a key in
- * flight (one claim of 100 at 20,000 open keys read 123,503 buffers with a loose scan of every
- * key, against 10,528 at 1,000).
+ * flight (a claim of 100 whose window a key in flight held read 10,528 buffers at 1,000 open keys
+ * and 123,503 at 20,000 when it took the head of every open key; now about 4,500 at either).
  */
-export const LOOK_AHEAD = 3;
+export const LOOK_AHEAD = 1;
 
 /**
  * The bound of the full claim's order (stated in docs/claims-and-leases.md): a due first attempt
@@ -164,11 +164,13 @@ const micros = (at: string) => `CASE WHEN isfinite(${at}) THEN (extract(epoch FR
 
 /**
  * The full claim statement of `names` for batches of `limit` rows (bind parameters: `$1` the
- * lease in ms; `$2`, `$3`, `$4` the sweep position and horizon, see `outboxClaimMany`): retries,
- * the window, and — when the window filled less than half the batch — the free heads among the
- * next `LOOK_AHEAD` batches of due rows past the sweep position merged with keyless rows, in claim
- * order. Each row also returns `window_rows`, how many rows the window gave, and the next sweep
- * position; when it claims nothing it returns one row with a NULL `id` that carries them.
+ * lease in ms; `$2`–`$5` the sweep position, its horizon and the key cursor, see `SweepPosition`):
+ * retries, the window, and — when the window filled less than half the batch — the heads that can
+ * move among the next `LOOK_AHEAD` batches of due rows past the sweep position and of the next
+ * `LOOK_AHEAD` batches' worth of open keys past the key cursor, merged with keyless rows in claim
+ * order (`scheduled_at, sequence`). Each row also returns `window_rows`, how many rows the window
+ * gave, and the next sweep position; a claim that takes nothing returns one row with a NULL `id`
+ * that carries them.
  */
 const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
   const t = names.outbox;
@@ -177,15 +179,16 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
   const room = windowLeftRoom(String(limit));
   const freeHead = FREE_HEAD.replaceAll('%T', t);
   return `WITH RECURSIVE ${retriedAndOldest(t, limit)},
-     -- the sweep: the next due rows past its position (at a sweep's start, the window's too, so
-     -- that the look-ahead begins behind it), up to its horizon; read only when the window left room
+     -- the sweep: the next due rows past its position (at a sweep's start, past the window: its
+     -- rows are skipped in the index, not tested again), up to its horizon; read only when the
+     -- window left room
      ahead AS (
        SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
         WHERE w.state = 'pending' AND w.scheduled_at <= ${SWEEP_HORIZON}
           AND (w.scheduled_at, w.sequence) > (${SWEEP_AT}, ${SWEEP_SEQUENCE})
           AND ${room}
         ORDER BY w.scheduled_at, w.sequence
-        LIMIT CASE WHEN $2::bigint IS NULL THEN ${window + look} ELSE ${look} END
+        LIMIT ${look} OFFSET CASE WHEN $2::bigint IS NULL THEN ${window} ELSE 0 END
      ),
      -- the next open keys after the key cursor ($5; NULL: the first key), at most as many as the
      -- look-ahead reads rows: one index probe each (a loose scan of the key-head index), so that
@@ -261,7 +264,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
                  AND (l.scheduled_at IS NULL OR (l.scheduled_at, l.sequence) <= (${SWEEP_AT}, ${SWEEP_SEQUENCE})) THEN 'keep'
                 WHEN (SELECT count(*) FROM taken) >= GREATEST(0, ${limit} - (SELECT count(*) FROM retried) - (SELECT count(*) FROM oldest))
                  AND (l.scheduled_at, l.sequence) < (e.scheduled_at, e.sequence) THEN 'taken'
-                WHEN (SELECT count(*) FROM ahead) < CASE WHEN $2::bigint IS NULL THEN ${window + look} ELSE ${look} END THEN 'start'
+                WHEN (SELECT count(*) FROM ahead) < ${look} THEN 'start'
                 ELSE 'ahead'
               END AS next,
               l.scheduled_at AS taken_at, l.sequence AS taken_sequence, e.scheduled_at AS ahead_at, e.sequence AS ahead_sequence,
@@ -333,9 +336,11 @@ export const outboxClaimStatements = oncePerNamesAndLimit((names, limit): { wind
 }));
 
 /**
- * Where the full claim of a driver reads on past the window (`null`: at the start of a sweep):
- * a position in claim order (µs since the epoch of `scheduled_at`, `sequence`) and the horizon of
- * the sweep (µs since the epoch: rows due later wait for the next sweep), both the database's.
+ * Where the full claim of a driver reads on past the window, kept per driver (a new container
+ * starts a new sweep; concurrent pollers each sweep, and `SKIP LOCKED` shares the rows out):
+ * a position in claim order (µs since the epoch of `scheduled_at`, `sequence`; `null`: the start
+ * of a sweep), the horizon of the sweep (µs since the epoch, the database clock: rows due later
+ * wait for the next sweep, so a sweep ends however fast rows arrive) and the key cursor.
  */
 interface SweepPosition {
   at: string | null;
@@ -361,9 +366,12 @@ const windowFirst = new WeakMap<PgNames, boolean>();
  *
  * Order: due retries (`attempt > 0`) first, then first attempts by `scheduled_at, sequence`: the
  * oldest rows first; when they fill less than half the batch (their keys are in flight), the
- * heads of the keys that can move, found by a loose scan of the key-head index, then keyless
- * rows. A claim thus reads a bounded window plus one head per open key, never the rows waiting
- * behind a key in flight; a window a few rows short (held by a concurrent claim) skips the scan.
+ * heads that can move past the window and keyless rows, merged in the same order. The heads come
+ * from a sweep of the due rows (a batch per claim, from where the last claim stopped, up to the
+ * horizon of the sweep, then from the start again) and a turn of the open keys (a batch of keys per
+ * claim, by a loose scan of the key-head index), so a claim reads a bounded number of rows and
+ * keys whatever the backlog and the number of open keys; `outboxClaimBound` states how soon a row
+ * that can move is claimed. A window a few rows short (held by a concurrent claim) skips both.
  *
  * Two statements: while the window has been filling batches, the window claim (cheaper to plan);
  * it reports how many rows its window gave, and when that was less than half the batch — due
