@@ -27,7 +27,7 @@ describe('outbox claim: keyless rows and cold keys are not starved by a hot key 
     await db.query(`INSERT INTO ${table()} (topic, key, payload) SELECT 't', k, '{}' FROM (VALUES ${values}) v(k)`, rows);
   };
 
-  it('a hot key with its head in flight and a long backlog, keyless rows and cold keys behind it, six new keys before every claim of four', async () => {
+  it('a hot key with its head in flight and a long backlog, keyless rows and cold keys behind it, six new keys before every claim of four', async (t) => {
     const LIMIT = 4;
     const driver = db.newDriver();
     // Hot key h: 40 rows; its head goes in flight and stays there (a slow destination).
@@ -52,6 +52,7 @@ describe('outbox claim: keyless rows and cold keys are not starved by a hot key 
       await insert(Array.from({ length: 6 }, () => `new-${newKey++}`));
       if (watched.every((w) => claimedIn.has(w.sequence))) break;
     }
+    t.diagnostic(`bound ${bound} claims at ${queued} due rows; claimed in claims ${watched.map((w) => claimedIn.get(w.sequence) ?? '-').join(', ')}`);
     const missing = watched.filter((w) => !claimedIn.has(w.sequence)).map((w) => `${w.key ?? 'keyless'}#${w.sequence}`);
     assert.deepEqual(missing, [], `every keyless row and cold key is claimed within ${bound} claims (${queued} rows were due)`);
     // No first attempt after a keyless row (in claim order) is claimed before it.
@@ -110,11 +111,12 @@ describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open
     }
   };
 
-  it('one claim of 100 reads about as many buffers at 20,000 open keys as at 1,000', async () => {
+  it('one claim of 100 reads about as many buffers at 20,000 open keys as at 1,000', async (t) => {
     const small = await buffersOfOneClaim(1_000);
     await db.query(`TRUNCATE "${db.schema}".outbox`);
     const large = await buffersOfOneClaim(20_000);
     assert.ok(small.buffers > 0 && large.buffers > 0, 'the plan reports its buffers');
+    t.diagnostic(`buffers of one claim: ${small.buffers} at 1,000 open keys (${small.claimed} rows), ${large.buffers} at 20,000 (${large.claimed} rows)`);
     assert.ok(large.buffers <= small.buffers * 1.5, `buffers of one claim: ${small.buffers} at 1,000 open keys, ${large.buffers} at 20,000`);
   });
 });

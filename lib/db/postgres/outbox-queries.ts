@@ -206,7 +206,7 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
      ),
      -- the head of each of those keys that can move: due, first attempt, nothing of its key in flight
      key_heads AS (
-       SELECT h.id, h.scheduled_at, h.sequence
+       SELECT h.id, h.scheduled_at, h.sequence, open_keys.key
          FROM open_keys
          CROSS JOIN LATERAL (
            SELECT o.id, o.state, o.attempt, o.scheduled_at, o.sequence FROM ${t} o
@@ -268,13 +268,18 @@ const outboxClaimText = oncePerNamesAndLimit((names, limit) => {
                 ELSE 'ahead'
               END AS next,
               l.scheduled_at AS taken_at, l.sequence AS taken_sequence, e.scheduled_at AS ahead_at, e.sequence AS ahead_sequence,
+              -- the key cursor: unchanged when the window did not leave room; just before the first
+              -- key whose head the turn found and the batch had no room for (or a concurrent claim
+              -- held); else past the turn's last key, or the first key again when the turn ran out
               CASE
                 WHEN NOT ${room} THEN $5::text
+                WHEN u.key IS NOT NULL THEN COALESCE((SELECT max(k.key) FROM open_keys k WHERE k.key < u.key), $5::text)
                 WHEN (SELECT count(key) FROM open_keys) >= ${look} THEN (SELECT max(key) FROM open_keys)
               END AS key_cursor
          FROM (SELECT NULL) one
          LEFT JOIN LATERAL (SELECT scheduled_at, sequence FROM taken ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) l ON true
          LEFT JOIN LATERAL (SELECT scheduled_at, sequence FROM ahead ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) e ON true
+         LEFT JOIN LATERAL (SELECT min(key) AS key FROM key_heads WHERE id NOT IN (SELECT id FROM taken)) u ON true
      ),
      sweep_next AS (
        SELECT CASE next WHEN 'keep' THEN $2::bigint WHEN 'taken' THEN ${micros('taken_at')} WHEN 'ahead' THEN ${micros('ahead_at')} END AS sweep_at_us,
