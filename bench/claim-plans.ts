@@ -92,7 +92,8 @@ async function main(): Promise<void> {
       const statements = outboxClaimStatements(driver.ctx.names, limit);
       const statement = [statements.window, statements.full].find((s) => s.text === claim.text);
       if (!statement) throw new Error('bench: the recorded claim is neither outbox claim statement');
-      claim = { text: `SELECT * FROM ${quoteIdent(schema)}.${quoteIdent(claimFunctionName(statement))}($1)`, values: claim.values };
+      const args = statement.params.map((type, i) => `$${i + 1}::${type}`).join(', ');
+      claim = { text: `SELECT * FROM ${quoteIdent(schema)}.${quoteIdent(claimFunctionName(statement))}(${args})`, values: claim.values };
     }
     const explain = async () => {
       await admin.query('BEGIN');

@@ -41,7 +41,7 @@ async function makeFunctionFail(db: TestDatabase, statement: ClaimStatement): Pr
 }
 
 async function dropFunction(db: TestDatabase, statement: ClaimStatement): Promise<void> {
-  await db.query(`DROP FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(double precision)`);
+  await db.query(`DROP FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(${statement.params.join(', ')})`);
 }
 
 async function insertKeyless(db: TestDatabase, n: number): Promise<void> {
@@ -171,7 +171,7 @@ describe('claim functions (PostgreSQL)', () => {
     const drivers: PostgresDriver[] = [];
     try {
       for (const statement of db.driver.claimStatements()) {
-        await db.query(`REVOKE EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(double precision) FROM PUBLIC`);
+        await db.query(`REVOKE EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(${statement.params.join(', ')}) FROM PUBLIC`);
       }
       await insertKeyless(db, 2);
       const noExecute = new PostgresDriver({ config: db.config, url: claimer.url });
@@ -179,7 +179,8 @@ describe('claim functions (PostgreSQL)', () => {
       assert.equal((await noExecute.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2);
       assert.equal(noExecute.ctx.claimFunctions!.missing.size, 1);
 
-      await db.query(`GRANT EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(db.driver.claimStatements()[0]!)}"(double precision) TO PUBLIC`);
+      const window = db.driver.claimStatements()[0]!;
+      await db.query(`GRANT EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(window)}"(${window.params.join(', ')}) TO PUBLIC`);
       await insertKeyless(db, 1);
       const noUpdate = new PostgresDriver({ config: db.config, url: reader.url });
       drivers.push(noUpdate);
@@ -270,10 +271,10 @@ describe('claim functions (PostgreSQL)', () => {
  * the function whose plan was cached then, against the statement planned now on the same data.
  */
 describe('a claim function planned on an empty or nearly empty table, after a backlog arrives (PostgreSQL)', () => {
-  async function buffers(client: pg.Client, sql: string): Promise<number> {
+  async function buffers(client: pg.Client, sql: string, statement: ClaimStatement): Promise<number> {
     await client.query('BEGIN');
     try {
-      const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: Record<string, number> }> }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [LEASE]);
+      const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: Record<string, number> }> }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [LEASE, ...statement.params.slice(1).map(() => null)]);
       const plan = rows[0]!['QUERY PLAN'][0]!.Plan;
       return (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
     } finally {
@@ -307,13 +308,13 @@ describe('a claim function planned on an empty or nearly empty table, after a ba
         try {
           await prepare(db, table);
           const [window, full] = db.driver.claimStatements() as [ClaimStatement, ClaimStatement];
-          const call = (s: ClaimStatement) => `SELECT * FROM "${db.schema}"."${claimFunctionName(s)}"($1)`;
+          const call = (s: ClaimStatement) => `SELECT * FROM "${db.schema}"."${claimFunctionName(s)}"(${s.params.map((type, i) => `$${i + 1}::${type}`).join(', ')})`;
           // More than five executions on this connection: PL/pgSQL keeps the generic plan.
-          for (let i = 0; i < 8; i++) for (const s of [window, full]) await buffers(client, call(s));
+          for (let i = 0; i < 8; i++) for (const s of [window, full]) await buffers(client, call(s), s);
           await db.query(`INSERT INTO ${table} (topic, key, payload) SELECT 't', ${key}, '{}' FROM generate_series(1, 20000) g ORDER BY g`);
           for (const s of [window, full]) {
-            const viaFunction = await buffers(client, call(s));
-            const asStatement = await buffers(client, s.text);
+            const viaFunction = await buffers(client, call(s), s);
+            const asStatement = await buffers(client, s.text, s);
             assert.ok(viaFunction <= asStatement * 1.5 + 200, `${s === window ? 'window' : 'full'} claim: ${viaFunction} buffers through the cached function, ${asStatement} as a statement`);
           }
         } finally {

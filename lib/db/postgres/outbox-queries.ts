@@ -123,41 +123,107 @@ const WINDOW_ROWS = `,
  * one first row per key in flight, so one claim per key.
  */
 function claimUpdate(t: string, limit: number, rowsPerKey: number): string {
+  const parts = claimUpdateParts(t, limit, rowsPerKey);
+  return `${parts.ctes}${parts.update}`;
+}
+
+/**
+ * `claimUpdate` in two parts: the follower CTEs (empty, or `,\n name AS (…)…` to follow
+ * `candidates`) and the `UPDATE … RETURNING` itself — the full claim wraps the latter in a CTE.
+ */
+function claimUpdateParts(t: string, limit: number, rowsPerKey: number): { ctes: string; update: string } {
   const followers = claimFollowers(t, limit, rowsPerKey);
   // By id from the array of candidates, not a join: a join's order follows the row estimates, and
   // a plan kept from a nearly empty table would scan the whole table once per candidate.
-  return `${followers.ctes}UPDATE ${t} o
+  return { ctes: followers.ctes, update: `UPDATE ${t} o
         SET ${followers.set(claimSet('$1'))}
       WHERE o.id = ANY (ARRAY(${followers.claimed}))
   RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
-            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms, o.trace_context${WINDOW_ROWS}`;
+            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms, o.trace_context${WINDOW_ROWS}` };
 }
 
 /**
- * The full claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease
- * in ms): retries, the window, and — when the window filled less than half the batch — the heads
- * of the keys that can move, then keyless rows. Each row also returns `window_rows`, how many
- * rows the window gave, so that the next claim knows whether the window alone would do.
+ * How many batches' worth the full claim reads past its window, twice: due rows past its sweep
+ * position, and open keys past its key cursor (their heads). A fixed number, so that the work of
+ * a claim does not grow with the number of open keys nor with the rows waiting behind a key in
+ * flight (a claim of 100 whose window a key in flight held read 10,528 buffers at 1,000 open keys
+ * and 123,503 at 20,000 when it took the head of every open key; now about 4,700 at either).
+ */
+export const LOOK_AHEAD = 1;
+
+/**
+ * The bound of the full claim's order (stated in docs/claims-and-leases.md): a due first attempt
+ * that can move — keyless, or the head of a key with nothing in flight — is claimed within this
+ * many claims of one poller (claims filled by due retries aside), `queued` being the number of due
+ * pending rows at the moment it can move; rows that arrive after it do not count. A keyless row is,
+ * besides, never passed by a later first attempt.
+ *
+ * Why: a claim that does not take the row either takes at least half a batch of rows due before it
+ * (the window; the merged heads and keyless rows, in claim order) or moves the sweep position on
+ * by `LOOK_AHEAD` batches of such rows; the row is reached by the sweep that was under way when it
+ * could move or by the next one (twice the sweep); and a window claim that gave less than half a
+ * batch hands over to the full claim, so at most every other claim is one (twice again, plus one).
+ */
+export function outboxClaimBound(queued: number, limit: number): number {
+  const half = Math.ceil(limit / 2);
+  return 2 * (Math.ceil(queued / half) + 2 * Math.ceil(queued / (LOOK_AHEAD * limit)) + 2) + 1;
+}
+
+/** The sweep position from bind parameters `$2`, `$3` (µs since the epoch, sequence; NULL: the start). */
+const SWEEP_AT = `COALESCE(timestamptz 'epoch' + $2::bigint * interval '1 microsecond', '-infinity'::timestamptz)`;
+const SWEEP_SEQUENCE = `COALESCE($3::bigint, -1)`;
+/** The sweep's horizon from `$4` (µs since the epoch; NULL: a new sweep, due by now). */
+const SWEEP_HORIZON = `COALESCE(timestamptz 'epoch' + $4::bigint * interval '1 microsecond', statement_timestamp())`;
+const micros = (at: string) => `CASE WHEN isfinite(${at}) THEN (extract(epoch FROM ${at}) * 1000000)::bigint END`;
+
+/**
+ * The full claim statement of `names` for batches of `limit` rows (bind parameters: `$1` the
+ * lease in ms; `$2`–`$5` the sweep position, its horizon and the key cursor, see `SweepPosition`):
+ * retries, the window, and — when the window filled less than half the batch — the heads that can
+ * move among the next `LOOK_AHEAD` batches of due rows past the sweep position and of the next
+ * `LOOK_AHEAD` batches' worth of open keys past the key cursor, merged with keyless rows in claim
+ * order (`scheduled_at, sequence`). Each row also returns `window_rows`, how many rows the window
+ * gave, and the next sweep position; a claim that takes nothing returns one row with a NULL `id`
+ * that carries them.
  */
 function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): string {
   const t = names.outbox;
-  return `WITH RECURSIVE
-     -- every key with an open row, one index probe each (a loose scan of the key-head index)
+  const window = limit * OLDEST_WINDOW;
+  const look = limit * LOOK_AHEAD;
+  const room = windowLeftRoom(String(limit));
+  const freeHead = FREE_HEAD.replaceAll('%T', t);
+  const update = claimUpdateParts(t, limit, rowsPerKey);
+  return `WITH RECURSIVE ${retriedAndOldest(t, limit)},
+     -- the sweep: the next due rows past its position (at a sweep's start, past the window: its
+     -- rows are skipped in the index, not tested again), up to its horizon; read only when the
+     -- window left room
+     ahead AS (
+       SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
+        WHERE w.state = 'pending' AND w.scheduled_at <= ${SWEEP_HORIZON}
+          AND (w.scheduled_at, w.sequence) > (${SWEEP_AT}, ${SWEEP_SEQUENCE})
+          AND ${room}
+        ORDER BY w.scheduled_at, w.sequence
+        LIMIT ${look} OFFSET CASE WHEN $2::bigint IS NULL THEN ${window} ELSE 0 END
+     ),
+     -- the next open keys after the key cursor ($5; NULL: the first key), at most as many as the
+     -- look-ahead reads rows: one index probe each (a loose scan of the key-head index), so that
+     -- the heads of a few keys with long backlogs are all found in one claim, and those of many
+     -- keys in turn, a bounded number per claim
      open_keys AS (
-       (SELECT k.key FROM ${t} k
-         WHERE k.state IN ('pending', 'processing') AND k.key > ''
+       (SELECT k.key, 1 AS n FROM ${t} k
+         WHERE k.state IN ('pending', 'processing') AND k.key > COALESCE($5::text, '') AND ${room}
          ORDER BY k.key LIMIT 1)
        UNION ALL
        SELECT (SELECT k.key FROM ${t} k
                 WHERE k.state IN ('pending', 'processing') AND k.key > open_keys.key
-                ORDER BY k.key LIMIT 1)
-         FROM open_keys WHERE open_keys.key IS NOT NULL
+                ORDER BY k.key LIMIT 1), open_keys.n + 1
+         FROM open_keys WHERE open_keys.key IS NOT NULL AND open_keys.n < ${look}
      ),
-     -- the head of each key that can move: due, first attempt, nothing of its key in flight
-     heads AS (
-       SELECT h.id, h.scheduled_at, h.sequence
+     -- the head of each of those keys that can move: due, first attempt, nothing of its key in flight
+     key_heads AS (
+       SELECT h.id, h.scheduled_at, h.sequence, open_keys.key
          FROM open_keys
          CROSS JOIN LATERAL (
            SELECT o.id, o.state, o.attempt, o.scheduled_at, o.sequence FROM ${t} o
@@ -166,43 +232,97 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
         WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= statement_timestamp()
           AND NOT EXISTS (
             SELECT 1 FROM ${t} b WHERE b.key = open_keys.key AND b.key <> '' AND b.state = 'processing')
+          AND h.id NOT IN (SELECT id FROM oldest)
      ),
-     ${retriedAndOldest(t, limit)},
+     -- … of which the keyed first attempts that can move (keyless rows come from their own index).
+     -- The head test is written as in the window, inside an OR: as a bare NOT EXISTS the planner
+     -- turns it into an anti join, which a plan kept from a small table runs as a scan of the
+     -- whole key-head index per row (14,751 buffers instead of about 2,000 at 20,000 rows)
+     ahead_heads AS (
+       SELECT c.id, a.scheduled_at, a.sequence FROM ahead a
+         JOIN ${t} c ON c.ctid = a.ctid
+        WHERE c.state = 'pending' AND c.attempt = 0 AND c.key > '' AND (${KEYLESS} OR (${freeHead}))
+          AND c.id NOT IN (SELECT id FROM oldest)
+     ),
+     keyless AS (
+       SELECT c.id, c.scheduled_at, c.sequence FROM ${t} c
+        WHERE c.state = 'pending' AND c.attempt = 0 AND ${KEYLESS}
+          AND c.scheduled_at <= statement_timestamp()
+          AND c.id NOT IN (SELECT id FROM oldest) AND ${room}
+        ORDER BY c.scheduled_at, c.sequence
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+     ),
+     -- the heads and the keyless rows merged in claim order, each locked by its id in a lateral
+     -- probe (heads a concurrent claim holds are skipped) until the batch is full
+     taken AS (
+       SELECT m.id, m.scheduled_at, m.sequence
+         FROM (SELECT id, scheduled_at, sequence FROM ahead_heads
+               UNION
+               SELECT id, scheduled_at, sequence FROM key_heads
+               UNION ALL
+               SELECT id, scheduled_at, sequence FROM keyless
+               ORDER BY scheduled_at, sequence) m
+         CROSS JOIN LATERAL (
+           -- the state written so that no partial index's predicate matches it: a plan made on
+           -- an empty table would otherwise scan the pending rows' index for the id
+           SELECT c.id FROM ${t} c
+            WHERE c.id = m.id AND (c.state || '') = 'pending'
+              FOR UPDATE SKIP LOCKED) c
+        LIMIT GREATEST(0, ${limit} - (SELECT count(*) FROM retried) - (SELECT count(*) FROM oldest))
+     ),
+     -- where the next full claim reads on: unchanged when the window did not leave room; the last
+     -- row taken when the batch filled before the end of the look-ahead (never back); the start
+     -- (a new sweep) when the look-ahead reached the horizon; else the end of the look-ahead
+     sweep AS (
+       SELECT CASE
+                WHEN NOT ${room} THEN 'keep'
+                WHEN (SELECT count(*) FROM taken) >= GREATEST(0, ${limit} - (SELECT count(*) FROM retried) - (SELECT count(*) FROM oldest))
+                 AND (l.scheduled_at IS NULL OR (l.scheduled_at, l.sequence) <= (${SWEEP_AT}, ${SWEEP_SEQUENCE})) THEN 'keep'
+                WHEN (SELECT count(*) FROM taken) >= GREATEST(0, ${limit} - (SELECT count(*) FROM retried) - (SELECT count(*) FROM oldest))
+                 AND (l.scheduled_at, l.sequence) < (e.scheduled_at, e.sequence) THEN 'taken'
+                WHEN (SELECT count(*) FROM ahead) < ${look} THEN 'start'
+                ELSE 'ahead'
+              END AS next,
+              l.scheduled_at AS taken_at, l.sequence AS taken_sequence, e.scheduled_at AS ahead_at, e.sequence AS ahead_sequence,
+              -- the key cursor: unchanged when the window did not leave room; just before the first
+              -- key whose head the turn found and the batch had no room for (or a concurrent claim
+              -- held); else past the turn's last key, or the first key again when the turn ran out
+              CASE
+                WHEN NOT ${room} THEN $5::text
+                WHEN u.key IS NOT NULL THEN COALESCE((SELECT max(k.key) FROM open_keys k WHERE k.key < u.key), $5::text)
+                WHEN (SELECT count(key) FROM open_keys) >= ${look} THEN (SELECT max(key) FROM open_keys)
+              END AS key_cursor
+         FROM (SELECT NULL) one
+         LEFT JOIN LATERAL (SELECT scheduled_at, sequence FROM taken ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) l ON true
+         LEFT JOIN LATERAL (SELECT scheduled_at, sequence FROM ahead ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) e ON true
+         LEFT JOIN LATERAL (SELECT min(key) AS key FROM key_heads WHERE id NOT IN (SELECT id FROM taken)) u ON true
+     ),
+     sweep_next AS (
+       SELECT CASE next WHEN 'keep' THEN $2::bigint WHEN 'taken' THEN ${micros('taken_at')} WHEN 'ahead' THEN ${micros('ahead_at')} END AS sweep_at_us,
+              CASE next WHEN 'keep' THEN $3::bigint WHEN 'taken' THEN taken_sequence WHEN 'ahead' THEN ahead_sequence END AS sweep_sequence,
+              CASE WHEN next = 'start' OR (next = 'keep' AND $2::bigint IS NULL) THEN NULL ELSE ${micros(SWEEP_HORIZON)} END AS sweep_horizon_us,
+              key_cursor AS sweep_key
+         FROM sweep
+     ),
      candidates AS (
        SELECT id FROM retried
        UNION ALL
        SELECT id FROM oldest
        UNION ALL
-       -- only when the oldest rows filled less than half the batch: the heads of the keys that can
-       -- move, oldest first, each then locked by its id in a lateral probe — the heads drive the
-       -- lookup whatever the row estimates (a plan kept from a small table never scans the table
-       -- per head), and the probes stop once the batch is full (heads a concurrent claim holds are
-       -- skipped) …
-       SELECT id FROM (
-         SELECT c.id
-           FROM (SELECT heads.id FROM heads
-                  WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-                  ORDER BY heads.scheduled_at, heads.sequence) f
-           CROSS JOIN LATERAL (
-             -- the state written so that no partial index's predicate matches it: a plan made on
-             -- an empty table would otherwise scan the pending rows' index for the id
-             SELECT c.id FROM ${t} c
-              WHERE c.id = f.id AND (c.state || '') = 'pending'
-                FOR UPDATE SKIP LOCKED) c
-          LIMIT ${limit}) AS free_heads
-       UNION ALL
-       -- … then keyless rows
-       SELECT id FROM (
-         SELECT c.id FROM ${t} c
-          WHERE c.state = 'pending' AND c.attempt = 0 AND ${KEYLESS}
-            AND c.scheduled_at <= statement_timestamp()
-            AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-          ORDER BY c.scheduled_at, c.sequence
-          LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED) AS keyless
+       SELECT id FROM taken
        LIMIT ${limit}
+     )${update.ctes},
+     claimed AS (
+       ${update.update}
      )
-     ${claimUpdate(t, limit, rowsPerKey)}`;
+  SELECT claimed.*, s.sweep_at_us, s.sweep_sequence, s.sweep_horizon_us, s.sweep_key FROM claimed CROSS JOIN sweep_next s
+  UNION ALL
+  -- nothing claimed: one row without an id, for the sweep position
+  SELECT NULL::uuid, NULL::varchar, NULL::varchar, NULL::text, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
+         NULL::integer, NULL::uuid, NULL::double precision, NULL::double precision, NULL::jsonb,
+         (SELECT count(*) FROM oldest)::int, s.sweep_at_us, s.sweep_sequence, s.sweep_horizon_us, s.sweep_key
+    FROM sweep_next s WHERE NOT EXISTS (SELECT 1 FROM claimed)`;
 }
 
 /**
@@ -223,9 +343,22 @@ function outboxWindowClaimText(names: PgNames, limit: number, rowsPerKey: number
      ${claimUpdate(t, limit, rowsPerKey)}`;
 }
 
-/** A claim text of the outbox as a statement that may run as a function (`$1`: the lease in ms). */
-function outboxStatement(names: PgNames, text: string): ClaimStatement {
-  return { table: names.outboxTable, text, params: ['double precision'], returns: CLAIM_RESULT };
+/** The full claim's result: the claim's columns, then the next sweep position (see `outboxClaimMany`). */
+const FULL_CLAIM_RESULT = `${CLAIM_RESULT}, sweep_at_us bigint, sweep_sequence bigint, sweep_horizon_us bigint, sweep_key text`;
+
+/**
+ * Where the full claim of a driver reads on past the window, kept per driver (a new container
+ * starts a new sweep; concurrent pollers each sweep, and `SKIP LOCKED` shares the rows out):
+ * a position in claim order (µs since the epoch of `scheduled_at`, `sequence`; `null`: the start
+ * of a sweep), the horizon of the sweep (µs since the epoch, the database clock: rows due later
+ * wait for the next sweep, so a sweep ends however fast rows arrive) and the key cursor.
+ */
+interface SweepPosition {
+  at: string | null;
+  sequence: string | null;
+  horizon: string | null;
+  /** The last key the full claim's loose scan read (`null`: it starts again at the first key). */
+  key: string | null;
 }
 
 /** The claim statements of `names` at batch size `limit`, by rows per key. */
@@ -241,13 +374,20 @@ export function outboxClaimStatements(names: PgNames, limit: number, rowsPerKey 
   let statements = byDepth.get(rowsPerKey);
   if (statements === undefined) {
     statements = {
-      window: outboxStatement(names, outboxWindowClaimText(names, limit, rowsPerKey)),
-      full: outboxStatement(names, outboxClaimText(names, limit, rowsPerKey)),
+      window: { table: names.outboxTable, text: outboxWindowClaimText(names, limit, rowsPerKey), params: ['double precision'], returns: CLAIM_RESULT },
+      full: {
+        table: names.outboxTable,
+        text: outboxClaimText(names, limit, rowsPerKey),
+        params: ['double precision', 'bigint', 'bigint', 'bigint', 'text'],
+        returns: FULL_CLAIM_RESULT,
+      },
     };
     byDepth.set(rowsPerKey, statements);
   }
   return statements;
 }
+
+const sweeps = new WeakMap<PgNames, SweepPosition>();
 
 /**
  * Which claim a driver sends first: the window claim while the window has been filling batches
@@ -263,9 +403,12 @@ const windowFirst = new WeakMap<PgNames, boolean>();
  *
  * Order: due retries (`attempt > 0`) first, then first attempts by `scheduled_at, sequence`: the
  * oldest rows first; when they fill less than half the batch (their keys are in flight), the
- * heads of the keys that can move, found by a loose scan of the key-head index, then keyless
- * rows. A claim thus reads a bounded window plus one head per open key, never the rows waiting
- * behind a key in flight; a window a few rows short (held by a concurrent claim) skips the scan.
+ * heads that can move past the window and keyless rows, merged in the same order. The heads come
+ * from a sweep of the due rows (a batch per claim, from where the last claim stopped, up to the
+ * horizon of the sweep, then from the start again) and a turn of the open keys (a batch of keys per
+ * claim, by a loose scan of the key-head index), so a claim reads a bounded number of rows and
+ * keys whatever the backlog and the number of open keys; `outboxClaimBound` states how soon a row
+ * that can move is claimed. A window a few rows short (held by a concurrent claim) skips both.
  *
  * Two statements: while the window has been filling batches, the window claim (cheaper to plan);
  * it reports how many rows its window gave, and when that was less than half the batch — due
@@ -277,23 +420,37 @@ const windowFirst = new WeakMap<PgNames, boolean>();
  */
 export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxRow[]> {
   const statements = outboxClaimStatements(ctx.names, p.limit, p.rowsPerKey ?? 1);
-  const claim = async (statement: ClaimStatement) =>
+  const claim = async (statement: ClaimStatement, values: () => unknown[]) =>
     (
       await claimRetryingInFlight(() =>
         runClaimStatement(ctx.names, ctx.claimFunctions, statement, (text) =>
-          pgClaimQuery<OutboxDbRow & { window_rows: number }>(ctx.pool, text, () => [leaseWithinBudget(p.leaseMs)], ctx.prepared),
+          pgClaimQuery<OutboxDbRow & { window_rows: number } & Partial<SweepRow>>(ctx.pool, text, values, ctx.prepared),
         ),
       )
     ).rows;
   const windowFilled = (rows: Array<{ window_rows: number }>) => rows.length > 0 && rows[0]!.window_rows * 2 >= p.limit;
   if (windowFirst.get(ctx.names) !== false) {
-    const rows = await claim(statements.window);
+    const rows = await claim(statements.window, () => [leaseWithinBudget(p.leaseMs)]);
     if (!windowFilled(rows)) windowFirst.set(ctx.names, false);
     if (rows.length > 0) return rows.map(toOutboxRow).sort(bySequence);
   }
-  const rows = await claim(statements.full);
+  const sweep = sweeps.get(ctx.names);
+  const rows = await claim(statements.full, () => [leaseWithinBudget(p.leaseMs), sweep?.at ?? null, sweep?.sequence ?? null, sweep?.horizon ?? null, sweep?.key ?? null]);
   if (windowFilled(rows)) windowFirst.set(ctx.names, true);
-  return rows.map(toOutboxRow).sort(bySequence);
+  const next = rows[0];
+  if (next !== undefined) {
+    sweeps.set(ctx.names, { at: next.sweep_at_us ?? null, sequence: next.sweep_sequence ?? null, horizon: next.sweep_horizon_us ?? null, key: next.sweep_key ?? null });
+  }
+  // A claim that took nothing returns one row without an id: the sweep position only.
+  return rows.filter((r) => r.id !== null).map(toOutboxRow).sort(bySequence);
+}
+
+/** The next sweep position each full claim returns (bigints as text; NULL: a new sweep). */
+interface SweepRow {
+  sweep_at_us: string | null;
+  sweep_sequence: string | null;
+  sweep_horizon_us: string | null;
+  sweep_key: string | null;
 }
 
 /** Claim order within a batch: `sequence` (a non-negative bigint as text) without BigInt allocations. */

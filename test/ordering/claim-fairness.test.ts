@@ -1,0 +1,189 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { outboxClaimBound, outboxClaimStatements } from '../../lib/db/postgres/outbox-queries.ts';
+import { OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
+import { CLAIM_FUNCTION_SETTINGS } from '../../lib/db/postgres/claim-functions.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+const LEASE = 60_000;
+
+/**
+ * The outbox claim takes first attempts in `scheduled_at, sequence` order whatever holds a key:
+ * a keyless row is never passed by a later first attempt, and a key that can move is reached
+ * within `outboxClaimBound` claims, however long the backlog of a key in flight and however
+ * many new keys keep arriving.
+ */
+describe('outbox claim: keyless rows and cold keys are not starved by a hot key or a stream of new keys (PostgreSQL)', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => db.drop());
+
+  const table = () => `"${db.schema}".outbox`;
+  const insert = async (rows: Array<string | null>) => {
+    const values = rows.map((_, i) => `($${i + 1}::varchar)`).join(', ');
+    // One statement per call: the rows get increasing sequences in array order.
+    await db.query(`INSERT INTO ${table()} (topic, key, payload) SELECT 't', k, '{}' FROM (VALUES ${values}) v(k)`, rows);
+  };
+
+  it('a hot key with its head in flight and a long backlog, keyless rows and cold keys behind it, six new keys before every claim of four', async (t) => {
+    const LIMIT = 4;
+    const driver = db.newDriver();
+    // Hot key h: 40 rows; its head goes in flight and stays there (a slow destination).
+    await insert(Array.from({ length: 40 }, () => 'h'));
+    const [hot] = await driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+    assert.equal(hot?.key, 'h');
+    await insert(['cold-1', null, 'cold-2', null, null, 'cold-3', null]);
+    const watched = await db.query<{ sequence: string; key: string | null }>(
+      `SELECT sequence, key FROM ${table()} WHERE key IS NULL OR key LIKE 'cold-%' ORDER BY sequence`,
+    );
+    let newKey = 0;
+    const claimedIn = new Map<string, number>(); // sequence → claim number
+    await insert(Array.from({ length: 6 }, () => `new-${newKey++}`));
+    // Due rows when the watched rows can move (they all can from the start): h's 39 waiting rows, the 7, the first 6 new keys.
+    const queued = Number((await db.query<{ n: string }>(`SELECT count(*) AS n FROM ${table()} WHERE state = 'pending'`))[0]!.n);
+    const bound = outboxClaimBound(queued, LIMIT);
+    for (let claim = 1; claim <= bound && claimedIn.size < watched.length + 100; claim++) {
+      const rows = await driver.outboxClaimMany({ limit: LIMIT, leaseMs: LEASE });
+      for (const r of rows) claimedIn.set(r.sequence, claim);
+      const done = rows.filter((r) => r.key !== 'h');
+      await driver.outboxMarkSentMany({ claims: done.map((r) => ({ id: r.id, token: r.claimToken })) });
+      await insert(Array.from({ length: 6 }, () => `new-${newKey++}`));
+      if (watched.every((w) => claimedIn.has(w.sequence))) break;
+    }
+    t.diagnostic(`bound ${bound} claims at ${queued} due rows; claimed in claims ${watched.map((w) => claimedIn.get(w.sequence) ?? '-').join(', ')}`);
+    const missing = watched.filter((w) => !claimedIn.has(w.sequence)).map((w) => `${w.key ?? 'keyless'}#${w.sequence}`);
+    assert.deepEqual(missing, [], `every keyless row and cold key is claimed within ${bound} claims (${queued} rows were due)`);
+    // No first attempt after a keyless row (in claim order) is claimed before it.
+    for (const w of watched.filter((x) => x.key === null)) {
+      const passedBy = [...claimedIn].filter(([sequence, claim]) => BigInt(sequence) > BigInt(w.sequence) && claim < claimedIn.get(w.sequence)!);
+      assert.deepEqual(passedBy, [], `keyless row ${w.sequence} (claim ${claimedIn.get(w.sequence)}) passed by later rows`);
+    }
+  });
+});
+
+/**
+ * The work of a claim whose window is held by a key in flight must not grow with the number of
+ * keys that have open rows: counted in shared buffers (deterministic, unlike time) of one claim
+ * of 100 at 1,000 and at 20,000 open keys, with the plan settings the claim functions carry.
+ */
+describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open keys (PostgreSQL)', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => db.drop());
+  beforeEach(async () => {
+    await db.query(`TRUNCATE "${db.schema}".outbox`);
+  });
+
+  const LIMIT = 100;
+  const buffersOfOneClaim = async (openKeys: number): Promise<{ buffers: number; claimed: number }> => {
+    const t = `"${db.schema}".outbox`;
+    // Hot key h: its head in flight, 400 rows behind it (more than the window), then the open keys, two rows each.
+    await db.query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'h', '{}' FROM generate_series(1, 401)`);
+    await db.query(
+      `UPDATE ${t} SET state = 'processing', claim_token = gen_random_uuid(), lease_expires_at = now() + interval '1 hour'
+        WHERE sequence = (SELECT min(sequence) FROM ${t})`,
+    );
+    await db.query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'k' || (g % $1), '{}' FROM generate_series(0, $1 * 2 - 1) g ORDER BY g`, [openKeys]);
+    await db.query(`VACUUM ANALYZE ${t}`);
+    const statement = outboxClaimStatements(db.driver.ctx.names, LIMIT).full;
+    const params = [LEASE, ...statement.params.slice(1).map(() => null)];
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
+      // Twice: the first execution warms the caches; the second is counted.
+      let plan = '';
+      for (let i = 0; i < 2; i++) {
+        await client.query('SAVEPOINT s');
+        const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement.text}`, params);
+        plan = JSON.stringify(rows[0]!['QUERY PLAN']);
+        await client.query('ROLLBACK TO SAVEPOINT s');
+      }
+      const top = (JSON.parse(plan) as Array<{ Plan: Record<string, number> }>)[0]!.Plan;
+      return { buffers: top['Shared Hit Blocks']! + top['Shared Read Blocks']!, claimed: top['Actual Rows']! };
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+  };
+
+  it('one claim of 100 reads about as many buffers at 20,000 open keys as at 1,000', async (t) => {
+    const small = await buffersOfOneClaim(1_000);
+    await db.query(`TRUNCATE "${db.schema}".outbox`);
+    const large = await buffersOfOneClaim(20_000);
+    assert.ok(small.buffers > 0 && large.buffers > 0, 'the plan reports its buffers');
+    t.diagnostic(`buffers of one claim: ${small.buffers} at 1,000 open keys (${small.claimed} rows), ${large.buffers} at 20,000 (${large.claimed} rows)`);
+    assert.ok(large.buffers <= small.buffers * 1.5, `buffers of one claim: ${small.buffers} at 1,000 open keys, ${large.buffers} at 20,000`);
+  });
+});
+
+/**
+ * Claim order is `scheduled_at`, then `sequence`: among rows due at the same time the lower
+ * sequence first, and an earlier `scheduled_at` before any sequence. Both outbox claim
+ * statements: the window claim, and the full claim that looks past a window held by a key in flight.
+ */
+describe('outbox claim order: scheduled_at, then sequence (PostgreSQL)', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => db.drop());
+  beforeEach(async () => {
+    await db.query(`TRUNCATE "${db.schema}".outbox`);
+  });
+
+  // label, key, scheduled (seconds before now) — inserted in this order, so sequence follows the list.
+  const rows: Array<[string, string | null, number]> = [
+    ['a', 'ka', 60],
+    ['b', null, 60],
+    ['c', 'kc', 60],
+    ['d', 'kd', 120],
+    ['e', null, 120],
+    ['f', 'kf', 60],
+  ];
+  const expected = ['d', 'e', 'a', 'b', 'c', 'f'];
+
+  // One statement: `now()` is one instant, so rows scheduled the same seconds ago share their
+  // `scheduled_at` exactly, and `sequence` follows the list.
+  const insertRows = async () => {
+    const values = rows.map((_, i) => `($${i * 3 + 1}::text, $${i * 3 + 2}::varchar, $${i * 3 + 3}::int, ${i})`).join(', ');
+    await db.query(
+      `INSERT INTO "${db.schema}".outbox (topic, key, payload, scheduled_at)
+       SELECT 't', key, jsonb_build_object('label', label), now() - make_interval(secs => ago)
+         FROM (VALUES ${values}) v(label, key, ago, i) ORDER BY i`,
+      rows.flat(),
+    );
+    const distinct = await db.query<{ n: string }>(`SELECT count(DISTINCT scheduled_at) AS n FROM "${db.schema}".outbox WHERE key IS DISTINCT FROM 'h'`);
+    assert.equal(Number(distinct[0]!.n), 2, 'two scheduled_at values among the six rows');
+  };
+  const claimOneByOne = async (driver: TestDatabase['driver'], n: number) => {
+    const order: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const claimed = await driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+      order.push(...claimed.map((r) => (r.payload as { label?: string }).label ?? `key ${r.key}`));
+    }
+    return order;
+  };
+
+  it('the window claim: equal scheduled_at by sequence, earlier scheduled_at first', async () => {
+    await insertRows();
+    assert.deepEqual(await claimOneByOne(db.newDriver(), rows.length), expected);
+  });
+
+  it('the full claim past a window held by a key in flight: the same order', async () => {
+    const driver = db.newDriver();
+    // Key h: head in flight, the window's worth of rows of a claim of 1 behind it (3), all due before the rows below.
+    await db.query(
+      `INSERT INTO "${db.schema}".outbox (topic, key, payload, scheduled_at) SELECT 't', 'h', '{}', now() - interval '1 hour' FROM generate_series(0, $1::int)`,
+      [OLDEST_WINDOW],
+    );
+    const [hot] = await driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+    assert.equal(hot?.key, 'h');
+    await insertRows();
+    assert.deepEqual(await claimOneByOne(driver, rows.length), expected);
+  });
+});
