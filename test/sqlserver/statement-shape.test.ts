@@ -120,10 +120,14 @@ IF @@ROWCOUNT = 0
     const pg = pgExpectedColumns(pgNames('public', { outbox: 'outbox', inbox: 'inbox', maintenance: 'queuebox_maintenance' }));
     const ms = mssqlExpectedColumns(names);
     const sqlServerOnly = new Set(['source_bytes', 'idempotency_key_bytes']);
+    // `key_first` marks the first row of a key in a claim of several rows of that key
+    // (`outbox.rowsPerKey` above 1), which SQL Server does not support: its claims hold one row
+    // of a key, and its in-flight index covers every `processing` row.
+    const postgresOnly = new Set(['key_first']);
     assert.deepEqual(
       ms.map((t) => t.columns.map((c) => c.name).filter((c) => !sqlServerOnly.has(c))),
-      pg.map((t) => t.columns.map((c) => c.name)),
-      'the same columns as PostgreSQL, plus the byte lengths of the deduplication key',
+      pg.map((t) => t.columns.map((c) => c.name).filter((c) => !postgresOnly.has(c))),
+      'the same columns as PostgreSQL (but key_first), plus the byte lengths of the deduplication key',
     );
     for (const table of ms) for (const column of table.columns) assert.ok(all.includes(['key', 'sequence', 'source_bytes', 'idempotency_key_bytes'].includes(column.name) ? `[${column.name}]` : `${column.name} `), column.name);
   });
