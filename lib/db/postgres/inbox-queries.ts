@@ -123,7 +123,9 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
  * the reclaim step returns it). Rows without aggregate (NULL or `''`) are free. Order: due retries
  * (`attempt > 0`) first, then first attempts by `scheduled_at, sequence` — the oldest rows, and
  * when their aggregates are in flight, the heads of the aggregates that can move (a loose scan of
- * the head index, one probe per open aggregate), then rows without aggregate. Because the lock is
+ * the head index, one probe per open aggregate) and rows without aggregate, merged in that one
+ * order, so that neither kind waits for younger rows of the other (the bound of docs/inbox.md,
+ * "The wait of a row that can move"). Because the lock is
  * taken in an earlier statement, the claim statement's snapshot includes every claim committed
  * before it; the unique index on the aggregate of `processing` rows backs the rule.
  */
@@ -213,21 +215,28 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
          UNION ALL
          SELECT id FROM oldest
          UNION ALL
+         -- past the window: the heads that can move and the rows without aggregate, in one claim
+         -- order (a row without aggregate never waits for younger heads, nor a head for younger
+         -- keyless rows: the wait of a row that can move is bounded, see docs/inbox.md)
          SELECT id FROM (
-           SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
-            WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-            ORDER BY heads.scheduled_at, heads.sequence
+           SELECT c.id FROM (
+               (SELECT heads.id, heads.scheduled_at, heads.sequence FROM heads
+                 WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
+                 ORDER BY heads.scheduled_at, heads.sequence
+                 LIMIT ${limit})
+               UNION ALL
+               (SELECT k.id, k.scheduled_at, k.sequence FROM ${t} k
+                 WHERE k.state = 'pending' AND k.consumption = 'push' AND k.attempt = 0
+                   AND (k.aggregate_id IS NULL OR k.aggregate_id = '')
+                   AND k.scheduled_at <= clock_timestamp()
+                   AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
+                 ORDER BY k.scheduled_at, k.sequence
+                 LIMIT ${limit})) m
+             JOIN ${t} c ON c.id = m.id
+            WHERE c.state = 'pending'
+            ORDER BY m.scheduled_at, m.sequence
             LIMIT ${limit}
-            FOR UPDATE OF c SKIP LOCKED) AS free_heads
-         UNION ALL
-         SELECT id FROM (
-           SELECT c.id FROM ${t} c
-            WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND ${NO_AGGREGATE}
-              AND c.scheduled_at <= clock_timestamp()
-              AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-            ORDER BY c.scheduled_at, c.sequence
-            LIMIT ${limit}
-            FOR UPDATE SKIP LOCKED) AS keyless
+            FOR UPDATE OF c SKIP LOCKED) AS beyond_window
          LIMIT ${limit}
        )
        UPDATE ${t} i
