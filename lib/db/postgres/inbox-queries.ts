@@ -252,17 +252,32 @@ export async function inboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; le
   return fencedRenewMany(ctx.pool, ctx.names.inbox, p.claims, p.leaseMs);
 }
 
+/**
+ * An open outbox row relayed from `source` with `key` (the relay's key under the other
+ * `inbox.relay.outboxKey` form): while one exists, the aggregate's next row takes that key too
+ * (`InboxForwardItem.keyWhileOpen`). Served by the key-head index.
+ */
+const openRelayedRowWithKey = (outbox: string, key: string, source: string) => `EXISTS (
+         SELECT 1 FROM ${outbox} o
+          WHERE o.key = ${key} AND o.state IN ('pending', 'processing') AND o.headers ->> 'x-source' = ${source})`;
+
 /** Marks the lost claim inside `inboxForward` so its transaction rolls back. */
 class ForwardClaimLost extends Error {}
 
 /**
- * One transaction: insert the outbox row, then the fenced mark `processed`. When the mark changes
+ * One transaction: insert the outbox row (with `keyWhileOpen.key` while an open row relayed from
+ * that source has it), then the fenced mark `processed`. When the mark changes
  * no row the claim was lost: the transaction rolls back (no outbox row) and the result is false.
  */
 export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean> {
   try {
     await pgTransaction(ctx.pool, async (client) => {
-      await outboxInsert(ctx.names, client, item.outbox, defaults);
+      let message = item.outbox;
+      if (item.keyWhileOpen !== undefined) {
+        const { rows } = await pgQuery<{ held: boolean }>(client, `SELECT ${openRelayedRowWithKey(ctx.names.outbox, '$1', '$2')} AS held`, [item.keyWhileOpen.key, item.keyWhileOpen.source]);
+        if (rows[0]?.held === true) message = { ...message, key: item.keyWhileOpen.key };
+      }
+      await outboxInsert(ctx.names, client, message, defaults);
       const { rowCount } = await pgQuery(
         client,
         `UPDATE ${ctx.names.inbox} t
@@ -283,7 +298,9 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
 
 /**
  * Forwards a batch in one statement (so in one transaction): the fenced mark `processed` of every
- * item, and an outbox row for each item the mark changed, inserted in the items' order. Items
+ * item, and an outbox row for each item the mark changed, inserted in the items' order, with
+ * `keyWhileOpen.key` instead of its key while an open row relayed from that source has it (the
+ * batch holds one row per aggregate, so no row of the statement is another's earlier row). Items
  * whose claim was lost get neither. Returns the ids forwarded. Any error (one row the outbox
  * refuses fails them all) changes nothing; the relay then forwards the batch row by row.
  */
@@ -293,8 +310,9 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
     ctx.pool,
     `WITH s AS (
        SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],
-                            $8::integer[], $9::timestamptz[], $10::double precision[], $11::jsonb[])
-                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, trace_context, ord)
+                            $8::integer[], $9::timestamptz[], $10::double precision[], $11::jsonb[], $12::text[], $13::text[])
+                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, trace_context,
+                                     other_key, other_source, ord)
      ),
      marked AS (
        UPDATE ${ctx.names.inbox} t
@@ -306,7 +324,10 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
      ),
      forwarded AS (
        INSERT INTO ${ctx.names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at, trace_context)
-       SELECT COALESCE(s.outbox_id, gen_random_uuid()), s.topic, s.key, s.payload, s.headers, s.max_attempts,
+       SELECT COALESCE(s.outbox_id, gen_random_uuid()), s.topic,
+              CASE WHEN s.other_key IS NOT NULL AND ${openRelayedRowWithKey(ctx.names.outbox, 's.other_key', 's.other_source')}
+                   THEN s.other_key ELSE s.key END,
+              s.payload, s.headers, s.max_attempts,
               COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')}), s.trace_context
          FROM s JOIN marked ON marked.id = s.id
         ORDER BY s.ord
@@ -325,6 +346,8 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
       items.map((i) => (i.outbox.scheduledAt === undefined ? null : i.outbox.scheduledAt)),
       items.map((i) => i.outbox.delayMs ?? 0),
       items.map((i) => serializeTraceContext(i.outbox.trace)),
+      items.map((i) => i.keyWhileOpen?.key ?? null),
+      items.map((i) => i.keyWhileOpen?.source ?? null),
     ],
   );
   const forwarded = new Set(rows.map((r) => r.id));
