@@ -53,6 +53,8 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'inbox.relay.claimTimeoutMs': 'Relay lease duration; relay reclaim runs at most every `claimTimeoutMs / 5`.',
   'inbox.relay.shutdownTimeoutMs': 'Wait for in-flight forwards at the end of a pass.',
   'inbox.relay.retryBaseDelayMs': 'Relay retry delay base.',
+  'inbox.relay.outboxKey':
+    'Key of the outbox rows the relay writes (the outbox orders by key; a FIFO queue\'s `MessageGroupId`): `source-and-aggregate` writes `<source>:<aggregateId>` (`<source>#<SHA-256 hex>` when longer than 128 characters), so one source\'s rows never hold another\'s; `aggregate` writes the aggregate id alone, for consumers that group by it. Rows without aggregate get no key. See [Inbox](inbox.md#the-outbox-key-of-a-relayed-row).',
   'inbox.relay.maxAttempts': 'Forwards of an inbox row, the first included, before it goes `dead` (a lease that expires during a forward counts as one), and `max_attempts` (deliveries) of the outbox rows the relay writes. Unset: `outbox.maxAttempts`.',
   'inbox.sources.<name>.type': 'Where messages arrive: an HTTP route or an SQS queue.',
   'inbox.sources.<name>.path': 'HTTP path below `inbox.basePath` (required for `http`); the deploy creates `POST basePath+path`.',

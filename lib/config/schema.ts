@@ -174,6 +174,8 @@ export const inboxSchema = z
         retryBaseDelayMs: positiveInt.default(1000),
         /** Relay forwards (the first included) and `max_attempts` (deliveries) of relayed outbox rows; unset: `outbox.maxAttempts`. */
         maxAttempts: positiveInt.max(1000).optional(),
+        /** Key of relayed outbox rows: `<source>:<aggregateId>` (a digest when longer than 128 characters), or the aggregate id alone. */
+        outboxKey: z.enum(['source-and-aggregate', 'aggregate']).default('source-and-aggregate'),
       })
       .prefault({}),
     sources: z.record(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'source names are lower-case letters, digits, - and _'), sourceSchema).prefault({}),

@@ -233,6 +233,14 @@ export interface InboxRow {
 /** One relay forward: the outbox row to insert and the fenced `processed` mark, in one transaction. */
 export interface InboxForwardItem extends ClaimRef {
   outbox: OutboxMessageInput;
+  /**
+   * The key of the row's aggregate under the other `inbox.relay.outboxKey` form, and its source.
+   * While an open (`pending`/`processing`) outbox row relayed from that source (header
+   * `x-source`) has this key, the outbox row is written with it instead of `outbox.key`: the
+   * aggregate's rows keep one key, and so their order, across a change of the setting (the
+   * upgrade to scoped keys included). A driver without it (SQL Server) writes `outbox.key`.
+   */
+  keyWhileOpen?: { key: string; source: string };
 }
 
 /** Age-based deletion of finished rows. */

@@ -8,8 +8,9 @@
  * `mode: 'drain'` returns at the first empty claim instead.
  *
  * A claimed batch is forwarded at once (`driver.inboxForwardMany`, one statement; PostgreSQL):
- * for every row whose claim holds, the outbox row (topic from the template, key = aggregate id,
- * headers of spec §5) and the fenced mark `processed`. A row whose claim was lost gets neither: it
+ * for every row whose claim holds, the outbox row (topic from the template, key from source and
+ * aggregate id as `inbox.relay.outboxKey` says, `outbox-key.ts`; headers of spec §5) and the
+ * fenced mark `processed`. A row whose claim was lost gets neither: it
  * is logged and counted in `queuebox_claims_lost_total{component="inbox"}`, and left to its new
  * owner. A row that cannot become an outbox message is `dead` at once, with the reason. When the
  * batched forward fails, the batch is forwarded row by row (`driver.inboxForward`,
@@ -23,10 +24,11 @@
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
 import { claimKey } from '../claims/claim-key.ts';
+import { otherRelayOutboxKey, relayOutboxKey, type RelayOutboxKeyMode } from './outbox-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
-import type { ClaimRef, Driver, InboxRow, OutboxMessageInput } from '../db/driver.ts';
+import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
@@ -73,7 +75,11 @@ const RELAY_HEADERS = ['x-inbox-id', 'x-source', 'x-idempotency-key', 'x-correla
  * The outbox message of a row, or why it has none (class `TopicTemplate`: the topic does not
  * render; `ValidationError`: the outbox refuses the message); `template` is already chosen for the source.
  */
-export function relayMessage(row: InboxRow, template: string): { message: OutboxMessageInput } | { error: string; errorClass: string } {
+export function relayMessage(
+  row: InboxRow,
+  template: string,
+  keyMode: RelayOutboxKeyMode = 'source-and-aggregate',
+): { message: OutboxMessageInput } | { error: string; errorClass: string } {
   const rendered = renderTopic(template, { source: row.source, eventType: row.eventType });
   if ('error' in rendered) return { error: rendered.error, errorClass: 'TopicTemplate' };
   const headers: Record<string, string> = {};
@@ -87,7 +93,7 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
   try {
     // The object is validated; the stored text is what the outbox row gets, so no digit is lost,
     // and the sender's trace context goes with it.
-    const message = validateOutboxMessage({ topic: rendered.topic, key: row.aggregateId, payload: row.payload, headers });
+    const message = validateOutboxMessage({ topic: rendered.topic, key: relayOutboxKey(row.source, row.aggregateId, keyMode), payload: row.payload, headers });
     return { message: { ...message, payloadText: row.payloadText, trace: row.trace ?? null } };
   } catch (error) {
     if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}`, errorClass: error.name };
@@ -96,6 +102,17 @@ export function relayMessage(row: InboxRow, template: string): { message: Outbox
 }
 
 const claimOf = (row: InboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
+
+/**
+ * What the driver forwards for `row`: its claim, its outbox message, and the key of its aggregate
+ * under the other `inbox.relay.outboxKey` form, which the row takes instead while an open outbox
+ * row relayed from its source still has it — so a change of the setting (the upgrade to scoped
+ * keys included) never lets a row of an aggregate overtake an earlier one under the old key.
+ */
+export function forwardItemOf(row: InboxRow, message: OutboxMessageInput, keyMode: RelayOutboxKeyMode): InboxForwardItem {
+  const other = otherRelayOutboxKey(row.source, row.aggregateId, keyMode);
+  return { ...claimOf(row), outbox: message, ...(other === null || other === message.key ? {} : { keyWhileOpen: { key: other, source: row.source } }) };
+}
 const ignoreLoss = () => {};
 
 /** A row to mark `dead`: its claim, why, and what the failure line says of it. */
@@ -282,7 +299,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     const forward: ForwardItem[] = [];
     for (const row of rows) {
       const template = config.inbox.sources[row.source]?.topicTemplate ?? config.inbox.topicTemplate;
-      const built = relayMessage(row, template);
+      const built = relayMessage(row, template, relay.outboxKey);
       if ('error' in built) dead.push({ claim: claimOf(row), reason: built.error, row, errorClass: built.errorClass });
       else forward.push({ row, message: built.message });
     }
@@ -306,7 +323,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     let forwarded: readonly string[];
     try {
       forwarded = await forwardMany(
-        items.map((f) => ({ ...claimOf(f.row), outbox: f.message })),
+        items.map((f) => forwardItemOf(f.row, f.message, relay.outboxKey)),
         { maxAttempts: relayMaxAttempts },
       );
     } catch (error) {
@@ -347,7 +364,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     if (isLost(claim) || closed) return;
     markWritten([claim]);
     try {
-      if (await driver.inboxForward({ ...claim, outbox: message }, { maxAttempts: relayMaxAttempts })) countForwarded(1);
+      if (await driver.inboxForward(forwardItemOf(row, message, relay.outboxKey), { maxAttempts: relayMaxAttempts })) countForwarded(1);
       else loseClaim(claim, 'forward');
     } catch (error) {
       if (closed) return;

@@ -126,7 +126,7 @@ describe('inbox relay pass', () => {
     assert.deepEqual(perRow, [], 'exactly one outbox row per inbox row');
   });
 
-  it('write the outbox row with the rendered topic, the aggregate as key, the payload and the relay headers', async () => {
+  it('write the outbox row with the rendered topic, source and aggregate as key, the payload and the relay headers', async () => {
     const { id } = await store('h-1', { aggregateId: 'cust-1', correlationId: 'corr-1', headers: { 'x-tenant': 't1', 'X-Source': 'spoofed' } });
     await store('h-2', { source: 'crm', eventType: 'updated' });
     const summary = await pass(db.driver);
@@ -135,7 +135,7 @@ describe('inbox relay pass', () => {
     const rows = await db.query<{ topic: string; key: string | null }>(`SELECT topic, key, payload, headers, state FROM ${outbox} ORDER BY topic DESC`);
     assert.deepEqual(rows[0], {
       topic: 'shop.created',
-      key: 'cust-1',
+      key: 'shop:cust-1',
       payload: { key: 'h-1' },
       headers: { 'x-tenant': 't1', 'x-inbox-id': id, 'x-source': 'shop', 'x-idempotency-key': 'h-1', 'X-Correlation-Id': 'corr-1' },
       state: 'pending',
@@ -215,7 +215,7 @@ describe('inbox relay pass', () => {
       inboxForwardMany: { value: async () => Promise.reject(new Error('statement timeout')) },
       inboxForward: {
         value: async (item: Parameters<Driver['inboxForward']>[0], defaults: { maxAttempts: number }) =>
-          item.outbox.key === 'f-2' ? Promise.reject(new Error('outbox refused f-2')) : base.inboxForward(item, defaults),
+          item.outbox.key === 'shop:f-2' ? Promise.reject(new Error('outbox refused f-2')) : base.inboxForward(item, defaults),
       },
     });
     const fallback = await pass(flaky, metrics);
@@ -229,7 +229,7 @@ describe('inbox relay pass', () => {
       ['f-1:processed', 'f-2:pending', 'f-3:processed'],
     );
     assert.match(states[1]!.last_error ?? '', /outbox refused f-2/);
-    assert.deepEqual((await db.query<{ key: string }>(`SELECT key FROM ${outbox} ORDER BY key`)).map((r) => r.key), ['f-1', 'f-3']);
+    assert.deepEqual((await db.query<{ key: string }>(`SELECT key FROM ${outbox} ORDER BY key`)).map((r) => r.key), ['shop:f-1', 'shop:f-3']);
   });
 
   it('split a batch of large bodies into several forward statements of at most FORWARD_STATEMENT_BYTES, in receive order', async () => {

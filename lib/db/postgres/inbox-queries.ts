@@ -123,7 +123,9 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
  * the reclaim step returns it). Rows without aggregate (NULL or `''`) are free. Order: due retries
  * (`attempt > 0`) first, then first attempts by `scheduled_at, sequence` — the oldest rows, and
  * when their aggregates are in flight, the heads of the aggregates that can move (a loose scan of
- * the head index, one probe per open aggregate), then rows without aggregate. Because the lock is
+ * the head index, one probe per open aggregate) and rows without aggregate, merged in that one
+ * order, so that neither kind waits for younger rows of the other (the bound of docs/inbox.md,
+ * "The wait of a row that can move"). Because the lock is
  * taken in an earlier statement, the claim statement's snapshot includes every claim committed
  * before it; the unique index on the aggregate of `processing` rows backs the rule.
  */
@@ -213,21 +215,28 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
          UNION ALL
          SELECT id FROM oldest
          UNION ALL
+         -- past the window: the heads that can move and the rows without aggregate, in one claim
+         -- order (a row without aggregate never waits for younger heads, nor a head for younger
+         -- keyless rows: the wait of a row that can move is bounded, see docs/inbox.md)
          SELECT id FROM (
-           SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
-            WHERE c.state = 'pending' AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-            ORDER BY heads.scheduled_at, heads.sequence
+           SELECT c.id FROM (
+               (SELECT heads.id, heads.scheduled_at, heads.sequence FROM heads
+                 WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
+                 ORDER BY heads.scheduled_at, heads.sequence
+                 LIMIT ${limit})
+               UNION ALL
+               (SELECT k.id, k.scheduled_at, k.sequence FROM ${t} k
+                 WHERE k.state = 'pending' AND k.consumption = 'push' AND k.attempt = 0
+                   AND (k.aggregate_id IS NULL OR k.aggregate_id = '')
+                   AND k.scheduled_at <= clock_timestamp()
+                   AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
+                 ORDER BY k.scheduled_at, k.sequence
+                 LIMIT ${limit})) m
+             JOIN ${t} c ON c.id = m.id
+            WHERE c.state = 'pending'
+            ORDER BY m.scheduled_at, m.sequence
             LIMIT ${limit}
-            FOR UPDATE OF c SKIP LOCKED) AS free_heads
-         UNION ALL
-         SELECT id FROM (
-           SELECT c.id FROM ${t} c
-            WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND ${NO_AGGREGATE}
-              AND c.scheduled_at <= clock_timestamp()
-              AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-            ORDER BY c.scheduled_at, c.sequence
-            LIMIT ${limit}
-            FOR UPDATE SKIP LOCKED) AS keyless
+            FOR UPDATE OF c SKIP LOCKED) AS beyond_window
          LIMIT ${limit}
        )
        UPDATE ${t} i
@@ -243,17 +252,32 @@ export async function inboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; le
   return fencedRenewMany(ctx.pool, ctx.names.inbox, p.claims, p.leaseMs);
 }
 
+/**
+ * An open outbox row relayed from `source` with `key` (the relay's key under the other
+ * `inbox.relay.outboxKey` form): while one exists, the aggregate's next row takes that key too
+ * (`InboxForwardItem.keyWhileOpen`). Served by the key-head index.
+ */
+const openRelayedRowWithKey = (outbox: string, key: string, source: string) => `EXISTS (
+         SELECT 1 FROM ${outbox} o
+          WHERE o.key = ${key} AND o.state IN ('pending', 'processing') AND o.headers ->> 'x-source' = ${source})`;
+
 /** Marks the lost claim inside `inboxForward` so its transaction rolls back. */
 class ForwardClaimLost extends Error {}
 
 /**
- * One transaction: insert the outbox row, then the fenced mark `processed`. When the mark changes
+ * One transaction: insert the outbox row (with `keyWhileOpen.key` while an open row relayed from
+ * that source has it), then the fenced mark `processed`. When the mark changes
  * no row the claim was lost: the transaction rolls back (no outbox row) and the result is false.
  */
 export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean> {
   try {
     await pgTransaction(ctx.pool, async (client) => {
-      await outboxInsert(ctx.names, client, item.outbox, defaults);
+      let message = item.outbox;
+      if (item.keyWhileOpen !== undefined) {
+        const { rows } = await pgQuery<{ held: boolean }>(client, `SELECT ${openRelayedRowWithKey(ctx.names.outbox, '$1', '$2')} AS held`, [item.keyWhileOpen.key, item.keyWhileOpen.source]);
+        if (rows[0]?.held === true) message = { ...message, key: item.keyWhileOpen.key };
+      }
+      await outboxInsert(ctx.names, client, message, defaults);
       const { rowCount } = await pgQuery(
         client,
         `UPDATE ${ctx.names.inbox} t
@@ -274,7 +298,9 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
 
 /**
  * Forwards a batch in one statement (so in one transaction): the fenced mark `processed` of every
- * item, and an outbox row for each item the mark changed, inserted in the items' order. Items
+ * item, and an outbox row for each item the mark changed, inserted in the items' order, with
+ * `keyWhileOpen.key` instead of its key while an open row relayed from that source has it (the
+ * batch holds one row per aggregate, so no row of the statement is another's earlier row). Items
  * whose claim was lost get neither. Returns the ids forwarded. Any error (one row the outbox
  * refuses fails them all) changes nothing; the relay then forwards the batch row by row.
  */
@@ -284,8 +310,9 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
     ctx.pool,
     `WITH s AS (
        SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],
-                            $8::integer[], $9::timestamptz[], $10::double precision[], $11::jsonb[])
-                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, trace_context, ord)
+                            $8::integer[], $9::timestamptz[], $10::double precision[], $11::jsonb[], $12::text[], $13::text[])
+                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, trace_context,
+                                     other_key, other_source, ord)
      ),
      marked AS (
        UPDATE ${ctx.names.inbox} t
@@ -297,7 +324,10 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
      ),
      forwarded AS (
        INSERT INTO ${ctx.names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at, trace_context)
-       SELECT COALESCE(s.outbox_id, gen_random_uuid()), s.topic, s.key, s.payload, s.headers, s.max_attempts,
+       SELECT COALESCE(s.outbox_id, gen_random_uuid()), s.topic,
+              CASE WHEN s.other_key IS NOT NULL AND ${openRelayedRowWithKey(ctx.names.outbox, 's.other_key', 's.other_source')}
+                   THEN s.other_key ELSE s.key END,
+              s.payload, s.headers, s.max_attempts,
               COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')}), s.trace_context
          FROM s JOIN marked ON marked.id = s.id
         ORDER BY s.ord
@@ -316,6 +346,8 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
       items.map((i) => (i.outbox.scheduledAt === undefined ? null : i.outbox.scheduledAt)),
       items.map((i) => i.outbox.delayMs ?? 0),
       items.map((i) => serializeTraceContext(i.outbox.trace)),
+      items.map((i) => i.keyWhileOpen?.key ?? null),
+      items.map((i) => i.keyWhileOpen?.source ?? null),
     ],
   );
   const forwarded = new Set(rows.map((r) => r.id));

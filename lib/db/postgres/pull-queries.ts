@@ -29,8 +29,9 @@ const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND cla
  * with a row under a live lease; rows without aggregate (NULL or `''`) freely; due retries
  * (`attempt > 0`) first, then first attempts in `scheduled_at, created_at, id` order — the oldest
  * open rows, and when their aggregates are busy, the heads of the aggregates that can move (a
- * loose scan of the source's head index, one probe per open aggregate), then rows without
- * aggregate. Claims of one source run one at a time (`pg_advisory_xact_lock` on table and source,
+ * loose scan of the source's head index, one probe per open aggregate) and rows without
+ * aggregate, merged in that one order (so neither waits for younger rows of the other: the
+ * bound of docs/pull-workers.md). Claims of one source run one at a time (`pg_advisory_xact_lock` on table and source,
  * taken in an earlier statement), so each claim's snapshot includes every claim committed before
  * it: a row that commits late, behind a later row of its aggregate already claimed, waits. The
  * claim commits before it returns, so it is durable before any handler runs.
@@ -124,20 +125,26 @@ const pullClaimText = oncePerNames((names) => {
        UNION ALL
        SELECT id FROM oldest
        UNION ALL
+       -- past the window: the heads that can move and the rows without aggregate, in one claim
+       -- order (a row without aggregate never waits for younger heads, nor a head for younger
+       -- keyless rows: the wait of a row that can move is bounded, see docs/pull-workers.md)
        SELECT id FROM (
-         SELECT c.id FROM heads JOIN ${t} c ON c.id = heads.id
-          WHERE ${open('c')} AND ${CLAIMABLE('c')} AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
-          ORDER BY heads.scheduled_at, heads.created_at, heads.id
+         SELECT c.id FROM (
+             (SELECT heads.id, heads.scheduled_at, heads.created_at FROM heads
+               WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
+               ORDER BY heads.scheduled_at, heads.created_at, heads.id
+               LIMIT $2)
+             UNION ALL
+             (SELECT k.id, k.scheduled_at, k.created_at FROM ${t} k
+               WHERE ${open('k')} AND k.attempt = 0 AND (k.aggregate_id IS NULL OR k.aggregate_id = '') AND ${CLAIMABLE('k')}
+                 AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
+               ORDER BY k.scheduled_at, k.created_at, k.id
+               LIMIT $2)) m
+           JOIN ${t} c ON c.id = m.id
+          WHERE ${open('c')} AND ${CLAIMABLE('c')}
+          ORDER BY m.scheduled_at, m.created_at, m.id
           LIMIT $2
-          FOR UPDATE OF c SKIP LOCKED) AS free_heads
-       UNION ALL
-       SELECT id FROM (
-         SELECT c.id FROM ${t} c
-          WHERE ${open('c')} AND c.attempt = 0 AND ${noAggregate} AND ${CLAIMABLE('c')}
-            AND c.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
-          ORDER BY c.scheduled_at, c.created_at, c.id
-          LIMIT $2
-          FOR UPDATE SKIP LOCKED) AS keyless
+          FOR UPDATE OF c SKIP LOCKED) AS beyond_window
        LIMIT $2
      ),
      claimed AS (

@@ -1,0 +1,107 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+const LIMIT = 10;
+const LEASE = 60_000;
+const ROUNDS = 12;
+/** New aggregates received before each claim: twice what a claim takes, so they pile up. */
+const STREAM = 2 * LIMIT;
+/** The hot aggregate's backlog: more than the window of the oldest rows during the whole run. */
+const HOT_ROWS = LIMIT * OLDEST_WINDOW + 4 * ROUNDS * 2;
+
+/**
+ * The bound of docs/inbox.md ("Claim order and the wait of a row") and docs/pull-workers.md: a
+ * row that can move waits at most `1 + ⌊A / (⌈L/2⌉ − h)⌋` claims after it is due, where `A` is the
+ * number of rows that could move ahead of it when it became due, `L` the batch size and `h` the
+ * number of aggregates whose waiting rows are older than it (here one, the hot aggregate).
+ */
+function bound(ahead: number): number {
+  return 1 + Math.floor(ahead / (Math.ceil(LIMIT / 2) - 1));
+}
+
+/**
+ * A hot aggregate with a backlog older than everything (one row moves per claim, as its row in
+ * flight is forwarded), and a stream of new aggregates that outgrows the claims (2 × the batch
+ * before every claim). Before each claim, one row without aggregate and one row of a cold
+ * aggregate arrive, ahead of that round's stream. Every one of them must be claimed within the
+ * stated bound, counted from the claim after it arrived.
+ */
+for (const consumption of ['push', 'pull'] as const) {
+  describe(`${consumption === 'push' ? 'relay' : 'pull'} claims: rows without aggregate and cold aggregates are claimed within the stated bound beside a hot aggregate and a stream of new aggregates (PostgreSQL)`, () => {
+    let db: TestDatabase;
+    before(async () => {
+      db = await createTestDatabase();
+    });
+    after(async () => db.drop());
+    beforeEach(async () => {
+      await db.query(`TRUNCATE "${db.schema}".inbox, "${db.schema}".outbox`);
+    });
+
+    const inbox = () => `"${db.schema}".inbox`;
+    /** Receives rows in the given order (increasing `sequence`, `created_at` and `scheduled_at`); returns the ids in that order. */
+    const receive = async (rows: Array<{ key: string; aggregateId: string | null }>): Promise<string[]> => {
+      const inserted = await db.query<{ id: string; sequence: string }>(
+        `INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption, created_at, scheduled_at)
+         SELECT 'shop', s.key, s.aggregate_id, '{}', $3,
+                statement_timestamp() + s.ord * interval '1 microsecond', statement_timestamp() + s.ord * interval '1 microsecond'
+           FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS s(key, aggregate_id, ord)
+          ORDER BY s.ord
+         RETURNING id, sequence`,
+        [rows.map((r) => r.key), rows.map((r) => r.aggregateId), consumption],
+      );
+      return inserted.sort((a, b) => Number(a.sequence) - Number(b.sequence)).map((r) => r.id);
+    };
+    const claim = async () =>
+      consumption === 'push'
+        ? db.driver.inboxClaimPushMany({ limit: LIMIT, leaseMs: LEASE })
+        : db.driver.pullClaimMany({ source: 'shop', limit: LIMIT, leaseMs: LEASE });
+    /** The rows that could move ahead of `id` now: due open rows before it in claim order, not of the hot aggregate (one row per aggregate here). */
+    const aheadOf = async (id: string): Promise<number> => {
+      const [row] = await db.query<{ n: string }>(
+        `SELECT count(*) AS n FROM ${inbox()} o, ${inbox()} x
+          WHERE x.id = $1 AND o.consumption = $2 AND o.state = 'pending' AND o.scheduled_at <= clock_timestamp()
+            AND o.aggregate_id IS DISTINCT FROM 'hot'
+            AND (o.scheduled_at, o.created_at, o.sequence) < (x.scheduled_at, x.created_at, x.sequence)`,
+        [id, consumption],
+      );
+      return Number(row!.n);
+    };
+
+    it('a hot aggregate and a stream of new aggregates hold no row past the bound', async () => {
+      await receive(Array.from({ length: HOT_ROWS }, (_, n) => ({ key: `hot-${n}`, aggregateId: 'hot' })));
+      const tracked = new Map<string, { name: string; round: number; bound: number; claimedAt?: number }>();
+      let claims = 0;
+      const claimAndForward = async () => {
+        const rows = await claim();
+        claims++;
+        for (const row of rows) {
+          const t = tracked.get(row.id);
+          if (t !== undefined) t.claimedAt = claims;
+        }
+        // every claimed row is finished at once, the hot aggregate's too: its next row can move
+        await db.query(`UPDATE ${inbox()} SET state = 'processed', processed_at = clock_timestamp() WHERE id = ANY($1::uuid[])`, [rows.map((r) => r.id)]);
+      };
+      for (let round = 1; round <= ROUNDS; round++) {
+        const [keyless, cold] = await receive([
+          { key: `keyless-${round}`, aggregateId: null },
+          { key: `cold-${round}`, aggregateId: `cold-${round}` },
+        ]);
+        for (const [name, id] of [[`keyless-${round}`, keyless!], [`cold-${round}`, cold!]] as const) {
+          tracked.set(id, { name, round, bound: bound(await aheadOf(id)) });
+        }
+        await receive(Array.from({ length: STREAM }, (_, n) => ({ key: `new-${round}-${n}`, aggregateId: `new-${round}-${n}` })));
+        await claimAndForward();
+      }
+      // the stream stops; claims go on until every tracked row was claimed (or long past any bound)
+      for (let extra = 0; extra < 100 && [...tracked.values()].some((t) => t.claimedAt === undefined); extra++) await claimAndForward();
+
+      const late = [...tracked.values()]
+        .map((t) => ({ ...t, waited: t.claimedAt === undefined ? Infinity : t.claimedAt - t.round + 1 }))
+        .filter((t) => t.waited > t.bound)
+        .map((t) => `${t.name}: claimed ${t.waited} claims after it arrived, bound ${t.bound}`);
+      assert.deepEqual(late, []);
+    });
+  });
+}
