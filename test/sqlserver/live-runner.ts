@@ -39,6 +39,8 @@ export const SERVERS = {
   '2019': { service: 'mssql-2019', image: 'mcr.microsoft.com/mssql/server:2019-latest', port: 14319, profile: '2019', label: 'SQL Server 2019' },
 } as const;
 export type ServerName = keyof typeof SERVERS;
+/** The servers in the order they are offered (2022, the default, first). */
+export const SERVER_NAMES: ServerName[] = ['2022', '2019'];
 
 /** The suites a live run runs (test/run.ts filters): the conformance suite and every live-only file. */
 export const LIVE_SUITES = ['test/conformance/sqlserver.test.ts', 'test/sqlserver/live-'];
@@ -105,7 +107,7 @@ export function parseLiveArgs(argv: string[], env: Readonly<Record<string, strin
     else if (a.startsWith('-')) return { kind: 'error', message: `unknown option ${a}\n\n${USAGE}` };
     else suites.push(a);
   }
-  if (!Object.hasOwn(SERVERS, server)) return { kind: 'error', message: `--server must be one of ${Object.keys(SERVERS).join(', ')} (got ${JSON.stringify(server)})` };
+  if (!Object.hasOwn(SERVERS, server)) return { kind: 'error', message: `--server must be one of ${SERVER_NAMES.join(', ')} (got ${JSON.stringify(server)})` };
   const url = env.QUEUEBOX_MSSQL_URL === '' ? undefined : env.QUEUEBOX_MSSQL_URL;
   if (noCreate && url === undefined) return { kind: 'error', message: '--no-create needs QUEUEBOX_MSSQL_URL (a server of your own); with Docker the databases are always created' };
   const portText = env.QUEUEBOX_MSSQL_PORT;
