@@ -42,8 +42,11 @@ export type ServerName = keyof typeof SERVERS;
 /** The servers in the order they are offered (2022, the default, first). */
 export const SERVER_NAMES: ServerName[] = ['2022', '2019'];
 
-/** The suites a live run runs (test/run.ts filters): the conformance suite and every live-only file. */
-export const LIVE_SUITES = ['test/conformance/sqlserver.test.ts', 'test/sqlserver/live-'];
+/**
+ * The suites a live run runs, each in its own `test/run.ts`, in this order: the conformance suite
+ * and every live-only file (`run-live.test.ts` checks that no live file is left out).
+ */
+export const LIVE_SUITES = ['test/conformance/sqlserver.test.ts', 'test/sqlserver/live-server.test.ts', 'test/sqlserver/live-claims.test.ts', 'test/sqlserver/live-plans.test.ts'];
 
 /** The two databases, RCSI on and off. */
 export const DATABASES = [
@@ -77,8 +80,8 @@ export const USAGE = `Usage: npm run test:sqlserver -- [--server 2022|2019] [--k
 
 Starts SQL Server in Docker (test/sqlserver/compose.yml), creates two databases
 (READ_COMMITTED_SNAPSHOT ON and OFF), runs \`queuebox migrate\` on each, then the SQL Server
-conformance suite and the live-only suites (default filters: ${LIVE_SUITES.join(' ')}),
-and removes the container.
+conformance suite and the live-only suites, each in its own test/run.ts (default:
+${LIVE_SUITES.join(' ')}), and removes the container.
 
   --server 2022|2019  which SQL Server image (default 2022; env QUEUEBOX_MSSQL_SERVER)
   --keep              leave the container (or the two databases) for a look afterwards
@@ -209,12 +212,20 @@ export function testCounts(output: string): { pass: number; fail: number; skippe
   return { pass, fail, skipped: count('skipped') ?? 0, cancelled: count('cancelled') ?? 0 };
 }
 
+type Counts = NonNullable<ReturnType<typeof testCounts>>;
+
+/** Counts of several runs added up; a run without counts leaves the sum as it was. */
+function addCounts(a: Counts | undefined, b: Counts | undefined): Counts | undefined {
+  if (!a || !b) return a ?? b;
+  return { pass: a.pass + b.pass, fail: a.fail + b.fail, skipped: a.skipped + b.skipped, cancelled: a.cancelled + b.cancelled };
+}
+
 interface DatabaseResult {
   database: string;
   rcsi: boolean;
   migrate: 'ok' | 'failed' | 'not run';
   tests: 'ok' | 'failed' | 'not run';
-  counts?: ReturnType<typeof testCounts>;
+  counts?: Counts;
 }
 
 /** Runs the whole live run; resolves with the process exit code (0: every step and test passed). */
@@ -284,16 +295,22 @@ export async function runLive(options: LiveRunOptions, runner: LiveRunner): Prom
         log(`# ${target.name}: \`queuebox migrate${migrate.code === 0 ? ' --check' : ''}\` failed${why(migrate.code === 0 ? check! : migrate)}; its tests are not run`);
         continue;
       }
-      stopIfInterrupted();
-      log(`# ${target.name} (READ_COMMITTED_SNAPSHOT ${target.rcsi ? 'ON' : 'OFF'}): test/run.ts ${options.suites.join(' ')}`);
-      const tests = await runner.exec(process.execPath, ['--import', 'tsx', 'test/run.ts', ...options.suites], {
-        env: { ...process.env, QUEUEBOX_MSSQL_URL: target.url, DATABASE_URL: process.env.DATABASE_URL || UNUSED_POSTGRES_URL },
-        timeoutMs: 90 * MINUTE,
-        echo: true,
-      });
-      result.tests = tests.code === 0 ? 'ok' : 'failed';
-      result.counts = testCounts(tests.output);
-      if (tests.timedOut) log(`# ${target.name}: the test run was stopped after 90 minutes`);
+      // One test/run.ts per suite, one after the other: the conformance suite switches
+      // READ_COMMITTED_SNAPSHOT (ending every other session of the database), and the plan case
+      // loads the server while the lock cases wait on each other.
+      result.tests = 'ok';
+      for (const suite of options.suites) {
+        stopIfInterrupted();
+        log(`# ${target.name} (READ_COMMITTED_SNAPSHOT ${target.rcsi ? 'ON' : 'OFF'}): test/run.ts ${suite}`);
+        const tests = await runner.exec(process.execPath, ['--import', 'tsx', 'test/run.ts', suite], {
+          env: { ...process.env, QUEUEBOX_MSSQL_URL: target.url, DATABASE_URL: process.env.DATABASE_URL || UNUSED_POSTGRES_URL },
+          timeoutMs: 60 * MINUTE,
+          echo: true,
+        });
+        if (tests.code !== 0) result.tests = 'failed';
+        result.counts = addCounts(result.counts, testCounts(tests.output));
+        if (tests.timedOut) log(`# ${target.name}: ${suite} was stopped after 60 minutes`);
+      }
     }
     code = results.length > 0 && results.every((r) => r.migrate === 'ok' && r.tests === 'ok') ? 0 : 1;
   } catch (error) {

@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -160,10 +160,10 @@ describe('npm run test:sqlserver, with a stand-in docker', () => {
       'prepare queuebox_live_rcsi_off false',
       'node bin/queuebox.ts migrate',
       'node bin/queuebox.ts migrate --check',
-      `node test/run.ts ${LIVE_SUITES.join(' ')}`,
+      ...LIVE_SUITES.map((f) => `node test/run.ts ${f}`),
       'node bin/queuebox.ts migrate',
       'node bin/queuebox.ts migrate --check',
-      `node test/run.ts ${LIVE_SUITES.join(' ')}`,
+      ...LIVE_SUITES.map((f) => `node test/run.ts ${f}`),
       `docker ${compose2022.join(' ')} down -v --remove-orphans`,
     ]);
     // The stand-in docker was run (found on PATH) with these arguments, the port and the password.
@@ -174,7 +174,7 @@ describe('npm run test:sqlserver, with a stand-in docker', () => {
     assert.deepEqual(prepared.map((c) => c.args[0]), [containerUrl({ port: 14330, password: DEFAULT_SA_PASSWORD }), containerUrl({ port: 14330, password: DEFAULT_SA_PASSWORD })]);
     assert.match(prepared[0]!.args[0]!, /^mssql:\/\/sa:QueueBox-Live-1@127\.0\.0\.1:14330\/master\?encrypt=true&trustServerCertificate=true$/);
     const node = s.calls.filter((c) => c.kind === 'node');
-    assert.deepEqual(node.map((c) => c.env!.QUEUEBOX_DATABASE_URL ?? c.env!.QUEUEBOX_MSSQL_URL), [on, on, on, off, off, off], 'each step on its database, ON first');
+    assert.deepEqual(node.map((c) => c.env!.QUEUEBOX_DATABASE_URL ?? c.env!.QUEUEBOX_MSSQL_URL), [...Array(6).fill(on), ...Array(6).fill(off)], 'each step on its database, ON first');
     for (const c of node.filter((x) => x.args.includes('bin/queuebox.ts'))) {
       assert.equal(c.env!.QUEUEBOX_DATABASE__TYPE, 'sqlserver');
       assert.equal(c.env!.QUEUEBOX_CONFIG, undefined, 'a queuebox.yml of the user does not redirect migrate');
@@ -183,8 +183,8 @@ describe('npm run test:sqlserver, with a stand-in docker', () => {
     assert.deepEqual(node[0]!.args.slice(0, 2), ['--import', 'tsx']);
 
     const summary = s.lines.find((l) => l.startsWith('# live run on'))!;
-    assert.match(summary, /\| queuebox_live_rcsi_on \| ON \| ok \| ok \| 3 \| 0 \| 0 \|/);
-    assert.match(summary, /\| queuebox_live_rcsi_off \| OFF \| ok \| ok \| 3 \| 0 \| 0 \|/);
+    assert.match(summary, /\| queuebox_live_rcsi_on \| ON \| ok \| ok \| 12 \| 0 \| 0 \|/, 'the counts of the four runs added up');
+    assert.match(summary, /\| queuebox_live_rcsi_off \| OFF \| ok \| ok \| 12 \| 0 \| 0 \|/);
     assert.ok(s.lines.some((l) => l.includes('Microsoft SQL Server 2022')), 'the server version is printed');
     assert.ok(!s.lines.join('\n').includes(`sa:${DEFAULT_SA_PASSWORD}@`), 'no password in the output');
   });
@@ -203,21 +203,27 @@ describe('npm run test:sqlserver, with a stand-in docker', () => {
     assert.equal(parseLiveArgs(['--server', '2019'], {}).kind === 'run' && options(['--server=2019']).port, SERVERS['2019'].port);
   });
 
-  it('a failing test run on the RCSI ON database: the OFF database still runs, the exit code is 1, the container is removed', async () => {
-    const s = stand({ nodeCode: (args, env) => (args.includes('test/run.ts') && env.QUEUEBOX_MSSQL_URL!.includes('rcsi_on') ? 1 : 0) });
+  it('a failing suite on the RCSI ON database: the other suites and the OFF database still run, the exit code is 1, the container is removed', async () => {
+    const s = stand({ nodeCode: (args, env) => (args.includes('test/conformance/sqlserver.test.ts') && env.QUEUEBOX_MSSQL_URL!.includes('rcsi_on') ? 1 : 0) });
     assert.equal(await runLive(options(), s.runner), 1);
-    assert.equal(s.calls.filter((c) => c.kind === 'node' && c.args.includes('test/run.ts')).length, 2);
+    assert.equal(s.calls.filter((c) => c.kind === 'node' && c.args.includes('test/run.ts')).length, 2 * LIVE_SUITES.length);
     assert.match(steps(s.calls).at(-1)!, /down -v/);
     const summary = s.lines.find((l) => l.startsWith('# live run on'))!;
-    assert.match(summary, /\| queuebox_live_rcsi_on \| ON \| ok \| failed \| 2 \| 1 \| 0 \|/);
-    assert.match(summary, /\| queuebox_live_rcsi_off \| OFF \| ok \| ok \| 3 \| 0 \| 0 \|/);
+    assert.match(summary, /\| queuebox_live_rcsi_on \| ON \| ok \| failed \| 11 \| 1 \| 0 \|/);
+    assert.match(summary, /\| queuebox_live_rcsi_off \| OFF \| ok \| ok \| 12 \| 0 \| 0 \|/);
+  });
+
+  it('the default suites are the conformance suite and every live-only file, each its own test/run.ts', () => {
+    const live = readdirSync('test/sqlserver').filter((f) => f.startsWith('live-') && f.endsWith('.test.ts')).map((f) => `test/sqlserver/${f}`);
+    assert.deepEqual([...LIVE_SUITES].sort(), ['test/conformance/sqlserver.test.ts', ...live].sort());
+    assert.equal(LIVE_SUITES[0], 'test/conformance/sqlserver.test.ts');
   });
 
   it('a failing migrate: that database’s tests are not run, it says so, the other database runs', async () => {
     const s = stand({ nodeCode: (args, env) => (args.at(-1) === 'migrate' && env.QUEUEBOX_DATABASE_URL!.includes('rcsi_off') ? 1 : 0) });
     assert.equal(await runLive(options(), s.runner), 1);
     const node = steps(s.calls.filter((c) => c.kind === 'node'));
-    assert.deepEqual(node, ['node bin/queuebox.ts migrate', 'node bin/queuebox.ts migrate --check', `node test/run.ts ${LIVE_SUITES.join(' ')}`, 'node bin/queuebox.ts migrate']);
+    assert.deepEqual(node, ['node bin/queuebox.ts migrate', 'node bin/queuebox.ts migrate --check', ...LIVE_SUITES.map((f) => `node test/run.ts ${f}`), 'node bin/queuebox.ts migrate']);
     assert.ok(s.lines.some((l) => l === '# queuebox_live_rcsi_off: `queuebox migrate` failed (exit 1); its tests are not run'), s.lines.join('\n'));
     assert.match(s.lines.find((l) => l.startsWith('# live run on'))!, /\| queuebox_live_rcsi_off \| OFF \| failed \| not run \| - \| - \| - \|/);
   });
@@ -276,7 +282,7 @@ describe('npm run test:sqlserver, with a stand-in docker', () => {
     assert.equal(s.dockerLog().length, 0);
     assert.deepEqual(steps(s.calls.filter((c) => c.kind !== 'node')), ['prepare queuebox_live_rcsi_on true', 'prepare queuebox_live_rcsi_off false', 'drop queuebox_live_rcsi_on', 'drop queuebox_live_rcsi_off']);
     assert.deepEqual(
-      s.calls.filter((c) => c.kind === 'node' && c.args.includes('test/run.ts')).map((c) => c.env!.QUEUEBOX_MSSQL_URL),
+      [...new Set(s.calls.filter((c) => c.kind === 'node' && c.args.includes('test/run.ts')).map((c) => c.env!.QUEUEBOX_MSSQL_URL))],
       DATABASES.map((d) => `mssql://tester:p%40ss@db.example.test:1433/${d.name}?encrypt=true&trustServerCertificate=true`),
     );
     assert.ok(s.lines.some((l) => l.includes('mssql://tester:***@db.example.test')) && !s.lines.join('\n').includes('p%40ss'));
@@ -286,13 +292,13 @@ describe('npm run test:sqlserver, with a stand-in docker', () => {
     const s = stand();
     const url = 'Server=db.example.test,1433;Database=tests;User Id=tester;Password=secret;Encrypt=true';
     assert.equal(await runLive(options(['--no-create'], { QUEUEBOX_MSSQL_URL: url }), s.runner), 0);
-    assert.deepEqual(steps(s.calls), ['inspect ', 'node bin/queuebox.ts migrate', 'node bin/queuebox.ts migrate --check', `node test/run.ts ${LIVE_SUITES.join(' ')}`]);
+    assert.deepEqual(steps(s.calls), ['inspect ', 'node bin/queuebox.ts migrate', 'node bin/queuebox.ts migrate --check', ...LIVE_SUITES.map((f) => `node test/run.ts ${f}`)]);
     assert.equal(s.calls.at(-1)!.env!.QUEUEBOX_MSSQL_URL, url);
     assert.ok(s.lines.some((l) => l.includes('READ_COMMITTED_SNAPSHOT ON')));
   });
 
   it('arguments: test filters replace the default suites; bad values are refused naming them', () => {
-    assert.deepEqual(options(['test/sqlserver/live-plans']).suites, ['test/sqlserver/live-plans']);
+    assert.deepEqual(options(['test/sqlserver/live-plans', 'test/sqlserver/live-claims']).suites, ['test/sqlserver/live-plans', 'test/sqlserver/live-claims']);
     assert.deepEqual(options().suites, LIVE_SUITES);
     const error = (argv: string[], env: Record<string, string> = {}) => {
       const parsed = parseLiveArgs(argv, env);
