@@ -3,10 +3,12 @@
  *
  * - late commit: a lower-sequence row of a key, inserted by a transaction that has not committed,
  *   neither holds up the claim of other keys nor is overtaken by the key's later rows;
- * - a claim cancelled mid-way (holding its claim lock, waiting on a row) leaves no transaction,
- *   no lock and no half-claimed row;
- * - a staged deadlock between a claim and another transaction: the victim's error is mapped
- *   (a claim: `TransientDatabaseError` 1205, nothing claimed) or the claim survives its victim;
+ * - a claim cancelled mid-way (holding its claim lock, waiting on a key's head whose finishing
+ *   write another transaction has not committed) leaves no transaction, no lock and no
+ *   half-claimed row;
+ * - a staged deadlock: that claim waits on the head, and the other transaction asks for the claim
+ *   lock. The victim's error is mapped (a claim: `TransientDatabaseError` 1205, nothing claimed)
+ *   or the claim survives its victim;
  * - a 10,000-row set-based insert into the outbox, uncommitted while claims run: claims go on,
  *   the insert holds no table lock and nothing escalates.
  *
@@ -69,11 +71,6 @@ describe('SQL Server claims against other transactions (live)', { timeout: 600_0
     return { tx, spid: recordset[0]!.spid };
   }
 
-  /** X-locks row `id` without changing it, as a writer of that row would. */
-  async function lockRow(held: Held, id: string): Promise<void> {
-    await held.tx.request().input('id', sql.UniqueIdentifier, id).query(`UPDATE ${names.outbox} SET payload = payload WHERE id = @id;`);
-  }
-
   /**
    * The session blocked by `spid`, once one is; `undefined` when `work` settles first (it never
    * waited). Polls at most 400 times.
@@ -93,14 +90,19 @@ describe('SQL Server claims against other transactions (live)', { timeout: 600_0
     throw new Error(`no session waited on session ${spid}, and the work did not settle`);
   }
 
-  /** Locks a session holds on the outbox beyond the database: [resource_type, request_mode, count]. */
-  async function locksOf(spid: number): Promise<Array<{ type: string; mode: string; n: number }>> {
+  /**
+   * Locks a session holds in this database beyond the database itself, by kind and mode;
+   * `outboxOnly`: the table-level (OBJECT) locks on the outbox only.
+   */
+  async function locksOf(spid: number, outboxOnly = false): Promise<Array<{ type: string; mode: string; n: number }>> {
     const { recordset } = await monitor
       .request()
       .input('spid', sql.Int, spid)
+      .input('outbox', sql.NVarChar(300), outboxOnly ? names.outbox : null)
       .query<{ type: string; mode: string; n: number }>(
         `SELECT resource_type AS type, request_mode AS mode, COUNT(*) AS n FROM sys.dm_tran_locks
           WHERE request_session_id = @spid AND resource_database_id = DB_ID() AND resource_type <> N'DATABASE'
+            AND (@outbox IS NULL OR (resource_type = N'OBJECT' AND resource_associated_entity_id = OBJECT_ID(@outbox)))
           GROUP BY resource_type, request_mode ORDER BY resource_type, request_mode;`,
       );
     return recordset;
@@ -159,24 +161,40 @@ describe('SQL Server claims against other transactions (live)', { timeout: 600_0
     }
   });
 
-  it('a claim cancelled mid-way (claim lock held, waiting on a row) leaves no transaction, no lock and no half-claimed row', { skip }, async () => {
+  /**
+   * Key A's head is in flight and its finishing write (`sent`) is under way in another transaction
+   * that has not committed; A's next row waits behind it. A claim meets that lower row in a
+   * locking read (the pick's head lookup, or the `UPDATE`'s head re-check) and waits for it,
+   * holding its claim lock, inside its transaction.
+   */
+  async function stageFinishingWrite(priority?: 'HIGH' | 'LOW'): Promise<{ held: Held; a1: OutboxRow; a2: string; others: string[] }> {
     await t.reset();
-    const [a1, b1, c1, , keyless] = await enqueueRows(t, [
-      { topic: 'cut', key: 'A', payload: { n: 1 } },
-      { topic: 'cut', key: 'B', payload: { n: 1 } },
-      { topic: 'cut', key: 'C', payload: { n: 1 } },
-      { topic: 'cut', key: 'A', payload: { n: 2 } },
-      { topic: 'cut', payload: { keyless: true } },
+    const [a1Id] = await enqueueRows(t, [{ topic: 'wait', key: 'A', payload: { n: 1 } }]);
+    const [a1] = await claim();
+    assert.equal(a1?.id, a1Id, 'A’s head is in flight');
+    const [a2, ...others] = await enqueueRows(t, [
+      { topic: 'wait', key: 'A', payload: { n: 2 } },
+      { topic: 'wait', key: 'B', payload: { n: 1 } },
+      { topic: 'wait', key: 'C', payload: { n: 1 } },
+      { topic: 'wait', payload: { keyless: true } },
     ]);
     const held = await begin();
+    if (priority) await held.tx.request().batch(`SET DEADLOCK_PRIORITY ${priority};`);
+    await held.tx.request().input('id', sql.UniqueIdentifier, a1!.id).query(`UPDATE ${names.outbox} SET state = N'sent', updated_at = SYSUTCDATETIME() WHERE id = @id;`);
+    return { held, a1: a1!, a2: a2!, others };
+  }
+
+  it('a claim cancelled mid-way (claim lock held, waiting on a row) leaves no transaction, no lock and no half-claimed row', { skip }, async () => {
+    const { held, a1, others } = await stageFinishingWrite();
+    let waiting: number | undefined;
     try {
-      await lockRow(held, a1!);
       const statement = buildOutboxClaim(names, { limit: 10, leaseMs: LEASE });
       const request = single.request();
       for (const p of statement.params) request.input(p.name, p.type, p.value);
       const cut = request.query(statementText(single, statement));
-      const waiting = await blockedBy(held.spid, cut);
-      assert.notEqual(waiting, undefined, 'the claim waits on the locked head of key A (its claim lock taken, its transaction open)');
+      cut.catch(() => {});
+      waiting = await blockedBy(held.spid, cut);
+      assert.notEqual(waiting, undefined, 'the claim waits on A’s head, whose finishing write has not committed');
       assert.deepEqual(
         (await locksOf(waiting!)).filter((l) => l.type === 'APPLICATION').map((l) => l.mode),
         ['X'],
@@ -191,79 +209,75 @@ describe('SQL Server claims against other transactions (live)', { timeout: 600_0
       assert.deepEqual({ open: recordset[0]!.open, held: recordset[0]!.held }, { open: 0, held: 'NoLock' });
       assert.equal(recordset[0]!.spid, waiting, 'checked on the connection the claim ran on');
       assert.deepEqual(await locksOf(waiting!), [], 'no lock of the cancelled claim remains');
-      assert.deepEqual(await openClaimState(), { processing: 0, tokens: 0 }, 'no row half-claimed: rows of keys B, C and the keyless row were not taken either');
     } finally {
       await held.tx.rollback().catch(() => {});
     }
+    // Read once the other transaction has ended (a locking read would wait for it).
+    assert.deepEqual(await openClaimState(), { processing: 1, tokens: 1 }, 'no row half-claimed: only A’s head, claimed before, is in flight');
+    assert.equal((await t.row('outbox', a1.id))!.claim_token, a1.claimToken);
     const next = await claim();
-    assert.deepEqual(ids(next).sort(), [a1, b1, c1, keyless].sort(), 'the next claim takes every head and the keyless row, not A\'s second row');
+    assert.deepEqual(ids(next).sort(), [others[0], others[1], others[2]].sort(), 'the next claim takes B, C and the keyless row; A waits for its head');
   });
 
-  /**
-   * The cycle: the claim holds its claim lock and waits on the head row another transaction has
-   * locked; that transaction then asks for the claim lock. SQL Server picks a victim by
-   * DEADLOCK_PRIORITY.
-   */
-  async function stageDeadlock(priority: 'HIGH' | 'LOW'): Promise<{ claimed: Promise<OutboxRow[]>; held: Held; lockRequest: Promise<sql.IResult<{ result: number }>>; head: string; later: string } | undefined> {
-    await t.reset();
-    const [head, later] = await enqueueRows(t, [
-      { topic: 'deadlock', key: 'D', payload: { n: 1 } },
-      { topic: 'deadlock', key: 'D', payload: { n: 2 } },
-    ]);
-    const held = await begin();
-    await held.tx.request().batch(`SET DEADLOCK_PRIORITY ${priority};`);
-    await lockRow(held, head!);
-    const claimed = claim();
-    claimed.catch(() => {});
-    const waiting = await blockedBy(held.spid, claimed);
-    if (waiting === undefined) {
-      await held.tx.rollback().catch(() => {});
-      return undefined;
-    }
-    const lockRequest = held.tx
-      .request()
-      .input('lock', sql.NVarChar(255), names.outboxClaimLock)
-      .query<{ result: number }>(`DECLARE @r INT; EXEC @r = sp_getapplock @Resource = @lock, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 60000; SELECT @r AS result;`);
-    lockRequest.catch(() => {});
-    return { claimed, held, lockRequest, head: head!, later: later! };
-  }
-
-  it('staged deadlock, the claim its victim (the other transaction has DEADLOCK_PRIORITY HIGH): a TransientDatabaseError 1205, nothing claimed, no lock left; the next claim takes the head', { skip }, async (c) => {
-    const staged = await stageDeadlock('HIGH');
-    if (!staged) return c.skip('the claim did not wait on the locked head, so no deadlock could be staged');
+  it('staged deadlock, the claim its victim (the other transaction has DEADLOCK_PRIORITY HIGH): mapped to TransientDatabaseError 1205, nothing claimed, no lock left; the finishing write lands and the next claim takes A’s next row', { skip }, async (c) => {
+    const { held, a1, a2, others } = await stageFinishingWrite('HIGH');
     try {
-      const outcome = await staged.claimed.then(
+      const claimed = claim();
+      claimed.catch(() => {});
+      if ((await blockedBy(held.spid, claimed)) === undefined) return c.skip('the claim did not wait on the row being written, so no deadlock could be staged');
+      // The cycle: the claim holds its claim lock and waits on A's head; the other transaction asks for the claim lock.
+      const lockRequest = askClaimLock(held);
+      const outcome = await claimed.then(
         (rows) => ({ rows }),
         (error: unknown) => ({ error }),
       );
-      assert.ok('error' in outcome, `the claim was expected to be the victim; it returned ${JSON.stringify('rows' in outcome ? ids(outcome.rows) : [])}`);
-      const error = outcome.error as TransientDatabaseError;
-      assert.ok(error instanceof TransientDatabaseError, `mapped to TransientDatabaseError (a worker backs off and claims again): ${String(error)}`);
-      assert.equal(error.code, '1205', `the deadlock victim's number (1222 would mean the claim's lock timeout ended its wait before the deadlock monitor ran): ${error.message}`);
-      assert.match(error.message, /deadlock/i);
-      const { recordset } = await staged.lockRequest;
-      assert.ok(recordset[0]!.result >= 0, 'the other transaction got the claim lock once the victim rolled back');
-      assert.deepEqual(await openClaimState(), { processing: 0, tokens: 0 }, 'the victim claimed nothing');
+      const { recordset } = await lockRequest;
+      assert.ok(recordset[0]!.result >= 0, `the other transaction got the claim lock: ${recordset[0]!.result}`);
+      if ('error' in outcome) {
+        const error = outcome.error as TransientDatabaseError;
+        assert.ok(error instanceof TransientDatabaseError, `mapped to TransientDatabaseError (a worker backs off and claims again): ${String(error)}`);
+        assert.equal(error.code, '1205', `the deadlock victim's number (1222 would mean the claim's lock timeout ended its wait before the deadlock monitor ran): ${error.message}`);
+        assert.match(error.message, /deadlock/i);
+        await held.tx.commit();
+        assert.deepEqual(await openClaimState(), { processing: 0, tokens: 1 }, 'the victim claimed nothing (A’s head is sent, with its token)');
+        const next = await claim();
+        assert.deepEqual(ids(next).sort(), [a2, ...others].sort(), 'the next claim takes A’s next row, B, C and the keyless row');
+      } else {
+        assert.fail(`the claim returned ${JSON.stringify(ids(outcome.rows))} while the other transaction held the claim lock and A’s head (${a1.id})`);
+      }
     } finally {
-      await staged.held.tx.rollback().catch(() => {});
+      await held.tx.rollback().catch(() => {});
     }
-    assert.deepEqual(ids(await claim()), [staged.head], 'the next claim takes the head, not the later row');
   });
 
-  it('staged deadlock, the other transaction its victim (DEADLOCK_PRIORITY LOW): the claim survives and takes the head once the victim has rolled back', { skip }, async (c) => {
-    const staged = await stageDeadlock('LOW');
-    if (!staged) return c.skip('the claim did not wait on the locked head, so no deadlock could be staged');
-    // sp_getapplock reports its own deadlock as -3, or the victim's batch fails with 1205.
-    const victim = await staged.lockRequest.then(
-      (r) => ({ result: r.recordset[0]!.result }),
-      (error: unknown) => ({ number: (error as { number?: number }).number }),
-    );
-    assert.ok(('result' in victim && victim.result === -3) || ('number' in victim && victim.number === 1205), `the other transaction was the victim: ${JSON.stringify(victim)}`);
-    await staged.held.tx.rollback().catch(() => {});
-    const rows = await staged.claimed;
-    assert.deepEqual(ids(rows), [staged.head], 'the claim took the head and not the later row');
-    assert.deepEqual(await openClaimState(), { processing: 1, tokens: 1 });
+  it('staged deadlock, the other transaction its victim (DEADLOCK_PRIORITY LOW): the claim survives and goes on once the victim has rolled back', { skip }, async (c) => {
+    const { held, a1, others } = await stageFinishingWrite('LOW');
+    const claimed = claim();
+    claimed.catch(() => {});
+    try {
+      if ((await blockedBy(held.spid, claimed)) === undefined) return c.skip('the claim did not wait on the row being written, so no deadlock could be staged');
+      // sp_getapplock reports its own deadlock as -3, or the victim's batch fails with 1205.
+      const victim = await askClaimLock(held).then(
+        (r) => ({ result: r.recordset[0]!.result }),
+        (error: unknown) => ({ number: (error as { number?: number }).number }),
+      );
+      assert.ok(('result' in victim && victim.result === -3) || ('number' in victim && victim.number === 1205), `the other transaction was the victim: ${JSON.stringify(victim)}`);
+    } finally {
+      await held.tx.rollback().catch(() => {});
+    }
+    const rows = await claimed;
+    assert.deepEqual(ids(rows).sort(), [...others].sort(), 'the claim took B, C and the keyless row; A waits for its head, still in flight');
+    assert.equal((await t.row('outbox', a1.id))!.state, 'processing', 'the victim’s finishing write was rolled back');
   });
+
+  function askClaimLock(held: Held): Promise<sql.IResult<{ result: number }>> {
+    const request = held.tx
+      .request()
+      .input('lock', sql.NVarChar(255), names.outboxClaimLock)
+      .query<{ result: number }>(`DECLARE @r INT; EXEC @r = sp_getapplock @Resource = @lock, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 60000; SELECT @r AS result;`);
+    request.catch(() => {});
+    return request;
+  }
 
   it('a 10,000-row set-based insert into the outbox, uncommitted while claims run: claims go on, no table lock, no escalation; after its commit its keys move in order', { skip }, async () => {
     await t.reset();
@@ -296,9 +310,9 @@ describe('SQL Server claims against other transactions (live)', { timeout: 600_0
       await Promise.all([insert, loop()]);
       assert.deepEqual(errors, [], 'no claim failed (a table lock would make each wait its lock timeout and fail with 1222)');
 
-      const locks = await locksOf(held.spid);
+      const locks = await locksOf(held.spid, true);
       assert.deepEqual(
-        locks.filter((l) => l.type === 'OBJECT').map((l) => l.mode),
+        locks.map((l) => l.mode),
         ['IX'],
         `the insert holds intent locks on the table, not a table lock: ${JSON.stringify(locks)}`,
       );
