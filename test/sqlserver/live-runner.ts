@@ -60,6 +60,12 @@ export const DATABASES = [
  */
 export const UNUSED_POSTGRES_URL = 'postgres://unused@127.0.0.1:9/not-used-by-the-sqlserver-suites';
 
+/**
+ * The script's own variables: not passed to `queuebox migrate` or the tests, where a `QUEUEBOX_*`
+ * variable is a configuration override (`QUEUEBOX_MSSQL_PORT` would be an unknown key `mssqlPort`).
+ */
+export const SCRIPT_VARIABLES = ['QUEUEBOX_MSSQL_PORT', 'QUEUEBOX_MSSQL_SA_PASSWORD', 'QUEUEBOX_MSSQL_SERVER'] as const;
+
 export interface LiveRunOptions {
   server: ServerName;
   keep: boolean;
@@ -235,6 +241,7 @@ export async function runLive(options: LiveRunOptions, runner: LiveRunner): Prom
   const compose = composeArgs(options);
   const composeEnv = { ...process.env, QUEUEBOX_MSSQL_PORT: String(options.port), QUEUEBOX_MSSQL_SA_PASSWORD: options.password };
   const useDocker = options.url === undefined;
+  const nodeEnv: Record<string, string | undefined> = { ...process.env, ...Object.fromEntries(SCRIPT_VARIABLES.map((n) => [n, undefined])) };
   let started = false;
   const results: DatabaseResult[] = [];
   let code = 1;
@@ -286,7 +293,7 @@ export async function runLive(options: LiveRunOptions, runner: LiveRunner): Prom
       stopIfInterrupted();
       const result: DatabaseResult = { database: target.name, rcsi: target.rcsi, migrate: 'not run', tests: 'not run' };
       results.push(result);
-      const cliEnv = { ...process.env, QUEUEBOX_CONFIG: undefined, QUEUEBOX_DATABASE__TYPE: 'sqlserver', QUEUEBOX_DATABASE_URL: target.url };
+      const cliEnv = { ...nodeEnv, QUEUEBOX_CONFIG: undefined, QUEUEBOX_DATABASE__TYPE: 'sqlserver', QUEUEBOX_DATABASE_URL: target.url };
       log(`# ${target.name}: queuebox migrate`);
       const migrate = await runner.exec(process.execPath, ['--import', 'tsx', 'bin/queuebox.ts', 'migrate'], { env: cliEnv, timeoutMs: 10 * MINUTE, echo: true });
       const check = migrate.code === 0 ? await runner.exec(process.execPath, ['--import', 'tsx', 'bin/queuebox.ts', 'migrate', '--check'], { env: cliEnv, timeoutMs: 5 * MINUTE, echo: true }) : undefined;
@@ -303,7 +310,7 @@ export async function runLive(options: LiveRunOptions, runner: LiveRunner): Prom
         stopIfInterrupted();
         log(`# ${target.name} (READ_COMMITTED_SNAPSHOT ${target.rcsi ? 'ON' : 'OFF'}): test/run.ts ${suite}`);
         const tests = await runner.exec(process.execPath, ['--import', 'tsx', 'test/run.ts', suite], {
-          env: { ...process.env, QUEUEBOX_MSSQL_URL: target.url, DATABASE_URL: process.env.DATABASE_URL || UNUSED_POSTGRES_URL },
+          env: { ...nodeEnv, QUEUEBOX_MSSQL_URL: target.url, DATABASE_URL: process.env.DATABASE_URL || UNUSED_POSTGRES_URL },
           timeoutMs: 60 * MINUTE,
           echo: true,
         });

@@ -24,6 +24,7 @@ import {
   LIVE_SUITES,
   SERVERS,
   SERVER_NAMES,
+  SCRIPT_VARIABLES,
   UNUSED_POSTGRES_URL,
   WAIT_TIMEOUT_S,
   containerUrl,
@@ -92,7 +93,7 @@ function stand(o: { fail?: string; nodeCode?: (args: string[], env: Record<strin
   const calls: Call[] = [];
   const lines: string[] = [];
   const pick = (env: Record<string, string | undefined> | undefined) =>
-    Object.fromEntries(['QUEUEBOX_MSSQL_URL', 'QUEUEBOX_DATABASE__TYPE', 'QUEUEBOX_DATABASE_URL', 'QUEUEBOX_CONFIG', 'DATABASE_URL'].map((n) => [n, env?.[n]]));
+    Object.fromEntries(['QUEUEBOX_MSSQL_URL', 'QUEUEBOX_DATABASE__TYPE', 'QUEUEBOX_DATABASE_URL', 'QUEUEBOX_CONFIG', 'DATABASE_URL', ...SCRIPT_VARIABLES].map((n) => [n, env?.[n]]));
   return {
     calls,
     lines,
@@ -189,9 +190,20 @@ describe('npm run test:sqlserver, with a stand-in docker', () => {
     assert.ok(!s.lines.join('\n').includes(`sa:${DEFAULT_SA_PASSWORD}@`), 'no password in the output');
   });
 
-  it('--server 2019 selects the 2019 service, its profile and port; QUEUEBOX_MSSQL_PORT and QUEUEBOX_MSSQL_SA_PASSWORD reach compose and the URL', async () => {
+  it('--server 2019 selects the 2019 service, its profile and port; QUEUEBOX_MSSQL_PORT and QUEUEBOX_MSSQL_SA_PASSWORD reach compose and the URL, not migrate or the tests', async () => {
     const s = stand();
-    assert.equal(await runLive(options(['--server', '2019'], { QUEUEBOX_MSSQL_PORT: '24000', QUEUEBOX_MSSQL_SA_PASSWORD: 'Other#Pass:1' }), s.runner), 0);
+    const saved = SCRIPT_VARIABLES.map((n) => [n, process.env[n]] as const);
+    Object.assign(process.env, { QUEUEBOX_MSSQL_PORT: '24000', QUEUEBOX_MSSQL_SA_PASSWORD: 'Other#Pass:1', QUEUEBOX_MSSQL_SERVER: '2019' });
+    try {
+      assert.equal(await runLive(options([], process.env), s.runner), 0);
+    } finally {
+      for (const [n, v] of saved) {
+        if (v === undefined) delete process.env[n];
+        else process.env[n] = v;
+      }
+    }
+    // A QUEUEBOX_* variable is a configuration override there: QUEUEBOX_MSSQL_PORT would stop `queuebox migrate` (unknown key mssqlPort).
+    for (const c of s.calls.filter((x) => x.kind === 'node')) assert.deepEqual(SCRIPT_VARIABLES.map((n) => c.env![n]), [undefined, undefined, undefined]);
     const compose = ['compose', '-f', COMPOSE_FILE, '-p', COMPOSE_PROJECT, '--profile', '2019'];
     assert.deepEqual(steps(s.calls.filter((c) => c.kind === 'docker')).slice(2), [
       `docker ${compose.join(' ')} pull mssql-2019`,
