@@ -41,29 +41,35 @@ describe('SQL Server on a live server', () => {
 
   it('a claim cancelled while it waits leaves no transaction and no claim lock on its connection; the next claim is not held up', { skip }, async () => {
     await t.reset();
-    const [head] = await enqueueRows(t, [{ topic: 'cut', key: 'K', payload: { n: 1 } }, { topic: 'cut', key: 'K', payload: { n: 2 } }]);
+    // K's head is in flight and its finishing write has not committed: a claim reading K waits for
+    // that row (the claims wait for no application row, but do wait for such a write).
+    const [head] = await enqueueRows(t, [{ topic: 'cut', key: 'K', payload: { n: 1 } }]);
+    const [inFlight] = await t.driver.outboxClaimMany({ limit: 10, leaseMs: 60_000 });
+    assert.equal(inFlight?.id, head);
+    const [next] = await enqueueRows(t, [{ topic: 'cut', key: 'K', payload: { n: 2 } }]);
     const hold = new sql.Transaction(blocker);
     await hold.begin(sql.ISOLATION_LEVEL.READ_COMMITTED);
-    await hold.request().input('id', sql.UniqueIdentifier, head).query(`UPDATE ${names.outbox} SET payload = payload WHERE id = @id;`);
+    await hold.request().input('id', sql.UniqueIdentifier, head).query(`UPDATE ${names.outbox} SET state = N'sent', updated_at = SYSUTCDATETIME() WHERE id = @id;`);
 
     const statement = buildOutboxClaim(names, { limit: 10, leaseMs: 60_000 });
     const request = single.request();
     for (const p of statement.params) request.input(p.name, p.type, p.value);
     const claim = request.query(statementText(single, statement));
+    claim.catch(() => {});
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     request.cancel();
-    await assert.rejects(claim, 'the claim waited on the locked head and was cancelled');
+    await assert.rejects(claim, 'the claim waited on K’s head and was cancelled');
 
     const { recordset } = await single.request().input('lock', sql.NVarChar(255), names.outboxClaimLock).query<{ open: number; held: string }>(
       `SELECT @@TRANCOUNT AS [open], APPLOCK_MODE(N'public', @lock, N'Transaction') AS held;`,
     );
     assert.deepEqual(recordset[0], { open: 0, held: 'NoLock' });
 
-    await hold.rollback();
+    await hold.commit();
     // A lock left behind would make this claim wait LOCK_TIMEOUT (10 s) and fail with error 1222
     // (or, retried, run into the test's timeout).
     const claimed = await t.newDriver().outboxClaimMany({ limit: 10, leaseMs: 60_000 });
-    assert.deepEqual(claimed.map((r) => r.id), [head], 'no lock left behind: the claim takes the head');
+    assert.deepEqual(claimed.map((r) => r.id), [next], 'no lock left behind: the claim takes K’s next row, now its head');
   });
 
   it('a claim refuses to run inside an open transaction (it would commit nothing and keep its lock)', { skip }, async () => {
