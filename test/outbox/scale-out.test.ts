@@ -90,8 +90,8 @@ describe('outbox poller scale-out by backlog', { timeout: 180_000 }, () => {
     }
     assert.equal(lambda.invocations.length, 2, 'a started pass never starts others');
     assert.deepEqual(await slotRows(), [], 'each started pass freed its slot when it returned');
-    const [{ n }] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE state = 'sent'`);
-    assert.equal(n, destination.deliveries.length, 'every row sent once by the three passes together');
+    const [sent] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE state = 'sent'`);
+    assert.equal(sent!.n, destination.deliveries.length, 'every row sent once by the three passes together');
   });
 
   it('a pass that can send its whole backlog starts none', async () => {
