@@ -4,7 +4,8 @@
  * starts together, however long the processes took to start), runs the
  * real pass (`runOutboxPass`, `deadline` mode: claims until its deadline) for `--seconds` against
  * `--schema`, publishing to an in-process destination that answers `sent` after `--publish-ms`
- * per call (a stand-in for the SQS round trip), and prints its summary as one JSON line.
+ * per call (a stand-in for the SQS round trip), prints its summary as one JSON line, and keeps its
+ * connections until standard input ends (the parent reads the server's CPU first).
  */
 import { parseArgs } from 'node:util';
 import { parseConfig } from '../lib/config/load-config.ts';
@@ -56,7 +57,13 @@ try {
     metrics: new QueueBoxMetrics({ namespace: 'bench', serviceName: 'bench', write: () => {} }),
     logger: silent,
   });
-  process.stdout.write(`${JSON.stringify({ sent: summary.sent, claimed: summary.claimed, batches: summary.batches, durationMs: summary.durationMs})}\n`);
+  process.stdout.write(`${JSON.stringify({ sent: summary.sent, claimed: summary.claimed, batches: summary.batches, durationMs: summary.durationMs })}\n`);
+  // The connections stay open until the parent has read the server's CPU (their backends with them).
+  await new Promise<void>((resolve) => {
+    process.stdin.resume();
+    process.stdin.on('data', () => {});
+    process.stdin.once('end', () => resolve());
+  });
 } finally {
   await driver.close();
 }

@@ -8,7 +8,7 @@
  * (`bench/scale-out-pass.ts`: the real `runOutboxPass`, default settings, a destination answering
  * after `--publish-ms` per call, default 20 ms as an SQS round trip; 0 measures the database
  * alone). Reported per run: rows sent per second by all passes together, the ratio to one pass
- * of the same round, the CPU the PostgreSQL processes used (cores, from /proc: the server is local)
+ * of the same round, the CPU the PostgreSQL processes used (cores, from /proc per process: the server is local)
  * and the machine's busy share, and the load average before the run. Rounds (`--rounds`) alternate
  * the pass counts; the median of each is reported.
  *
@@ -39,7 +39,7 @@ interface RunResult {
   passes: number;
   rowsPerSecond: number;
   ratioToOnePass: number | null;
-  /** Cores the PostgreSQL processes used during the run (all of the server's work, other sessions too). */
+  /** Cores the PostgreSQL processes used during the run (the server's work for every session, other users' too). */
   dbCores: number;
   /** Share of the machine's CPU time that was busy during the run. */
   machineBusy: number;
@@ -49,9 +49,12 @@ interface RunResult {
 
 const CLOCK_TICKS = 100;
 
-/** CPU seconds of every `postgres` process (with its reaped children: ended backends count) and of the machine. */
-function cpuSample(): { postgres: number; busy: number; total: number } {
-  let postgres = 0;
+/**
+ * CPU seconds per `postgres` process (user + system, by pid), and the machine's busy and total CPU
+ * seconds. Per process, so a backend of another session that ends meanwhile adds nothing.
+ */
+function cpuSample(): { postgres: Map<string, number>; busy: number; total: number } {
+  const postgres = new Map<string, number>();
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     let stat: string;
     try {
@@ -62,13 +65,20 @@ function cpuSample(): { postgres: number; busy: number; total: number } {
     const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
     if (name !== 'postgres') continue;
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime, stime, cutime, cstime: fields 14–17 of stat, 12–15 after the name.
-    postgres += [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0) / CLOCK_TICKS;
+    // utime and stime: fields 14 and 15 of stat, 12 and 13 after the name.
+    postgres.set(pid, (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS);
   }
   const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.split(/\s+/).slice(1).map(Number);
   const idle = cpu[3]! + cpu[4]!;
   const total = cpu.reduce((a, b) => a + b, 0);
   return { postgres, busy: (total - idle) / CLOCK_TICKS, total: total / CLOCK_TICKS };
+}
+
+/** CPU seconds the `postgres` processes used between two samples (a process started meanwhile: all of its own). */
+function postgresSeconds(before: Map<string, number>, after: Map<string, number>): number {
+  let seconds = 0;
+  for (const [pid, used] of after) seconds += used - (before.get(pid) ?? 0);
+  return seconds;
 }
 
 async function seed(url: string, admin: pg.Client, schema: string, rows: number, keys: number): Promise<void> {
@@ -87,28 +97,36 @@ async function seed(url: string, admin: pg.Client, schema: string, rows: number,
   await admin.query(`VACUUM ANALYZE ${table}`);
 }
 
-/** A pass process, connected and waiting for `go()`; `result` is its summary line. */
-function startPass(args: string[]): { ready: Promise<void>; go(): void; result: Promise<PassLine> } {
+/** A pass process: connected and waiting for `go()`; `line` is its summary; it closes on `release()`. */
+function startPass(args: string[]): { ready: Promise<void>; go(): void; line: Promise<PassLine>; release(): Promise<void> } {
   const child = spawn(process.execPath, ['--import', 'tsx', 'bench/scale-out-pass.ts', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   let markReady: () => void = () => {};
+  let gotLine: (line: PassLine) => void = () => {};
   const ready = new Promise<void>((resolve) => (markReady = resolve));
+  const line = new Promise<PassLine>((resolve) => (gotLine = resolve));
   child.stdout.on('data', (chunk: Buffer) => {
     stdout += chunk.toString();
     if (stdout.includes('ready\n')) markReady();
+    const summary = stdout.split('\n').find((l) => l.startsWith('{') && l.endsWith('}'));
+    if (summary !== undefined) gotLine(JSON.parse(summary) as PassLine);
   });
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const result = new Promise<PassLine>((resolve, reject) => {
+  const closed = new Promise<void>((resolve, reject) => {
     child.on('error', reject);
-    child.on('close', (code) => {
-      const line = stdout.split('\n').find((l) => l.startsWith('{'));
-      if (code !== 0 || line === undefined) reject(new Error(`pass exited ${String(code)}: ${stderr}`));
-      else resolve(JSON.parse(line) as PassLine);
-    });
+    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`pass exited ${String(code)}: ${stderr}`))));
   });
-  // A pass that fails before it is ready ends the wait too (its result rejects).
-  return { ready: Promise.race([ready, result.then(() => undefined)]), go: () => child.stdin.end('go\n'), result };
+  // A pass that fails ends the waits too.
+  return {
+    ready: Promise.race([ready, closed]),
+    go: () => child.stdin.write('go\n'),
+    line: Promise.race([line, closed.then(() => Promise.reject(new Error(`pass ended without a summary: ${stderr}`)))]),
+    release: () => {
+      child.stdin.end();
+      return closed;
+    },
+  };
 }
 
 async function measure(url: string, admin: pg.Client, o: { rows: number; keys: number; passes: number; seconds: number; publishMs: number }): Promise<{ rate: number; dbCores: number; machineBusy: number; load1: number }> {
@@ -121,13 +139,14 @@ async function measure(url: string, admin: pg.Client, o: { rows: number; keys: n
     await Promise.all(passes.map((p) => p.ready));
     const before = cpuSample();
     for (const p of passes) p.go();
-    const lines = await Promise.all(passes.map((p) => p.result));
+    const lines = await Promise.all(passes.map((p) => p.line));
     const after = cpuSample();
+    await Promise.all(passes.map((p) => p.release()));
     const sent = lines.reduce((sum, l) => sum + l.sent, 0);
     const wall = Math.max(...lines.map((l) => l.durationMs)) / 1000;
     return {
       rate: Math.round(sent / wall),
-      dbCores: Math.round(((after.postgres - before.postgres) / wall) * 100) / 100,
+      dbCores: Math.round((postgresSeconds(before.postgres, after.postgres) / wall) * 100) / 100,
       machineBusy: Math.round(((after.busy - before.busy) / Math.max(0.01, after.total - before.total)) * 100) / 100,
       load1: Math.round(load1 * 100) / 100,
     };
