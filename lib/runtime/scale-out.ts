@@ -4,7 +4,8 @@
  * invoke (`InvocationType: 'Event'`) that runs one `drain` pass and ends when the backlog is gone.
  *
  * - **When.** Once per scheduled pass, `checkDelayMs` after it started (a tenth of its time, at
- *   most `MAX_CHECK_DELAY_MS`): its rate so far (rows claimed ÷ time) times the time left is what
+ *   most `MAX_CHECK_DELAY_MS`; again after as long while it has claimed nothing, until half its
+ *   time is gone): its rate so far (rows claimed ÷ time) times the time left is what
  *   it can still drain (`capacity`); the due rows are counted up to what `maxConcurrentPasses`
  *   passes can drain (`countDue`, through the pending index). Passes wanted in all:
  *   `min(maxConcurrentPasses, ⌈due ÷ capacity⌉)`; a pass that claimed nothing wants none.
@@ -168,14 +169,22 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
   return {
     passStarted(claimed) {
       const started = performance.now();
-      const delayMs = options.checkDelayMs ?? Math.min(MAX_CHECK_DELAY_MS, deadline.remainingMs() * CHECK_FRACTION);
-      timer = setTimeout(() => {
+      const budgetMs = deadline.remainingMs();
+      const delayMs = options.checkDelayMs ?? Math.min(MAX_CHECK_DELAY_MS, budgetMs * CHECK_FRACTION);
+      const fire = () => {
         timer = undefined;
         if (ended) return;
-        checking = check(options, report, claimed(), performance.now() - started).catch((error: unknown) => {
+        const elapsedMs = performance.now() - started;
+        // No row claimed yet (a slow first claim): look again, until half the pass's time is gone.
+        if (claimed() === 0 && elapsedMs + delayMs < budgetMs / 2) {
+          timer = setTimeout(fire, delayMs);
+          return;
+        }
+        checking = check(options, report, claimed(), elapsedMs).catch((error: unknown) => {
           logger.warn('scale-out check failed: no pass started', { error: String(error) });
         });
-      }, delayMs);
+      };
+      timer = setTimeout(fire, delayMs);
     },
     async passEnded() {
       ended = true;
