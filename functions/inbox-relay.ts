@@ -1,25 +1,70 @@
 /**
  * Lambda entry point of the scheduled inbox push relay: one pass, bounded by the invocation
  * deadline (`getRemainingTimeInMillis() − lambda.deadlineMarginMs`); records that it finished (the
- * heartbeat: `pass-heartbeat.ts`) and returns the pass summary.
+ * heartbeat: `pass-heartbeat.ts`) and returns the pass summary. With
+ * `inbox.relay.scaleOut.maxConcurrentPasses` above 1, a pass that sees more due rows than it can
+ * forward before its deadline starts more passes of this function (`lib/runtime/scale-out.ts`).
  */
 import type { Context } from 'aws-lambda';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { runRelayPass, type RelaySummary } from '../lib/inbox/relay-pass.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
 import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
+import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
+import { lambdaInvoker, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
 
-export async function handler(_event: unknown, context: Context): Promise<RelaySummary> {
-  const container = await getContainer();
-  container.logger.addContext(context);
-  const metrics = passMetrics(container);
-  const deadline = createDeadline(context, container.config.lambda.deadlineMarginMs);
-  try {
-    const summary = await runRelayPass({ ...container, metrics, deadline });
-    await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'inboxRelay', remainingMs: deadline.invocationRemainingMs });
-    container.logger.info('inbox relay pass', { ...summary });
-    return summary;
-  } finally {
-    metrics.flush();
-  }
+export interface InboxRelayOptions {
+  /** Starts passes of this function (scale-out); default an asynchronous invoke through the AWS SDK (tests: a local endpoint). */
+  invoke?: InvokeAsync;
 }
+
+/** What an invocation returns: its pass's summary, and what scale-out did. */
+export interface InboxRelayResult extends RelaySummary {
+  scaleOut: ScaleOutReport;
+}
+
+/** The summary of an invocation that ran no pass (a duplicate scale-out start event). */
+const NO_PASS: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, abandoned: 0, durationMs: 0 };
+
+/** Builds a relay handler; the module's `handler` is the one deployed. */
+export function createInboxRelay(options: InboxRelayOptions = {}): (event: unknown, context: Context) => Promise<InboxRelayResult> {
+  const invoke = options.invoke ?? lambdaInvoker();
+  return async function inboxRelay(event, context) {
+    const container = await getContainer();
+    container.logger.addContext(context);
+    const metrics = passMetrics(container);
+    const deadline = createDeadline(context, container.config.lambda.deadlineMarginMs);
+    try {
+      // A start event of scale-out takes its slot over (or finds it gone: no pass runs).
+      const scaleOut = await withStatementBudget(deadline.invocationRemainingMs, () =>
+        joinScaleOut({
+          worker: 'inboxRelay',
+          driver: container.driver,
+          maxConcurrentPasses: container.config.inbox.relay.scaleOut.maxConcurrentPasses,
+          functionName: context.functionName,
+          event,
+          deadline,
+          metrics,
+          logger: container.logger,
+          invoke,
+        }),
+      );
+      if (!scaleOut.runPass) return { ...NO_PASS, scaleOut: scaleOut.report };
+      try {
+        const summary = await runRelayPass({ ...container, metrics, deadline, mode: scaleOut.mode, scaleOut: scaleOut.hook });
+        await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'inboxRelay', remainingMs: deadline.invocationRemainingMs });
+        container.logger.info('inbox relay pass', { ...summary, scaleOut: scaleOut.report });
+        return { ...summary, scaleOut: scaleOut.report };
+      } finally {
+        await scaleOut.hook.passEnded();
+        await withStatementBudget(deadline.invocationRemainingMs, () => scaleOut.end());
+      }
+    } finally {
+      metrics.flush();
+    }
+  };
+}
+
+/** The deployed handler (`functions/inbox-relay.handler`). */
+export const handler = createInboxRelay();

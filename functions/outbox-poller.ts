@@ -14,11 +14,21 @@ import { traceClient, tracedDestination, traceInvocation } from '../lib/observab
 import { createRouter, type Router } from '../lib/outbox/routes.ts';
 import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
+import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
+import { lambdaInvoker, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
 
 export interface OutboxPollerOptions {
   /** Builds the destinations of a container; default `createDestinations(config)` (tests inject their own). */
   buildDestinations?: (container: Container) => Destinations;
+  /** Starts passes of this function (scale-out); default an asynchronous invoke through the AWS SDK (tests: a local endpoint). */
+  invoke?: InvokeAsync;
+}
+
+/** What an invocation returns: its pass's summary, and what scale-out did. */
+export interface OutboxPollerResult extends OutboxPassSummary {
+  scaleOut: ScaleOutReport;
 }
 
 interface PollerDependencies {
@@ -27,7 +37,8 @@ interface PollerDependencies {
 }
 
 /** Builds a poller handler; the module's `handler` is the one deployed. */
-export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: unknown, context: Context) => Promise<OutboxPassSummary> {
+export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: unknown, context: Context) => Promise<OutboxPollerResult> {
+  const invoke = options.invoke ?? lambdaInvoker();
   const build = options.buildDestinations ?? ((container: Container) => createDestinations(container.config, { wrapClient: (client) => traceClient(container.tracer, client) }));
   const dependencies = perContainer((container): PollerDependencies => {
     const tracer = container.tracer;
@@ -36,7 +47,7 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     return { destinations, router: createRouter(container.config.outbox.routes, Object.fromEntries(destinations)) };
   });
 
-  return async function outboxPoller(_event, context) {
+  return async function outboxPoller(event, context) {
     const container = await getContainer();
     const { destinations, router } = dependencies(container);
     const metrics = passMetrics(container);
@@ -44,18 +55,40 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     logger.addContext(context);
     const deadline = createDeadline(context, container.config.lambda.deadlineMarginMs);
     try {
-      const summary = await traceInvocation(container.tracer, 'outboxPoller', () => runOutboxPass({
-        driver: container.driver,
-        config: container.config,
-        destinations,
-        router,
-        deadline,
-        metrics,
-        logger,
-      }));
-      await recordPassFinished({ driver: container.driver, metrics, logger, worker: 'outboxPoller', remainingMs: deadline.invocationRemainingMs });
-      logger.info('outbox pass finished', { summary });
-      return summary;
+      // A start event of scale-out takes its slot over (or finds it gone: no pass runs).
+      const scaleOut = await withStatementBudget(deadline.invocationRemainingMs, () =>
+        joinScaleOut({
+          worker: 'outboxPoller',
+          driver: container.driver,
+          maxConcurrentPasses: container.config.outbox.scaleOut.maxConcurrentPasses,
+          functionName: context.functionName,
+          event,
+          deadline,
+          metrics,
+          logger,
+          invoke,
+        }),
+      );
+      if (!scaleOut.runPass) return { ...NO_PASS, scaleOut: scaleOut.report };
+      try {
+        const summary = await traceInvocation(container.tracer, 'outboxPoller', () => runOutboxPass({
+          driver: container.driver,
+          config: container.config,
+          destinations,
+          router,
+          deadline,
+          metrics,
+          logger,
+          mode: scaleOut.mode,
+          scaleOut: scaleOut.hook,
+        }));
+        await recordPassFinished({ driver: container.driver, metrics, logger, worker: 'outboxPoller', remainingMs: deadline.invocationRemainingMs });
+        logger.info('outbox pass finished', { summary, scaleOut: scaleOut.report });
+        return { ...summary, scaleOut: scaleOut.report };
+      } finally {
+        await scaleOut.hook.passEnded();
+        await withStatementBudget(deadline.invocationRemainingMs, () => scaleOut.end());
+      }
     } catch (error) {
       if (error instanceof OutboxPassError) logger.error('outbox pass failed', { summary: error.summary, error: String(error.cause) });
       throw error;
@@ -64,6 +97,9 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     }
   };
 }
+
+/** The summary of an invocation that ran no pass (a duplicate scale-out start event). */
+const NO_PASS: OutboxPassSummary = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0, released: 0, reclaimRan: false, abandoned: 0, durationMs: 0, stoppedBecause: 'stopped' };
 
 /** The deployed handler (`functions/outbox-poller.handler`). */
 export const handler = createOutboxPoller();

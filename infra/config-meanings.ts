@@ -39,6 +39,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'outbox.retryBaseDelayMs': 'Retry delay base: `base × 2^attempt` plus up to 25 % jitter, capped at 60 s.',
   'outbox.maxAttempts': 'Deliveries of a row, the first included: the default `max_attempts` of rows enqueued through the API, and of relayed rows unless `inbox.relay.maxAttempts` is set. A row is delivered at most `max_attempts` times (the default gives 5), then `dead`; a lease that expires during a delivery counts as one.',
   'outbox.claimTimeoutMs': 'Lease duration; reclaim runs at most every `claimTimeoutMs / 5`.',
+  'outbox.scaleOut.maxConcurrentPasses': 'Scale-out by backlog: a scheduled poller pass that sees more due rows than it can send before its deadline starts more passes of its function (asynchronous invokes of itself), up to this many at once counting itself (capped by the function\'s reserved concurrency); `1` (default) turns it off. See [Performance](performance.md#scale-out).',
   'outbox.shutdownTimeoutMs': 'Wait for in-flight messages at the end of a pass (never past the deadline).',
   'outbox.routes': 'Routes tried in order; first match wins; no match: the row goes `dead`.',
   'outbox.routes[].topicPattern': 'Anchored pattern: `*` one dot-free segment, `**` any text.',
@@ -51,6 +52,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'inbox.relay.pollIntervalMs': 'Pause after a claim that found nothing; it doubles with each further empty claim, up to `inbox.relay.maxPollIntervalMs`, and starts again once a claim finds rows.',
   'inbox.relay.maxPollIntervalMs': 'Longest pause between the claims of an idle pass (never below `pollIntervalMs`): about one claim a second while idle, and a row committed meanwhile is claimed within about that long. See [Performance](performance.md#idle-cost-and-commit-to-publish-latency).',
   'inbox.relay.claimTimeoutMs': 'Relay lease duration; relay reclaim runs at most every `claimTimeoutMs / 5`.',
+  'inbox.relay.scaleOut.maxConcurrentPasses': 'Scale-out by backlog of the relay, as `outbox.scaleOut.maxConcurrentPasses`; `1` (default) turns it off.',
   'inbox.relay.shutdownTimeoutMs': 'Wait for in-flight forwards at the end of a pass.',
   'inbox.relay.retryBaseDelayMs': 'Relay retry delay base.',
   'inbox.relay.outboxKey':

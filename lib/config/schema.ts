@@ -99,6 +99,17 @@ export const routeSchema = z.strictObject({
   destination: z.string().min(1),
 });
 
+/**
+ * Scale-out by backlog (`lib/runtime/scale-out.ts`): a scheduled pass that sees more due rows than
+ * it can drain before its deadline starts more passes of its function (asynchronous invokes).
+ */
+export const scaleOutSchema = z
+  .strictObject({
+    /** Passes of the function at once, counting the scheduled pass that starts the others; 1 turns scale-out off. */
+    maxConcurrentPasses: positiveInt.max(64).default(1),
+  })
+  .prefault({});
+
 export const outboxSchema = z
   .strictObject({
     batchSize: positiveInt.max(1000).default(100),
@@ -122,6 +133,7 @@ export const outboxSchema = z
     claimTimeoutMs: positiveInt.min(1000).default(300000),
     shutdownTimeoutMs: nonNegativeInt.default(30000),
     routes: z.array(routeSchema).default([]),
+    scaleOut: scaleOutSchema,
   })
   .prefault({});
 
@@ -176,6 +188,7 @@ export const inboxSchema = z
         maxAttempts: positiveInt.max(1000).optional(),
         /** Key of relayed outbox rows: `<source>:<aggregateId>` (a digest when longer than 128 characters), or the aggregate id alone. */
         outboxKey: z.enum(['source-and-aggregate', 'aggregate']).default('source-and-aggregate'),
+        scaleOut: scaleOutSchema,
       })
       .prefault({}),
     sources: z.record(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'source names are lower-case letters, digits, - and _'), sourceSchema).prefault({}),

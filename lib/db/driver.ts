@@ -262,6 +262,15 @@ export type PassWorker = 'outboxPoller' | 'inboxRelay' | 'reclaim';
 /** Every `PassWorker`, in the order status lists them. */
 export const PASS_WORKERS: readonly PassWorker[] = ['outboxPoller', 'inboxRelay', 'reclaim'];
 
+/** A worker that can start passes of itself (scale-out). */
+export type ScaleOutWorker = 'outboxPoller' | 'inboxRelay';
+
+/** A held scale-out slot: its number and the token (its lease expiry, microseconds since 1970, as text) that proves who holds it. */
+export interface ScaleOutSlot {
+  slot: number;
+  token: string;
+}
+
 /** When a worker's last pass finished, on the database clock, and how long ago that was (seconds). */
 export interface PassFinished {
   worker: PassWorker;
@@ -410,6 +419,29 @@ export interface Driver extends ConsoleReads {
   passRecordFinished(params: { worker: PassWorker }): Promise<void>;
   /** The last finished pass of each worker that has one (any order); reads the maintenance table only. */
   passListFinished(): Promise<PassFinished[]>;
+
+  // ---- scale-out (passes started by a pass: lib/runtime/scale-out.ts) ----
+  /** Due `pending` outbox rows (`scheduled_at` reached), counted up to `limit` (the count stops there; cost follows `limit`, not the table). */
+  outboxCountDue(params: { limit: number }): Promise<number>;
+  /** `outboxCountDue` for the relay's push rows. */
+  inboxCountDue(params: { limit: number }): Promise<number>;
+  /**
+   * Takes up to `want − held` free scale-out slots of `worker` among `1..slots`, where `held` is
+   * the slots already held: one maintenance row per slot (`scale-out:<worker>:<outbox table>:<n>`)
+   * whose `last_run_at` is its lease expiry on the database clock; a slot is free when it has no
+   * row or its lease has passed. Each taken slot's lease ends `leaseMs` from now. Concurrent
+   * callers never take the same slot (the upsert re-checks the expiry on the row's latest
+   * version), so at most `slots` are held at once, whatever the callers.
+   */
+  scaleOutAcquire(params: { worker: ScaleOutWorker; slots: number; want: number; leaseMs: number }): Promise<ScaleOutSlot[]>;
+  /**
+   * The started pass takes over its slot: when the slot still holds `token` and its lease has not
+   * passed, the lease is set to end `leaseMs` from now and the new token returned; otherwise
+   * (a duplicate delivery, or an event that waited past the lease) `undefined`, changing nothing.
+   */
+  scaleOutStart(params: { worker: ScaleOutWorker; slot: ScaleOutSlot; leaseMs: number }): Promise<ScaleOutSlot | undefined>;
+  /** Frees the slot when it still holds `token` (its row is deleted); false when another holds it now. */
+  scaleOutRelease(params: { worker: ScaleOutWorker; slot: ScaleOutSlot }): Promise<boolean>;
 
   // ---- pull ----
   /**

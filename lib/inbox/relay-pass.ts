@@ -38,6 +38,7 @@ import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
 import type { Deadline } from '../runtime/deadline.ts';
 import { answerWaitMs, sleep } from '../runtime/deadline.ts';
+import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { reportRelayFailures, type RelayFailure } from './relay-failure-report.ts';
 import { checkTopicTemplate, renderTopic } from './topic-template.ts';
 
@@ -53,6 +54,8 @@ export interface RelayPassOptions {
   random?: () => number;
   /** `deadline` (scheduled pass, default): claim until the deadline. `drain`: return once a claim finds nothing. */
   mode?: 'deadline' | 'drain';
+  /** Scale-out by backlog (`lib/runtime/scale-out.ts`): told when the pass starts and when it stops claiming. */
+  scaleOut?: ScaleOutHook;
 }
 
 /** What one pass did; counts of rows. */
@@ -216,6 +219,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   // The relay's own forward attempts, and `max_attempts` of the outbox rows it writes.
   const relayMaxAttempts = relay.maxAttempts ?? config.outbox.maxAttempts;
 
+  options.scaleOut?.passStarted(() => summary.claimed);
   const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts });
   summary.reclaimed = reclaim.reclaimed;
   // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).
@@ -279,6 +283,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     }
     await waitAnswers(keeper.close());
   }
+  await options.scaleOut?.passEnded();
   summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost - released;
   // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver: the read counts the pending rows.
   if (backlogGaugeDue(driver, 'inbox')) {

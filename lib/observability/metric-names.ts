@@ -24,6 +24,12 @@ export const METRICS = {
   inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row at the end of a relay pass (read at most every 10 s per container).' },
   pullMessages: { name: 'queuebox_pull_messages_total', unit: 'Count', dimensions: ['status'], help: 'Pull rows settled by pull workers, by status: completed, retried, dead, released (claimed, never started, returned with no attempt spent).' },
   passesFinished: { name: 'queuebox_passes_finished_total', unit: 'Count', dimensions: ['function'], help: 'Passes that finished, by scheduled function (function: outboxPoller, inboxRelay, reclaim): one per invocation that returned. The heartbeat alarms fire when it stops.' },
+  scaleOutPasses: {
+    name: 'queuebox_scale_out_passes_total',
+    unit: 'Count',
+    dimensions: ['function', 'outcome'],
+    help: 'Passes started by scale-out, by function (outboxPoller, inboxRelay) and outcome: started (the asynchronous invoke was accepted), failed (the invoke failed: logged, the pass goes on), duplicate (a start event delivered again or too late: that invocation ran no pass).',
+  },
   cleanupDeleted: { name: 'queuebox_cleanup_messages_deleted_total', unit: 'Count', dimensions: ['table'], help: 'Rows deleted by retention, by table.' },
 } as const;
 

@@ -38,6 +38,7 @@ import { QueueBoxError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { answerWaitMs, type Deadline } from '../runtime/deadline.ts';
+import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { CallLimiter } from './call-limiter.ts';
 import { deliverBatch } from './deliver-batch.ts';
 import { OpenCalls } from './open-calls.ts';
@@ -79,6 +80,8 @@ export interface OutboxPassOptions {
   mode?: 'deadline' | 'drain';
   /** Jitter source for retry delays (tests); default `Math.random`. */
   random?: () => number;
+  /** Scale-out by backlog (`lib/runtime/scale-out.ts`): told when the pass starts and when it stops claiming. */
+  scaleOut?: ScaleOutHook;
 }
 
 /** A pass that failed (database error); `summary` is what it did before and while stopping. */
@@ -164,6 +167,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // Claims in a row that found nothing: the idle wait grows with them.
   let emptyClaims = 0;
 
+  options.scaleOut?.passStarted(() => tally.claimed);
+
   try {
     const reclaim = await driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) });
     reclaimRan = reclaim.ran;
@@ -229,6 +234,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     inFlight.push(entry);
   }
   if (failure !== undefined) stoppedBecause = 'error';
+  await options.scaleOut?.passEnded();
 
   stopWait.dispose();
   const allDone = Promise.all(inFlightWork()).then(() => undefined);

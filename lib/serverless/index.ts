@@ -21,6 +21,7 @@ import { deployedFunctionName, functionKey, FUNCTIONS, type Deployment, type Fun
 import { parsePluginOptions, pluginOptionsJsonSchema, type FunctionOptions, type PluginOptions } from './options.ts';
 import { heartbeatWarnings } from './monitoring.ts';
 import { roleLogicalId } from './roles.ts';
+import { scaleOutCap } from './scale-out-settings.ts';
 import { buildStackFragment, type StackFragment } from './stack.ts';
 import { extendTemplate, type Template } from './template.ts';
 
@@ -133,6 +134,8 @@ export default class QueueBoxServerlessPlugin {
       NODE_OPTIONS: '--enable-source-maps',
     };
     if (fn.name === 'inboxHttp') environment.QUEUEBOX_SECRETS_PARAMETER_PATH = this.secretsParameterPath();
+    // A reserved concurrency below the scale-out setting caps it (the override wins over the file).
+    Object.assign(environment, scaleOutCap(this.config, fn.name, settings.reservedConcurrency).environment);
     const events =
       fn.name === 'inboxHttp' ? this.fragment.inboxHttpEvents : fn.name === 'inboxSqs' ? this.fragment.inboxSqsEvents : settings.schedule ? [{ schedule: settings.schedule }] : [];
     return {
@@ -184,7 +187,8 @@ export default class QueueBoxServerlessPlugin {
       }
     }
     const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
-    for (const warning of [...deployWarnings(this.config), ...heartbeatWarnings({ outboxPoller, inboxRelay, reclaim })]) this.log.warning(`QueueBox: ${warning}`);
+    const capWarnings = (['outboxPoller', 'inboxRelay'] as const).flatMap((name) => scaleOutCap(this.config, name, this.options.functions[name].reservedConcurrency).warning ?? []);
+    for (const warning of [...deployWarnings(this.config), ...heartbeatWarnings({ outboxPoller, inboxRelay, reclaim }), ...capWarnings]) this.log.warning(`QueueBox: ${warning}`);
     const esbuild = await loadEsbuild(this.serverless.serviceDir);
     const outDir = join(this.serverless.serviceDir, BUILD_DIR);
     const report = await bundleFunctions({ esbuild, config: this.config, configPath: resolve(this.serverless.serviceDir, this.options.config), outDir, ...(only ? { only } : {}), log: (line) => this.log.info(line) });

@@ -4,6 +4,7 @@
  * | function | beyond writing its own log group |
  * | --- | --- |
  * | outboxPoller | `sqs:SendMessage` on each SQS destination, `events:PutEvents` on each bus |
+ * | outboxPoller, inboxRelay | `lambda:InvokeFunction` on its own function only, when its scale-out is on |
  * | inboxSqs | receive, delete and read attributes of its trigger queues |
  * | inboxHttp | `ssm:GetParameter` on the SecureString of each source secret it names |
  * | every function | read the database secret (Secrets Manager or SSM), when one is named; send X-Ray segments when `observability.tracing` is on |
@@ -35,6 +36,8 @@ export interface RoleInputs {
   tracing?: boolean;
   /** Service and stage: each role may write only the log group of its deployed function. */
   deployment: Deployment;
+  /** Functions (short names) whose scale-out is on: each may invoke itself, and nothing else. */
+  selfInvoking?: readonly string[];
 }
 
 /** The role's logical id for function `name` (`outboxPoller` → `QueueBoxRoleOutboxPoller`). */
@@ -78,6 +81,10 @@ export function roleResources(inputs: RoleInputs): Record<string, Cfn> {
     if (fn.name === 'outboxPoller') {
       if (inputs.destinationQueues.length > 0) statements.push(statement(['sqs:SendMessage'], inputs.destinationQueues));
       if (inputs.destinationBuses.length > 0) statements.push(statement(['events:PutEvents'], inputs.destinationBuses));
+    }
+    // Its own ARN from its deployed name, not a reference to the function (which would depend on this role).
+    if (inputs.selfInvoking?.includes(fn.name)) {
+      statements.push(statement(['lambda:InvokeFunction'], [join('arn:', partition, ':lambda:', region, ':', account, `:function:${deployedFunctionName(inputs.deployment, fn.name)}`)]));
     }
     if (fn.name === 'inboxSqs' && inputs.triggerQueues.length > 0) {
       statements.push(

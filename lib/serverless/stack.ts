@@ -12,6 +12,7 @@ import { dashboardResource } from './dashboard.ts';
 import type { Deployment } from './functions.ts';
 import { defaultHeartbeatSchedules, type HeartbeatSchedules } from './monitoring.ts';
 import { checkedName, roleResources } from './roles.ts';
+import { selfInvokingFunctions } from './scale-out-settings.ts';
 
 type Cfn = unknown;
 
@@ -86,7 +87,7 @@ export function buildStackFragment(config: QueueBoxConfig, deployment: Deploymen
     }));
   const triggerQueues = sources.filter(([, s]) => s.type === 'sqs').map(([name, s]) => s.queueName ?? name);
   const secretNames = secretEnvNames(config);
-  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames, tracing: config.observability.tracing, deployment });
+  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames, tracing: config.observability.tracing, deployment, selfInvoking: selfInvokingFunctions(config) });
   return {
     secretNames,
     inboxHttpEvents,

@@ -17,6 +17,7 @@ import { defineInboxReplayCases } from './inbox-replay-cases.ts';
 import { defineOutboxCases } from './outbox-cases.ts';
 import { definePayloadTextCases } from './payload-text-cases.ts';
 import { definePullCases } from './pull-cases.ts';
+import { defineScaleOutCases } from './scale-out-cases.ts';
 
 /** Time columns a test may move relative to the database clock. */
 export type TimeColumn = 'lease_expires_at' | 'scheduled_at' | 'created_at' | 'updated_at';
@@ -105,5 +106,6 @@ export function runDriverConformance(name: string, setup: () => Promise<Conforma
     describe('concurrency', () => defineConcurrencyCases(define));
     describe('console', () => defineConsoleCases(define));
     describe('payload text', () => definePayloadTextCases(define));
+    describe('scale-out', () => defineScaleOutCases(define));
   });
 }

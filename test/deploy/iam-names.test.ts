@@ -4,7 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { parseConfig } from '../../lib/config/load-config.ts';
+import { loadConfig, parseConfig } from '../../lib/config/load-config.ts';
+import { scaleOutCap } from '../../lib/serverless/scale-out-settings.ts';
 import { buildStackFragment } from '../../lib/serverless/stack.ts';
 
 describe('IAM resources from configured names', () => {
@@ -23,5 +24,42 @@ describe('IAM resources from configured names', () => {
     const text = JSON.stringify(fragment.resources.Resources.QueueBoxRoleOutboxPoller);
     assert.match(text, /:123456789012:orders\.fifo"/);
     assert.match(JSON.stringify(fragment.resources.Resources.QueueBoxRoleInboxSqs), /:feed-events"/);
+  });
+});
+
+describe('IAM and environment of scale-out', () => {
+  const fragment = (outbox: number, relay: number) =>
+    buildStackFragment(parseConfig({ outbox: { scaleOut: { maxConcurrentPasses: outbox } }, inbox: { relay: { scaleOut: { maxConcurrentPasses: relay } } } } as never), { service: 'app', stage: 'test' });
+  const invokeStatements = (resources: Record<string, unknown>, role: string) =>
+    ((resources[role] as { Properties: { Policies: Array<{ PolicyDocument: { Statement: Array<{ Action?: string[]; Resource?: unknown[] }> } }> } }).Properties.Policies[0]!.PolicyDocument.Statement).filter((s) => s.Action?.includes('lambda:InvokeFunction'));
+
+  it('lets a function with scale-out on invoke its own function, by an ARN built from its deployed name, and nothing else', () => {
+    const { Resources } = fragment(4, 1).resources;
+    const [statement, ...others] = invokeStatements(Resources, 'QueueBoxRoleOutboxPoller');
+    assert.equal(others.length, 0);
+    assert.deepEqual(statement!.Action, ['lambda:InvokeFunction']);
+    assert.deepEqual(statement!.Resource, [{ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':lambda:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':function:app-test-queueboxOutboxPoller']] }]);
+    for (const role of Object.keys(Resources).filter((id) => id.startsWith('QueueBoxRole') && id !== 'QueueBoxRoleOutboxPoller')) {
+      assert.deepEqual(invokeStatements(Resources, role), [], `${role} invokes nothing`);
+    }
+    assert.match(JSON.stringify(invokeStatements(fragment(1, 2).resources.Resources, 'QueueBoxRoleInboxRelay')), /:function:app-test-queueboxInboxRelay"/);
+  });
+
+  it('grants no invoke while scale-out is off (the default)', () => {
+    const { Resources } = fragment(1, 1).resources;
+    assert.ok(!JSON.stringify(Resources).includes('lambda:InvokeFunction'));
+  });
+
+  it('caps scale-out at a lower reserved concurrency through the function\'s environment, and says so', () => {
+    const config = parseConfig({ outbox: { scaleOut: { maxConcurrentPasses: 4 } }, inbox: { relay: { scaleOut: { maxConcurrentPasses: 3 } } } } as never);
+    const capped = scaleOutCap(config, 'outboxPoller', 2);
+    assert.deepEqual(capped.environment, { QUEUEBOX_OUTBOX__SCALE_OUT__MAX_CONCURRENT_PASSES: '2' });
+    assert.match(capped.warning!, /outbox\.scaleOut\.maxConcurrentPasses is 4 but outboxPoller has a reserved concurrency of 2/);
+    assert.deepEqual(scaleOutCap(config, 'inboxRelay', 0).environment, { QUEUEBOX_INBOX__RELAY__SCALE_OUT__MAX_CONCURRENT_PASSES: '1' });
+    assert.deepEqual(scaleOutCap(config, 'outboxPoller', 4), { environment: {} }, 'enough reserved concurrency');
+    assert.deepEqual(scaleOutCap(config, 'outboxPoller', undefined), { environment: {} }, 'none reserved');
+    assert.deepEqual(scaleOutCap(config, 'inboxHttp', 1), { environment: {} }, 'not a scaling function');
+    // The variable is the override the configuration loader reads.
+    assert.equal(loadConfig({ env: { ...capped.environment } }).outbox.scaleOut.maxConcurrentPasses, 2);
   });
 });

@@ -45,7 +45,7 @@ custom:
     config: queuebox.yml
     databaseUrlParameter: \${param:databaseUrlParameter}
     functions:
-      outboxPoller: { timeout: 7 }
+      outboxPoller: { timeout: 7, reservedConcurrency: 2 }
 `;
 
 const QUEUEBOX_YML = `destinations:
@@ -53,6 +53,7 @@ const QUEUEBOX_YML = `destinations:
 outbox:
   routes:
     - { topicPattern: '**', destination: events }
+  scaleOut: { maxConcurrentPasses: 4 }
 inbox:
   sources:
     stripe: { type: http, path: /stripe, auth: { type: stripe, secretEnv: STRIPE_WEBHOOK_SECRET } }
@@ -142,6 +143,22 @@ describe('plugins: [queuebox/serverless] in a scratch service', { timeout: 600_0
       for (const file of ['index.js', 'index.js.map', 'package.json']) assert.ok(shipped.includes(`.queuebox/${fn.name}/${file}`), `${fn.name} ships ${file}`);
     }
     assert.deepEqual(zipEntries(join(service, '.serverless/shop.zip')).filter((f) => !['handler.py', 'package.json', 'package-lock.json', 'queuebox.yml'].includes(f)), []);
+  });
+
+  it('lets the poller, whose scale-out is on, invoke itself only, capped at its reserved concurrency', () => {
+    type Statement = { Action: string[]; Resource: Array<{ 'Fn::Join': [string, unknown[]] }> };
+    const statements = (role: string) =>
+      (resources[role]!.Properties.Policies as Array<{ PolicyDocument: { Statement: Statement[] } }>).flatMap((p) => p.PolicyDocument.Statement).filter((s) => s.Action?.includes('lambda:InvokeFunction'));
+    const [invoke, ...others] = statements('QueueBoxRoleOutboxPoller');
+    assert.equal(others.length, 0);
+    assert.deepEqual(invoke!.Resource.map((r) => r['Fn::Join'][1].map((p) => (typeof p === 'string' ? p : `<${(p as { Ref: string }).Ref}>`)).join('')), [
+      'arn:<AWS::Partition>:lambda:<AWS::Region>:<AWS::AccountId>:function:shop-test-queueboxOutboxPoller',
+    ]);
+    for (const fn of FUNCTIONS.filter((f) => f.name !== 'outboxPoller')) assert.deepEqual(statements(`QueueBoxRole${fn.name.charAt(0).toUpperCase()}${fn.name.slice(1)}`), [], `${fn.name} invokes nothing`);
+    const variables = (resources.QueueboxOutboxPollerLambdaFunction!.Properties.Environment as { Variables: Record<string, string> }).Variables;
+    assert.equal(variables.QUEUEBOX_OUTBOX__SCALE_OUT__MAX_CONCURRENT_PASSES, '2');
+    assert.equal(resources.QueueboxOutboxPollerLambdaFunction!.Properties.ReservedConcurrentExecutions, 2);
+    assert.match(packaged.stderr + packaged.stdout, /outbox\.scaleOut\.maxConcurrentPasses is 4 but outboxPoller has a reserved concurrency of 2/);
   });
 
   it('passes cfn-lint with zero errors', async () => {

@@ -20,6 +20,7 @@ import {
 } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { buildPullClaim, buildPullFenced } from '../../lib/db/sqlserver/pull-queries.ts';
 import { buildOutboxReplayPreview } from '../../lib/db/sqlserver/replay-preview.ts';
+import { buildCountDue, buildScaleOutAcquire, buildScaleOutRelease, buildScaleOutStart } from '../../lib/db/sqlserver/scale-out-queries.ts';
 import { buildStats } from '../../lib/db/sqlserver/table-stats.ts';
 
 export const names = mssqlNames('dbo', { outbox: 'outbox', inbox: 'inbox', maintenance: 'queuebox_maintenance' });
@@ -110,6 +111,11 @@ export function allStatements(): Record<string, MssqlStatement> {
     'reclaim gate': buildGatedReclaim(names, s.gate, 1000, 'SELECT 1;'),
     'pass record finished': buildPassRecordFinished(names, 'inboxRelay'),
     'pass list finished': buildPassListFinished(names),
+    'outbox count due': buildCountDue(names.outbox, s.limit),
+    'inbox count due': buildCountDue(names.inbox, s.limit, ` AND consumption = N'push'`),
+    'scale-out acquire': buildScaleOutAcquire(names, { worker: 'outboxPoller', slots: 3, want: 2, leaseMs: s.leaseMs }),
+    'scale-out start': buildScaleOutStart(names, { worker: 'outboxPoller', slot: { slot: 2, token: '1764504000123456' }, leaseMs: s.leaseMs }),
+    'scale-out release': buildScaleOutRelease(names, { worker: 'inboxRelay', slot: { slot: 2, token: '1764504000123456' } }),
     ...fencedStatements(),
   };
 }

@@ -21,6 +21,7 @@ import { pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
+import * as scaleOut from './scale-out-queries.ts';
 import { outboxReplayPreview } from './replay-preview.ts';
 
 /** Accepts the caller's `pg` client (inside its own `BEGIN`). */
@@ -187,6 +188,12 @@ export class PostgresDriver implements Driver {
 
   passRecordFinished: Driver['passRecordFinished'] = (p) => passRecordFinished(this.ctx, p.worker);
   passListFinished: Driver['passListFinished'] = () => passListFinished(this.ctx);
+
+  outboxCountDue: Driver['outboxCountDue'] = (p) => scaleOut.outboxCountDue(this.ctx, p.limit);
+  inboxCountDue: Driver['inboxCountDue'] = (p) => scaleOut.inboxCountDue(this.ctx, p.limit);
+  scaleOutAcquire: Driver['scaleOutAcquire'] = (p) => scaleOut.scaleOutAcquire(this.ctx, p);
+  scaleOutStart: Driver['scaleOutStart'] = (p) => scaleOut.scaleOutStart(this.ctx, p);
+  scaleOutRelease: Driver['scaleOutRelease'] = (p) => scaleOut.scaleOutRelease(this.ctx, p);
 
   pullClaimMany: Driver['pullClaimMany'] = (p) => pull.pullClaimMany(this.ctx, p);
   pullRenew: Driver['pullRenew'] = (p) => pull.pullRenew(this.ctx, p);

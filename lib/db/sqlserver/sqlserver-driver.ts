@@ -22,6 +22,7 @@ import { createMssqlPool, ensureConnected, isMssqlTransaction, param, runBatch, 
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
 import * as outbox from './outbox-queries.ts';
 import * as pull from './pull-queries.ts';
+import * as scaleOut from './scale-out-queries.ts';
 import { outboxReplayPreview } from './replay-preview.ts';
 
 /** The request timeout of `migrate`'s transaction: none (tedious: 0 is no timeout). */
@@ -179,6 +180,12 @@ ${COMPATIBILITY_LEVEL_SQL}`,
     await runStatement(await this.pool(), buildPassRecordFinished(this.names, p.worker));
   };
   passListFinished: Driver['passListFinished'] = async () => passListFinished(await this.pool(), this.names);
+
+  outboxCountDue: Driver['outboxCountDue'] = async (p) => scaleOut.runCountDue(await this.pool(), scaleOut.buildCountDue(this.names.outbox, p.limit));
+  inboxCountDue: Driver['inboxCountDue'] = async (p) => scaleOut.runCountDue(await this.pool(), scaleOut.buildCountDue(this.names.inbox, p.limit, ` AND consumption = N'push'`));
+  scaleOutAcquire: Driver['scaleOutAcquire'] = async (p) => scaleOut.scaleOutAcquire(await this.pool(), this.names, p);
+  scaleOutStart: Driver['scaleOutStart'] = async (p) => scaleOut.scaleOutStart(await this.pool(), this.names, p);
+  scaleOutRelease: Driver['scaleOutRelease'] = async (p) => scaleOut.scaleOutRelease(await this.pool(), this.names, p);
 
   pullClaimMany: Driver['pullClaimMany'] = async (p) => pull.pullClaimMany(await this.pool(), this.names, p);
   pullRenew: Driver['pullRenew'] = async (p) => pull.pullRenew(await this.pool(), this.names, p);
