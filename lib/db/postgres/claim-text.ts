@@ -5,7 +5,6 @@
  * claim refused by the one-row-per-key-in-flight index is run again.
  */
 import { memoizeByObject } from '../../runtime/memo.ts';
-import { UniqueViolationError } from '../../errors.ts';
 import type { PgNames } from './names.ts';
 
 /** `build` runs once per `PgNames` object; later calls return the same text. */
@@ -60,24 +59,5 @@ export function windowLeftRoom(limit: string): string {
   return `(SELECT count(*) FROM oldest) * 2 < ${limit}`;
 }
 
-/** Attempts of a claim that met a row of a key put in flight by a concurrent claim. */
-const IN_FLIGHT_ATTEMPTS = 5;
-
-/**
- * Runs a claim statement again when it would have put a second row of a key in flight: the
- * unique index on the key of `processing` rows (`…_in_flight_idx`) refused it, because a row of
- * the key that committed late was still pending in this claim's snapshot while a concurrent
- * claim had the key's later row in flight. The statement changed nothing; the next attempt has
- * a new snapshot that sees the other claim and leaves the key alone, so the batch is claimed
- * without that row instead of failing.
- */
-export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await claim();
-    } catch (error) {
-      const inFlight = error instanceof UniqueViolationError && (error.constraint ?? '').endsWith('_in_flight_idx');
-      if (!inFlight || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
-    }
-  }
-}
+/** Runs a claim again when a unique index of in-flight rows refused it (both dialects). */
+export { claimRetryingInFlight } from '../in-flight-retry.ts';

@@ -16,7 +16,6 @@
  */
 import { dbNowPlusMs } from './mssql-pool.ts';
 import { quoteMssqlIdent } from './names.ts';
-import { UniqueViolationError } from '../../errors.ts';
 
 /**
  * How many batches' worth of the oldest due rows a claim reads before it looks at the heads of
@@ -114,24 +113,5 @@ export const CLAIM_SET = `SET state = N'processing',
 /** The picked ids with their priority: filled by the pick, joined by the UPDATE. */
 export const DECLARE_PICKED = 'DECLARE @v_picked TABLE (id UNIQUEIDENTIFIER NOT NULL PRIMARY KEY, claim_priority INT NOT NULL);';
 
-/** Attempts of a claim refused by a unique index of in-flight keys or aggregates (as on PostgreSQL). */
-const IN_FLIGHT_ATTEMPTS = 5;
-
-/**
- * Runs an outbox or relay claim again when a unique index of in-flight rows
- * (`<outbox>_key_in_flight_idx`, `<inbox>_push_in_flight_idx`, migration 11) refused it: a second
- * row of a key or aggregate would have gone in flight beside one the pick could not see (a row
- * whose in-flight state was being written when the pick read it, and that stayed in flight). The
- * claim batch rolled back whole (`XACT_ABORT`); the next attempt sees the row in flight and leaves
- * the key alone, as PostgreSQL's `claimRetryingInFlight` does.
- */
-export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await claim();
-    } catch (error) {
-      const inFlight = error instanceof UniqueViolationError && (error.constraint ?? '').endsWith('_in_flight_idx');
-      if (!inFlight || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
-    }
-  }
-}
+/** Runs a claim again when a unique index of in-flight rows refused it (both dialects). */
+export { claimRetryingInFlight } from '../in-flight-retry.ts';

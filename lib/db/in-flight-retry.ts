@@ -1,0 +1,27 @@
+/**
+ * What both dialects' claims share when a unique index of in-flight rows refuses them.
+ */
+import { UniqueViolationError } from '../errors.ts';
+
+/** Attempts of a claim that met a row of a key or aggregate put in flight by a concurrent claim. */
+const IN_FLIGHT_ATTEMPTS = 5;
+
+/**
+ * Runs a claim again when it would have put a second row of a key or aggregate in flight: a unique
+ * index of in-flight rows (its name ends in `_in_flight_idx`) refused it, because a row the claim
+ * could not see as in flight — on PostgreSQL a row of the key that committed late, still pending
+ * in the claim's snapshot; on SQL Server a row whose in-flight state was being written when the
+ * pick read it — was in flight beside it. The claim changed nothing (one statement on PostgreSQL;
+ * a batch rolled back whole by `XACT_ABORT` on SQL Server); the next attempt sees the row in
+ * flight and leaves the key alone, so the batch is claimed without it instead of failing.
+ */
+export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await claim();
+    } catch (error) {
+      const inFlight = error instanceof UniqueViolationError && (error.constraint ?? '').endsWith('_in_flight_idx');
+      if (!inFlight || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
+    }
+  }
+}
