@@ -238,7 +238,7 @@ export interface InboxForwardItem extends ClaimRef {
    * While an open (`pending`/`processing`) outbox row relayed from that source (header
    * `x-source`) has this key, the outbox row is written with it instead of `outbox.key`: the
    * aggregate's rows keep one key, and so their order, across a change of the setting (the
-   * upgrade to scoped keys included). A driver without it (SQL Server) writes `outbox.key`.
+   * upgrade to scoped keys included). Both drivers apply it (PostgreSQL and SQL Server).
    */
   keyWhileOpen?: { key: string; source: string };
 }

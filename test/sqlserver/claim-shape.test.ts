@@ -82,8 +82,8 @@ describe('SQL Server claim statements', () => {
       for (const { read, alias, hints } of tableReads) {
         if (alias === 'o' || alias === 'i') {
           // FORCESEEK alone would also allow a range seek of the pending index over every due row,
-          // each update-locked to the commit: the outbox and relay claims name the primary key
-          const target = name === 'pull claim' ? 'UPDLOCK, READPAST, ROWLOCK, FORCESEEK' : `INDEX([${name === 'outbox claim' ? 'outbox' : 'inbox'}_pkey]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK`;
+          // each update-locked to the commit: every claim (outbox, relay, pull) names the primary key
+          const target = `INDEX([${name === 'outbox claim' ? 'outbox' : 'inbox'}_pkey]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK`;
           assert.equal(hints, target, `${name}: the UPDATE target, reached by seeks on the picked ids only`);
           continue;
         }

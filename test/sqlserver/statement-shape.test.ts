@@ -17,7 +17,7 @@ const PROC_ARGUMENTS = new Set(['@Resource', '@LockMode', '@LockOwner', '@LockTi
 
 
 describe('SQL Server statement shapes', () => {
-  it('every fenced write matches id, processing, token and a live lease, and reports rows via OUTPUT', () => {
+  it('every fenced write matches id, processing, token and a live lease, and reports rows via OUTPUT … INTO a table variable, then SELECT', () => {
     const fenced = fencedStatements();
     assert.equal(Object.keys(fenced).length, 18);
     for (const [name, { text }] of Object.entries(fenced)) {
@@ -25,7 +25,9 @@ describe('SQL Server statement shapes', () => {
       assert.match(text, /r\.state = N'processing'/, name);
       assert.match(text, /r\.claim_token = s\.token/, name);
       assert.match(text, /r\.lease_expires_at > SYSUTCDATETIME\(\)/, name);
-      assert.match(text, /OUTPUT inserted\.id/, name);
+      assert.match(text, /^DECLARE @v_changed TABLE \(id UNIQUEIDENTIFIER NOT NULL\);\nUPDATE r\n/, name);
+      assert.match(text, /\nOUTPUT inserted\.id INTO @v_changed \(id\)\n/, name);
+      assert.match(text, /;\nSELECT id FROM @v_changed;$/, name);
       assert.match(text, /OPENJSON\(@p_items\) WITH \(id UNIQUEIDENTIFIER '\$\.id', token UNIQUEIDENTIFIER '\$\.token'/, name);
       if (name.startsWith('pull')) assert.match(text, /r\.consumption = N'pull'/, name);
     }

@@ -5,7 +5,7 @@
 import { buildFencedBatch, type FencedKind } from '../../lib/db/sqlserver/fenced-batch.ts';
 import { buildInboxClaimPush } from '../../lib/db/sqlserver/inbox-claim.ts';
 import { buildInboxReplay, buildInboxReplayBounded, buildInboxReplayPreview } from '../../lib/db/sqlserver/inbox-replay.ts';
-import { buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim } from '../../lib/db/sqlserver/inbox-queries.ts';
+import { buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim, buildOpenRelayedKeyProbe } from '../../lib/db/sqlserver/inbox-queries.ts';
 import { buildGatedReclaim, buildPassListFinished, buildPassRecordFinished } from '../../lib/db/sqlserver/maintenance-queries.ts';
 import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
@@ -97,6 +97,7 @@ export function allStatements(): Record<string, MssqlStatement> {
       s.id,
     ),
     'inbox claim push': buildInboxClaimPush(names, { limit: s.limit, leaseMs: s.leaseMs }),
+    'inbox forward open relayed key': buildOpenRelayedKeyProbe(names, { key: s.key, source: s.source }),
     'inbox reclaim': buildInboxReclaim(names, undefined, 5),
     'inbox stats': buildStats(names.inbox, ` AND consumption = N'push'`),
     'inbox dead list': buildInboxDeadList(names, s.limit),

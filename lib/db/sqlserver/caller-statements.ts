@@ -6,6 +6,11 @@
  *
  * The same INSERT as `enqueue` on an `mssql` Transaction (`buildOutboxInsert`), with untyped
  * parameters: the id is chosen here, the schedule is an ISO 8601 text read as UTC.
+ *
+ * Rows a statement reports go through `OUTPUT … INTO` a table variable declared in the same batch,
+ * then a `SELECT`: an `OUTPUT` without `INTO` fails (error 334) once the application adds an
+ * enabled trigger to the table (see "Triggers" in "OUTPUT clause (Transact-SQL)",
+ * learn.microsoft.com/sql/t-sql/queries/output-clause-transact-sql).
  */
 import { randomUUID } from 'node:crypto';
 import type { ClaimRef, OutboxMessageInput } from '../driver.ts';
@@ -50,10 +55,12 @@ export function sqlServerCallerOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m
   return {
     id,
     statement: {
-      text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at, trace_context)
-OUTPUT LOWER(CONVERT(NVARCHAR(36), inserted.id)) AS id
+      text: `DECLARE @v_inserted TABLE (id NVARCHAR(36) NOT NULL);
+INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at, trace_context)
+OUTPUT LOWER(CONVERT(NVARCHAR(36), inserted.id)) INTO @v_inserted (id)
 VALUES (CAST($1 AS UNIQUEIDENTIFIER), CAST($2 AS NVARCHAR(255)), CAST($3 AS NVARCHAR(255)), CAST($4 AS NVARCHAR(MAX)), CAST($5 AS NVARCHAR(MAX)), CAST($6 AS INT),
-        COALESCE(CONVERT(DATETIME2(7), SWITCHOFFSET(CONVERT(DATETIMEOFFSET(7), CAST($7 AS NVARCHAR(40)), 127), '+00:00')), ${dbNowPlusMs(delay)}), CAST($9 AS NVARCHAR(1024)));`,
+        COALESCE(CONVERT(DATETIME2(7), SWITCHOFFSET(CONVERT(DATETIMEOFFSET(7), CAST($7 AS NVARCHAR(40)), 127), '+00:00')), ${dbNowPlusMs(delay)}), CAST($9 AS NVARCHAR(1024)));
+SELECT id FROM @v_inserted;`,
       values: outboxInsertValues(m, defaults, id),
     },
   };
@@ -62,11 +69,13 @@ VALUES (CAST($1 AS UNIQUEIDENTIFIER), CAST($2 AS NVARCHAR(255)), CAST($3 AS NVAR
 /** The fenced `processed` of a pull row (the four fence conditions, pull rows only); one row back when the claim held. */
 export function sqlServerCallerPullComplete(names: Pick<MssqlNames, 'inbox'>, c: ClaimRef): SqlServerCallerStatement {
   return {
-    text: `UPDATE r SET state = N'processed', processed_at = SYSUTCDATETIME(), updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL
-OUTPUT inserted.id
+    text: `DECLARE @v_changed TABLE (id UNIQUEIDENTIFIER NOT NULL);
+UPDATE r SET state = N'processed', processed_at = SYSUTCDATETIME(), updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL
+OUTPUT inserted.id INTO @v_changed (id)
 FROM ${names.inbox} AS r
 WHERE r.id = CAST($1 AS UNIQUEIDENTIFIER) AND r.consumption = N'pull' AND r.state = N'processing'
-  AND r.claim_token = CAST($2 AS UNIQUEIDENTIFIER) AND r.lease_expires_at > SYSUTCDATETIME();`,
+  AND r.claim_token = CAST($2 AS UNIQUEIDENTIFIER) AND r.lease_expires_at > SYSUTCDATETIME();
+SELECT id FROM @v_changed;`,
     values: [c.id, c.token],
   };
 }

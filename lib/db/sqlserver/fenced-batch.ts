@@ -2,7 +2,10 @@
  * Fenced batch writes (renew, sent/processed, retry, dead) shared by the outbox and inbox tables.
  *
  * One statement settles a whole batch: the rows come from `OPENJSON(@p_items)`, each matched on
- * all four fence conditions, and `OUTPUT inserted.id` reports the rows that kept their claim.
+ * all four fence conditions, and `OUTPUT inserted.id INTO @v_changed` collects the rows that
+ * kept their claim, which the batch then selects. An `OUTPUT` without `INTO` fails (error 334)
+ * once an application adds an enabled trigger for that action to the table: see "Triggers" in
+ * "OUTPUT clause (Transact-SQL)", learn.microsoft.com/sql/t-sql/queries/output-clause-transact-sql.
  */
 import sql from 'mssql';
 import type { ClaimRef } from '../driver.ts';
@@ -30,7 +33,8 @@ export type FencedKind = keyof typeof FENCED;
 
 /**
  * A fenced batch write on `table` (alias `r`): one statement for the whole batch, rows from
- * `OPENJSON(@p_items)`; `OUTPUT inserted.id` reports the rows that kept their claim.
+ * `OPENJSON(@p_items)`; `OUTPUT inserted.id INTO @v_changed`, then selected, reports the rows
+ * that kept their claim.
  */
 export function buildFencedBatch(
   table: string,
@@ -48,12 +52,14 @@ export function buildFencedBatch(
   ];
   if (kind === 'renew') params.push(param('p_lease_ms', sql.BigInt, msValue('leaseMs', options.leaseMs ?? 0)));
   return {
-    text: `UPDATE r
+    text: `DECLARE @v_changed TABLE (id UNIQUEIDENTIFIER NOT NULL);
+UPDATE r
    SET ${f.set}
-OUTPUT inserted.id
+OUTPUT inserted.id INTO @v_changed (id)
   FROM ${table} AS r
  INNER JOIN OPENJSON(@p_items) WITH (id UNIQUEIDENTIFIER '$.id', token UNIQUEIDENTIFIER '$.token'${f.columns}) AS s ON r.id = s.id
- WHERE ${FENCE}${options.extraCondition ?? ''};`,
+ WHERE ${FENCE}${options.extraCondition ?? ''};
+SELECT id FROM @v_changed;`,
     params,
   };
 }

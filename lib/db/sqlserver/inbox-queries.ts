@@ -13,6 +13,7 @@ import { UsageError, ValidationError } from '../../errors.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { KEY_COLLATION } from './migration-ddl.ts';
 import type { MssqlNames } from './names.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { buildStats, runStats } from './table-stats.ts';
@@ -129,16 +130,44 @@ export async function inboxRenewMany(runner: MssqlRunner, names: MssqlNames, p: 
 /** Marks the lost claim inside `inboxForward` so its transaction rolls back. */
 class ForwardClaimLost extends Error {}
 
+/** The `x-source` header of an outbox row: the source the relay forwarded it from. */
+const X_SOURCE = `JSON_VALUE(headers, '$."x-source"')`;
+
 /**
- * One transaction: insert the outbox row, then the fenced mark `processed`. When the mark changes
- * no row the claim was lost: the transaction rolls back (no outbox row) and the result is false.
+ * Whether an open (`pending`/`processing`) outbox row relayed from `source` (header `x-source`)
+ * has `key` — the relay's key of the aggregate under the other `inbox.relay.outboxKey` form —
+ * one row (`held`) when it does. Both compare exactly: binary collation, and equal byte lengths
+ * (SQL Server's `=` ignores trailing spaces). `READCOMMITTEDLOCK` reads committed rows with
+ * shared locks under either RCSI setting, so a row being written is waited for, not missed.
+ */
+export function buildOpenRelayedKeyProbe(names: Pick<MssqlNames, 'outbox'>, keyWhileOpen: { key: string; source: string }): MssqlStatement {
+  return {
+    text: `SELECT TOP (1) 1 AS held FROM ${names.outbox} WITH (READCOMMITTEDLOCK)
+ WHERE [key] = @p_key AND [key] IS NOT NULL AND DATALENGTH([key]) = DATALENGTH(@p_key)
+   AND state IN (N'pending', N'processing')
+   AND ${X_SOURCE} COLLATE ${KEY_COLLATION} = @p_source AND DATALENGTH(${X_SOURCE}) = DATALENGTH(@p_source);`,
+    params: [param('p_key', sql.NVarChar(255), keyWhileOpen.key), param('p_source', sql.NVarChar(255), keyWhileOpen.source)],
+  };
+}
+
+/**
+ * One transaction: insert the outbox row — with `keyWhileOpen.key` instead of its key while an
+ * open row relayed from that source has it (`buildOpenRelayedKeyProbe`), so an aggregate's rows
+ * keep one key, and their order, across a change of `inbox.relay.outboxKey` — then the fenced
+ * mark `processed`. When the mark changes no row the claim was lost: the transaction rolls back
+ * (no outbox row) and the result is false.
  */
 export async function inboxForward(pool: sql.ConnectionPool, names: MssqlNames, item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean> {
   try {
     // A deadlock victim's transaction was rolled back whole: running it again is safe.
     await retryDeadlocks(() =>
       mssqlTransaction(pool, async (tx) => {
-        await outboxInsert(names, tx, item.outbox, defaults);
+        let message = item.outbox;
+        if (item.keyWhileOpen !== undefined) {
+          const { recordset } = await runStatement<{ held: number }>(tx, buildOpenRelayedKeyProbe(names, item.keyWhileOpen));
+          if (recordset.length > 0) message = { ...message, key: item.keyWhileOpen.key };
+        }
+        await outboxInsert(names, tx, message, defaults);
         const changed = await runFencedBatch(tx, buildFencedBatch(names.inbox, 'processed', [item]));
         if (changed.length !== 1) throw new ForwardClaimLost();
       }),

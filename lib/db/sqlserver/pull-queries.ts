@@ -13,7 +13,7 @@
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { inClaimTransaction, pullLockExpression } from './claim-locks.ts';
-import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf } from './claim-order.ts';
+import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf, viaIndex } from './claim-order.ts';
 import { buildFencedBatch, runFencedBatch, type FencedKind } from './fenced-batch.ts';
 import { DECLARE_INBOX_CLAIMED, INBOX_COLUMNS, type InboxDbRow, toInboxRow } from './inbox-rows.ts';
 import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -102,7 +102,7 @@ UPDATE i
        ${LOST_LEASE_SET}
 OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
   INTO @v_claimed (${INBOX_COLUMNS.join(', ')}, claim_priority)
-  FROM ${t} AS i WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+  FROM ${t} AS i ${viaIndex(`${names.inboxTable}_pkey`, true, 'UPDLOCK, READPAST, ROWLOCK')}
  INNER JOIN @v_picked AS p ON p.id = i.id
  WHERE ${ofSource('i')} AND ${claimable('i')}
    AND (i.aggregate_id IS NULL OR NOT EXISTS (
