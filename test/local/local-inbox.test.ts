@@ -70,7 +70,7 @@ describe('local run: the demo inbox', () => {
           assert.equal(attributes['x-source']?.StringValue, 'payments');
           assert.equal(attributes['x-idempotency-key']?.StringValue, stored.idempotency_key);
           assert.equal(attributes['X-Topic']?.StringValue, `payments.${stored.event_type}`);
-          assert.equal(row.key, stored.aggregate_id, 'keyed by the order');
+          assert.equal(row.key, `payments:${stored.aggregate_id}`, 'keyed by the source and the order');
           assert.equal((JSON.parse(message.Body!) as { orderId: string }).orderId, stored.aggregate_id);
         }
       } finally {
