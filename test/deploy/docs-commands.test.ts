@@ -24,7 +24,10 @@ const blocks = DOCS.flatMap((file) => shellBlocks(file, readFileSync(file, 'utf8
 const fixture = shellBlocks(FIXTURE, readFileSync(FIXTURE, 'utf8'));
 const label = (b: ShellBlock) => `${b.file}:${b.line} ${b.code.split('\n')[0]!.slice(0, 60)}`;
 
-describe('the docs’ shell blocks run as written', { timeout: 600_000 }, () => {
+// The whole suite installs the package several times over (a clone, a scratch application, a
+// scratch Serverless service): about 8 minutes on a quiet 2-core machine, 11 on a loaded one. A
+// limit it reaches tears its scratch directories down under the command still running.
+describe('the docs’ shell blocks run as written', { timeout: 1_200_000 }, () => {
   const runner = new DocsRunner(process.cwd(), testDatabaseUrl());
   after(() => runner.close());
 
