@@ -49,6 +49,15 @@ describe('several rows of a key in one claim: one holder per key (PostgreSQL)', 
     // The stale worker settles as the pass does (the rest of the key first, its first row last): nothing changes.
     assert.deepEqual(await db.driver.outboxReleaseMany({ claims: stale.slice(1).map((r) => ({ id: r.id, token: r.claimToken })) }), []);
     assert.deepEqual(await db.driver.outboxMarkSentMany({ claims: [{ id: stale[0]!.id, token: stale[0]!.claimToken }] }), []);
+    // Nor does a stale renewal, retry or dead-letter write of any of its rows.
+    const staleClaims = stale.map((r) => ({ id: r.id, token: r.claimToken }));
+    assert.deepEqual(await db.driver.outboxRenewMany({ claims: staleClaims, leaseMs: 30_000 }), []);
+    assert.deepEqual(await db.driver.outboxRetryMany({ items: staleClaims.map((c) => ({ ...c, delayMs: 0, error: 'stale' })) }), []);
+    assert.deepEqual(await db.driver.outboxMarkDeadMany({ items: staleClaims.map((c) => ({ ...c, error: 'stale' })) }), []);
+    assert.deepEqual(
+      (await db.query<{ state: string; claim_token: string }>(`SELECT state, claim_token FROM ${table} WHERE id = ANY($1) ORDER BY sequence`, [ids.slice(0, 3)])).map((r) => [r.state, r.claim_token]),
+      ids.slice(0, 3).map(() => ['processing', fresh[0]!.claimToken]),
+    );
     assert.deepEqual(await holders('K'), [fresh[0]!.claimToken]);
     // The database itself refuses a second holder: another first row of the key in flight.
     await assert.rejects(
