@@ -118,7 +118,10 @@ for (const { path, overrides, functions } of CLAIM_PATHS) describe(`four outbox 
               retry.push({ id: row.id, token: row.claimToken, delayMs: 0, error: 'throttled' });
               retries++;
             } else if (roll < 0.14) {
-              // walk away: the lease runs out and the reclaim step returns the rows
+              // walk away: the lease runs out and the reclaim step returns the rows. The key is
+              // let go of first, as before a retry: the lease ends when the update commits, and a
+              // reclaim and a claim by another claimer can be answered before this update is.
+              if (row.key !== null) held.delete(row.key);
               await db.pool.query(`UPDATE ${table} SET lease_expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = ANY($1) AND claim_token = $2`, [
                 lane.slice(i).map((r) => r.id),
                 row.claimToken,
