@@ -1,10 +1,14 @@
 /**
  * The checker's own view of the outbox: a row trigger (installed in the test schema only) that
  * records every state change with the token it replaced and whether the replaced lease was still
- * live at that moment (database clock, 50 ms of tolerance for the time between the fence check
- * and the trigger). It is a BEFORE trigger: it fires as each row qualifies, whereas an AFTER row
- * trigger fires at the end of the statement, possibly long after a multi-row statement checked
- * the first row's lease. The trigger adds work to each write, never changes one.
+ * live when the writing statement started (`statement_timestamp()`). The fence checks the lease at
+ * some moment of the statement, never before it started, so a fenced write always passes; a write
+ * sent after its lease ended does not. The trigger's own clock would not do: the fence may check
+ * a row (in the scan of the table) well before the row is written, and on a loaded machine that
+ * can be more than any tolerance — a late write that changes nothing another owner holds, since a
+ * reclaim in between would have changed the row and the write would have re-checked its fence on
+ * it. It is a BEFORE trigger: it fires as each row qualifies. The trigger adds work to each write,
+ * never changes one.
  */
 import type pg from 'pg';
 
@@ -33,7 +37,7 @@ export async function installAuditTrail(pool: pg.Pool, schema: string): Promise<
       IF OLD.state IS DISTINCT FROM NEW.state THEN
         INSERT INTO ${s}.faults_audit (row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live, lease_lost)
         VALUES (OLD.id, OLD.state, NEW.state, OLD.claim_token, OLD.attempt, NEW.attempt,
-                COALESCE(OLD.lease_expires_at > clock_timestamp() - interval '50 milliseconds', false),
+                COALESCE(OLD.lease_expires_at > statement_timestamp(), false),
                 NEW.claim_token IS NULL AND COALESCE(NEW.last_error LIKE 'lease expired during %' OR NEW.last_error LIKE '% the lease of the last one expired during %', false));
       END IF;
       RETURN NEW;

@@ -73,4 +73,23 @@ describe('the fault checker', () => {
     });
     assert.equal(report.violationCount, 0, [...report.violations.entries()].map(([k, v]) => `${k}: ${v.examples.join('; ')}`).join('\n'));
   });
+  it('the audit marks a finishing write sent after its lease ended, and not one whose fence passed in a slow statement', async () => {
+    await db.pool.query(`TRUNCATE "${db.schema}".outbox, "${db.schema}".faults_audit`);
+    const [late, slow] = await insertOutboxRows(db, [0, 1].map((i) => ({ topic: 't', key: `k${i}`, payload: { i } })));
+    const claimed = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
+    const table = `"${db.schema}".outbox`;
+    // A lease that ended before the write was sent, and a write without the lease in its fence.
+    await db.pool.query(`UPDATE ${table} SET lease_expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = $1`, [late]);
+    await db.pool.query(`UPDATE ${table} SET state = 'sent', lease_expires_at = NULL WHERE id = $1 AND claim_token = $2`, [late, claimed.find((r) => r.id === late)!.claimToken]);
+    // A fenced write whose row is written 300 ms after its fence passed, by then past its lease.
+    await db.pool.query(`UPDATE ${table} SET lease_expires_at = clock_timestamp() + interval '100 milliseconds' WHERE id = $1`, [slow]);
+    await db.pool.query(
+      `UPDATE ${table} t SET state = 'sent', lease_expires_at = NULL
+        FROM (SELECT id FROM ${table} WHERE id = $1 AND state = 'processing' AND lease_expires_at > clock_timestamp()) f, pg_sleep(0.3)
+       WHERE t.id = f.id`,
+      [slow],
+    );
+    const audit = await db.query<{ row_id: string; lease_live: boolean }>(`SELECT row_id, lease_live FROM "${db.schema}".faults_audit WHERE new_state = 'sent'`);
+    assert.deepEqual(new Map(audit.map((a) => [a.row_id, a.lease_live])), new Map([[late, false], [slow, true]]));
+  });
 });

@@ -49,6 +49,15 @@ describe('several rows of a key in one claim: one holder per key (PostgreSQL)', 
     // The stale worker settles as the pass does (the rest of the key first, its first row last): nothing changes.
     assert.deepEqual(await db.driver.outboxReleaseMany({ claims: stale.slice(1).map((r) => ({ id: r.id, token: r.claimToken })) }), []);
     assert.deepEqual(await db.driver.outboxMarkSentMany({ claims: [{ id: stale[0]!.id, token: stale[0]!.claimToken }] }), []);
+    // Nor does a stale renewal, retry or dead-letter write of any of its rows.
+    const staleClaims = stale.map((r) => ({ id: r.id, token: r.claimToken }));
+    assert.deepEqual(await db.driver.outboxRenewMany({ claims: staleClaims, leaseMs: 30_000 }), []);
+    assert.deepEqual(await db.driver.outboxRetryMany({ items: staleClaims.map((c) => ({ ...c, delayMs: 0, error: 'stale' })) }), []);
+    assert.deepEqual(await db.driver.outboxMarkDeadMany({ items: staleClaims.map((c) => ({ ...c, error: 'stale' })) }), []);
+    assert.deepEqual(
+      (await db.query<{ state: string; claim_token: string }>(`SELECT state, claim_token FROM ${table} WHERE id = ANY($1) ORDER BY sequence`, [ids.slice(0, 3)])).map((r) => [r.state, r.claim_token]),
+      ids.slice(0, 3).map(() => ['processing', fresh[0]!.claimToken]),
+    );
     assert.deepEqual(await holders('K'), [fresh[0]!.claimToken]);
     // The database itself refuses a second holder: another first row of the key in flight.
     await assert.rejects(
@@ -121,3 +130,44 @@ describe('the pass publishes the rows of a key one after another (outbox.rowsPer
     assert.ok(ids.slice(2, 4).every((id) => byId.get(id)!.claim_token === null && byId.get(id)!.last_error === null), 'released rows carry no claim and no error');
   });
 });
+
+/**
+ * The full claim extends its heads with followers as the window claim does, through claim
+ * functions and as statements. Key a's head is in flight and 39 rows wait behind it: the oldest
+ * window (30 rows at a batch of 10) holds a's rows only, so the window claim takes nothing and
+ * every row below comes from the full claim's sweep and key turn.
+ */
+for (const rowsPerKey of [4, 10]) {
+  for (const functions of [true, false]) {
+    describe(`the full claim takes followers too (outbox.rowsPerKey ${rowsPerKey}, ${functions ? 'claim functions' : 'statements'})`, () => {
+      let db: TestDatabase;
+      before(async () => {
+        db = await createTestDatabase({ outbox: { batchSize: 10, rowsPerKey }, ...(functions ? {} : { database: { claimFunctions: false } }) });
+      });
+      after(async () => db.drop());
+
+      it('past a window held by a key in flight: the heads of b, c, d, then their next rows by rank, one token per key', async () => {
+        const rows = [
+          ...Array.from({ length: 40 }, (_, n) => ({ topic: 't', key: 'a', payload: { n } })),
+          ...['b', 'c', 'd'].flatMap((key) => Array.from({ length: 12 }, (_, n) => ({ topic: 't', key, payload: { n } }))),
+        ];
+        await insertOutboxRows(db, rows);
+        assert.deepEqual((await db.newDriver().outboxClaimMany({ limit: 1, leaseMs: 60_000 })).map((r) => `${r.key}${String(r.payload.n)}`), ['a0']);
+        const driver = db.newDriver();
+        const full = await driver.outboxClaimMany({ limit: 10, leaseMs: 60_000 });
+        assert.deepEqual(
+          full.map((r) => `${r.key}${String(r.payload.n)}`),
+          ['b0', 'b1', 'b2', 'b3', 'c0', 'c1', 'c2', 'd0', 'd1', 'd2'],
+          'the three heads, every key its second and third row, then b its fourth (rowsPerKey at least 4)',
+        );
+        for (const key of ['b', 'c', 'd']) assert.equal(new Set(full.filter((r) => r.key === key).map((r) => r.claimToken)).size, 1, `${key}: one token`);
+        const inFlight = await db.query<{ key: string; first: string; n: string }>(
+          `SELECT key, count(*) FILTER (WHERE key_first)::text AS first, count(*)::text AS n FROM "${db.schema}".outbox WHERE state = 'processing' GROUP BY key ORDER BY key`,
+        );
+        assert.deepEqual(inFlight.map((r) => [r.key, r.first, r.n]), [['a', '1', '1'], ['b', '1', '4'], ['c', '1', '3'], ['d', '1', '3']], 'one first row per key in flight');
+        assert.deepEqual(await db.newDriver().outboxClaimMany({ limit: 10, leaseMs: 60_000 }), [], 'nothing more: every key has a holder');
+        assert.equal(driver.ctx.claimFunctions?.missing.size, functions ? 0 : undefined, 'the claim went the path under test');
+      });
+    });
+  }
+}
