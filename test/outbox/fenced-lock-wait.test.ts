@@ -87,4 +87,35 @@ describe('fenced writes: the lock wait ends with the lease', () => {
     const reclaim = await db.driver.outboxReclaimExpired({});
     assert.equal(reclaim.reclaimed, 1, 'the reclaim takes the row back');
   });
+
+  it('a fenced write that PostgreSQL chose as a deadlock victim runs again and lands (nothing of the first run was written)', async () => {
+    await insertOutboxRows(db, [{ topic: 'orders.paid', payload: { n: 1 } }, { topic: 'orders.paid', payload: { n: 2 } }]);
+    const rows = await db.driver.outboxClaimMany({ limit: 2, leaseMs: 60_000 });
+    assert.equal(rows.length, 2);
+    const [first, second] = rows as [(typeof rows)[0], (typeof rows)[0]];
+    const table = `"${db.schema}".outbox`;
+    // Another transaction holds the second row; the write locks the first, then waits on the second.
+    const holder: pg.PoolClient = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT id FROM ${table} WHERE id = $1 FOR UPDATE`, [second.id]);
+      const write = db.driver.outboxMarkSentMany({ claims: [first, second].map((r) => ({ id: r.id, token: r.claimToken })) });
+      const outcome = write.then((ids) => ({ ids }), (error: unknown) => ({ error }));
+      await waitUntil('the write waits on the second row', async () =>
+        (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE %outbox%' AND pid <> pg_backend_pid()`))[0]!.n > 0,
+      10_000);
+      await delay(200);
+      // The holder now needs the first row, which the write holds: a cycle. The write has waited
+      // longer, so its deadlock check (after deadlock_timeout) finds the cycle and ends it.
+      await holder.query(`UPDATE ${table} SET updated_at = updated_at WHERE id = $1`, [first.id]);
+      await holder.query('COMMIT');
+      const result = await outcome;
+      assert.ok('ids' in result, `the write is sent again after the deadlock and lands (it failed: ${String((result as { error?: unknown }).error)})`);
+      assert.deepEqual([...result.ids].sort(), [first.id, second.id].sort());
+      const states = await db.query<{ state: string }>(`SELECT state FROM ${table} ORDER BY sequence`);
+      assert.deepEqual(states.map((r) => r.state), ['sent', 'sent']);
+    } finally {
+      holder.release();
+    }
+  });
 });

@@ -70,12 +70,34 @@ export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.l
  */
 export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
   try {
-    return db instanceof pg.Pool ? await pgSingleTrip<R>(db, text, values) : await inOpenTransaction<R>(db, text, values);
+    return db instanceof pg.Pool ? await singleTripPastDeadlocks<R>(db, text, values) : await inOpenTransaction<R>(db, text, values);
   } catch (error) {
     if (error instanceof TransientDatabaseError && error.code === '55P03') {
       throw new FencedLockTimeoutError('fenced write: a row stayed locked by another transaction until its lease ended; nothing was written', { cause: error });
     }
     throw error;
+  }
+}
+
+/** Runs of a fenced statement on its own that PostgreSQL chose as a deadlock victim. */
+const DEADLOCK_ATTEMPTS = 3;
+
+/**
+ * A fenced statement on its own, sent again when PostgreSQL chose it as the victim of a deadlock
+ * (40P01): the statement was rolled back whole, nothing of it was written, and the same statement
+ * with the same tokens is fenced again on the rows as they are then (a claim that was lost in the
+ * meantime still changes nothing). A multi-row write can meet such a cycle with a claim that keeps
+ * the lock of a row it re-checked and passed over while it waits on the in-flight index for a row
+ * this write is finishing: failing the write would leave its rows to their lease, to be reclaimed,
+ * charged an attempt and delivered again.
+ */
+async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await pgSingleTrip<R>(pool, text, values);
+    } catch (error) {
+      if (!(error instanceof TransientDatabaseError && error.code === '40P01') || attempt >= DEADLOCK_ATTEMPTS) throw error;
+    }
   }
 }
 
