@@ -28,7 +28,7 @@ describe('configuration', () => {
     const config = loadConfig({ env: {} });
     assert.deepEqual(
       { ...config.outbox, routes: undefined },
-      { batchSize: 100, concurrency: 8, pollIntervalMs: 100, maxPollIntervalMs: 1000, retryBaseDelayMs: 1000, maxAttempts: 5, claimTimeoutMs: 300000, shutdownTimeoutMs: 30000, routes: undefined },
+      { batchSize: 100, concurrency: 8, pollIntervalMs: 100, maxPollIntervalMs: 1000, retryBaseDelayMs: 1000, maxAttempts: 5, claimTimeoutMs: 300000, shutdownTimeoutMs: 30000, routes: undefined, scaleOut: { maxConcurrentPasses: 1 } },
     );
     assert.equal(config.inbox.maxBodyBytes, 1048576);
     assert.equal(config.inbox.relay.claimTimeoutMs, 300000);
@@ -62,9 +62,10 @@ destinations:
     assert.equal(loadConfig({ env: { QUEUEBOX_DATABASE_URL: 'postgres://c/d', DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://c/d');
   });
 
-  it('takes several rows of a key per claim on PostgreSQL unless told otherwise, and one on SQL Server', () => {
-    assert.equal(outboxRowsPerKey(loadConfig({ env: {} })), DEFAULT_ROWS_PER_KEY);
-    assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('outbox:\n  rowsPerKey: 1\n'), env: {} })), 1);
+  it('takes one row of a key per claim unless told otherwise, on PostgreSQL and SQL Server', () => {
+    assert.equal(DEFAULT_ROWS_PER_KEY, 1, 'one row of a key per claim, as the claim rules say');
+    assert.equal(outboxRowsPerKey(loadConfig({ env: {} })), 1);
+    assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('outbox:\n  rowsPerKey: 10\n'), env: {} })), 10);
     assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('database:\n  type: sqlserver\n'), env: {} })), 1);
     assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('database:\n  type: sqlserver\noutbox:\n  rowsPerKey: 1\n'), env: {} })), 1);
   });
