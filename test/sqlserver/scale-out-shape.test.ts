@@ -24,8 +24,9 @@ describe('SQL Server scale-out statement shapes', () => {
 
   it('start and release act only on the slot that still holds the token; start also needs a live lease', () => {
     const start = allStatements()['scale-out start']!;
-    assert.match(start.text, new RegExp(`WHERE name = @p_slot_name AND last_run_at > SYSUTCDATETIME\\(\\) AND ${TOKEN.replace(/[()[\]*.]/g, '\\$&')} = @p_token;$`));
-    assert.match(start.text, /OUTPUT CAST\(DATEDIFF_BIG\(microsecond, CAST\('1970-01-01' AS DATETIME2\(7\)\), inserted\.last_run_at\) AS NVARCHAR\(20\)\) AS token/);
+    assert.match(start.text, new RegExp(`WHERE name = @p_slot_name AND last_run_at > SYSUTCDATETIME\\(\\) AND ${TOKEN.replace(/[()[\]*.]/g, '\\$&')} = @p_token;\n`));
+    assert.match(start.text, /OUTPUT inserted\.last_run_at INTO @v_started \(last_run_at\)/);
+    assert.ok(start.text.endsWith(`SELECT ${TOKEN} AS token FROM @v_started;`), 'the new token, read back from the table variable');
     assert.deepEqual(start.params.slice(0, 2).map((p) => p.value), ['scale-out:outboxPoller:outbox:2', '1764504000123456']);
     const release = allStatements()['scale-out release']!;
     assert.match(release.text, new RegExp(`^DELETE FROM \\[dbo\\]\\.\\[queuebox_maintenance\\] WHERE name = @p_slot_name AND ${TOKEN.replace(/[()[\]*.]/g, '\\$&')} = @p_token;`));

@@ -80,10 +80,13 @@ export async function scaleOutAcquire(runner: MssqlRunner, names: MssqlNames, p:
 /** Takes over a slot still holding the token under a live lease: a lease `@p_lease_ms` from now; returns the new token. */
 export function buildScaleOutStart(names: MssqlNames, p: { worker: ScaleOutWorker; slot: ScaleOutSlot; leaseMs: number }): MssqlStatement {
   return {
-    text: `UPDATE ${names.maintenance} WITH (UPDLOCK)
+    // OUTPUT … INTO a table variable: a bare OUTPUT fails (error 334) on a table with a trigger.
+    text: `DECLARE @v_started TABLE (last_run_at DATETIME2(7) NOT NULL);
+UPDATE ${names.maintenance} WITH (UPDLOCK)
    SET last_run_at = ${dbNowPlusMs('@p_lease_ms')}
-OUTPUT ${token('inserted.last_run_at')} AS token
- WHERE name = @p_slot_name AND last_run_at > SYSUTCDATETIME() AND ${token('last_run_at')} = @p_token;`,
+OUTPUT inserted.last_run_at INTO @v_started (last_run_at)
+ WHERE name = @p_slot_name AND last_run_at > SYSUTCDATETIME() AND ${token('last_run_at')} = @p_token;
+SELECT ${token('last_run_at')} AS token FROM @v_started;`,
     params: [
       param('p_slot_name', sql.NVarChar(255), scaleOutSlotName(p.worker, names.outboxTable, p.slot.slot)),
       param('p_token', sql.NVarChar(20), p.slot.token),
