@@ -25,18 +25,24 @@ for (const { path, overrides, functions } of CLAIM_PATHS) describe(`a claim besi
   after(async () => db.drop());
 
   /** A pool of one client whose COMMIT waits until `commit()` is called. */
-  async function heldPool(): Promise<{ pool: pg.Pool; commit: () => void; release: () => void }> {
+  async function heldPool(): Promise<{ pool: pg.Pool; commit: () => void; atCommit: Promise<void>; release: () => void }> {
     const client = await db.pool.connect();
     let commit!: () => void;
+    let reached!: () => void;
     const gate = new Promise<void>((resolve) => (commit = resolve));
+    /** Settles when the claim has run its statements and asks to commit: its rows are chosen. */
+    const atCommit = new Promise<void>((resolve) => (reached = resolve));
     const held = {
       query: async (text: string, values?: unknown[]) => {
-        if (text === 'COMMIT') await gate;
+        if (text === 'COMMIT') {
+          reached();
+          await gate;
+        }
         return client.query(text, values);
       },
       release: () => {},
     };
-    return { pool: { connect: async () => held, options: {} } as unknown as pg.Pool, commit, release: () => client.release() };
+    return { pool: { connect: async () => held, options: {} } as unknown as pg.Pool, commit, atCommit, release: () => client.release() };
   }
 
   /** True when `promise` has not settled after `ms`. */
@@ -103,7 +109,7 @@ for (const { path, overrides, functions } of CLAIM_PATHS) describe(`a claim besi
       const row5 = await db.driver.inboxInsert(message('r5'), early);
       const row6 = await db.driver.inboxInsert(message('r6'));
       const claimA = inboxClaimPushMany({ ...ctx, pool: held.pool }, { limit: 10, leaseMs: 60_000 });
-      await sleep(200);
+      await held.atCommit;
       await early.query('COMMIT');
       const other = await db.driver.inboxInsert(message('r1', 'crm'));
       const claimB = db.driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 });
@@ -130,7 +136,7 @@ for (const { path, overrides, functions } of CLAIM_PATHS) describe(`a claim besi
       const row5 = await db.driver.inboxInsert(message('p5'), early);
       const row6 = await db.driver.inboxInsert(message('p6'));
       const claimA = pullClaimMany({ ...ctx, pool: held.pool }, { source: 'jobs', limit: 10, leaseMs: 60_000 });
-      await sleep(200);
+      await held.atCommit;
       await early.query('COMMIT');
       const claimB = db.driver.pullClaimMany({ source: 'jobs', limit: 10, leaseMs: 60_000 });
       assert.equal(await stillWaiting(claimB, 300), true, 'B waits for A');
