@@ -8,13 +8,16 @@ export type RatedResult = CaseResult & { ratioToFloor: number | null; ratioToGra
 
 const fmt = (value: number | null | undefined, digits = 0) => (value === null || value === undefined ? '–' : value.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
 
+/** Per-key order violations the case's order check counted; – where the case has no check. */
+const violations = (r: CaseResult) => (typeof r.notes?.orderViolations === 'number' ? fmt(r.notes.orderViolations) : '–');
+
 /** One Markdown table row per result, grouped by workload in run order. */
 export function formatTable(results: readonly RatedResult[]): string {
-  const header = '| workload | case | msg/s | × floor | × graphile-worker | runs (msg/s) | p50 ms | p99 ms | round trips/msg | client CPU ms/1k msg | peak RSS MB | moved | s | load |';
-  const rule = '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|';
+  const header = '| workload | case | msg/s | × floor | × graphile-worker | runs (msg/s) | p50 ms | p99 ms | round trips/msg | client CPU ms/1k msg | peak RSS MB | moved | order violations | s | load |';
+  const rule = '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|';
   const rows = results.map(
     (r) =>
-      `| ${r.workload} | ${r.case} | ${fmt(r.messagesPerSecond)} | ${fmt(r.ratioToFloor, 2)} | ${fmt(r.ratioToGraphileWorker, 2)} | ${r.runs && r.runs.length > 1 ? r.runs.map((n) => fmt(n)).join(' / ') : '–'} | ${fmt(r.p50Ms, 1)} | ${fmt(r.p99Ms, 1)} | ${fmt(r.roundTripsPerMessage, 3)} | ${fmt(r.cpuMsPer1000, 1)} | ${fmt(r.peakRssMb)} | ${fmt(r.messages)}${r.capped ? ' (capped)' : ''} | ${fmt(r.seconds, 1)} | ${fmt(r.loadAverage, 1)} |`,
+      `| ${r.workload} | ${r.case} | ${fmt(r.messagesPerSecond)} | ${fmt(r.ratioToFloor, 2)} | ${fmt(r.ratioToGraphileWorker, 2)} | ${r.runs && r.runs.length > 1 ? r.runs.map((n) => fmt(n)).join(' / ') : '–'} | ${fmt(r.p50Ms, 1)} | ${fmt(r.p99Ms, 1)} | ${fmt(r.roundTripsPerMessage, 3)} | ${fmt(r.cpuMsPer1000, 1)} | ${fmt(r.peakRssMb)} | ${fmt(r.messages)}${r.capped ? ' (capped)' : ''} | ${violations(r)} | ${fmt(r.seconds, 1)} | ${fmt(r.loadAverage, 1)} |`,
   );
   return [header, rule, ...rows].join('\n');
 }

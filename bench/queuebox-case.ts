@@ -18,6 +18,7 @@ import type { OutboxPassDriver, PassLogger } from '../lib/outbox/pass-context.ts
 import { createRouter } from '../lib/outbox/routes.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
 import type { BenchCase, CaseContext, DrainResult } from './bench-case.ts';
+import { OrderCheck } from './order-check.ts';
 import { benchConfig, dropSchema, outboxLatency, seedOutbox } from './outbox-table.ts';
 
 const silent: PassLogger = { debug() {}, info() {}, warn() {}, error() {} };
@@ -47,8 +48,26 @@ function passConfig(ctx: CaseContext, prepared: boolean, rowsPerKey?: number): Q
   return { ...config, database: { ...config.database, preparedStatements: prepared } };
 }
 
-function destinationsFor(ctx: CaseContext, config: QueueBoxConfig, kind: 'noop' | 'sqs'): Destinations {
-  if (kind === 'noop') return new Map([['bench', new NoopDestination('bench')]]);
+/** The no-op destination, counting per-key order as messages reach it (the same check as the peer's). */
+class OrderCheckingNoop extends NoopDestination {
+  constructor(private readonly order: OrderCheck) {
+    super('bench');
+  }
+
+  override async publishBatch(...args: Parameters<NoopDestination['publishBatch']>): ReturnType<NoopDestination['publishBatch']> {
+    // One yield per call, as a real publish awaits its I/O (graphile-worker's task does the same).
+    await new Promise((resolve) => setImmediate(resolve));
+    const outcomes = await super.publishBatch(...args);
+    for (const m of args[0]) {
+      this.order.start(m.key, m.payload.i as number);
+      this.order.finish(m.key);
+    }
+    return outcomes;
+  }
+}
+
+function destinationsFor(ctx: CaseContext, config: QueueBoxConfig, kind: 'noop' | 'sqs', order: OrderCheck): Destinations {
+  if (kind === 'noop') return new Map([['bench', new OrderCheckingNoop(order)]]);
   if (!ctx.sqs) throw new Error('queuebox-sqs needs the SQS emulator');
   return createDestinations(config, {
     clientOverrides: { endpoint: ctx.sqs.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'bench', secretAccessKey: 'bench' } },
@@ -63,7 +82,8 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   let sent = 0;
   const endAt = Date.now() + ctx.timeLimitMs + 60_000;
   const drivers = Array.from({ length: ctx.workers }, () => new PostgresDriver({ config, url: ctx.url }));
-  const destinations = destinationsFor(ctx, config, kind);
+  const order = new OrderCheck();
+  const destinations = destinationsFor(ctx, config, kind, order);
   const router = createRouter(config.outbox.routes, config.destinations);
   // Database time of the claims and the sent marks, summed over all passes (the notes), and the
   // time from a claim's answer to its batch's sent mark (routing, the publish, the lease keeper).
@@ -143,7 +163,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   return {
     moved: Math.min(sent, target),
     capped: sent < target,
-    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), deliverMsAvg: average(timing.deliverMs, timing.settles), settleMsAvg: average(timing.settleMs, timing.settles) },
+    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), deliverMsAvg: average(timing.deliverMs, timing.settles), settleMsAvg: average(timing.settleMs, timing.settles), ...(kind === 'noop' && ctx.workload.keys > 0 ? order.notes() : {}) },
   };
 }
 

@@ -7,7 +7,9 @@
  * Candidates:
  * - floor, in two stages: `--batches` × `--loops` with the plain statement (`claim` cte, not
  *   prepared), then the other statement shapes (`claim` in, `prepared` on) at the best size;
- * - graphile-worker: `--concurrency` × `--local-queue`.
+ * - graphile-worker: `--concurrency` × `--local-queue`; on a keyed workload `--concurrency` with
+ *   localQueue off, the only setting that keeps its per-queue order (graphile/worker#621). A run
+ *   that broke per-key order (the case's order check) is never a winner.
  *
  * Options: `--cases floor,graphile-worker`, `--workloads a,b` (default all), `--sizes m[,b[,d]]`
  * (default the full sizes), `--batches 100,1000`, `--loops 2,4`, `--concurrency 24,48`,
@@ -22,6 +24,7 @@ import { BEST_SETTINGS_PATH, writeBestSettings, type BestSettings } from './best
 import type { CaseResult } from './case-child.ts';
 import { buildChild, medianRun, runChild } from './child-runner.ts';
 import { FULL_SIZES, parseSizes, workloads } from './workloads.ts';
+import { orderKept } from './order-check.ts';
 
 const SWEPT = ['floor', 'graphile-worker'];
 
@@ -84,6 +87,10 @@ async function main(): Promise<void> {
           });
           if (!result) return;
           const key = label(settings);
+          if (!orderKept(result.notes)) {
+            process.stderr.write(`${workload.name} ${caseName} ${key}: ${result.messagesPerSecond} msg/s with ${String(result.notes?.orderViolations)} per-key order violations: not eligible\n`);
+            return;
+          }
           const entry = tried.get(key) ?? { settings, runs: [] };
           entry.runs.push(result);
           tried.set(key, entry);
@@ -91,7 +98,7 @@ async function main(): Promise<void> {
         };
         const rate = (key: string) => medianRun(tried.get(key)!.runs).messagesPerSecond;
         const ranked = () => [...tried.keys()].sort((a, b) => rate(b) - rate(a));
-        for (const settings of firstStage(caseName, values)) await attempt(settings);
+        for (const settings of firstStage(caseName, workload.keys > 0, values)) await attempt(settings);
         if (caseName === 'floor' && tried.size > 0) {
           const size = tried.get(ranked()[0]!)!.settings;
           for (const shape of [{ claim: 'in', prepared: false }, { claim: 'cte', prepared: true }, { claim: 'in', prepared: true }]) await attempt({ ...size, ...shape });
@@ -121,11 +128,15 @@ async function main(): Promise<void> {
 }
 
 /** The floor's batch sizes × loops with the plain statement; graphile-worker's whole grid. */
-function firstStage(caseName: string, values: { batches: string; loops: string; concurrency: string; 'local-queue': string }): CaseSettings[] {
+function firstStage(caseName: string, keyed: boolean, values: { batches: string; loops: string; concurrency: string; 'local-queue': string }): CaseSettings[] {
   if (caseName === 'floor') {
     return numbers('batches', values.batches).flatMap((batch) => numbers('loops', values.loops).map((loops) => ({ batch, loops, claim: 'cte', prepared: false })));
   }
-  return numbers('concurrency', values.concurrency).flatMap((concurrency) => numbers('local-queue', values['local-queue']).map((localQueue) => ({ concurrency, localQueue })));
+  // On a keyed workload only settings that keep graphile-worker's per-queue order compete: with
+  // localQueue on, jobs of one named queue run at once (graphile/worker#621; the order check of
+  // the case counts them), so a keyed candidate runs with localQueue off.
+  const localQueues = keyed ? [0] : numbers('local-queue', values['local-queue']);
+  return numbers('concurrency', values.concurrency).flatMap((concurrency) => localQueues.map((localQueue) => ({ concurrency, localQueue })));
 }
 
 main().catch((error: unknown) => {

@@ -54,8 +54,11 @@ describe('npm run bench', () => {
       }
       // The passes' claims called the functions `migrate` made for the default batch size.
       if (l.case === 'queuebox') assert.equal(l.notes?.claimFunctionsMissing, 0, `${l.workload}/${l.case}: ${JSON.stringify(l.notes)}`);
+      // The keyed drain went through the order check at the destination, and kept per-key order.
+      if (l.case === 'queuebox') assert.equal(l.notes?.orderViolations, l.workload === 'keys-100' ? 0 : undefined, JSON.stringify(l.notes));
     }
     assert.match(stdout, /\| workload \| case \| msg\/s \| × floor \| × graphile-worker \|/, 'the readable table follows the JSON lines');
+    assert.match(stdout, /\| keys-100 \| queuebox \|.*\| 400 \| 0 \|/, 'the table shows no order violation on the keyed queuebox row');
     assert.match(stdout, /\| unkeyed \| 50 × 3 loops, in(, prepared)? \| [\d,]+ \| – \| – \| [\d,]+ \| [\d.]+ \| – \|/, 'the summary names the floor setting and QueueBox × floor');
   });
 
@@ -79,6 +82,17 @@ describe('npm run bench', () => {
     assert.ok(tried.some((l) => l.includes(`${line!.best}: ${line!.messagesPerSecond} msg/s`)), `${line!.best} is the setting tried at that rate`);
     const rates = tried.map((l) => Number(/: (\d+) msg\/s/.exec(l)![1]));
     assert.equal(line!.messagesPerSecond, Math.max(...rates), 'the best is the fastest tried');
+  });
+
+  it('bench:sweep runs graphile-worker on a keyed workload only with localQueue off (the setting that keeps per-queue order)', async () => {
+    const { code, stderr } = await runTsx(
+      ['bench/sweep.ts', '--cases', 'graphile-worker', '--workloads', 'keys-100', '--sizes', '300', '--concurrency', '4', '--local-queue', '0,500', '--confirm', '0', '--warmup', '0', '--peer-seconds', '10', '--dry-run'],
+      { ...process.env, DATABASE_URL: testDatabaseUrl() },
+      180_000,
+    );
+    assert.equal(code, 0, stderr);
+    const tried = stderr.split('\n').filter((l) => l.startsWith('keys-100 graphile-worker '));
+    assert.deepEqual(tried.map((l) => /graphile-worker (\S+ \S+):/.exec(l)?.[1]), ['concurrency=4 localQueue=0'], stderr);
   });
 
   it('bench:latency reports the idle invocations and a latency for every message it wrote', { timeout: 180_000 }, async () => {
