@@ -118,8 +118,8 @@ export const outboxSchema = z
     /**
      * Rows of one key a claim may hold: the head of the key and the next rows of that key in
      * `sequence` order, all due and pending. They are published one after another, one row of the
-     * key per destination call. 1 takes only the head. Default 10 on PostgreSQL; SQL Server
-     * supports only 1 (`outboxRowsPerKey`).
+     * key per destination call. 1 (the default, `DEFAULT_ROWS_PER_KEY`) takes only the head; 10 is
+     * the documented opt-in for hot keys on PostgreSQL. SQL Server supports only 1 (`outboxRowsPerKey`).
      */
     rowsPerKey: positiveInt.max(100).optional(),
     /** Pause after a claim that found nothing (ms); it doubles with each further empty claim, up to `maxPollIntervalMs`. */

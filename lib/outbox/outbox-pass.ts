@@ -50,6 +50,27 @@ import { signalSettled, waitAny } from './wait-any.ts';
 export const MIN_CLAIM_WINDOW_MS = 1000;
 /** Claimed batches being published at once (the next claim overlaps the current publish). */
 export const MAX_BATCHES_IN_FLIGHT = 2;
+/**
+ * Payload text one claim should bring into memory (characters of the stored JSON): the claim limit
+ * of a pass is `outbox.batchSize`, lowered once a claim shows rows so large that a full batch
+ * would exceed this (`claimLimitFor`). Two batches in flight stay near 64 MiB of payload text
+ * whatever the batch size, within the poller's default 512 MB.
+ */
+export const CLAIM_PAYLOAD_BUDGET_CHARS = 32 * 1024 * 1024;
+/** Per driver (a container keeps its driver across invocations): the last claim that found rows. */
+const lastClaims = new WeakMap<object, { rows: number; payloadChars: number }>();
+
+/**
+ * The next claim's limit: `batchSize`, or fewer rows when the last claim's rows averaged so much
+ * payload that `batchSize` of them would exceed `CLAIM_PAYLOAD_BUDGET_CHARS` (at least 1). A claim
+ * of small rows brings the limit back up to `batchSize`.
+ */
+export function claimLimitFor(batchSize: number, lastClaim: { rows: number; payloadChars: number } | undefined): number {
+  if (!lastClaim || lastClaim.rows === 0) return batchSize;
+  const average = lastClaim.payloadChars / lastClaim.rows;
+  if (average * batchSize <= CLAIM_PAYLOAD_BUDGET_CHARS) return batchSize;
+  return Math.max(1, Math.min(batchSize, Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / average)));
+}
 
 export type StopReason = 'deadline' | 'drained' | 'stopped' | 'error';
 
@@ -166,6 +187,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   let stoppedBecause: StopReason = 'deadline';
   // Claims in a row that found nothing: the idle wait grows with them.
   let emptyClaims = 0;
+  // The size of the last claim that found rows, kept per driver (a container's next invocation
+  // starts from it): large payloads lower the next claim's limit.
+  let lastClaim = lastClaims.get(driver);
 
   options.scaleOut?.passStarted(() => tally.claimed);
 
@@ -202,7 +226,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     // see; only a claim that started with nothing in flight can prove the table drained.
     const inFlightAtClaim = inFlight.length;
     try {
-      rows = await driver.outboxClaimMany({ limit: outbox.batchSize, leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
+      rows = await driver.outboxClaimMany({ limit: claimLimitFor(outbox.batchSize, lastClaim), leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
     } catch (error) {
       // The invocation ended while the claim was on its way (a freeze past its end): nothing was
       // claimed, and the pass has reached its deadline.
@@ -220,6 +244,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       continue;
     }
     emptyClaims = 0;
+    lastClaim = { rows: rows.length, payloadChars: rows.reduce((sum, row) => sum + row.payloadText.length, 0) };
+    lastClaims.set(driver, lastClaim);
     tally.claimed += rows.length;
     tally.batches++;
     const entry = { work: Promise.resolve(), rows: rows.length };

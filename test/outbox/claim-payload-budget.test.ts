@@ -1,0 +1,79 @@
+/**
+ * A claim brings its rows' payloads into the container's memory: a pass lowers its claim limit
+ * below `outbox.batchSize` once a claim shows rows so large that a full batch would exceed
+ * `CLAIM_PAYLOAD_BUDGET_CHARS`, and goes back to `batchSize` once rows are small again. The size
+ * is remembered per driver, as a container keeps its driver across invocations.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
+import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { passFixture } from '../helpers/outbox-pass-fixture.ts';
+import { RecordingDestination } from '../helpers/recording-destination.ts';
+
+describe('claim limit by payload size', () => {
+  it('is batchSize for small rows and with nothing claimed yet; fewer rows, at least one, for large ones', () => {
+    assert.equal(claimLimitFor(500, undefined), 500);
+    assert.equal(claimLimitFor(500, { rows: 0, payloadChars: 0 }), 500);
+    assert.equal(claimLimitFor(500, { rows: 100, payloadChars: 100 * 1000 }), 500);
+    const big = 512 * 1024;
+    assert.equal(claimLimitFor(500, { rows: 10, payloadChars: 10 * big }), CLAIM_PAYLOAD_BUDGET_CHARS / big);
+    assert.equal(claimLimitFor(500, { rows: 1, payloadChars: CLAIM_PAYLOAD_BUDGET_CHARS * 3 }), 1);
+    // exactly at the budget: a full batch
+    assert.equal(claimLimitFor(64, { rows: 1, payloadChars: CLAIM_PAYLOAD_BUDGET_CHARS / 64 }), 64);
+  });
+
+  describe('in a pass against PostgreSQL', () => {
+    let db: TestDatabase;
+    before(async () => {
+      db = await createTestDatabase({
+        destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
+        outbox: { routes: [{ topicPattern: '**', destination: 'main' }], batchSize: 100 },
+      });
+    });
+    after(async () => db.drop());
+
+    it('claims fewer rows after a claim of large payloads, then batchSize again after small ones, across passes of one driver', async () => {
+      const big = 512 * 1024; // 100 of these would be 50 MiB of payload text in one claim
+      await db.query(
+        `INSERT INTO "${db.schema}".outbox (topic, payload)
+         SELECT 'big', jsonb_build_object('i', g, 'pad', repeat('x', $1)) FROM generate_series(1, 120) g`,
+        [big],
+      );
+      const limits: number[] = [];
+      const counts: number[] = [];
+      const driver: OutboxPassDriver = {
+        ...(db.driver as unknown as OutboxPassDriver),
+        outboxClaimMany: async (p) => {
+          limits.push(p.limit);
+          const rows = await db.driver.outboxClaimMany(p);
+          counts.push(rows.length);
+          return rows;
+        },
+        outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
+        outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
+        outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
+        outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
+        outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
+        outboxStats: (scope) => db.driver.outboxStats(scope),
+      };
+      const destination = new RecordingDestination({ name: 'main', answer: () => 'sent' });
+      const first = await runOutboxPass(passFixture(db, { destinations: [destination], driver }));
+      assert.equal(first.sent, 120);
+      const perClaim = Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / (big + 20));
+      // The first claim knows nothing yet; the next ones hold about 32 MiB of payload each.
+      assert.equal(limits[0], 100);
+      assert.equal(counts[0], 100);
+      assert.ok(limits[1]! >= perClaim - 1 && limits[1]! <= perClaim, `second limit ${limits[1]}, about ${perClaim}`);
+
+      // Small rows: the next pass of the same driver starts from the large claim, then goes back up.
+      await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) SELECT 'small', jsonb_build_object('i', g) FROM generate_series(1, 300) g`);
+      limits.length = 0;
+      const second = await runOutboxPass(passFixture(db, { destinations: [destination], driver }));
+      assert.equal(second.sent, 300);
+      assert.ok(limits[0]! < 100, `the driver remembers the large rows: ${limits[0]}`);
+      assert.equal(limits[1], 100, 'a claim of small rows brings the limit back to batchSize');
+    });
+  });
+});
