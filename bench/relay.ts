@@ -24,8 +24,10 @@ import { runRelayPass } from '../lib/inbox/relay-pass.ts';
 import { createLogger } from '../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../lib/observability/metrics.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
-import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { withBenchDatabase } from './bench-database.ts';
+import { count, markdownTable, median, ratio } from './bench-report.ts';
 import { seedInbox } from './inbox-table.ts';
+import { runMain } from './run-main.ts';
 import { serverInfo } from './server-info.ts';
 
 type Mode = 'batched' | 'row-by-row';
@@ -75,8 +77,6 @@ async function drainOnce(url: string, admin: pg.Client, messages: number, aggreg
   }
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
-
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: { messages: { type: 'string', default: '20000' }, aggregates: { type: 'string', default: '0,100' }, rounds: { type: 'string', default: '3' }, modes: { type: 'string', default: 'row-by-row,batched' } },
@@ -89,12 +89,8 @@ async function main(): Promise<void> {
   if (!Number.isInteger(messages) || messages < 1 || !Number.isInteger(rounds) || rounds < 1 || aggregateCounts.some((a) => !Number.isInteger(a) || a < 0)) {
     throw new Error('--messages and --rounds are positive integers, --aggregates a list of non-negative integers');
   }
-  const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedDatabase();
-  const url = process.env.DATABASE_URL ?? embedded!.url;
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
   const results: RelayResult[] = [];
-  try {
+  await withBenchDatabase(async (url, admin) => {
     process.stderr.write(`${await serverInfo(url)}\n`);
     for (const aggregates of aggregateCounts) {
       const runs: Record<Mode, number[]> = { batched: [], 'row-by-row': [] };
@@ -104,25 +100,20 @@ async function main(): Promise<void> {
       const baseline = runs['row-by-row'].length > 0 ? median(runs['row-by-row']) : undefined;
       for (const mode of modes) {
         const rate = median(runs[mode]);
-        const ratio = mode === 'batched' && baseline !== undefined ? Math.round((rate / baseline) * 100) / 100 : null;
-        const result: RelayResult = { mode, aggregates, messages, rowsPerSecond: rate, runs: runs[mode], ratioToRowByRow: ratio };
+        const ratioToRowByRow = mode === 'batched' && baseline !== undefined ? ratio(rate, baseline) : null;
+        const result: RelayResult = { mode, aggregates, messages, rowsPerSecond: rate, runs: runs[mode], ratioToRowByRow };
         results.push(result);
         process.stdout.write(`${JSON.stringify(result)}\n`);
       }
     }
-  } finally {
-    await admin.end();
-    await embedded?.stop();
-  }
-  const fmt = (n: number) => n.toLocaleString('en-US');
+  });
   process.stdout.write(
-    `\n| aggregates | relay forward | rows/s | × row-by-row | runs (rows/s) |\n|--:|---|--:|--:|--:|\n${results
-      .map((r) => `| ${r.aggregates === 0 ? 'none' : fmt(r.aggregates)} | ${r.mode} | ${fmt(r.rowsPerSecond)} | ${r.ratioToRowByRow ?? '–'} | ${r.runs.map(fmt).join(' / ')} |`)
-      .join('\n')}\n`,
+    markdownTable(
+      '| aggregates | relay forward | rows/s | × row-by-row | runs (rows/s) |',
+      '|--:|---|--:|--:|--:|',
+      results.map((r) => `| ${r.aggregates === 0 ? 'none' : count(r.aggregates)} | ${r.mode} | ${count(r.rowsPerSecond)} | ${r.ratioToRowByRow ?? '–'} | ${r.runs.map(count).join(' / ')} |`),
+    ),
   );
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exit(1);
-});
+runMain(main);

@@ -23,7 +23,9 @@ import pg from 'pg';
 import { parseConfig } from '../lib/config/load-config.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
-import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { withBenchDatabase } from './bench-database.ts';
+import { count, markdownTable, median, ratio } from './bench-report.ts';
+import { runMain } from './run-main.ts';
 import { serverInfo } from './server-info.ts';
 import { keyExpression } from './workloads.ts';
 
@@ -155,8 +157,6 @@ async function measure(url: string, admin: pg.Client, o: { rows: number; keys: n
   }
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
-
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -177,12 +177,8 @@ async function main(): Promise<void> {
   if (![rows, seconds, rounds, ...passCounts].every((n) => Number.isInteger(n) && n > 0) || !Number.isInteger(publishMs) || publishMs < 0 || keyCounts.some((k) => !Number.isInteger(k) || k < 0)) {
     throw new Error('--rows, --seconds, --rounds and --passes are positive integers, --publish-ms and --keys non-negative ones');
   }
-  const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedDatabase();
-  const url = process.env.DATABASE_URL ?? embedded!.url;
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
   const results: RunResult[] = [];
-  try {
+  await withBenchDatabase(async (url, admin) => {
     process.stderr.write(`${await serverInfo(url)}; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
     for (const keys of keyCounts) {
       const workload = keys === 0 ? 'unkeyed' : `keys-${keys}`;
@@ -198,7 +194,7 @@ async function main(): Promise<void> {
           workload,
           passes,
           rowsPerSecond: rate,
-          ratioToOnePass: base === undefined ? null : Math.round((rate / base) * 100) / 100,
+          ratioToOnePass: base === undefined ? null : ratio(rate, base),
           dbCores: median(of.map((r) => r.dbCores)),
           machineBusy: median(of.map((r) => r.machineBusy)),
           load1: median(of.map((r) => r.load1)),
@@ -208,19 +204,14 @@ async function main(): Promise<void> {
         process.stdout.write(`${JSON.stringify(result)}\n`);
       }
     }
-  } finally {
-    await admin.end();
-    await embedded?.stop();
-  }
-  const fmt = (n: number) => n.toLocaleString('en-US');
+  });
   process.stdout.write(
-    `\n| workload | passes | rows/s | × 1 pass | PostgreSQL CPU (cores) | machine busy | load (1 min) |\n|---|--:|--:|--:|--:|--:|--:|\n${results
-      .map((r) => `| ${r.workload} | ${r.passes} | ${fmt(r.rowsPerSecond)} | ${r.ratioToOnePass ?? '–'} | ${r.dbCores} | ${Math.round(r.machineBusy * 100)} % | ${r.load1} |`)
-      .join('\n')}\n`,
+    markdownTable(
+      '| workload | passes | rows/s | × 1 pass | PostgreSQL CPU (cores) | machine busy | load (1 min) |',
+      '|---|--:|--:|--:|--:|--:|--:|',
+      results.map((r) => `| ${r.workload} | ${r.passes} | ${count(r.rowsPerSecond)} | ${r.ratioToOnePass ?? '–'} | ${r.dbCores} | ${Math.round(r.machineBusy * 100)} % | ${r.load1} |`),
+    ),
   );
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exit(1);
-});
+runMain(main);

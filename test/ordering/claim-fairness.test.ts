@@ -8,6 +8,22 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 const LEASE = 60_000;
 
 /**
+ * A test database for the enclosing `describe`, created before its tests and dropped after them,
+ * whose outbox is emptied before each test; the accessor returns it once the tests run.
+ */
+function emptyOutboxEachTest(): () => TestDatabase {
+  let db: TestDatabase | undefined;
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => db!.drop());
+  beforeEach(async () => {
+    await db!.query(`TRUNCATE "${db!.schema}".outbox`);
+  });
+  return () => db!;
+}
+
+/**
  * The outbox claim takes first attempts in `scheduled_at, sequence` order whatever holds a key:
  * a keyless row is never passed by a later first attempt, and a key that can move is reached
  * within `outboxClaimBound` claims, however long the backlog of a key in flight and however
@@ -69,29 +85,22 @@ describe('outbox claim: keyless rows and cold keys are not starved by a hot key 
  * of 100 at 1,000 and at 20,000 open keys, with the plan settings the claim functions carry.
  */
 describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open keys (PostgreSQL)', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => db.drop());
-  beforeEach(async () => {
-    await db.query(`TRUNCATE "${db.schema}".outbox`);
-  });
+  const db = emptyOutboxEachTest();
 
   const LIMIT = 100;
   const buffersOfOneClaim = async (openKeys: number): Promise<{ buffers: number; claimed: number }> => {
-    const t = `"${db.schema}".outbox`;
+    const t = `"${db().schema}".outbox`;
     // Hot key h: its head in flight, 400 rows behind it (more than the window), then the open keys, two rows each.
-    await db.query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'h', '{}' FROM generate_series(1, 401)`);
-    await db.query(
+    await db().query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'h', '{}' FROM generate_series(1, 401)`);
+    await db().query(
       `UPDATE ${t} SET state = 'processing', claim_token = gen_random_uuid(), lease_expires_at = now() + interval '1 hour'
         WHERE sequence = (SELECT min(sequence) FROM ${t})`,
     );
-    await db.query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'k' || (g % $1), '{}' FROM generate_series(0, $1 * 2 - 1) g ORDER BY g`, [openKeys]);
-    await db.query(`VACUUM ANALYZE ${t}`);
-    const statement = outboxClaimStatements(db.driver.ctx.names, LIMIT).full;
+    await db().query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'k' || (g % $1), '{}' FROM generate_series(0, $1 * 2 - 1) g ORDER BY g`, [openKeys]);
+    await db().query(`VACUUM ANALYZE ${t}`);
+    const statement = outboxClaimStatements(db().driver.ctx.names, LIMIT).full;
     const params = [LEASE, ...statement.params.slice(1).map(() => null)];
-    const client = await db.pool.connect();
+    const client = await db().pool.connect();
     try {
       await client.query('BEGIN');
       for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
@@ -113,7 +122,7 @@ describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open
 
   it('one claim of 100 reads about as many buffers at 20,000 open keys as at 1,000', async (t) => {
     const small = await buffersOfOneClaim(1_000);
-    await db.query(`TRUNCATE "${db.schema}".outbox`);
+    await db().query(`TRUNCATE "${db().schema}".outbox`);
     const large = await buffersOfOneClaim(20_000);
     assert.ok(small.buffers > 0 && large.buffers > 0, 'the plan reports its buffers');
     t.diagnostic(`buffers of one claim: ${small.buffers} at 1,000 open keys (${small.claimed} rows), ${large.buffers} at 20,000 (${large.claimed} rows)`);
@@ -127,14 +136,7 @@ describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open
  * statements: the window claim, and the full claim that looks past a window held by a key in flight.
  */
 describe('outbox claim order: scheduled_at, then sequence (PostgreSQL)', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => db.drop());
-  beforeEach(async () => {
-    await db.query(`TRUNCATE "${db.schema}".outbox`);
-  });
+  const db = emptyOutboxEachTest();
 
   // label, key, scheduled (seconds before now) — inserted in this order, so sequence follows the list.
   const rows: Array<[string, string | null, number]> = [
@@ -151,13 +153,13 @@ describe('outbox claim order: scheduled_at, then sequence (PostgreSQL)', () => {
   // `scheduled_at` exactly, and `sequence` follows the list.
   const insertRows = async () => {
     const values = rows.map((_, i) => `($${i * 3 + 1}::text, $${i * 3 + 2}::varchar, $${i * 3 + 3}::int, ${i})`).join(', ');
-    await db.query(
-      `INSERT INTO "${db.schema}".outbox (topic, key, payload, scheduled_at)
+    await db().query(
+      `INSERT INTO "${db().schema}".outbox (topic, key, payload, scheduled_at)
        SELECT 't', key, jsonb_build_object('label', label), now() - make_interval(secs => ago)
          FROM (VALUES ${values}) v(label, key, ago, i) ORDER BY i`,
       rows.flat(),
     );
-    const distinct = await db.query<{ n: string }>(`SELECT count(DISTINCT scheduled_at) AS n FROM "${db.schema}".outbox WHERE key IS DISTINCT FROM 'h'`);
+    const distinct = await db().query<{ n: string }>(`SELECT count(DISTINCT scheduled_at) AS n FROM "${db().schema}".outbox WHERE key IS DISTINCT FROM 'h'`);
     assert.equal(Number(distinct[0]!.n), 2, 'two scheduled_at values among the six rows');
   };
   const claimOneByOne = async (driver: TestDatabase['driver'], n: number) => {
@@ -171,14 +173,14 @@ describe('outbox claim order: scheduled_at, then sequence (PostgreSQL)', () => {
 
   it('the window claim: equal scheduled_at by sequence, earlier scheduled_at first', async () => {
     await insertRows();
-    assert.deepEqual(await claimOneByOne(db.newDriver(), rows.length), expected);
+    assert.deepEqual(await claimOneByOne(db().newDriver(), rows.length), expected);
   });
 
   it('the full claim past a window held by a key in flight: the same order', async () => {
-    const driver = db.newDriver();
+    const driver = db().newDriver();
     // Key h: head in flight, the window's worth of rows of a claim of 1 behind it (3), all due before the rows below.
-    await db.query(
-      `INSERT INTO "${db.schema}".outbox (topic, key, payload, scheduled_at) SELECT 't', 'h', '{}', now() - interval '1 hour' FROM generate_series(0, $1::int)`,
+    await db().query(
+      `INSERT INTO "${db().schema}".outbox (topic, key, payload, scheduled_at) SELECT 't', 'h', '{}', now() - interval '1 hour' FROM generate_series(0, $1::int)`,
       [OLDEST_WINDOW],
     );
     const [hot] = await driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });

@@ -12,16 +12,12 @@
  * open states (a finishing write), and the unique index of in-flight aggregates (migration 11)
  * refuses a second row in flight; the claim then runs again (`claimRetryingInFlight`).
  */
-import sql from 'mssql';
 import type { InboxRow } from '../driver.ts';
-import { inClaimTransaction, lockNameLiteral } from './claim-locks.ts';
-import { CLAIM_SET, claimRetryingInFlight, DECLARE_PICKED, DIRTY_PROBE, looseIndexScan, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
+import { claimRetryingInFlight, DIRTY_PROBE, looseIndexScan, viaIndex } from './claim-order.ts';
 import { INBOX_COLUMNS, DECLARE_INBOX_CLAIMED, type InboxDbRow, toInboxRow } from './inbox-rows.ts';
-import { msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
-
-/** The open states: the aggregate-head index's filter, written as it is there. */
-const OPEN = `IN (N'pending', N'processing')`;
+import { buildWindowClaim, OPEN } from './window-claim.ts';
 
 /** `a` (alias of a push row) has no aggregate: NULL or the empty string, as on PostgreSQL. */
 function noAggregate(a: string): string {
@@ -50,46 +46,20 @@ export function relayFreeHead(names: MssqlNames, a: string): string {
  * window of the oldest due push rows, and only when the window gave less than half the batch the
  * heads of every open aggregate — a loose index scan of the aggregate-head index, first over the
  * sources, then per source over its aggregates (one seek per aggregate) — and rows without
- * aggregate.
+ * aggregate. The steps are `buildWindowClaim`'s, shared with the outbox claim.
  */
 export function buildInboxClaimPush(names: MssqlNames, p: { limit: number; leaseMs: number }): MssqlStatement {
   const t = names.inbox;
   const i = names.inboxTable;
   const headIdx = `${i}_aggregate_head_idx`;
-  const order = ['scheduled_at', '[sequence]'] as const;
-  const cols = ['id', 'scheduled_at', '[sequence]'] as const;
   const committed = 'READCOMMITTEDLOCK, READPAST';
-  const freeOr = (a: string) => `(${noAggregate(a)} OR (${relayFreeHead(names, a)}))`;
   // an open push row of an aggregate, for alias `k` (implies the head index's filter)
   const openAggregated = `k.consumption = N'push' AND k.state ${OPEN} AND k.aggregate_id IS NOT NULL AND k.aggregate_id <> N''`;
   const free = (index: string, aggregate: string) => `             FROM ${t} AS c ${viaIndex(index, false, committed)}
             WHERE c.state = N'pending' AND c.consumption = N'push' AND c.attempt = 0
               AND c.scheduled_at <= SYSUTCDATETIME() AND ${aggregate}
               AND NOT EXISTS (SELECT 1 FROM @v_picked AS p WHERE p.id = c.id)`;
-  const claim = `${DECLARE_PICKED}
-${DECLARE_INBOX_CLAIMED}
-DECLARE @v_taken INT;
-DECLARE @v_window INT;
-INSERT INTO @v_picked (id, claim_priority)
-SELECT TOP (@p_limit) c.id, 0
-  FROM ${t} AS c ${viaIndex(`${i}_push_retry_idx`, false, committed)}
- WHERE c.state = N'pending' AND c.consumption = N'push' AND c.attempt > 0 AND c.scheduled_at <= SYSUTCDATETIME()
-   AND ${freeOr('c')}
- ORDER BY c.scheduled_at, c.[sequence];
-SET @v_taken = @@ROWCOUNT;
-INSERT INTO @v_picked (id, claim_priority)
-SELECT TOP (@p_limit - @v_taken) w.id, 1
-  FROM (SELECT TOP (@p_limit * ${OLDEST_WINDOW}) c.id, c.source, c.aggregate_id, c.attempt, c.scheduled_at, c.[sequence]
-          FROM ${t} AS c ${viaIndex(`${i}_push_pending_idx`, false, committed)}
-         WHERE c.state = N'pending' AND c.consumption = N'push' AND c.scheduled_at <= SYSUTCDATETIME()
-         ORDER BY c.scheduled_at, c.[sequence]) AS w
- WHERE w.attempt = 0 AND ${freeOr('w')}
- ORDER BY w.scheduled_at, w.[sequence];
-SET @v_window = @@ROWCOUNT;
-SET @v_taken = @v_taken + @v_window;
-IF @v_window * 2 < @p_limit AND @v_taken < @p_limit
-BEGIN
-  WITH ${looseIndexScan('open_sources', t, 'source', openAggregated, false, headIdx)},
+  const openAggregates = `${looseIndexScan('open_sources', t, 'source', openAggregated, false, headIdx)},
   open_aggregates AS (
     SELECT s.v AS source, a.v
       FROM open_sources AS s
@@ -104,49 +74,32 @@ BEGIN
              INNER JOIN open_aggregates AS p ON k.source = p.source AND k.aggregate_id > p.v
              WHERE ${openAggregated}) AS n
      WHERE n.rn = 1
-  ),
-  heads AS (
-    SELECT h.id, h.scheduled_at, h.[sequence]
-      FROM open_aggregates AS a
-     CROSS APPLY (SELECT TOP (1) r.id, r.source, r.aggregate_id, r.state, r.attempt, r.scheduled_at, r.[sequence]
-                    FROM ${t} AS r ${viaIndex(headIdx, true, committed)}
-                   WHERE r.source = a.source AND r.aggregate_id = a.v AND r.aggregate_id IS NOT NULL
-                     AND r.consumption = N'push' AND r.state ${OPEN}
-                   ORDER BY r.[sequence]) AS h
-     WHERE h.state = N'pending' AND h.attempt = 0 AND h.scheduled_at <= SYSUTCDATETIME()
-       AND ${relayFreeHead(names, 'h')}
-       AND NOT EXISTS (SELECT 1 FROM @v_picked AS p WHERE p.id = h.id)
-  )
-  INSERT INTO @v_picked (id, claim_priority)
-  SELECT TOP (@p_limit - @v_taken) u.id, 1
-    FROM (
-           SELECT * FROM (
-             SELECT TOP (@p_limit) 1 AS claim_priority, c.id, c.scheduled_at, c.[sequence]
-               FROM heads AS c
-              ORDER BY c.scheduled_at, c.[sequence]) AS keyed
-           UNION ALL
-           ${orderedBranch('free_fresh', 1, cols, free(`${i}_push_free_idx`, 'c.aggregate_id IS NULL'), order)}
-           UNION ALL
-           ${orderedBranch('empty_aggregate_fresh', 1, cols, free(`${i}_push_empty_aggregate_idx`, `c.aggregate_id = N''`), order)}
-         ) AS u
-   ORDER BY u.scheduled_at, u.[sequence]
-  OPTION (MAXRECURSION 0);
-END;
-UPDATE i
-   ${CLAIM_SET}
-OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
-  INTO @v_claimed (${INBOX_COLUMNS.join(', ')}, claim_priority)
-  FROM ${t} AS i ${viaIndex(`${i}_pkey`, true, 'UPDLOCK, READPAST, ROWLOCK')}
- INNER JOIN @v_picked AS p ON p.id = i.id
- WHERE i.state = N'pending' AND i.consumption = N'push' AND i.scheduled_at <= SYSUTCDATETIME()
-   AND (${noAggregate('i')} OR NOT EXISTS (
-         SELECT 1 FROM ${t} AS h ${viaIndex(headIdx, true, 'READCOMMITTEDLOCK')}
-          WHERE h.source = i.source AND h.aggregate_id = i.aggregate_id AND h.aggregate_id IS NOT NULL AND h.consumption = N'push'
-            AND h.state ${OPEN} AND h.[sequence] < i.[sequence]));`;
-  return {
-    text: inClaimTransaction(lockNameLiteral(names.inboxClaimLock), claim, `SELECT ${INBOX_COLUMNS.join(', ')} FROM @v_claimed ORDER BY [sequence];`),
-    params: [param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs))],
-  };
+  )`;
+  return buildWindowClaim(
+    {
+      table: t,
+      lockName: names.inboxClaimLock,
+      indexes: { retry: `${i}_push_retry_idx`, window: `${i}_push_pending_idx`, head: headIdx, pkey: `${i}_pkey` },
+      group: ['source', 'aggregate_id'],
+      declareClaimed: DECLARE_INBOX_CLAIMED,
+      columns: INBOX_COLUMNS,
+      keepsPriority: true,
+      updateAlias: 'i',
+      pending: (a) => `${a}.state = N'pending' AND ${a}.consumption = N'push'`,
+      ungrouped: noAggregate,
+      freeHead: (a) => relayFreeHead(names, a),
+      openGroups: { ctes: openAggregates, from: 'open_aggregates AS a' },
+      headOf: `r.source = a.source AND r.aggregate_id = a.v AND r.aggregate_id IS NOT NULL
+                     AND r.consumption = N'push' AND r.state ${OPEN}`,
+      ungroupedBranches: [
+        { alias: 'free_fresh', body: free(`${i}_push_free_idx`, 'c.aggregate_id IS NULL') },
+        { alias: 'empty_aggregate_fresh', body: free(`${i}_push_empty_aggregate_idx`, `c.aggregate_id = N''`) },
+      ],
+      lowerOpen: (h, a) => `${h}.source = ${a}.source AND ${h}.aggregate_id = ${a}.aggregate_id AND ${h}.aggregate_id IS NOT NULL AND ${h}.consumption = N'push'
+            AND ${h}.state ${OPEN} AND ${h}.[sequence] < ${a}.[sequence]`,
+    },
+    p,
+  );
 }
 
 /** Claims and commits in one round trip; rows in `sequence` order, as SQL returned them. */

@@ -9,12 +9,11 @@
  * probes read uncommitted rows too, so a key whose lower row another transaction holds is skipped
  * (see `outboxFreeHead`). See `claim-order.ts` for the pick-then-update shape and its locks.
  */
-import sql from 'mssql';
 import type { OutboxRow } from '../driver.ts';
-import { inClaimTransaction, lockNameLiteral } from './claim-locks.ts';
-import { CLAIM_SET, claimRetryingInFlight, DECLARE_PICKED, DIRTY_PROBE, looseIndexScan, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
-import { lowerUuid, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { claimRetryingInFlight, DIRTY_PROBE, looseIndexScan, viaIndex } from './claim-order.ts';
+import { lowerUuid, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
+import { buildWindowClaim, OPEN } from './window-claim.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 
@@ -61,9 +60,6 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
   });
 }
 
-/** The open states: the key-head index's filter, written as it is there. */
-const OPEN = `IN (N'pending', N'processing')`;
-
 /**
  * `a` (alias of a keyed row with `[key]` and `[sequence]`) is the head of a key with nothing in
  * flight, judged without waiting for any lock: both probes read `NOLOCK` (see `DIRTY_PROBE`), so
@@ -89,82 +85,38 @@ export function outboxFreeHead(names: MssqlNames, a: string): string {
  * keeping first attempts that are keyless or a free head — and (3) only when the window gave less
  * than half the batch, the heads of every open key (loose index scan) and keyless rows. In a
  * table where most keys can move the batch comes from the window, and the claim's cost does not
- * grow with the number of open keys.
+ * grow with the number of open keys. The steps are `buildWindowClaim`'s, shared with the relay.
  */
 export function buildOutboxClaim(names: MssqlNames, p: { limit: number; leaseMs: number }): MssqlStatement {
   const t = names.outbox;
   const o = names.outboxTable;
-  const order = ['scheduled_at', '[sequence]'] as const;
-  const cols = ['id', 'scheduled_at', '[sequence]'] as const;
   const committed = 'READCOMMITTEDLOCK, READPAST';
-  const keylessOr = (a: string) => `(${a}.[key] IS NULL OR ${a}.[key] = N'' OR (${outboxFreeHead(names, a)}))`;
   const keyless = (index: string, key: string) => `             FROM ${t} AS c ${viaIndex(index, false, committed)}
             WHERE c.state = N'pending' AND c.attempt = 0 AND c.scheduled_at <= SYSUTCDATETIME() AND ${key}
               AND NOT EXISTS (SELECT 1 FROM @v_picked AS p WHERE p.id = c.id)`;
-  const claim = `${DECLARE_PICKED}
-${DECLARE_CLAIMED}
-DECLARE @v_taken INT;
-DECLARE @v_window INT;
-INSERT INTO @v_picked (id, claim_priority)
-SELECT TOP (@p_limit) c.id, 0
-  FROM ${t} AS c ${viaIndex(`${o}_retry_idx`, false, committed)}
- WHERE c.state = N'pending' AND c.attempt > 0 AND c.scheduled_at <= SYSUTCDATETIME()
-   AND ${keylessOr('c')}
- ORDER BY c.scheduled_at, c.[sequence];
-SET @v_taken = @@ROWCOUNT;
-INSERT INTO @v_picked (id, claim_priority)
-SELECT TOP (@p_limit - @v_taken) w.id, 1
-  FROM (SELECT TOP (@p_limit * ${OLDEST_WINDOW}) c.id, c.[key], c.attempt, c.scheduled_at, c.[sequence]
-          FROM ${t} AS c ${viaIndex(`${o}_pending_idx`, false, committed)}
-         WHERE c.state = N'pending' AND c.scheduled_at <= SYSUTCDATETIME()
-         ORDER BY c.scheduled_at, c.[sequence]) AS w
- WHERE w.attempt = 0 AND ${keylessOr('w')}
- ORDER BY w.scheduled_at, w.[sequence];
-SET @v_window = @@ROWCOUNT;
-SET @v_taken = @v_taken + @v_window;
-IF @v_window * 2 < @p_limit AND @v_taken < @p_limit
-BEGIN
-  WITH ${looseIndexScan('open_keys', t, '[key]', `k.state ${OPEN}`, true, `${o}_key_head_idx`)},
-  heads AS (
-    SELECT h.id, h.scheduled_at, h.[sequence]
-      FROM open_keys AS k
-     CROSS APPLY (SELECT TOP (1) r.id, r.[key], r.state, r.attempt, r.scheduled_at, r.[sequence]
-                    FROM ${t} AS r ${viaIndex(`${o}_key_head_idx`, true, committed)}
-                   WHERE r.[key] = k.v AND r.[key] IS NOT NULL AND r.state ${OPEN}
-                   ORDER BY r.[sequence]) AS h
-     WHERE h.state = N'pending' AND h.attempt = 0 AND h.scheduled_at <= SYSUTCDATETIME()
-       AND ${outboxFreeHead(names, 'h')}
-       AND NOT EXISTS (SELECT 1 FROM @v_picked AS p WHERE p.id = h.id)
-  )
-  INSERT INTO @v_picked (id, claim_priority)
-  SELECT TOP (@p_limit - @v_taken) u.id, 1
-    FROM (
-           SELECT * FROM (
-             SELECT TOP (@p_limit) 1 AS claim_priority, c.id, c.scheduled_at, c.[sequence]
-               FROM heads AS c
-              ORDER BY c.scheduled_at, c.[sequence]) AS keyed
-           UNION ALL
-           ${orderedBranch('keyless_fresh', 1, cols, keyless(`${o}_keyless_pending_idx`, 'c.[key] IS NULL'), order)}
-           UNION ALL
-           ${orderedBranch('empty_key_fresh', 1, cols, keyless(`${o}_empty_key_pending_idx`, `c.[key] = N''`), order)}
-         ) AS u
-   ORDER BY u.scheduled_at, u.[sequence]
-  OPTION (MAXRECURSION 0);
-END;
-UPDATE o
-   ${CLAIM_SET}
-OUTPUT ${COLUMNS.map((c) => `inserted.${c}`).join(', ')}
-  INTO @v_claimed (${COLUMNS.join(', ')})
-  FROM ${t} AS o ${viaIndex(`${o}_pkey`, true, 'UPDLOCK, READPAST, ROWLOCK')}
- INNER JOIN @v_picked AS p ON p.id = o.id
- WHERE o.state = N'pending' AND o.scheduled_at <= SYSUTCDATETIME()
-   AND (o.[key] IS NULL OR o.[key] = N'' OR NOT EXISTS (
-         SELECT 1 FROM ${t} AS h ${viaIndex(`${o}_key_head_idx`, true, 'READCOMMITTEDLOCK')}
-          WHERE h.[key] = o.[key] AND h.[key] IS NOT NULL AND h.state ${OPEN} AND h.[sequence] < o.[sequence]));`;
-  return {
-    text: inClaimTransaction(lockNameLiteral(names.outboxClaimLock), claim, `SELECT ${COLUMNS.join(', ')} FROM @v_claimed ORDER BY [sequence];`),
-    params: [param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs))],
-  };
+  return buildWindowClaim(
+    {
+      table: t,
+      lockName: names.outboxClaimLock,
+      indexes: { retry: `${o}_retry_idx`, window: `${o}_pending_idx`, head: `${o}_key_head_idx`, pkey: `${o}_pkey` },
+      group: ['[key]'],
+      declareClaimed: DECLARE_CLAIMED,
+      columns: COLUMNS,
+      keepsPriority: false,
+      updateAlias: 'o',
+      pending: (a) => `${a}.state = N'pending'`,
+      ungrouped: (a) => `${a}.[key] IS NULL OR ${a}.[key] = N''`,
+      freeHead: (a) => outboxFreeHead(names, a),
+      openGroups: { ctes: looseIndexScan('open_keys', t, '[key]', `k.state ${OPEN}`, true, `${o}_key_head_idx`), from: 'open_keys AS k' },
+      headOf: `r.[key] = k.v AND r.[key] IS NOT NULL AND r.state ${OPEN}`,
+      ungroupedBranches: [
+        { alias: 'keyless_fresh', body: keyless(`${o}_keyless_pending_idx`, 'c.[key] IS NULL') },
+        { alias: 'empty_key_fresh', body: keyless(`${o}_empty_key_pending_idx`, `c.[key] = N''`) },
+      ],
+      lowerOpen: (h, a) => `${h}.[key] = ${a}.[key] AND ${h}.[key] IS NOT NULL AND ${h}.state ${OPEN} AND ${h}.[sequence] < ${a}.[sequence]`,
+    },
+    p,
+  );
 }
 
 /** Claims and commits in one round trip; rows in `sequence` order, as SQL returned them. */
