@@ -6,8 +6,8 @@
 /** The median of `values` (the lower of the two middle values for an even count); not empty. */
 export const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
 
-/** `value / base`, rounded to two decimals. */
-export const ratio = (value: number, base: number): number => Math.round((value / base) * 100) / 100;
+/** `value / base`, rounded to two decimals; null when the base moved nothing (no ratio, not NaN). */
+export const ratio = (value: number, base: number): number | null => (base > 0 ? Math.round((value / base) * 100) / 100 : null);
 
 /** A count with thousands separators (`20,000`). */
 export const count = (n: number): string => n.toLocaleString('en-US');
