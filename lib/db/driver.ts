@@ -360,8 +360,11 @@ export interface Driver extends ConsoleReads {
   /**
    * Returns expired `processing` rows to `pending` with `attempt + 1` (the lost lease is a failed
    * delivery), or to `dead` when it was the row's last (`attempt + 1 >= max_attempts`), with a
-   * `last_error` that says the lease expired. When `throttleMs` is set, runs only if no reclaim of
-   * this table ran within `throttleMs` (gate kept in the database).
+   * `last_error` that says the lease expired. A claim of several rows of a key (`rowsPerKey`,
+   * PostgreSQL) had at most one delivery of the key in flight: only its first row still
+   * `processing` is charged; the key's later rows in it go back with their attempt unchanged.
+   * When `throttleMs` is set, runs only if no reclaim of this table ran within `throttleMs` (gate
+   * kept in the database).
    */
   outboxReclaimExpired(params: { throttleMs?: number }): Promise<ReclaimResult>;
   outboxStats(scope?: StatsScope): Promise<TableStats>;

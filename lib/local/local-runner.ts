@@ -40,6 +40,12 @@
  *
  * Every row that becomes dead during the run is printed with its error (`local-dead-rows.ts`);
  * the summary's `newlyDead` counts them.
+ *
+ * Scale-out (`outbox.scaleOut.maxConcurrentPasses`, `inbox.relay.scaleOut.maxConcurrentPasses`
+ * above 1) works as deployed, without AWS: the asynchronous invoke a pass sends to start another
+ * pass of its function starts that invocation in this process instead (`localInvoker`), with the
+ * start event and a context of its own, alongside the scheduled ones; the start-up lines say so,
+ * and the summary's `scaleOutPasses` counts the passes started.
  */
 import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
@@ -61,6 +67,8 @@ import { startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulat
 import { refuseExistingRows } from './local-existing-rows.ts';
 import { DeadRowWatch } from './local-dead-rows.ts';
 import { UsageError } from '../errors.ts';
+import { SCALE_OUT_EVENT_KEY } from '../runtime/scale-out.ts';
+import type { InvokeAsync } from '../runtime/self-invoke.ts';
 
 const redactUrl = (url: string) => url.replace(/:[^:@/]*@/, ':***@');
 
@@ -118,6 +126,8 @@ export interface LocalRunSummary {
   /** Inbox rows per state. */
   inbox: Record<string, number>;
   invocations: number;
+  /** Of `invocations`, the passes that scale-out started (each ran in this process). */
+  scaleOutPasses: number;
   claimsLost: number;
   stoppedBecause: 'drained' | 'signal';
   /** Whether the demo ran. */
@@ -264,6 +274,7 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   const running = new Set<Promise<void>>();
   const stopAt: { at?: number } = {};
   let invocations = 0;
+  let scaleOutPasses = 0;
   let claimsLost = 0;
   let stoppedBecause: LocalRunSummary['stoppedBecause'] = 'signal';
   const dead = new DeadRowWatch(driver, config, out);
@@ -272,13 +283,14 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   const sources = Object.values(config.inbox.sources);
   const inboxDrains = webhooks !== undefined || (emulator === undefined && sources.some((s) => s.consumption === 'push') && !sources.some((s) => s.consumption === 'pull'));
 
-  const invoke = (name: string, handler: ScheduledHandler, schedule: Schedule) => {
+  const invoke = (name: string, handler: ScheduledHandler, schedule: Schedule, event: unknown = SCHEDULED_EVENT) => {
     invocations++;
+    if (typeof event === 'object' && event !== null && SCALE_OUT_EVENT_KEY in event) scaleOutPasses++;
     const timeoutMs = Math.max(margin + 5000, Math.round(schedule.timeoutMs / speed));
     const started = Date.now();
     // Time left is min(the timeout, the stop point) — stopping brings the invocation's end forward.
-    const context = createInvocationContext({ functionName: `queuebox-local-${name}`, timeoutMs, now: () => Math.max(Date.now(), started + timeoutMs - ((stopAt.at ?? Infinity) - Date.now())) });
-    const work = scope(context, () => handler({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, context))
+    const context = createInvocationContext({ functionName: localFunctionName(name), timeoutMs, now: () => Math.max(Date.now(), started + timeoutMs - ((stopAt.at ?? Infinity) - Date.now())) });
+    const work = scope(context, () => handler(event, context))
       .then((result) => {
         const lost = (result as { claimsLost?: unknown } | undefined)?.claimsLost;
         if (typeof lost === 'number') claimsLost += lost;
@@ -294,10 +306,19 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     await feeding.finished;
   }
   const timers: NodeJS.Timeout[] = [];
+  const loaded = new Map<string, { name: string; handler: ScheduledHandler; schedule: Schedule }>();
+  const startPass = localInvoker((functionName, event) => {
+    const fn = loaded.get(functionName);
+    if (fn === undefined) throw new UsageError(`no local function is named ${functionName}`);
+    invoke(fn.name, fn.handler, fn.schedule, event);
+  });
   for (const fn of LOCAL_FUNCTIONS) {
-    const handler = await fn.load();
+    const handler = await fn.load(startPass);
     const schedule = schedules.get(fn.name) ?? DEFAULT_SCHEDULE;
+    loaded.set(localFunctionName(fn.name), { name: fn.name, handler, schedule });
     out(`${fn.name}: ${schedule.expression}, timeout ${schedule.timeoutMs / 1000} s${speed !== 1 ? ` (speed ×${speed})` : ''}`);
+    const passes = fn.maxConcurrentPasses(config);
+    if (passes > 1) out(`${fn.name}: scale-out up to ${passes} passes at once; the passes it starts run in this process, not through AWS Lambda`);
     invoke(fn.name, handler, schedule);
     timers.push(setInterval(() => invoke(fn.name, handler, schedule), Math.max(1000, Math.round(schedule.periodMs / speed))));
   }
@@ -338,7 +359,8 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     feeding.stop();
     stopAt.at = Date.now() + margin + MIN_CLAIM_WINDOW_MS - 1;
     out('stopping: no new invocations; waiting for the running ones to finish…');
-    await Promise.all(running);
+    // A pass may still start a scale-out pass while it ends (its time is short now: it claims nothing).
+    while (running.size > 0) await Promise.all(running);
     await feeding.finished;
   }
   try {
@@ -357,6 +379,7 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     webhooks: { ...(webhooks?.tally ?? { received: 0, duplicate: 0, rejected: 0, failed: 0 }) },
     inbox,
     invocations,
+    scaleOutPasses,
     claimsLost,
     stoppedBecause,
     demo: emulator !== undefined,
@@ -364,6 +387,26 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   };
   out(`stopped (${stoppedBecause}): ${JSON.stringify(summary)}`);
   return summary;
+}
+
+/** What a scheduled invocation of the runner receives, as from an EventBridge schedule. */
+const SCHEDULED_EVENT = { source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} };
+
+/** The function name a local invocation of `name` carries in its context (scale-out invokes it by that name). */
+export function localFunctionName(name: string): string {
+  return `queuebox-local-${name}`;
+}
+
+/**
+ * The `InvokeAsync` of a local run: an asynchronous invoke of a local function starts an
+ * invocation of it in this process (`start`, which must not wait for it), and is accepted as
+ * Lambda accepts one (HTTP 202): at once, before the invocation runs. The payload goes through
+ * JSON as it would over the wire.
+ */
+export function localInvoker(start: (functionName: string, event: unknown) => void): InvokeAsync {
+  return async (functionName, payload) => {
+    start(functionName, JSON.parse(JSON.stringify(payload)) as unknown);
+  };
 }
 
 /** `pending 0 · processing 0 · processed 3 · dead 0`: rows per state. */

@@ -8,22 +8,36 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import type { Context } from 'aws-lambda';
+import type { QueueBoxConfig } from '../config/schema.ts';
 import { parse as parseYaml } from 'yaml';
+import type { InvokeAsync } from '../runtime/self-invoke.ts';
 import { pluginOptionsSchema } from '../serverless/options.ts';
 
 /** A scheduled Lambda handler as the runner calls it. */
 export type ScheduledHandler = (event: unknown, context: Context) => Promise<unknown>;
 
-/** A function the local runner schedules: its `serverless.yml` name and how to load its handler. */
+/**
+ * A function the local runner schedules: its `serverless.yml` name, how to load its handler
+ * (`invoke` starts the passes its scale-out asks for), and the setting that turns that on.
+ */
 export interface LocalFunction {
   name: string;
-  load: () => Promise<ScheduledHandler>;
+  load: (invoke: InvokeAsync) => Promise<ScheduledHandler>;
+  maxConcurrentPasses: (config: QueueBoxConfig) => number;
 }
 
 /** Scheduled functions run by `queuebox local`, in start order. */
 export const LOCAL_FUNCTIONS: readonly LocalFunction[] = [
-  { name: 'outboxPoller', load: async () => (await import('../../functions/outbox-poller.ts')).handler },
-  { name: 'inboxRelay', load: async () => (await import('../../functions/inbox-relay.ts')).handler },
+  {
+    name: 'outboxPoller',
+    load: async (invoke) => (await import('../../functions/outbox-poller.ts')).createOutboxPoller({ invoke }),
+    maxConcurrentPasses: (config) => config.outbox.scaleOut.maxConcurrentPasses,
+  },
+  {
+    name: 'inboxRelay',
+    load: async (invoke) => (await import('../../functions/inbox-relay.ts')).createInboxRelay({ invoke }),
+    maxConcurrentPasses: (config) => config.inbox.relay.scaleOut.maxConcurrentPasses,
+  },
 ];
 
 /** When and for how long a function runs (ms). */

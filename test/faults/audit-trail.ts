@@ -21,7 +21,7 @@ export interface AuditEntry {
   old_attempt: number;
   new_attempt: number;
   lease_live: boolean;
-  /** The reclaim step's write: the lost lease counted as a failed attempt (its `last_error` says so), the claim cleared. */
+  /** The reclaim step's write: the claim cleared, `last_error` saying the lease expired (charged as a failed attempt, or not). */
   lease_lost: boolean;
 }
 
@@ -38,7 +38,7 @@ export async function installAuditTrail(pool: pg.Pool, schema: string): Promise<
         INSERT INTO ${s}.faults_audit (row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live, lease_lost)
         VALUES (OLD.id, OLD.state, NEW.state, OLD.claim_token, OLD.attempt, NEW.attempt,
                 COALESCE(OLD.lease_expires_at > statement_timestamp(), false),
-                NEW.claim_token IS NULL AND COALESCE(NEW.last_error LIKE 'lease expired during %' OR NEW.last_error LIKE '% the lease of the last one expired during %', false));
+                NEW.claim_token IS NULL AND COALESCE(NEW.last_error LIKE 'lease expired %' OR NEW.last_error LIKE '% the lease of the last one expired during %', false));
       END IF;
       RETURN NEW;
     END $$;

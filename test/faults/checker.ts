@@ -13,7 +13,9 @@
  *   failed, so nothing was accepted) or by the reclaim step. Hence deliveries(R) ≤ 1 + reclaims(R):
  *   every duplicate delivery of R needs a reclaim of R (a lost claim of R always ends in one). A
  *   reclaim counts the lost lease as an attempt (`attempt + 1`) or, when it was the row's last,
- *   makes the row `dead` (no delivery follows); both are told apart by their `last_error`.
+ *   makes the row `dead` (no delivery follows); a row after the first of its key in an expired
+ *   claim (`outbox.rowsPerKey`) goes back to `pending` with its attempt unchanged. All are told
+ *   apart by their `last_error`.
  * - fence: every finishing write from `processing` happened under a live lease, every `sent` a
  *   pass was told about changed the row under the token that pass held, and no row became `sent`
  *   twice.
@@ -103,9 +105,10 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
       if (a.new_state !== 'processing') fail('fence: finishing write on a row not processing', `${a.row_id} ${a.old_state}→${a.new_state}`);
       continue;
     }
-    // The reclaim step: back to pending with the lost lease counted (attempt + 1), or dead when
-    // that was the row's last attempt (a dead row is never delivered again).
-    if (a.lease_lost && a.new_state === 'pending' && a.new_attempt === a.old_attempt + 1) {
+    // The reclaim step: back to pending with the lost lease counted (attempt + 1), or not counted
+    // (a row after the first of its key in the claim), or dead when that was the row's last
+    // attempt (a dead row is never delivered again).
+    if (a.lease_lost && a.new_state === 'pending' && (a.new_attempt === a.old_attempt + 1 || a.new_attempt === a.old_attempt)) {
       reclaimsAudited++;
       reclaims.set(a.row_id, (reclaims.get(a.row_id) ?? 0) + 1);
       continue;

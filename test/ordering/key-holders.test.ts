@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
+import { LOST_LEASE_NOT_CHARGED } from '../../lib/db/postgres/outbox-queries.ts';
 import { enqueue } from '../../lib/index.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -83,6 +84,73 @@ describe('several rows of a key in one claim: one holder per key (PostgreSQL)', 
     } finally {
       late.release();
     }
+  });
+
+  /** `[state, attempt]` of each of `ids`, in that order. */
+  const attempts = async (ids: string[]) => {
+    const rows = await db.query<{ id: string; state: string; attempt: number }>(`SELECT id, state, attempt FROM ${table} WHERE id = ANY($1)`, [ids]);
+    const byId = new Map(rows.map((r) => [r.id, [r.state, r.attempt]]));
+    return ids.map((id) => byId.get(id));
+  };
+  const expireAll = () => db.query(`UPDATE ${table} SET lease_expires_at = clock_timestamp() - interval '1 millisecond' WHERE state = 'processing'`);
+
+  it('the reclaim of an expired claim charges one attempt per key, to its first row; the followers go back with their attempt unchanged', async () => {
+    const keyed = await insertOutboxRows(db, rowsOf(3));
+    const [single, keyless] = await insertOutboxRows(db, [
+      { topic: 't', key: 'S', payload: { n: 1 } },
+      { topic: 't', payload: { n: 1 } },
+    ]);
+    const claimed = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
+    assert.deepEqual(claimed.map((r) => r.id).sort(), [...keyed, single, keyless].sort());
+    await expireAll();
+    assert.deepEqual(await db.driver.outboxReclaimExpired({ throttleMs: 0 }), { ran: true, reclaimed: 5, dead: 0 });
+    assert.deepEqual(await attempts([...keyed, single!, keyless!]), [
+      ['pending', 1],
+      ['pending', 0],
+      ['pending', 0],
+      ['pending', 1],
+      ['pending', 1],
+    ]);
+    const errors = await db.query<{ last_error: string | null }>(`SELECT last_error FROM ${table} WHERE id = ANY($1) ORDER BY sequence`, [keyed]);
+    assert.match(errors[0]!.last_error ?? '', /lease expired during delivery attempt 1 of 5/);
+    assert.deepEqual(errors.slice(1).map((r) => r.last_error), [LOST_LEASE_NOT_CHARGED, LOST_LEASE_NOT_CHARGED], 'a follower says why it was not charged');
+    // The next claim takes the key again, head first; the lease of a second claim charges the head again.
+    const again = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
+    assert.deepEqual(again.filter((r) => r.key === 'K').map((r) => r.id), keyed);
+    await expireAll();
+    await db.driver.outboxReclaimExpired({ throttleMs: 0 });
+    assert.deepEqual((await attempts(keyed)).map((a) => a![1]), [2, 0, 0]);
+  });
+
+  it('a claim whose first row spent its last attempt: the first row is dead, the followers pending with their attempt unchanged and the next row heads the key', async () => {
+    const keyed = await insertOutboxRows(db, rowsOf(4));
+    await db.query(`UPDATE ${table} SET max_attempts = 2, attempt = 1 WHERE id = $1`, [keyed[0]]);
+    await db.query(`UPDATE ${table} SET max_attempts = 2, attempt = 1 WHERE id = $1`, [keyed[1]]);
+    assert.deepEqual((await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 })).map((r) => r.id), keyed.slice(0, 3));
+    await expireAll();
+    assert.deepEqual(await db.driver.outboxReclaimExpired({ throttleMs: 0 }), { ran: true, reclaimed: 2, dead: 1 });
+    assert.deepEqual(await attempts(keyed), [
+      ['dead', 1],
+      ['pending', 1],
+      ['pending', 0],
+      ['pending', 0],
+    ]);
+    assert.deepEqual((await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 })).map((r) => r.id), keyed.slice(1, 4));
+  });
+
+  it('when the first row of a claim already left processing, the lowest row of the key still in the claim is the one charged', async () => {
+    const keyed = await insertOutboxRows(db, rowsOf(3));
+    const claimed = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
+    assert.deepEqual(claimed.map((r) => r.id), keyed);
+    // Not a settle order the pass writes (its first row leaves last), but the reclaim must not rely on it.
+    assert.deepEqual(await db.driver.outboxMarkSentMany({ claims: [{ id: claimed[0]!.id, token: claimed[0]!.claimToken }] }), [keyed[0]]);
+    await expireAll();
+    assert.deepEqual(await db.driver.outboxReclaimExpired({ throttleMs: 0 }), { ran: true, reclaimed: 2, dead: 0 });
+    assert.deepEqual(await attempts(keyed), [
+      ['sent', 0],
+      ['pending', 1],
+      ['pending', 0],
+    ]);
   });
 
   it('only consecutive due rows follow the head: a row not due ends the run of its key', async () => {

@@ -189,24 +189,31 @@ export async function fencedDeadMany(db: PgQueryable, table: string, items: Dead
  * What a reclaim counts: a lease that ended before its claim was settled is an attempt spent (a
  * call that never answered must not hold its row, and its key, forever). `maxAttempts` is an SQL
  * expression for alias `t` (the outbox column, or a bound parameter for the relay); `call` names
- * what outlived its lease in `last_error` ("delivery", "forward").
+ * what outlived its lease in `last_error` ("delivery", "forward"). `charged` (default: every row)
+ * picks the rows the lost lease is charged to, by a condition on alias `t`; the others go back to
+ * `pending` with their attempt unchanged and `note` as `last_error`.
  */
 export interface LostLeaseRule {
   maxAttempts: string;
   call: string;
+  charged?: { rows: string; note: string };
 }
 
 /**
- * Returns expired `processing` rows to `pending` with `attempt + 1` when the shared gate
- * `gateName` opens: always without `throttleMs`, else at most once per `throttleMs`. The lost
- * lease counts as a failed attempt: a row whose lost attempt was its last (`attempt + 1 >=
- * maxAttempts`) goes `dead` instead (attempt unchanged, as a failed last delivery leaves it), which
- * releases its key; either way `last_error` says the lease expired during that attempt.
+ * Returns expired `processing` rows to `pending` when the shared gate `gateName` opens: always
+ * without `throttleMs`, else at most once per `throttleMs`. The lost lease counts as a failed
+ * attempt of each row that `rule.charged` picks: `attempt + 1`, or `dead` when the lost attempt
+ * was its last (`attempt + 1 >= maxAttempts`; attempt unchanged, as a failed last delivery leaves
+ * it), which releases its key; either way `last_error` says the lease expired during that attempt.
+ * A row not charged goes back to `pending` with its attempt unchanged and the rule's note.
  * `extraCondition` narrows the rows (e.g. push rows only), written against alias `t`;
  * `values` are the rule's bind parameters, numbered from `$3`.
  */
 export async function reclaimExpired(ctx: PgContext, table: string, gateName: string, throttleMs: number | undefined, rule: LostLeaseRule, extraCondition = 'TRUE', values: unknown[] = []): Promise<ReclaimResult> {
   const gate = reclaimGate(ctx, gateName, throttleMs, 1);
+  const charged = `(${rule.charged?.rows ?? 'TRUE'})`;
+  // The note is bound after the caller's values.
+  const note = rule.charged === undefined ? 't.last_error' : `$${gate.values.length + values.length + 1}::text`;
   const last = `t.attempt + 1 >= ${rule.maxAttempts}`;
   const ofMax = `(t.attempt + 1) || ' of ' || ${rule.maxAttempts}`;
   const { rows } = await pgQuery<{ ran: boolean; reclaimed: string; dead: string }>(
@@ -214,10 +221,10 @@ export async function reclaimExpired(ctx: PgContext, table: string, gateName: st
     `WITH ${gate.cte},
      moved AS (
        UPDATE ${table} t
-          SET state = CASE WHEN ${last} THEN 'dead' ELSE 'pending' END,
-              attempt = CASE WHEN ${last} THEN t.attempt ELSE t.attempt + 1 END,
-              last_error = CASE WHEN ${last}
-                THEN 'gave up after ' || ${ofMax} || ' attempts: the lease of the last one expired during the ${rule.call} (the call did not finish within its lease)'
+          SET state = CASE WHEN ${charged} AND ${last} THEN 'dead' ELSE 'pending' END,
+              attempt = CASE WHEN ${charged} AND NOT ${last} THEN t.attempt + 1 ELSE t.attempt END,
+              last_error = CASE WHEN NOT ${charged} THEN ${note}
+                WHEN ${last} THEN 'gave up after ' || ${ofMax} || ' attempts: the lease of the last one expired during the ${rule.call} (the call did not finish within its lease)'
                 ELSE 'lease expired during ${rule.call} attempt ' || ${ofMax} || ' (the call did not finish within its lease)' END,
               claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
               updated_at = clock_timestamp()
@@ -227,7 +234,7 @@ export async function reclaimExpired(ctx: PgContext, table: string, gateName: st
      SELECT EXISTS (SELECT 1 FROM gate) AS ran,
             (SELECT count(*) FROM moved WHERE state = 'pending') AS reclaimed,
             (SELECT count(*) FROM moved WHERE state = 'dead') AS dead`,
-    [...gate.values, ...values],
+    [...gate.values, ...values, ...(rule.charged === undefined ? [] : [rule.charged.note])],
   );
   return { ran: rows[0]!.ran, reclaimed: Number(rows[0]!.reclaimed), dead: Number(rows[0]!.dead) };
 }

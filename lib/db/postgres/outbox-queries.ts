@@ -495,11 +495,36 @@ export async function outboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] 
 }
 
 /**
- * Expired `processing` rows back to `pending` with `attempt + 1`, or `dead` when the lost
- * delivery was the row's last (`max_attempts`); gated by the shared throttle.
+ * Expired `processing` rows back to `pending`; gated by the shared throttle. The lost lease is
+ * charged once per claim of a key (`lostLeaseCharged`): `attempt + 1`, or `dead` when the lost
+ * delivery was the row's last (`max_attempts`); the key's other rows in that claim go back with
+ * their attempt unchanged and `LOST_LEASE_NOT_CHARGED` as `last_error`.
  */
 export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
-  return reclaimExpired(ctx, ctx.names.outbox, `reclaim:${ctx.names.outboxTable}`, p.throttleMs, { maxAttempts: 't.max_attempts', call: 'delivery' });
+  const t = ctx.names.outbox;
+  return reclaimExpired(ctx, t, `reclaim:${ctx.names.outboxTable}`, p.throttleMs, { maxAttempts: 't.max_attempts', call: 'delivery', charged: { rows: lostLeaseCharged(t), note: LOST_LEASE_NOT_CHARGED } });
+}
+
+/** `last_error` of a row an expired claim was not charged to (`lostLeaseCharged`). */
+export const LOST_LEASE_NOT_CHARGED = 'lease expired while its claim held an earlier row of its key (no attempt charged: the delivery of this row may not have started)';
+
+/**
+ * The rows of table `t` (alias `t`) an expired claim is charged to: per claim token, the row of
+ * lowest `sequence` still `processing` — a keyless row, the only row of its key in its claim, or
+ * the first row of a key whose claim also holds the next rows (`outbox.rowsPerKey`). The pass
+ * offers a key's rows one call after another, the next only once the previous answered, so a
+ * claim of a key had at most one delivery in flight when its lease ended: one attempt is lost,
+ * not one per row. The first row is the one surely offered; a follower may never have been
+ * (its round had not come), and its delivery, if it was made, is not known to the database (the
+ * pass marks the claim's rows `sent` together, at its end). So the followers go back with their
+ * attempt unchanged; the key still moves on, since every lost lease charges its first row.
+ * `key_first` names that row without a look-up; the look-up (the key's in-flight rows) covers a
+ * claim whose first row left `processing` before its followers.
+ */
+function lostLeaseCharged(t: string): string {
+  return `t.key_first OR NOT EXISTS (
+                SELECT 1 FROM ${t} e
+                 WHERE e.key = t.key AND e.state = 'processing' AND e.claim_token = t.claim_token AND e.sequence < t.sequence)`;
 }
 
 export async function outboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {
