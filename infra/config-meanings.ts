@@ -31,7 +31,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   [`destinations.<name>${e}.source`]: 'EventBridge `Source` of every entry.',
   [`destinations.<name>${e}.region`]: 'AWS region; default the Lambda\'s `AWS_REGION`.',
   [`destinations.<name>${e}.endpoint`]: 'Endpoint override.',
-  'outbox.batchSize': 'Rows per claim.',
+  'outbox.batchSize': 'Rows per claim (at most 1,000). A pass claims fewer once a claim shows rows so large that a full batch would hold more than 32 MiB of payload text, and `batchSize` again once rows are small (remembered per container; the first claim of a new container takes `batchSize`).',
   'outbox.concurrency': 'Destination calls in flight at once within one invocation.',
   'outbox.rowsPerKey': 'Rows of one key a claim may hold (1–100): the head of the key and the next rows of that key in `sequence` order, all due and pending; they are published one after another, one row of the key per destination call, and a failure releases the rest of the key unpublished, with no attempt spent; when the claim\'s lease expires, the reclaim charges one attempt per key, to its first row in the claim (docs/claims-and-leases.md, "Several rows of a key in one claim"). Unset: 1, the head only (one row of a key per claim, as the claim rules say); 10 is the measured opt-in for hot keys (docs/performance.md). PostgreSQL only: on SQL Server a value above 1 is a configuration error (not supported there yet).',
   'outbox.pollIntervalMs': 'Pause after a claim that found nothing; it doubles with each further empty claim, up to `outbox.maxPollIntervalMs`, and starts again once a claim finds rows.',
