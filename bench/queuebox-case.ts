@@ -4,7 +4,7 @@
  * `workers` passes run at once (as concurrent scheduled invocations would), each with its own
  * driver and pool, in `drain` mode with default settings (batch 100, concurrency 8, two batches
  * in flight per pass). Settings (`ctx.settings`, e.g. `npm run bench -- --set
- * queuebox.batchSize=1000`): `batchSize` and `concurrency`, the `outbox` config keys. The destination is an in-process no-op (`queuebox`) or an SQS queue on
+ * queuebox.batchSize=1000`): `batchSize`, `maxBatchSize` and `concurrency`, the `outbox` config keys. The destination is an in-process no-op (`queuebox`) or an SQS queue on
  * the fauxqs emulator (`queuebox-sqs`). A counting wrapper around `outboxMarkSentMany` aborts
  * every pass once the workload's drain count is sent (so a backlog drain stops at its target).
  */
@@ -27,7 +27,7 @@ const silent: PassLogger = { debug() {}, info() {}, warn() {}, error() {} };
 function outboxSettings(ctx: CaseContext): Record<string, number> {
   const out: Record<string, number> = {};
   for (const [name, value] of Object.entries(ctx.settings ?? {})) {
-    if (name !== 'batchSize' && name !== 'concurrency') throw new Error(`queuebox: unknown setting ${name} (batchSize, concurrency)`);
+    if (name !== 'batchSize' && name !== 'maxBatchSize' && name !== 'concurrency') throw new Error(`queuebox: unknown setting ${name} (batchSize, maxBatchSize, concurrency)`);
     if (typeof value !== 'number') throw new Error(`queuebox: setting ${name} = ${String(value)} is not a number`);
     out[name] = value;
   }
@@ -171,7 +171,7 @@ function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false, rows
   return {
     name,
     describe: (ctx) =>
-      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize ${outboxSettings(ctx).batchSize ?? 100}, concurrency ${outboxSettings(ctx).concurrency ?? 8}, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}${prepared ? ', database.preparedStatements' : ''}, outbox.rowsPerKey ${rowsPerKey ?? `default (${DEFAULT_ROWS_PER_KEY})`}`,
+      `runOutboxPass x ${ctx.workers} concurrent, drain mode, batchSize ${outboxSettings(ctx).batchSize ?? 100} growing to ${outboxSettings(ctx).maxBatchSize ?? 1000}, concurrency ${outboxSettings(ctx).concurrency ?? 8}, ${kind === 'noop' ? 'no-op destination' : 'SQS SendMessageBatch on fauxqs'}${prepared ? ', database.preparedStatements' : ''}, outbox.rowsPerKey ${rowsPerKey ?? `default (${DEFAULT_ROWS_PER_KEY})`}`,
     // `migrate` in the seed creates the claim functions of this case's settings.
     prepare: (ctx) => seedOutbox(ctx, outboxConfig(ctx, rowsPerKey)),
     drain: (ctx) => drainWithPasses(ctx, kind, prepared, rowsPerKey),

@@ -113,6 +113,13 @@ export const scaleOutSchema = z
 export const outboxSchema = z
   .strictObject({
     batchSize: positiveInt.max(1000).default(100),
+    /**
+     * The most rows a claim may grow to: a pass starts at `batchSize`, doubles its claim after each
+     * claim that came back full and halves it (never below `batchSize`) after one that came back
+     * less than half full, so a keyless or many-key backlog moves in large claims and a table held
+     * by a few keys in small ones. Equal to `batchSize`: every claim takes `batchSize`.
+     */
+    maxBatchSize: positiveInt.max(1000).default(1000),
     /** Destination calls in flight at once within one invocation. */
     concurrency: positiveInt.max(64).default(8),
     /**
@@ -310,6 +317,13 @@ export const configSchema = z
         code: 'custom',
         path: ['outbox', 'rowsPerKey'],
         message: `is ${config.outbox.rowsPerKey}, but more than one row per key in a claim is not supported on SQL Server yet: remove it or set it to 1`,
+      });
+    }
+    if (config.outbox.maxBatchSize < config.outbox.batchSize) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['outbox', 'maxBatchSize'],
+        message: `is ${config.outbox.maxBatchSize}, below outbox.batchSize (${config.outbox.batchSize}): claims start at batchSize and grow up to maxBatchSize; set it to ${config.outbox.batchSize} or more`,
       });
     }
     const tables = [config.tables.outbox, config.tables.inbox, config.tables.maintenance];

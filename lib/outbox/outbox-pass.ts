@@ -4,7 +4,9 @@
  * 1. Reclaim: expired `processing` rows back to `pending`, at most once per `claimTimeoutMs / 5`
  *    across all invocations (the gate lives in the database).
  * 2. Loop: claim a batch (one statement; lease = min(claimTimeoutMs, time left in the
- *    invocation)), deliver it, settle it; the next claim is issued while earlier batches publish
+ *    invocation); `outbox.batchSize` rows, growing to `outbox.maxBatchSize` while claims come back
+ *    full and shrinking while they come back less than half full (`nextClaimSize`), fewer when
+ *    the rows are large (`claimLimitFor`)), deliver it, settle it; the next claim is issued while earlier batches publish
  *    (at most `MAX_BATCHES_IN_FLIGHT`), and all of them share `outbox.concurrency` call slots.
  *    In-flight claims are renewed every third of the lease, fenced; a lost renewal aborts the
  *    row's publish and the row is never settled by this pass.
@@ -59,6 +61,20 @@ export const MAX_BATCHES_IN_FLIGHT = 2;
 export const CLAIM_PAYLOAD_BUDGET_CHARS = 32 * 1024 * 1024;
 /** Per driver (a container keeps its driver across invocations): the last claim that found rows. */
 const lastClaims = new WeakMap<object, { rows: number; payloadChars: number }>();
+/** Per driver: the size the next claim grows or shrinks from (`nextClaimSize`). */
+const claimSizes = new WeakMap<object, number>();
+
+/**
+ * The claim size after a claim of `size` that returned `rows`: doubled (up to `max`) when the
+ * claim came back full — the table has more to give than the claim took; halved (down to `base`)
+ * when it came back less than half full — keys held in flight, not the claim size, bound it, and
+ * a larger claim would only read more rows of busy keys; else unchanged.
+ */
+export function nextClaimSize(size: number, rows: number, base: number, max: number): number {
+  if (rows >= size) return Math.min(max, size * 2);
+  if (rows * 2 < size) return Math.max(base, Math.floor(size / 2));
+  return size;
+}
 
 /**
  * The next claim's limit: `batchSize`, or fewer rows when the last claim's rows averaged so much
@@ -190,6 +206,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // The size of the last claim that found rows, kept per driver (a container's next invocation
   // starts from it): large payloads lower the next claim's limit.
   let lastClaim = lastClaims.get(driver);
+  const maxBatchSize = Math.max(outbox.batchSize, outbox.maxBatchSize ?? outbox.batchSize);
+  let claimSize = Math.min(maxBatchSize, Math.max(outbox.batchSize, claimSizes.get(driver) ?? outbox.batchSize));
 
   options.scaleOut?.passStarted(() => tally.claimed);
 
@@ -222,16 +240,23 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       continue;
     }
     let rows;
+    let limit: number;
     // A batch that settles while this claim runs may free key heads the claim's snapshot did not
     // see; only a claim that started with nothing in flight can prove the table drained.
     const inFlightAtClaim = inFlight.length;
     try {
-      rows = await driver.outboxClaimMany({ limit: claimLimitFor(outbox.batchSize, lastClaim), leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
+      limit = claimLimitFor(claimSize, lastClaim);
+      rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
     } catch (error) {
       // The invocation ended while the claim was on its way (a freeze past its end): nothing was
       // claimed, and the pass has reached its deadline.
       if (!(error instanceof InvocationEndedError)) failure = error;
       break;
+    }
+    // The size only follows claims at the full size (a payload-bound claim says nothing of it).
+    if (limit === claimSize) {
+      claimSize = nextClaimSize(claimSize, rows.length, outbox.batchSize, maxBatchSize);
+      claimSizes.set(driver, claimSize);
     }
     if (rows.length === 0) {
       if (inFlight.length === 0 && options.mode === 'drain') {

@@ -28,7 +28,7 @@ describe('configuration', () => {
     const config = loadConfig({ env: {} });
     assert.deepEqual(
       { ...config.outbox, routes: undefined },
-      { batchSize: 100, concurrency: 8, pollIntervalMs: 100, maxPollIntervalMs: 1000, retryBaseDelayMs: 1000, maxAttempts: 5, claimTimeoutMs: 300000, shutdownTimeoutMs: 30000, routes: undefined, scaleOut: { maxConcurrentPasses: 1 } },
+      { batchSize: 100, maxBatchSize: 1000, concurrency: 8, pollIntervalMs: 100, maxPollIntervalMs: 1000, retryBaseDelayMs: 1000, maxAttempts: 5, claimTimeoutMs: 300000, shutdownTimeoutMs: 30000, routes: undefined, scaleOut: { maxConcurrentPasses: 1 } },
     );
     assert.equal(config.inbox.maxBodyBytes, 1048576);
     assert.equal(config.inbox.relay.claimTimeoutMs, 300000);
@@ -82,6 +82,8 @@ destinations:
     ['an http source without a path', 'inbox:\n  sources:\n    stripe:\n      type: http\n', {}, 'inbox.sources.stripe.path', /required/],
     ['more than one row per key on SQL Server', 'database:\n  type: sqlserver\noutbox:\n  rowsPerKey: 4\n', {}, 'outbox.rowsPerKey', /not supported on SQL Server yet/],
     ['rows per key out of range', 'outbox:\n  rowsPerKey: 0\n', {}, 'outbox.rowsPerKey', />/],
+    ['a claim ceiling below the batch size', 'outbox:\n  batchSize: 200\n  maxBatchSize: 150\n', {}, 'outbox.maxBatchSize', /below outbox.batchSize \(200\)/],
+    ['a claim ceiling past 1,000', '', { QUEUEBOX_OUTBOX__MAX_BATCH_SIZE: '5000' }, 'outbox.maxBatchSize', /1000/],
     ['an unknown auth type', 'inbox:\n  sources:\n    stripe:\n      type: http\n      path: /stripe\n      auth:\n        type: magic\n', {}, 'inbox.sources.stripe.auth.type', /./],
   ];
   for (const [what, yaml, env, key, message] of bad) {

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
-import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, nextClaimSize, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
@@ -29,7 +29,7 @@ describe('claim limit by payload size', () => {
     before(async () => {
       db = await createTestDatabase({
         destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-        outbox: { routes: [{ topicPattern: '**', destination: 'main' }], batchSize: 100 },
+        outbox: { routes: [{ topicPattern: '**', destination: 'main' }], batchSize: 100, maxBatchSize: 100 },
       });
     });
     after(async () => db.drop());
@@ -74,6 +74,63 @@ describe('claim limit by payload size', () => {
       assert.equal(second.sent, 300);
       assert.ok(limits[0]! < 100, `the driver remembers the large rows: ${limits[0]}`);
       assert.equal(limits[1], 100, 'a claim of small rows brings the limit back to batchSize');
+    });
+  });
+});
+
+describe('claim size growth (outbox.maxBatchSize)', () => {
+  it('doubles after a full claim up to the most, halves after one less than half full down to batchSize, else stays', () => {
+    assert.equal(nextClaimSize(100, 100, 100, 1000), 200);
+    assert.equal(nextClaimSize(800, 800, 100, 1000), 1000);
+    assert.equal(nextClaimSize(1000, 1000, 100, 1000), 1000);
+    assert.equal(nextClaimSize(400, 150, 100, 1000), 200);
+    assert.equal(nextClaimSize(200, 0, 100, 1000), 100);
+    assert.equal(nextClaimSize(100, 0, 100, 1000), 100);
+    assert.equal(nextClaimSize(400, 200, 100, 1000), 400);
+    // maxBatchSize = batchSize: a fixed size
+    assert.equal(nextClaimSize(100, 100, 100, 100), 100);
+  });
+
+  describe('in a pass against PostgreSQL', () => {
+    let db: TestDatabase;
+    before(async () => {
+      db = await createTestDatabase({
+        destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
+        outbox: { routes: [{ topicPattern: '**', destination: 'main' }], batchSize: 50, maxBatchSize: 400 },
+      });
+    });
+    after(async () => db.drop());
+
+    const recording = (limits: number[]): OutboxPassDriver => ({
+      ...(db.driver as unknown as OutboxPassDriver),
+      outboxClaimMany: async (p) => {
+        limits.push(p.limit);
+        return db.driver.outboxClaimMany(p);
+      },
+      outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
+      outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
+      outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
+      outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
+      outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
+      outboxStats: (scope) => db.driver.outboxStats(scope),
+    });
+
+    it('grows keyless claims to maxBatchSize, and keeps claims of a table held by few keys at batchSize', async () => {
+      await db.query(`DELETE FROM "${db.schema}".outbox`);
+      await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) SELECT 'k', jsonb_build_object('i', g) FROM generate_series(1, 2000) g`);
+      const limits: number[] = [];
+      const destination = new RecordingDestination({ name: 'main', answer: () => 'sent' });
+      const keyless = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recording(limits) }));
+      assert.equal(keyless.sent, 2000);
+      assert.deepEqual(limits.slice(0, 4), [50, 100, 200, 400], `claims grew from batchSize to maxBatchSize: ${limits.join(', ')}`);
+      assert.ok(limits.every((l) => l <= 400), 'never past maxBatchSize');
+
+      // 5 keys, 200 rows each: a claim never gets more than 5 rows, so the size comes back down.
+      await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT 'k', 'key-' || (g % 5), jsonb_build_object('i', g) FROM generate_series(1, 1000) g`);
+      const keyed: number[] = [];
+      const held = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recording(keyed) }));
+      assert.equal(held.sent, 1000);
+      assert.ok(keyed.slice(-50).every((l) => l === 50), `back at batchSize while 5 keys bound the claims: ${keyed.slice(-10).join(', ')}`);
     });
   });
 });

@@ -38,7 +38,8 @@ describe('outbox poller scale-out by backlog', { timeout: 180_000 }, () => {
   before(async () => {
     db = await createTestDatabase({
       destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], pollIntervalMs: 20, scaleOut: { maxConcurrentPasses: 3 } },
+      // claims of a fixed 100 rows: the backlog estimate this test's row counts and delays were chosen for
+      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], pollIntervalMs: 20, maxBatchSize: 100, scaleOut: { maxConcurrentPasses: 3 } },
       lambda: { deadlineMarginMs: 1000 },
       observability: { namespace: 'QueueBoxScaleOutTest' },
     });

@@ -15,6 +15,11 @@ export interface PgContext {
    * absent, or with `prepared`, every claim sends its statement.
    */
   claimFunctions?: ClaimFunctionState;
+  /**
+   * The outbox claim limit `migrate` created functions for (`outbox.batchSize`): a claim grown
+   * past it (`outbox.maxBatchSize`) sends its statement, whose planning a large claim amortizes.
+   */
+  claimFunctionLimit?: number;
 }
 
 /** Milliseconds as a PostgreSQL interval expression on a bound parameter: `$n * interval '1 millisecond'`. */

@@ -423,7 +423,7 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
   const claim = async (statement: ClaimStatement, values: () => unknown[]) =>
     (
       await claimRetryingInFlight(() =>
-        runClaimStatement(ctx.names, ctx.claimFunctions, statement, (text) =>
+        runClaimStatement(ctx.names, ctx.claimFunctionLimit === undefined || ctx.claimFunctionLimit === p.limit ? ctx.claimFunctions : undefined, statement, (text) =>
           pgClaimQuery<OutboxDbRow & { window_rows: number } & Partial<SweepRow>>(ctx.pool, text, values, ctx.prepared),
         ),
       )

@@ -63,6 +63,7 @@ export class PostgresDriver implements Driver {
       claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : newClaimFunctionState({ verify: (statement) => this.#verifyClaimFunction(statement) }),
     };
     this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
+    this.ctx.claimFunctionLimit = this.#outboxBatchSize;
     this.#outboxRowsPerKey = options.config.outbox?.rowsPerKey ?? DEFAULT_ROWS_PER_KEY;
   }
 
