@@ -12,6 +12,37 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 
+/** A test database whose outbox claims `batchSize` rows, growing to `maxBatchSize`. */
+function outboxDatabase(outbox: { batchSize: number; maxBatchSize: number }): () => TestDatabase {
+  let db: TestDatabase | undefined;
+  before(async () => {
+    db = await createTestDatabase({
+      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
+      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], ...outbox },
+    });
+  });
+  after(async () => db?.drop());
+  return () => db!;
+}
+
+/** The database's driver, recording each claim's limit and how many rows it returned. */
+function recordingDriver(db: TestDatabase, limits: number[], counts: number[] = []): OutboxPassDriver {
+  return {
+    outboxClaimMany: async (p) => {
+      limits.push(p.limit);
+      const rows = await db.driver.outboxClaimMany(p);
+      counts.push(rows.length);
+      return rows;
+    },
+    outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
+    outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
+    outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
+    outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
+    outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
+    outboxStats: (scope) => db.driver.outboxStats(scope),
+  };
+}
+
 describe('claim limit by payload size', () => {
   it('is batchSize for small rows and with nothing claimed yet; fewer rows, at least one, for large ones', () => {
     assert.equal(claimLimitFor(500, undefined), 500);
@@ -25,16 +56,10 @@ describe('claim limit by payload size', () => {
   });
 
   describe('in a pass against PostgreSQL', () => {
-    let db: TestDatabase;
-    before(async () => {
-      db = await createTestDatabase({
-        destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-        outbox: { routes: [{ topicPattern: '**', destination: 'main' }], batchSize: 100, maxBatchSize: 100 },
-      });
-    });
-    after(async () => db.drop());
+    const database = outboxDatabase({ batchSize: 100, maxBatchSize: 100 });
 
     it('claims fewer rows after a claim of large payloads, then batchSize again after small ones, across passes of one driver', async () => {
+      const db = database();
       const big = 512 * 1024; // 100 of these would be 50 MiB of payload text in one claim
       await db.query(
         `INSERT INTO "${db.schema}".outbox (topic, payload)
@@ -43,21 +68,7 @@ describe('claim limit by payload size', () => {
       );
       const limits: number[] = [];
       const counts: number[] = [];
-      const driver: OutboxPassDriver = {
-        ...(db.driver as unknown as OutboxPassDriver),
-        outboxClaimMany: async (p) => {
-          limits.push(p.limit);
-          const rows = await db.driver.outboxClaimMany(p);
-          counts.push(rows.length);
-          return rows;
-        },
-        outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
-        outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
-        outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
-        outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
-        outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
-        outboxStats: (scope) => db.driver.outboxStats(scope),
-      };
+      const driver = recordingDriver(db, limits, counts);
       const destination = new RecordingDestination({ name: 'main', answer: () => 'sent' });
       const first = await runOutboxPass(passFixture(db, { destinations: [destination], driver }));
       assert.equal(first.sent, 120);
@@ -92,30 +103,11 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
   });
 
   describe('in a pass against PostgreSQL', () => {
-    let db: TestDatabase;
-    before(async () => {
-      db = await createTestDatabase({
-        destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
-        outbox: { routes: [{ topicPattern: '**', destination: 'main' }], batchSize: 50, maxBatchSize: 400 },
-      });
-    });
-    after(async () => db.drop());
-
-    const recording = (limits: number[]): OutboxPassDriver => ({
-      ...(db.driver as unknown as OutboxPassDriver),
-      outboxClaimMany: async (p) => {
-        limits.push(p.limit);
-        return db.driver.outboxClaimMany(p);
-      },
-      outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
-      outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
-      outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
-      outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
-      outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
-      outboxStats: (scope) => db.driver.outboxStats(scope),
-    });
+    const database = outboxDatabase({ batchSize: 50, maxBatchSize: 400 });
 
     it('grows keyless claims to maxBatchSize, and keeps claims of a table held by few keys at batchSize', async () => {
+      const db = database();
+      const recording = (limits: number[]) => recordingDriver(db, limits);
       await db.query(`DELETE FROM "${db.schema}".outbox`);
       await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) SELECT 'k', jsonb_build_object('i', g) FROM generate_series(1, 2000) g`);
       const limits: number[] = [];
