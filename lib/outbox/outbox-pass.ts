@@ -6,7 +6,8 @@
  * 2. Loop: claim a batch (one statement; lease = min(claimTimeoutMs, time left in the
  *    invocation); `outbox.batchSize` rows, growing to `outbox.maxBatchSize` while claims come back
  *    full and shrinking while they come back less than half full (`nextClaimSize`), fewer when
- *    the rows are large (`claimLimitFor`)), deliver it, settle it; the next claim is issued while earlier batches publish
+ *    the rows are large (`claimLimitFor`) or when a grown claim could not be published before the
+ *    deadline (`rowsPublishableBefore`)), deliver it, settle it; the next claim is issued while earlier batches publish
  *    (at most `MAX_BATCHES_IN_FLIGHT`), and all of them share `outbox.concurrency` call slots.
  *    In-flight claims are renewed every third of the lease, fenced; a lost renewal aborts the
  *    row's publish and the row is never settled by this pass.
@@ -87,6 +88,23 @@ export function claimLimitFor(batchSize: number, lastClaim: { rows: number; payl
   if (average * batchSize <= CLAIM_PAYLOAD_BUDGET_CHARS) return batchSize;
   return Math.max(1, Math.min(batchSize, Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / average)));
 }
+
+/** Entries per destination call: SQS `SendMessageBatch` and EventBridge `PutEvents` take 10. */
+const ROWS_PER_CALL = 10;
+
+/**
+ * The most rows a claim may take with `remainingMs` left before the deadline: a claim above
+ * `batchSize` (grown, `outbox.maxBatchSize`) must be publishable in the time left, in rounds of
+ * `concurrency` calls of `ROWS_PER_CALL` rows each taking up to the slowest call seen so far, with
+ * the claim window's factor 2 to spare; never below `batchSize`, which the claim window already
+ * covers. Unbounded until a call has been timed.
+ */
+export function rowsPublishableBefore(remainingMs: number, slowestCallMs: number, concurrency: number, batchSize: number): number {
+  if (slowestCallMs <= 0) return Number.POSITIVE_INFINITY;
+  const rounds = Math.floor(remainingMs / (2 * slowestCallMs));
+  return Math.max(batchSize, rounds * concurrency * ROWS_PER_CALL);
+}
+
 
 export type StopReason = 'deadline' | 'drained' | 'stopped' | 'error';
 
@@ -245,7 +263,10 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     // see; only a claim that started with nothing in flight can prove the table drained.
     const inFlightAtClaim = inFlight.length;
     try {
-      limit = claimLimitFor(claimSize, lastClaim);
+      limit = Math.min(
+        claimLimitFor(claimSize, lastClaim),
+        rowsPublishableBefore(deadline.remainingMs(), Math.max(0, ...slowest.values()), outbox.concurrency, outbox.batchSize),
+      );
       rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
     } catch (error) {
       // The invocation ended while the claim was on its way (a freeze past its end): nothing was

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
-import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, nextClaimSize, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, nextClaimSize, rowsPublishableBefore, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
@@ -123,6 +123,34 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
       const held = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recording(keyed) }));
       assert.equal(held.sent, 1000);
       assert.ok(keyed.slice(-50).every((l) => l === 50), `back at batchSize while 5 keys bound the claims: ${keyed.slice(-10).join(', ')}`);
+    });
+  });
+});
+
+describe('claim size near the deadline', () => {
+  it('is unbounded until a call was timed, never below batchSize, else what the time left can publish', () => {
+    assert.equal(rowsPublishableBefore(5_000, 0, 8, 100), Number.POSITIVE_INFINITY);
+    // 50 ms calls, 8 at once, 10 rows each: 2 s left is 20 rounds at twice the slowest call
+    assert.equal(rowsPublishableBefore(2_000, 50, 8, 100), 1_600);
+    assert.equal(rowsPublishableBefore(500, 50, 8, 100), 400);
+    assert.equal(rowsPublishableBefore(50, 50, 8, 100), 100);
+    assert.equal(rowsPublishableBefore(0, 50, 8, 100), 100);
+  });
+
+  describe('in a pass against PostgreSQL', () => {
+    const database = outboxDatabase({ batchSize: 50, maxBatchSize: 1000 });
+
+    it('a grown claim is cut to what the time left can publish: the pass ends at its deadline with no row abandoned', async () => {
+      const db = database();
+      await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) SELECT 'k', jsonb_build_object('i', g) FROM generate_series(1, 20000) g`);
+      const limits: number[] = [];
+      const destination = new RecordingDestination({ name: 'main', answer: () => 'sent', delayMs: 40 });
+      const fixture = passFixture(db, { destinations: [destination], driver: recordingDriver(db, limits), timeoutMs: 2500, mode: 'deadline', outbox: { concurrency: 2 } });
+      const summary = await runOutboxPass(fixture);
+      assert.equal(summary.stoppedBecause, 'deadline');
+      assert.ok(Math.max(...limits) > 50, `claims grew: ${limits.join(', ')}`);
+      assert.ok(limits.at(-1)! < Math.max(...limits), `the last claims were cut to the time left: ${limits.join(', ')}`);
+      assert.equal(summary.abandoned, 0, `every claimed row was settled before the deadline: ${JSON.stringify(summary)}`);
     });
   });
 });
