@@ -18,7 +18,7 @@ import {
 } from '../../lib/db/postgres/claim-functions.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { withStatementBudget } from '../../lib/db/statement-budget.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
 
 const LEASE = 60_000;
 
@@ -143,15 +143,32 @@ describe('claim functions (PostgreSQL)', () => {
 
   it('a batch size without a function (another config) sends its statement, and the driver logger hears of it once per finding', async () => {
     await insertKeyless(db, 5);
+    // Code deployed with `outbox.batchSize` 4 against a database `migrate` made functions of 10 for.
+    const driver = new PostgresDriver({ config: { ...db.config, outbox: { ...db.config.outbox, batchSize: 4 } }, url: testDatabaseUrl() });
+    try {
+      const logged: Array<[string, Record<string, unknown>]> = [];
+      driver.useLogger({ warn: (message, attributes) => logged.push([message, attributes]) });
+      assert.equal((await driver.outboxClaimMany({ limit: 4, leaseMs: LEASE })).length, 4);
+      assert.equal((await driver.outboxClaimMany({ limit: 4, leaseMs: LEASE })).length, 1);
+      assert.equal(driver.ctx.claimFunctions!.missing.size, 1, 'the window claim at 4 has no function');
+      assert.equal(logged.length, 1, JSON.stringify(logged));
+      assert.match(logged[0]![0], /claim function unusable.*queuebox migrate/);
+      assert.equal(logged[0]![1].code, '42883');
+    } finally {
+      await driver.close();
+    }
+  });
+
+  it('a claim grown past outbox.batchSize (outbox.maxBatchSize) sends its statement without looking for a function or warning', async () => {
+    await insertKeyless(db, 25);
     const driver = db.newDriver();
-    const logged: Array<[string, Record<string, unknown>]> = [];
-    driver.useLogger({ warn: (message, attributes) => logged.push([message, attributes]) });
-    assert.equal((await driver.outboxClaimMany({ limit: 4, leaseMs: LEASE })).length, 4);
-    assert.equal((await driver.outboxClaimMany({ limit: 4, leaseMs: LEASE })).length, 1);
-    assert.equal(driver.ctx.claimFunctions!.missing.size, 1, 'the window claim at 4 has no function');
-    assert.equal(logged.length, 1, JSON.stringify(logged));
-    assert.match(logged[0]![0], /claim function unusable.*queuebox migrate/);
-    assert.equal(logged[0]![1].code, '42883');
+    const logged: unknown[] = [];
+    driver.useLogger({ warn: (message) => logged.push(message) });
+    assert.equal((await driver.outboxClaimMany({ limit: 20, leaseMs: LEASE })).length, 20);
+    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 5, 'the claim at batchSize calls its function');
+    assert.equal(driver.ctx.claimFunctions!.missing.size, 0);
+    assert.deepEqual([...driver.ctx.claimFunctions!.verified.keys()].map((st) => st.text.length > 0), [true], 'only the function of batchSize was verified');
+    assert.deepEqual(logged, []);
   });
 
   it('a missing function under an invocation budget (BEGIN; SET LOCAL statement_timeout) falls back in a new transaction', async () => {

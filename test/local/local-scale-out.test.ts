@@ -34,7 +34,8 @@ describe('queuebox local with outbox scale-out on (no demo)', { timeout: 240_000
       stringify({
         database: { schema: db.schema },
         destinations: { shipping: { type: 'sqs', queueUrl: sqs.standardQueueUrl, endpoint: sqs.endpoint, region: EMULATOR_REGION } },
-        outbox: { routes: [{ topicPattern: '**', destination: 'shipping' }], batchSize: 5, concurrency: 1, scaleOut: { maxConcurrentPasses: 3 } },
+        // claims of a fixed 5 rows (no growth): the backlog estimate this test's row count was chosen for
+        outbox: { routes: [{ topicPattern: '**', destination: 'shipping' }], batchSize: 5, maxBatchSize: 5, concurrency: 1, scaleOut: { maxConcurrentPasses: 3 } },
         lambda: { deadlineMarginMs: 1000 },
         observability: { logLevel: 'SILENT' },
       }),
