@@ -55,13 +55,12 @@ class OrderCheckingNoop extends NoopDestination {
   }
 
   override async publishBatch(...args: Parameters<NoopDestination['publishBatch']>): ReturnType<NoopDestination['publishBatch']> {
-    // One yield per call, as a real publish awaits its I/O (graphile-worker's task does the same).
+    // Each message runs from before the call's yield to its answer, as a real publish awaits its
+    // I/O (graphile-worker's task yields the same way), so overlapping calls of a key are seen.
+    for (const m of args[0]) this.order.start(m.key, m.payload.i as number);
     await new Promise((resolve) => setImmediate(resolve));
     const outcomes = await super.publishBatch(...args);
-    for (const m of args[0]) {
-      this.order.start(m.key, m.payload.i as number);
-      this.order.finish(m.key);
-    }
+    for (const m of args[0]) this.order.finish(m.key);
     return outcomes;
   }
 }

@@ -54,39 +54,54 @@ export const MIN_CLAIM_WINDOW_MS = 1000;
 /** Claimed batches being published at once (the next claim overlaps the current publish). */
 export const MAX_BATCHES_IN_FLIGHT = 2;
 /**
- * Payload text one claim should bring into memory (characters of the stored JSON): the claim limit
- * of a pass is `outbox.batchSize`, lowered once a claim shows rows so large that a full batch
- * would exceed this (`claimLimitFor`). Two batches in flight stay near 64 MiB of payload text
- * whatever the batch size, within the poller's default 512 MB.
+ * Payload text one claim should bring into memory (characters of the stored JSON): a claim's limit
+ * is lowered once a claim shows rows so large that the claim would exceed this (`claimLimitFor`),
+ * and a claim grows only while its largest row seen times the grown size stays within it
+ * (`nextClaimSize`). Two batches in flight stay near 64 MiB of payload text whatever the batch
+ * size, within the poller's default 512 MB (the first claim of a new container excepted).
  */
 export const CLAIM_PAYLOAD_BUDGET_CHARS = 32 * 1024 * 1024;
-/** Per driver (a container keeps its driver across invocations): the last claim that found rows. */
-const lastClaims = new WeakMap<object, { rows: number; payloadChars: number }>();
-/** Per driver: the size the next claim grows or shrinks from (`nextClaimSize`). */
-const claimSizes = new WeakMap<object, number>();
+
+/** What a container remembers of its claims, per driver (it keeps its driver across invocations). */
+interface ClaimMemory {
+  /** The size the next claim grows or shrinks from (`nextClaimSize`). */
+  size: number;
+  /** Rows and payload text of the last claim that found rows, and its largest row. */
+  rows: number;
+  payloadChars: number;
+  largestRowChars: number;
+  /** The slowest destination call timed so far (ms; 0: none yet). */
+  slowestCallMs: number;
+}
+const claimMemory = new WeakMap<object, ClaimMemory>();
 
 /**
- * The claim size after a claim of `size` that returned `rows`: doubled (up to `max`) when the
- * claim came back full — the table has more to give than the claim took; halved (down to `base`)
- * when it came back less than half full — keys held in flight, not the claim size, bound it, and
- * a larger claim would only read more rows of busy keys; else unchanged.
+ * The claim size after a claim with limit `limit` (at most `size`) that returned `rows`: doubled
+ * (up to `max`, and only while `largestRowChars` times the new size fits the payload budget) when
+ * a claim at the full size came back full — the table has more to give; halved (down to `base`,
+ * at most half the limit it ran with) when any claim came back less than half full — keys held in
+ * flight, not the claim size, bound it, and a larger claim would only read more rows of busy keys;
+ * else unchanged.
  */
-export function nextClaimSize(size: number, rows: number, base: number, max: number): number {
-  if (rows >= size) return Math.min(max, size * 2);
-  if (rows * 2 < size) return Math.max(base, Math.floor(size / 2));
+export function nextClaimSize(size: number, limit: number, rows: number, base: number, max: number, largestRowChars = 0): number {
+  if (rows * 2 < limit) return Math.max(base, Math.min(size, Math.floor(limit / 2)));
+  if (limit === size && rows >= size) {
+    const fits = largestRowChars > 0 ? Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / largestRowChars) : max;
+    return Math.max(size, Math.min(max, size * 2, fits));
+  }
   return size;
 }
 
 /**
- * The next claim's limit: `batchSize`, or fewer rows when the last claim's rows averaged so much
- * payload that `batchSize` of them would exceed `CLAIM_PAYLOAD_BUDGET_CHARS` (at least 1). A claim
- * of small rows brings the limit back up to `batchSize`.
+ * The next claim's limit: `size`, or fewer rows when the last claim's rows averaged so much
+ * payload that `size` of them would exceed `CLAIM_PAYLOAD_BUDGET_CHARS` (at least 1). A claim of
+ * small rows brings the limit back up to `size`.
  */
-export function claimLimitFor(batchSize: number, lastClaim: { rows: number; payloadChars: number } | undefined): number {
-  if (!lastClaim || lastClaim.rows === 0) return batchSize;
+export function claimLimitFor(size: number, lastClaim: { rows: number; payloadChars: number } | undefined): number {
+  if (!lastClaim || lastClaim.rows === 0) return size;
   const average = lastClaim.payloadChars / lastClaim.rows;
-  if (average * batchSize <= CLAIM_PAYLOAD_BUDGET_CHARS) return batchSize;
-  return Math.max(1, Math.min(batchSize, Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / average)));
+  if (average * size <= CLAIM_PAYLOAD_BUDGET_CHARS) return size;
+  return Math.max(1, Math.min(size, Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / average)));
 }
 
 /** Entries per destination call: SQS `SendMessageBatch` and EventBridge `PutEvents` take 10. */
@@ -95,16 +110,28 @@ const ROWS_PER_CALL = 10;
 /**
  * The most rows a claim may take with `remainingMs` left before the deadline: a claim above
  * `batchSize` (grown, `outbox.maxBatchSize`) must be publishable in the time left, in rounds of
- * `concurrency` calls of `ROWS_PER_CALL` rows each taking up to the slowest call seen so far, with
- * the claim window's factor 2 to spare; never below `batchSize`, which the claim window already
- * covers. Unbounded until a call has been timed.
+ * the call slots it can count on (`concurrency` shared with the `batchesInFlight` already
+ * publishing) of `ROWS_PER_CALL` rows each, every call taking up to the slowest call seen so far,
+ * with the claim window's factor 2 to spare; never below `batchSize`, which the claim window
+ * already covers, and no more than `batchSize` until a call has been timed.
  */
-export function rowsPublishableBefore(remainingMs: number, slowestCallMs: number, concurrency: number, batchSize: number): number {
-  if (slowestCallMs <= 0) return Number.POSITIVE_INFINITY;
+export function rowsPublishableBefore(remainingMs: number, slowestCallMs: number, concurrency: number, batchSize: number, batchesInFlight = 0): number {
+  if (slowestCallMs <= 0) return batchSize;
+  const slots = Math.max(1, Math.floor(concurrency / (batchesInFlight + 1)));
   const rounds = Math.floor(remainingMs / (2 * slowestCallMs));
-  return Math.max(batchSize, rounds * concurrency * ROWS_PER_CALL);
+  return Math.max(batchSize, rounds * slots * ROWS_PER_CALL);
 }
 
+/**
+ * A limit rounded down to a few values (`batchSize` times or divided by a power of two, at least
+ * 1), so that bounded claims reuse a handful of statement texts (one prepared statement each with
+ * `database.preparedStatements`) instead of one per limit.
+ */
+export function claimLimitRung(limit: number, batchSize: number, max: number): number {
+  if (limit >= max) return max;
+  if (limit >= batchSize) return batchSize * 2 ** Math.floor(Math.log2(limit / batchSize));
+  return Math.max(1, Math.floor(batchSize / 2 ** Math.ceil(Math.log2(batchSize / Math.max(1, limit)))));
+}
 
 export type StopReason = 'deadline' | 'drained' | 'stopped' | 'error';
 
@@ -223,9 +250,10 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   let emptyClaims = 0;
   // The size of the last claim that found rows, kept per driver (a container's next invocation
   // starts from it): large payloads lower the next claim's limit.
-  let lastClaim = lastClaims.get(driver);
+  const memory: ClaimMemory = claimMemory.get(driver) ?? { size: outbox.batchSize, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0 };
+  claimMemory.set(driver, memory);
   const maxBatchSize = Math.max(outbox.batchSize, outbox.maxBatchSize ?? outbox.batchSize);
-  let claimSize = Math.min(maxBatchSize, Math.max(outbox.batchSize, claimSizes.get(driver) ?? outbox.batchSize));
+  memory.size = Math.min(maxBatchSize, Math.max(outbox.batchSize, memory.size));
 
   options.scaleOut?.passStarted(() => tally.claimed);
 
@@ -263,10 +291,12 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     // see; only a claim that started with nothing in flight can prove the table drained.
     const inFlightAtClaim = inFlight.length;
     try {
-      limit = Math.min(
-        claimLimitFor(claimSize, lastClaim),
-        rowsPublishableBefore(deadline.remainingMs(), Math.max(0, ...slowest.values()), outbox.concurrency, outbox.batchSize),
+      memory.slowestCallMs = Math.max(memory.slowestCallMs, ...slowest.values());
+      const bounded = Math.min(
+        claimLimitFor(memory.size, memory.rows > 0 ? memory : undefined),
+        rowsPublishableBefore(deadline.remainingMs(), memory.slowestCallMs, outbox.concurrency, outbox.batchSize, inFlight.length),
       );
+      limit = bounded === memory.size ? bounded : claimLimitRung(bounded, outbox.batchSize, maxBatchSize);
       rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
     } catch (error) {
       // The invocation ended while the claim was on its way (a freeze past its end): nothing was
@@ -274,11 +304,13 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       if (!(error instanceof InvocationEndedError)) failure = error;
       break;
     }
-    // The size only follows claims at the full size (a payload-bound claim says nothing of it).
-    if (limit === claimSize) {
-      claimSize = nextClaimSize(claimSize, rows.length, outbox.batchSize, maxBatchSize);
-      claimSizes.set(driver, claimSize);
+    let payloadChars = 0;
+    let largestRowChars = 0;
+    for (const row of rows) {
+      payloadChars += row.payloadText.length;
+      largestRowChars = Math.max(largestRowChars, row.payloadText.length);
     }
+    memory.size = nextClaimSize(memory.size, limit, rows.length, outbox.batchSize, maxBatchSize, largestRowChars);
     if (rows.length === 0) {
       if (inFlight.length === 0 && options.mode === 'drain') {
         if (inFlightAtClaim > 0) continue;
@@ -290,8 +322,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       continue;
     }
     emptyClaims = 0;
-    lastClaim = { rows: rows.length, payloadChars: rows.reduce((sum, row) => sum + row.payloadText.length, 0) };
-    lastClaims.set(driver, lastClaim);
+    Object.assign(memory, { rows: rows.length, payloadChars, largestRowChars });
     tally.claimed += rows.length;
     tally.batches++;
     const entry = { work: Promise.resolve(), rows: rows.length };

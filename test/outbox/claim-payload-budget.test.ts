@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
-import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, nextClaimSize, rowsPublishableBefore, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, claimLimitRung, nextClaimSize, rowsPublishableBefore, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
@@ -73,10 +73,12 @@ describe('claim limit by payload size', () => {
       const first = await runOutboxPass(passFixture(db, { destinations: [destination], driver }));
       assert.equal(first.sent, 120);
       const perClaim = Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / (big + 20));
-      // The first claim knows nothing yet; the next ones hold about 32 MiB of payload each.
+      // The first claim knows nothing yet; the next ones hold at most 32 MiB of payload each
+      // (the bound rounded down to a rung: 63 rows → 50).
       assert.equal(limits[0], 100);
       assert.equal(counts[0], 100);
-      assert.ok(limits[1]! >= perClaim - 1 && limits[1]! <= perClaim, `second limit ${limits[1]}, about ${perClaim}`);
+      assert.equal(limits[1], claimLimitRung(perClaim, 100, 100), `second limit ${limits[1]}, at most ${perClaim}`);
+      assert.ok(limits[1]! * big <= CLAIM_PAYLOAD_BUDGET_CHARS);
 
       // Small rows: the next pass of the same driver starts from the large claim, then goes back up.
       await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) SELECT 'small', jsonb_build_object('i', g) FROM generate_series(1, 300) g`);
@@ -90,16 +92,33 @@ describe('claim limit by payload size', () => {
 });
 
 describe('claim size growth (outbox.maxBatchSize)', () => {
-  it('doubles after a full claim up to the most, halves after one less than half full down to batchSize, else stays', () => {
-    assert.equal(nextClaimSize(100, 100, 100, 1000), 200);
-    assert.equal(nextClaimSize(800, 800, 100, 1000), 1000);
-    assert.equal(nextClaimSize(1000, 1000, 100, 1000), 1000);
-    assert.equal(nextClaimSize(400, 150, 100, 1000), 200);
-    assert.equal(nextClaimSize(200, 0, 100, 1000), 100);
-    assert.equal(nextClaimSize(100, 0, 100, 1000), 100);
-    assert.equal(nextClaimSize(400, 200, 100, 1000), 400);
+  it('doubles after a full claim at the full size up to the most, halves after one less than half full down to batchSize, else stays', () => {
+    assert.equal(nextClaimSize(100, 100, 100, 100, 1000), 200);
+    assert.equal(nextClaimSize(800, 800, 800, 100, 1000), 1000);
+    assert.equal(nextClaimSize(1000, 1000, 1000, 100, 1000), 1000);
+    assert.equal(nextClaimSize(400, 400, 150, 100, 1000), 200);
+    assert.equal(nextClaimSize(200, 200, 0, 100, 1000), 100);
+    assert.equal(nextClaimSize(100, 100, 0, 100, 1000), 100);
+    assert.equal(nextClaimSize(400, 400, 200, 100, 1000), 400);
     // maxBatchSize = batchSize: a fixed size
-    assert.equal(nextClaimSize(100, 100, 100, 100), 100);
+    assert.equal(nextClaimSize(100, 100, 100, 100, 100), 100);
+  });
+
+  it('a bounded claim (payload, deadline) never grows the size, and one less than half full still shrinks it', () => {
+    assert.equal(nextClaimSize(800, 671, 671, 100, 1000), 800, 'full at a bounded limit: no growth');
+    assert.equal(nextClaimSize(800, 671, 5, 100, 1000), 335, 'held by few keys: halves from the limit it ran with');
+    assert.equal(nextClaimSize(800, 120, 5, 100, 1000), 100);
+  });
+
+  it('grows only while the largest row seen times the grown size fits the payload budget', () => {
+    const big = 512 * 1024;
+    assert.equal(nextClaimSize(50, 50, 50, 50, 1000, big), CLAIM_PAYLOAD_BUDGET_CHARS / big);
+    assert.equal(nextClaimSize(64, 64, 64, 50, 1000, big), 64, 'at the budget: stays');
+    assert.equal(nextClaimSize(100, 100, 100, 100, 1000, 1000), 200);
+  });
+
+  it('rounds bounded limits to a few rungs', () => {
+    assert.deepEqual([1000, 999, 800, 671, 400, 250, 100, 99, 50, 37, 1].map((l) => claimLimitRung(l, 100, 1000)), [1000, 800, 800, 400, 400, 200, 100, 50, 50, 25, 1]);
   });
 
   describe('in a pass against PostgreSQL', () => {
@@ -114,8 +133,10 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
       const destination = new RecordingDestination({ name: 'main', answer: () => 'sent' });
       const keyless = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recording(limits) }));
       assert.equal(keyless.sent, 2000);
-      assert.deepEqual(limits.slice(0, 4), [50, 100, 200, 400], `claims grew from batchSize to maxBatchSize: ${limits.join(', ')}`);
-      assert.ok(limits.every((l) => l <= 400), 'never past maxBatchSize');
+      assert.equal(limits[0], 50);
+      assert.ok(limits.includes(400), `claims grew from batchSize to maxBatchSize: ${limits.join(', ')}`);
+      assert.ok(limits.every((l) => [50, 100, 200, 400].includes(l)), `by doubling, never past maxBatchSize: ${limits.join(', ')}`);
+      assert.ok(limits.indexOf(100) < limits.indexOf(200) && limits.indexOf(200) < limits.indexOf(400), limits.join(', '));
 
       // 5 keys, 200 rows each: a claim never gets more than 5 rows, so the size comes back down.
       await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT 'k', 'key-' || (g % 5), jsonb_build_object('i', g) FROM generate_series(1, 1000) g`);
@@ -128,8 +149,10 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
 });
 
 describe('claim size near the deadline', () => {
-  it('is unbounded until a call was timed, never below batchSize, else what the time left can publish', () => {
-    assert.equal(rowsPublishableBefore(5_000, 0, 8, 100), Number.POSITIVE_INFINITY);
+  it('is batchSize until a call was timed, never below batchSize, else what the time left can publish with the call slots left', () => {
+    assert.equal(rowsPublishableBefore(5_000, 0, 8, 100), 100);
+    // one batch already publishing: half the slots
+    assert.equal(rowsPublishableBefore(2_000, 50, 8, 100, 1), 800);
     // 50 ms calls, 8 at once, 10 rows each: 2 s left is 20 rounds at twice the slowest call
     assert.equal(rowsPublishableBefore(2_000, 50, 8, 100), 1_600);
     assert.equal(rowsPublishableBefore(500, 50, 8, 100), 400);
