@@ -7,7 +7,7 @@
  *    invocation); `outbox.batchSize` rows, growing to `outbox.maxBatchSize` while claims come back
  *    full and shrinking while they come back less than half full (`nextClaimSize`), fewer when
  *    the rows are large (`claimLimitFor`) or when a grown claim could not be published before the
- *    deadline (`rowsPublishableBefore`)), deliver it, settle it; the next claim is issued while earlier batches publish
+ *    deadline (`rowsPublishableBefore`); all in `claim-size.ts`), deliver it, settle it; the next claim is issued while earlier batches publish
  *    (at most `MAX_BATCHES_IN_FLIGHT`), and all of them share `outbox.concurrency` call slots.
  *    In-flight claims are renewed every third of the lease, fenced; a lost renewal aborts the
  *    row's publish and the row is never settled by this pass.
@@ -43,6 +43,7 @@ import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { answerWaitMs, type Deadline } from '../runtime/deadline.ts';
 import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { CallLimiter } from './call-limiter.ts';
+import { claimLimitFor, claimLimitRung, claimMemoryOf, nextClaimSize, rowsPerCallOf, rowsPublishableBefore } from './claim-size.ts';
 import { deliverBatch } from './deliver-batch.ts';
 import { OpenCalls } from './open-calls.ts';
 import type { OutboxPassDriver, PassContext, PassLogger, PassTally } from './pass-context.ts';
@@ -53,86 +54,6 @@ import { signalSettled, waitAny } from './wait-any.ts';
 export const MIN_CLAIM_WINDOW_MS = 1000;
 /** Claimed batches being published at once (the next claim overlaps the current publish). */
 export const MAX_BATCHES_IN_FLIGHT = 2;
-/**
- * Payload text one claim should bring into memory (characters of the stored JSON): a claim's limit
- * is lowered once a claim shows rows so large that the claim would exceed this (`claimLimitFor`),
- * and a claim grows only while its largest row seen times the grown size stays within it
- * (`nextClaimSize`). Two batches in flight stay near 64 MiB of payload text whatever the batch
- * size, within the poller's default 512 MB (the first claim of a new container excepted).
- */
-export const CLAIM_PAYLOAD_BUDGET_CHARS = 32 * 1024 * 1024;
-
-/** What a container remembers of its claims, per driver (it keeps its driver across invocations). */
-interface ClaimMemory {
-  /** The size the next claim grows or shrinks from (`nextClaimSize`). */
-  size: number;
-  /** Rows and payload text of the last claim that found rows, and its largest row. */
-  rows: number;
-  payloadChars: number;
-  largestRowChars: number;
-  /** The slowest destination call timed so far (ms; 0: none yet). */
-  slowestCallMs: number;
-}
-const claimMemory = new WeakMap<object, ClaimMemory>();
-
-/**
- * The claim size after a claim with limit `limit` (at most `size`) that returned `rows`: doubled
- * (up to `max`, and only while `largestRowChars` times the new size fits the payload budget) when
- * a claim at the full size came back full — the table has more to give; halved (down to `base`,
- * at most half the limit it ran with) when any claim came back less than half full — keys held in
- * flight, not the claim size, bound it, and a larger claim would only read more rows of busy keys;
- * else unchanged.
- */
-export function nextClaimSize(size: number, limit: number, rows: number, base: number, max: number, largestRowChars = 0): number {
-  if (rows * 2 < limit) return Math.max(base, Math.min(size, Math.floor(limit / 2)));
-  if (limit === size && rows >= size) {
-    const fits = largestRowChars > 0 ? Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / largestRowChars) : max;
-    return Math.max(size, Math.min(max, size * 2, fits));
-  }
-  return size;
-}
-
-/**
- * The next claim's limit: `size`, or fewer rows when the last claim's rows averaged so much
- * payload that `size` of them would exceed `CLAIM_PAYLOAD_BUDGET_CHARS` (at least 1). A claim of
- * small rows brings the limit back up to `size`.
- */
-export function claimLimitFor(size: number, lastClaim: { rows: number; payloadChars: number } | undefined): number {
-  if (!lastClaim || lastClaim.rows === 0) return size;
-  const average = lastClaim.payloadChars / lastClaim.rows;
-  if (average * size <= CLAIM_PAYLOAD_BUDGET_CHARS) return size;
-  return Math.max(1, Math.min(size, Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / average)));
-}
-
-/** Entries per destination call: SQS `SendMessageBatch` and EventBridge `PutEvents` take 10. */
-const ROWS_PER_CALL = 10;
-
-/**
- * The most rows a claim may take with `remainingMs` left before the deadline: a claim above
- * `batchSize` (grown, `outbox.maxBatchSize`) must be publishable in the time left, in rounds of
- * the call slots it can count on (`concurrency` shared with the `batchesInFlight` already
- * publishing) of `ROWS_PER_CALL` rows each, every call taking up to the slowest call seen so far,
- * with the claim window's factor 2 to spare; never below `batchSize`, which the claim window
- * already covers, and no more than `batchSize` until a call has been timed.
- */
-export function rowsPublishableBefore(remainingMs: number, slowestCallMs: number, concurrency: number, batchSize: number, batchesInFlight = 0): number {
-  if (slowestCallMs <= 0) return batchSize;
-  const slots = Math.max(1, Math.floor(concurrency / (batchesInFlight + 1)));
-  const rounds = Math.floor(remainingMs / (2 * slowestCallMs));
-  return Math.max(batchSize, rounds * slots * ROWS_PER_CALL);
-}
-
-/**
- * A limit rounded down to a few values (`batchSize` times or divided by a power of two, at least
- * 1), so that bounded claims reuse a handful of statement texts (one prepared statement each with
- * `database.preparedStatements`) instead of one per limit.
- */
-export function claimLimitRung(limit: number, batchSize: number, max: number): number {
-  if (limit >= max) return max;
-  if (limit >= batchSize) return batchSize * 2 ** Math.floor(Math.log2(limit / batchSize));
-  return Math.max(1, Math.floor(batchSize / 2 ** Math.ceil(Math.log2(batchSize / Math.max(1, limit)))));
-}
-
 export type StopReason = 'deadline' | 'drained' | 'stopped' | 'error';
 
 /** What a pass did; counts are rows unless named otherwise. */
@@ -250,10 +171,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   let emptyClaims = 0;
   // The size of the last claim that found rows, kept per driver (a container's next invocation
   // starts from it): large payloads lower the next claim's limit.
-  const memory: ClaimMemory = claimMemory.get(driver) ?? { size: outbox.batchSize, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0 };
-  claimMemory.set(driver, memory);
   const maxBatchSize = Math.max(outbox.batchSize, outbox.maxBatchSize ?? outbox.batchSize);
-  memory.size = Math.min(maxBatchSize, Math.max(outbox.batchSize, memory.size));
+  const memory = claimMemoryOf(driver, outbox.batchSize, maxBatchSize);
+  const rowsPerCall = rowsPerCallOf(options.destinations.values());
 
   options.scaleOut?.passStarted(() => tally.claimed);
 
@@ -294,7 +214,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       memory.slowestCallMs = Math.max(memory.slowestCallMs, ...slowest.values());
       const bounded = Math.min(
         claimLimitFor(memory.size, memory.rows > 0 ? memory : undefined),
-        rowsPublishableBefore(deadline.remainingMs(), memory.slowestCallMs, outbox.concurrency, outbox.batchSize, inFlight.length),
+        rowsPublishableBefore(deadline.remainingMs(), memory.slowestCallMs, outbox.concurrency, outbox.batchSize, inFlight.length, rowsPerCall),
       );
       limit = bounded === memory.size ? bounded : claimLimitRung(bounded, outbox.batchSize, maxBatchSize);
       rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });

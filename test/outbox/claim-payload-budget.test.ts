@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
-import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, claimLimitRung, nextClaimSize, rowsPublishableBefore, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, claimLimitRung, nextClaimSize, rowsPerCallOf, rowsPublishableBefore } from '../../lib/outbox/claim-size.ts';
+import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
@@ -150,14 +151,22 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
 
 describe('claim size near the deadline', () => {
   it('is batchSize until a call was timed, never below batchSize, else what the time left can publish with the call slots left', () => {
-    assert.equal(rowsPublishableBefore(5_000, 0, 8, 100), 100);
+    assert.equal(rowsPublishableBefore(5_000, 0, 8, 100, 0, 10), 100);
     // one batch already publishing: half the slots
-    assert.equal(rowsPublishableBefore(2_000, 50, 8, 100, 1), 800);
+    assert.equal(rowsPublishableBefore(2_000, 50, 8, 100, 1, 10), 800);
     // 50 ms calls, 8 at once, 10 rows each: 2 s left is 20 rounds at twice the slowest call
-    assert.equal(rowsPublishableBefore(2_000, 50, 8, 100), 1_600);
-    assert.equal(rowsPublishableBefore(500, 50, 8, 100), 400);
-    assert.equal(rowsPublishableBefore(50, 50, 8, 100), 100);
-    assert.equal(rowsPublishableBefore(0, 50, 8, 100), 100);
+    assert.equal(rowsPublishableBefore(2_000, 50, 8, 100, 0, 10), 1_600);
+    assert.equal(rowsPublishableBefore(500, 50, 8, 100, 0, 10), 400);
+    assert.equal(rowsPublishableBefore(50, 50, 8, 100, 0, 10), 100);
+    assert.equal(rowsPublishableBefore(0, 50, 8, 100, 0, 10), 100);
+    // a destination that takes 2 rows a call publishes a fifth of that in the same time
+    assert.equal(rowsPublishableBefore(2_000, 50, 8, 100, 0, 2), 320);
+  });
+
+  it('counts the rows of a call of the destination that takes the fewest', () => {
+    assert.equal(rowsPerCallOf([{ maxBatchSize: 10 }, { maxBatchSize: 10 }]), 10);
+    assert.equal(rowsPerCallOf([{ maxBatchSize: 10 }, { maxBatchSize: 3 }]), 3);
+    assert.equal(rowsPerCallOf([]), 1);
   });
 
   describe('in a pass against PostgreSQL', () => {

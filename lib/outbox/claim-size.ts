@@ -1,0 +1,112 @@
+/**
+ * How large the outbox pass's next claim is (`outbox.batchSize` growing to `outbox.maxBatchSize`):
+ * the size a container's claims grow to and shrink from, the payload bound and the deadline bound
+ * on one claim's limit, and the few limits a bounded claim is rounded to. Pure functions, and the
+ * per-driver memory they work from (a container keeps its driver across invocations).
+ */
+
+/**
+ * Payload text one claim should bring into memory (characters of the stored JSON): a claim's limit
+ * is lowered once a claim shows rows so large that the claim would exceed this (`claimLimitFor`),
+ * and a claim grows only while its largest row seen times the grown size stays within it
+ * (`nextClaimSize`). Two batches in flight stay near 64 MiB of payload text whatever the batch
+ * size, within the poller's default 512 MB (the first claim of a new container excepted).
+ */
+export const CLAIM_PAYLOAD_BUDGET_CHARS = 32 * 1024 * 1024;
+
+/** What a container remembers of its claims, per driver (it keeps its driver across invocations). */
+export interface ClaimMemory {
+  /** The size the next claim grows or shrinks from (`nextClaimSize`). */
+  size: number;
+  /** Rows and payload text of the last claim that found rows, and its largest row. */
+  rows: number;
+  payloadChars: number;
+  largestRowChars: number;
+  /** The slowest destination call timed so far (ms; 0: none yet). */
+  slowestCallMs: number;
+}
+const claimMemory = new WeakMap<object, ClaimMemory>();
+
+/**
+ * The claim memory of `driver` (created at `base` on first use), its size brought within
+ * `base`..`max` (a configuration change between invocations of one container takes effect).
+ */
+export function claimMemoryOf(driver: object, base: number, max: number): ClaimMemory {
+  const memory = claimMemory.get(driver) ?? { size: base, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0 };
+  claimMemory.set(driver, memory);
+  memory.size = Math.min(max, Math.max(base, memory.size));
+  return memory;
+}
+
+/**
+ * The claim size after a claim with limit `limit` (at most `size`) that returned `rows`: doubled
+ * (up to `max`, and only while `largestRowChars` times the new size fits the payload budget) when
+ * a claim at the full size came back full — the table has more to give; halved (down to `base`,
+ * at most half the limit it ran with) when any claim came back less than half full — keys held in
+ * flight, not the claim size, bound it, and a larger claim would only read more rows of busy keys;
+ * else unchanged.
+ */
+export function nextClaimSize(size: number, limit: number, rows: number, base: number, max: number, largestRowChars = 0): number {
+  if (rows * 2 < limit) return Math.max(base, Math.min(size, Math.floor(limit / 2)));
+  if (limit === size && rows >= size) {
+    const fits = largestRowChars > 0 ? Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / largestRowChars) : max;
+    return Math.max(size, Math.min(max, size * 2, fits));
+  }
+  return size;
+}
+
+/**
+ * The next claim's limit: `size`, or fewer rows when the last claim's rows averaged so much
+ * payload that `size` of them would exceed `CLAIM_PAYLOAD_BUDGET_CHARS` (at least 1). A claim of
+ * small rows brings the limit back up to `size`.
+ */
+export function claimLimitFor(size: number, lastClaim: { rows: number; payloadChars: number } | undefined): number {
+  if (!lastClaim || lastClaim.rows === 0) return size;
+  const average = lastClaim.payloadChars / lastClaim.rows;
+  if (average * size <= CLAIM_PAYLOAD_BUDGET_CHARS) return size;
+  return Math.max(1, Math.min(size, Math.floor(CLAIM_PAYLOAD_BUDGET_CHARS / average)));
+}
+
+/**
+ * Rows one destination call carries, for the deadline bound: the smallest `maxBatchSize` of the
+ * configured destinations (SQS `SendMessageBatch` and EventBridge `PutEvents` take 10), so the
+ * bound holds whichever destination the rows are routed to; 1 when none is configured.
+ */
+export function rowsPerCallOf(destinations: Iterable<{ maxBatchSize: number }>): number {
+  let least = Infinity;
+  for (const destination of destinations) least = Math.min(least, destination.maxBatchSize);
+  return Number.isFinite(least) && least >= 1 ? Math.floor(least) : 1;
+}
+
+/**
+ * The most rows a claim may take with `remainingMs` left before the deadline: a claim above
+ * `batchSize` (grown, `outbox.maxBatchSize`) must be publishable in the time left, in rounds of
+ * the call slots it can count on (`concurrency` shared with the `batchesInFlight` already
+ * publishing) of `rowsPerCall` rows each (`rowsPerCallOf`), every call taking up to the slowest call seen so far,
+ * with the claim window's factor 2 to spare; never below `batchSize`, which the claim window
+ * already covers, and no more than `batchSize` until a call has been timed.
+ */
+export function rowsPublishableBefore(
+  remainingMs: number,
+  slowestCallMs: number,
+  concurrency: number,
+  batchSize: number,
+  batchesInFlight: number,
+  rowsPerCall: number,
+): number {
+  if (slowestCallMs <= 0) return batchSize;
+  const slots = Math.max(1, Math.floor(concurrency / (batchesInFlight + 1)));
+  const rounds = Math.floor(remainingMs / (2 * slowestCallMs));
+  return Math.max(batchSize, rounds * slots * rowsPerCall);
+}
+
+/**
+ * A limit rounded down to a few values (`batchSize` times or divided by a power of two, at least
+ * 1), so that bounded claims reuse a handful of statement texts (one prepared statement each with
+ * `database.preparedStatements`) instead of one per limit.
+ */
+export function claimLimitRung(limit: number, batchSize: number, max: number): number {
+  if (limit >= max) return max;
+  if (limit >= batchSize) return batchSize * 2 ** Math.floor(Math.log2(limit / batchSize));
+  return Math.max(1, Math.floor(batchSize / 2 ** Math.ceil(Math.log2(batchSize / Math.max(1, limit)))));
+}
