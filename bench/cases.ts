@@ -8,11 +8,11 @@ import type { BenchCase } from './bench-case.ts';
 const LOADERS: Record<string, () => Promise<BenchCase>> = {
   floor: async () => (await import('./floor-case.ts')).floorCase,
   queuebox: async () => (await import('./queuebox-case.ts')).queueboxNoopCase,
-  'queuebox-rows-10': async () => (await import('./queuebox-case.ts')).queueboxRows10Case,
+  'queuebox-rows-1': async () => (await import('./queuebox-case.ts')).queueboxRows1Case,
   'queuebox-rows-4': async () => (await import('./queuebox-case.ts')).queueboxRows4Case,
   'queuebox-prepared': async () => (await import('./queuebox-case.ts')).queueboxPreparedCase,
   'queuebox-sqs': async () => (await import('./queuebox-case.ts')).queueboxSqsCase,
-  'queuebox-rows-10-sqs': async () => (await import('./queuebox-case.ts')).queueboxSqsRows10Case,
+  'queuebox-rows-1-sqs': async () => (await import('./queuebox-case.ts')).queueboxSqsRows1Case,
   'pg-boss': async () => (await import('./pg-boss-case.ts')).pgBossCase,
   'graphile-worker': async () => (await import('./graphile-worker-case.ts')).graphileWorkerCase,
 };

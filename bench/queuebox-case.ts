@@ -183,11 +183,11 @@ function queueboxCase(name: string, kind: 'noop' | 'sqs', prepared = false, rows
 export const queueboxNoopCase = queueboxCase('queuebox', 'noop');
 /** The same with `database.preparedStatements` (claims planned once per connection; direct connections only). */
 export const queueboxPreparedCase = queueboxCase('queuebox-prepared', 'noop', true);
-/** The real pass to a no-op destination taking up to 10 rows of a key per claim (`outbox.rowsPerKey: 10`, the hot-key opt-in). */
-export const queueboxRows10Case = queueboxCase('queuebox-rows-10', 'noop', false, 10);
+/** The real pass to a no-op destination taking one row of a key per claim (`outbox.rowsPerKey: 1`, the head only). */
+export const queueboxRows1Case = queueboxCase('queuebox-rows-1', 'noop', false, 1);
 /** The same with `outbox.rowsPerKey: 4`. */
 export const queueboxRows4Case = queueboxCase('queuebox-rows-4', 'noop', false, 4);
 /** The real pass to SQS on the fauxqs emulator. */
 export const queueboxSqsCase = queueboxCase('queuebox-sqs', 'sqs');
-/** The real pass to SQS on fauxqs with `outbox.rowsPerKey: 10`. */
-export const queueboxSqsRows10Case = queueboxCase('queuebox-rows-10-sqs', 'sqs', false, 10);
+/** The real pass to SQS on fauxqs with `outbox.rowsPerKey: 1`. */
+export const queueboxSqsRows1Case = queueboxCase('queuebox-rows-1-sqs', 'sqs', false, 1);

@@ -37,7 +37,7 @@ import { formatSummary, formatTable, type RatedResult } from './format-table.ts'
 import { serverInfo } from './server-info.ts';
 
 /** Cases whose drain is capped by `--peer-seconds` (slow by nature) rather than by the generous default. */
-const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs', 'queuebox-rows-10-sqs']);
+const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs', 'queuebox-rows-1-sqs']);
 const DEFAULT_CAP_MS = 300_000;
 
 async function main(): Promise<void> {

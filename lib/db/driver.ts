@@ -338,7 +338,7 @@ export interface Driver extends ConsoleReads {
   outboxInsert(tx: CallerTransaction, message: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string>;
   /**
    * Claims up to `limit` due rows, keyless rows freely, ordered by `scheduled_at, sequence`; of a
-   * key, its head by `sequence` and — with `rowsPerKey` above 1 (PostgreSQL; default 1) — up to
+   * key, its head by `sequence` and — with `rowsPerKey` above 1 (PostgreSQL; unset: the driver's configuration, default `DEFAULT_ROWS_PER_KEY`) — up to
    * `rowsPerKey - 1` of the rows right after it, all due and pending, under the head's claim
    * token. Another claim never holds rows of a key meanwhile. SQL Server takes the head only.
    */

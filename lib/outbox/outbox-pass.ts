@@ -34,7 +34,7 @@ import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { idlePollDelayMs } from '../claims/backoff.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
-import { DEFAULT_ROWS_PER_KEY, type QueueBoxConfig } from '../config/schema.ts';
+import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { QueueBoxError } from '../errors.ts';
@@ -217,7 +217,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
         rowsPublishableBefore(deadline.remainingMs(), memory.slowestCallMs, outbox.concurrency, outbox.batchSize, inFlight.length, rowsPerCall),
       );
       limit = bounded === memory.size ? bounded : claimLimitRung(bounded, outbox.batchSize, maxBatchSize);
-      rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey ?? DEFAULT_ROWS_PER_KEY });
+      rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey });
     } catch (error) {
       // The invocation ended while the claim was on its way (a freeze past its end): nothing was
       // claimed, and the pass has reached its deadline.

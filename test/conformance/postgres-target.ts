@@ -8,12 +8,15 @@ import type { ConformanceTarget, InspectedRow } from './driver-conformance.ts';
 /**
  * `preparedStatements`: the driver runs its claims as named prepared statements
  * (`database.preparedStatements`); `outboxBatchSize`: the batch size `migrate` makes the outbox
- * claim functions for (`outbox.batchSize`).
+ * claim functions for (`outbox.batchSize`). The outbox claims one row of a key
+ * (`outbox.rowsPerKey: 1`): the contract both dialects share, SQL Server's only setting. Several
+ * rows of a key per claim, PostgreSQL's default, have their own tests (test/ordering/key-holders.test.ts,
+ * test/ordering/four-claimers.test.ts and the fault suite).
  */
 export async function createPostgresTarget(options: { preparedStatements?: boolean; outboxBatchSize?: number } = {}): Promise<ConformanceTarget> {
   const db = await createTestDatabase({
     ...(options.preparedStatements ? { database: { preparedStatements: true } } : {}),
-    ...(options.outboxBatchSize !== undefined ? { outbox: { batchSize: options.outboxBatchSize } } : {}),
+    outbox: { rowsPerKey: 1, ...(options.outboxBatchSize !== undefined ? { batchSize: options.outboxBatchSize } : {}) },
   });
   const extra: PostgresDriver[] = [];
   const table = (name: 'outbox' | 'inbox') => `"${db.schema}"."${db.config.tables[name]}"`;

@@ -62,9 +62,10 @@ destinations:
     assert.equal(loadConfig({ env: { QUEUEBOX_DATABASE_URL: 'postgres://c/d', DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://c/d');
   });
 
-  it('takes one row of a key per claim unless told otherwise, on PostgreSQL and SQL Server', () => {
-    assert.equal(DEFAULT_ROWS_PER_KEY, 1, 'one row of a key per claim, as the claim rules say');
-    assert.equal(outboxRowsPerKey(loadConfig({ env: {} })), 1);
+  it('takes up to 10 rows of a key per claim on PostgreSQL and one on SQL Server unless told otherwise', () => {
+    assert.equal(DEFAULT_ROWS_PER_KEY, 10, 'the default chosen from the bench');
+    assert.equal(outboxRowsPerKey(loadConfig({ env: {} })), 10);
+    assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('outbox:\n  rowsPerKey: 1\n'), env: {} })), 1);
     assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('outbox:\n  rowsPerKey: 10\n'), env: {} })), 10);
     assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('database:\n  type: sqlserver\n'), env: {} })), 1);
     assert.equal(outboxRowsPerKey(loadConfig({ path: yamlFile('database:\n  type: sqlserver\noutbox:\n  rowsPerKey: 1\n'), env: {} })), 1);

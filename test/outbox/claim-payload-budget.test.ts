@@ -139,12 +139,13 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
       assert.ok(limits.every((l) => [50, 100, 200, 400].includes(l)), `by doubling, never past maxBatchSize: ${limits.join(', ')}`);
       assert.ok(limits.indexOf(100) < limits.indexOf(200) && limits.indexOf(200) < limits.indexOf(400), limits.join(', '));
 
-      // 5 keys, 200 rows each: a claim never gets more than 5 rows, so the size comes back down.
-      await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT 'k', 'key-' || (g % 5), jsonb_build_object('i', g) FROM generate_series(1, 1000) g`);
+      // 2 keys, 1,000 rows each: a claim never gets more than 20 rows (10 per key, the default
+      // outbox.rowsPerKey), so the size comes back down.
+      await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT 'k', 'key-' || (g % 2), jsonb_build_object('i', g) FROM generate_series(1, 2000) g`);
       const keyed: number[] = [];
       const held = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recording(keyed) }));
-      assert.equal(held.sent, 1000);
-      assert.ok(keyed.slice(-50).every((l) => l === 50), `back at batchSize while 5 keys bound the claims: ${keyed.slice(-10).join(', ')}`);
+      assert.equal(held.sent, 2000);
+      assert.ok(keyed.slice(-50).every((l) => l === 50), `back at batchSize while 2 keys bound the claims: ${keyed.slice(-10).join(', ')}`);
     });
   });
 });

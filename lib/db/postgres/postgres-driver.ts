@@ -32,7 +32,7 @@ function asQueryable(tx: CallerTransaction): PgQueryable {
 }
 
 export interface PostgresDriverOptions {
-  /** `outbox.batchSize` and `outbox.rowsPerKey` name the claim statements `migrate` creates functions for (default 100, 1). */
+  /** `outbox.batchSize` and `outbox.rowsPerKey` name the claim statements `migrate` creates functions for (default 100, `DEFAULT_ROWS_PER_KEY`). */
   config: Pick<QueueBoxConfig, 'database' | 'tables'> & { outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'> & Partial<Pick<QueueBoxConfig['outbox'], 'rowsPerKey'>> };
   url: string;
   /** Use this pool instead of creating one (it is not ended by `close`). */
