@@ -219,7 +219,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   // The relay's own forward attempts, and `max_attempts` of the outbox rows it writes.
   const relayMaxAttempts = relay.maxAttempts ?? config.outbox.maxAttempts;
 
-  options.scaleOut?.passStarted(() => summary.claimed);
+  options.scaleOut?.passStarted(() => summary.forwarded + summary.retried + summary.dead);
   const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts });
   summary.reclaimed = reclaim.reclaimed;
   // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).

@@ -175,7 +175,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const memory = claimMemoryOf(driver, outbox.batchSize, maxBatchSize);
   const rowsPerCall = rowsPerCallOf(options.destinations.values());
 
-  options.scaleOut?.passStarted(() => tally.claimed);
+  options.scaleOut?.passStarted(() => tally.sent + tally.retried + tally.dead);
 
   try {
     const reclaim = await driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) });

@@ -4,11 +4,13 @@
  * invoke (`InvocationType: 'Event'`) that runs one `drain` pass and ends when the backlog is gone.
  *
  * - **When.** Once per scheduled pass, `checkDelayMs` after it started (a tenth of its time, at
- *   most `MAX_CHECK_DELAY_MS`; again after as long while it has claimed nothing, until half its
- *   time is gone): its rate so far (rows claimed ÷ time) times the time left is what
- *   it can still drain (`capacity`); the due rows are counted up to what `maxConcurrentPasses`
+ *   most `MAX_CHECK_DELAY_MS`; again after as long while it has finished nothing, until half its
+ *   time is gone): its rate so far (rows finished — sent, retried or dead; forwarded for the
+ *   relay — ÷ time) times the time left is what it can still drain (`capacity`). Finished, not
+ *   claimed: a claim grown to `outbox.maxBatchSize`, or two batches in flight, put rows in hand
+ *   long before they are drained, and counting them would promise more than the pass can do; the due rows are counted up to what `maxConcurrentPasses`
  *   passes can drain (`countDue`, through the pending index). Passes wanted in all:
- *   `min(maxConcurrentPasses, ⌈due ÷ capacity⌉)`; a pass that claimed nothing wants none.
+ *   `min(maxConcurrentPasses, ⌈due ÷ capacity⌉)`; a pass that finished nothing wants none.
  * - **How many at once.** Each started pass holds a slot (`driver.scaleOutAcquire`): one row of
  *   the maintenance table per slot `1 … maxConcurrentPasses − 1`, with a lease on the database
  *   clock. The start event carries the slot and its token; the started pass takes the slot over
@@ -71,8 +73,8 @@ export function scaleOutTicket(event: unknown, worker: ScaleOutWorker): ScaleOut
 
 /** Called by a pass at its start and end (`OutboxPassOptions.scaleOut`, `RelayPassOptions.scaleOut`). */
 export interface ScaleOutHook {
-  /** The pass started; `claimed()` reads the rows it has claimed so far. */
-  passStarted(claimed: () => number): void;
+  /** The pass started; `finished()` reads the rows it has finished so far (sent, retried or dead; the relay: forwarded, retried or dead). */
+  passStarted(finished: () => number): void;
   /** The pass stopped claiming: ends the check, and awaits it and its invokes if under way. */
   passEnded(): Promise<void>;
 }
@@ -167,7 +169,7 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
   let checking: Promise<void> | undefined;
   let ended = false;
   return {
-    passStarted(claimed) {
+    passStarted(finished) {
       const started = performance.now();
       const budgetMs = deadline.remainingMs();
       const delayMs = options.checkDelayMs ?? Math.min(MAX_CHECK_DELAY_MS, budgetMs * CHECK_FRACTION);
@@ -175,12 +177,12 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
         timer = undefined;
         if (ended) return;
         const elapsedMs = performance.now() - started;
-        // No row claimed yet (a slow first claim): look again, until half the pass's time is gone.
-        if (claimed() === 0 && elapsedMs + delayMs < budgetMs / 2) {
+        // No row finished yet (a slow first claim or call): look again, until half the pass's time is gone.
+        if (finished() === 0 && elapsedMs + delayMs < budgetMs / 2) {
           timer = setTimeout(fire, delayMs);
           return;
         }
-        checking = check(options, report, claimed(), elapsedMs).catch((error: unknown) => {
+        checking = check(options, report, finished(), elapsedMs).catch((error: unknown) => {
           logger.warn('scale-out check failed: no pass started', { error: String(error) });
         });
       };
@@ -194,12 +196,12 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
   };
 }
 
-async function check(options: ScaleOutOptions, report: ScaleOutReport, claimed: number, elapsedMs: number): Promise<void> {
+async function check(options: ScaleOutOptions, report: ScaleOutReport, finished: number, elapsedMs: number): Promise<void> {
   const { driver, worker, deadline, logger, metrics } = options;
   const max = options.maxConcurrentPasses;
-  // A pass that claimed nothing has no backlog to share.
-  if (claimed === 0 || elapsedMs <= 0) return;
-  const capacity = Math.floor((claimed / elapsedMs) * deadline.remainingMs());
+  // A pass that finished nothing has no backlog to share.
+  if (finished === 0 || elapsedMs <= 0) return;
+  const capacity = Math.floor((finished / elapsedMs) * deadline.remainingMs());
   if (capacity < 1) return;
   // Enough to tell whether max passes are wanted: beyond capacity × (max − 1) the answer is max.
   const limit = Math.min(MAX_BACKLOG_COUNT, capacity * (max - 1) + 1);
