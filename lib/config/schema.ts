@@ -345,9 +345,8 @@ export type AuthConfig = z.output<typeof authSchema>;
 
 /**
  * Default of `outbox.rowsPerKey` on PostgreSQL: 10, chosen from `npm run bench`
- * (docs/performance.md, "Several rows of a key per claim"): a small hot-key table moves about
- * 5.8× faster than at 1, 100 and 10,000 keys 1.1–1.2×, 1,000 keys about 0.86× (claims of many
- * keys' second rows, delivered in two rounds); keyless rows are not affected. The order of a key
+ * (docs/performance.md, "Several rows of a key per claim"): a small hot-key table moves 4–6×
+ * faster than at 1, 100 keys about 1.3×, keyless rows and 1,000 or 10,000 keys within 5 %. The order of a key
  * holds either way: one holder per key, a key's rows published one after another, the rest of the
  * key released unpublished at its first failure (docs/claims-and-leases.md). SQL Server claims
  * take the head of a key only (1).

@@ -67,16 +67,21 @@ export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMes
 /** Keyless: no key, or the empty key. */
 const KEYLESS = `(c.key IS NULL OR c.key = '')`;
 
-/** `c` is the head of a key with no row in flight (bind nothing; `c` is the candidate). */
+/**
+ * `c` is the head of a key with no row in flight (bind nothing; `c` is the candidate). The
+ * in-flight test comes first: PostgreSQL runs it as one hashed set of the keys in flight, so a
+ * row of a key in flight (every row of a window a hot key blocks) is turned down by a hash probe
+ * before the head test's index probe.
+ */
 const FREE_HEAD = `NOT EXISTS (
+                  SELECT 1 FROM %T b
+                   WHERE b.key = c.key AND b.key <> '' AND b.state = 'processing')
+                -- the lowest sequence of its key among the rows not finished
+                AND NOT EXISTS (
                   SELECT 1 FROM %T h
                    WHERE h.key = c.key
                      AND h.state IN ('pending', 'processing')
-                     AND h.sequence < c.sequence)
-                -- a later row of the key already in flight (this row committed after it was claimed)
-                AND NOT EXISTS (
-                  SELECT 1 FROM %T b
-                   WHERE b.key = c.key AND b.key <> '' AND b.state = 'processing')`;
+                     AND h.sequence < c.sequence)`;
 
 /** The retried and oldest CTEs both claim statements start with (see `outboxClaimMany`). */
 function retriedAndOldest(t: string, limit: number): string {
