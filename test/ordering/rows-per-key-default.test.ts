@@ -31,7 +31,7 @@ import { createGate, delay, waitUntil } from '../helpers/wait.ts';
  * - a row committed late with a lower sequence while the key's rows are in flight, and a row
  *   delayed into the middle of a key's run: never claimed beside the run, published after it;
  * - claims grown towards `outbox.maxBatchSize` (default 1000) with followers: every row accepted
- *   exactly once, in order.
+ *   exactly once, in order; at a deadline, no round is started that cannot end before it.
  */
 
 /** FNV-1a of a string: deterministic choices per row. */
@@ -622,5 +622,26 @@ describe('outbox.rowsPerKey default (10) with claims growing to outbox.maxBatchS
     assert.equal(ledger.accepted.size, ledger.rows.size, 'every row accepted');
     assert.ok([...ledger.accepted.values()].every((c) => c === 1), 'no row accepted twice');
     assert.equal(summaries.reduce((t, s) => t + s.claimsLost + s.abandoned, 0), 0);
+  });
+
+  it('at its deadline a pass starts no round of a key that cannot end before it: no call left open, no attempt charged, nothing lost', async () => {
+    const ids = await insertOutboxRows(db, rowsOfKey('K', 40));
+    const ledger = new Ledger();
+    await ledger.load(db);
+    const n = await payloadN(db);
+    // Calls of 250 ms: a claim of 10 rows of K needs 2.5 s of rounds; the claim window is 1 s. The
+    // deadline is 4 s in, the invocation ends 1 s later (time for the settle to land).
+    const destination = new LedgerDestination(ledger, 'pass', { delayMs: 250 });
+    const summary = await runOutboxPass(passFixture(db, { destinations: [destination], mode: 'deadline', timeoutMs: 5000, marginMs: 1000 }));
+    const rows = await inspectRows(db, ids);
+    assert.deepEqual(
+      { abandoned: summary.abandoned, claimsLost: summary.claimsLost, processing: rows.filter((r) => r.state === 'processing').length },
+      { abandoned: 0, claimsLost: 0, processing: 0 },
+      `the pass left no call open at its deadline (offered K/${ledger.offersOf('K', n).join(',')})`,
+    );
+    assert.equal(summary.claimed, summary.sent + summary.released);
+    assert.ok(rows.every((r) => r.attempt === 0), 'no attempt spent');
+    assert.ok(summary.sent >= 10, `the pass published a run (${summary.sent})`);
+    assert.deepEqual(ledger.orderViolations, []);
   });
 });
