@@ -178,6 +178,8 @@ async function deliverAtOnce(ctx: PassContext, rows: OutboxRow[]): Promise<void>
  * its key in the claim. At a key's first row that is not sent (retry, dead, a call that threw or
  * was aborted, a claim lost at renewal) the rest of the key's rows are released: back to
  * `pending`, unpublished, no attempt spent; the failed row follows the retry or dead path. The
+ * rows of keys whose next round would start past the claim window are released the same way
+ * (`ctx.callFitsBeforeDeadline`). The
  * settle then writes the releases first and the sent rows last (`ordered`), so the first row of a
  * key in the claim (`key_first`, the one the in-flight index holds) leaves `processing` after
  * the rest of its key: the key has one holder until the claim lets go of all its rows.
@@ -226,6 +228,14 @@ async function deliverPipelined(ctx: PassContext, lanes: OutboxRow[][], rows: Ou
           }
         }
         round = next;
+        // A key's next round starts only while a call can still answer before the deadline (the
+        // claim window, as for a claim): a claim of 10 rows of a key takes 10 calls one after
+        // another, which the claim window does not cover. The rest goes back unpublished, no
+        // attempt spent, instead of a call left open at the deadline (its row charged an attempt).
+        if (round.length > 0 && !ctx.callFitsBeforeDeadline()) {
+          for (const cursor of round) released.push(...cursor.lane.slice(cursor.at).map(claimOf));
+          round = [];
+        }
       }
     } finally {
       ctx.keeper.releaseMany(watched);

@@ -11,7 +11,8 @@
  *    (at most `MAX_BATCHES_IN_FLIGHT`), and all of them share `outbox.concurrency` call slots.
  *    In-flight claims are renewed every third of the lease, fenced; a lost renewal aborts the
  *    row's publish and the row is never settled by this pass.
- * 3. Stop claiming when the time left before the deadline is below the claim window
+ * 3. Stop claiming — and starting a key's next round in a batch of several rows of a key — when
+ *    the time left before the deadline is below the claim window
  *    (`max(MIN_CLAIM_WINDOW_MS, 2 × the slowest destination call of this pass)`), when the lease
  *    would be shorter than `MIN_LEASE_MS`, when `signal` aborts, or — in `drain` mode — as soon
  *    as a claim that started with nothing in flight finds nothing. An idle claim in `deadline` mode waits
@@ -113,6 +114,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const calls = new OpenCalls();
   const tally: PassTally = { claimed: 0, sent: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, batches: 0, publishCalls: 0, released: 0 };
   const slowest = new Map<string, number>();
+  const claimWindowMs = () => Math.max(MIN_CLAIM_WINDOW_MS, 2 * Math.max(0, ...slowest.values()));
   let closed = false;
   let flushQueued = false;
   let failure: unknown;
@@ -158,13 +160,13 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     },
     tally,
     publishTimed: (type, ms) => slowest.set(type, Math.max(slowest.get(type) ?? 0, ms)),
+    callFitsBeforeDeadline: () => deadline.remainingMs() >= claimWindowMs(),
   };
   // Batches being published: an array (at most MAX_BATCHES_IN_FLIGHT), not a Map, for the
   // garbage collector's sake (see OpenCalls).
   const inFlight: Array<{ work: Promise<void>; rows: number }> = [];
   const inFlightWork = () => inFlight.map((b) => b.work);
   const stopWait = signalSettled(options.signal);
-  const claimWindowMs = () => Math.max(MIN_CLAIM_WINDOW_MS, 2 * Math.max(0, ...slowest.values()));
   let reclaimRan = false;
   let stoppedBecause: StopReason = 'deadline';
   // Claims in a row that found nothing: the idle wait grows with them.

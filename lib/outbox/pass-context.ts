@@ -77,4 +77,10 @@ export interface PassContext {
   tally: PassTally;
   /** Records the duration of one destination call. */
   publishTimed(destinationType: string, ms: number): void;
+  /**
+   * True while the time left before the deadline covers the claim window, in which a call started
+   * now is expected to answer: a batch holding several rows of a key starts a key's next round
+   * only then (`deliverPipelined`), as the pass claims only then.
+   */
+  callFitsBeforeDeadline(): boolean;
 }
