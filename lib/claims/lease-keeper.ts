@@ -44,6 +44,8 @@ interface Group<T> extends WatchedClaims, Slotted {
   gone: Set<number> | undefined;
   /** Set for a single claim (`watch`/`track`): its `claimKey` in `#byClaim`. */
   claimKey?: string;
+  /** When the database last confirmed these claims (wall clock, ms): the watch's start, then each renewal that kept them (the time it was sent). */
+  confirmedAt: number;
 }
 
 export class LeaseKeeper {
@@ -78,7 +80,7 @@ export class LeaseKeeper {
     const key = claimKey(claim);
     const previous = this.#byClaim.get(key);
     if (previous) this.#remove(erase(previous));
-    const group: Group<ClaimRef> = { items: [claim], ref: (c) => c, lost: (_c, reason) => lost(reason), gone: undefined, slot: -1, claimKey: key };
+    const group: Group<ClaimRef> = { items: [claim], ref: (c) => c, lost: (_c, reason) => lost(reason), gone: undefined, slot: -1, claimKey: key, confirmedAt: Date.now() };
     this.#byClaim.set(key, group);
     this.#add(erase(group));
   }
@@ -95,7 +97,7 @@ export class LeaseKeeper {
    * `releaseMany` with the returned handle ends the watch of all of them.
    */
   watchMany<T>(items: readonly T[], ref: (item: T) => ClaimRef, lost: (item: T, reason: LostReason) => void): WatchedClaims {
-    const group: Group<T> = { items, ref, lost, gone: undefined, slot: -1 };
+    const group: Group<T> = { items, ref, lost, gone: undefined, slot: -1, confirmedAt: Date.now() };
     this.#add(erase(group));
     return group;
   }
@@ -124,6 +126,21 @@ export class LeaseKeeper {
     clearTimeout(timer);
   }
 
+  /**
+   * Resolves once the claims of `handle` are known to be held within the last half lease: at once
+   * when the watch started or a renewal kept them since, else after a renewal (the one under way,
+   * or one sent now), which reports a lost claim as usual. Renewals run every third of the lease,
+   * so only a worker whose timers did not run — a container frozen and thawed, a blocked event
+   * loop — waits here: it learns that its lease ended before it starts new work on those claims
+   * (a key's next row), instead of at its next timed renewal. The wall clock, because a frozen
+   * container's monotonic clock may not have moved.
+   */
+  async confirm(handle: WatchedClaims): Promise<void> {
+    const group = handle as Group<unknown>;
+    if (group.slot === -1 || Date.now() - group.confirmedAt <= this.#options.leaseMs / 2) return;
+    await this.renewNow();
+  }
+
   /** Renews every tracked claim now (also used by tests). */
   async renewNow(): Promise<void> {
     if (this.#renewing) return this.#renewing;
@@ -144,6 +161,7 @@ export class LeaseKeeper {
     const leaseMs = this.#options.nextLeaseMs();
     if (leaseMs <= 0) return; // the invocation is ending; let the leases run out with it
     for (const layer of byDistinctId(tracked)) {
+      const sentAt = Date.now();
       let renewed: Set<string>;
       try {
         renewed = new Set(await this.#options.renew(layer.map((t) => t.claim), leaseMs));
@@ -151,7 +169,10 @@ export class LeaseKeeper {
         for (const t of layer) this.#lose(t.group, t.index, t.claim, 'renew-failed', error);
         continue;
       }
-      for (const t of layer) if (!renewed.has(t.claim.id)) this.#lose(t.group, t.index, t.claim, 'fenced');
+      for (const t of layer) {
+        if (!renewed.has(t.claim.id)) this.#lose(t.group, t.index, t.claim, 'fenced');
+        else if (t.group.confirmedAt < sentAt) t.group.confirmedAt = sentAt;
+      }
     }
   }
 

@@ -214,7 +214,14 @@ async function deliverPipelined(ctx: PassContext, lanes: OutboxRow[][], rows: Ou
   try {
     try {
       let round = lanes.map((lane) => ({ lane, at: 0 }));
+      let first = true;
       while (round.length > 0 && !ctx.closed() && !ctx.calls.stopped) {
+        // A key's next row goes out only on a claim known to be held: a worker thawed after its
+        // lease ended learns it here (the renewal finds the claims lost, and their rows are not
+        // offered) rather than after offering more rows of keys another claim now holds.
+        if (!first) await ctx.keeper.confirm(watched);
+        first = false;
+        if (ctx.closed() || ctx.calls.stopped) break;
         await publishRound(ctx, round.map((c) => c.lane[c.at]!), plan, { sent, inCall, chunks });
         const next: typeof round = [];
         for (const cursor of round) {
