@@ -38,7 +38,10 @@ export async function installAuditTrail(pool: pg.Pool, schema: string): Promise<
         INSERT INTO ${s}.faults_audit (row_id, old_state, new_state, old_token, old_attempt, new_attempt, lease_live, lease_lost)
         VALUES (OLD.id, OLD.state, NEW.state, OLD.claim_token, OLD.attempt, NEW.attempt,
                 COALESCE(OLD.lease_expires_at > statement_timestamp(), false),
-                NEW.claim_token IS NULL AND COALESCE(NEW.last_error LIKE 'lease expired %' OR NEW.last_error LIKE '% the lease of the last one expired during %', false));
+                -- the reclaim step: its lease had ended (a fenced release, under a live lease, keeps
+                -- the row's last_error, which may be an earlier reclaim's)
+                NEW.claim_token IS NULL AND COALESCE(OLD.lease_expires_at <= clock_timestamp(), false)
+                  AND COALESCE(NEW.last_error LIKE 'lease expired %' OR NEW.last_error LIKE '% the lease of the last one expired during %', false));
       END IF;
       RETURN NEW;
     END $$;
