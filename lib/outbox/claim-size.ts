@@ -24,6 +24,10 @@ export interface ClaimMemory {
   largestRowChars: number;
   /** The slowest destination call timed so far (ms; 0: none yet). */
   slowestCallMs: number;
+  /** Claims still to make only once the pass has no batch in flight (`afterClaim`). */
+  pipelinePause: number;
+  /** The pause the next pipelined claim that finds nothing sets (`afterClaim`). */
+  pipelineBackoff: number;
 }
 const claimMemory = new WeakMap<object, ClaimMemory>();
 
@@ -32,7 +36,7 @@ const claimMemory = new WeakMap<object, ClaimMemory>();
  * `base`..`max` (a configuration change between invocations of one container takes effect).
  */
 export function claimMemoryOf(driver: object, base: number, max: number): ClaimMemory {
-  const memory = claimMemory.get(driver) ?? { size: base, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0 };
+  const memory = claimMemory.get(driver) ?? { size: base, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0, pipelinePause: 0, pipelineBackoff: 1 };
   claimMemory.set(driver, memory);
   memory.size = Math.min(max, Math.max(base, memory.size));
   return memory;
@@ -53,6 +57,42 @@ export function nextClaimSize(size: number, limit: number, rows: number, base: n
     return Math.max(size, Math.min(max, size * 2, fits));
   }
   return size;
+}
+
+/** The longest pause of pipelining (claims made with no batch in flight) after pipelined claims found nothing. */
+export const MAX_PIPELINE_PAUSE = 16;
+
+/**
+ * What a claim teaches the claim memory. `pipelined`: the pass had batches of its own in flight
+ * when the claim was sent.
+ *
+ * - Size (`nextClaimSize`): a pipelined claim that came back less than half full leaves the size
+ *   as it is. The rows it missed may be held by the pass's own batches — the keys in flight of a
+ *   table with few keys — and say nothing of the size a claim with nothing in flight fills (with
+ *   several rows per key, a claim of 1,000 takes 100 keys' ten rows each where one of 100 takes
+ *   their heads only).
+ * - Pipelining: a pipelined claim that found nothing (every row that can move was held, typically
+ *   by the pass's own batches) pauses pipelining: the next `pipelinePause` claims are sent only
+ *   once the pass has no batch in flight, the pause doubling with each pipelined claim in a row
+ *   that finds nothing (1, 2, 4 … `MAX_PIPELINE_PAUSE`) and back to 1 once one finds rows. On a
+ *   table whose keys one batch holds, every pipelined claim was empty: half the claims, each
+ *   reading the window and the open keys for nothing; now about one in `MAX_PIPELINE_PAUSE`.
+ */
+export function afterClaim(memory: ClaimMemory, claim: { pipelined: boolean; limit: number; rows: number; base: number; max: number; largestRowChars: number }): void {
+  if (!claim.pipelined || claim.rows * 2 >= claim.limit) memory.size = nextClaimSize(memory.size, claim.limit, claim.rows, claim.base, claim.max, claim.largestRowChars);
+  if (!claim.pipelined) {
+    if (memory.pipelinePause > 0) memory.pipelinePause--;
+  } else if (claim.rows === 0) {
+    memory.pipelinePause = memory.pipelineBackoff;
+    memory.pipelineBackoff = Math.min(MAX_PIPELINE_PAUSE, memory.pipelineBackoff * 2);
+  } else {
+    memory.pipelineBackoff = 1;
+  }
+}
+
+/** Whether the pass may send a claim while `inFlight` batches of its own publish. */
+export function mayPipeline(memory: ClaimMemory, inFlight: number, maxInFlight: number): boolean {
+  return inFlight === 0 || (inFlight < maxInFlight && memory.pipelinePause === 0);
 }
 
 /**

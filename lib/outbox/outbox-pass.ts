@@ -8,7 +8,8 @@
  *    full and shrinking while they come back less than half full (`nextClaimSize`), fewer when
  *    the rows are large (`claimLimitFor`) or when a grown claim could not be published before the
  *    deadline (`rowsPublishableBefore`); all in `claim-size.ts`), deliver it, settle it; the next claim is issued while earlier batches publish
- *    (at most `MAX_BATCHES_IN_FLIGHT`), and all of them share `outbox.concurrency` call slots.
+ *    (at most `MAX_BATCHES_IN_FLIGHT`; paused for a few claims after such a pipelined claim found
+ *    nothing, and never shrinking the size: `afterClaim`), and all of them share `outbox.concurrency` call slots.
  *    In-flight claims are renewed every third of the lease, fenced; a lost renewal aborts the
  *    row's publish and the row is never settled by this pass.
  * 3. Stop claiming — and starting a key's next round in a batch of several rows of a key — when
@@ -44,7 +45,7 @@ import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { answerWaitMs, type Deadline } from '../runtime/deadline.ts';
 import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { CallLimiter } from './call-limiter.ts';
-import { claimLimitFor, claimLimitRung, claimMemoryOf, nextClaimSize, rowsPerCallOf, rowsPublishableBefore } from './claim-size.ts';
+import { afterClaim, claimLimitFor, claimLimitRung, claimMemoryOf, mayPipeline, rowsPerCallOf, rowsPublishableBefore } from './claim-size.ts';
 import { deliverBatch } from './deliver-batch.ts';
 import { OpenCalls } from './open-calls.ts';
 import type { OutboxPassDriver, PassContext, PassLogger, PassTally } from './pass-context.ts';
@@ -203,7 +204,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       stoppedBecause = 'deadline';
       break;
     }
-    if (inFlight.length >= MAX_BATCHES_IN_FLIGHT) {
+    if (!mayPipeline(memory, inFlight.length, MAX_BATCHES_IN_FLIGHT)) {
       await waitAny(inFlightWork(), deadline.remainingMs(), stopWait.settled);
       continue;
     }
@@ -232,7 +233,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       payloadChars += row.payloadText.length;
       largestRowChars = Math.max(largestRowChars, row.payloadText.length);
     }
-    memory.size = nextClaimSize(memory.size, limit, rows.length, outbox.batchSize, maxBatchSize, largestRowChars);
+    afterClaim(memory, { pipelined: inFlightAtClaim > 0, limit, rows: rows.length, base: outbox.batchSize, max: maxBatchSize, largestRowChars });
     if (rows.length === 0) {
       if (inFlight.length === 0 && options.mode === 'drain') {
         if (inFlightAtClaim > 0) continue;

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
-import { CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, claimLimitRung, nextClaimSize, rowsPerCallOf, rowsPublishableBefore } from '../../lib/outbox/claim-size.ts';
+import { afterClaim, CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, claimLimitRung, claimMemoryOf, MAX_PIPELINE_PAUSE, mayPipeline, nextClaimSize, rowsPerCallOf, rowsPublishableBefore } from '../../lib/outbox/claim-size.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { passFixture } from '../helpers/outbox-pass-fixture.ts';
@@ -118,6 +118,37 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
     assert.equal(nextClaimSize(100, 100, 100, 100, 1000, 1000), 200);
   });
 
+  it('a pipelined claim that came back short leaves the size; one that found nothing pauses pipelining, doubling up to the most', () => {
+    const memory = claimMemoryOf({}, 100, 1000);
+    const claim = (pipelined: boolean, limit: number, rows: number) => afterClaim(memory, { pipelined, limit, rows, base: 100, max: 1000, largestRowChars: 0 });
+    claim(false, 100, 100);
+    assert.equal(memory.size, 200);
+    claim(true, 200, 0);
+    assert.equal(memory.size, 200, 'the pass held the keys itself: no shrink');
+    assert.equal(memory.pipelinePause, 1);
+    assert.equal(mayPipeline(memory, 1, 2), false);
+    assert.equal(mayPipeline(memory, 0, 2), true, 'with nothing in flight a claim is always sent');
+    claim(false, 200, 200);
+    assert.equal(memory.size, 400);
+    assert.equal(memory.pipelinePause, 0);
+    assert.equal(mayPipeline(memory, 1, 2), true);
+    assert.equal(mayPipeline(memory, 2, 2), false, 'never past the batches in flight');
+    const pauses: number[] = [];
+    for (let i = 0; i < 7; i++) {
+      claim(true, 400, 0);
+      pauses.push(memory.pipelinePause);
+      while (memory.pipelinePause > 0) claim(false, 400, 200);
+    }
+    assert.deepEqual(pauses, [2, 4, 8, 16, 16, 16, 16].map((n) => Math.min(n, MAX_PIPELINE_PAUSE)));
+    claim(true, 400, 150);
+    assert.equal(memory.size, 400, 'short but with rows, pipelined: no shrink');
+    assert.equal(memory.pipelineBackoff, 1, 'a pipelined claim with rows resets the pause');
+    claim(true, 400, 0);
+    assert.equal(memory.pipelinePause, 1);
+    claim(false, 400, 150);
+    assert.equal(memory.size, 200, 'short with nothing in flight: halves as before');
+  });
+
   it('rounds bounded limits to a few rungs', () => {
     assert.deepEqual([1000, 999, 800, 671, 400, 250, 100, 99, 50, 37, 1].map((l) => claimLimitRung(l, 100, 1000)), [1000, 800, 800, 400, 400, 200, 100, 50, 50, 25, 1]);
   });
@@ -146,6 +177,27 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
       const held = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recording(keyed) }));
       assert.equal(held.sent, 2000);
       assert.ok(keyed.slice(-50).every((l) => l === 50), `back at batchSize while 2 keys bound the claims: ${keyed.slice(-10).join(', ')}`);
+    });
+
+    it('on a table whose keys one batch holds, pipelined claims pause instead of finding nothing at every other claim, and keep the size', async () => {
+      const db = database();
+      await db.query(`DELETE FROM "${db.schema}".outbox`);
+      // 20 keys, 100 rows each: a claim of 200 or more takes 20 keys' 10 rows each (the default
+      // outbox.rowsPerKey), and while that batch publishes no row of the table can move.
+      await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT 'k', 'key-' || (g % 20), jsonb_build_object('i', g) FROM generate_series(1, 2000) g`);
+      const limits: number[] = [];
+      const counts: number[] = [];
+      const destination = new RecordingDestination({ name: 'main', answer: () => 'sent', delayMs: 5 });
+      const summary = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recordingDriver(db, limits, counts) }));
+      assert.equal(summary.sent, 2000);
+      const empty = counts.filter((n) => n === 0).length;
+      // 50, 100, 200 and then 200 rows a claim: 13 claims with rows. Pipelining at every claim
+      // would add an empty claim after each (12, and the last one that proves the table drained);
+      // paused 1, 2, 4, 8 claims after each empty one, 4 and the last.
+      assert.ok(counts.filter((n) => n > 0).length <= 14, `claims with rows: ${counts.join(', ')}`);
+      assert.ok(empty <= 5, `at most 5 claims found nothing: ${counts.join(', ')}`);
+      // The last claim found the table drained, with nothing in flight: that one halves the size.
+      assert.ok(limits.indexOf(400) !== -1 && limits.slice(limits.indexOf(400), -1).every((l) => l === 400), `the size grew to 400 and stayed: ${limits.join(', ')}`);
     });
   });
 });
