@@ -354,6 +354,6 @@ export type AuthConfig = z.output<typeof authSchema>;
 export const DEFAULT_ROWS_PER_KEY = 10;
 
 /** The rows of one key a claim may hold: `outbox.rowsPerKey`, else 1 on SQL Server and `DEFAULT_ROWS_PER_KEY` (10) on PostgreSQL. */
-export function outboxRowsPerKey(config: Pick<QueueBoxConfig, 'outbox' | 'database'>): number {
-  return config.outbox.rowsPerKey ?? (config.database.type === 'sqlserver' ? 1 : DEFAULT_ROWS_PER_KEY);
+export function outboxRowsPerKey(config: { outbox?: { rowsPerKey?: number | undefined } | undefined; database: { type?: QueueBoxConfig['database']['type'] } }): number {
+  return config.outbox?.rowsPerKey ?? (config.database.type === 'sqlserver' ? 1 : DEFAULT_ROWS_PER_KEY);
 }

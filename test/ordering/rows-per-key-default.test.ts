@@ -272,6 +272,24 @@ async function drainConcurrently(
   return summaries;
 }
 
+/**
+ * Seeds, in this order of `sequence`: `keys` keys interleaved (`k0`…, `perKey` rows each), then
+ * `hotKeys` hot keys' backlogs interleaved (`hot` alone, or `hot0`…; `perHotKey` rows each), then
+ * `keyless` keyless rows. Payload `{ g }` is the row's place in that order; every row may be
+ * retried often (`max_attempts` 1000).
+ */
+async function seedKeysHotKeyless(db: TestDatabase, s: { keys: number; perKey: number; hotKeys: number; perHotKey: number; keyless: number }): Promise<void> {
+  const keyed = s.keys * s.perKey;
+  const hot = s.hotKeys * s.perHotKey;
+  const hotKey = s.hotKeys === 1 ? `'hot'` : `'hot' || (g % ${s.hotKeys})`;
+  await db.query(
+    `INSERT INTO ${OUTBOX(db)} (topic, key, payload, max_attempts)
+     SELECT 't', CASE WHEN g <= ${keyed} THEN 'k' || (g % ${s.keys}) WHEN g <= ${keyed + hot} THEN ${hotKey} ELSE NULL END,
+            jsonb_build_object('g', g), 1000
+       FROM generate_series(1, ${keyed + hot + s.keyless}) g ORDER BY g`,
+  );
+}
+
 describe('outbox.rowsPerKey default (10): order and one holder per key under concurrent passes (PostgreSQL)', () => {
   let db!: TestDatabase;
   withOutboxDatabase((started) => (db = started));
@@ -283,12 +301,7 @@ describe('outbox.rowsPerKey default (10): order and one holder per key under con
     const HOT = 300;
     const KEYLESS = 150;
     // Keys interleaved, then a hot key's backlog and keyless rows; every row may be retried often.
-    await db.query(
-      `INSERT INTO ${OUTBOX(db)} (topic, key, payload, max_attempts)
-       SELECT 't', CASE WHEN g <= ${KEYS * PER_KEY} THEN 'k' || (g % ${KEYS}) WHEN g <= ${KEYS * PER_KEY + HOT} THEN 'hot' ELSE NULL END,
-              jsonb_build_object('g', g), 1000
-         FROM generate_series(1, ${KEYS * PER_KEY + HOT + KEYLESS}) g ORDER BY g`,
-    );
+    await seedKeysHotKeyless(db, { keys: KEYS, perKey: PER_KEY, hotKeys: 1, perHotKey: HOT, keyless: KEYLESS });
     const ledger = new Ledger();
     await ledger.load(db);
     const deadIds = new Set(await db.query<{ id: string }>(`SELECT id FROM ${OUTBOX(db)} WHERE (payload->>'g')::int % 97 = 13`).then((rows) => rows.map((r) => r.id)));
@@ -599,12 +612,7 @@ describe('outbox.rowsPerKey default (10) with claims growing to outbox.maxBatchS
     const PER_KEY = 12;
     const HOT = 150;
     const KEYLESS = 300;
-    await db.query(
-      `INSERT INTO ${OUTBOX(db)} (topic, key, payload, max_attempts)
-       SELECT 't', CASE WHEN g <= ${KEYS * PER_KEY} THEN 'k' || (g % ${KEYS}) WHEN g <= ${KEYS * PER_KEY + 3 * HOT} THEN 'hot' || (g % 3) ELSE NULL END,
-              jsonb_build_object('g', g), 1000
-         FROM generate_series(1, ${KEYS * PER_KEY + 3 * HOT + KEYLESS}) g ORDER BY g`,
-    );
+    await seedKeysHotKeyless(db, { keys: KEYS, perKey: PER_KEY, hotKeys: 3, perHotKey: HOT, keyless: KEYLESS });
     const ledger = new Ledger();
     await ledger.load(db);
     const destination = new LedgerDestination(ledger, 'passes', {

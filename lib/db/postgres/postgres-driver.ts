@@ -2,7 +2,7 @@
  * The PostgreSQL driver: wires the per-table query modules to the `Driver` interface.
  */
 import type pg from 'pg';
-import { DEFAULT_ROWS_PER_KEY, type QueueBoxConfig } from '../../config/schema.ts';
+import { outboxRowsPerKey, type QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError, SchemaTrustError } from '../../errors.ts';
 import { refusePool } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../driver.ts';
@@ -32,7 +32,7 @@ function asQueryable(tx: CallerTransaction): PgQueryable {
 }
 
 export interface PostgresDriverOptions {
-  /** `outbox.batchSize` and `outbox.rowsPerKey` name the claim statements `migrate` creates functions for (default 100, `DEFAULT_ROWS_PER_KEY`). */
+  /** `outbox.batchSize` and `outbox.rowsPerKey` name the claim statements `migrate` creates functions for (default 100, `outboxRowsPerKey`). */
   config: Pick<QueueBoxConfig, 'database' | 'tables'> & { outbox?: Pick<QueueBoxConfig['outbox'], 'batchSize'> & Partial<Pick<QueueBoxConfig['outbox'], 'rowsPerKey'>> };
   url: string;
   /** Use this pool instead of creating one (it is not ended by `close`). */
@@ -64,7 +64,7 @@ export class PostgresDriver implements Driver {
     };
     this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
     this.ctx.claimFunctionLimit = this.#outboxBatchSize;
-    this.#outboxRowsPerKey = options.config.outbox?.rowsPerKey ?? DEFAULT_ROWS_PER_KEY;
+    this.#outboxRowsPerKey = outboxRowsPerKey(options.config);
   }
 
   /**
