@@ -1,12 +1,13 @@
 /**
- * `npm run bench:profile`: where an unkeyed batch's time goes, QueueBox's driver against the
- * floor's statements, one batch at a time on one connection each (no concurrency, so a
- * statement's time is its own cost, not a wait for the other loops' statements).
+ * `npm run bench:profile`: where a batch's time goes, QueueBox's driver against the floor's
+ * statements, one batch at a time on one connection each (no concurrency, so a statement's time
+ * is its own cost, not a wait for the other loops' statements).
  *
- * Seeds one keyless table per side (QueueBox's migrations, `--messages` rows, default 20,000)
- * and alternates batch by batch: the floor's claim (`claim` cte, batch 100) and sent mark by
- * `unnest`; QueueBox's `outboxClaimMany` (the claim function `migrate` made) and
- * `outboxMarkSentMany`. Reports per side: round trips per batch, claim and settle ms (median and
+ * Seeds one table per side (QueueBox's migrations, `--messages` rows, default 20,000; keyless, or
+ * over `--keys` keys round-robin) and alternates batch by batch: the floor's claim (`claim` cte,
+ * `--limit` rows, default 100; on keys, the floor's keyed claim) and sent mark by `unnest`;
+ * QueueBox's `outboxClaimMany` (the claim function `migrate` made, `outbox.batchSize` = `--limit`,
+ * default rows per key) and `outboxMarkSentMany`. Reports per side: round trips per batch, claim and settle ms (median and
  * mean), and client CPU per 1,000 messages (claim + settle, measured around each call).
  * Uses DATABASE_URL, or starts an embedded PostgreSQL.
  */
@@ -17,7 +18,7 @@ import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../lib/local/embedded-database.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import type { CaseContext } from './bench-case.ts';
-import { floorClaimText, floorSettleText } from './floor-case.ts';
+import { floorClaimSql, floorSettleText } from './floor-case.ts';
 import { benchConfig, dropSchema, outboxTable, seedOutbox } from './outbox-table.ts';
 import { installQueryCounter, queryCount, uncountedClient } from './query-counter.ts';
 
@@ -38,8 +39,9 @@ const cpuNow = () => {
 };
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { messages: { type: 'string', default: '20000' } } });
-  const messages = Number(values.messages);
+  const { values } = parseArgs({ options: { messages: { type: 'string', default: '20000' }, limit: { type: 'string', default: '100' }, keys: { type: 'string', default: '0' } } });
+  const [messages, limit, keys] = [values.messages, values.limit, values.keys].map(Number) as [number, number, number];
+  if (![messages, limit].every((n) => Number.isInteger(n) && n > 0) || !Number.isInteger(keys) || keys < 0) throw new Error('--messages and --limit are positive integers, --keys a non-negative one');
   let embedded: EmbeddedDatabase | undefined;
   let url = process.env.DATABASE_URL;
   if (!url) {
@@ -48,20 +50,20 @@ async function main(): Promise<void> {
   }
   installQueryCounter();
   const probe = await uncountedClient(url);
-  const ctxFor = (tag: string): CaseContext => ({ url: url!, schema: `qb_bench_profile_${tag}_${randomBytes(3).toString('hex')}`, workload: { name: 'unkeyed', seed: messages, drain: messages, keys: 0 }, workers: 1, timeLimitMs: 600_000, probe });
+  const ctxFor = (tag: string): CaseContext => ({ url: url!, schema: `qb_bench_profile_${tag}_${randomBytes(3).toString('hex')}`, workload: { name: keys > 0 ? `keys-${keys}` : 'unkeyed', seed: messages, drain: messages, keys }, workers: 1, timeLimitMs: 600_000, probe });
   const floorCtx = ctxFor('floor');
   const qbCtx = ctxFor('qb');
   const floorClient = new pg.Client({ connectionString: url });
   let driver: PostgresDriver | undefined;
   try {
     await seedOutbox(floorCtx);
-    await seedOutbox(qbCtx);
+    await seedOutbox(qbCtx, { batchSize: limit, maxBatchSize: limit });
     await floorClient.connect();
-    const config = benchConfig(qbCtx);
+    const config = benchConfig(qbCtx, { outbox: { batchSize: limit, maxBatchSize: limit } });
     driver = new PostgresDriver({ config: { ...config, database: { ...config.database, poolMax: 1 } }, url });
-    const claimText = floorClaimText(outboxTable(floorCtx));
+    const claimText = floorClaimSql(outboxTable(floorCtx), keys > 0, { batch: limit, loops: 1, claim: 'cte', prepared: false });
     const settleText = floorSettleText(outboxTable(floorCtx));
-    const floor: Side = { name: 'floor (claim 100 cte, unnest settle)', trips: 0, claimMs: [], settleMs: [], cpuUs: 0, moved: 0 };
+    const floor: Side = { name: `floor (claim ${limit} cte, unnest settle)`, trips: 0, claimMs: [], settleMs: [], cpuUs: 0, moved: 0 };
     const qb: Side = { name: 'QueueBox driver (outboxClaimMany, outboxMarkSentMany)', trips: 0, claimMs: [], settleMs: [], cpuUs: 0, moved: 0 };
     const timed = async <T>(side: Side, into: number[], work: () => Promise<T>): Promise<T> => {
       const q0 = queryCount();
@@ -88,7 +90,7 @@ async function main(): Promise<void> {
             }
           }
           if (qbLeft) {
-            const rows = await timed(qb, qb.claimMs, () => driver!.outboxClaimMany({ limit: 100, leaseMs: 300_000 }));
+            const rows = await timed(qb, qb.claimMs, () => driver!.outboxClaimMany({ limit, leaseMs: 300_000 }));
             if (rows.length === 0) qbLeft = false;
             else {
               await timed(qb, qb.settleMs, () => driver!.outboxMarkSentMany({ claims: rows.map((r) => ({ id: r.id, token: r.claimToken })) }));

@@ -59,7 +59,7 @@ const RETURNING = `RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.claim
  * when they leave room, a loose index scan of the key-head index (one probe per open key) for the
  * heads of the other keys that can move. One row per key in flight, `sequence` order per key.
  */
-function claimSql(table: string, keyed: boolean, { batch, claim }: FloorSettings): string {
+export function floorClaimSql(table: string, keyed: boolean, { batch, claim }: FloorSettings): string {
   if (!keyed) {
     const due = `SELECT c.id FROM ${table} c
        WHERE c.state = 'pending' AND c.scheduled_at <= now()
@@ -110,7 +110,7 @@ function settleSql(table: string): string {
 
 /** The floor's keyless claim at its default settings (batch 100, `cte`), for bench:profile. */
 export function floorClaimText(table: string): string {
-  return claimSql(table, false, { batch: FLOOR_BATCH, loops: 1, claim: 'cte', prepared: false });
+  return floorClaimSql(table, false, { batch: FLOOR_BATCH, loops: 1, claim: 'cte', prepared: false });
 }
 
 /** The floor's sent mark by `unnest` of ids and tokens. */
@@ -124,7 +124,7 @@ export async function floorDrain(ctx: CaseContext): Promise<DrainResult> {
   const settings = floorSettings(ctx);
   // A prepared statement is named per text; the name is per connection, so one name serves all loops.
   const named = (name: string, text: string) => (values?: unknown[]) => (settings.prepared ? { name, text, ...(values ? { values } : {}) } : { text, ...(values ? { values } : {}) });
-  const claim = named('floor_claim', claimSql(table, ctx.workload.keys > 0, settings));
+  const claim = named('floor_claim', floorClaimSql(table, ctx.workload.keys > 0, settings));
   const settle = named('floor_settle', settleSql(table));
   const target = ctx.workload.drain;
   const stopAt = Date.now() + ctx.timeLimitMs;

@@ -8,6 +8,7 @@
  * the fauxqs emulator (`queuebox-sqs`). A counting wrapper around `outboxMarkSentMany` aborts
  * every pass once the workload's drain count is sent (so a backlog drain stops at its target).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DEFAULT_ROWS_PER_KEY, type QueueBoxConfig } from '../lib/config/schema.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
@@ -131,6 +132,10 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
         // A pass in drain mode returns when a claim finds nothing; with several passes and keyed
         // rows that can happen while others still hold heads, so run passes until the target.
         // A run of passes that claim nothing means nothing is left to move (e.g. rows went dead).
+        // After a pass that claimed nothing the next starts `outbox.pollIntervalMs` later, as a
+        // deployed poller's next claim after an empty one: started at once, the passes of a worker
+        // whose keys another pass holds spun, each restart a claim (and a lease gate) that read the
+        // window and the open keys for nothing — on 100 keys, 103 of 177 claims and 77 passes.
         while (sent < target && !stop.signal.aborted && emptyPasses < 50) {
           passes++;
           const summary = await runOutboxPass({
@@ -147,6 +152,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
           dead += summary.dead;
           retried += summary.retried;
           emptyPasses = summary.claimed === 0 ? emptyPasses + 1 : 0;
+          if (summary.claimed === 0) await sleep(config.outbox.pollIntervalMs, undefined, { signal: stop.signal }).catch(() => {});
         }
       }),
     );
