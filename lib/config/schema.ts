@@ -116,7 +116,8 @@ export const outboxSchema = z
     /**
      * The most rows a claim may grow to: a pass starts at `batchSize`, doubles its claim after each
      * claim that came back full and halves it (never below `batchSize`) after one that came back
-     * less than half full, so a keyless or many-key backlog moves in large claims and a table held
+     * less than half full (not after one sent while the pass's own batches were still publishing:
+     * they may hold the keys it missed), so a keyless or many-key backlog moves in large claims and a table held
      * by a few keys in small ones. Equal to `batchSize`: every claim takes `batchSize`.
      */
     maxBatchSize: positiveInt.max(1000).default(1000),
