@@ -10,6 +10,7 @@ import { loadavg } from 'node:os';
 import type { BenchCase, CaseContext, CaseSettings } from './bench-case.ts';
 import { loadCase } from './cases.ts';
 import { installQueryCounter, queryCount, uncountedClient } from './query-counter.ts';
+import { cpuSample, postgresSeconds } from './server-cpu.ts';
 import type { Workload } from './workloads.ts';
 
 export interface ChildInput {
@@ -42,6 +43,12 @@ export interface CaseResult {
   peakRssMb: number;
   /** CPU time (user + system) of this process during the drain, per 1,000 messages moved. */
   cpuMsPer1000: number;
+  /**
+   * CPU time of the PostgreSQL server's processes during the drain, per 1,000 messages moved
+   * (`server-cpu.ts`: every session of a server on this machine); null when no `postgres`
+   * process is visible (a remote server).
+   */
+  serverCpuMsPer1000?: number | null;
   maxRssMb: number;
   prepareSeconds: number;
   /** 1-minute load average when the drain started (the machine is shared). */
@@ -78,10 +85,12 @@ async function runCase(c: BenchCase, ctx: CaseContext, input: ChildInput): Promi
   const load = loadavg()[0]!;
   const q0 = queryCount();
   const cpu0 = process.cpuUsage();
+  const server0 = cpuSample().postgres;
   const t0 = performance.now();
   const result = await c.drain(ctx);
   const seconds = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
+  const server1 = cpuSample().postgres;
   const trips = queryCount() - q0;
   clearInterval(sampler);
   peak = Math.max(peak, process.memoryUsage.rss());
@@ -100,6 +109,7 @@ async function runCase(c: BenchCase, ctx: CaseContext, input: ChildInput): Promi
     roundTripsPerMessage: result.moved === 0 ? 0 : round(trips / result.moved, 3),
     peakRssMb: round(peak / 1048576, 1),
     cpuMsPer1000: result.moved === 0 ? 0 : round((cpu.user + cpu.system) / 1000 / (result.moved / 1000), 1),
+    serverCpuMsPer1000: server1.size === 0 || result.moved === 0 ? null : round((postgresSeconds(server0, server1) * 1000) / (result.moved / 1000), 1),
     maxRssMb: round(process.resourceUsage().maxRSS / 1024, 1),
     prepareSeconds: round(prepareSeconds, 1),
     loadAverage: round(load, 1),

@@ -13,11 +13,11 @@ const violations = (r: CaseResult) => (typeof r.notes?.orderViolations === 'numb
 
 /** One Markdown table row per result, grouped by workload in run order. */
 export function formatTable(results: readonly RatedResult[]): string {
-  const header = '| workload | case | msg/s | × floor | × graphile-worker | runs (msg/s) | p50 ms | p99 ms | round trips/msg | client CPU ms/1k msg | peak RSS MB | moved | order violations | s | load |';
-  const rule = '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|';
+  const header = '| workload | case | msg/s | × floor | × graphile-worker | runs (msg/s) | p50 ms | p99 ms | round trips/msg | client CPU ms/1k msg | server CPU ms/1k msg | peak RSS MB | moved | order violations | s | load |';
+  const rule = '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|';
   const rows = results.map(
     (r) =>
-      `| ${r.workload} | ${r.case} | ${fmt(r.messagesPerSecond)} | ${fmt(r.ratioToFloor, 2)} | ${fmt(r.ratioToGraphileWorker, 2)} | ${r.runs && r.runs.length > 1 ? r.runs.map((n) => fmt(n)).join(' / ') : '–'} | ${fmt(r.p50Ms, 1)} | ${fmt(r.p99Ms, 1)} | ${fmt(r.roundTripsPerMessage, 3)} | ${fmt(r.cpuMsPer1000, 1)} | ${fmt(r.peakRssMb)} | ${fmt(r.messages)}${r.capped ? ' (capped)' : ''} | ${violations(r)} | ${fmt(r.seconds, 1)} | ${fmt(r.loadAverage, 1)} |`,
+      `| ${r.workload} | ${r.case} | ${fmt(r.messagesPerSecond)} | ${fmt(r.ratioToFloor, 2)} | ${fmt(r.ratioToGraphileWorker, 2)} | ${r.runs && r.runs.length > 1 ? r.runs.map((n) => fmt(n)).join(' / ') : '–'} | ${fmt(r.p50Ms, 1)} | ${fmt(r.p99Ms, 1)} | ${fmt(r.roundTripsPerMessage, 3)} | ${fmt(r.cpuMsPer1000, 1)} | ${fmt(r.serverCpuMsPer1000, 1)} | ${fmt(r.peakRssMb)} | ${fmt(r.messages)}${r.capped ? ' (capped)' : ''} | ${violations(r)} | ${fmt(r.seconds, 1)} | ${fmt(r.loadAverage, 1)} |`,
   );
   return [header, rule, ...rows].join('\n');
 }

@@ -16,7 +16,6 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -27,6 +26,7 @@ import { withBenchDatabase } from './bench-database.ts';
 import { count, markdownTable, median, ratio } from './bench-report.ts';
 import { runMain } from './run-main.ts';
 import { serverInfo } from './server-info.ts';
+import { cpuSample, postgresSeconds } from './server-cpu.ts';
 import { keyExpression } from './workloads.ts';
 
 interface PassLine {
@@ -47,40 +47,6 @@ interface RunResult {
   machineBusy: number;
   load1: number;
   runs: number[];
-}
-
-const CLOCK_TICKS = 100;
-
-/**
- * CPU seconds per `postgres` process (user + system, by pid), and the machine's busy and total CPU
- * seconds. Per process, so a backend of another session that ends meanwhile adds nothing.
- */
-function cpuSample(): { postgres: Map<string, number>; busy: number; total: number } {
-  const postgres = new Map<string, number>();
-  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
-    const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-    if (name !== 'postgres') continue;
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime and stime: fields 14 and 15 of stat, 12 and 13 after the name.
-    postgres.set(pid, (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS);
-  }
-  const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.split(/\s+/).slice(1).map(Number);
-  const idle = cpu[3]! + cpu[4]!;
-  const total = cpu.reduce((a, b) => a + b, 0);
-  return { postgres, busy: (total - idle) / CLOCK_TICKS, total: total / CLOCK_TICKS };
-}
-
-/** CPU seconds the `postgres` processes used between two samples (a process started meanwhile: all of its own). */
-function postgresSeconds(before: Map<string, number>, after: Map<string, number>): number {
-  let seconds = 0;
-  for (const [pid, used] of after) seconds += used - (before.get(pid) ?? 0);
-  return seconds;
 }
 
 async function seed(url: string, admin: pg.Client, schema: string, rows: number, keys: number): Promise<void> {

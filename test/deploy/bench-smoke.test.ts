@@ -23,6 +23,7 @@ interface Line {
   tuning?: Record<string, unknown>;
   roundTripsPerMessage: number;
   peakRssMb: number;
+  serverCpuMsPer1000?: number | null;
   notes?: Record<string, number | string>;
 }
 
@@ -45,6 +46,8 @@ describe('npm run bench', () => {
       assert.equal(l.messages, 400, `${l.workload}/${l.case} moved every message`);
       assert.equal(l.capped, false);
       assert.ok(l.messagesPerSecond > 0 && l.peakRssMb > 0 && l.roundTripsPerMessage > 0, JSON.stringify(l));
+      // A number when the test server runs on this machine (its CPU is read from /proc), else null.
+      assert.ok(l.serverCpuMsPer1000 === null || (typeof l.serverCpuMsPer1000 === 'number' && l.serverCpuMsPer1000 >= 0), `server CPU per 1,000 messages: ${JSON.stringify(l)}`);
       assert.equal(l.ratioToFloor === null, l.case === 'floor', `${l.case}: a ratio to the floor unless it is the floor`);
       assert.equal(l.ratioToGraphileWorker, null, 'no graphile-worker case ran');
       // The `--set` settings are the floor's, over whatever bench/best-settings.json holds.

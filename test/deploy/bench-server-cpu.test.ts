@@ -1,0 +1,43 @@
+/**
+ * The bench's server CPU reading (`bench/server-cpu.ts`): the difference of the sums of every
+ * `postgres` process's CPU and its reaped children's, so a backend that ends between the two
+ * samples — a bench case closes its connections before its drain returns — still counts, through
+ * the postmaster that reaped it.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import pg from 'pg';
+import { cpuSample, postgresSeconds } from '../../bench/server-cpu.ts';
+import { testDatabaseUrl } from '../helpers/database.ts';
+
+describe('bench server CPU', () => {
+  it('counts a process that ended between the samples through its parent, and one that started in full', () => {
+    const before = new Map([
+      ['1', 10], // the postmaster (with its reaped children's CPU)
+      ['2', 3], // a backend that ends meanwhile, 0.5 s later
+      ['3', 1],
+    ]);
+    const after = new Map([
+      ['1', 10 + 3.5], // reaped: the backend's 3.5 s are now the postmaster's
+      ['3', 1.25],
+      ['4', 0.75], // started meanwhile
+    ]);
+    assert.equal(postgresSeconds(before, after), 0.5 + 0.25 + 0.75);
+    assert.equal(postgresSeconds(after, before), 0, 'never negative');
+  });
+
+  const host = new URL(testDatabaseUrl()).hostname;
+  const local = ['127.0.0.1', 'localhost', '::1', '[::1]', ''].includes(host);
+  it('reads the test server on this machine, and sees the CPU of a backend that did work and ended', { skip: local ? false : `DATABASE_URL names ${host}, not this machine: its CPU cannot be read from /proc` }, async () => {
+    const before = cpuSample();
+    assert.ok(before.postgres.size > 0, 'the test server runs on this machine');
+    const client = new pg.Client({ connectionString: testDatabaseUrl() });
+    await client.connect();
+    // About a second of server CPU, then the backend ends with the connection.
+    await client.query(`SELECT count(*) FROM generate_series(1, 3000000) a, LATERAL (SELECT md5(a::text)) b`);
+    await client.end();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const used = postgresSeconds(before.postgres, cpuSample().postgres);
+    assert.ok(used >= 0.3, `the ended backend's CPU is counted: ${used} s`);
+  });
+});
