@@ -172,6 +172,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   let stoppedBecause: StopReason = 'deadline';
   // Claims in a row that found nothing: the idle wait grows with them.
   let emptyClaims = 0;
+  // The pass waited out a pause's wait for its batches (or an idle wait) and may claim pipelined.
+  let pauseWaited = false;
   // The size of the last claim that found rows, kept per driver (a container's next invocation
   // starts from it): large payloads lower the next claim's limit.
   const maxBatchSize = Math.max(outbox.batchSize, outbox.maxBatchSize ?? outbox.batchSize);
@@ -204,10 +206,17 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       stoppedBecause = 'deadline';
       break;
     }
-    if (!mayPipeline(memory, inFlight.length, MAX_BATCHES_IN_FLIGHT)) {
-      await waitAny(inFlightWork(), deadline.remainingMs(), stopWait.settled);
+    if (!mayPipeline(memory, inFlight.length, MAX_BATCHES_IN_FLIGHT) && !(pauseWaited && inFlight.length < MAX_BATCHES_IN_FLIGHT)) {
+      // Paused (`afterClaim`), not full: wait for a batch at most `maxPollIntervalMs`, then claim
+      // anyway — a slow batch must not hold up the due rows of other keys, nor a row committed
+      // meanwhile beyond the idle poll's promise (claimed within about `maxPollIntervalMs`).
+      const paused = inFlight.length < MAX_BATCHES_IN_FLIGHT;
+      const batches = inFlight.length;
+      await waitAny(inFlightWork(), paused ? Math.min(deadline.remainingMs(), outbox.maxPollIntervalMs) : deadline.remainingMs(), stopWait.settled);
+      if (paused && inFlight.length === batches) pauseWaited = true;
       continue;
     }
+    pauseWaited = false;
     let rows;
     let limit: number;
     // A batch that settles while this claim runs may free key heads the claim's snapshot did not
@@ -241,7 +250,10 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
         break;
       }
       const idleMs = Math.min(idlePollDelayMs(emptyClaims++, outbox), Math.max(0, deadline.remainingMs() - claimWindowMs()));
+      const batches = inFlight.length;
       await waitAny(inFlightWork(), inFlight.length > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, stopWait.settled);
+      // The idle wait ran out with the batches still publishing: it stands for the pause's wait.
+      if (batches > 0 && inFlight.length === batches) pauseWaited = true;
       continue;
     }
     emptyClaims = 0;
