@@ -9,7 +9,8 @@
  *    the rows are large (`claimLimitFor`) or when a grown claim could not be published before the
  *    deadline (`rowsPublishableBefore`); all in `claim-size.ts`), deliver it, settle it; the next claim is issued while earlier batches publish
  *    (at most `MAX_BATCHES_IN_FLIGHT`; paused for a few claims after such a pipelined claim found
- *    nothing, and never shrinking the size: `afterClaim`), and all of them share `outbox.concurrency` call slots.
+ *    nothing — a paused claim waits for a batch at most `maxPollIntervalMs` — and never shrinking
+ *    the size: `afterClaim`), and all of them share `outbox.concurrency` call slots.
  *    In-flight claims are renewed every third of the lease, fenced; a lost renewal aborts the
  *    row's publish and the row is never settled by this pass.
  * 3. Stop claiming — and starting a key's next round in a batch of several rows of a key — when
