@@ -139,7 +139,8 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
       pauses.push(memory.pipelinePause);
       while (memory.pipelinePause > 0) claim(false, 400, 200);
     }
-    assert.deepEqual(pauses, [2, 4, 8, 16, 16, 16, 16].map((n) => Math.min(n, MAX_PIPELINE_PAUSE)));
+    assert.equal(MAX_PIPELINE_PAUSE, 16);
+    assert.deepEqual(pauses, [2, 4, 8, 16, 16, 16, 16], 'doubling from 1 (set by the first empty one above) up to 16');
     claim(true, 400, 150);
     assert.equal(memory.size, 400, 'short but with rows, pipelined: no shrink');
     assert.equal(memory.pipelineBackoff, 1, 'a pipelined claim with rows resets the pause');
