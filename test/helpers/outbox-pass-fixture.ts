@@ -60,6 +60,24 @@ export async function insertOutboxRows(db: TestDatabase, rows: OutboxMessageInpu
 }
 
 /**
+ * A pass driver of its own — a new object, so its claim memory (`claimMemoryOf`, kept per driver
+ * as a container keeps its driver) starts fresh — delegating to `driver`, with `overrides` in
+ * place of some of its methods.
+ */
+export function delegatingPassDriver(driver: OutboxPassDriver, overrides: Partial<OutboxPassDriver> = {}): OutboxPassDriver {
+  return {
+    outboxClaimMany: (p) => driver.outboxClaimMany(p),
+    outboxRenewMany: (p) => driver.outboxRenewMany(p),
+    outboxMarkSentMany: (p) => driver.outboxMarkSentMany(p),
+    outboxRetryMany: (p) => driver.outboxRetryMany(p),
+    outboxMarkDeadMany: (p) => driver.outboxMarkDeadMany(p),
+    outboxReclaimExpired: (p) => driver.outboxReclaimExpired(p),
+    outboxStats: (scope) => driver.outboxStats(scope),
+    ...overrides,
+  };
+}
+
+/**
  * Wraps a driver to record which pass holds which row, and which claim holds each key: a row
  * claimed while held, or a key claimed while another claim (token) holds rows of it, is a
  * violation. The rows of a key in one claim (`outbox.rowsPerKey`) share its token; the key is

@@ -4,7 +4,7 @@ import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '..
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { emfValues, insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
+import { delegatingPassDriver, emfValues, insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 
 /**
@@ -37,16 +37,7 @@ describe('outbox pass: backlog gauges at most once per interval per driver', () 
     // Three rows due in an hour: never claimed, always pending.
     await insertOutboxRows(db, Array.from({ length: 3 }, (_, i) => ({ topic: 'orders.later', payload: { i }, delayMs: 3_600_000 })));
     let statsReads = 0;
-    const counting = (): OutboxPassDriver => ({
-      ...db.driver,
-      outboxClaimMany: (p) => db.driver.outboxClaimMany(p),
-      outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
-      outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
-      outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
-      outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
-      outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
-      outboxStats: (scope) => (statsReads++, db.driver.outboxStats(scope)),
-    });
+    const counting = (): OutboxPassDriver => delegatingPassDriver(db.driver, { outboxStats: (scope) => (statsReads++, db.driver.outboxStats(scope)) });
     const driver = counting();
     const gauges = async (passDriver: OutboxPassDriver) => {
       const fixture = passFixture(db, { destinations: [new RecordingDestination()], driver: passDriver });

@@ -10,7 +10,7 @@ import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
 import { afterClaim, CLAIM_PAYLOAD_BUDGET_CHARS, claimLimitFor, claimLimitRung, claimMemoryOf, MAX_PIPELINE_PAUSE, mayPipeline, nextClaimSize, rowsPerCallOf, rowsPublishableBefore } from '../../lib/outbox/claim-size.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { passFixture } from '../helpers/outbox-pass-fixture.ts';
+import { delegatingPassDriver, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 
 /** A test database whose outbox claims `batchSize` rows, growing to `maxBatchSize`. */
@@ -28,20 +28,14 @@ function outboxDatabase(outbox: { batchSize: number; maxBatchSize: number }): ()
 
 /** The database's driver, recording each claim's limit and how many rows it returned. */
 function recordingDriver(db: TestDatabase, limits: number[], counts: number[] = []): OutboxPassDriver {
-  return {
+  return delegatingPassDriver(db.driver, {
     outboxClaimMany: async (p) => {
       limits.push(p.limit);
       const rows = await db.driver.outboxClaimMany(p);
       counts.push(rows.length);
       return rows;
     },
-    outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
-    outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
-    outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
-    outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
-    outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
-    outboxStats: (scope) => db.driver.outboxStats(scope),
-  };
+  });
 }
 
 describe('claim limit by payload size', () => {

@@ -11,28 +11,14 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { claimMemoryOf } from '../../lib/outbox/claim-size.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
-import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
+import { delegatingPassDriver, insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { delay, waitUntil } from '../helpers/wait.ts';
 
 /** How long the call carrying a row of topic `slow` takes (ms). */
 const SLOW_CALL_MS = 4000;
 const MAX_POLL_MS = 500;
-
-/** A driver object of its own (its own claim memory), delegating to the database's driver. */
-function freshDriver(db: TestDatabase): OutboxPassDriver {
-  return {
-    outboxClaimMany: (p) => db.driver.outboxClaimMany(p),
-    outboxRenewMany: (p) => db.driver.outboxRenewMany(p),
-    outboxMarkSentMany: (p) => db.driver.outboxMarkSentMany(p),
-    outboxRetryMany: (p) => db.driver.outboxRetryMany(p),
-    outboxMarkDeadMany: (p) => db.driver.outboxMarkDeadMany(p),
-    outboxReclaimExpired: (p) => db.driver.outboxReclaimExpired(p),
-    outboxStats: (scope) => db.driver.outboxStats(scope),
-  };
-}
 
 describe('outbox pass: the pipelining pause and a slow batch', () => {
   let db: TestDatabase;
@@ -54,7 +40,7 @@ describe('outbox pass: the pipelining pause and a slow batch', () => {
   it('a row committed while a pipelined claim found nothing is claimed within about maxPollIntervalMs, not after the slow batch', async () => {
     await insertOutboxRows(db, [{ topic: 'slow', key: 'slow-key', payload: { n: 0 } }]);
     const destination = slowDestination();
-    const pass = runOutboxPass(passFixture(db, { destinations: [destination], driver: freshDriver(db), mode: 'deadline', timeoutMs: SLOW_CALL_MS + 2500 }));
+    const pass = runOutboxPass(passFixture(db, { destinations: [destination], driver: delegatingPassDriver(db.driver), mode: 'deadline', timeoutMs: SLOW_CALL_MS + 2500 }));
     // The slow batch is publishing and the pass has polled (pipelined) and found nothing.
     await delay(300);
     const committed = Date.now();
@@ -67,7 +53,7 @@ describe('outbox pass: the pipelining pause and a slow batch', () => {
   });
 
   it('a pause left by the previous invocation does not stop the pass claiming other keys while its batch publishes slowly', async () => {
-    const driver = freshDriver(db);
+    const driver = delegatingPassDriver(db.driver);
     // The container's last invocation ended after pipelined claims found nothing.
     const memory = claimMemoryOf(driver, db.config.outbox.batchSize, db.config.outbox.maxBatchSize ?? db.config.outbox.batchSize);
     memory.pipelinePause = 16;
