@@ -90,9 +90,13 @@ export function afterClaim(memory: ClaimMemory, claim: { pipelined: boolean; lim
   }
 }
 
-/** Whether the pass may send a claim while `inFlight` batches of its own publish. */
-export function mayPipeline(memory: ClaimMemory, inFlight: number, maxInFlight: number): boolean {
-  return inFlight === 0 || (inFlight < maxInFlight && memory.pipelinePause === 0);
+/**
+ * Whether the pass may send a claim while `inFlight` batches of its own publish: below
+ * `maxInFlight`, unless pipelining is paused — and even then once `waitedOut` (the pass waited
+ * `maxPollIntervalMs` for its batches and none finished: a slow batch must not hold up other keys).
+ */
+export function mayPipeline(memory: ClaimMemory, inFlight: number, maxInFlight: number, waitedOut = false): boolean {
+  return inFlight === 0 || (inFlight < maxInFlight && (memory.pipelinePause === 0 || waitedOut));
 }
 
 /**

@@ -207,7 +207,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       stoppedBecause = 'deadline';
       break;
     }
-    if (!mayPipeline(memory, inFlight.length, MAX_BATCHES_IN_FLIGHT) && !(pauseWaited && inFlight.length < MAX_BATCHES_IN_FLIGHT)) {
+    if (!mayPipeline(memory, inFlight.length, MAX_BATCHES_IN_FLIGHT, pauseWaited)) {
       // Paused (`afterClaim`), not full: wait for a batch at most `maxPollIntervalMs`, then claim
       // anyway — a slow batch must not hold up the due rows of other keys, nor a row committed
       // meanwhile beyond the idle poll's promise (claimed within about `maxPollIntervalMs`).

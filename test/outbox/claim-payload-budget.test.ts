@@ -122,6 +122,8 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
     assert.equal(memory.pipelinePause, 1);
     assert.equal(mayPipeline(memory, 1, 2), false);
     assert.equal(mayPipeline(memory, 0, 2), true, 'with nothing in flight a claim is always sent');
+    assert.equal(mayPipeline(memory, 1, 2, true), true, 'paused, but the wait for the batch ran out');
+    assert.equal(mayPipeline(memory, 2, 2, true), false, 'never past the batches in flight');
     claim(false, 200, 200);
     assert.equal(memory.size, 400);
     assert.equal(memory.pipelinePause, 0);
