@@ -131,6 +131,64 @@ describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open
 });
 
 /**
+ * The "nothing of its key in flight" test of every candidate row is one probe of the index of the
+ * keys' holders (`key_first` rows in flight), whatever the number of keys in flight: a claim whose
+ * window is all rows of keys in flight — the claim a second pass sends while the first holds every
+ * key — must cost about the same at 4,000 keys in flight as at 200. Counted in shared buffers of
+ * one claim of 100, each claim statement as a grown claim sends it (planned for its values) and
+ * with the settings the claim functions carry.
+ */
+describe('outbox claim: rows of keys in flight are turned down by an index probe, whatever the number of keys in flight (PostgreSQL)', () => {
+  const db = emptyOutboxEachTest();
+  const LIMIT = 100;
+
+  const buffersOfOneClaim = async (inFlight: number, which: 'window' | 'full', functionSettings: boolean): Promise<{ buffers: number; claimed: number }> => {
+    const t = `"${db().schema}".outbox`;
+    await db().query(`TRUNCATE ${t}`);
+    // Every key: its head in flight, three rows behind it.
+    await db().query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'k' || (g % $1), '{}' FROM generate_series(0, $1 * 4 - 1) g ORDER BY g`, [inFlight]);
+    await db().query(
+      `UPDATE ${t} SET state = 'processing', claim_token = gen_random_uuid(), lease_expires_at = now() + interval '1 hour'
+        WHERE id IN (SELECT DISTINCT ON (key) id FROM ${t} ORDER BY key, sequence)`,
+    );
+    await db().query(`VACUUM ANALYZE ${t}`);
+    const statement = outboxClaimStatements(db().driver.ctx.names, LIMIT)[which];
+    const params = [LEASE, ...statement.params.slice(1).map(() => null)];
+    const client = await db().pool.connect();
+    try {
+      await client.query('BEGIN');
+      if (functionSettings) for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
+      let plan = '';
+      for (let i = 0; i < 2; i++) {
+        await client.query('SAVEPOINT s');
+        const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement.text}`, params);
+        plan = JSON.stringify(rows[0]!['QUERY PLAN']);
+        await client.query('ROLLBACK TO SAVEPOINT s');
+      }
+      const top = (JSON.parse(plan) as Array<{ Plan: Record<string, number> }>)[0]!.Plan;
+      return { buffers: top['Shared Hit Blocks']! + top['Shared Read Blocks']!, claimed: top['Actual Rows']! };
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+  };
+
+  for (const which of ['window', 'full'] as const) {
+    for (const functionSettings of [false, true]) {
+      it(`the ${which} claim${functionSettings ? ' with the claim functions\' plan settings' : ' as a statement'}`, async (t) => {
+        const small = await buffersOfOneClaim(200, which, functionSettings);
+        const large = await buffersOfOneClaim(4_000, which, functionSettings);
+        t.diagnostic(`buffers of one claim: ${small.buffers} at 200 keys in flight, ${large.buffers} at 4,000`);
+        // The full claim answers one row (its sweep position) when it takes nothing.
+        assert.ok(small.claimed <= 1 && large.claimed <= 1, `nothing can move: claimed ${small.claimed} and ${large.claimed}`);
+        assert.ok(small.buffers > 0, 'the plan reports its buffers');
+        assert.ok(large.buffers <= small.buffers * 2, `buffers of one claim: ${small.buffers} at 200 keys in flight, ${large.buffers} at 4,000`);
+      });
+    }
+  }
+});
+
+/**
  * Claim order is `scheduled_at`, then `sequence`: among rows due at the same time the lower
  * sequence first, and an earlier `scheduled_at` before any sequence. Both outbox claim
  * statements: the window claim, and the full claim that looks past a window held by a key in flight.
