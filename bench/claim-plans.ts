@@ -37,7 +37,7 @@ async function claimText(ctx: PgContext, kind: Kind, limit: number): Promise<{ t
     release: () => {},
   };
   // Without claim functions: the statement itself is sent (and recorded).
-  const recording = { ...ctx, claimFunctions: undefined, pool: { ...recorder, connect: async () => recorder } as unknown as pg.Pool };
+  const recording = { ...ctx, claimFunctions: undefined, pool: { ...recorder, options: {}, connect: async () => recorder } as unknown as pg.Pool };
   if (kind === 'outbox') await outboxClaimMany(recording, { limit, leaseMs: 30_000 });
   else if (kind === 'relay') await inboxClaimPushMany(recording, { limit, leaseMs: 30_000 });
   else await pullClaimMany(recording, { source: 'src', limit, leaseMs: 30_000 });
