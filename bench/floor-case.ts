@@ -6,11 +6,8 @@
  * `claimed_at`, returning the columns a publisher needs), then mark them `sent` by `unnest` of the
  * ids and tokens. For keyed workloads the claim also honours one row per key in flight: a row is
  * claimable only when no `pending`/`processing` row of its key has a lower sequence and no row of
- * its key is `processing` — the same rule QueueBox enforces, so the floor does the same work. The
- * floor never sets `key_first` (every row keeps its default, true), so "no row of its key is
- * `processing`" is asked of the rows with `key_first`, as QueueBox asks it: one probe of the
- * unique index of keys in flight (`<table>_key_holder_in_flight_idx`) instead of a bitmap of every
- * row in flight per candidate.
+ * its key is `processing` — the same rule QueueBox enforces, so the floor does the same work (one
+ * probe of the index of the keys in flight, `<table>_key_busy_idx`, per candidate).
  *
  * Settings (`ctx.settings`; `npm run bench:sweep` tries them and `npm run bench` runs each
  * workload's best, see bench/best-settings.ts):
@@ -76,7 +73,7 @@ export function floorClaimSql(table: string, keyed: boolean, { batch, claim }: F
     UPDATE ${table} o ${CLAIM_SET} FROM c WHERE o.id = c.id ${RETURNING}`;
   }
   const free = (c: string) => `NOT EXISTS (SELECT 1 FROM ${table} h WHERE h.key = ${c}.key AND h.state IN ('pending', 'processing') AND h.sequence < ${c}.sequence)
-           AND NOT EXISTS (SELECT 1 FROM ${table} b WHERE b.key = ${c}.key AND b.key <> '' AND b.state = 'processing' AND b.key_first)`;
+           AND NOT EXISTS (SELECT 1 FROM ${table} b WHERE b.key = ${c}.key AND b.key <> '' AND b.state = 'processing')`;
   return `WITH RECURSIVE ks AS (
       (SELECT key FROM ${table} WHERE state IN ('pending', 'processing') AND key > '' ORDER BY key LIMIT 1)
       UNION ALL
@@ -87,7 +84,7 @@ export function floorClaimSql(table: string, keyed: boolean, { batch, claim }: F
           SELECT o.id, o.state, o.sequence FROM ${table} o WHERE o.key = ks.key AND o.state IN ('pending', 'processing')
            ORDER BY o.sequence LIMIT 1) h
        WHERE h.state = 'pending'
-         AND NOT EXISTS (SELECT 1 FROM ${table} b WHERE b.key = ks.key AND b.key <> '' AND b.state = 'processing' AND b.key_first)),
+         AND NOT EXISTS (SELECT 1 FROM ${table} b WHERE b.key = ks.key AND b.key <> '' AND b.state = 'processing')),
     oldest AS (
       SELECT c.id FROM (SELECT id FROM ${table} WHERE state = 'pending' ORDER BY scheduled_at, sequence LIMIT ${batch * 2}) w
         JOIN ${table} c ON c.id = w.id

@@ -28,7 +28,7 @@ describe('migrations', () => {
     try {
       const results = await Promise.all(drivers.map((d) => d.migrate()));
       const applied = results.flatMap((r) => r.applied);
-      assert.deepEqual(applied.sort(), pgMigrations.map((m) => m.version), 'each version applied by exactly one migrator');
+      assert.deepEqual(applied.sort((a, b) => a - b), pgMigrations.map((m) => m.version), 'each version applied by exactly one migrator');
       await drivers[0]!.schemaVerify();
     } finally {
       await Promise.all(drivers.map((d) => d.close()));

@@ -132,7 +132,7 @@ describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open
 
 /**
  * The "nothing of its key in flight" test of every candidate row is one probe of the index of the
- * keys' holders (`key_first` rows in flight), whatever the number of keys in flight: a claim whose
+ * keys of rows in flight (`<table>_key_busy_idx`), whatever the number of keys in flight: a claim whose
  * window is all rows of keys in flight — the claim a second pass sends while the first holds every
  * key — must cost about the same at 4,000 keys in flight as at 200. Counted in shared buffers of
  * one claim of 100, each claim statement as a grown claim sends it (planned for its values) and

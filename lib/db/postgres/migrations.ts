@@ -195,6 +195,18 @@ DROP INDEX IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(`${o}_key_in_flight_id
 `;
     },
   },
+  {
+    version: 10,
+    name: 'keys of the outbox rows in flight',
+    // The claim turns down a row whose key has any row in flight (a follower left in flight after
+    // its key's first row was sent included), for every candidate row. Since version 9 no index
+    // held the keys of all rows in flight (the unique one holds the holders only), and PostgreSQL
+    // intersected a bitmap of every row in flight with the key's rows per candidate: a claim at
+    // 1,000 keys in flight that found nothing took 473 ms instead of 33. Small: in-flight rows only.
+    sql: (n) => `
+CREATE INDEX IF NOT EXISTS ${quoteIdent(`${n.outboxTable}_key_busy_idx`)} ON ${n.outbox} (key) WHERE state = 'processing' AND key <> '';
+`,
+  },
 ];
 
 /** Columns every table must have: used by `schemaVerify` to print the exact ALTER TABLE to run. */

@@ -70,19 +70,17 @@ const KEYLESS = `(c.key IS NULL OR c.key = '')`;
 /**
  * `c` is the head of a key with no row in flight (bind nothing; `c` is the candidate). The
  * in-flight test comes first, so a row of a key in flight (every row of a window a hot key blocks)
- * is turned down before the head test's index probe. It asks for the key's holder (`key_first`):
- * every claim holding rows of a key holds its first row of the key, and lets go of it last
- * (`deliverPipelined`), so a key has a row in flight exactly when it has a holder in flight — and
- * the holders have a unique index (`<table>_key_holder_in_flight_idx`), one probe per row. Asked
- * of every row in flight (no `key_first`), no index matches since that index replaced the one on
- * all rows in flight, and PostgreSQL intersected a bitmap of every row in flight with the key's
- * rows for each candidate: an empty claim at 1,000 keys in flight took 473 ms instead of 33, its
- * cost estimate past `jit_above_cost` (the JIT compile was half of it), and grew with the keys in
- * flight (`claim-fairness.test.ts`).
+ * is turned down before the head test's index probe: one probe of the index of the keys of rows in
+ * flight (`<table>_key_busy_idx`, migration 10). It asks for any row in flight, not the key's
+ * holder (`key_first`) only: a pass that stops waiting settles its answered rows, the key's first
+ * row among them, and leaves a follower whose call is still open `processing` — the key is still
+ * held (`follower-left-in-flight.test.ts`). Without that index PostgreSQL intersected a bitmap of
+ * every row in flight with the key's rows per candidate: an empty claim at 1,000 keys in flight
+ * took 473 ms instead of 33, and grew with the keys in flight (`claim-fairness.test.ts`).
  */
 const FREE_HEAD = `NOT EXISTS (
                   SELECT 1 FROM %T b
-                   WHERE b.key = c.key AND b.key <> '' AND b.state = 'processing' AND b.key_first)
+                   WHERE b.key = c.key AND b.key <> '' AND b.state = 'processing')
                 -- the lowest sequence of its key among the rows not finished
                 AND NOT EXISTS (
                   SELECT 1 FROM %T h
@@ -243,7 +241,7 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
             ORDER BY o.sequence LIMIT 1) h
         WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= statement_timestamp()
           AND NOT EXISTS (
-            SELECT 1 FROM ${t} b WHERE b.key = open_keys.key AND b.key <> '' AND b.state = 'processing' AND b.key_first)
+            SELECT 1 FROM ${t} b WHERE b.key = open_keys.key AND b.key <> '' AND b.state = 'processing')
           AND h.id NOT IN (SELECT id FROM oldest)
      ),
      -- … of which the keyed first attempts that can move (keyless rows come from their own index).

@@ -67,6 +67,7 @@ TABLE outbox
   CONSTRAINT outbox_pkey PRIMARY KEY (id)
   CONSTRAINT outbox_state_check CHECK (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying, 'sent'::character varying, 'dead'::character varying])::text[])))
   INDEX CREATE INDEX outbox_finished_idx ON <schema>.outbox USING btree (state, updated_at) WHERE ((state)::text = ANY ((ARRAY['sent'::character varying, 'dead'::character varying])::text[]))
+  INDEX CREATE INDEX outbox_key_busy_idx ON <schema>.outbox USING btree (key) WHERE (((state)::text = 'processing'::text) AND ((key)::text <> ''::text))
   INDEX CREATE INDEX outbox_key_head_idx ON <schema>.outbox USING btree (key, sequence) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND (key IS NOT NULL))
   INDEX CREATE UNIQUE INDEX outbox_key_holder_in_flight_idx ON <schema>.outbox USING btree (key) WHERE (((state)::text = 'processing'::text) AND ((key)::text <> ''::text) AND key_first)
   INDEX CREATE INDEX outbox_keyless_idx ON <schema>.outbox USING btree (scheduled_at, sequence) WHERE (((state)::text = 'pending'::text) AND ((key IS NULL) OR ((key)::text = ''::text)))
