@@ -128,7 +128,10 @@ type Settled = PromiseSettledResult<string[]>;
  * most one retried or dead row, then released rows, and its first row (`key_first`) is the first
  * of these; so the first row leaves `processing` last, and the in-flight index holds the key
  * until the claim has let go of every row of it. A write that failed stops the later ones (their
- * rows stay `processing` for the reclaim): the key stays held rather than half let go.
+ * rows stay `processing` for the reclaim): the key stays held rather than half let go. (A pass
+ * that stops waiting writes only what answered and leaves an open call's follower `processing`
+ * after its first row was sent; the claim's in-flight test covers every `processing` row, so the
+ * key stays held by that follower.)
  */
 async function inKeyOrder(ctx: PassContext, plan: SettlePlan, release: () => Promise<string[]>): Promise<[Settled, Settled, Settled, Settled]> {
   // A write that waited until the lease ended changed nothing and lost its claims: so did the

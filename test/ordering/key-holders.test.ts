@@ -142,7 +142,8 @@ describe('several rows of a key in one claim: one holder per key (PostgreSQL)', 
     const keyed = await insertOutboxRows(db, rowsOf(3));
     const claimed = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000 });
     assert.deepEqual(claimed.map((r) => r.id), keyed);
-    // Not a settle order the pass writes (its first row leaves last), but the reclaim must not rely on it.
+    // The pass writes this order when it stops waiting with a follower's call open (the answered
+    // first row is sent, the follower stays processing: follower-left-in-flight.test.ts); the reclaim must not rely on the first row leaving last.
     assert.deepEqual(await db.driver.outboxMarkSentMany({ claims: [{ id: claimed[0]!.id, token: claimed[0]!.claimToken }] }), [keyed[0]]);
     await expireAll();
     assert.deepEqual(await db.driver.outboxReclaimExpired({ throttleMs: 0 }), { ran: true, reclaimed: 2, dead: 0 });
