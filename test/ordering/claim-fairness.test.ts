@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { outboxClaimBound, outboxClaimStatements } from '../../lib/db/postgres/outbox-queries.ts';
 import { OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
-import { CLAIM_FUNCTION_SETTINGS } from '../../lib/db/postgres/claim-functions.ts';
+import { CLAIM_FUNCTION_SETTINGS, type ClaimStatement } from '../../lib/db/postgres/claim-functions.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 const LEASE = 60_000;
@@ -21,6 +21,33 @@ function emptyOutboxEachTest(): () => TestDatabase {
     await db!.query(`TRUNCATE "${db!.schema}".outbox`);
   });
   return () => db!;
+}
+
+/**
+ * Shared buffers of one run of `statement` (the lease, every other parameter NULL), read by
+ * `EXPLAIN (ANALYZE, BUFFERS)` in a rolled-back transaction — with the claim functions' plan
+ * settings when `functionSettings` — and the rows it answered. Run twice: the first execution
+ * warms the caches; the second is counted.
+ */
+async function claimBuffers(db: TestDatabase, statement: ClaimStatement, functionSettings: boolean): Promise<{ buffers: number; claimed: number }> {
+  const params = [LEASE, ...statement.params.slice(1).map(() => null)];
+  const client = await db.pool.connect();
+  try {
+    await client.query('BEGIN');
+    if (functionSettings) for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
+    let plan = '';
+    for (let i = 0; i < 2; i++) {
+      await client.query('SAVEPOINT s');
+      const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement.text}`, params);
+      plan = JSON.stringify(rows[0]!['QUERY PLAN']);
+      await client.query('ROLLBACK TO SAVEPOINT s');
+    }
+    const top = (JSON.parse(plan) as Array<{ Plan: Record<string, number> }>)[0]!.Plan;
+    return { buffers: top['Shared Hit Blocks']! + top['Shared Read Blocks']!, claimed: top['Actual Rows']! };
+  } finally {
+    await client.query('ROLLBACK');
+    client.release();
+  }
 }
 
 /**
@@ -98,26 +125,7 @@ describe('outbox claim: a blocked window costs the same at 1,000 and 20,000 open
     );
     await db().query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'k' || (g % $1), '{}' FROM generate_series(0, $1 * 2 - 1) g ORDER BY g`, [openKeys]);
     await db().query(`VACUUM ANALYZE ${t}`);
-    const statement = outboxClaimStatements(db().driver.ctx.names, LIMIT).full;
-    const params = [LEASE, ...statement.params.slice(1).map(() => null)];
-    const client = await db().pool.connect();
-    try {
-      await client.query('BEGIN');
-      for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
-      // Twice: the first execution warms the caches; the second is counted.
-      let plan = '';
-      for (let i = 0; i < 2; i++) {
-        await client.query('SAVEPOINT s');
-        const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement.text}`, params);
-        plan = JSON.stringify(rows[0]!['QUERY PLAN']);
-        await client.query('ROLLBACK TO SAVEPOINT s');
-      }
-      const top = (JSON.parse(plan) as Array<{ Plan: Record<string, number> }>)[0]!.Plan;
-      return { buffers: top['Shared Hit Blocks']! + top['Shared Read Blocks']!, claimed: top['Actual Rows']! };
-    } finally {
-      await client.query('ROLLBACK');
-      client.release();
-    }
+    return claimBuffers(db(), outboxClaimStatements(db().driver.ctx.names, LIMIT).full, true);
   };
 
   it('one claim of 100 reads about as many buffers at 20,000 open keys as at 1,000', async (t) => {
@@ -152,25 +160,7 @@ describe('outbox claim: rows of keys in flight are turned down by an index probe
         WHERE id IN (SELECT DISTINCT ON (key) id FROM ${t} ORDER BY key, sequence)`,
     );
     await db().query(`VACUUM ANALYZE ${t}`);
-    const statement = outboxClaimStatements(db().driver.ctx.names, LIMIT)[which];
-    const params = [LEASE, ...statement.params.slice(1).map(() => null)];
-    const client = await db().pool.connect();
-    try {
-      await client.query('BEGIN');
-      if (functionSettings) for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
-      let plan = '';
-      for (let i = 0; i < 2; i++) {
-        await client.query('SAVEPOINT s');
-        const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement.text}`, params);
-        plan = JSON.stringify(rows[0]!['QUERY PLAN']);
-        await client.query('ROLLBACK TO SAVEPOINT s');
-      }
-      const top = (JSON.parse(plan) as Array<{ Plan: Record<string, number> }>)[0]!.Plan;
-      return { buffers: top['Shared Hit Blocks']! + top['Shared Read Blocks']!, claimed: top['Actual Rows']! };
-    } finally {
-      await client.query('ROLLBACK');
-      client.release();
-    }
+    return claimBuffers(db(), outboxClaimStatements(db().driver.ctx.names, LIMIT)[which], functionSettings);
   };
 
   for (const which of ['window', 'full'] as const) {

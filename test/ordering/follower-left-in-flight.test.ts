@@ -9,31 +9,13 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import type { Destination, EntryOutcome, OutboundMessage } from '../../lib/destinations/destination.ts';
 import { enqueue } from '../../lib/index.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
-import { RecordingDestination } from '../helpers/recording-destination.ts';
-import { createGate, waitUntil } from '../helpers/wait.ts';
+import { HangingDestination } from '../helpers/hanging-destination.ts';
+import { waitUntil } from '../helpers/wait.ts';
 
-/** Answers every row but those with payload `hang`, whose call never returns (not even aborted). */
-class HangOnFollower implements Destination {
-  readonly name = 'main';
-  readonly type = 'sqs' as const;
-  readonly maxBatchSize = 10;
-  readonly hung: OutboundMessage[] = [];
-  readonly recording = new RecordingDestination();
-  readonly #never = createGate();
-
-  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
-    if (messages.some((m) => m.payload.hang === true)) {
-      this.hung.push(...messages);
-      await this.#never.wait();
-    }
-    return this.recording.publishBatch(messages, signal);
-  }
-}
 
 describe('outbox claim: a follower left in flight after its first row was sent still holds its key (PostgreSQL)', () => {
   let db: TestDatabase;
@@ -55,7 +37,7 @@ describe('outbox claim: a follower left in flight after its first row was sent s
 
   /** Runs a pass that sends `head`, hangs on `follower` and stops waiting; returns once it has. */
   const passLeavingFollowerInFlight = async (head: string, follower: string) => {
-    const destination = new HangOnFollower();
+    const destination = new HangingDestination((m) => m.payload.hang === true);
     const stop = new AbortController();
     const pass = runOutboxPass(passFixture(db, { destinations: [destination], driver: db.newDriver(), timeoutMs: 30_000, signal: stop.signal }));
     await waitUntil('the follower is in a call', () => destination.hung.length === 1);

@@ -6,33 +6,15 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { Destination, EntryOutcome, OutboundMessage } from '../../lib/destinations/destination.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { emfValues, insertOutboxRows, inspectRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
-import { RecordingDestination } from '../helpers/recording-destination.ts';
-import { createGate, waitUntil } from '../helpers/wait.ts';
+import { HangingDestination } from '../helpers/hanging-destination.ts';
+import { waitUntil } from '../helpers/wait.ts';
 
 /** Invocation length: the lease of every claim ends with it (a pass claims until 1 s is left). */
 const INVOCATION_MS = 2500;
 
-/** Answers every message except those of topic `hang`, whose calls never return (not even when aborted). */
-class HangingDestination implements Destination {
-  readonly name = 'main';
-  readonly type = 'sqs' as const;
-  readonly maxBatchSize = 1;
-  readonly hung: OutboundMessage[] = [];
-  readonly recording = new RecordingDestination();
-  readonly #never = createGate();
-
-  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
-    if (messages.some((m) => m.topic === 'hang')) {
-      this.hung.push(...messages);
-      await this.#never.wait();
-    }
-    return this.recording.publishBatch(messages, signal);
-  }
-}
 
 describe('outbox: a destination that never answers', () => {
   let db: TestDatabase;
@@ -52,7 +34,7 @@ describe('outbox: a destination that never answers', () => {
       { topic: 'ok', key: 'k', payload: { n: 2 } },
       { topic: 'ok', payload: { n: 3 } },
     ]);
-    const destination = new HangingDestination();
+    const destination = new HangingDestination((m) => m.topic === 'hang', 1);
     const lines: string[] = [];
     const logs: string[] = [];
     let reclaimed = 0;
