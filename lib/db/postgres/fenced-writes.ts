@@ -206,6 +206,14 @@ export interface LostLeaseRule {
  * was its last (`attempt + 1 >= maxAttempts`; attempt unchanged, as a failed last delivery leaves
  * it), which releases its key; either way `last_error` says the lease expired during that attempt.
  * A row not charged goes back to `pending` with its attempt unchanged and the rule's note.
+ *
+ * Every row's lease is compared with one instant, the start of the statement
+ * (`statement_timestamp()`), not with the clock as each row is read: a lease ending while the
+ * statement runs is then over for all of its claim's rows or for none (the rows of a claim share
+ * their lease), where the clock split a claim — rows read before the end stayed `processing`,
+ * rows read after went back, charged or not by `rule.charged` as though the claim had two holders
+ * (`reclaim-instant.test.ts`). Only ever fewer rows than the clock would take; a lease that ends
+ * meanwhile is the next reclaim's, and the holder's fenced writes already fail on it.
  * `extraCondition` narrows the rows (e.g. push rows only), written against alias `t`;
  * `values` are the rule's bind parameters, numbered from `$3`.
  */
@@ -228,7 +236,7 @@ export async function reclaimExpired(ctx: PgContext, table: string, gateName: st
                 ELSE 'lease expired during ${rule.call} attempt ' || ${ofMax} || ' (the call did not finish within its lease)' END,
               claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
               updated_at = clock_timestamp()
-        WHERE t.state = 'processing' AND t.lease_expires_at <= clock_timestamp() AND (${extraCondition})
+        WHERE t.state = 'processing' AND t.lease_expires_at <= statement_timestamp() AND (${extraCondition})
           AND EXISTS (SELECT 1 FROM gate)
     RETURNING t.state)
      SELECT EXISTS (SELECT 1 FROM gate) AS ran,
