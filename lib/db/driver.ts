@@ -533,6 +533,11 @@ export interface ConsoleRow {
   processedAt: Date | null;
   /** Table-specific columns (inbox: idempotency key, event type, correlation id, consumption). */
   details: Record<string, string | null>;
+  /**
+   * The stored `trace_context` as read, not validated (PostgreSQL: the parsed `jsonb`; SQL Server:
+   * its JSON text); null when the row has none. The console validates it before showing any of it.
+   */
+  traceContext: unknown;
 }
 
 /** Filter and page of a dead-row search; `to` is exclusive, `scanLimit` bounds the rows read. */

@@ -3,6 +3,7 @@
  * `outboxDeadSearch`, `outboxRowGet`, `outboxClaimsInFlight` and the inbox equivalents).
  */
 import assert from 'node:assert/strict';
+import { parseStoredTraceContext } from '../../lib/observability/trace-context.ts';
 import { enqueueRows, receiveRows, type ConformanceTarget, type DefineCase } from './driver-conformance.ts';
 
 const LEASE = 60_000;
@@ -194,18 +195,23 @@ export function defineConsoleCases(define: DefineCase): void {
   });
 
   define('outboxRowGet and inboxRowGet read one row with every column; absent or malformed ids read nothing', async (t) => {
-    const [id] = await enqueueRows(t, [{ topic: 'order.paid', key: 'o-1', payload: { orderId: 'o-1' }, headers: { h: 'v' } }]);
+    const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'congo=t61rcWkgMzE' };
+    const [id] = await enqueueRows(t, [{ topic: 'order.paid', key: 'o-1', payload: { orderId: 'o-1' }, headers: { h: 'v' }, trace }]);
     const row = (await t.driver.outboxRowGet({ id: id! }))!;
     assert.deepEqual(
       { id: row.id, label: row.label, key: row.key, state: row.state, attempt: row.attempt, maxAttempts: row.maxAttempts, payload: row.payload, headers: row.headers, replayCount: row.replayCount },
       { id, label: 'order.paid', key: 'o-1', state: 'pending', attempt: 0, maxAttempts: 5, payload: { orderId: 'o-1' }, headers: { h: 'v' }, replayCount: 0 },
     );
     assert.ok(row.createdAt instanceof Date && row.scheduledAt instanceof Date);
+    assert.deepEqual(parseStoredTraceContext(row.traceContext), trace, 'the stored trace context, as the column holds it');
     assert.equal(await t.driver.outboxRowGet({ id: '00000000-0000-4000-8000-000000000000' }), undefined);
     assert.equal(await t.driver.outboxRowGet({ id: "1' OR '1'='1" }), undefined);
     const [inboxId] = await receiveRows(t, [{ idempotencyKey: 'idem-1', aggregateId: 'agg', eventType: 'paid' }]);
     const inboxRow = (await t.driver.inboxRowGet({ id: inboxId! }))!;
     assert.deepEqual([inboxRow.label, inboxRow.key, inboxRow.details['idempotency key'], inboxRow.details['event type']], ['src', 'agg', 'idem-1', 'paid']);
+    assert.equal(inboxRow.traceContext, null, 'received without a trace header');
+    const [tracedInbox] = await receiveRows(t, [{ idempotencyKey: 'idem-2', trace: { awsTraceHeader: 'Root=1-5759e988-bd862e3fe1be46a994272793' } }]);
+    assert.deepEqual(parseStoredTraceContext((await t.driver.inboxRowGet({ id: tracedInbox! }))!.traceContext), { awsTraceHeader: 'Root=1-5759e988-bd862e3fe1be46a994272793' });
     assert.equal(await t.driver.inboxRowGet({ id: 'nope' }), undefined);
   });
 }

@@ -13,7 +13,7 @@ import type { BrowserContext, Page } from 'playwright-core';
 import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { browserSkipReason, launchBrowser } from '../helpers/browser.ts';
-import { PLANTED_SECRET, seedConsoleRows, type ConsoleSeed } from './console-seed.ts';
+import { PLANTED_SECRET, PLANTED_TRACE, seedConsoleRows, type ConsoleSeed } from './console-seed.ts';
 
 const skip = browserSkipReason();
 
@@ -85,12 +85,25 @@ describe('operator console in a browser', { skip }, () => {
     assert.match((await page.locator('[data-dead-row]').textContent()) ?? '', /relay gave up: no route for topic[\s\S]*"signature": "\*\*\*"/);
   });
 
-  it('a row page shows its history and its columns', async () => {
+  it('a row page shows its history, its columns and its trace context', async () => {
     await page.goto(`${consoleServer.url}/row/outbox/${seed.poisonHead}`);
     const history = (await page.locator('ol.history').textContent()) ?? '';
     assert.match(history, /created/);
     assert.match(history, /4 of 5 attempts failed/);
     assert.match((await page.locator('[data-last-error]').textContent()) ?? '', /InvalidParameterValue/);
+    assert.equal(await page.locator('[data-trace-id]').textContent(), '6a17c3f0e3a1b2c4d5e6f708192a3b4c');
+    assert.equal(await page.locator('[data-parent-span-id]').textContent(), '5d6e7f8091a2b3c4');
+    assert.equal(await page.locator('[data-xray-trace-id]').textContent(), '1-6a17c3f0-e3a1b2c4d5e6f708192a3b4c');
+    assert.equal(await page.locator('[data-sampled]').textContent(), 'yes');
+    const trace = (await page.locator('[data-trace]').textContent()) ?? '';
+    assert.match(trace, /tracestate\s*vendor: congo \(values not shown\)/);
+    assert.ok(!trace.includes(PLANTED_TRACE.tracestate.split('=')[1]!), 'tracestate values are not shown');
+    await page.goto(`${consoleServer.url}/row/outbox/${seed.retryHead}`);
+    assert.equal(await page.locator('[data-trace]').textContent(), 'none');
+    await page.goto(`${consoleServer.url}/row/outbox/${seed.deadOther[0]}`);
+    assert.match((await page.locator('[data-trace]').textContent()) ?? '', /^invalid trace context/);
+    assert.ok(!(await page.content()).includes('__xss = 3'), 'the stored value is not on the page');
+    assert.equal(await page.evaluate('window.__xss'), undefined, 'no planted script ran');
     const missing = await page.goto(`${consoleServer.url}/row/outbox/00000000-0000-4000-8000-000000000000`);
     assert.equal(missing?.status(), 404);
   });

@@ -1,6 +1,7 @@
 /**
  * Rows planted for the console's tests and screenshots: three stuck key heads (a poison row, an
  * expired lease, a retry backing off), dead rows with hostile text and secrets, and some traffic.
+ * The poison head carries a trace context; the first dead `invoices.sent` row a hostile, invalid one.
  */
 import type { TestDatabase } from '../helpers/database.ts';
 
@@ -16,6 +17,9 @@ export interface ConsoleSeed {
 
 /** A secret value in a payload: the console must never show it. */
 export const PLANTED_SECRET = 'sk_live_planted_secret_value';
+
+/** The trace context the poison head was written with (its trace id starts with the epoch seconds, as X-Ray's do). */
+export const PLANTED_TRACE = { traceparent: '00-6a17c3f0e3a1b2c4d5e6f708192a3b4c-5d6e7f8091a2b3c4-01', tracestate: 'congo=t61rcWkgMzE' };
 
 export async function seedConsoleRows(db: TestDatabase): Promise<ConsoleSeed> {
   const o = `"${db.schema}"."${db.config.tables.outbox}"`;
@@ -59,6 +63,8 @@ export async function seedConsoleRows(db: TestDatabase): Promise<ConsoleSeed> {
   await insert(
     Array.from({ length: 12 }, (_, n) => `('orders.created', 'order-${n}', '{"ok":true}', 'sent', 0, 5, clock_timestamp(), NULL, NULL, NULL, NULL, clock_timestamp() - interval '${n * 4} minutes', clock_timestamp() - interval '1 hour')`).join(', '),
   );
+  await db.query(`UPDATE ${o} SET trace_context = $2::jsonb WHERE id = $1`, [poisonHead, JSON.stringify(PLANTED_TRACE)]);
+  await db.query(`UPDATE ${o} SET trace_context = $2::jsonb WHERE id = $1`, [deadOther[0], JSON.stringify({ traceparent: '<script>window.__xss = 3</script>' })]);
   const [deadInbox] = (
     await db.query<{ id: string }>(
       `INSERT INTO ${i} (source, idempotency_key, aggregate_id, event_type, payload, state, attempt, last_error)

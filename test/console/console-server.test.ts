@@ -125,6 +125,78 @@ describe('console server guards', () => {
   });
 });
 
+describe('console row page: trace context', () => {
+  let server: ConsoleServer;
+  let db: TestDatabase;
+  withConsoleServer({}, (d, s) => {
+    db = d;
+    server = s;
+  });
+
+  const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  /** Inserts one row with `trace` as its stored `trace_context` (a jsonb literal or null); returns its page. */
+  async function rowWith(table: 'outbox' | 'inbox', trace: string | null) {
+    const t = `"${db.schema}"."${db.config.tables[table]}"`;
+    const [row] =
+      table === 'outbox'
+        ? await db.query<{ id: string }>(`INSERT INTO ${t} (topic, key, payload, state, trace_context) VALUES ('orders.paid', 'o-1', '{}', 'dead', $1::jsonb) RETURNING id`, [trace])
+        : await db.query<{ id: string }>(
+            `INSERT INTO ${t} (source, idempotency_key, aggregate_id, payload, state, trace_context) VALUES ('payments', gen_random_uuid()::text, 'a-1', '{}', 'dead', $1::jsonb) RETURNING id`,
+            [trace],
+          );
+    const res = await call(server.url, { path: `/row/${table}/${row!.id}` });
+    assert.equal(res.status, 200);
+    return res.body;
+  }
+  /** The page's trace section (between its heading and the payload's). */
+  const section = (body: string) => body.slice(body.indexOf('<h2>Trace</h2>'), body.indexOf('<h2>Payload</h2>'));
+
+  it('a row written with a W3C trace context shows its trace id, parent span id, sampled flag and X-Ray trace id; tracestate by vendor only', async () => {
+    const body = section(await rowWith('outbox', JSON.stringify({ traceparent: TRACEPARENT, tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7' })));
+    assert.match(body, /data-trace="valid"/);
+    assert.match(body, /<code data-trace-id>4bf92f3577b34da6a3ce929d0e0e4736<\/code>/);
+    assert.match(body, /<code data-parent-span-id>00f067aa0ba902b7<\/code>/);
+    assert.match(body, /<code data-xray-trace-id>1-4bf92f35-77b34da6a3ce929d0e0e4736<\/code>/, 'the first 8 hex digits, then the other 24');
+    assert.match(body, /<dd data-sampled>yes<\/dd>/);
+    assert.match(body, /vendors: congo, rojo/);
+    assert.ok(!body.includes('t61rcWkgMzE'), 'tracestate values are not shown');
+  });
+
+  it('an inbox row with only an X-Ray header (a Root, no Parent) shows the trace id from it and no parent span', async () => {
+    const body = section(await rowWith('inbox', JSON.stringify({ awsTraceHeader: 'Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0;Lineage=a87bd80c:0' })));
+    assert.match(body, /<code data-trace-id>5759e988bd862e3fe1be46a994272793<\/code>/);
+    assert.match(body, /<code data-xray-trace-id>1-5759e988-bd862e3fe1be46a994272793<\/code>/);
+    assert.match(body, /parent span id<\/dt><dd><span class="muted">not recorded/);
+    assert.match(body, /<dd data-sampled>no<\/dd>/);
+    assert.ok(!body.includes('a87bd80c'), 'other X-Ray header fields are not shown');
+  });
+
+  it('a row without a trace context shows none', async () => {
+    assert.match(section(await rowWith('outbox', null)), /<p class="muted" data-trace="none">none<\/p>/);
+    assert.match(section(await rowWith('inbox', null)), /data-trace="none"/);
+  });
+
+  it('a malformed trace context shows the invalid marker and none of its content, escaped or not', async () => {
+    for (const stored of [
+      JSON.stringify({ traceparent: '<script>window.__xss = 3</script>', awsTraceHeader: 'Root=<img src=x onerror="window.__xss=4">' }),
+      JSON.stringify('<b>not an object</b>'),
+      JSON.stringify({ traceparent: TRACEPARENT.toUpperCase() }),
+      '{}',
+    ]) {
+      const page = await rowWith('outbox', stored);
+      assert.match(section(page), /data-trace="invalid">invalid trace context/, stored);
+      for (const raw of ['__xss', 'not an object', 'onerror', '4BF92F']) assert.ok(!page.includes(raw), `${stored}: ${raw} is not on the page`);
+    }
+  });
+
+  it('a valid traceparent with a hostile tracestate shows the trace and names the left-out member only', async () => {
+    const page = await rowWith('inbox', JSON.stringify({ traceparent: TRACEPARENT, tracestate: 'x=<img src=x onerror="window.__xss=5">' }));
+    assert.match(section(page), /<code data-trace-id>4bf92f3577b34da6a3ce929d0e0e4736<\/code>/);
+    assert.match(section(page), /data-trace-left-out>Left out, as not valid: the stored tracestate\./);
+    assert.ok(!page.includes('onerror') && !page.includes('__xss'));
+  });
+});
+
 describe('queuebox console start-up', () => {
   let db: TestDatabase;
   let dir: string;

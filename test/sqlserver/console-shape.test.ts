@@ -1,12 +1,13 @@
 /**
  * The SQL Server console reads' shapes, checked without a server: parameters bound and used,
  * values never in the text, the database UTC clock, the bounds (`TOP`) on every read, and the
- * key-head check.
+ * key-head check; and the trace context a row page shows, read as the column's JSON text.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { buildBlockedHeads, buildClaimsInFlight, buildDeadGroups, buildDeadSearch, buildRowGet, buildStatsByState } from '../../lib/db/sqlserver/console-queries.ts';
-import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
+import { traceView } from '../../lib/console/trace-view.ts';
+import { buildBlockedHeads, buildClaimsInFlight, buildDeadGroups, buildDeadSearch, buildRowGet, buildStatsByState, inboxRowGet, outboxRowGet } from '../../lib/db/sqlserver/console-queries.ts';
+import type { MssqlRunner, MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { names, SENTINELS } from './statement-shapes.ts';
 
 const blocked = { limit: 50, scanLimit: 500, poisonAttempts: 3, waitingCap: 1000 };
@@ -75,5 +76,22 @@ describe('SQL Server console read shapes', () => {
     assert.match(text, /SELECT TOP \(@p_limit\) label, consumption, error, COUNT\(\*\) AS n/);
     assert.match(statements()['outbox dead groups']!.text, /topic COLLATE Latin1_General_100_BIN2 AS label, DATALENGTH\(topic\) AS label_bytes,\s+CAST\(NULL AS NVARCHAR\(10\)\) AS consumption,[^]+updated_at AS t/);
     assert.throws(() => buildDeadGroups(names, 'outbox', { scanLimit: 10, limit: 5, errorChars: 1001 }), /errorChars must be at most 1000/);
+  });
+
+  it('a row read for its page carries its stored trace_context (NVARCHAR JSON text) for the page to validate', async () => {
+    for (const name of ['outbox row get', 'inbox row get']) assert.match(statements()[name]!.text, /, r\.trace_context FROM \[dbo\]\.\[(outbox|inbox)\] r WHERE r\.id = @p_id;$/, name);
+    const stored = JSON.stringify({ traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' });
+    const dbRow = (trace: string | null) => ({
+      id: SENTINELS.id.toUpperCase(), label: 't', key: null, state: 'dead', attempt: 5, max_attempts: 5, payload: '{}', headers: '{}', sequence: '7',
+      scheduled_at: new Date(), created_at: new Date(), updated_at: new Date(), claimed_at: null, lease_expires_at: null, last_error: null, replay_count: 0, trace_context: trace,
+    });
+    const answering = (row: object) => ({ request: () => ({ input: () => undefined, query: async () => ({ recordset: [row] }) }) }) as unknown as MssqlRunner;
+    const outbox = await outboxRowGet(answering(dbRow(stored)), names, { id: SENTINELS.id });
+    assert.equal(outbox!.traceContext, stored);
+    const view = traceView(outbox!.traceContext);
+    assert.ok(view.kind === 'valid');
+    assert.deepEqual([view.traceId, view.xrayTraceId, view.parentSpanId, view.sampled], ['4bf92f3577b34da6a3ce929d0e0e4736', '1-4bf92f35-77b34da6a3ce929d0e0e4736', '00f067aa0ba902b7', true]);
+    assert.equal((await inboxRowGet(answering({ ...dbRow(null), consumption: 'push' }), names, { id: SENTINELS.id }))!.traceContext, null);
+    assert.equal(traceView((await outboxRowGet(answering(dbRow('{"traceparent":"<b>')), names, { id: SENTINELS.id }))!.traceContext).kind, 'invalid');
   });
 });

@@ -236,6 +236,7 @@ interface RowDbRow {
   replay_count: number | null;
   processed_at: Date | null;
   details: Record<string, string | null>;
+  trace_context: unknown;
 }
 
 const toRow = (r: RowDbRow): ConsoleRow => ({
@@ -257,9 +258,10 @@ const toRow = (r: RowDbRow): ConsoleRow => ({
   replayCount: r.replay_count,
   processedAt: r.processed_at,
   details: r.details,
+  traceContext: r.trace_context ?? null,
 });
 
-const COMMON = 'r.id, r.state, r.attempt, r.payload, r.headers, r.sequence, r.scheduled_at, r.created_at, r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error';
+const COMMON = 'r.id, r.state, r.attempt, r.payload, r.headers, r.sequence, r.scheduled_at, r.created_at, r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.trace_context';
 const OUTBOX_COLUMNS = `${COMMON}, r.topic AS label, r.key, r.max_attempts, r.replay_count, NULL::timestamptz AS processed_at, '{}'::jsonb AS details`;
 const INBOX_COLUMNS = `${COMMON}, r.source AS label, r.aggregate_id AS key, NULL::int AS max_attempts, NULL::int AS replay_count, r.processed_at,
   jsonb_build_object('idempotency key', r.idempotency_key, 'event type', r.event_type, 'correlation id', r.correlation_id, 'consumption', r.consumption) AS details`;

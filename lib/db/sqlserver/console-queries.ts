@@ -190,9 +190,9 @@ export const inboxBlockedAggregates = (runner: MssqlRunner, names: MssqlNames, p
 
 const COLUMNS = {
   outbox: `r.id, r.topic AS label, r.[key] AS [key], r.state, r.attempt, r.max_attempts, r.payload, r.headers, r.[sequence], r.scheduled_at, r.created_at,
-  r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.replay_count`,
+  r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.replay_count, r.trace_context`,
   inbox: `r.id, r.source AS label, r.aggregate_id AS [key], r.state, r.attempt, r.payload, r.headers, r.[sequence], r.scheduled_at, r.created_at,
-  r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.processed_at, r.idempotency_key, r.event_type, r.correlation_id, r.consumption`,
+  r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.processed_at, r.idempotency_key, r.event_type, r.correlation_id, r.consumption, r.trace_context`,
 } as const;
 
 interface RowDbRow {
@@ -217,6 +217,7 @@ interface RowDbRow {
   event_type?: string | null;
   correlation_id?: string | null;
   consumption?: string;
+  trace_context: string | null;
 }
 
 function toRow(r: RowDbRow, table: 'outbox' | 'inbox'): ConsoleRow {
@@ -242,6 +243,7 @@ function toRow(r: RowDbRow, table: 'outbox' | 'inbox'): ConsoleRow {
       table === 'outbox'
         ? {}
         : { 'idempotency key': r.idempotency_key ?? null, 'event type': r.event_type ?? null, 'correlation id': r.correlation_id ?? null, consumption: r.consumption ?? null },
+    traceContext: r.trace_context ?? null,
   };
 }
 
