@@ -6,11 +6,17 @@
  * `inbox forward failed` (level `ERROR` for dead rows, `WARN` for retried ones), naming the
  * source, the error class, how many rows were retried and how many went dead, at most
  * `FAILURE_LOG_SAMPLE` distinct event types, topics, keys (aggregate ids) and row ids (with the
- * number of distinct keys), and the stored error of one row. The rows are counted in
- * `queuebox_inbox_messages_total{status}` by the relay itself.
+ * number of distinct keys), and the stored error of one row.
+ * `queuebox_inbox_failed_messages_total{source,status}` counts the same rows; its `source` values
+ * are the configured source names and `(unknown source)` for a row whose source is not (or no
+ * longer) in `inbox.sources` (the log line names the row's own source). The relay itself counts
+ * them in `queuebox_inbox_messages_total{status}` too.
  */
 import type { InboxRow } from '../db/driver.ts';
-import { FAILURE_LOG_SAMPLE, shownKeys } from '../observability/failure-log.ts';
+import { FAILURE_LOG_SAMPLE, shownKeys, UNKNOWN_SOURCE } from '../observability/failure-log.ts';
+import type { QueueBoxMetrics } from '../observability/metrics.ts';
+
+export { UNKNOWN_SOURCE };
 
 /** The message of the relay's failure log line. */
 export const RELAY_FAILURE_LOG_MESSAGE = 'inbox forward failed';
@@ -31,6 +37,18 @@ export interface RelayFailureLogger {
   error(message: string, ...extra: Array<Record<string, unknown>>): void;
 }
 
+/** What the report writes to: the relay's logger and metrics, and the configured sources (`inbox.sources`). */
+export interface RelayFailureContext {
+  logger: RelayFailureLogger;
+  metrics: Pick<QueueBoxMetrics, 'count'>;
+  sources: Readonly<Record<string, unknown>>;
+}
+
+/** The metric's `source` of a row's source: its name when `sources` configures it, else `(unknown source)`. */
+export function sourceDimension(source: string, sources: Readonly<Record<string, unknown>>): string {
+  return Object.hasOwn(sources, source) ? source : UNKNOWN_SOURCE;
+}
+
 interface Group {
   first: RelayFailure;
   rows: number;
@@ -44,8 +62,9 @@ const add = (set: Set<string>, value: string | null | undefined) => {
   if (value !== null && value !== undefined && set.size < FAILURE_LOG_SAMPLE) set.add(value);
 };
 
-/** Logs the rows one write `retried` or marked `dead`. */
-export function reportRelayFailures(logger: RelayFailureLogger, status: 'retried' | 'dead', failures: readonly RelayFailure[]): void {
+/** Logs and counts the rows one write `retried` or marked `dead`. */
+export function reportRelayFailures(ctx: RelayFailureContext, status: 'retried' | 'dead', failures: readonly RelayFailure[]): void {
+  const { logger, metrics, sources } = ctx;
   const groups = new Map<string, Group>();
   for (const failure of failures) {
     const groupKey = `${failure.row.source}\u0000${failure.errorClass}`;
@@ -58,6 +77,7 @@ export function reportRelayFailures(logger: RelayFailureLogger, status: 'retried
     if (group.ids.length < FAILURE_LOG_SAMPLE) group.ids.push(failure.row.id);
   }
   for (const group of groups.values()) {
+    metrics.count('inboxFailedMessages', group.rows, { source: sourceDimension(group.first.row.source, sources), status });
     const fields = {
       source: group.first.row.source,
       errorClass: group.first.errorClass,

@@ -19,7 +19,8 @@
  * failing row forward is retried with backoff (fenced) until `inbox.relay.maxAttempts`, then
  * `dead`. Leases are sized to the invocation and renewed every third. Pull rows are never claimed.
  * Each write that retries or dead-letters rows logs one `inbox forward failed` line per source and
- * error class (`relay-failure-report.ts`).
+ * error class and counts the rows in `queuebox_inbox_failed_messages_total{source,status}`
+ * (`relay-failure-report.ts`).
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
@@ -218,11 +219,16 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const canStart = () => !signal?.aborted && deadline.remainingMs() >= MIN_LEASE_MS;
   // The relay's own forward attempts, and `max_attempts` of the outbox rows it writes.
   const relayMaxAttempts = relay.maxAttempts ?? config.outbox.maxAttempts;
+  // The failure report's `source` dimension takes only the names `inbox.sources` configures.
+  const report = { logger, metrics, sources: config.inbox.sources };
 
   options.scaleOut?.passStarted(() => summary.forwarded + summary.retried + summary.dead);
   const reclaim = await driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts });
   summary.reclaimed = reclaim.reclaimed;
   // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).
+  // The reclaim statement (shared with the outbox, in both dialects) returns counts, not the rows'
+  // sources, so these rows are not in `queuebox_inbox_failed_messages_total{source,status}`:
+  // they are counted in `queuebox_inbox_messages_total{status="dead"}` only.
   metrics.count('inboxMessages', reclaim.dead, { status: 'dead' });
   if (reclaim.dead > 0) logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: reclaim.dead });
   if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
@@ -387,7 +393,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       if (changed.length === 0) return loseClaim(claim, 'retry');
       summary.retried++;
       metrics.count('inboxMessages', 1, { status: 'retried' });
-      reportRelayFailures(logger, 'retried', [{ row, topic: message.topic, errorClass, error: reason }]);
+      reportRelayFailures(report, 'retried', [{ row, topic: message.topic, errorClass, error: reason }]);
     } catch (retryError) {
       if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });
@@ -419,7 +425,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     }
     summary.dead += failures.length;
     metrics.count('inboxMessages', failures.length, { status: 'dead' });
-    reportRelayFailures(logger, 'dead', failures);
+    reportRelayFailures(report, 'dead', failures);
   }
 
   /** Waits for statements already sent to end, while the invocation lasts (`answerWaitMs`). */

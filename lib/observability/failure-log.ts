@@ -6,6 +6,13 @@
 /** The `destination` of an outbox row whose topic matches no route (log field and metric dimension). */
 export const NO_ROUTE = '(no route)';
 
+/**
+ * The `source` dimension of an inbox row whose source is not (or no longer) in `inbox.sources`:
+ * metric dimensions take configured names only, never a value read from a row. Source names are
+ * lower-case letters, digits, `-` and `_`, so no configured source can take this label.
+ */
+export const UNKNOWN_SOURCE = '(unknown source)';
+
 /** Distinct topics, keys and ids a failure line lists at most (the line also gives the key count). */
 export const FAILURE_LOG_SAMPLE = 10;
 /** Longest key a failure line shows, in characters (longer keys are cut). */

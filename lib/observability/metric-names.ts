@@ -3,7 +3,7 @@
  *
  * This list is the contract between the code, the dashboard and alarms (`infra/`) and the metric
  * reference (`docs/metrics.md`); tests keep the three in agreement. Dimension values are bounded
- * by configuration (statuses, components, destination names, table names), never by message data.
+ * by configuration (statuses, components, destination names, source names, table names), never by message data.
  */
 export const METRICS = {
   outboxMessages: { name: 'queuebox_outbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Outbox rows settled, by status: sent, dead, retried.' },
@@ -20,6 +20,12 @@ export const METRICS = {
     help: 'Outbox rows settled retried or dead, by destination name (`(no route)` when no route matches the topic) and status: retried, dead.',
   },
   inboxMessages: { name: 'queuebox_inbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Inbox messages by status: new, duplicate (at receipt); forwarded, retried, dead (by the relay).' },
+  inboxFailedMessages: {
+    name: 'queuebox_inbox_failed_messages_total',
+    unit: 'Count',
+    dimensions: ['source', 'status'],
+    help: 'Inbox rows the relay retried or dead-lettered, by source name (`(unknown source)` when the source is no longer in `inbox.sources`) and status: retried, dead. Rows a reclaim marks dead (the lease of their last forward expired) are not counted here, as the reclaim does not read their source; the reclaim step of a relay pass counts them in `queuebox_inbox_messages_total` with status dead.',
+  },
   inboxRejections: { name: 'queuebox_inbox_rejections_total', unit: 'Count', dimensions: ['reason'], help: 'Messages refused or dead-lettered at receipt, by reason.' },
   inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row at the end of a relay pass (read at most every 10 s per container).' },
   pullMessages: { name: 'queuebox_pull_messages_total', unit: 'Count', dimensions: ['status'], help: 'Pull rows settled by pull workers, by status: completed, retried, dead, released (claimed, never started, returned with no attempt spent).' },

@@ -9,7 +9,7 @@
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { PASS_WORKERS, type PassWorker } from '../db/driver.ts';
-import { NO_ROUTE } from '../observability/failure-log.ts';
+import { NO_ROUTE, UNKNOWN_SOURCE } from '../observability/failure-log.ts';
 import { METRICS, type MetricKey } from '../observability/metric-names.ts';
 import { FUNCTIONS, type FunctionDef } from './functions.ts';
 import { parsePluginOptions } from './options.ts';
@@ -128,7 +128,7 @@ export function heartbeatWarnings(schedules: HeartbeatSchedules): string[] {
 }
 
 /** Inputs of the definition: the parts of the config that bound dimension values. */
-export type MonitoringConfig = Pick<QueueBoxConfig, 'destinations' | 'tables' | 'observability'>;
+export type MonitoringConfig = Pick<QueueBoxConfig, 'destinations' | 'inbox' | 'tables' | 'observability'>;
 
 const COMPONENTS = ['outbox', 'inbox', 'pull'] as const;
 
@@ -136,6 +136,11 @@ const COMPONENTS = ['outbox', 'inbox', 'pull'] as const;
 export function dashboardPanels(config: MonitoringConfig): Panel[] {
   const destinationTypes = [...new Set(Object.values(config.destinations).map((d) => d.type))].sort();
   const destinationNames = Object.keys(config.destinations).sort();
+  // The relay forwards push rows only: a pull source has no relay failures to chart.
+  const pushSourceNames = Object.entries(config.inbox.sources)
+    .filter(([, source]) => source.consumption === 'push')
+    .map(([name]) => name)
+    .sort();
   return [
     {
       title: 'Outbox throughput by status',
@@ -194,6 +199,12 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
       title: 'Inbox flow',
       metrics: ['new', 'duplicate', 'forwarded', 'retried', 'dead'].map((status) => ({ key: 'inboxMessages', dimensions: { status }, stat: 'Sum', label: status })),
     },
+    {
+      title: 'Inbox relay retried and dead rows by source',
+      metrics: [...pushSourceNames, UNKNOWN_SOURCE].flatMap((source) =>
+        ['retried', 'dead'].map((status) => ({ key: 'inboxFailedMessages' as const, dimensions: { source, status }, stat: 'Sum' as const, label: `${source} ${status}` })),
+      ),
+    },
     { title: 'Inbox rejections by reason', searches: [{ key: 'inboxRejections', stat: 'Sum' }] },
     {
       title: 'Retention: rows deleted',
@@ -208,6 +219,8 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
 /**
  * The alarms: backlog age, any lost claim, any dead message (outbox, relay, pull), any function
  * error, and a heartbeat per scheduled pass (no pass finished within its schedule's window).
+ * Failures per destination or per source have no alarm of their own: the dead-message alarms fire
+ * on any dead row, and the dashboard's per-destination and per-source panels show which one.
  */
 export function alarmDefinitions(schedules: HeartbeatSchedules = defaultHeartbeatSchedules()): AlarmDef[] {
   const age = (key: MetricKey, table: string): AlarmDef => ({

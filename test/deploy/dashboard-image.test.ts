@@ -9,6 +9,7 @@ import { dashboardHtml, logTableRows, widgetSeries } from '../../infra/dashboard
 import type { SampleRound } from '../../infra/dashboard-sample-run.ts';
 import { dashboardBodyText } from '../../lib/serverless/dashboard.ts';
 import { loadConfig } from '../../lib/config/load-config.ts';
+import { reportRelayFailures, type RelayFailure } from '../../lib/inbox/relay-failure-report.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 
 const config = loadConfig({ path: 'test/deploy/fixtures/queuebox.yml', env: {} });
@@ -58,6 +59,35 @@ describe('dashboard picture', () => {
     for (const w of widgets) assert.ok(html.includes(`>${w.properties.title.replace(/&/g, '&amp;')}</text>`), w.properties.title);
     assert.ok(html.includes('No data in this run'), 'the retention panel has no data');
     assert.equal((html.match(/<svg /g) ?? []).length, widgets.length);
+  });
+
+  it('charts the relay failures per configured source from the EMF lines the relay report writes, a source no longer configured as (unknown source)', () => {
+    const logger = { warn: () => {}, error: () => {} };
+    const failure = (id: string, source: string): RelayFailure => ({
+      row: { id, source, idempotencyKey: id, aggregateId: null, eventType: 'x', payload: {}, payloadText: '{}', headers: {}, correlationId: null, attempt: 0, createdAt: new Date(), claimToken: id, leaseExpiresAt: new Date() },
+      errorClass: 'Error',
+      error: 'refused',
+    });
+    const failures = [
+      round((metrics) => {
+        reportRelayFailures({ logger, metrics, sources: config.inbox.sources }, 'retried', [failure('a', 'stripe'), failure('b', 'stripe'), failure('c', 'removed')]);
+      }),
+      round((metrics) => {
+        reportRelayFailures({ logger, metrics, sources: config.inbox.sources }, 'dead', [failure('d', 'partner'), failure('e', 'removed')]);
+      }),
+    ];
+    const panel = widgets.find((w) => w.properties.title === 'Inbox relay retried and dead rows by source')!;
+    assert.deepEqual(
+      widgetSeries(panel, failures).map((s) => [s.label, s.values]),
+      [
+        ['partner retried', [null, null]],
+        ['partner dead', [null, 1]],
+        ['stripe retried', [2, null]],
+        ['stripe dead', [null, null]],
+        ['(unknown source) retried', [1, null]],
+        ['(unknown source) dead', [null, 1]],
+      ],
+    );
   });
 
   it('draws the last-finished-pass log widget as a table: per function, the last round whose EMF lines carry its heartbeat', () => {

@@ -194,7 +194,7 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
         }
       }
     }
-    for (const m of ['queuebox_outbox_messages_total', 'queuebox_claims_lost_total', 'queuebox_outbox_messages_reclaimed_total', 'queuebox_outbox_oldest_pending_age_seconds', 'queuebox_inbox_oldest_pending_age_seconds', 'queuebox_inbox_messages_total', 'queuebox_inbox_rejections_total', 'queuebox_outbox_publish_duration_seconds']) {
+    for (const m of ['queuebox_outbox_messages_total', 'queuebox_claims_lost_total', 'queuebox_outbox_messages_reclaimed_total', 'queuebox_outbox_oldest_pending_age_seconds', 'queuebox_inbox_oldest_pending_age_seconds', 'queuebox_inbox_messages_total', 'queuebox_inbox_failed_messages_total', 'queuebox_inbox_rejections_total', 'queuebox_outbox_publish_duration_seconds']) {
       assert.ok(named.has(m), `dashboard shows ${m}`);
     }
     // The last finished pass: a Logs Insights table over the three functions' log groups, reading

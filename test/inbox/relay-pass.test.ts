@@ -170,8 +170,14 @@ describe('inbox relay pass', () => {
     await store('r-1');
     const refuse = { value: async () => Promise.reject(new Error('database: password=hunter2 refused')) };
     const failing: Driver = Object.create(db.driver, { inboxForwardMany: refuse, inboxForward: refuse });
-    const { summary: first, failures: retriedLines } = await loggedPass(failing);
+    const firstMetrics = newMetrics();
+    const { summary: first, failures: retriedLines } = await loggedPass(failing, firstMetrics);
     assert.deepEqual([first.retried, first.dead], [1, 0]);
+    assert.deepEqual(
+      [firstMetrics.value('inboxFailedMessages', { source: 'shop', status: 'retried' }), firstMetrics.value('inboxFailedMessages', { source: 'shop', status: 'dead' })],
+      [1, 0],
+      'the failing source counted by its name',
+    );
     assert.deepEqual(
       retriedLines.map((l) => [l.level, l.source, l.errorClass, l.retried, l.dead, l.topics, l.eventTypes]),
       [['WARN', 'shop', 'Error', 1, 0, ['shop.created'], ['created']]],
@@ -188,12 +194,54 @@ describe('inbox relay pass', () => {
     const queries = docsQueries('docs/operations.md', 'inbox forward failed');
     assert.ok(queries.length > 0);
     for (const field of queries.flatMap(queryFields)) assert.ok(field in retriedLines[0]!, `the query's field ${field} is a field of the line`);
-    const { summary: second, failures: deadLines } = await loggedPass(failing);
+    const secondMetrics = newMetrics();
+    const { summary: second, failures: deadLines } = await loggedPass(failing, secondMetrics);
     assert.deepEqual([second.retried, second.dead], [0, 1]);
+    assert.deepEqual(
+      [secondMetrics.value('inboxFailedMessages', { source: 'shop', status: 'retried' }), secondMetrics.value('inboxFailedMessages', { source: 'shop', status: 'dead' })],
+      [0, 1],
+    );
     assert.deepEqual(deadLines.map((l) => [l.level, l.errorClass, l.retried, l.dead]), [['ERROR', 'Error', 0, 1]]);
     const [dead] = await db.query<{ state: string; last_error: string }>(`SELECT state, last_error FROM ${inbox}`);
     assert.equal(dead!.state, 'dead');
     assert.match(dead!.last_error, /^gave up after 2 of 2 attempts: /);
+  });
+
+  it('count the rows it retries and dead-letters per source: the failing source by name, a source no longer configured as (unknown source)', async () => {
+    await store('ok-1', { aggregateId: 'ok-1' });
+    await store('c-1', { source: 'crm', aggregateId: 'c-1' });
+    await store('c-2', { source: 'crm', aggregateId: 'c-2' });
+    // crm's topic template needs an event type: dead at once, without a forward.
+    await store('c-3', { source: 'crm', eventType: null });
+    // Rows of a source removed from the configuration: the default template still renders.
+    await store('l-1', { source: 'legacy', aggregateId: 'l-1' });
+    const base = db.newDriver();
+    const refusing: Driver = Object.create(base, {
+      inboxForwardMany: { value: async () => Promise.reject(new Error('outbox refused the batch')) },
+      inboxForward: {
+        value: async (item: Parameters<Driver['inboxForward']>[0], defaults: { maxAttempts: number }) =>
+          item.outbox.headers?.['x-source'] === 'shop' ? base.inboxForward(item, defaults) : Promise.reject(new Error(`outbox refused ${item.outbox.headers?.['x-source']}`)),
+      },
+    });
+    const failed = (metrics: QueueBoxMetrics, source: string) => [metrics.value('inboxFailedMessages', { source, status: 'retried' }), metrics.value('inboxFailedMessages', { source, status: 'dead' })];
+
+    const first = newMetrics();
+    const one = await pass(refusing, first);
+    assert.deepEqual([one.forwarded, one.retried, one.dead], [1, 3, 1]);
+    assert.deepEqual(failed(first, 'crm'), [2, 1]);
+    assert.deepEqual(failed(first, '(unknown source)'), [1, 0]);
+    assert.deepEqual(failed(first, 'legacy'), [0, 0], 'a value read from a row is never a dimension');
+    assert.deepEqual(failed(first, 'shop'), [0, 0], 'a forwarded row is not a failure');
+    assert.equal(first.value('inboxMessages', { status: 'retried' }), 3, 'the status metric still counts them');
+
+    // maxAttempts is 2: the retried rows fail their last attempt.
+    await db.query(`UPDATE ${inbox} SET scheduled_at = clock_timestamp() WHERE state = 'pending'`);
+    const second = newMetrics();
+    const two = await pass(refusing, second);
+    assert.deepEqual([two.retried, two.dead], [0, 3]);
+    assert.deepEqual(failed(second, 'crm'), [0, 2]);
+    assert.deepEqual(failed(second, '(unknown source)'), [0, 1]);
+    assert.equal(second.value('inboxMessages', { status: 'dead' }), 3);
   });
 
   it('forward a claimed batch in one call; when that call fails, forward its rows one by one, retrying only the row that fails', async () => {

@@ -1,7 +1,8 @@
 /**
  * Metrics that dashboards and alarms depend on, read from the real EMF output:
  * - the relay counts its retries and dead-letters in `queuebox_inbox_messages_total{status}`, and
- *   an alarm watches exactly that series;
+ *   an alarm watches exactly that series; per source in `queuebox_inbox_failed_messages_total`,
+ *   whose series the dashboard charts per push source;
  * - a pull worker emits `queuebox_pull_messages_total{status}` and its lost claims by default
  *   (standard output, as EMF, at the end of `runOnce`), so the "Pull activity" panel and the pull
  *   alarms get data without any set-up; `metrics: false` turns it off, and the documented API
@@ -60,12 +61,17 @@ describe('dead-letter and pull metrics', () => {
     const name = METRICS.inboxMessages.name;
     assert.equal(emfValue(first.lines, name, { status: 'dead', service: 'orders-svc' }), 1, 'the row with no event type is dead at once');
     assert.equal(emfValue(first.lines, name, { status: 'retried' }), 1);
+    const failed = METRICS.inboxFailedMessages.name;
+    assert.equal(emfValue(first.lines, failed, { service: 'orders-svc', source: 'shop', status: 'dead' }), 1);
+    assert.equal(emfValue(first.lines, failed, { service: 'orders-svc', source: 'shop', status: 'retried' }), 1);
 
     await db.query(`UPDATE "${db.schema}".inbox SET scheduled_at = clock_timestamp() WHERE state = 'pending'`);
     const second = await relayPass(failing);
     assert.equal(second.summary.dead, 1);
     assert.equal(emfValue(second.lines, name, { status: 'dead' }), 1, 'the refused row is dead after its last attempt');
     assert.equal(emfValue(second.lines, name, { status: 'retried' }), 0);
+    assert.equal(emfValue(second.lines, failed, { source: 'shop', status: 'dead' }), 1);
+    assert.equal(emfValue(second.lines, failed, { source: 'shop', status: 'retried' }), 0);
   });
 
   it('an alarm and the dashboard watch the relay and pull dead-letter series with the dimensions the EMF line carries', () => {
@@ -82,6 +88,14 @@ describe('dead-letter and pull metrics', () => {
     const panels = dashboardPanels(db.config);
     const inboxFlow = panels.find((p) => p.title === 'Inbox flow')!;
     assert.ok(inboxFlow.metrics!.some((m) => m.key === 'inboxMessages' && m.dimensions.status === 'dead'));
+    // Per push source (a pull source's rows never reach the relay) and (unknown source), retried and dead.
+    const bySource = panels.find((p) => p.title === 'Inbox relay retried and dead rows by source')!;
+    assert.deepEqual(bySource.metrics!.map((m) => `${m.key}:${m.dimensions.source}:${m.dimensions.status}:${m.stat}`), [
+      'inboxFailedMessages:shop:retried:Sum',
+      'inboxFailedMessages:shop:dead:Sum',
+      'inboxFailedMessages:(unknown source):retried:Sum',
+      'inboxFailedMessages:(unknown source):dead:Sum',
+    ]);
     const pull = panels.find((p) => p.title === 'Pull activity')!;
     assert.deepEqual(pull.metrics!.map((m) => `${m.key}:${Object.values(m.dimensions).join()}`), [
       'pullMessages:completed',
