@@ -3,7 +3,9 @@
  * expired, gated by the shared database throttle. Invoked by hand (`osls invoke -f reclaim`, any
  * event without `source: aws.events`, or `{"force": true}`): reclaims both tables now, ignoring
  * the throttle. Either way a run that returns records that it finished (the heartbeat:
- * `pass-heartbeat.ts`). Returns `{ outbox, inbox }` — rows returned to `pending`.
+ * `pass-heartbeat.ts`). Returns `{ outbox, inbox }` — rows returned to `pending` — and
+ * `{ outboxDead, inboxDead }`, rows whose last attempt's lease expired (now `dead`, counted in
+ * `queuebox_outbox_messages_total` / `queuebox_inbox_messages_total` with `status="dead"`).
  */
 import type { Context } from 'aws-lambda';
 import { isScheduledEvent, reclaimNow, type ReclaimCounts } from '../lib/operations/reclaim-now.ts';
@@ -18,6 +20,13 @@ export async function handler(event: unknown, context: Context): Promise<Reclaim
   try {
     const counts = await reclaimNow({ driver: container.driver, config: container.config, throttled });
     metrics.count('outboxReclaimed', counts.outbox);
+    // Rows whose last attempt's lease expired go dead here as in the passes' own reclaim step (the
+    // two share the throttle: whichever runs first takes the expired rows), and are counted and
+    // logged alike, so the dead-message alarms see them whichever ran.
+    metrics.count('outboxMessages', counts.outboxDead, { status: 'dead' });
+    metrics.count('inboxMessages', counts.inboxDead, { status: 'dead' });
+    if (counts.outboxDead > 0) container.logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: counts.outboxDead });
+    if (counts.inboxDead > 0) container.logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: counts.inboxDead });
     await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'reclaim', remainingMs: () => context.getRemainingTimeInMillis() });
     container.logger.info('reclaim finished', { ...counts, throttled });
     return { ...counts, throttled };

@@ -24,7 +24,7 @@ export const METRICS = {
     name: 'queuebox_inbox_failed_messages_total',
     unit: 'Count',
     dimensions: ['source', 'status'],
-    help: 'Inbox rows the relay retried or dead-lettered, by source name (`(unknown source)` when the source is no longer in `inbox.sources`) and status: retried, dead. Rows a reclaim marks dead (the lease of their last forward expired) are not counted here, as the reclaim does not read their source; the reclaim step of a relay pass counts them in `queuebox_inbox_messages_total` with status dead.',
+    help: 'Inbox rows the relay retried or dead-lettered, by source name (`(unknown source)` when the source is no longer in `inbox.sources`) and status: retried, dead. Rows a reclaim marks dead (the lease of their last forward expired) are not counted here, as the reclaim does not read their source; the reclaim (the reclaim step of a relay pass, or the reclaim function) counts them in `queuebox_inbox_messages_total` with status dead.',
   },
   inboxRejections: { name: 'queuebox_inbox_rejections_total', unit: 'Count', dimensions: ['reason'], help: 'Messages refused or dead-lettered at receipt, by reason.' },
   inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row at the end of a relay pass (read at most every 10 s per container).' },
