@@ -91,4 +91,33 @@ describe('outbox reclaim: one instant per statement', () => {
     assert.deepEqual([after.get(head!)!.state, after.get(head!)!.attempt], ['pending', 1]);
     assert.deepEqual([after.get(follower!)!.state, after.get(follower!)!.attempt], ['pending', 0]);
   });
+
+  it('leaves a follower whose lease ended while its head was renewed, until the head is settled', async () => {
+    const t = `"${db.schema}".outbox`;
+    await db.query(`DELETE FROM ${t}`);
+    const [head, follower] = await insertOutboxRows(db, [
+      { topic: 'orders', key: 'k2', payload: { n: 1 } },
+      { topic: 'orders', key: 'k2', payload: { n: 2 } },
+    ]);
+    // What a renewal leaves that passed the end of the claim's lease between its two rows (the
+    // fence reads the clock row by row): the head renewed, the follower's lease over. The pass
+    // learnt from the renewal that it lost the follower and does not publish it.
+    await db.query(
+      `UPDATE ${t} SET state = 'processing', claim_token = '00000000-0000-4000-8000-000000000002', key_first = (id = $1),
+              claimed_at = clock_timestamp() - interval '1 minute',
+              lease_expires_at = CASE WHEN id = $1 THEN clock_timestamp() + interval '1 minute' ELSE clock_timestamp() - interval '1 second' END
+        WHERE id IN ($1, $2)`,
+      [head, follower],
+    );
+    const held = await db.driver.outboxReclaimExpired({});
+    assert.equal(held.reclaimed, 0, 'the claim of k2 still holds a lease: its follower is not released behind the held head');
+    assert.deepEqual((await inspectRows(db, [head!, follower!])).map((r) => r.state), ['processing', 'processing']);
+
+    // The holder settles the head (fenced on its token and live lease); the follower is then reclaimed.
+    assert.deepEqual(await db.driver.outboxMarkSentMany({ claims: [{ id: head!, token: '00000000-0000-4000-8000-000000000002' }] }), [head]);
+    const freed = await db.driver.outboxReclaimExpired({});
+    assert.equal(freed.reclaimed, 1);
+    const [row] = await inspectRows(db, [follower!]);
+    assert.equal(row!.state, 'pending', 'the follower moves on once its claim has no lease left');
+  });
 });

@@ -512,7 +512,30 @@ export async function outboxMarkDeadMany(ctx: PgContext, p: { items: DeadItem[] 
  */
 export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: number }): Promise<ReclaimResult> {
   const t = ctx.names.outbox;
-  return reclaimExpired(ctx, t, `reclaim:${ctx.names.outboxTable}`, p.throttleMs, { maxAttempts: 't.max_attempts', call: 'delivery', charged: { rows: lostLeaseCharged(t), note: LOST_LEASE_NOT_CHARGED } });
+  return reclaimExpired(
+    ctx,
+    t,
+    `reclaim:${ctx.names.outboxTable}`,
+    p.throttleMs,
+    { maxAttempts: 't.max_attempts', call: 'delivery', charged: { rows: lostLeaseCharged(t), note: LOST_LEASE_NOT_CHARGED } },
+    claimWhole(t),
+  );
+}
+
+/**
+ * The reclaim takes a row of a key only when no row of its claim still has a lease (rows of table
+ * `t`, alias `t`): a claim of a key is reclaimed whole. Its rows share one lease, but a renewal
+ * reads the clock row by row (the fence), so one that passes the end of the lease partway renews
+ * the key's first row and not its follower; the follower alone went back to `pending` while the
+ * first row was still held and published (`reclaim-instant.test.ts`). Now the follower waits
+ * until its claim is settled or its lease has ended too; the pass had already let it go (its
+ * renewal failed), so it was not published. Keyless rows are claims of one row each.
+ */
+function claimWhole(t: string): string {
+  return `(t.key IS NULL OR t.key = '' OR NOT EXISTS (
+                SELECT 1 FROM ${t} e
+                 WHERE e.key = t.key AND e.state = 'processing' AND e.claim_token = t.claim_token
+                   AND e.lease_expires_at > statement_timestamp()))`;
 }
 
 /** `last_error` of a row an expired claim was not charged to (`lostLeaseCharged`). */
