@@ -8,7 +8,8 @@
  * the poller applies before it publishes them); a stored value with no valid member is "invalid"
  * and none of it is shown. Of `tracestate` only the vendor keys are shown, not their values: the
  * values are opaque vendor data (account, tenant or sampling details, sometimes tokens), not
- * needed to find the trace, and of no shape the redactor could recognise. Likewise only the
+ * needed to find the trace, and of no shape the redactor could recognise; of a multi-tenant key
+ * only its system (`vendorOf`), and long keys cut. Likewise only the
  * `Root`, `Parent` and `Sampled` fields of an X-Ray header are shown, not its other fields.
  */
 import { parseStoredTraceContext, TRACE_CONTEXT_MAX_LENGTH, type TraceContext } from '../observability/trace-context.ts';
@@ -45,7 +46,8 @@ const XRAY_ROOT = /^1-([0-9a-f]{8})-([0-9a-f]{24})$/;
 
 /** The view of a stored `trace_context` (a `jsonb` value as read, or JSON text; null or undefined when the row has none). */
 export function traceView(stored: unknown): TraceView {
-  if (stored === null || stored === undefined) return { kind: 'none' };
+  // JSON text `null` (SQL Server returns the column's JSON text) is no trace context, as a jsonb null is.
+  if (stored === null || stored === undefined || (typeof stored === 'string' && stored.trim() === 'null')) return { kind: 'none' };
   const trace = parseStoredTraceContext(stored);
   if (trace === null) return { kind: 'invalid' };
   const w3c = trace.traceparent === undefined ? null : TRACEPARENT.exec(trace.traceparent);
@@ -62,10 +64,25 @@ export function traceView(stored: unknown): TraceView {
     parentSpanId: w3c !== null ? w3c[2]! : xray?.get('Parent'),
     sampled: w3c !== null ? (Number.parseInt(w3c[3]!, 16) & 1) === 1 : sampledField === '1' ? true : sampledField === '0' ? false : undefined,
     forms: [...(w3c !== null ? ['traceparent'] : []), ...(root !== null ? ['X-Ray header'] : [])],
-    tracestateVendors: trace.tracestate === undefined ? [] : trace.tracestate.split(',').map((member) => member.slice(0, member.indexOf('='))),
+    tracestateVendors: trace.tracestate === undefined ? [] : trace.tracestate.split(',').map((member) => vendorOf(member.slice(0, member.indexOf('=')))),
     leftOut: leftOut(stored, trace),
     formsDiffer: w3c !== null && root !== null && `${root[1]}${root[2]}` !== w3c[1],
   };
+}
+
+/** The longest simple `tracestate` key shown whole; a longer one is cut here, with `…`. */
+export const VENDOR_KEY_SHOWN_CHARS = 32;
+
+/**
+ * What is shown of a `tracestate` key: the system of a multi-tenant key (`tenant@system`: the
+ * tenant id names the vendor's customer, e.g. a monitoring account), a simple key as it is up to
+ * `VENDOR_KEY_SHOWN_CHARS` characters. A key is up to 256 characters of the W3C grammar, which a
+ * sender may fill with anything of that alphabet; the vendor names that identify a trace system are short.
+ */
+export function vendorOf(key: string): string {
+  const at = key.indexOf('@');
+  if (at !== -1) return key.slice(at + 1);
+  return key.length > VENDOR_KEY_SHOWN_CHARS ? `${key.slice(0, VENDOR_KEY_SHOWN_CHARS)}…` : key;
 }
 
 /** The fields of a validated X-Ray header (`Key=Value;…`), first of each name. */

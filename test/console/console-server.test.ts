@@ -162,6 +162,14 @@ describe('console row page: trace context', () => {
     assert.ok(!body.includes('t61rcWkgMzE'), 'tracestate values are not shown');
   });
 
+  it('of a tracestate key shows the system of a multi-tenant key and at most 32 characters of a simple one', async () => {
+    const long = `a${'-db-password-hunter2'.repeat(10)}`;
+    const body = section(await rowWith('inbox', JSON.stringify({ traceparent: TRACEPARENT, tracestate: `7c7a38d4-a8e4e3c6@dt=fw4;0,${long}=1,rojo=00f067aa0ba902b7` })));
+    assert.match(body, new RegExp(`vendors: dt, ${long.slice(0, 32)}…, rojo`));
+    assert.ok(!body.includes('7c7a38d4'), 'the tenant id of a multi-tenant key is not shown');
+    assert.ok(!body.includes(long.slice(0, 33)), 'a long key is cut at 32 characters');
+  });
+
   it('an inbox row with only an X-Ray header (a Root, no Parent) shows the trace id from it and no parent span', async () => {
     const body = section(await rowWith('inbox', JSON.stringify({ awsTraceHeader: 'Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0;Lineage=a87bd80c:0' })));
     assert.match(body, /<code data-trace-id>5759e988bd862e3fe1be46a994272793<\/code>/);

@@ -93,5 +93,7 @@ describe('SQL Server console read shapes', () => {
     assert.deepEqual([view.traceId, view.xrayTraceId, view.parentSpanId, view.sampled], ['4bf92f3577b34da6a3ce929d0e0e4736', '1-4bf92f35-77b34da6a3ce929d0e0e4736', '00f067aa0ba902b7', true]);
     assert.equal((await inboxRowGet(answering({ ...dbRow(null), consumption: 'push' }), names, { id: SENTINELS.id }))!.traceContext, null);
     assert.equal(traceView((await outboxRowGet(answering(dbRow('{"traceparent":"<b>')), names, { id: SENTINELS.id }))!.traceContext).kind, 'invalid');
+    // JSON text `null` is no trace context, as PostgreSQL's jsonb null (read as null) is.
+    assert.equal(traceView((await outboxRowGet(answering(dbRow('null')), names, { id: SENTINELS.id }))!.traceContext).kind, 'none');
   });
 });
