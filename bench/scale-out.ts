@@ -9,7 +9,9 @@
  * after `--publish-ms` per call, default 20 ms as an SQS round trip; 0 measures the database
  * alone). Reported per run: rows sent per second by all passes together, the ratio to one pass
  * of the same round, the CPU the PostgreSQL processes used (cores, from /proc per process: the server is local)
- * and the machine's busy share, and the load average before the run. Rounds (`--rounds`) alternate
+ * and the machine's busy share, and the load average before the run; `(drained)` beside a rate
+ * whose run sent every row before its end (the rate is then the backlog over the run's time, a
+ * lower bound: raise `--rows`). Rounds (`--rounds`) alternate
  * the pass counts; the median of each is reported.
  *
  * Uses DATABASE_URL, or starts an embedded PostgreSQL.
@@ -47,6 +49,8 @@ interface RunResult {
   machineBusy: number;
   load1: number;
   runs: number[];
+  /** Some run sent every row before its end: its rate is the backlog over the run's time, a lower bound (raise `--rows`). */
+  drained: boolean;
 }
 
 async function seed(url: string, admin: pg.Client, schema: string, rows: number, keys: number): Promise<void> {
@@ -97,7 +101,11 @@ function startPass(args: string[]): { ready: Promise<void>; go(): void; line: Pr
   };
 }
 
-async function measure(url: string, admin: pg.Client, o: { rows: number; keys: number; passes: number; seconds: number; publishMs: number }): Promise<{ rate: number; dbCores: number; machineBusy: number; load1: number }> {
+async function measure(
+  url: string,
+  admin: pg.Client,
+  o: { rows: number; keys: number; passes: number; seconds: number; publishMs: number },
+): Promise<{ rate: number; dbCores: number; machineBusy: number; load1: number; drained: boolean }> {
   const schema = `qb_scale_${randomBytes(4).toString('hex')}`;
   try {
     await seed(url, admin, schema, o.rows, o.keys);
@@ -112,7 +120,9 @@ async function measure(url: string, admin: pg.Client, o: { rows: number; keys: n
     await Promise.all(passes.map((p) => p.release()));
     const sent = lines.reduce((sum, l) => sum + l.sent, 0);
     const wall = Math.max(...lines.map((l) => l.durationMs)) / 1000;
+    const { rows: left } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${quoteIdent(schema)}.${quoteIdent('outbox')} WHERE state = 'pending'`);
     return {
+      drained: left[0]!.n === 0,
       rate: Math.round(sent / wall),
       dbCores: Math.round((postgresSeconds(before.postgres, after.postgres) / wall) * 100) / 100,
       machineBusy: Math.round(((after.busy - before.busy) / Math.max(0.01, after.total - before.total)) * 100) / 100,
@@ -165,7 +175,9 @@ async function main(): Promise<void> {
           machineBusy: median(of.map((r) => r.machineBusy)),
           load1: median(of.map((r) => r.load1)),
           runs: of.map((r) => r.rate),
+          drained: of.some((r) => r.drained),
         };
+        if (result.drained) process.stderr.write(`${workload}, ${passes} passes: the backlog ran out before the run's end; the rate is a lower bound (raise --rows)\n`);
         results.push(result);
         process.stdout.write(`${JSON.stringify(result)}\n`);
       }
@@ -175,7 +187,7 @@ async function main(): Promise<void> {
     markdownTable(
       '| workload | passes | rows/s | × 1 pass | PostgreSQL CPU (cores) | machine busy | load (1 min) |',
       '|---|--:|--:|--:|--:|--:|--:|',
-      results.map((r) => `| ${r.workload} | ${r.passes} | ${count(r.rowsPerSecond)} | ${r.ratioToOnePass ?? '–'} | ${r.dbCores} | ${Math.round(r.machineBusy * 100)} % | ${r.load1} |`),
+      results.map((r) => `| ${r.workload} | ${r.passes} | ${count(r.rowsPerSecond)}${r.drained ? ' (drained)' : ''} | ${r.ratioToOnePass ?? '–'} | ${r.dbCores} | ${Math.round(r.machineBusy * 100)} % | ${r.load1} |`),
     ),
   );
 }

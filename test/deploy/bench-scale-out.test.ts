@@ -20,7 +20,7 @@ describe('npm run bench:scale-out', () => {
     const lines = stdout
       .split('\n')
       .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as { workload: string; passes: number; rowsPerSecond: number; ratioToOnePass: number | null; dbCores: number; machineBusy: number; runs: number[] });
+      .map((l) => JSON.parse(l) as { workload: string; passes: number; rowsPerSecond: number; ratioToOnePass: number | null; dbCores: number; machineBusy: number; runs: number[]; drained: boolean });
     assert.deepEqual(lines.map((l) => [l.workload, l.passes]), [['unkeyed', 1], ['unkeyed', 2]]);
     for (const l of lines) {
       assert.ok(l.rowsPerSecond > 0 && l.runs.length === 1, JSON.stringify(l));
@@ -28,5 +28,23 @@ describe('npm run bench:scale-out', () => {
     }
     assert.equal(lines[0]!.ratioToOnePass, 1);
     assert.match(stdout, /\| workload \| passes \| rows\/s \| × 1 pass \|/);
+    // 3,000 rows at no destination latency run out long before 3 s: the rate is a lower bound, and says so.
+    assert.deepEqual(lines.map((l) => l.drained), [true, true]);
+    assert.match(stdout, /\| unkeyed \| 1 \| [\d,]+ \(drained\) \|/);
+    assert.match(stderr, /unkeyed, 1 passes: the backlog ran out before the run's end; the rate is a lower bound \(raise --rows\)/);
+  });
+
+  it('does not mark a run that left rows behind as drained', { timeout: 300_000 }, async () => {
+    // One pass, calls of 100 ms, 8 at a time: about 800 rows/s, far from 20,000 rows in 2 s.
+    const { code, stdout, stderr } = await runTsx(
+      ['bench/scale-out.ts', '--rows', '20000', '--seconds', '2', '--passes', '1', '--keys', '0', '--publish-ms', '100'],
+      { ...process.env, DATABASE_URL: testDatabaseUrl() },
+      280_000,
+    );
+    assert.equal(code, 0, stderr);
+    const [line] = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { drained: boolean; rowsPerSecond: number });
+    assert.ok(line!.rowsPerSecond > 0);
+    assert.equal(line!.drained, false);
+    assert.doesNotMatch(stdout, /\(drained\)/);
   });
 });
