@@ -136,11 +136,9 @@ const COMPONENTS = ['outbox', 'inbox', 'pull'] as const;
 export function dashboardPanels(config: MonitoringConfig): Panel[] {
   const destinationTypes = [...new Set(Object.values(config.destinations).map((d) => d.type))].sort();
   const destinationNames = Object.keys(config.destinations).sort();
-  // The relay forwards push rows only: a pull source has no relay failures to chart.
-  const pushSourceNames = Object.entries(config.inbox.sources)
-    .filter(([, source]) => source.consumption === 'push')
-    .map(([name]) => name)
-    .sort();
+  // Every configured source, pull sources too: the relay forwards the rows stored as push, and a
+  // source switched from push to pull keeps its earlier rows push until they are forwarded.
+  const sourceNames = Object.keys(config.inbox.sources).sort();
   return [
     {
       title: 'Outbox throughput by status',
@@ -201,7 +199,7 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
     },
     {
       title: 'Inbox relay retried and dead rows by source',
-      metrics: [...pushSourceNames, UNKNOWN_SOURCE].flatMap((source) =>
+      metrics: [...sourceNames, UNKNOWN_SOURCE].flatMap((source) =>
         ['retried', 'dead'].map((status) => ({ key: 'inboxFailedMessages' as const, dimensions: { source, status }, stat: 'Sum' as const, label: `${source} ${status}` })),
       ),
     },

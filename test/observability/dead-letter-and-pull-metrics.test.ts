@@ -2,7 +2,8 @@
  * Metrics that dashboards and alarms depend on, read from the real EMF output:
  * - the relay counts its retries and dead-letters in `queuebox_inbox_messages_total{status}`, and
  *   an alarm watches exactly that series; per source in `queuebox_inbox_failed_messages_total`,
- *   whose series the dashboard charts per push source;
+ *   whose series the dashboard charts per configured source (a source switched from push to pull
+ *   still has its earlier push rows relayed);
  * - a pull worker emits `queuebox_pull_messages_total{status}` and its lost claims by default
  *   (standard output, as EMF, at the end of `runOnce`), so the "Pull activity" panel and the pull
  *   alarms get data without any set-up; `metrics: false` turns it off, and the documented API
@@ -34,6 +35,8 @@ describe('dead-letter and pull metrics', () => {
           shop: { type: 'http', path: '/shop', auth: { type: 'none' } },
           // The pull workers below claim from these (a worker refuses a source the config does not declare).
           ...Object.fromEntries(['jobs', 'loop', 'given', 'off'].map((name) => [name, { type: 'sqs', queueName: `${name}-queue`, consumption: 'pull' }])),
+          // Switched from push to pull: its rows stored before the switch are still push rows.
+          switched: { type: 'http', path: '/switched', auth: { type: 'none' }, consumption: 'pull' },
         },
       },
       observability: { namespace: 'QueueBoxMetricsTest', serviceName: 'orders-svc' },
@@ -74,6 +77,20 @@ describe('dead-letter and pull metrics', () => {
     assert.equal(emfValue(second.lines, failed, { source: 'shop', status: 'retried' }), 0);
   });
 
+  it('a push row of a source since switched to pull is relayed, and its failure is counted under the source and charted', async () => {
+    // Stored as push before the switch: the relay forwards by the row's own consumption.
+    await db.driver.inboxInsert({ source: 'switched', idempotencyKey: 'before-switch', eventType: null, payload: {}, consumption: 'push' });
+    const { summary, lines } = await relayPass(db.driver);
+    assert.equal(summary.dead, 1, 'the row with no event type is dead at once');
+    const failed = METRICS.inboxFailedMessages.name;
+    assert.equal(emfValue(lines, failed, { service: 'orders-svc', source: 'switched', status: 'dead' }), 1);
+    const bySource = dashboardPanels(db.config).find((p) => p.title === 'Inbox relay retried and dead rows by source')!;
+    assert.ok(
+      bySource.metrics!.some((m) => m.key === 'inboxFailedMessages' && m.dimensions.source === 'switched' && m.dimensions.status === 'dead'),
+      'the dashboard charts the series the relay wrote',
+    );
+  });
+
   it('an alarm and the dashboard watch the relay and pull dead-letter series with the dimensions the EMF line carries', () => {
     const alarms = Object.values(alarmResources(db.config)).map((a) => (a as { Properties: AlarmProps }).Properties);
     for (const [metric, dims] of [
@@ -88,11 +105,10 @@ describe('dead-letter and pull metrics', () => {
     const panels = dashboardPanels(db.config);
     const inboxFlow = panels.find((p) => p.title === 'Inbox flow')!;
     assert.ok(inboxFlow.metrics!.some((m) => m.key === 'inboxMessages' && m.dimensions.status === 'dead'));
-    // Per push source (a pull source's rows never reach the relay) and (unknown source), retried and dead.
+    // Per configured source, in name order, and (unknown source), retried and dead.
     const bySource = panels.find((p) => p.title === 'Inbox relay retried and dead rows by source')!;
     assert.deepEqual(bySource.metrics!.map((m) => `${m.key}:${m.dimensions.source}:${m.dimensions.status}:${m.stat}`), [
-      'inboxFailedMessages:shop:retried:Sum',
-      'inboxFailedMessages:shop:dead:Sum',
+      ...['given', 'jobs', 'loop', 'off', 'shop', 'switched'].flatMap((source) => [`inboxFailedMessages:${source}:retried:Sum`, `inboxFailedMessages:${source}:dead:Sum`]),
       'inboxFailedMessages:(unknown source):retried:Sum',
       'inboxFailedMessages:(unknown source):dead:Sum',
     ]);
