@@ -1,7 +1,8 @@
 /**
- * What both dialects' claims share when a unique index of in-flight rows refuses them.
+ * What both dialects' claims share when a unique index of in-flight rows refuses them, or the
+ * database ends a claim as the victim of a deadlock over that index.
  */
-import { UniqueViolationError } from '../errors.ts';
+import { TransientDatabaseError, UniqueViolationError } from '../errors.ts';
 
 /** Attempts of a claim that met a row of a key or aggregate put in flight by a concurrent claim. */
 const IN_FLIGHT_ATTEMPTS = 5;
@@ -14,6 +15,12 @@ const IN_FLIGHT_ATTEMPTS = 5;
  * pick read it — was in flight beside it. The claim changed nothing (one statement on PostgreSQL;
  * a batch rolled back whole by `XACT_ABORT` on SQL Server); the next attempt sees the row in
  * flight and leaves the key alone, so the batch is claimed without it instead of failing.
+ *
+ * A deadlock is the same meeting from both sides: two claims that each saw a different row of two
+ * keys as the head (each snapshot missing a row the other saw commit late) each put one key in
+ * flight and wait on the other's uncommitted entry for the other key in the in-flight index. The
+ * database ends one of them (PostgreSQL 40P01, SQL Server 1205); that claim, too, changed nothing
+ * and runs again, and then sees the other's rows in flight.
  */
 export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
@@ -21,7 +28,12 @@ export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise
       return await claim();
     } catch (error) {
       const inFlight = error instanceof UniqueViolationError && (error.constraint ?? '').endsWith('_in_flight_idx');
-      if (!inFlight || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
+      if (!(inFlight || isDeadlockVictim(error)) || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
     }
   }
+}
+
+/** The database ended the statement or batch as a deadlock victim (PostgreSQL 40P01, SQL Server 1205): rolled back whole. */
+export function isDeadlockVictim(error: unknown): boolean {
+  return error instanceof TransientDatabaseError && (error.code === '40P01' || error.code === '1205');
 }

@@ -231,6 +231,15 @@ describe('SQL Server claim statements', () => {
     const other = new UniqueViolationError('inbox_source_idempotency_key');
     await assert.rejects(claimRetryingInFlight(async () => { calls++; throw other; }), (e) => e === other);
     assert.equal(calls, 1, 'another unique index is not retried');
+    // a claim the server ended as a deadlock victim (1205) was rolled back whole: it runs again
+    const victim = mapMssqlError(Object.assign(new Error('Transaction (Process ID 61) was deadlocked on lock resources with another process and has been chosen as the deadlock victim.'), { number: 1205 }));
+    calls = 0;
+    assert.equal(await claimRetryingInFlight(async () => (++calls < 2 ? Promise.reject(victim) : 'claimed')), 'claimed');
+    assert.equal(calls, 2);
+    const lockTimeout = mapMssqlError(Object.assign(new Error('Lock request time out period exceeded.'), { number: 1222 }));
+    calls = 0;
+    await assert.rejects(claimRetryingInFlight(async () => { calls++; throw lockTimeout; }), (e) => e === lockTimeout);
+    assert.equal(calls, 1, 'another transient error is not retried here: the worker backs off');
     // a NOLOCK probe that lost its place (error 601) fails the claim as transient: the worker backs off and claims again
     assert.ok(mapMssqlError(Object.assign(new Error('Could not continue scan with NOLOCK due to data movement.'), { number: 601 })) instanceof TransientDatabaseError);
     // both claims run through it: a batch refused twice is sent a third time
