@@ -16,11 +16,13 @@ const IN_FLIGHT_ATTEMPTS = 5;
  * a batch rolled back whole by `XACT_ABORT` on SQL Server); the next attempt sees the row in
  * flight and leaves the key alone, so the batch is claimed without it instead of failing.
  *
- * A deadlock is the same meeting from both sides: two claims that each saw a different row of two
- * keys as the head (each snapshot missing a row the other saw commit late) each put one key in
- * flight and wait on the other's uncommitted entry for the other key in the in-flight index. The
- * database ends one of them (PostgreSQL 40P01, SQL Server 1205); that claim, too, changed nothing
- * and runs again, and then sees the other's rows in flight.
+ * A deadlock victim is run again too (PostgreSQL 40P01, SQL Server 1205): the claim was rolled
+ * back whole and changed nothing. On PostgreSQL it is the same meeting from both sides: two outbox
+ * claims that each saw a different row of two keys as the head (each snapshot missing a row the
+ * other saw commit late) each put one key in flight and wait on the other's uncommitted entry for
+ * the other key in the in-flight index; the claim that runs again sees the other's rows in flight.
+ * On SQL Server the claims of a table run one at a time under an application lock, so a 1205
+ * there comes from a claim meeting another writer (a fenced write, the reclaim).
  */
 export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {

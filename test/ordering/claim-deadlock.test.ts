@@ -13,9 +13,10 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
  * than their committed rows (x1, y1). Claim A starts before the late rows commit, so its heads are
  * x1 and y1; claim B starts after, so its heads are x0 and y0. Each claim updates its rows in id
  * order, and the ids are chosen so that A puts x in flight first and B puts y in flight first. A
- * trigger holds A between its two rows until B has taken y and waits on A's entry for x; A then
- * waits on B's entry for y: a deadlock, found after `deadlock_timeout` (1 s by default). Seen in
- * the four-claimer test on PostgreSQL 18 as a claim failing with 40P01.
+ * trigger holds A between its two rows (on an advisory lock the test holds) until B has taken y
+ * and waits on A's entry for x; A then waits on B's entry for y: a deadlock, found after
+ * `deadlock_timeout` (1 s by default). Seen in the four-claimer test on PostgreSQL 18 as a claim
+ * failing with 40P01.
  */
 const X1 = '10000000-0000-4000-8000-000000000000';
 const Y1 = '20000000-0000-4000-8000-000000000000';
@@ -63,16 +64,20 @@ for (const { path, overrides } of outboxClaimPaths(20)) {
 
     it('the claim the database ends runs again: neither fails, and each key has one row in flight', async () => {
       const t = `"${db.schema}".outbox`;
-      // The trigger first: creating it waits for every open transaction that wrote the table.
+      // The trigger first: creating it waits for every open transaction that wrote the table. It
+      // holds A before y1 until the test lets go of the advisory lock (one per test schema).
       await db.query(`CREATE FUNCTION "${db.schema}".hold_claim_a() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-          IF OLD.id = '${Y1}' AND current_setting('qbtest.hold', true) = 'on' THEN PERFORM pg_sleep(1); END IF;
+          IF OLD.id = '${Y1}' AND current_setting('qbtest.hold', true) = 'on' THEN PERFORM pg_advisory_xact_lock(hashtext('${db.schema}')); END IF;
           RETURN NEW;
         END $$`);
       await db.query(`CREATE TRIGGER hold_claim_a BEFORE UPDATE ON ${t} FOR EACH ROW EXECUTE FUNCTION "${db.schema}".hold_claim_a()`);
       const late = new pg.Client({ connectionString: db.url });
+      const gate = new pg.Client({ connectionString: db.url });
       await late.connect();
+      await gate.connect();
       try {
+        await gate.query('SELECT pg_advisory_lock(hashtext($1))', [db.schema]);
         // Sequences in the order y0 < x0 < x1 < y1: the late rows take theirs first.
         await late.query('BEGIN');
         await late.query(`INSERT INTO ${t} (id, topic, key, payload) VALUES ($1, 't', 'y', '{}'), ($2, 't', 'x', '{}')`, [Y0, X0]);
@@ -82,10 +87,15 @@ for (const { path, overrides } of outboxClaimPaths(20)) {
         const a = driverFor('-c qbtest.hold=on');
         const b = driverFor();
         const claimA = a.outboxClaimMany({ limit: 20, leaseMs: 30_000 });
-        // A has put x in flight and sleeps before y1; the late rows commit, then B claims.
-        await waitForHeldClaim(db);
+        claimA.catch(() => {}); // awaited below; not left unhandled if a wait fails first
+        // A has put x in flight and waits at the gate before y1; the late rows commit, then B
+        // claims: it takes y0 and waits on A's entry for x. Then A goes on, and waits on B's for y.
+        await waitForClaim(db, 'advisory');
         await late.query('COMMIT');
         const claimB = b.outboxClaimMany({ limit: 20, leaseMs: 30_000 });
+        claimB.catch(() => {});
+        await waitForClaim(db, 'transactionid');
+        await gate.query('SELECT pg_advisory_unlock(hashtext($1))', [db.schema]);
         const [rowsA, rowsB] = await Promise.all([claimA, claimB]);
 
         assert.equal(count.deadlocks, 1, 'precondition: the database ended one of the two claims as a deadlock victim');
@@ -98,22 +108,27 @@ for (const { path, overrides } of outboxClaimPaths(20)) {
           `the surviving claim holds both keys, the one that ran again found them in flight (A ${rowsA.length}, B ${rowsB.length})`,
         );
       } finally {
+        await gate.end();
         await late.end();
       }
     });
   });
 }
 
-/** Waits until claim A sleeps in the trigger (its statement names the test's schema), having put x in flight. */
-async function waitForHeldClaim(db: TestDatabase): Promise<void> {
-  const until = Date.now() + 5_000;
+/**
+ * Waits until a claim of the test's schema (its statement names the schema) waits on a lock of
+ * type `event`: `advisory` (A at the gate), `transactionid` (B on A's entry for x).
+ */
+async function waitForClaim(db: TestDatabase, event: 'advisory' | 'transactionid'): Promise<void> {
+  const until = Date.now() + 10_000;
   for (;;) {
     const rows = await db.query(
-      `SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND wait_event = 'PgSleep' AND position($1 IN query) > 0`,
-      [db.schema],
+      `SELECT 1 FROM pg_stat_activity
+        WHERE pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND wait_event = $2 AND position($1 IN query) > 0`,
+      [db.schema, event],
     );
     if (rows.length > 0) return;
-    if (Date.now() > until) throw new Error('claim A never reached the trigger');
+    if (Date.now() > until) throw new Error(`no claim of the test waited on a lock of type ${event}`);
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
