@@ -2,7 +2,8 @@
  * What both dialects' claims share when a unique index of in-flight rows refuses them, or the
  * database ends a claim as the victim of a deadlock over that index.
  */
-import { TransientDatabaseError, UniqueViolationError } from '../errors.ts';
+import { UniqueViolationError } from '../errors.ts';
+import { isDeadlockVictim } from './deadlock-victim.ts';
 
 /** Attempts of a claim that met a row of a key or aggregate put in flight by a concurrent claim. */
 const IN_FLIGHT_ATTEMPTS = 5;
@@ -33,9 +34,4 @@ export async function claimRetryingInFlight<T>(claim: () => Promise<T>): Promise
       if (!(inFlight || isDeadlockVictim(error)) || attempt >= IN_FLIGHT_ATTEMPTS) throw error;
     }
   }
-}
-
-/** The database ended the statement or batch as a deadlock victim (PostgreSQL 40P01, SQL Server 1205): rolled back whole. */
-export function isDeadlockVictim(error: unknown): boolean {
-  return error instanceof TransientDatabaseError && (error.code === '40P01' || error.code === '1205');
 }

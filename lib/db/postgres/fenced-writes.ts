@@ -12,6 +12,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import pg from 'pg';
 import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
 import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
+import { isDeadlockVictim } from '../deadlock-victim.ts';
 
 /**
  * Where a lease granted or renewed by a statement starts: the start of the statement's
@@ -96,7 +97,7 @@ async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Poo
     try {
       return await pgSingleTrip<R>(pool, text, values);
     } catch (error) {
-      if (!(error instanceof TransientDatabaseError && error.code === '40P01') || attempt >= DEADLOCK_ATTEMPTS) throw error;
+      if (!isDeadlockVictim(error) || attempt >= DEADLOCK_ATTEMPTS) throw error;
     }
   }
 }

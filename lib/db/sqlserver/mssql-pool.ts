@@ -9,6 +9,7 @@ import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { ConfigError, TransientDatabaseError, UsageError } from '../../errors.ts';
 import { requireStatementBudgetMs } from '../statement-budget.ts';
+import { isDeadlockVictim } from '../deadlock-victim.ts';
 import { LEFTOVER_TRANSACTION, mapMssqlError } from './error-map.ts';
 
 /** The applock wait of every claim lock, in milliseconds (seed: "waits up to 10 seconds"). */
@@ -300,7 +301,7 @@ export async function retryDeadlocks<T>(work: () => Promise<T>): Promise<T> {
 
 /** A deadlock victim (1205), or a statement refused because its pooled connection held a leftover transaction (it did not run). */
 function isDeadlock(error: unknown): boolean {
-  return error instanceof TransientDatabaseError && (error.code === '1205' || error.code === String(LEFTOVER_TRANSACTION));
+  return isDeadlockVictim(error) || (error instanceof TransientDatabaseError && error.code === String(LEFTOVER_TRANSACTION));
 }
 
 /**
