@@ -77,12 +77,23 @@ export async function deliverBatch(ctx: PassContext, rows: OutboxRow[]): Promise
 
 /**
  * The rows of each key in `sequence` order, one lane per key (a keyless row is a lane of its
- * own); undefined when no key has two rows in the batch.
+ * own); undefined when no key has two rows in the batch. The lanes are built only then: a batch
+ * of keyless rows or of distinct keys allocates no lane per row.
  */
 function keyLanes(rows: OutboxRow[]): OutboxRow[][] | undefined {
+  const keys = new Set<string>();
+  let several = false;
+  for (const row of rows) {
+    if (row.key === null || row.key === '') continue;
+    if (keys.has(row.key)) {
+      several = true;
+      break;
+    }
+    keys.add(row.key);
+  }
+  if (!several) return undefined;
   const byKey = new Map<string, OutboxRow[]>();
   const lanes: OutboxRow[][] = [];
-  let several = false;
   for (const row of rows) {
     if (row.key === null || row.key === '') {
       lanes.push([row]);
@@ -95,10 +106,9 @@ function keyLanes(rows: OutboxRow[]): OutboxRow[][] | undefined {
       lanes.push(created);
     } else {
       lane.push(row);
-      several = true;
     }
   }
-  return several ? lanes : undefined;
+  return lanes;
 }
 
 /** Delivers a batch that holds at most one row of each key: every call at once. */
