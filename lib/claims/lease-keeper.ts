@@ -1,8 +1,9 @@
 /**
  * Keeps the leases of in-flight claims alive: every third of the lease it renews all of them in
- * one fenced statement. A claim the renewal did not return — or every claim, when the renewal
- * fails — is lost: its signal fires (or its `watch` callback runs) so the work on that row stops
- * (seed: renewal).
+ * one fenced statement. A claim the renewal did not return is lost, and so is every claim of a
+ * renewal that fails (of a renewal that answers per row, a `RenewAnswer`, only the claims whose
+ * own statement failed): its signal fires (or its `watch` callback runs) so the work on that row
+ * stops (seed: renewal).
  *
  * A claim is its id and token (`claimKey`): two claims of one row (an old claim not yet known to
  * be lost, and the row's new claim) are watched, renewed and released separately. A renewal
@@ -19,10 +20,20 @@ export interface LeaseKeeperOptions {
   leaseMs: number;
   /** Lease to request at each renewal (recomputed: min(claimTimeout, time left)); 0 = stop renewing. */
   nextLeaseMs: () => number;
-  /** Fenced renewal of many claims; returns the ids renewed. */
-  renew: (claims: ClaimRef[], leaseMs: number) => Promise<string[]>;
+  /**
+   * Fenced renewal of many claims; returns the ids renewed. A rejection loses every claim given. A
+   * renewal of one statement per row returns a `RenewAnswer` instead: a failed statement loses
+   * its own row's claim only.
+   */
+  renew: (claims: ClaimRef[], leaseMs: number) => Promise<string[] | RenewAnswer>;
   /** Called once per claim that is lost (zero rows or a failed renewal). */
   onLost: (claim: ClaimRef, reason: LostReason, error?: unknown) => void;
+}
+
+/** A renewal's answer per row: the ids renewed, and the ids whose own statement failed, with its error. */
+export interface RenewAnswer {
+  renewed: string[];
+  failed: ReadonlyMap<string, unknown>;
 }
 
 /** Why a claim was lost: its renewal changed no row (`fenced`) or failed (`renew-failed`). */
@@ -163,14 +174,21 @@ export class LeaseKeeper {
     for (const layer of byDistinctId(tracked)) {
       const sentAt = Date.now();
       let renewed: Set<string>;
+      let failed: ReadonlyMap<string, unknown> | undefined;
       try {
-        renewed = new Set(await this.#options.renew(layer.map((t) => t.claim), leaseMs));
+        const answer = await this.#options.renew(layer.map((t) => t.claim), leaseMs);
+        if (Array.isArray(answer)) renewed = new Set(answer);
+        else {
+          renewed = new Set(answer.renewed);
+          failed = answer.failed;
+        }
       } catch (error) {
         for (const t of layer) this.#lose(t.group, t.index, t.claim, 'renew-failed', error);
         continue;
       }
       for (const t of layer) {
-        if (!renewed.has(t.claim.id)) this.#lose(t.group, t.index, t.claim, 'fenced');
+        if (failed?.has(t.claim.id) === true) this.#lose(t.group, t.index, t.claim, 'renew-failed', failed.get(t.claim.id));
+        else if (!renewed.has(t.claim.id)) this.#lose(t.group, t.index, t.claim, 'fenced');
         else if (t.group.confirmedAt < sentAt) t.group.confirmedAt = sentAt;
       }
     }

@@ -44,10 +44,15 @@ export function redactError(input: unknown): string {
   return text;
 }
 
+/** Any thrown value as text, never throwing (`String` throws on an object without a prototype). */
 function safeString(value: unknown): string {
   try {
     return JSON.stringify(value) ?? String(value);
   } catch {
-    return String(value);
+    try {
+      return String(value);
+    } catch {
+      return Object.prototype.toString.call(value);
+    }
   }
 }

@@ -133,7 +133,7 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
       return 'completed';
     } catch (error) {
       if (committed) {
-        c.logger.error('pull handler threw after its transaction committed; the message stays processed', { ...log, error: String(error) });
+        c.logger.error('pull handler threw after its transaction committed; the message stays processed', { ...log, error: redactError(error) });
         return 'completed';
       }
       if (fenced || error instanceof OwnershipLostError || signal.aborted) return ended();
@@ -187,7 +187,7 @@ async function fail<Tx>(c: HandleContext<Tx>, message: PullMessage, error: unkno
   }
   const outcome = await c.client.dead(message.claim, `gave up after ${message.attempt + 1} of ${maxAttempts} attempts: ${redactError(error)}`).catch(lostOnLockWait);
   if (outcome.ok) {
-    c.logger.error('pull message dead-lettered after its last attempt', { ...log, error: String(error) });
+    c.logger.error('pull message dead-lettered after its last attempt', { ...log, error: redactError(error) });
     return 'dead';
   }
   c.logger.warn('pull claim lost at dead-letter', log);

@@ -15,6 +15,7 @@ import { insidePgTransaction } from '../db/caller-transaction.ts';
 import type { CallerTransaction, ClaimRef, Driver, InboxRow } from '../db/driver.ts';
 import { FencedLockTimeoutError, UsageError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { MAX_TIMER_MS } from '../runtime/timer-limit.ts';
 
 /** A claimed inbox row plus the claim that owns it. */
 export interface PullMessage extends InboxRow {
@@ -28,7 +29,7 @@ export type PullOutcome = { ok: true } | { ok: false; reason: 'ownership-lost' }
 export interface PullClaimOptions {
   /** Most rows to claim (at most one per aggregate); ≥ 1. */
   batch: number;
-  /** Lease in milliseconds on the database clock; ≥ 1000. */
+  /** Lease in milliseconds on the database clock; 1000 to `MAX_TIMER_MS` (2^31 − 1). */
   leaseMs: number;
 }
 
@@ -73,10 +74,14 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
     async claim(source, { batch, leaseMs }) {
       if (!Number.isInteger(batch) || batch < 1) throw new UsageError(`pull batch must be a positive integer, got ${batch}`);
       if (!Number.isFinite(leaseMs) || leaseMs < MIN_LEASE_MS) throw new UsageError(`pull leaseMs must be at least ${MIN_LEASE_MS}, got ${leaseMs}`);
+      checkLeaseLimit(leaseMs);
       const rows = await driver.pullClaimMany({ source, limit: batch, leaseMs: Math.floor(leaseMs) });
       return rows.map((row) => ({ ...row, claim: { id: row.id, token: row.claimToken } }));
     },
-    renew: async (claim, leaseMs) => fenced(driver.pullRenew({ id: claim.id, token: claim.token, leaseMs: Math.floor(leaseMs) })),
+    renew: async (claim, leaseMs) => {
+      checkLeaseLimit(leaseMs);
+      return fenced(driver.pullRenew({ id: claim.id, token: claim.token, leaseMs: Math.floor(leaseMs) }));
+    },
     // Refused outside the caller's transaction: a completion that commits on its own would mark
     // the message processed even if the handler's change rolls back.
     complete: async (tx, claim) =>
@@ -85,4 +90,9 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
     dead: async (claim, error) => fenced(driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) })),
     release: async (claim) => fenced(driver.pullRelease({ id: claim.id, token: claim.token })),
   };
+}
+
+/** A fenced write waits for a row lock at most until the lease ends, and PostgreSQL's `lock_timeout` is an int32 of ms. */
+function checkLeaseLimit(leaseMs: number): void {
+  if (leaseMs > MAX_TIMER_MS) throw new UsageError(`pull leaseMs must be at most ${MAX_TIMER_MS} (about 24.8 days: the longest lock wait PostgreSQL takes), got ${leaseMs}`);
 }

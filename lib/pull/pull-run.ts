@@ -6,9 +6,10 @@
  * `start()` and `runOnce()` are the same loop with a different `PullRunPolicy`.
  */
 import { claimKey } from '../claims/claim-key.ts';
-import { LeaseKeeper } from '../claims/lease-keeper.ts';
+import { LeaseKeeper, type LostReason } from '../claims/lease-keeper.ts';
 import type { Driver } from '../db/driver.ts';
 import { InvocationEndedError } from '../db/statement-budget.ts';
+import { FencedLockTimeoutError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { handlePullMessage, type HandleContext, type HandleResult, type PullHandler, type PullLogger, type PullRetryPolicy } from './handle-pull-message.ts';
@@ -73,6 +74,8 @@ export class PullRun<Tx> {
   readonly #queue: PullMessage[] = [];
   /** Lost-claim signals per claim (`claimKey`: id and token); a row claimed again gets its own. */
   readonly #signals = new Map<string, AbortSignal>();
+  /** Why a claim was lost at renewal (`claimKey`), until its row leaves the run. */
+  readonly #lostAtRenewal = new Map<string, LostReason>();
   readonly #active = new Set<Promise<void>>();
   /** Resolves when a stop is requested (one listener for the whole run). */
   readonly #stopped: Promise<void>;
@@ -84,12 +87,24 @@ export class PullRun<Tx> {
     this.#keeper = new LeaseKeeper({
       leaseMs: settings.leaseMs,
       nextLeaseMs: () => policy.leaseMs(),
-      // Pull renewal is one fenced statement per row; a failed statement loses every claim renewed with it.
+      // Pull renewal is one fenced statement per row; a failed statement loses its own row's claim only.
       renew: async (claims, leaseMs) => {
-        const renewed = await Promise.all(claims.map(async (c) => ((await settings.driver.pullRenew({ ...c, leaseMs })) ? c.id : undefined)));
-        return renewed.filter((id): id is string => id !== undefined);
+        const renewed: string[] = [];
+        const failed = new Map<string, unknown>();
+        await Promise.all(
+          claims.map(async (c) => {
+            try {
+              if (await settings.driver.pullRenew({ ...c, leaseMs })) renewed.push(c.id);
+            } catch (error) {
+              failed.set(c.id, error);
+            }
+          }),
+        );
+        return { renewed, failed };
       },
+      // Counted here once; a row waiting for a slot whose claim is lost is not counted again when it leaves (#release).
       onLost: (claim, reason, error) => {
+        this.#lostAtRenewal.set(claimKey(claim), reason);
         settings.metrics?.count('claimsLost', 1, { component: 'pull' });
         settings.logger.warn('pull claim lost at renewal; its handler is aborted', { messageId: claim.id, reason, error: error === undefined ? undefined : String(error) });
       },
@@ -139,7 +154,8 @@ export class PullRun<Tx> {
         const rows = await this.#claim(batch, leaseMs);
         if (rows === undefined) continue;
         if (rows.length === 0) {
-          if (this.#active.size > 0) await this.#waitForSlot();
+          // A free slot polls on while handlers run: until `pollMs` passes or one of them ends.
+          if (this.#active.size > 0) await this.#waitForSlot(pollMs);
           else if (this.#policy.exitWhenIdle) return;
           else await sleep(pollMs, this.#stop.signal);
           continue;
@@ -175,9 +191,8 @@ export class PullRun<Tx> {
 
   #startNext(): void {
     const message = this.#queue.shift()!;
-    // Lost before its handler started: a renewal that failed (not one that changed no row) proves
-    // nothing, and a row left to its lease is charged an attempt by the next claim although no
-    // handler ran. The fenced release hands it back if it is still ours, and changes nothing if not.
+    // Lost at renewal before its handler started: no handler runs. #release counts it once and,
+    // when the renewal failed (rather than changed no row), hands the row back.
     if (this.#signals.get(claimKey(message.claim))?.aborted === true) {
       const task = this.#release(message).finally(() => this.#active.delete(task));
       this.#active.add(task);
@@ -203,6 +218,7 @@ export class PullRun<Tx> {
       )
       .finally(() => {
         this.#signals.delete(claimKey(message.claim));
+        this.#lostAtRenewal.delete(claimKey(message.claim));
         this.#active.delete(task);
       });
     this.#active.add(task);
@@ -214,10 +230,11 @@ export class PullRun<Tx> {
     if (key === 'completed' || key === 'retried' || key === 'dead') this.#s.metrics?.count('pullMessages', 1, { status: key });
   }
 
-  /** Waits until a handler finishes, a stop is requested, or the policy's end arrives. */
-  async #waitForSlot(): Promise<void> {
+  /** Waits until a handler finishes, a stop is requested, the policy's end arrives, or `maxMs` passes. */
+  async #waitForSlot(maxMs?: number): Promise<void> {
     const wake = new AbortController();
     const waits: Array<Promise<unknown>> = [...this.#active, this.#stopped];
+    if (maxMs !== undefined) waits.push(sleep(maxMs, wake.signal));
     const untilEnd = this.#policy.msUntilEnd();
     if (untilEnd !== undefined) waits.push(sleep(untilEnd + 1, wake.signal));
     await Promise.race(waits);
@@ -232,15 +249,31 @@ export class PullRun<Tx> {
 
   /** A claimed row no handler started back to `pending`, fenced (a lost claim changes nothing). */
   async #release(message: PullMessage): Promise<void> {
+    const key = claimKey(message.claim);
+    const lost = this.#lostAtRenewal.get(key);
     this.#keeper.release(message.claim);
-    this.#signals.delete(claimKey(message.claim));
+    this.#signals.delete(key);
+    this.#lostAtRenewal.delete(key);
     try {
-      const outcome = await this.#s.client.release(message.claim);
-      if (outcome.ok) {
-        this.summary.released += 1;
-        this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
-      } else this.summary.claimsLost += 1;
+      if (lost === undefined) {
+        const outcome = await this.#s.client.release(message.claim);
+        if (outcome.ok) {
+          this.summary.released += 1;
+          this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
+        } else this.summary.claimsLost += 1;
+        return;
+      }
+      // Lost at renewal, and counted there in the metric: one lost claim, whatever follows.
+      this.summary.claimsLost += 1;
+      // A renewal that changed no row proved the row is another claim's: nothing to hand back.
+      if (lost === 'fenced') return;
+      // A renewal that failed proves nothing, and a row left to its lease is charged an attempt by
+      // the next claim although no handler ran. The fenced release hands it back if it is still
+      // ours and changes nothing if not; sent through the driver, it is not counted again.
+      await this.#s.driver.pullRelease(message.claim);
     } catch (error) {
+      // A release that waited on the row's lock until the lease ended changed nothing.
+      if (lost !== undefined && error instanceof FencedLockTimeoutError) return;
       this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });
     }
   }

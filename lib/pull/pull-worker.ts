@@ -28,7 +28,7 @@
 import type pg from 'pg';
 import { leaseMsFor } from '../claims/lease.ts';
 import { parseConfig } from '../config/load-config.ts';
-import type { QueueBoxConfig } from '../config/schema.ts';
+import { pullSchema, type QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
 import { PostgresDriver } from '../db/postgres/postgres-driver.ts';
 import { UsageError } from '../errors.ts';
@@ -36,6 +36,7 @@ import { createLogger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
 import { answerWaitMs, createDeadline, type Deadline, type RemainingTime } from '../runtime/deadline.ts';
+import { MAX_TIMER_MS } from '../runtime/timer-limit.ts';
 import type { PullHandler, PullLogger, PullRetryPolicy } from './handle-pull-message.ts';
 import { createPullClient } from './pull-client.ts';
 import { PullRun, type PullRunPolicy, type PullRunSettings, type PullRunSummary } from './pull-run.ts';
@@ -98,9 +99,55 @@ export interface PullWorker {
   stop(options?: { timeoutMs?: number }): Promise<PullRunSummary | undefined>;
 }
 
-function positive(name: string, value: number, min = 1): number {
-  if (!Number.isFinite(value) || value < min) throw new UsageError(`pull worker ${name} must be at least ${min}, got ${value}`);
+type PullValues = Pick<PullRunSettings<unknown>, 'batch' | 'leaseMs' | 'concurrency' | 'pollMs' | 'retry'>;
+
+/**
+ * The options that stand for `pull` keys of the config (`batch` for `pull.batchSize`, `retry.*` for
+ * `pull.retry.*`, the others by their name), each one given or else the config's value, checked
+ * by the config schema's own rules (so an option is refused where its key would be), and the
+ * durations that reach a timer or a lock timeout (`leaseMs`, `pollMs`, the retry delays) also at
+ * most `MAX_TIMER_MS`. An error names the option, or the config key the value came from.
+ */
+function resolvePullValues(options: Pick<PullWorkerOptions<unknown>, 'batch' | 'leaseMs' | 'concurrency' | 'pollMs' | 'retry'>, defaults: QueueBoxConfig['pull']): PullValues {
+  const retry = withoutUndefined(options.retry);
+  const values = {
+    batchSize: options.batch ?? defaults.batchSize,
+    leaseMs: options.leaseMs ?? defaults.leaseMs,
+    concurrency: options.concurrency ?? defaults.concurrency,
+    pollMs: options.pollMs ?? defaults.pollMs,
+    retry: { ...defaults.retry, ...retry },
+  };
+  const nameOf = (path: readonly PropertyKey[]): string => {
+    const key = path.map(String).join('.');
+    const option = key === 'batchSize' ? 'batch' : key;
+    const top = { ...options, batchSize: options.batch } as Record<PropertyKey, unknown>;
+    const fromOption = path.length === 2 ? (retry as Record<PropertyKey, unknown>)[path[1]!] !== undefined : top[path[0]!] !== undefined;
+    return fromOption ? option : `${option} (config pull.${key})`;
+  };
+  const result = pullSchema.safeParse(values);
+  if (!result.success) {
+    const issue = result.error.issues[0]!;
+    if (issue.code === 'unrecognized_keys') throw new UsageError(`pull worker ${nameOf([...issue.path, issue.keys[0] ?? ''])} is not a pull setting`);
+    const value = issue.path.reduce<unknown>((node, key) => (node as Record<PropertyKey, unknown>)[key], values);
+    throw new UsageError(`pull worker ${nameOf(issue.path)}: ${issue.message}, got ${String(value)}`);
+  }
+  for (const path of [['leaseMs'], ['pollMs'], ['retry', 'baseDelayMs'], ['retry', 'maxDelayMs']] as const) {
+    const value = path.length === 1 ? values[path[0]] : values.retry[path[1]];
+    timerMs(nameOf(path), value);
+  }
+  return { batch: values.batchSize, leaseMs: values.leaseMs, concurrency: values.concurrency, pollMs: values.pollMs, retry: values.retry };
+}
+
+/** A duration that reaches a timer (or a lock timeout): at least 0, at most `MAX_TIMER_MS`. */
+function timerMs(name: string, value: number): number {
+  if (!Number.isFinite(value) || value < 0) throw new UsageError(`pull worker ${name} must be at least 0, got ${value}`);
+  if (value > MAX_TIMER_MS) throw new UsageError(`pull worker ${name} must be at most ${MAX_TIMER_MS} ms (about 24.8 days: the longest delay a timer or a lock timeout takes), got ${value}`);
   return value;
+}
+
+/** An options object without the entries set to `undefined` (those take the config's value). */
+function withoutUndefined<T extends object>(options: T | undefined): Partial<T> {
+  return Object.fromEntries(Object.entries(options ?? {}).filter(([, value]) => value !== undefined)) as Partial<T>;
 }
 
 /** Resolves the worker's settings from the options and `config.pull`; validates them. */
@@ -117,11 +164,7 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
   }
   if (!options.source) throw new UsageError('a pull worker needs `source`');
   checkSource(config, options.source);
-  const retry = { ...defaults.retry, ...options.retry };
-  positive('retry.maxAttempts', retry.maxAttempts);
-  positive('retry.baseDelayMs', retry.baseDelayMs);
-  positive('retry.maxDelayMs', retry.maxDelayMs);
-  if (!(retry.jitter >= 0 && retry.jitter <= 1)) throw new UsageError(`pull worker retry.jitter must be within 0..1, got ${retry.jitter}`);
+  const pull = resolvePullValues(options, defaults);
   const ownMetrics = options.metrics === undefined;
   const metrics = ownMetrics
     ? new QueueBoxMetrics({ namespace: config.observability.namespace, serviceName: config.observability.serviceName })
@@ -132,13 +175,9 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
     source: options.source,
     handler: options.handler,
     transactions: options.transactions ?? (defaultTransactionRunner(driver) as unknown as TransactionRunner<Tx>),
-    retry,
-    leaseMs: positive('leaseMs', options.leaseMs ?? defaults.leaseMs, 1000),
-    batch: positive('batch', options.batch ?? defaults.batchSize),
-    concurrency: positive('concurrency', options.concurrency ?? defaults.concurrency),
-    pollMs: positive('pollMs', options.pollMs ?? defaults.pollMs, 0),
+    ...pull,
     deadlineMarginMs: config.lambda.deadlineMarginMs,
-    shutdownTimeoutMs: positive('shutdownTimeoutMs', options.shutdownTimeoutMs ?? PULL_SHUTDOWN_TIMEOUT_MS, 0),
+    shutdownTimeoutMs: timerMs('shutdownTimeoutMs', options.shutdownTimeoutMs ?? PULL_SHUTDOWN_TIMEOUT_MS),
     metrics,
     ownMetrics,
     logger: options.logger ?? powertoolsPullLogger(config),
@@ -230,7 +269,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
     async stop({ timeoutMs } = {}) {
       const state = current;
       if (!state) return undefined;
-      if (timeoutMs !== undefined) state.shutdownTimeoutMs = positive('stop timeoutMs', timeoutMs, 0);
+      if (timeoutMs !== undefined) state.shutdownTimeoutMs = timerMs('stop timeoutMs', timeoutMs);
       state.run.requestStop();
       return state.done;
     },
