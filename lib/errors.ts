@@ -37,6 +37,23 @@ export class ValidationError extends QueueBoxError {
   }
 }
 
+/**
+ * The database refused the JSON of an inbox message as invalid or out of range (PostgreSQL:
+ * SQLSTATE 22P02, 22003 or 22P05 on the insert; SQL Server: the insert's one-JSON-value check,
+ * error 51003); nothing was stored. `code` is the SQLSTATE or error number. The receivers treat
+ * it as an invalid body.
+ */
+export class PayloadRejectedError extends QueueBoxError {
+  override readonly name = 'PayloadRejectedError';
+  constructor(
+    message: string,
+    readonly code: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
 /** The database schema lacks what this version needs; `statements` are the exact DDL to run. */
 export class SchemaMismatchError extends QueueBoxError {
   override readonly name = 'SchemaMismatchError';

@@ -4,6 +4,7 @@
  * JSONPath, each checked against the column it goes to.
  */
 import type { SourceConfig } from '../config/schema.ts';
+import { columnLength, lengthUnit, type ColumnDialect } from '../db/column-length.ts';
 import { InboxRejectionError } from './inbox-rejection.ts';
 import { jsonPathText } from './json-path-value.ts';
 
@@ -38,35 +39,10 @@ export interface ExternalValues {
 
 const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-/** Length in characters as PostgreSQL counts them: Unicode code points, so an emoji is one. */
-export function codePointLength(value: string): number {
-  let n = 0;
-  for (const _ of value) n++;
-  return n;
-}
-
-/** The database a receiver stores into: the unit its text columns count differs. */
-export type ColumnDialect = 'postgres' | 'sqlserver';
-
-/**
- * Length of `value` as the dialect's columns count it: PostgreSQL's `varchar(n)` counts code points
- * (an emoji is one); SQL Server's `NVARCHAR(n)` counts UTF-16 code units (an emoji outside the
- * Basic Multilingual Plane is two, a surrogate pair), so a key of 200 emoji fits PostgreSQL's 255
- * and not SQL Server's.
- */
-export function columnLength(value: string, dialect: ColumnDialect): number {
-  return dialect === 'sqlserver' ? value.length : codePointLength(value);
-}
-
-/** The limit's unit in a rejection message. */
-function unitOf(dialect: ColumnDialect): string {
-  return dialect === 'sqlserver' ? 'UTF-16 code units (SQL Server; a character outside the Basic Multilingual Plane, such as an emoji, counts 2)' : 'characters';
-}
-
 function checkLength(value: string | undefined, max: number, what: string, dialect: ColumnDialect): string | null {
   if (value === undefined) return null;
   const length = columnLength(value, dialect);
-  if (length > max) throw new InboxRejectionError('invalid_field', `${what} must be at most ${max} ${unitOf(dialect)} (got ${length})`);
+  if (length > max) throw new InboxRejectionError('invalid_field', `${what} must be at most ${max} ${lengthUnit(dialect)} (got ${length})`);
   if (UNSTORABLE.test(value)) throw new InboxRejectionError('invalid_field', `${what} contains a NUL character or a lone UTF-16 surrogate, which the database cannot store`);
   return value;
 }

@@ -4,8 +4,8 @@
  *
  * Checks, in the order of spec §5: route (404/405), body cap (413), auth (401), JSON (400: not
  * UTF-8, not a JSON object, too deep, too many keys, text PostgreSQL cannot store), idempotency
- * key (400), event type / aggregate id / correlation id / delay and their lengths (400), then
- * store. New → 202 `{"messageId"}`, duplicate → 200 `{"status":"duplicate","messageId"}`. A
+ * key (400), event type / aggregate id / correlation id / delay and their lengths, and for a push
+ * source the length of the topic and outbox key the relay will write (400), then store. New → 202 `{"messageId"}`, duplicate → 200 `{"status":"duplicate","messageId"}`. A
  * database that cannot be reached → 503 with `Retry-After`. Every error body is
  * `{"error": "<reason>"}`; a refused request stores nothing. The payload is stored as the text
  * sent, so no digit of a large number is lost. The sender's trace headers (`traceparent`,
@@ -20,7 +20,7 @@
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
-import { TransientDatabaseError } from '../errors.ts';
+import { PayloadRejectedError, TransientDatabaseError } from '../errors.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
@@ -28,6 +28,7 @@ import { extractMessageFields, type ExternalValues } from './extract-fields.ts';
 import { httpRequestOf, type ApiGatewayEvent, type HttpRequest } from './http-request.ts';
 import { InboxRejectionError } from './inbox-rejection.ts';
 import { parseJsonBody } from './parse-json-body.ts';
+import { checkRelayable } from './relay-fit.ts';
 import { idempotencyChoice, idempotencyKeyOf, type IdempotencyChoice } from './idempotency-choice.ts';
 import { createAuthenticator, type Authenticator } from './source-auth.ts';
 import { staticSecrets, type SecretLookup } from '../runtime/source-secrets.ts';
@@ -106,10 +107,13 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     const body = parseJsonBody(request.body);
     const idempotencyKey = idempotencyKeyOf(source.idempotency, request.headers, body.value, request.body, `inbox.sources.${source.name}.idempotencyKeyPath`);
     const fields = extractMessageFields(source.name, withPresetPaths(source.config), body.value, externalValues(source.config, request, idempotencyKey), driver.dialect);
+    checkRelayable(source.name, source.config, config.inbox, fields, driver.dialect);
     let result;
     try {
       result = await driver.inboxInsert({ source: source.name, consumption: source.config.consumption, payload: body.value, payloadText: body.text, headers: {}, ...fields, trace: inboundTrace(request) });
     } catch (error) {
+      // The database refused the body's JSON although the checks above passed it: an invalid body.
+      if (error instanceof PayloadRejectedError) throw new InboxRejectionError('invalid_json', `body is not valid JSON: ${error.message}`);
       logger.error('inbox store failed', { source: source.name, error: error as Error });
       if (error instanceof TransientDatabaseError) return unavailable();
       return json(500, { error: 'the message could not be stored' });

@@ -9,7 +9,7 @@ import type { HeaderLookup } from './source-auth.ts';
 /** What the receiver needs of a request, whichever format carried it. */
 export interface HttpRequest {
   method: string;
-  /** Path without the stage prefix of a named stage. */
+  /** Path without the stage prefix of a named stage (payload 2.0 `rawPath`; payload 1.0 `path` has none). */
   path: string;
   headers: HeaderLookup;
   /** The body as bytes (base64 decoded when the event says so). */
@@ -25,18 +25,20 @@ export function httpRequestOf(event: unknown): HttpRequest {
   const e = event as Partial<APIGatewayProxyEventV2> & Partial<APIGatewayProxyEvent>;
   const v2 = e.requestContext !== undefined && 'http' in e.requestContext ? (e as APIGatewayProxyEventV2) : undefined;
   const method = v2?.requestContext.http.method ?? e.httpMethod;
-  const rawPath = v2 ? (v2.rawPath ?? v2.requestContext.http.path) : e.path;
-  if (typeof method !== 'string' || typeof rawPath !== 'string') throw new InboxRejectionError('unknown_source', 'not an API Gateway request');
+  // Payload 2.0's `rawPath` starts with `/<stage>` on a named stage; payload 1.0's `path` is the
+  // resource path and never holds the stage (that is in `requestContext.path`), so it is taken as is.
+  const path = v2 ? withoutStage(v2.rawPath ?? v2.requestContext.http.path, v2.requestContext.stage) : e.path;
+  if (typeof method !== 'string' || typeof path !== 'string') throw new InboxRejectionError('unknown_source', 'not an API Gateway request');
   return {
     method: method.toUpperCase(),
-    path: withoutStage(rawPath, e.requestContext?.stage),
+    path,
     headers: headerLookup(e.headers ?? undefined),
     body: Buffer.from(typeof e.body === 'string' ? e.body : '', e.isBase64Encoded === true ? 'base64' : 'utf8'),
   };
 }
 
-function withoutStage(path: string, stage: string | undefined): string {
-  if (stage && stage !== '$default' && path.startsWith(`/${stage}/`)) return path.slice(stage.length + 1);
+function withoutStage(path: unknown, stage: string | undefined): unknown {
+  if (typeof path === 'string' && stage && stage !== '$default' && path.startsWith(`/${stage}/`)) return path.slice(stage.length + 1);
   return path;
 }
 

@@ -1,13 +1,17 @@
 /**
- * The body rule both receivers share: a message body is a UTF-8 JSON object that PostgreSQL's
- * `jsonb` can store, small enough in depth and keys for any JSONPath, kept as the text sent.
+ * The body rule both receivers share: a message body is a UTF-8 JSON object (RFC 8259) that
+ * PostgreSQL's `jsonb` can store, small enough in depth and keys for any JSONPath, kept as the
+ * text sent. The rule is the same on SQL Server, so a body either database accepts fits both.
  *
  * One pass over the text runs *before* `JSON.parse` and before any JSONPath, and refuses:
  * nesting deeper than `MAX_JSON_DEPTH`, more than `MAX_JSON_KEYS` object keys, a `\u0000` escape
- * (jsonb cannot hold NUL), a lone UTF-16 surrogate (escaped or raw), and a number beyond
- * jsonb's range. The text `\\u0000` (an escaped backslash) holds no NUL and passes. Numbers a
- * JavaScript `number` would change (beyond 2^53, `1.0`, `1e3`) are parsed as `JsonNumberText`, so
- * an id extracted from them is the sender's digits; the stored payload is the text itself.
+ * (jsonb cannot hold NUL), a lone UTF-16 surrogate (escaped or raw), a number token that is not a
+ * JSON number (`007`, `1.`, `-`) or stands where no value may (`{12:1}`), and a number
+ * beyond PostgreSQL's `numeric` (an exponent beyond ±1000, more than 131,072 digits before the
+ * decimal point or more than 16,383 after it). The text `\\u0000` (an escaped backslash) holds no
+ * NUL and passes. Numbers a JavaScript `number` would change (beyond 2^53, `1.0`, `1e3`) are
+ * parsed as `JsonNumberText`, so an id extracted from them is the sender's digits; the stored
+ * payload is the text itself.
  */
 import { randomUUID } from 'node:crypto';
 import { InboxRejectionError } from './inbox-rejection.ts';
@@ -17,8 +21,12 @@ import { JsonNumberText } from './json-number-text.ts';
 export const MAX_JSON_DEPTH = 64;
 /** Most object keys (all levels together) a body may have. */
 export const MAX_JSON_KEYS = 20_000;
-/** Largest decimal exponent of a number (jsonb's numeric holds far more; this keeps it cheap). */
-const MAX_EXPONENT = 1000;
+/** Largest decimal exponent of a number (PostgreSQL's `numeric` input refuses a larger one). */
+export const MAX_NUMBER_EXPONENT = 1000;
+/** Most digits before the decimal point PostgreSQL's `numeric` holds (after the exponent is applied). */
+export const MAX_NUMBER_INTEGER_DIGITS = 131_072;
+/** Most digits after the decimal point PostgreSQL's `numeric` holds (after the exponent is applied). */
+export const MAX_NUMBER_FRACTION_DIGITS = 16_383;
 
 /** A parsed body: the text to store and the value to extract fields from. */
 export interface JsonBody {
@@ -28,7 +36,10 @@ export interface JsonBody {
   value: Record<string, unknown>;
 }
 
-const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+/** The characters a number token is made of: the whole run is one token, checked against the grammar. */
+const NUMBER_RUN = /[-+.\deE]+/y;
+/** RFC 8259's number: no leading zeros, digits on both sides of the point, an optional exponent. */
+const JSON_NUMBER = /^-?(0|[1-9]\d*)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 
 function refuse(message: string): never {
   throw new InboxRejectionError('invalid_json', message);
@@ -53,39 +64,86 @@ export function parseJsonBody(raw: Buffer | string): JsonBody {
   return { text, value: value as Record<string, unknown> };
 }
 
-/** Checks the limits and storable text; returns the [start, end) of number tokens JavaScript would change. */
+/**
+ * Checks the limits, the number tokens and storable text; returns the [start, end) of number
+ * tokens JavaScript would change. Other syntax errors are left to `JSON.parse`, which reports them.
+ */
 function scan(text: string): Array<[number, number]> {
   const numbers: Array<[number, number]> = [];
-  let depth = 0;
+  /** The open objects (`{`) and arrays (`[`), innermost last. */
+  const open: number[] = [];
+  /** Whether the next token may be a value: at the start, after `:`, after `[`, after `,` in an array. */
+  let valueNext = true;
   let keys = 0;
   let i = 0;
   while (i < text.length) {
     const c = text.charCodeAt(i);
+    if (c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d) {
+      i++;
+      continue;
+    }
+    if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+      NUMBER_RUN.lastIndex = i;
+      const token = NUMBER_RUN.exec(text)![0];
+      if (!valueNext) refuse(`body is not valid JSON: number ${excerpt(token)} at position ${i} is not where a value may stand (object keys are strings)`);
+      checkNumber(token, i);
+      if (String(Number(token)) !== token) numbers.push([i, i + token.length]);
+      i += token.length;
+      valueNext = false;
+      continue;
+    }
     if (c === 0x22) {
       i = scanString(text, i + 1);
     } else if (c === 0x7b || c === 0x5b) {
-      if (++depth > MAX_JSON_DEPTH) refuse(`body nests deeper than ${MAX_JSON_DEPTH} levels`);
+      if (open.length >= MAX_JSON_DEPTH) refuse(`body nests deeper than ${MAX_JSON_DEPTH} levels`);
+      open.push(c);
       i++;
+      valueNext = c === 0x5b;
+      continue;
     } else if (c === 0x7d || c === 0x5d) {
-      depth--;
+      open.pop();
       i++;
     } else if (c === 0x3a) {
       if (++keys > MAX_JSON_KEYS) refuse(`body has more than ${MAX_JSON_KEYS} keys`);
       i++;
-    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
-      NUMBER.lastIndex = i;
-      const match = NUMBER.exec(text);
-      if (match === null) return numbers; // not a number: JSON.parse reports the syntax error
-      const token = match[0];
-      const exponent = /[eE]([+-]?\d+)$/.exec(token);
-      if (exponent !== null && Math.abs(Number(exponent[1])) > MAX_EXPONENT) refuse(`number ${token.slice(0, 40)} is out of range`);
-      if (String(Number(token)) !== token) numbers.push([i, i + token.length]);
-      i += token.length;
+      valueNext = true;
+      continue;
+    } else if (c === 0x2c) {
+      i++;
+      valueNext = open.at(-1) === 0x5b;
+      continue;
     } else {
       i++;
     }
+    valueNext = false;
   }
   return numbers;
+}
+
+/** Refuses a number token that is not a JSON number, or that PostgreSQL's `numeric` cannot hold. */
+function checkNumber(token: string, at: number): void {
+  const match = JSON_NUMBER.exec(token);
+  if (match === null) refuse(`body is not valid JSON: ${excerpt(token)} at position ${at} is not a JSON number`);
+  const [, integer = '', fraction = '', exponentText] = match;
+  const exponent = exponentText === undefined ? 0 : Number(exponentText);
+  if (Math.abs(exponent) > MAX_NUMBER_EXPONENT) refuse(`number ${excerpt(token)} is out of range: its exponent is beyond ±${MAX_NUMBER_EXPONENT}`);
+  // As PostgreSQL's numeric counts them once the exponent moves the point: digits after it
+  // (trailing zeros included), and digits before it from the first non-zero one.
+  const fractionDigits = Math.max(0, fraction.length - exponent);
+  if (fractionDigits > MAX_NUMBER_FRACTION_DIGITS) {
+    refuse(`number ${excerpt(token)} is out of range: ${fractionDigits} digits after the decimal point, PostgreSQL stores at most ${MAX_NUMBER_FRACTION_DIGITS}`);
+  }
+  const digits = integer + fraction;
+  const leadingZeros = /^0*/.exec(digits)![0].length;
+  const integerDigits = leadingZeros === digits.length ? 0 : Math.max(0, integer.length + exponent - leadingZeros);
+  if (integerDigits > MAX_NUMBER_INTEGER_DIGITS) {
+    refuse(`number ${excerpt(token)} is out of range: ${integerDigits} digits before the decimal point, PostgreSQL stores at most ${MAX_NUMBER_INTEGER_DIGITS}`);
+  }
+}
+
+/** The start of a long token, for a message. */
+function excerpt(token: string): string {
+  return token.length <= 40 ? token : `${token.slice(0, 40)}… (${token.length} characters)`;
 }
 
 /** Scans a string body from `i` (after the quote) to after the closing quote; refuses NUL and lone surrogates. */

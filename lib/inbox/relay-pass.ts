@@ -29,6 +29,7 @@ import { otherRelayOutboxKey, relayOutboxKey, type RelayOutboxKeyMode } from './
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
+import type { ColumnDialect } from '../db/column-length.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
@@ -77,12 +78,14 @@ const RELAY_HEADERS = ['x-inbox-id', 'x-source', 'x-idempotency-key', 'x-correla
 
 /**
  * The outbox message of a row, or why it has none (class `TopicTemplate`: the topic does not
- * render; `ValidationError`: the outbox refuses the message); `template` is already chosen for the source.
+ * render; `ValidationError`: the outbox refuses the message); `template` is already chosen for the
+ * source; lengths count as `dialect`'s columns do.
  */
 export function relayMessage(
   row: InboxRow,
   template: string,
   keyMode: RelayOutboxKeyMode = 'source-and-aggregate',
+  dialect: ColumnDialect = 'postgres',
 ): { message: OutboxMessageInput } | { error: string; errorClass: string } {
   const rendered = renderTopic(template, { source: row.source, eventType: row.eventType });
   if ('error' in rendered) return { error: rendered.error, errorClass: 'TopicTemplate' };
@@ -97,7 +100,7 @@ export function relayMessage(
   try {
     // The object is validated; the stored text is what the outbox row gets, so no digit is lost,
     // and the sender's trace context goes with it.
-    const message = validateOutboxMessage({ topic: rendered.topic, key: relayOutboxKey(row.source, row.aggregateId, keyMode), payload: row.payload, headers });
+    const message = validateOutboxMessage({ topic: rendered.topic, key: relayOutboxKey(row.source, row.aggregateId, keyMode), payload: row.payload, headers }, dialect);
     return { message: { ...message, payloadText: row.payloadText, trace: row.trace ?? null } };
   } catch (error) {
     if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}`, errorClass: error.name };
@@ -310,7 +313,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     const forward: ForwardItem[] = [];
     for (const row of rows) {
       const template = config.inbox.sources[row.source]?.topicTemplate ?? config.inbox.topicTemplate;
-      const built = relayMessage(row, template, relay.outboxKey);
+      const built = relayMessage(row, template, relay.outboxKey, driver.dialect);
       if ('error' in built) dead.push({ claim: claimOf(row), reason: built.error, row, errorClass: built.errorClass });
       else forward.push({ row, message: built.message });
     }

@@ -4,9 +4,11 @@
  * Source: the sqs source whose `queueName` (default: its name) equals the queue name at the end
  * of the record's `eventSourceARN`. Key: the `x-idempotency-key` message attribute, else the
  * source's JSONPath, else the SQS `MessageId`. A record that cannot be accepted (body not a JSON
- * object, nested too deep, too many keys, text PostgreSQL cannot store, a field too long…) is
- * stored `dead` with the reason in the same statement — it is stored, so SQS does not redeliver
- * it, and the rest of the batch is unaffected. A valid body is stored as the text sent. A record whose store fails is reported in
+ * object, nested too deep, too many keys, text or a number PostgreSQL cannot store, a field too
+ * long, a topic or outbox key the relay could not write…) is stored `dead` with the reason in the
+ * same statement — it is stored, so SQS does not redeliver it, and the rest of the batch is
+ * unaffected; so is a body the database itself refuses as JSON (`PayloadRejectedError`). A valid
+ * body is stored as the text sent. A record whose store fails otherwise is reported in
  * `batchItemFailures`; on a FIFO queue every later record of the batch is reported too, so SQS
  * keeps each message group's order. The record's trace context (`AWSTraceHeader`, a `traceparent`
  * message attribute) is stored with the row when valid and ignored otherwise.
@@ -17,9 +19,12 @@ import type { Driver, InboxMessageInput } from '../db/driver.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
-import { columnLength, extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH, type ColumnDialect } from './extract-fields.ts';
+import { columnLength, type ColumnDialect } from '../db/column-length.ts';
+import { extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH } from './extract-fields.ts';
 import { parseJsonBody, storableText } from './parse-json-body.ts';
 import { InboxRejectionError, type RejectionReason } from './inbox-rejection.ts';
+import { checkRelayable } from './relay-fit.ts';
+import { PayloadRejectedError } from '../errors.ts';
 
 export interface SqsReceiverOptions {
   config: QueueBoxConfig;
@@ -73,8 +78,17 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
         continue;
       }
       try {
-        const { message, rejection } = toMessage(source.name, source.config, record, driver.dialect);
-        const result = await driver.inboxInsert(message);
+        let { message, rejection } = toMessage(source.name, source.config, config.inbox, record, driver.dialect);
+        let result;
+        try {
+          result = await driver.inboxInsert(message);
+        } catch (error) {
+          // The database refused the body's JSON although the checks passed it: stored dead like any invalid body.
+          if (!(error instanceof PayloadRejectedError) || message.deadReason !== undefined) throw error;
+          message = deadMessage(baseOf(source.name, source.config, record), record, `body is not valid JSON: ${error.message}`, driver.dialect);
+          rejection = 'invalid_json';
+          result = await driver.inboxInsert(message);
+        }
         if (rejection !== undefined && !result.duplicate) {
           metrics.count('inboxRejections', 1, { reason: rejection });
           logger.warn('sqs message stored dead at receipt', { source: source.name, id: result.id, reason: message.deadReason });
@@ -92,8 +106,8 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
 }
 
 /** The row to store for a record: a pending message, or a `dead` one with the rejection reason. */
-function toMessage(name: string, source: SourceConfig, record: SQSRecord, dialect: ColumnDialect): { message: InboxMessageInput; rejection?: RejectionReason } {
-  const base = { source: name, consumption: source.consumption, headers: {}, trace: inboundTrace(record) };
+function toMessage(name: string, source: SourceConfig, inbox: QueueBoxConfig['inbox'], record: SQSRecord, dialect: ColumnDialect): { message: InboxMessageInput; rejection?: RejectionReason } {
+  const base = baseOf(name, source, record);
   try {
     const body = parseJsonBody(record.body);
     const fields = extractMessageFields(name, source, body.value, {
@@ -101,11 +115,17 @@ function toMessage(name: string, source: SourceConfig, record: SQSRecord, dialec
       correlationId: attribute(record, 'x-correlation-id'),
       fallbackIdempotencyKey: record.messageId,
     }, dialect);
+    checkRelayable(name, source, inbox, fields, dialect);
     return { message: { ...base, payload: body.value, payloadText: body.text, ...fields } };
   } catch (error) {
     if (!(error instanceof InboxRejectionError)) throw error;
     return { message: deadMessage(base, record, error.message, dialect), rejection: error.reason };
   }
+}
+
+/** What every row of a record has: source, consumption, no headers, the record's trace context. */
+function baseOf(name: string, source: SourceConfig, record: SQSRecord): Pick<InboxMessageInput, 'source' | 'consumption' | 'headers' | 'trace'> {
+  return { source: name, consumption: source.consumption, headers: {}, trace: inboundTrace(record) };
 }
 
 /** A rejected record as a `dead` row: the raw body as a JSON string, keyed so a redelivery deduplicates. */

@@ -60,7 +60,9 @@ async function enqueueThrough(tx: CallerExecutor, m: OutboxMessageInput, where: 
  * block (no `BEGIN`: the row would commit on its own); nothing is written then.
  */
 export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput, options: EnqueueOptions = {}): Promise<string> {
-  const validated = validateOutboxMessage(message);
+  // Lengths count as the columns of the database the row goes to (SQL Server: UTF-16 code units).
+  const dialect = (isCallerExecutor(tx) ? tx.dialect === 'sqlserver' : isMssqlTransaction(tx)) ? 'sqlserver' : 'postgres';
+  const validated = validateOutboxMessage(message, dialect);
   const table = options.table ?? 'outbox';
   if (!IDENTIFIER_PATTERN.test(table)) throw new ValidationError('options.table', 'must be a lower-case SQL identifier');
   if (options.schema !== undefined && !IDENTIFIER_PATTERN.test(options.schema)) throw new ValidationError('options.schema', 'must be a lower-case SQL identifier');

@@ -1,9 +1,16 @@
 /**
  * Validation of an outbox message before it is written: the same rules for `enqueue` and for the
- * inbox relay. Errors name the field (`ValidationError.field`).
+ * inbox relay. Errors name the field (`ValidationError.field`). `topic` and `key` are counted as
+ * the database's columns count them (`columnLength`): code points on PostgreSQL (`varchar(255)`:
+ * an emoji is one), UTF-16 code units on SQL Server (`NVARCHAR(255)`: an emoji is two).
  */
+import { columnLength, lengthUnit, type ColumnDialect } from '../db/column-length.ts';
 import type { OutboxMessageInput } from '../db/driver.ts';
 import { ValidationError } from '../errors.ts';
+
+/** Longest `topic` and `key` (the outbox's 255-character columns), in the unit each dialect counts. */
+export const MAX_TOPIC_LENGTH = 255;
+export const MAX_OUTBOX_KEY_LENGTH = 255;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -26,8 +33,14 @@ function assertJson(field: string, value: unknown): void {
   if (text.includes('\\u0000')) throw new ValidationError(field, 'must not contain NUL characters (PostgreSQL jsonb cannot store them)');
 }
 
-/** Validates and normalizes a message; returns a copy safe to insert. */
-export function validateOutboxMessage(message: unknown): OutboxMessageInput {
+/** Throws naming `field` when `value` is longer than `max` as `dialect`'s columns count it. */
+function checkColumnLength(field: string, value: string, max: number, dialect: ColumnDialect): void {
+  const length = columnLength(value, dialect);
+  if (length > max) throw new ValidationError(field, `must be at most ${max} ${lengthUnit(dialect)} (got ${length})`);
+}
+
+/** Validates and normalizes a message for `dialect`'s tables (default PostgreSQL); returns a copy safe to insert. */
+export function validateOutboxMessage(message: unknown, dialect: ColumnDialect = 'postgres'): OutboxMessageInput {
   if (!isJsonObject(message)) throw new ValidationError('message', 'must be an object');
   const m = message as Partial<OutboxMessageInput> & Record<string, unknown>;
   const allowed = new Set(['topic', 'payload', 'key', 'headers', 'scheduledAt', 'delayMs', 'maxAttempts', 'id']);
@@ -35,12 +48,12 @@ export function validateOutboxMessage(message: unknown): OutboxMessageInput {
     if (!allowed.has(field)) throw new ValidationError(`message.${field}`, 'is not a known field');
   }
   if (typeof m.topic !== 'string' || m.topic.trim() === '') throw new ValidationError('message.topic', 'is required and must be a non-empty string');
-  if (m.topic.length > 255) throw new ValidationError('message.topic', `must be at most 255 characters (got ${m.topic.length})`);
+  checkColumnLength('message.topic', m.topic, MAX_TOPIC_LENGTH, dialect);
   if (!isJsonObject(m.payload)) throw new ValidationError('message.payload', 'must be a JSON object');
   assertJson('message.payload', m.payload);
   if (m.key !== undefined && m.key !== null) {
     if (typeof m.key !== 'string' || m.key === '') throw new ValidationError('message.key', 'must be a non-empty string or null');
-    if (m.key.length > 255) throw new ValidationError('message.key', `must be at most 255 characters (got ${m.key.length})`);
+    checkColumnLength('message.key', m.key, MAX_OUTBOX_KEY_LENGTH, dialect);
   }
   if (m.headers !== undefined) {
     if (!isJsonObject(m.headers)) throw new ValidationError('message.headers', 'must be an object of string values');

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import sql from 'mssql';
 import { parseConfig } from '../../lib/config/load-config.ts';
-import { TransientDatabaseError, ValidationError } from '../../lib/errors.ts';
+import { PayloadRejectedError, TransientDatabaseError, ValidationError } from '../../lib/errors.ts';
 import type { Driver } from '../../lib/db/driver.ts';
 import { extractMessageFields } from '../../lib/inbox/extract-fields.ts';
 import { createHttpReceiver } from '../../lib/inbox/http-receiver.ts';
@@ -143,6 +143,13 @@ describe('SQL Server inbox insert', () => {
     const text = buildInboxInsert(names, { ...message, payloadText: '1' }, '00000000-0000-4000-8000-000000000000').text;
     assert.match(text, /^IF ISJSON\(CONCAT\(N'\[', @p_payload, N'\]'\)\) = 0 OR ISJSON\(CONCAT\(N'\{"v":', @p_payload, N'\}'\)\) = 0\s+THROW 51003/);
     assert.ok(text.indexOf('THROW 51003') < text.indexOf('INSERT INTO'));
+  });
+
+  it('the statement\'s one-JSON-value check (THROW 51003) reaches the caller as PayloadRejectedError, which the receivers treat as an invalid body', async () => {
+    const refused = { name: 'RequestError', number: 51003, message: 'queuebox: the inbox payload is not one JSON value' };
+    const { pool, texts } = fakePool([{ error: refused }]);
+    await assert.rejects(inboxInsert(pool, names, { ...message, payloadText: '{"n":1}' }), (e: unknown) => e instanceof PayloadRejectedError && e.code === '51003' && /not one JSON value/.test(e.message));
+    assert.equal(texts.length, 1, 'not run again');
   });
 
   it('refuses a key longer than 255 UTF-16 code units (200 emoji) before any round trip, naming the field', async () => {

@@ -8,7 +8,7 @@
  * via `unnest`. The relay only ever touches `consumption = 'push'` rows.
  */
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, InboxRow, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
-import { QueueBoxError, UsageError } from '../../errors.ts';
+import { PayloadRejectedError, QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
@@ -77,6 +77,13 @@ export async function inboxInsert(ctx: PgContext, db: PgQueryable, m: InboxMessa
   throw new QueueBoxError(`inbox insert of ${m.source}/${m.idempotencyKey} neither inserted nor found a row`);
 }
 
+/**
+ * What the insert's JSON casts raise for a text `jsonb` refuses: invalid text (22P02), a number
+ * beyond `numeric` (22003), a `\u` escape the database cannot hold (22P05). The payload is the
+ * only JSON of the insert that is not QueueBox's own serialization.
+ */
+const JSON_REFUSED = new Set(['22P02', '22003', '22P05']);
+
 async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput): Promise<InboxInsertResult | undefined> {
   const t = ctx.names.inbox;
   const dead = m.deadReason !== undefined;
@@ -107,7 +114,13 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
       m.delayMs ?? 0,
       serializeTraceContext(m.trace),
     ],
-  );
+  ).catch((error: unknown) => {
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string' && JSON_REFUSED.has(code)) {
+      throw new PayloadRejectedError(`the database refused the message's JSON: ${(error as Error).message}`, code, { cause: error });
+    }
+    throw error;
+  });
   if (insert.rows[0]) return { id: insert.rows[0].id, duplicate: insert.rows[0].duplicate };
   // The conflicting row was committed after this statement's snapshot: look again.
   const { rows } = await pgQuery<{ id: string }>(db, `SELECT id FROM ${t} WHERE source = $1 AND idempotency_key = $2`, [m.source, m.idempotencyKey]);

@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import sql from 'mssql';
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxForwardItem, InboxInsertResult, InboxMessageInput, ReclaimResult, RetryItem, StatsScope, TableStats } from '../driver.ts';
-import { UsageError, ValidationError } from '../../errors.ts';
+import { PayloadRejectedError, UsageError, ValidationError } from '../../errors.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -115,12 +115,20 @@ export function checkInboxMessage(m: InboxMessageInput): void {
 export async function inboxInsert(runner: MssqlRunner, names: MssqlNames, m: InboxMessageInput): Promise<InboxInsertResult> {
   checkInboxMessage(m);
   const statement = buildInboxInsert(names, m, randomUUID());
-  const attempt = async () => (await runStatement<{ id: string; duplicate: boolean }>(runner, statement)).recordset[0];
+  const attempt = async () => (await runStatement<{ id: string; duplicate: boolean }>(runner, statement).catch(payloadRefused)).recordset[0];
   for (let i = 0; i < INSERT_ATTEMPTS; i += 1) {
     const row = runner instanceof sql.ConnectionPool ? await retryDeadlocks(attempt) : await attempt();
     if (row) return { id: lowerUuid(row.id), duplicate: row.duplicate };
   }
   throw new UsageError(`inbox insert of ${m.source}/${m.idempotencyKey} neither inserted nor found a row after ${INSERT_ATTEMPTS} attempts`);
+}
+
+/** The insert's one-JSON-value check (`THROW 51003`) as `PayloadRejectedError`; other errors pass through. */
+function payloadRefused(error: unknown): never {
+  if ((error as { number?: unknown } | null)?.number === PAYLOAD_NOT_ONE_VALUE) {
+    throw new PayloadRejectedError(`the database refused the message's JSON: ${(error as Error).message}`, String(PAYLOAD_NOT_ONE_VALUE), { cause: error });
+  }
+  throw error;
 }
 
 export async function inboxRenewMany(runner: MssqlRunner, names: MssqlNames, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {

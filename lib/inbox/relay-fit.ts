@@ -1,0 +1,39 @@
+/**
+ * Whether the relay can forward a received push message: the topic its event type renders and
+ * the outbox key its aggregate id gives must fit the outbox's `topic` and `key` columns (255, as
+ * the dialect counts: code points on PostgreSQL, UTF-16 code units on SQL Server). The receivers
+ * check this at receipt, so a message the relay could never forward is refused (HTTP 400
+ * `invalid_field`; SQS: stored `dead` with the reason) instead of being accepted and going `dead`
+ * at the relay. Pull rows are never relayed and are not checked. A template that needs an event
+ * type the message lacks is left to the relay, which marks the row `dead` with that reason.
+ */
+import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
+import { columnLength, lengthUnit, type ColumnDialect } from '../db/column-length.ts';
+import { MAX_OUTBOX_KEY_LENGTH, MAX_TOPIC_LENGTH } from '../outbox/validate-message.ts';
+import type { MessageFields } from './extract-fields.ts';
+import { InboxRejectionError } from './inbox-rejection.ts';
+import { relayOutboxKey } from './outbox-key.ts';
+import { renderTopic } from './topic-template.ts';
+
+/** Throws `InboxRejectionError('invalid_field')` when the relay could not forward the message of `fields`. */
+export function checkRelayable(sourceName: string, source: SourceConfig, inbox: QueueBoxConfig['inbox'], fields: MessageFields, dialect: ColumnDialect): void {
+  if (source.consumption === 'pull') return;
+  const template = source.topicTemplate ?? inbox.topicTemplate;
+  const rendered = renderTopic(template, { source: sourceName, eventType: fields.eventType });
+  if ('topic' in rendered) {
+    const length = columnLength(rendered.topic, dialect);
+    if (length > MAX_TOPIC_LENGTH) {
+      throw new InboxRejectionError(
+        'invalid_field',
+        `event type is too long for its topic: "${template}" renders a topic of ${length} ${lengthUnit(dialect)}, and a topic is at most ${MAX_TOPIC_LENGTH}`,
+      );
+    }
+  }
+  const key = relayOutboxKey(sourceName, fields.aggregateId, inbox.relay.outboxKey);
+  if (key !== null) {
+    const length = columnLength(key, dialect);
+    if (length > MAX_OUTBOX_KEY_LENGTH) {
+      throw new InboxRejectionError('invalid_field', `aggregate id is too long for the outbox key: the key would be ${length} ${lengthUnit(dialect)}, and a key is at most ${MAX_OUTBOX_KEY_LENGTH}`);
+    }
+  }
+}
