@@ -12,13 +12,22 @@ export class QueueBoxError extends Error {
   }
 }
 
-/** Invalid configuration; `key` is the dotted path of the offending key (e.g. `outbox.batchSize`). */
+/** One problem of a configuration: the dotted key, what is wrong, and the environment variable(s) that set the key, if any. */
+export interface ConfigIssue {
+  key: string;
+  message: string;
+  /** The `QUEUEBOX_*` override (or other variable) that set the key, shown as `key (from VARIABLE): message`. */
+  variable?: string;
+}
+
+/**
+ * Invalid configuration; `key` is the dotted path of the offending key (e.g. `outbox.batchSize`).
+ * A key set by an environment variable is shown with it: `outbox.batchSiz (from QUEUEBOX_OUTBOX__BATCH_SIZ): unknown key`.
+ */
 export class ConfigError extends QueueBoxError {
   override readonly name = 'ConfigError';
-  constructor(
-    readonly issues: ReadonlyArray<{ key: string; message: string }>,
-  ) {
-    super(`Invalid QueueBox configuration:\n${issues.map((i) => `  - ${i.key}: ${i.message}`).join('\n')}`);
+  constructor(readonly issues: readonly ConfigIssue[]) {
+    super(`Invalid QueueBox configuration:\n${issues.map((i) => `  - ${i.key}${i.variable !== undefined ? ` (from ${i.variable})` : ''}: ${i.message}`).join('\n')}`);
   }
   /** Dotted path of the first offending key. */
   get key(): string {

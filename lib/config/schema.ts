@@ -3,11 +3,14 @@
  *
  * This is the single source of truth for configuration. `docs/configuration.md` is tested
  * against it, and `loadConfig` validates the YAML file plus `QUEUEBOX_*` overrides with it.
- * Objects are strict: an unknown key is an error that names the key.
+ * Objects are strict: an unknown key is an error that names the key, and so is a key that does not
+ * apply to an inbox source's `type` (`path` on an sqs source, `queueName` on an http source).
+ * Every duration in ms is at most `MAX_TIMER_MS`: it reaches a timer or a database timeout.
  */
 import { z } from 'zod';
 import { authSchema, envName } from './auth-schema.ts';
 import { crossCheckConfig } from './cross-check-config.ts';
+import { MAX_TIMER_MS } from '../runtime/timer-limit.ts';
 
 export { authSchema, MAX_TOLERANCE_SECONDS } from './auth-schema.ts';
 
@@ -20,6 +23,11 @@ const identifier = z
 
 const positiveInt = z.number().int().positive();
 const nonNegativeInt = z.number().int().nonnegative();
+const TIMER_LIMIT = `must be at most ${MAX_TIMER_MS} ms (about 24.8 days): the longest delay a timer or a database timeout takes`;
+/** A duration in ms (every `…Ms` key): it reaches a timer or a database timeout, so at most `MAX_TIMER_MS`. */
+const durationMs = nonNegativeInt.max(MAX_TIMER_MS, TIMER_LIMIT);
+/** A duration in ms that must be positive. */
+const positiveMs = positiveInt.max(MAX_TIMER_MS, TIMER_LIMIT);
 export const databaseSchema = z
   .strictObject({
     type: z.enum(['postgres', 'sqlserver']).default('postgres'),
@@ -32,9 +40,9 @@ export const databaseSchema = z
     /** Connections per container. Lambda: keep 1–2; behind RDS Proxy the proxy pools. */
     poolMax: positiveInt.max(50).default(2),
     /** Upper bound for any statement; a pass also bounds it by the time left in the invocation. */
-    statementTimeoutMs: positiveInt.default(30000),
+    statementTimeoutMs: positiveMs.default(30000),
     /** PostgreSQL `idle_in_transaction_session_timeout`. */
-    idleInTransactionTimeoutMs: positiveInt.default(60000),
+    idleInTransactionTimeoutMs: positiveMs.default(60000),
     /**
      * PostgreSQL: `queuebox migrate` creates a PL/pgSQL function for each outbox claim statement
      * (at `outbox.batchSize`), and claims call it: planned once per server connection instead of
@@ -53,8 +61,8 @@ export const databaseSchema = z
      */
     preparedStatements: z.boolean().default(false),
     /** SQL Server driver request timeout; must exceed the 10 s applock wait (spec §8). */
-    requestTimeoutMs: positiveInt.min(30000).default(30000),
-    connectTimeoutMs: positiveInt.default(10000),
+    requestTimeoutMs: positiveMs.min(30000).default(30000),
+    connectTimeoutMs: positiveMs.default(10000),
   })
   .prefault({});
 
@@ -131,15 +139,15 @@ export const outboxSchema = z
      */
     rowsPerKey: positiveInt.max(100).optional(),
     /** Pause after a claim that found nothing (ms); it doubles with each further empty claim, up to `maxPollIntervalMs`. */
-    pollIntervalMs: nonNegativeInt.default(100),
+    pollIntervalMs: durationMs.default(100),
     /** Longest pause between claims of an idle pass (ms); never below `pollIntervalMs`. */
-    maxPollIntervalMs: nonNegativeInt.default(1000),
-    retryBaseDelayMs: positiveInt.default(1000),
+    maxPollIntervalMs: durationMs.default(1000),
+    retryBaseDelayMs: positiveMs.default(1000),
     /** Default `max_attempts` for rows enqueued through the API: deliveries, the first included. */
     maxAttempts: positiveInt.max(1000).default(5),
     /** Lease duration; also the reclaim throttle base (reclaim runs at most every claimTimeoutMs / 5). */
-    claimTimeoutMs: positiveInt.min(1000).default(300000),
-    shutdownTimeoutMs: nonNegativeInt.default(30000),
+    claimTimeoutMs: positiveMs.min(1000).default(300000),
+    shutdownTimeoutMs: durationMs.default(30000),
     routes: z.array(routeSchema).default([]),
     scaleOut: scaleOutSchema,
   })
@@ -186,12 +194,12 @@ export const inboxSchema = z
         batchSize: positiveInt.max(1000).default(100),
         concurrency: positiveInt.max(64).default(4),
         /** Pause after a claim that found nothing (ms); it doubles with each further empty claim, up to `maxPollIntervalMs`. */
-        pollIntervalMs: nonNegativeInt.default(100),
+        pollIntervalMs: durationMs.default(100),
         /** Longest pause between claims of an idle pass (ms); never below `pollIntervalMs`. */
-        maxPollIntervalMs: nonNegativeInt.default(1000),
-        claimTimeoutMs: positiveInt.min(1000).default(300000),
-        shutdownTimeoutMs: nonNegativeInt.default(30000),
-        retryBaseDelayMs: positiveInt.default(1000),
+        maxPollIntervalMs: durationMs.default(1000),
+        claimTimeoutMs: positiveMs.min(1000).default(300000),
+        shutdownTimeoutMs: durationMs.default(30000),
+        retryBaseDelayMs: positiveMs.default(1000),
         /** Relay forwards (the first included) and `max_attempts` (deliveries) of relayed outbox rows; unset: `outbox.maxAttempts`. */
         maxAttempts: positiveInt.max(1000).optional(),
         /** Key of relayed outbox rows: `<source>:<aggregateId>` (a digest when longer than 128 characters), or the aggregate id alone. */
@@ -206,14 +214,14 @@ export const inboxSchema = z
 export const pullSchema = z
   .strictObject({
     batchSize: positiveInt.max(1000).default(10),
-    leaseMs: positiveInt.min(1000).default(30000),
+    leaseMs: positiveMs.min(1000).default(30000),
     concurrency: positiveInt.max(64).default(1),
-    pollMs: nonNegativeInt.default(1000),
+    pollMs: durationMs.default(1000),
     retry: z
       .strictObject({
         maxAttempts: positiveInt.default(5),
-        baseDelayMs: positiveInt.default(1000),
-        maxDelayMs: positiveInt.default(300000),
+        baseDelayMs: positiveMs.default(1000),
+        maxDelayMs: positiveMs.default(300000),
         jitter: z.number().min(0).max(1).default(0.2),
       })
       .prefault({}),
@@ -277,7 +285,7 @@ export const observabilitySchema = z
 export const lambdaSchema = z
   .strictObject({
     /** Time kept back from `getRemainingTimeInMillis()` for settling and returning (ms). */
-    deadlineMarginMs: nonNegativeInt.default(5000),
+    deadlineMarginMs: durationMs.default(5000),
   })
   .prefault({});
 
@@ -310,6 +318,12 @@ export const configSchema = z
       }
       if (source.type === 'sqs' && source.auth !== undefined && source.auth.type !== 'none') {
         ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'auth'], message: 'is only for http sources; SQS access is controlled by IAM' });
+      }
+      if (source.type === 'sqs' && source.path !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'path'], message: 'is only for http sources: an sqs source receives from its queue (queueName, default the source name)' });
+      }
+      if (source.type === 'http' && source.queueName !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'queueName'], message: `is only for sqs sources: an http source receives POST ${config.inbox.basePath}${source.path ?? '<path>'}` });
       }
     }
     for (const issue of crossCheckConfig(config)) ctx.addIssue({ code: 'custom', ...issue });

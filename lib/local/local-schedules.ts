@@ -65,7 +65,7 @@ export function rateMs(expression: string): number | undefined {
  */
 export function readSchedules(path = 'serverless.yml'): Map<string, Schedule> {
   const out = new Map<string, Schedule>();
-  const doc = (existsSync(path) ? (parseYaml(readFileSync(path, 'utf8')) ?? {}) : {}) as { custom?: { queuebox?: { functions?: unknown } } };
+  const doc = (existsSync(path) ? (parseYaml(readFileSync(path, 'utf8'), { merge: true }) ?? {}) : {}) as { custom?: { queuebox?: { functions?: unknown } } };
   const functions = pluginOptionsSchema.shape.functions;
   const parsed = functions.safeParse(doc.custom?.queuebox?.functions ?? {});
   for (const [name, fn] of Object.entries(parsed.success ? parsed.data : functions.parse({}))) {

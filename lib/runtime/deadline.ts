@@ -2,6 +2,8 @@
  * The invocation deadline of a scheduled pass (spec §3):
  * `deadline = context.getRemainingTimeInMillis() − margin`.
  */
+import { MAX_TIMER_MS } from './timer-limit.ts';
+
 /** What a deadline reads the time left from: a Lambda `Context`, or anything with the same method. */
 export interface RemainingTime {
   getRemainingTimeInMillis(): number;
@@ -41,11 +43,14 @@ export function answerWaitMs(deadline: Deadline): number {
   return Math.max(deadline.invocationRemainingMs(), ANSWER_GRACE_MS);
 }
 
-/** Resolves after `ms`, or early when `signal` aborts. */
+/**
+ * Resolves after `ms`, or early when `signal` aborts. A delay above `MAX_TIMER_MS` (about 24.8
+ * days), or not finite, waits `MAX_TIMER_MS`: Node would turn such a timer into 1 ms.
+ */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    if (signal?.aborted || ms <= 0) return resolve();
-    const timer = setTimeout(done, ms);
+    if (signal?.aborted || !(ms > 0)) return resolve();
+    const timer = setTimeout(done, Math.min(ms, MAX_TIMER_MS));
     function done() {
       clearTimeout(timer);
       signal?.removeEventListener('abort', done);
