@@ -243,7 +243,7 @@ See docs/operations.md.`,
     .requiredOption('--source <name>', 'the inbox source (inbox.sources.<name>)')
     .option('--body <json>', 'the message body (a JSON object)')
     .option('--body-file <path>', 'read the body from this file instead')
-    .option('--key <key>', 'idempotency key (SQS: the x-idempotency-key attribute; HTTP: X-Idempotency-Key); default: what the source takes otherwise')
+    .option('--key <key>', 'idempotency key (SQS: the x-idempotency-key attribute; HTTP: the source\'s key header, else X-Idempotency-Key); refused for an http source that keys on its signed body or sets idempotency; default: what the source takes otherwise')
     .option('--correlation-id <id>', 'correlation id (x-correlation-id)')
     .option('--json', 'print JSON')
     .addHelpText(
@@ -252,7 +252,9 @@ See docs/operations.md.`,
 An sqs source gets the record its queue's Lambda trigger would pass; an http source gets the API
 Gateway request, signed or authorised with the secret from the variable the source names. A put
 with a key already stored is a duplicate (exit 0, nothing stored); a refused or dead message
-exits 1 with the reason.`,
+exits 1 with the reason. --key is refused (exit 1, nothing stored) for an http source that takes
+its key from the signed body (stripe, or a signed source with idempotencyKeyPath: put the key in
+the body) or sets idempotency: none or body-digest.`,
     )
     .action((opts: { source: string; body?: string; bodyFile?: string; key?: string; correlationId?: string; json?: boolean }) => {
       if ((opts.body === undefined) === (opts.bodyFile === undefined)) throw new UsageError('give the message body with --body <json> or --body-file <path> (one of them)');

@@ -38,30 +38,30 @@ export interface RunConsoleOptions {
 }
 
 /**
- * The configuration to serve: as loaded, or pointed at the local run's database when none is
- * configured (the run file must pass `readLocalRunFile`'s owner and mode checks, and the database
- * its URL leads to must carry the mark the file names).
+ * The configuration to serve: as loaded, or pointed at the local run's database when it names no
+ * database at all, neither `database.url` nor `database.urlEnv` (the run file must pass
+ * `readLocalRunFile`'s owner and mode checks, and the database its URL leads to must carry the
+ * mark the file names). A `database.urlEnv` whose variable is unset stops it naming that key.
  */
 export async function consoleConfig(options: Pick<RunConsoleOptions, 'configPath' | 'env' | 'stderr' | 'localRunFile'>): Promise<QueueBoxConfig> {
   const base = loadConfig({ env: options.env, ...(options.configPath !== undefined ? { path: options.configPath } : {}) });
-  try {
+  if (base.database.url !== undefined || base.database.urlEnv !== undefined) {
+    // A configured database is used or refused naming its key (a `database.urlEnv` whose variable is unset), never replaced.
     resolveDatabaseUrl(base, options.env);
     return base;
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    const local = readLocalRunFile(options.localRunFile);
-    if (!local) {
-      throw new ConfigError([{ key: 'database.url', message: 'is not set and no local run (npm start) is running: start one, or set DATABASE_URL / QUEUEBOX_DATABASE_URL' }]);
-    }
-    const found = await localClusterReadMark(local.url).catch((cause: unknown) => {
-      throw new ConfigError([{ key: 'database.url', message: `is not set, and the local run's database (process ${local.pid}) cannot be reached: ${cause instanceof Error ? cause.message : String(cause)}` }]);
-    });
-    if (found !== local.marker) {
-      throw new ConfigError([{ key: 'database.url', message: `is not set, and the database at the local run file's address is not the one that run created (its mark differs): not using it` }]);
-    }
-    options.stderr(`queuebox console: no database configured; using the local run's embedded PostgreSQL (process ${local.pid})\n`);
-    return parseConfig({ ...base, database: { ...base.database, url: local.url, urlEnv: undefined, schema: local.schema } });
   }
+  const local = readLocalRunFile(options.localRunFile);
+  if (!local) {
+    throw new ConfigError([{ key: 'database.url', message: 'is not set and no local run (npm start) is running: start one, or set DATABASE_URL / QUEUEBOX_DATABASE_URL' }]);
+  }
+  const found = await localClusterReadMark(local.url).catch((cause: unknown) => {
+    throw new ConfigError([{ key: 'database.url', message: `is not set, and the local run's database (process ${local.pid}) cannot be reached: ${cause instanceof Error ? cause.message : String(cause)}` }]);
+  });
+  if (found !== local.marker) {
+    throw new ConfigError([{ key: 'database.url', message: `is not set, and the database at the local run file's address is not the one that run created (its mark differs): not using it` }]);
+  }
+  options.stderr(`queuebox console: no database configured; using the local run's embedded PostgreSQL (process ${local.pid})\n`);
+  return parseConfig({ ...base, database: { ...base.database, url: local.url, urlEnv: undefined, schema: local.schema } });
 }
 
 /** Starts the server; a port in use or not allowed is the operator's to fix, so it becomes a `UsageError`. */

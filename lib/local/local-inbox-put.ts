@@ -10,8 +10,10 @@
  * - an `http` source: the HTTP receiver, given the API Gateway event of `POST
  *   {inbox.basePath}{path}`, authenticated as a sender holding the source's secret (from the
  *   environment variable the source names) would: signed (hmac, stripe, github) or with its token
- *   or key. `key` goes in `X-Idempotency-Key` (and in the source's own key header, if it has
- *   one); a signed source takes its key from the body. A refused request stores nothing.
+ *   or key. `key` goes in the source's key header (`idempotencyKeyHeader`, `X-GitHub-Delivery`
+ *   for github), else in `X-Idempotency-Key`. A source that takes its key from the signed body,
+ *   or sets `idempotency: none` or `body-digest`, would ignore it: `key` is refused there
+ *   (`UsageError`) before anything is sent. A refused request stores nothing.
  */
 import { createHmac, randomUUID } from 'node:crypto';
 import type { AuthConfig, QueueBoxConfig, SourceConfig } from '../config/schema.ts';
@@ -19,7 +21,7 @@ import type { Driver, InboxInsertResult, InboxMessageInput } from '../db/driver.
 import { requireSecret } from '../config/load-config.ts';
 import { UsageError } from '../errors.ts';
 import { createHttpReceiver } from '../inbox/http-receiver.ts';
-import { idempotencyChoice } from '../inbox/idempotency-choice.ts';
+import { idempotencyChoice, type IdempotencyChoice } from '../inbox/idempotency-choice.ts';
 import { hmacSignature } from '../inbox/source-auth.ts';
 import { createSqsReceiver } from '../inbox/sqs-receiver.ts';
 import { createLogger } from '../observability/logger.ts';
@@ -35,7 +37,7 @@ export interface InboxPutInput {
   source: string;
   /** The message body as sent (JSON text). */
   body: string;
-  /** Idempotency key (SQS: the `x-idempotency-key` attribute; HTTP: `X-Idempotency-Key`). */
+  /** Idempotency key (SQS: the `x-idempotency-key` attribute; HTTP: the source's key header, else `X-Idempotency-Key`); refused for an http source that does not take it. */
   key?: string;
   correlationId?: string;
 }
@@ -46,7 +48,7 @@ export type InboxPutResult =
   | { outcome: 'stored dead'; id: string; source: string; idempotencyKey: string; consumption: 'push' | 'pull'; reason: string }
   | { outcome: 'refused'; status: number; reason: string };
 
-/** Puts one message into `source` through its receiver; throws `UsageError` for a source the config does not declare. */
+/** Puts one message into `source` through its receiver; throws `UsageError` for a source the config does not declare, or a `key` the source would not take. */
 export async function putInboxMessage(input: InboxPutInput): Promise<InboxPutResult> {
   const { config } = input;
   const source = config.inbox.sources[input.source];
@@ -97,14 +99,15 @@ export async function putInboxMessage(input: InboxPutInput): Promise<InboxPutRes
     if (response.batchItemFailures.length > 0 || put === undefined) throw new Error(`the message could not be stored in source ${input.source} (the receiver's log line says why)`);
     return resultOf(input.source, put);
   }
+  const choice = idempotencyChoice(input.source, source);
+  if (input.key !== undefined) {
+    const elsewhere = keyNotTaken(choice);
+    if (elsewhere !== undefined) throw new UsageError(`--key cannot be used with source ${input.source}: ${elsewhere}; leave --key out`);
+  }
   const path = `${config.inbox.basePath}${source.path ?? ''}`;
   const receive = createHttpReceiver({ config, driver, logger, env: input.env });
   const headers: Record<string, string> = { 'content-type': 'application/json', host: 'localhost', 'user-agent': 'queuebox-inbox-put' };
-  if (input.key !== undefined) {
-    headers['x-idempotency-key'] = input.key;
-    const choice = idempotencyChoice(input.source, source);
-    if (choice.kind === 'header') headers[choice.header.toLowerCase()] = input.key;
-  }
+  if (input.key !== undefined) headers[choice.kind === 'header' ? choice.header.toLowerCase() : 'x-idempotency-key'] = input.key;
   if (input.correlationId !== undefined) headers['x-correlation-id'] = input.correlationId;
   Object.assign(headers, authHeaders(input.source, source, input.body, input.env));
   const answer = await receive(apiGatewayPostEvent(path, input.body, headers), metrics);
@@ -113,6 +116,23 @@ export async function putInboxMessage(input: InboxPutInput): Promise<InboxPutRes
   if ((status === 202 || status === 200) && put !== undefined) return resultOf(input.source, put);
   const reason = (JSON.parse(String(answer.body ?? '{}')) as { error?: string }).error ?? `HTTP ${status}`;
   return { outcome: 'refused', status, reason };
+}
+
+/**
+ * Why an http source would not take a key given with `--key`, or undefined when it does (from
+ * its key header, or from `X-Idempotency-Key` before the body on an unsigned source).
+ */
+function keyNotTaken(choice: IdempotencyChoice): string | undefined {
+  switch (choice.kind) {
+    case 'header':
+      return undefined;
+    case 'path':
+      return choice.header === undefined ? `it takes the idempotency key from the signed body, at ${choice.path}: put the key there` : undefined;
+    case 'none':
+      return 'it stores every delivery under a new key (idempotency: none)';
+    case 'body-digest':
+      return 'its idempotency key is the SHA-256 of the body (idempotency: body-digest)';
+  }
 }
 
 function resultOf(source: string, put: { message: InboxMessageInput; result: InboxInsertResult }): InboxPutResult {

@@ -1,8 +1,9 @@
 /**
  * `queuebox local` (`npm start`): QueueBox on a laptop, through the real Lambda handlers.
  *
- * Starts an embedded PostgreSQL unless a database URL is configured (`DATABASE_URL`,
- * `QUEUEBOX_DATABASE_URL` or the config file), an in-process SQS emulator (fauxqs) with a FIFO
+ * Starts an embedded PostgreSQL unless the configuration names a database (`DATABASE_URL`,
+ * `QUEUEBOX_DATABASE_URL`, or `database.url` / `database.urlEnv` in the config file; a
+ * `database.urlEnv` whose variable is unset stops the run naming the key), an in-process SQS emulator (fauxqs) with a FIFO
  * and a standard demo queue and a local EventBridge endpoint with a demo bus, migrates, then invokes each scheduled function of `LOCAL_FUNCTIONS`
  * (the outbox poller and the inbox relay) on its `serverless.yml` schedule with a real-shaped,
  * counting-down context — overlapping invocations included, as in Lambda — while a demo
@@ -49,7 +50,7 @@
  */
 import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
-import { createDriver } from '../db/create-driver.ts';
+import { createDriver, resolveDatabaseUrl } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
 import { createInvocationScope, type InvocationScope } from './invocation-scope.ts';
 import { removeLocalRunFile, writeLocalRunFile } from '../console/local-run-file.ts';
@@ -183,11 +184,15 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
   const invocations = await createInvocationScope();
   try {
     const base = loadConfig({ ...(options.configPath !== undefined ? { path: options.configPath } : {}), env });
-    let url = base.database.url ?? (base.database.urlEnv !== undefined ? env[base.database.urlEnv] : undefined);
-    if (url === undefined || url === '') {
+    // Embedded only when the configuration names no database at all; a database.urlEnv whose
+    // variable is unset is a configuration error (as for every other command), not a fallback.
+    let url: string;
+    if (base.database.url === undefined && base.database.urlEnv === undefined) {
       out('starting embedded PostgreSQL…');
       embedded = await startEmbeddedDatabase();
       url = embedded.url;
+    } else {
+      url = resolveDatabaseUrl(base, env);
     }
     if (!demo && Object.keys(base.destinations).length === 0) {
       throw new UsageError('this run has no demo (--no-demo, the default with a config file), and the configuration names no destinations for the outbox poller: add `destinations` and `outbox.routes`, or pass --demo');
