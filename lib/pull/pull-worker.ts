@@ -251,7 +251,8 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         throw outcome.error;
       }
     },
-    runOnce(options = {}) {
+    // Async, so a misuse (already running, a bad context) is a rejected promise, as the type says.
+    async runOnce(options = {}) {
       const deadline = options.deadline ?? (options.context ? createDeadline(options.context, settings.deadlineMarginMs) : undefined);
       // Inside an invocation every statement of the run — claims, renewals, the business
       // transactions' completions — is bounded by the time left in it.

@@ -57,12 +57,26 @@ describe('pull worker: option rules', () => {
     refused({ retry: { baseDelayMs: MAX_TIMER_MS + 1 } }, 'retry.baseDelayMs');
     refused({ retry: { maxDelayMs: MAX_TIMER_MS + 1 } }, 'retry.maxDelayMs');
     refused({ shutdownTimeoutMs: MAX_TIMER_MS + 1 }, 'shutdownTimeoutMs');
-    assert.throws(() => create({ leaseMs: 3_000_000_000 }), /^UsageError: pull worker leaseMs must be at most 2147483647 ms .*got 3000000000$/);
+    assert.throws(() => create({ leaseMs: 3_000_000_000 }), /^UsageError: pull worker leaseMs: must be at most 2147483647 ms .*got 3000000000$/);
     create({ leaseMs: MAX_TIMER_MS, pollMs: MAX_TIMER_MS, shutdownTimeoutMs: MAX_TIMER_MS, retry: { baseDelayMs: MAX_TIMER_MS, maxDelayMs: MAX_TIMER_MS } });
     const worker = create({ pollMs: 50 });
     await worker.start();
     await assert.rejects(worker.stop({ timeoutMs: MAX_TIMER_MS + 1 }), /^UsageError: pull worker stop timeoutMs must be at most/);
     await worker.stop({ timeoutMs: 0 });
+  });
+
+  it('runOnce on a running worker answers with a rejected promise, not a synchronous throw', async () => {
+    const worker = create({ pollMs: 50 });
+    await worker.start();
+    try {
+      let pending: Promise<unknown> | undefined;
+      assert.doesNotThrow(() => {
+        pending = worker.runOnce();
+      });
+      await assert.rejects(pending!, /^UsageError: this pull worker is already running$/);
+    } finally {
+      await worker.stop({ timeoutMs: 0 });
+    }
   });
 
   it('the low-level client refuses a lease above MAX_TIMER_MS', async () => {
