@@ -6,9 +6,14 @@
  * `pass-heartbeat.ts`). Returns `{ outbox, inbox }` — rows returned to `pending` — and
  * `{ outboxDead, inboxDead }`, rows whose last attempt's lease expired (now `dead`, counted in
  * `queuebox_outbox_messages_total` / `queuebox_inbox_messages_total` with `status="dead"`).
+ * When one table's reclaim fails the other's rows are counted all the same (they went back or
+ * dead), then the invocation fails. Every statement is bounded by the deadline
+ * (`operationBudgetMs`), so none runs on after the invocation.
  */
 import type { Context } from 'aws-lambda';
-import { isScheduledEvent, reclaimNow, type ReclaimCounts } from '../lib/operations/reclaim-now.ts';
+import { isScheduledEvent, ReclaimIncompleteError, reclaimNow, type ReclaimCounts } from '../lib/operations/reclaim-now.ts';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
+import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 
@@ -17,8 +22,7 @@ export async function handler(event: unknown, context: Context): Promise<Reclaim
   container.logger.addContext(context);
   const throttled = isScheduledEvent(event);
   const metrics = passMetrics(container);
-  try {
-    const counts = await reclaimNow({ driver: container.driver, config: container.config, throttled });
+  const count = (counts: ReclaimCounts) => {
     metrics.count('outboxReclaimed', counts.outbox);
     // Rows whose last attempt's lease expired go dead here as in the passes' own reclaim step (the
     // two share the throttle: whichever runs first takes the expired rows), and are counted and
@@ -27,9 +31,21 @@ export async function handler(event: unknown, context: Context): Promise<Reclaim
     metrics.count('inboxMessages', counts.inboxDead, { status: 'dead' });
     if (counts.outboxDead > 0) container.logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: counts.outboxDead });
     if (counts.inboxDead > 0) container.logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: counts.inboxDead });
-    await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'reclaim', remainingMs: () => context.getRemainingTimeInMillis() });
-    container.logger.info('reclaim finished', { ...counts, throttled });
-    return { ...counts, throttled };
+  };
+  try {
+    return await withStatementBudget(operationBudgetMs(context, container.config.lambda.deadlineMarginMs), async () => {
+      let counts: ReclaimCounts;
+      try {
+        counts = await reclaimNow({ driver: container.driver, config: container.config, throttled });
+      } catch (error) {
+        if (error instanceof ReclaimIncompleteError) count(error.counts);
+        throw error;
+      }
+      count(counts);
+      await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'reclaim', remainingMs: () => context.getRemainingTimeInMillis() });
+      container.logger.info('reclaim finished', { ...counts, throttled });
+      return { ...counts, throttled };
+    });
   } finally {
     metrics.flush();
   }

@@ -7,6 +7,8 @@
  * filter is required; states default to `dead`. Returns `{ moved }` or the preview.
  */
 import type { Context } from 'aws-lambda';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
+import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 import { parseReplayCommand, runReplayCommand } from '../lib/operations/replay.ts';
 import { getContainer } from '../lib/runtime/container.ts';
 
@@ -14,7 +16,9 @@ export async function handler(event: unknown, context: Context): Promise<Awaited
   const container = await getContainer();
   container.logger.addContext(context);
   const command = parseReplayCommand(event);
-  const result = await runReplayCommand(container.driver, container.config, command);
+  // Bounded by the deadline: a replay still running then is cancelled (and rolled back) by the
+  // database rather than left running after the invocation.
+  const result = await withStatementBudget(operationBudgetMs(context, container.config.lambda.deadlineMarginMs), () => runReplayCommand(container.driver, container.config, command));
   container.logger.info(command.dryRun ? 'replay preview' : 'replay finished', { ...('moved' in result ? result : { count: result.count }), filter: command.request });
   return result;
 }

@@ -2,11 +2,14 @@
  * Retention function (scheduled). Does nothing unless `retention.enabled`; otherwise deletes
  * finished rows by the configured ages in bounded batches until done or the invocation deadline,
  * counting `queuebox_cleanup_messages_deleted_total{table}`. Never touches pending/processing.
+ * Every statement is bounded by the deadline (`operationBudgetMs`): a batch still running then is
+ * cancelled by the database, and the run returns as incomplete before the invocation ends.
  */
 import type { Context } from 'aws-lambda';
 import { runRetention, type RetentionResult } from '../lib/operations/retention.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
-import { createDeadline } from '../lib/runtime/deadline.ts';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
+import { createDeadline, operationBudgetMs } from '../lib/runtime/deadline.ts';
 
 export async function handler(_event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
   const container = await getContainer();
@@ -19,7 +22,9 @@ export async function handler(_event: unknown, context: Context): Promise<Retent
   const deadline = createDeadline(context, config.lambda.deadlineMarginMs);
   const metrics = passMetrics(container);
   try {
-    const result = await runRetention({ driver, config, metrics, expired: () => deadline.expired() });
+    const result = await withStatementBudget(operationBudgetMs(context, config.lambda.deadlineMarginMs), () =>
+      runRetention({ driver, config, metrics, expired: () => deadline.expired() }),
+    );
     logger.info('retention finished', { ...result });
     return { enabled: true, ...result };
   } finally {

@@ -6,7 +6,8 @@
  * a manual run ignores it and reclaims now.
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
-import type { Driver } from '../db/driver.ts';
+import type { Driver, ReclaimResult } from '../db/driver.ts';
+import { QueueBoxError } from '../errors.ts';
 
 /** Rows returned to `pending`, per table; and rows whose lease expired during their last attempt, now `dead`. */
 export interface ReclaimCounts {
@@ -23,17 +24,39 @@ export interface ReclaimNowOptions {
   throttled: boolean;
 }
 
-/** Reclaims both tables (concurrently) and returns how many rows each gave back. */
+/**
+ * One table's reclaim failed; the other may have committed. `counts` holds what the one that
+ * answered did (0 for the failed table), so its rows are counted: the rows it made `dead` went
+ * dead whatever happened to the other table.
+ */
+export class ReclaimIncompleteError extends QueueBoxError {
+  override readonly name = 'ReclaimIncompleteError';
+  constructor(
+    readonly counts: ReclaimCounts,
+    cause: unknown,
+  ) {
+    super(`reclaim failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
+/**
+ * Reclaims both tables (concurrently) and returns how many rows each gave back. When one fails,
+ * the other still runs to its end and `ReclaimIncompleteError` carries its counts.
+ */
 export async function reclaimNow(options: ReclaimNowOptions): Promise<ReclaimCounts> {
   const { driver, config, throttled } = options;
-  const [outbox, inbox] = await Promise.all([
+  const [outbox, inbox] = await Promise.allSettled([
     driver.outboxReclaimExpired(throttled ? { throttleMs: Math.floor(config.outbox.claimTimeoutMs / 5) } : {}),
     driver.inboxReclaimExpired({
       ...(throttled ? { throttleMs: Math.floor(config.inbox.relay.claimTimeoutMs / 5) } : {}),
       maxAttempts: config.inbox.relay.maxAttempts ?? config.outbox.maxAttempts,
     }),
   ]);
-  return { outbox: outbox.reclaimed, inbox: inbox.reclaimed, outboxDead: outbox.dead, inboxDead: inbox.dead };
+  const done = (r: PromiseSettledResult<ReclaimResult>) => (r.status === 'fulfilled' ? r.value : { reclaimed: 0, dead: 0 });
+  const counts = { outbox: done(outbox).reclaimed, inbox: done(inbox).reclaimed, outboxDead: done(outbox).dead, inboxDead: done(inbox).dead };
+  const failed = [outbox, inbox].find((r) => r.status === 'rejected');
+  if (failed !== undefined) throw new ReclaimIncompleteError(counts, failed.reason);
+  return counts;
 }
 
 /**

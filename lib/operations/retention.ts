@@ -33,7 +33,10 @@ export interface RetentionResult {
 export interface RetentionOptions {
   driver: Driver;
   config: Pick<QueueBoxConfig, 'retention' | 'tables'> & Partial<Pick<QueueBoxConfig, 'inbox'>>;
-  /** Stops between batches once true (an invocation deadline). */
+  /**
+   * Stops between batches once true (an invocation deadline); a batch that fails once it is true
+   * (cancelled by the statement budget at the deadline) ends the run as incomplete.
+   */
   expired?: () => boolean;
   /** Counts `queuebox_cleanup_messages_deleted_total{table}` (table = configured table name). */
   metrics?: QueueBoxMetrics;
@@ -75,7 +78,16 @@ export async function runRetention(options: RetentionOptions): Promise<Retention
         result.complete = false;
         return result;
       }
-      const deleted = policy.table === 'outbox' ? await driver.outboxDeleteFinished(params) : await driver.inboxDeleteFinished(params);
+      let deleted: number;
+      try {
+        deleted = policy.table === 'outbox' ? await driver.outboxDeleteFinished(params) : await driver.inboxDeleteFinished(params);
+      } catch (error) {
+        // A batch the deadline cut short (its statement cancelled, or not sent) deleted nothing:
+        // the run is incomplete, not failed. Any other error is the run's.
+        if (!expired()) throw error;
+        result.complete = false;
+        return result;
+      }
       total += deleted;
       result.deleted[policy.table] += deleted;
       options.metrics?.count('cleanupDeleted', deleted, { table: config.tables[policy.table] });

@@ -29,6 +29,18 @@ export function createDeadline(context: RemainingTime, marginMs: number): Deadli
 }
 
 /**
+ * The time left for the statements of a one-off operation (retention, reclaim, replay), for
+ * `withStatementBudget`: up to the deadline (the invocation's end less `marginMs`), so a statement
+ * still running then is cancelled by the database and the handler has the margin to answer; in an
+ * invocation shorter than twice the margin, up to its middle.
+ */
+export function operationBudgetMs(context: RemainingTime, marginMs: number): () => number {
+  const total = context.getRemainingTimeInMillis();
+  const reserve = total > 2 * marginMs ? marginMs : total / 2;
+  return () => Math.max(0, context.getRemainingTimeInMillis() - reserve);
+}
+
+/**
  * How long a pass still waits for the answers of statements it sent when the invocation has no
  * time left (ms). A pass waits for every statement it started until it ends, but no longer than
  * the invocation (Lambda ends a timed-out invocation's process, which ends its statements with

@@ -404,6 +404,7 @@ export async function inboxDeadList(ctx: PgContext, p: { limit: number }): Promi
 /**
  * Deletes at most `limit` `processed` or `dead` rows created more than `olderThanMs` ago; rows of
  * the `keep` sources only once also older than `keep.olderThanMs` (their keys answer replays).
+ * As `outboxDeleteFinished`: rows locked as picked, their state tested again by the DELETE itself.
  */
 export async function inboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParams): Promise<number> {
   if (p.state !== 'processed' && p.state !== 'dead') throw new UsageError(`inbox retention deletes only processed or dead rows, not ${p.state}`);
@@ -413,7 +414,9 @@ export async function inboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParam
        SELECT id FROM ${ctx.names.inbox}
         WHERE state = $1 AND created_at < clock_timestamp() - ${msInterval('$2')}
           AND (source <> ALL($4::text[]) OR created_at < clock_timestamp() - ${msInterval('$5')})
-        LIMIT $3)`,
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+       AND state = $1`,
     [p.state, p.olderThanMs, p.limit, p.keep?.sources ?? [], p.keep?.olderThanMs ?? 0],
   );
   return rowCount ?? 0;

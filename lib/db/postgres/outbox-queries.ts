@@ -583,6 +583,13 @@ export async function outboxReplay(ctx: PgContext, f: ReplayFilter): Promise<num
   return replayMove(ctx, { table: ctx.names.outbox, set: REPLAY_SET, where, values, bind, maxRows: f.maxRows });
 }
 
+/**
+ * Deletes up to `limit` finished rows older than `olderThanMs`. The rows are locked as they are
+ * picked (`FOR UPDATE SKIP LOCKED`: a row another transaction holds — a replay moving it back to
+ * `pending` — is left for the next run), and the state is tested again on the row the DELETE
+ * deletes: a row a concurrent replay committed as `pending` after the pick is not deleted
+ * (PostgreSQL re-checks the DELETE's own conditions on the new row version, not the subquery's).
+ */
 export async function outboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParams): Promise<number> {
   if (p.state !== 'sent' && p.state !== 'dead') throw new UsageError(`outbox retention deletes only sent or dead rows, not ${p.state}`);
   const { rowCount } = await pgQuery(
@@ -590,7 +597,9 @@ export async function outboxDeleteFinished(ctx: PgContext, p: DeleteFinishedPara
     `DELETE FROM ${ctx.names.outbox} WHERE id IN (
        SELECT id FROM ${ctx.names.outbox}
         WHERE state = $1 AND updated_at < clock_timestamp() - ${msInterval('$2')}
-        LIMIT $3)`,
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+       AND state = $1`,
     [p.state, p.olderThanMs, p.limit],
   );
   return rowCount ?? 0;
