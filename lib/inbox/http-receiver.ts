@@ -3,12 +3,14 @@
  * `POST {inbox.basePath}{source.path}`.
  *
  * Checks, in the order of spec §5: route (404/405), body cap (413), auth (401), JSON (400: not
- * UTF-8, not a JSON object, too deep, too many keys, text PostgreSQL cannot store), idempotency
+ * UTF-8, not a JSON object, too deep, too many keys, text or a number PostgreSQL cannot store,
+ * larger than `inbox.maxBodyBytes` once its numbers are written out as stored), idempotency
  * key (400), event type / aggregate id / correlation id / delay and their lengths, and for a push
  * source the length of the topic and outbox key the relay will write (400), then store. New → 202 `{"messageId"}`, duplicate → 200 `{"status":"duplicate","messageId"}`. A
  * database that cannot be reached → 503 with `Retry-After`. Every error body is
- * `{"error": "<reason>"}`; a refused request stores nothing. The payload is stored as the text
- * sent, so no digit of a large number is lost. The sender's trace headers (`traceparent`,
+ * `{"error": "<reason>"}`; a refused request stores nothing. The payload is stored as
+ * lib/inbox/parse-json-body.ts describes (PostgreSQL: `jsonb`, each number's value kept exactly; SQL Server: the
+ * text sent). The sender's trace headers (`traceparent`,
  * `tracestate`, `X-Amzn-Trace-Id`) are stored with the row when valid and ignored otherwise.
  *
  * The idempotency key follows the source's choice (lib/inbox/idempotency-choice.ts). On a signed
@@ -104,7 +106,7 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
       throw new InboxRejectionError('body_too_large', `body of ${request.body.length} bytes exceeds the limit of ${config.inbox.maxBodyBytes} bytes`);
     }
     await source.authenticate(request.headers, request.body, now());
-    const body = parseJsonBody(request.body);
+    const body = parseJsonBody(request.body, config.inbox.maxBodyBytes);
     const idempotencyKey = idempotencyKeyOf(source.idempotency, request.headers, body.value, request.body, `inbox.sources.${source.name}.idempotencyKeyPath`);
     const fields = extractMessageFields(source.name, withPresetPaths(source.config), body.value, externalValues(source.config, request, idempotencyKey), driver.dialect);
     checkRelayable(source.name, source.config, config.inbox, fields, driver.dialect);

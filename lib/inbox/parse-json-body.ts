@@ -1,17 +1,22 @@
 /**
  * The body rule both receivers share: a message body is a UTF-8 JSON object (RFC 8259) that
- * PostgreSQL's `jsonb` can store, small enough in depth and keys for any JSONPath, kept as the
- * text sent. The rule is the same on SQL Server, so a body either database accepts fits both.
+ * PostgreSQL's `jsonb` can store, small enough in depth and keys for any JSONPath, and not made
+ * larger than `inbox.maxBodyBytes` by storing it. The rule is the same on SQL Server, so a body
+ * either database accepts fits both. A leading byte order mark (U+FEFF) is ignored, as RFC 8259
+ * allows, whether the body comes as bytes (HTTP) or as text (SQS).
  *
  * One pass over the text runs *before* `JSON.parse` and before any JSONPath, and refuses:
  * nesting deeper than `MAX_JSON_DEPTH`, more than `MAX_JSON_KEYS` object keys, a `\u0000` escape
  * (jsonb cannot hold NUL), a lone UTF-16 surrogate (escaped or raw), a number token that is not a
- * JSON number (`007`, `1.`, `-`) or stands where no value may (`{12:1}`), and a number
- * beyond PostgreSQL's `numeric` (an exponent beyond ±1000, more than 131,072 digits before the
- * decimal point or more than 16,383 after it). The text `\\u0000` (an escaped backslash) holds no
- * NUL and passes. Numbers a JavaScript `number` would change (beyond 2^53, `1.0`, `1e3`) are
- * parsed as `JsonNumberText`, so an id extracted from them is the sender's digits; the stored
- * payload is the text itself.
+ * JSON number (`007`, `1.`, `-`) or stands where no value may (`{12:1}`), a number beyond
+ * PostgreSQL's `numeric` (more than 131,072 digits before the decimal point or more than 16,383
+ * after it once the exponent is applied, or an exponent beyond ±1,073,741,822, which its input
+ * refuses whatever the digits), and a body whose numbers, written out as `jsonb` stores them
+ * (`1e1000` is 1,001 characters), make it larger than the limit given. The text `\\u0000` (an
+ * escaped backslash) holds no NUL and passes. Numbers a JavaScript `number` would change (beyond
+ * 2^53, `1.0`, `1e3`) are parsed as `JsonNumberText`, so an id extracted from them is the sender's
+ * digits. PostgreSQL stores the payload as `jsonb` (docs/inbox.md, "What is stored"); SQL Server
+ * stores the text.
  */
 import { randomUUID } from 'node:crypto';
 import { InboxRejectionError } from './inbox-rejection.ts';
@@ -21,8 +26,12 @@ import { JsonNumberText } from './json-number-text.ts';
 export const MAX_JSON_DEPTH = 64;
 /** Most object keys (all levels together) a body may have. */
 export const MAX_JSON_KEYS = 20_000;
-/** Largest decimal exponent of a number (PostgreSQL's `numeric` input refuses a larger one). */
-export const MAX_NUMBER_EXPONENT = 1000;
+/**
+ * Largest decimal exponent (either sign) PostgreSQL's `numeric` input reads, whatever the digits
+ * (it refuses INT_MAX / 2 and beyond). Only a zero (`0e1073741823`) reaches it: any other number
+ * with such an exponent has too many digits before or after the point.
+ */
+export const MAX_NUMBER_EXPONENT = 1_073_741_822;
 /** Most digits before the decimal point PostgreSQL's `numeric` holds (after the exponent is applied). */
 export const MAX_NUMBER_INTEGER_DIGITS = 131_072;
 /** Most digits after the decimal point PostgreSQL's `numeric` holds (after the exponent is applied). */
@@ -30,7 +39,7 @@ export const MAX_NUMBER_FRACTION_DIGITS = 16_383;
 
 /** A parsed body: the text to store and the value to extract fields from. */
 export interface JsonBody {
-  /** The body exactly as sent (decoded UTF-8). */
+  /** The body as sent (decoded UTF-8, without a leading byte order mark). */
   text: string;
   /** The parsed object; numbers that JavaScript would change are `JsonNumberText`. */
   value: Record<string, unknown>;
@@ -45,15 +54,30 @@ function refuse(message: string): never {
   throw new InboxRejectionError('invalid_json', message);
 }
 
-/** Parses a UTF-8 JSON object body; throws `InboxRejectionError('invalid_json')` with the reason. */
-export function parseJsonBody(raw: Buffer | string): JsonBody {
+/**
+ * Parses a UTF-8 JSON object body; throws `InboxRejectionError('invalid_json')` with the reason.
+ * `maxStoredBytes` (the receivers pass `inbox.maxBodyBytes`) bounds the body's UTF-8 bytes
+ * counted with every number as PostgreSQL's `jsonb` writes it; it is checked only when storing
+ * makes the numbers longer, so a body is never refused for numbers that keep or lose length.
+ */
+export function parseJsonBody(raw: Buffer | string, maxStoredBytes = Number.POSITIVE_INFINITY): JsonBody {
   let text: string;
   try {
+    // TextDecoder drops one leading byte order mark; a text body loses it the same way.
     text = typeof raw === 'string' ? raw : new TextDecoder('utf-8', { fatal: true }).decode(raw);
   } catch {
     refuse('body is not valid UTF-8');
   }
-  const numbers = scan(text);
+  if (typeof raw === 'string' && text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+  const { numbers, growth } = scan(text);
+  if (growth > 0) {
+    const bytes = typeof raw === 'string' ? Buffer.byteLength(text) : raw.length - (raw[0] === 0xef && raw[1] === 0xbb && raw[2] === 0xbf ? 3 : 0);
+    if (bytes + growth > maxStoredBytes) {
+      refuse(
+        `body is too large once stored: PostgreSQL writes its numbers out in full (1e1000 is 1,001 digits), which makes the body ${bytes + growth} bytes (${bytes} as sent), and a body is at most ${maxStoredBytes} bytes (inbox.maxBodyBytes)`,
+      );
+    }
+  }
   let value: unknown;
   try {
     value = numbers.length === 0 ? JSON.parse(text) : parseWithNumberTexts(text, numbers);
@@ -66,10 +90,13 @@ export function parseJsonBody(raw: Buffer | string): JsonBody {
 
 /**
  * Checks the limits, the number tokens and storable text; returns the [start, end) of number
- * tokens JavaScript would change. Other syntax errors are left to `JSON.parse`, which reports them.
+ * tokens JavaScript would change, and how many characters longer (or shorter, when negative) the
+ * numbers are as `jsonb` writes them than as sent. Other syntax errors are left to `JSON.parse`,
+ * which reports them.
  */
-function scan(text: string): Array<[number, number]> {
+function scan(text: string): { numbers: Array<[number, number]>; growth: number } {
   const numbers: Array<[number, number]> = [];
+  let growth = 0;
   /** The open objects (`{`) and arrays (`[`), innermost last. */
   const open: number[] = [];
   /** Whether the next token may be a value: at the start, after `:`, after `[`, after `,` in an array. */
@@ -86,7 +113,7 @@ function scan(text: string): Array<[number, number]> {
       NUMBER_RUN.lastIndex = i;
       const token = NUMBER_RUN.exec(text)![0];
       if (!valueNext) refuse(`body is not valid JSON: number ${excerpt(token)} at position ${i} is not where a value may stand (object keys are strings)`);
-      checkNumber(token, i);
+      growth += storedNumberLength(token, i) - token.length;
       if (String(Number(token)) !== token) numbers.push([i, i + token.length]);
       i += token.length;
       valueNext = false;
@@ -117,16 +144,23 @@ function scan(text: string): Array<[number, number]> {
     }
     valueNext = false;
   }
-  return numbers;
+  return { numbers, growth };
 }
 
-/** Refuses a number token that is not a JSON number, or that PostgreSQL's `numeric` cannot hold. */
-function checkNumber(token: string, at: number): void {
+/**
+ * Refuses a number token that is not a JSON number, or that PostgreSQL's `numeric` cannot hold;
+ * returns the length of the token as `jsonb` writes it: no exponent, the digits before the point
+ * from the first non-zero one (`0` when none), the digits after it that the token has once the
+ * exponent moves the point (trailing zeros kept), and a minus sign only on a non-zero number.
+ */
+function storedNumberLength(token: string, at: number): number {
   const match = JSON_NUMBER.exec(token);
   if (match === null) refuse(`body is not valid JSON: ${excerpt(token)} at position ${at} is not a JSON number`);
   const [, integer = '', fraction = '', exponentText] = match;
   const exponent = exponentText === undefined ? 0 : Number(exponentText);
-  if (Math.abs(exponent) > MAX_NUMBER_EXPONENT) refuse(`number ${excerpt(token)} is out of range: its exponent is beyond ±${MAX_NUMBER_EXPONENT}`);
+  if (Math.abs(exponent) > MAX_NUMBER_EXPONENT) {
+    refuse(`number ${excerpt(token)} is out of range: its exponent is beyond ±${MAX_NUMBER_EXPONENT}, the largest PostgreSQL's numeric reads`);
+  }
   // As PostgreSQL's numeric counts them once the exponent moves the point: digits after it
   // (trailing zeros included), and digits before it from the first non-zero one.
   const fractionDigits = Math.max(0, fraction.length - exponent);
@@ -135,10 +169,12 @@ function checkNumber(token: string, at: number): void {
   }
   const digits = integer + fraction;
   const leadingZeros = /^0*/.exec(digits)![0].length;
-  const integerDigits = leadingZeros === digits.length ? 0 : Math.max(0, integer.length + exponent - leadingZeros);
+  const zero = leadingZeros === digits.length;
+  const integerDigits = zero ? 0 : Math.max(0, integer.length + exponent - leadingZeros);
   if (integerDigits > MAX_NUMBER_INTEGER_DIGITS) {
     refuse(`number ${excerpt(token)} is out of range: ${integerDigits} digits before the decimal point, PostgreSQL stores at most ${MAX_NUMBER_INTEGER_DIGITS}`);
   }
+  return (!zero && token.startsWith('-') ? 1 : 0) + Math.max(1, integerDigits) + (fractionDigits > 0 ? 1 + fractionDigits : 0);
 }
 
 /** The start of a long token, for a message. */

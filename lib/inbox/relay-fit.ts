@@ -1,11 +1,13 @@
 /**
- * Whether the relay can forward a received push message: the topic its event type renders and
- * the outbox key its aggregate id gives must fit the outbox's `topic` and `key` columns (255, as
- * the dialect counts: code points on PostgreSQL, UTF-16 code units on SQL Server). The receivers
- * check this at receipt, so a message the relay could never forward is refused (HTTP 400
- * `invalid_field`; SQS: stored `dead` with the reason) instead of being accepted and going `dead`
- * at the relay. Pull rows are never relayed and are not checked. A template that needs an event
- * type the message lacks is left to the relay, which marks the row `dead` with that reason.
+ * Whether the relay can forward a received push message: its event type must render a topic
+ * (the relay's own `renderTopic`: a topic of only whitespace, such as an event type of spaces on a
+ * `{{ eventType }}` template, renders none), and that topic and the outbox key its aggregate id
+ * gives must fit the outbox's `topic` and `key` columns (255, as the dialect counts: code points
+ * on PostgreSQL, UTF-16 code units on SQL Server). The receivers check this at receipt, so a
+ * message the relay could never forward is refused (HTTP 400 `invalid_field`; SQS: stored `dead`
+ * with the reason) instead of being accepted and going `dead` at the relay. Pull rows are never
+ * relayed and are not checked. A template that needs an event type the message lacks altogether
+ * is left to the relay, which marks the row `dead` with that reason.
  */
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import { columnLength, lengthUnit, type ColumnDialect } from '../db/column-length.ts';
@@ -20,7 +22,9 @@ export function checkRelayable(sourceName: string, source: SourceConfig, inbox: 
   if (source.consumption === 'pull') return;
   const template = source.topicTemplate ?? inbox.topicTemplate;
   const rendered = renderTopic(template, { source: sourceName, eventType: fields.eventType });
-  if ('topic' in rendered) {
+  if ('error' in rendered) {
+    if (rendered.cause !== 'missing') throw new InboxRejectionError('invalid_field', `event type gives no topic: ${rendered.error}`);
+  } else {
     const length = columnLength(rendered.topic, dialect);
     if (length > MAX_TOPIC_LENGTH) {
       throw new InboxRejectionError(

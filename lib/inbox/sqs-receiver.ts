@@ -4,11 +4,13 @@
  * Source: the sqs source whose `queueName` (default: its name) equals the queue name at the end
  * of the record's `eventSourceARN`. Key: the `x-idempotency-key` message attribute, else the
  * source's JSONPath, else the SQS `MessageId`. A record that cannot be accepted (body not a JSON
- * object, nested too deep, too many keys, text or a number PostgreSQL cannot store, a field too
- * long, a topic or outbox key the relay could not write…) is stored `dead` with the reason in the
+ * object, nested too deep, too many keys, text or a number PostgreSQL cannot store, numbers that
+ * written out as stored make the body larger than `inbox.maxBodyBytes`, a field too long, a topic
+ * or outbox key the relay could not write…) is stored `dead` with the reason in the
  * same statement — it is stored, so SQS does not redeliver it, and the rest of the batch is
  * unaffected; so is a body the database itself refuses as JSON (`PayloadRejectedError`). A valid
- * body is stored as the text sent. A record whose store fails otherwise is reported in
+ * body is stored as lib/inbox/parse-json-body.ts describes (a leading byte order mark dropped, as
+ * over HTTP). A record whose store fails otherwise is reported in
  * `batchItemFailures`; on a FIFO queue every later record of the batch is reported too, so SQS
  * keeps each message group's order. The record's trace context (`AWSTraceHeader`, a `traceparent`
  * message attribute) is stored with the row when valid and ignored otherwise.
@@ -109,7 +111,7 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
 function toMessage(name: string, source: SourceConfig, inbox: QueueBoxConfig['inbox'], record: SQSRecord, dialect: ColumnDialect): { message: InboxMessageInput; rejection?: RejectionReason } {
   const base = baseOf(name, source, record);
   try {
-    const body = parseJsonBody(record.body);
+    const body = parseJsonBody(record.body, inbox.maxBodyBytes);
     const fields = extractMessageFields(name, source, body.value, {
       idempotencyKey: attribute(record, 'x-idempotency-key'),
       correlationId: attribute(record, 'x-correlation-id'),

@@ -16,10 +16,13 @@ export function checkTopicTemplate(template: string, key: string): void {
   }
 }
 
-/** The rendered topic, or the reason the row cannot have one (it then goes `dead`). */
-export type TopicRender = { topic: string } | { error: string };
+/**
+ * The rendered topic, or the reason the row cannot have one (it then goes `dead`): `missing` when
+ * the template needs an event type the row lacks, `empty` when the render is only whitespace.
+ */
+export type TopicRender = { topic: string } | { error: string; cause: 'missing' | 'empty' };
 
-/** Renders `template` for a row; an empty render or a missing event type the template needs is an error. */
+/** Renders `template` for a row; an empty render (once trimmed) or a missing event type the template needs is an error. */
 export function renderTopic(template: string, values: { source: string; eventType: string | null }): TopicRender {
   let missing = false;
   const topic = template
@@ -29,7 +32,7 @@ export function renderTopic(template: string, values: { source: string; eventTyp
       return values.eventType ?? '';
     })
     .trim();
-  if (missing) return { error: `topic template "${template}" needs an event type, but the message from source ${values.source} has none (set eventTypePath on the source)` };
-  if (topic === '') return { error: `topic template "${template}" rendered an empty topic for source ${values.source}` };
+  if (missing) return { error: `topic template "${template}" needs an event type, but the message from source ${values.source} has none (set eventTypePath on the source)`, cause: 'missing' };
+  if (topic === '') return { error: `topic template "${template}" rendered an empty topic for source ${values.source}`, cause: 'empty' };
   return { topic };
 }

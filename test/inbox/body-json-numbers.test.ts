@@ -114,7 +114,7 @@ describe('body number tokens', () => {
     assert.deepEqual((await rows('ordered')).map((r) => [r.idempotency_key, r.state]), [['f-bad', 'dead'], ['f-2', 'pending'], ['f-3', 'pending']]);
   });
 
-  it('valid numbers are stored as sent: beyond 2^53, 1.0, -0, exponents, and the largest PostgreSQL holds', async () => {
+  it('valid numbers are stored with their values: beyond 2^53, 1.0, -0, exponents, and the largest PostgreSQL holds', async () => {
     const n = `[12345678901234567890, 1.0, -0, 1e3, -1.5E-7, 0.0e-1000, ${'9'.repeat(MAX_NUMBER_INTEGER_DIGITS)}, 0.${'1'.repeat(MAX_NUMBER_FRACTION_DIGITS)}]`;
     const body = `{"id":"ok-1","n":${n},"k":{"1":2}}`;
     const answer = await httpHandler(apiGatewayV2Event('/inbox/hooks', body, hmacHeaders(body)), ctx());
