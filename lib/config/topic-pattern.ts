@@ -1,7 +1,8 @@
 /**
  * Route topic patterns (`outbox.routes[].topicPattern`): `*` is one non-empty, dot-free segment,
  * `**` any text (possibly empty, dots included); every other character matches itself; the
- * pattern matches the whole topic. One definition for routing, replay and every dialect.
+ * pattern matches the whole topic. "Any" means every character, line breaks (`\n`, `\r`, U+2028,
+ * U+2029) included. One definition for routing, replay and every dialect.
  */
 
 /**
@@ -27,4 +28,12 @@ export function topicPatternSource(pattern: string): string {
     }
   }
   return `^${source}$`;
+}
+
+/**
+ * The pattern as a JavaScript `RegExp` (routing; replay on SQL Server, which has no regex). The
+ * `s` flag lets the `.` of `**` match line breaks too, as PostgreSQL's `~` does by default.
+ */
+export function compileTopicPattern(pattern: string): RegExp {
+  return new RegExp(topicPatternSource(pattern), 'su');
 }

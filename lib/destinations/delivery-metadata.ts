@@ -14,6 +14,15 @@ export const STANDARD_HEADERS = ['X-Message-Id', 'X-Topic', 'X-Attempt', 'X-Mess
 
 const STANDARD_LOWER = new Set(STANDARD_HEADERS.map((name) => name.toLowerCase()));
 
+/**
+ * The key of a row as every destination reads it: null when the row has none. An empty key
+ * (`''`, which plain SQL may write) is no key, as for the claim: no `X-Message-Key`, `"key": null`
+ * in the EventBridge envelope, the row id as a FIFO queue's `MessageGroupId`.
+ */
+export function messageKeyOf(message: Pick<OutboundMessage, 'key'>): string | null {
+  return message.key ? message.key : null;
+}
+
 /** The correlation id of a row: its `x-correlation-id` header, looked up case-insensitively; null when absent or empty. */
 export function correlationIdOf(headers: Readonly<Record<string, unknown>>): string | null {
   for (const [name, value] of Object.entries(headers)) {
@@ -38,7 +47,8 @@ export function deliveryHeaders(message: OutboundMessage): Array<[name: string, 
     ['X-Topic', message.topic],
     ['X-Attempt', String(message.attempt)],
   ];
-  if (message.key !== null && message.key !== '') out.push(['X-Message-Key', message.key]);
+  const key = messageKeyOf(message);
+  if (key !== null) out.push(['X-Message-Key', key]);
   const correlationId = correlationIdOf(message.headers);
   if (correlationId !== null) out.push(['X-Correlation-Id', correlationId]);
   for (const [name, value] of Object.entries(message.headers)) {

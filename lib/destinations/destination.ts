@@ -15,6 +15,7 @@ export interface OutboundMessage {
   /** Row id; travels as `X-Message-Id`. */
   id: string;
   topic: string;
+  /** The row key; null when the row has none (an empty key, which plain SQL may write, is none). */
   key: string | null;
   /** The payload parsed (on first read); numbers beyond double precision are rounded here. */
   payload: Record<string, unknown>;

@@ -7,14 +7,14 @@
  * ```
  *
  * `metadata.messageId` is the row id (`X-Message-Id`): consumers deduplicate on it, since
- * EventBridge itself does not. `key` and `correlationId` are `null` when absent; `headers` are the
- * row headers as stored; `traceparent` and `tracestate` are present only when the row has a trace
- * context. Rules can match on `detail.metadata.*` and `detail.data.*`.
+ * EventBridge itself does not. `key` and `correlationId` are `null` when absent (an empty key is
+ * absent); `headers` are the row headers as stored; `traceparent` and `tracestate` are present
+ * only when the row has a trace context. Rules can match on `detail.metadata.*` and `detail.data.*`.
  *
  * `data` is the payload's JSON text as stored, spliced in verbatim: numbers keep every digit
  * (no parse, no re-stringify of the payload).
  */
-import { correlationIdOf, traceHeaders } from './delivery-metadata.ts';
+import { correlationIdOf, messageKeyOf, traceHeaders } from './delivery-metadata.ts';
 import type { OutboundMessage } from './destination.ts';
 
 /** Version of the envelope shape; bumped only on an incompatible change. */
@@ -46,7 +46,7 @@ function envelopeMetadata(message: OutboundMessage): EventEnvelope['metadata'] {
     version: EVENT_ENVELOPE_VERSION,
     messageId: message.id,
     topic: message.topic,
-    key: message.key,
+    key: messageKeyOf(message),
     attempt: message.attempt,
     correlationId: correlationIdOf(message.headers),
     headers: message.headers,

@@ -16,6 +16,7 @@
  */
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, type SQSClient } from '@aws-sdk/client-sqs';
 import { classifyCallError } from './classify-call-error.ts';
+import { messageKeyOf } from './delivery-metadata.ts';
 import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { isValidSqsText, sqsMessageAttributes } from './sqs-message-attributes.ts';
@@ -104,7 +105,7 @@ export class SqsDestination implements Destination {
     const traceHeader = awsTraceHeaderOf(message.trace);
     if (traceHeader !== undefined) entry.MessageSystemAttributes = { AWSTraceHeader: { DataType: 'String', StringValue: traceHeader } };
     if (this.fifo) {
-      const groupId = message.key ?? message.id;
+      const groupId = messageKeyOf(message) ?? message.id;
       if (groupId.length > SQS_MAX_GROUP_ID_LENGTH || !GROUP_ID_CHARS.test(groupId)) {
         return {
           error: `key "${groupId.slice(0, 300)}" cannot be a FIFO MessageGroupId: SQS allows at most ${SQS_MAX_GROUP_ID_LENGTH} characters, letters, digits and ASCII punctuation`,

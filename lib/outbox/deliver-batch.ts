@@ -362,7 +362,8 @@ class Outbound implements OutboundMessage {
   constructor(row: OutboxRow) {
     this.id = row.id;
     this.topic = row.topic;
-    this.key = row.key;
+    // An empty key is no key (as for the claim): a destination sees null.
+    this.key = row.key === '' ? null : row.key;
     this.payloadText = row.payloadText;
     this.headers = row.headers;
     this.attempt = row.attempt;

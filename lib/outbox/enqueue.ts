@@ -15,7 +15,7 @@ import { mssqlNames } from '../db/sqlserver/names.ts';
 import { sqlServerCallerOutboxInsert } from '../db/sqlserver/caller-statements.ts';
 import type { PgQueryable } from '../db/postgres/pg-pool.ts';
 import { QueueBoxError, ValidationError } from '../errors.ts';
-import { validateOutboxMessage } from './validate-message.ts';
+import { checkMaxAttempts, validateOutboxMessage } from './validate-message.ts';
 import { captureTraceContext } from '../observability/trace-context.ts';
 
 export interface EnqueueOptions {
@@ -23,7 +23,7 @@ export interface EnqueueOptions {
   schema?: string;
   /** Outbox table name; default `outbox`. */
   table?: string;
-  /** `max_attempts` (deliveries, the first included) when the message does not set it; default 5. */
+  /** `max_attempts` (deliveries, the first included) when the message does not set it: an integer from 1 to 1000; default 5. */
   maxAttempts?: number;
 }
 
@@ -66,6 +66,7 @@ export async function enqueue(tx: CallerTransaction, message: OutboxMessageInput
   const table = options.table ?? 'outbox';
   if (!IDENTIFIER_PATTERN.test(table)) throw new ValidationError('options.table', 'must be a lower-case SQL identifier');
   if (options.schema !== undefined && !IDENTIFIER_PATTERN.test(options.schema)) throw new ValidationError('options.schema', 'must be a lower-case SQL identifier');
+  if (options.maxAttempts !== undefined) checkMaxAttempts('options.maxAttempts', options.maxAttempts);
   const defaults = { maxAttempts: options.maxAttempts ?? 5 };
   const m = { ...validated, trace: captureTraceContext() };
   if (isCallerExecutor(tx)) return enqueueThrough(tx, m, { schema: options.schema, table }, defaults);

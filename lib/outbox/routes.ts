@@ -3,21 +3,16 @@
  *
  * `routes[]` are tried in order and the first match wins. A `topicPattern` is anchored (it must
  * match the whole topic): `*` stands for exactly one non-empty, dot-free segment, `**` for any
- * text (possibly empty, dots included); every other character matches itself.
+ * text (possibly empty, dots included, line breaks too); every other character matches itself.
  */
 import type { RouteConfig } from '../config/schema.ts';
 import { ConfigError } from '../errors.ts';
-import { topicPatternSource } from '../config/topic-pattern.ts';
+import { compileTopicPattern } from '../config/topic-pattern.ts';
 
-export { topicPatternSource };
+export { compileTopicPattern, topicPatternSource } from '../config/topic-pattern.ts';
 
 /** Resolves a topic to a destination name; `undefined` when no route matches. */
 export type Router = (topic: string) => string | undefined;
-
-/** Compiles one pattern to a `RegExp` with the routing semantics above. */
-export function compileTopicPattern(pattern: string): RegExp {
-  return new RegExp(topicPatternSource(pattern), 'u');
-}
 
 /**
  * Builds the router once (patterns are compiled here, not per call). Destination names are

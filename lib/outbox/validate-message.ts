@@ -6,11 +6,23 @@
  */
 import { columnLength, lengthUnit, type ColumnDialect } from '../db/column-length.ts';
 import type { OutboxMessageInput } from '../db/driver.ts';
+import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
 import { ValidationError } from '../errors.ts';
 
 /** Longest `topic` and `key` (the outbox's 255-character columns), in the unit each dialect counts. */
 export const MAX_TOPIC_LENGTH = 255;
 export const MAX_OUTBOX_KEY_LENGTH = 255;
+/** Highest `maxAttempts` (deliveries, the first included), of a message and of `enqueue`'s default. */
+export const MAX_ATTEMPTS_LIMIT = 1000;
+/**
+ * Longest `delayMs`: 2^31 − 1 seconds (about 68 years). SQL Server adds the delay to its clock
+ * as an INT number of seconds (`DATEADD`); PostgreSQL's interval would take more, but a message
+ * valid on one database is valid on the other.
+ */
+export const MAX_ENQUEUE_DELAY_MS = 2_147_483_647_000;
+/** `scheduledAt` range: years 1 to 9999 (UTC), what PostgreSQL reads from ISO text and SQL Server's `DATETIME2` holds. */
+const EARLIEST_SCHEDULE = Date.parse('0001-01-01T00:00:00.000Z');
+const LATEST_SCHEDULE = Date.parse('9999-12-31T23:59:59.999Z');
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -21,16 +33,40 @@ export function isJsonObject(value: unknown): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-/** Throws unless `value` survives a JSON round trip unchanged in shape (no undefined, functions, BigInt, cycles). */
-function assertJson(field: string, value: unknown): void {
-  let text: string;
+/**
+ * The JSON text of `value`; throws naming `field` unless it serializes (no BigInt, no cycles), to
+ * a JSON object (an own `toJSON` cannot turn it into a string or an array), and holds only
+ * storable text (`unstorableJsonText`: no NUL, no lone surrogate, in names or values).
+ */
+function jsonObjectText(field: string, value: unknown): string {
+  let text: string | undefined;
   try {
     text = JSON.stringify(value);
   } catch (error) {
     throw new ValidationError(field, `must be JSON-serializable: ${(error as Error).message}`);
   }
-  if (text === undefined) throw new ValidationError(field, 'must be JSON-serializable');
-  if (text.includes('\\u0000')) throw new ValidationError(field, 'must not contain NUL characters (PostgreSQL jsonb cannot store them)');
+  if (text === undefined || !text.startsWith('{')) throw new ValidationError(field, `must serialize to a JSON object (got ${text === undefined ? 'nothing' : excerpt(text)})`);
+  const unstorable = unstorableJsonText(text);
+  if (unstorable !== undefined) throw new ValidationError(field, `must not contain ${unstorable}: the database cannot store it`);
+  return text;
+}
+
+/** The start of a long text, for a message. */
+function excerpt(text: string): string {
+  return text.length <= 40 ? text : `${text.slice(0, 40)}…`;
+}
+
+/** Throws naming `field` when `value` holds text no QueueBox table can store (`unstorableText`). */
+function checkStorable(field: string, value: string): void {
+  const unstorable = unstorableText(value);
+  if (unstorable !== undefined) throw new ValidationError(field, `must not contain ${unstorable}: the database cannot store it`);
+}
+
+/** Throws naming `field` unless `value` is an integer from 1 to `MAX_ATTEMPTS_LIMIT`. */
+export function checkMaxAttempts(field: string, value: unknown): void {
+  if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > MAX_ATTEMPTS_LIMIT) {
+    throw new ValidationError(field, `must be an integer from 1 to ${MAX_ATTEMPTS_LIMIT}`);
+  }
 }
 
 /** Throws naming `field` when `value` is longer than `max` as `dialect`'s columns count it. */
@@ -49,34 +85,39 @@ export function validateOutboxMessage(message: unknown, dialect: ColumnDialect =
   }
   if (typeof m.topic !== 'string' || m.topic.trim() === '') throw new ValidationError('message.topic', 'is required and must be a non-empty string');
   checkColumnLength('message.topic', m.topic, MAX_TOPIC_LENGTH, dialect);
+  checkStorable('message.topic', m.topic);
   if (!isJsonObject(m.payload)) throw new ValidationError('message.payload', 'must be a JSON object');
-  assertJson('message.payload', m.payload);
+  const payloadText = jsonObjectText('message.payload', m.payload);
   if (m.key !== undefined && m.key !== null) {
     if (typeof m.key !== 'string' || m.key === '') throw new ValidationError('message.key', 'must be a non-empty string or null');
     checkColumnLength('message.key', m.key, MAX_OUTBOX_KEY_LENGTH, dialect);
+    checkStorable('message.key', m.key);
   }
   if (m.headers !== undefined) {
     if (!isJsonObject(m.headers)) throw new ValidationError('message.headers', 'must be an object of string values');
     for (const [name, value] of Object.entries(m.headers)) {
       if (name === '' || name.length > 256) throw new ValidationError(`message.headers.${name}`, 'names must be 1–256 characters');
       if (typeof value !== 'string') throw new ValidationError(`message.headers.${name}`, 'must be a string');
+      const unstorable = unstorableText(name) ?? unstorableText(value);
+      if (unstorable !== undefined) throw new ValidationError(`message.headers.${name}`, `must not contain ${unstorable} in its name or value: the database cannot store it`);
     }
-    assertJson('message.headers', m.headers);
   }
-  if (m.scheduledAt !== undefined && (!(m.scheduledAt instanceof Date) || Number.isNaN(m.scheduledAt.getTime()))) {
-    throw new ValidationError('message.scheduledAt', 'must be a valid Date');
+  if (m.scheduledAt !== undefined) {
+    const at = m.scheduledAt instanceof Date ? m.scheduledAt.getTime() : Number.NaN;
+    if (Number.isNaN(at)) throw new ValidationError('message.scheduledAt', 'must be a valid Date');
+    if (at < EARLIEST_SCHEDULE || at > LATEST_SCHEDULE) throw new ValidationError('message.scheduledAt', 'must be within the years 1 to 9999 (UTC)');
   }
-  if (m.delayMs !== undefined && (typeof m.delayMs !== 'number' || !Number.isFinite(m.delayMs) || m.delayMs < 0)) {
-    throw new ValidationError('message.delayMs', 'must be a non-negative number of milliseconds');
+  if (m.delayMs !== undefined && (typeof m.delayMs !== 'number' || !Number.isFinite(m.delayMs) || m.delayMs < 0 || m.delayMs > MAX_ENQUEUE_DELAY_MS)) {
+    throw new ValidationError('message.delayMs', `must be a number of milliseconds from 0 to ${MAX_ENQUEUE_DELAY_MS} (2^31 − 1 seconds, about 68 years)`);
   }
   if (m.scheduledAt !== undefined && m.delayMs !== undefined) throw new ValidationError('message.delayMs', 'cannot be combined with scheduledAt');
-  if (m.maxAttempts !== undefined && (!Number.isInteger(m.maxAttempts) || m.maxAttempts < 1 || m.maxAttempts > 1000)) {
-    throw new ValidationError('message.maxAttempts', 'must be an integer from 1 to 1000');
-  }
+  if (m.maxAttempts !== undefined) checkMaxAttempts('message.maxAttempts', m.maxAttempts);
   if (m.id !== undefined && (typeof m.id !== 'string' || !UUID.test(m.id))) throw new ValidationError('message.id', 'must be a UUID');
   return {
     topic: m.topic,
     payload: m.payload,
+    // The text checked is the text stored: a second JSON.stringify could differ (toJSON, getters).
+    payloadText,
     key: m.key ?? null,
     headers: m.headers ?? {},
     ...(m.scheduledAt !== undefined ? { scheduledAt: m.scheduledAt } : {}),

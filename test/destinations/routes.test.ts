@@ -1,6 +1,6 @@
 /**
- * Topic routing: anchored patterns, `*` as one dot-free segment, `**` as any text, first match
- * wins, and the same semantics in PostgreSQL through `topicPatternSource`.
+ * Topic routing: anchored patterns, `*` as one dot-free segment, `**` as any text (line breaks
+ * included), first match wins, and the same semantics in PostgreSQL through `topicPatternSource`.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -41,11 +41,21 @@ const table: Array<[pattern: string, topic: string, matches: boolean]> = [
   ['price$[1]', 'price$[1]', true],
   ['a|b', 'a', false],
   ['ünïcode.*', 'ünïcode.ok', true],
+  // Every character, line breaks included: `**` is any text, `*` any dot-free segment.
+  ['**', 'a\nb', true],
+  ['**', 'order.paid\r\n', true],
+  ['**', 'x\u2028y', true],
+  ['**', 'x\u2029y', true],
+  ['order.**', 'order.\n', true],
+  ['**.v2', 'a\n.v2', true],
+  ['order.*', 'order.pa\nid', true],
+  ['order.*', 'order.\n.x', false],
+  ['order.paid', 'order.paid\n', false],
 ];
 
 describe('routes', () => {
   for (const [pattern, topic, matches] of table) {
-    it(`pattern "${pattern}" ${matches ? 'matches' : 'does not match'} topic "${topic}"`, () => {
+    it(`pattern "${pattern}" ${matches ? 'matches' : 'does not match'} topic ${JSON.stringify(topic)}`, () => {
       assert.equal(compileTopicPattern(pattern).test(topic), matches);
     });
   }

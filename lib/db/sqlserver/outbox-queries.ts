@@ -10,7 +10,7 @@ import sql from 'mssql';
 import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, OutboxMessageInput, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { QueueBoxError, ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
-import { topicPatternSource } from '../../config/topic-pattern.ts';
+import { compileTopicPattern } from '../../config/topic-pattern.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runOnceOnly, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -230,7 +230,7 @@ export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { w
  */
 export async function replayMatchedTopics(runner: MssqlRunner, names: MssqlNames, f: ReplayFilter): Promise<string[] | undefined> {
   if (!f.topicPatterns?.length) return undefined;
-  const patterns = f.topicPatterns.map((p) => new RegExp(topicPatternSource(p), 'u'));
+  const patterns = f.topicPatterns.map(compileTopicPattern);
   const { recordset } = await runStatement<{ topic: string; topic_bytes: number }>(runner, buildOutboxReplayTopics(names, replayStates(f)));
   return recordset.map((r) => r.topic).filter((topic) => patterns.some((p) => p.test(topic)));
 }
