@@ -410,13 +410,13 @@ export async function inboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParam
   if (p.state !== 'processed' && p.state !== 'dead') throw new UsageError(`inbox retention deletes only processed or dead rows, not ${p.state}`);
   const { rowCount } = await pgQuery(
     ctx.pool,
-    `DELETE FROM ${ctx.names.inbox} WHERE id IN (
+    `WITH picked AS MATERIALIZED (
        SELECT id FROM ${ctx.names.inbox}
         WHERE state = $1 AND created_at < clock_timestamp() - ${msInterval('$2')}
           AND (source <> ALL($4::text[]) OR created_at < clock_timestamp() - ${msInterval('$5')})
         LIMIT $3
         FOR UPDATE SKIP LOCKED)
-       AND state = $1`,
+     DELETE FROM ${ctx.names.inbox} i USING picked WHERE i.id = picked.id AND i.state = $1`,
     [p.state, p.olderThanMs, p.limit, p.keep?.sources ?? [], p.keep?.olderThanMs ?? 0],
   );
   return rowCount ?? 0;

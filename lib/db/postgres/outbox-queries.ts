@@ -594,12 +594,14 @@ export async function outboxDeleteFinished(ctx: PgContext, p: DeleteFinishedPara
   if (p.state !== 'sent' && p.state !== 'dead') throw new UsageError(`outbox retention deletes only sent or dead rows, not ${p.state}`);
   const { rowCount } = await pgQuery(
     ctx.pool,
-    `DELETE FROM ${ctx.names.outbox} WHERE id IN (
+    // the pick is a CTE: run once, so LIMIT bounds the delete (a subquery in IN may be run again
+    // per outer row, picking the next unlocked rows each time)
+    `WITH picked AS MATERIALIZED (
        SELECT id FROM ${ctx.names.outbox}
         WHERE state = $1 AND updated_at < clock_timestamp() - ${msInterval('$2')}
         LIMIT $3
         FOR UPDATE SKIP LOCKED)
-       AND state = $1`,
+     DELETE FROM ${ctx.names.outbox} o USING picked WHERE o.id = picked.id AND o.state = $1`,
     [p.state, p.olderThanMs, p.limit],
   );
   return rowCount ?? 0;
