@@ -273,7 +273,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     inFlight.push(entry);
   }
   if (failure !== undefined) stoppedBecause = 'error';
-  await options.scaleOut?.passEnded();
+  // The check stops now; its invokes (each bounded by the deadline) are awaited after the
+  // in-flight work, which must not wait behind an invoke that hangs.
+  const scaleOutEnded = options.scaleOut?.passEnded();
 
   stopWait.dispose();
   const allDone = Promise.all(inFlightWork()).then(() => undefined);
@@ -295,6 +297,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const keeperClosed = ctx.keeper.close();
   const answered = keeperClosed.then(() => Promise.allSettled(unfinished.map((settle) => settle())));
   await waitAny([Promise.allSettled([keeperClosed, answered, ...ctx.settling])], answerWaitMs(deadline));
+  await scaleOutEnded;
   // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
   const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost - tally.released;
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });

@@ -23,8 +23,9 @@
  * - **No chain.** A started pass carries `generation: 1` and never starts passes itself
  *   (`MAX_GENERATION`); the next schedule decides again. A started pass that finds the backlog
  *   drained returns at once.
- * - **Nothing outlives the handler.** The check and its invokes are awaited when the pass ends;
- *   an invoke is bounded by the invocation's time left. An invoke that fails frees its slot, is
+ * - **Nothing outlives the handler.** The check and its invokes are awaited when the pass ends,
+ *   after its in-flight work; an invoke is bounded by the pass's deadline (the invocation's time
+ *   left less `lambda.deadlineMarginMs`), so one that hangs leaves the margin for the rest. An invoke that fails frees its slot, is
  *   logged and counted (`queuebox_scale_out_passes_total{outcome="failed"}`), and never fails
  *   the pass; so does a failed check.
  */
@@ -214,7 +215,9 @@ async function check(options: ScaleOutOptions, report: ScaleOutReport, finished:
     slots.map(async (slot) => {
       const event = { [SCALE_OUT_EVENT_KEY]: { worker, generation: report.generation + 1, slot: slot.slot, token: slot.token } };
       try {
-        await options.invoke(options.functionName, event, deadline.invocationRemainingMs());
+        // Bounded by the pass's deadline, not the invocation's end: an endpoint that stops
+        // answering leaves the margin for the slot's release and the pass's own shutdown.
+        await options.invoke(options.functionName, event, Math.max(1, deadline.remainingMs()));
         report.started++;
         metrics.count('scaleOutPasses', 1, { function: worker, outcome: 'started' });
       } catch (error) {

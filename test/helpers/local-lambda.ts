@@ -8,7 +8,8 @@
  *
  * Faults: `fail(kind)` answers every later invoke with `ResourceNotFoundException` (404, which the
  * SDK does not retry) or `ServiceException` (500, which it retries by its own policy) until
- * `fail(undefined)`. Signatures are not checked. It listens on 127.0.0.1 only.
+ * `fail(undefined)`; `fail('hang')` reads every later invoke and never answers it (an endpoint that
+ * stopped answering: the caller's own timeout ends the wait). Signatures are not checked. It listens on 127.0.0.1 only.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -29,11 +30,13 @@ export interface LocalLambda {
   /** Requests received (accepted or refused). */
   readonly requests: number;
   /** Refuses every later invoke with this error, until `undefined`. */
-  fail(kind: 'ResourceNotFoundException' | 'ServiceException' | undefined): void;
+  fail(kind: Fault | undefined): void;
   /** An `InvokeAsync` over the real SDK client pointed at this endpoint. */
   invoker(): InvokeAsync;
   close(): Promise<void>;
 }
+
+type Fault = 'ResourceNotFoundException' | 'ServiceException' | 'hang';
 
 const PATH = /^\/2015-03-31\/functions\/([^/]+)\/invocations$/;
 
@@ -41,7 +44,7 @@ const PATH = /^\/2015-03-31\/functions\/([^/]+)\/invocations$/;
 export async function startLocalLambda(functions: readonly string[]): Promise<LocalLambda> {
   const invocations: LocalInvocation[] = [];
   let requests = 0;
-  let failing: 'ResourceNotFoundException' | 'ServiceException' | undefined;
+  let failing: Fault | undefined;
   const refuse = (res: ServerResponse, status: number, type: string, message: string) => {
     res.writeHead(status, { 'content-type': 'application/json', 'x-amzn-errortype': type });
     res.end(JSON.stringify({ Type: status >= 500 ? 'Service' : 'User', message }));
@@ -54,6 +57,7 @@ export async function startLocalLambda(functions: readonly string[]): Promise<Lo
       const match = PATH.exec(new URL(req.url ?? '/', 'http://local').pathname);
       if (req.method !== 'POST' || match === null) return refuse(res, 404, 'UnknownOperationException', `no operation at ${req.method} ${req.url}`);
       const name = decodeURIComponent(match[1]!);
+      if (failing === 'hang') return;
       if (failing === 'ServiceException') return refuse(res, 500, 'ServiceException', 'the service failed (local fault)');
       if (failing === 'ResourceNotFoundException' || !functions.includes(name)) return refuse(res, 404, 'ResourceNotFoundException', `Function not found: ${name}`);
       if (req.headers['x-amz-invocation-type'] !== 'Event') return refuse(res, 400, 'InvalidParameterValueException', 'this endpoint accepts asynchronous invokes (X-Amz-Invocation-Type: Event) only');

@@ -114,4 +114,18 @@ describe('inbox relay scale-out by backlog', { timeout: 120_000 }, () => {
     assert.ok(lambda.requests >= 3);
     assert.deepEqual(await slotRows(), []);
   });
+
+  it('an invoke endpoint that never answers: the relay pass returns before the invocation ends, the invokes counted failed, their slots freed, no row left processing', async () => {
+    await storeDue(3000);
+    lambda.fail('hang');
+    const context = createInvocationContext({ functionName: FUNCTION, timeoutMs: 4000 });
+    const result = await handler({ source: 'aws.events' }, context);
+    const remainingMs = context.getRemainingTimeInMillis();
+    assert.ok(remainingMs > 0, `returned before the invocation's end (${remainingMs} ms left)`);
+    assert.ok(result.forwarded > 0);
+    assert.deepEqual([result.scaleOut.started, result.scaleOut.failed], [0, 3]);
+    assert.equal(result.abandoned, 0);
+    assert.deepEqual(await db.query(`SELECT id FROM "${db.schema}".inbox WHERE state = 'processing'`), []);
+    assert.deepEqual(await slotRows(), []);
+  });
 });

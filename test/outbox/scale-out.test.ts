@@ -157,6 +157,22 @@ describe('outbox poller scale-out by backlog', { timeout: 180_000 }, () => {
     assert.deepEqual(await slotRows(), [], 'a failed invoke frees its slot');
   });
 
+  it('an invoke endpoint that never answers: the invoke gives up at the pass\'s deadline, its slot is freed, the rows in flight are settled and the handler returns before the invocation ends', async () => {
+    await insertDue(20_000);
+    lambda.fail('hang');
+    const context = createInvocationContext({ functionName: FUNCTION, timeoutMs: 4000 });
+    const { result } = await captureStdout(() => handler({ source: 'aws.events' }, context), { stderr: true });
+    const remainingMs = context.getRemainingTimeInMillis();
+    assert.ok(remainingMs > 0, `the handler returned before the invocation's end (${remainingMs} ms left)`);
+    assert.equal(result.stoppedBecause, 'deadline');
+    assert.ok(result.sent > 0);
+    assert.deepEqual([result.scaleOut.started, result.scaleOut.failed], [0, 2]);
+    assert.equal(result.abandoned, 0, 'every claimed row settled');
+    assert.deepEqual(await db.query(`SELECT id FROM "${db.schema}".outbox WHERE state = 'processing'`), []);
+    assert.deepEqual(await slotRows(), [], 'the slots of the invokes that never answered are freed');
+    assert.equal(emfValue(lines, METRIC, { function: 'outboxPoller', outcome: 'failed' }), 2);
+  });
+
   it('refuses a start event of the wrong shape, naming the key', async () => {
     await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1, slot: 0, token: '1' } }), /event\.queueboxScaleOut\.slot must be an integer >= 1/);
     await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'inboxRelay', generation: 1, slot: 1, token: '1' } }), /event\.queueboxScaleOut\.worker must be "outboxPoller"/);
