@@ -50,3 +50,17 @@ export interface Deployment {
 export function deployedFunctionName(deployment: Deployment, name: string): string {
   return `${deployment.service}-${deployment.stage}-${functionKey(name)}`;
 }
+
+/** The longest function name Lambda accepts. */
+export const MAX_FUNCTION_NAME_LENGTH = 64;
+
+/**
+ * Why the deployed names cannot be used, or `undefined`: Lambda refuses a function name over 64
+ * characters, and the longest of QueueBox's (`<service>-<stage>-queueboxOutboxPoller`) decides.
+ */
+export function deployedNamesProblem(deployment: Deployment): string | undefined {
+  const longest = FUNCTIONS.map((f) => deployedFunctionName(deployment, f.name)).reduce((a, b) => (b.length > a.length ? b : a));
+  if (longest.length <= MAX_FUNCTION_NAME_LENGTH) return undefined;
+  const room = MAX_FUNCTION_NAME_LENGTH - (longest.length - deployment.service.length - deployment.stage.length);
+  return `the function name ${longest} is ${longest.length} characters; Lambda accepts at most ${MAX_FUNCTION_NAME_LENGTH}: the service name and stage together may have at most ${room} characters (now ${deployment.service.length + deployment.stage.length}: service ${deployment.service}, stage ${deployment.stage})`;
+}

@@ -17,7 +17,7 @@ import type { QueueBoxConfig } from '../config/schema.ts';
 import { ConfigError } from '../errors.ts';
 import { bundleFunctions, loadEsbuild } from './bundle.ts';
 import { deployRefusal, deployWarnings, hasDatabaseLocation } from './deploy-checks.ts';
-import { deployedFunctionName, functionKey, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
+import { deployedFunctionName, deployedNamesProblem, functionKey, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
 import { parsePluginOptions, pluginOptionsJsonSchema, type FunctionOptions, type PluginOptions } from './options.ts';
 import { heartbeatWarnings } from './monitoring.ts';
 import { roleLogicalId } from './roles.ts';
@@ -111,8 +111,11 @@ export default class QueueBoxServerlessPlugin {
     this.options = parsePluginOptions(service.custom?.queuebox);
     this.config = loadConfig({ path: resolve(this.serverless.serviceDir, this.options.config), env: {} });
     this.deployment = { service: service.service, stage: this.serverless.getProvider('aws').getStage() };
+    const namesProblem = deployedNamesProblem(this.deployment);
+    if (namesProblem !== undefined) throw new Error(`QueueBox: ${namesProblem}`);
     const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
-    this.fragment = buildStackFragment(this.config, this.deployment, { outboxPoller, inboxRelay, reclaim });
+    const reserved = Object.fromEntries(Object.entries(this.options.functions).map(([name, settings]) => [name, settings.reservedConcurrency]));
+    this.fragment = buildStackFragment(this.config, this.deployment, { outboxPoller, inboxRelay, reclaim }, reserved);
     service.functions ??= {};
     // The bundles belong to QueueBox's packages only, never to the service's own artifact.
     service.package ??= {};

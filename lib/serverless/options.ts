@@ -4,8 +4,14 @@
  * (`custom.queuebox.functions.outboxPoller.timout: unknown key`).
  */
 import { z } from 'zod';
+import { scheduleExpressionProblem } from './schedule-expression.ts';
 
-const schedule = z.string().regex(/^(rate|cron)\(.+\)$/, 'must be rate(…) or cron(…)');
+const schedule = z.string().superRefine((value, ctx) => {
+  const problem = scheduleExpressionProblem(value);
+  if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+});
+/** The retention periods CloudWatch Logs accepts (PutRetentionPolicy). */
+export const LOG_RETENTION_DAYS = [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653] as const;
 const timeout = z.number().int().min(1).max(900);
 const memorySize = z.number().int().min(128).max(10240);
 const reservedConcurrency = z.number().int().min(0);
@@ -57,7 +63,10 @@ export const pluginOptionsSchema = z.strictObject({
   /** Memory of every function not given its own (MB). */
   memorySize: memorySize.default(256),
   /** Retention of the functions' log groups (days); default the provider's, else 30. */
-  logRetentionInDays: z.number().int().positive().optional(),
+  logRetentionInDays: z
+    .number()
+    .refine((v) => (LOG_RETENTION_DAYS as readonly number[]).includes(v), `must be one of the periods CloudWatch Logs accepts: ${LOG_RETENTION_DAYS.join(', ')}`)
+    .optional(),
   /** Throttling of QueueBox's HTTP routes (only these routes) and their access log. */
   httpApi: z
     .strictObject({

@@ -11,9 +11,15 @@ const SCALING = [
   { name: 'inboxRelay', setting: 'inbox.relay.scaleOut.maxConcurrentPasses', env: 'QUEUEBOX_INBOX__RELAY__SCALE_OUT__MAX_CONCURRENT_PASSES', max: (c: QueueBoxConfig) => c.inbox.relay.scaleOut.maxConcurrentPasses },
 ] as const;
 
-/** Short names of the functions whose scale-out is on (`maxConcurrentPasses` above 1). */
-export function selfInvokingFunctions(config: QueueBoxConfig): string[] {
-  return SCALING.filter((s) => s.max(config) > 1).map((s) => s.name);
+/**
+ * Short names of the functions whose scale-out is on: `maxConcurrentPasses` above 1, and a
+ * reserved concurrency (`reservedConcurrency`, by function) that leaves room for a second pass.
+ */
+export function selfInvokingFunctions(config: QueueBoxConfig, reservedConcurrency: Readonly<Record<string, number | undefined>> = {}): string[] {
+  return SCALING.filter((s) => {
+    const reserved = reservedConcurrency[s.name];
+    return Math.min(s.max(config), reserved ?? Number.POSITIVE_INFINITY) > 1;
+  }).map((s) => s.name);
 }
 
 /**

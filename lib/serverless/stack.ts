@@ -65,10 +65,16 @@ const QUEUE_NAME = /^[A-Za-z0-9_-]{1,80}(\.fifo)?$/;
 
 /**
  * Builds the fragment for one configuration and deployment (`schedules`: the scheduled functions'
- * schedules and timeouts, which size the heartbeat alarms); throws naming a destination or queue
- * whose name AWS would not accept.
+ * schedules and timeouts, which size the heartbeat alarms; `reservedConcurrency`: by function, a
+ * reserved concurrency of 1 or 0 keeps scale-out from invoking); throws naming a destination or
+ * queue whose name AWS would not accept.
  */
-export function buildStackFragment(config: QueueBoxConfig, deployment: Deployment, schedules: HeartbeatSchedules = defaultHeartbeatSchedules()): StackFragment {
+export function buildStackFragment(
+  config: QueueBoxConfig,
+  deployment: Deployment,
+  schedules: HeartbeatSchedules = defaultHeartbeatSchedules(),
+  reservedConcurrency: Readonly<Record<string, number | undefined>> = {},
+): StackFragment {
   const destinations = Object.values(config.destinations);
   const queues = destinations.flatMap((d) => (d.type === 'sqs' ? [sqsQueueArn(d.queueUrl, d.region)] : []));
   const buses = destinations.flatMap((d) => (d.type === 'eventbridge' ? [eventBusArn(d.eventBusName, d.region)] : []));
@@ -87,7 +93,7 @@ export function buildStackFragment(config: QueueBoxConfig, deployment: Deploymen
     }));
   const triggerQueues = sources.filter(([, s]) => s.type === 'sqs').map(([name, s]) => s.queueName ?? name);
   const secretNames = secretEnvNames(config);
-  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames, tracing: config.observability.tracing, deployment, selfInvoking: selfInvokingFunctions(config) });
+  const roles = roleResources({ destinationQueues: queues, destinationBuses: buses, triggerQueues, secretNames, tracing: config.observability.tracing, deployment, selfInvoking: selfInvokingFunctions(config, reservedConcurrency) });
   return {
     secretNames,
     inboxHttpEvents,

@@ -45,6 +45,20 @@ describe('IAM and environment of scale-out', () => {
     assert.match(JSON.stringify(invokeStatements(fragment(1, 2).resources.Resources, 'QueueBoxRoleInboxRelay')), /:function:app-test-queueboxInboxRelay"/);
   });
 
+  it('grants no invoke when a reserved concurrency of 1 or 0 caps scale-out at one pass; 2 leaves room', () => {
+    const config = parseConfig({ outbox: { scaleOut: { maxConcurrentPasses: 4 } }, inbox: { relay: { scaleOut: { maxConcurrentPasses: 4 } } } } as never);
+    const build = (reservedConcurrency: Record<string, number | undefined>) => buildStackFragment(config, { service: 'app', stage: 'test' }, undefined, reservedConcurrency).resources.Resources;
+    for (const reserved of [0, 1]) {
+      const resources = build({ outboxPoller: reserved, inboxRelay: reserved });
+      assert.deepEqual(invokeStatements(resources, 'QueueBoxRoleOutboxPoller'), [], `outboxPoller at ${reserved}`);
+      assert.deepEqual(invokeStatements(resources, 'QueueBoxRoleInboxRelay'), [], `inboxRelay at ${reserved}`);
+    }
+    const mixed = build({ outboxPoller: 1, inboxRelay: 2 });
+    assert.deepEqual(invokeStatements(mixed, 'QueueBoxRoleOutboxPoller'), []);
+    assert.equal(invokeStatements(mixed, 'QueueBoxRoleInboxRelay').length, 1);
+    assert.equal(invokeStatements(build({}), 'QueueBoxRoleOutboxPoller').length, 1, 'none reserved');
+  });
+
   it('grants no invoke while scale-out is off (the default)', () => {
     const { Resources } = fragment(1, 1).resources;
     assert.ok(!JSON.stringify(Resources).includes('lambda:InvokeFunction'));

@@ -75,6 +75,42 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.throws(() => parsePluginOptions({ functions: { reclaim: { schedule: 'every 5 minutes', timeout: 901 } } }), (error: Error) => /functions\.reclaim\.schedule: must be rate/.test(error.message) && /functions\.reclaim\.timeout/.test(error.message));
   });
 
+  it('accepts the schedule expressions EventBridge accepts and refuses the others, naming the key and why', () => {
+    const scheduleOf = (schedule: string) => parsePluginOptions({ functions: { outboxPoller: { schedule } } }).functions.outboxPoller.schedule;
+    for (const valid of ['rate(1 minute)', 'rate(5 minutes)', 'rate(1 hour)', 'rate(2 days)', 'cron(0/5 * * * ? *)', 'cron(0 12 ? * MON-FRI *)', 'cron(15 10 ? * 6L 2026-2030)', 'cron(0 8 1W * ? *)', 'cron(0 8 L * ? *)', 'cron(0 9 ? * 2#1 *)', 'cron(0,30 8-17 ? JAN-MAR,DEC * *)']) {
+      assert.equal(scheduleOf(valid), valid);
+    }
+    const refused: Array<[string, RegExp]> = [
+      ['rate(1 minutes)', /must be rate\(1 minute\)/],
+      ['rate(5 minute)', /must be rate\(5 minutes\)/],
+      ['rate(0 minutes)', /at least 1/],
+      ['rate(5 seconds)', /minute\(s\), hour\(s\) or day\(s\)/],
+      ['rate(5minutes)', /must be rate\(<value> <unit>\)/],
+      ['cron(*/5 * * * *)', /six fields .* not 5/],
+      ['cron(0 12 * * * *)', /\? in exactly one of day-of-month and day-of-week/],
+      ['cron(0 12 ? * ? *)', /\? in exactly one/],
+      ['cron(60 * * * ? *)', /minutes field 60: 60 is outside 0-59/],
+      ['cron(0 24 * * ? *)', /hours field 24/],
+      ['cron(0 8 ? * FUNDAY *)', /day-of-week field FUNDAY/],
+      ['cron(0 8 * 13 ? *)', /month field 13/],
+      ['cron(0 8 * * ? 1969)', /year field 1969/],
+      ['cron(0 8 ? * 2#6 *)', /the week after # is 1-5/],
+      ['cron(? 8 * * ? *)', /minutes field \?: takes no \?/],
+      ['every 5 minutes', /must be rate\(…\) or cron\(…\)/],
+    ];
+    for (const [schedule, why] of refused) {
+      assert.throws(() => scheduleOf(schedule), (error: Error) => /custom\.queuebox\.functions\.outboxPoller\.schedule: /.test(error.message) && why.test(error.message), schedule);
+    }
+  });
+
+  it('accepts only a log retention CloudWatch Logs accepts', () => {
+    assert.equal(parsePluginOptions({ logRetentionInDays: 14 }).logRetentionInDays, 14);
+    assert.equal(parsePluginOptions({ logRetentionInDays: 3653 }).logRetentionInDays, 3653);
+    for (const days of [8, 0, -1, 10000, 14.5]) {
+      assert.throws(() => parsePluginOptions({ logRetentionInDays: days }), /custom\.queuebox\.logRetentionInDays: must be one of the periods CloudWatch Logs accepts: 1, 3, 5, 7, 14, 30/, String(days));
+    }
+  });
+
   it('refuses to package with no database location or with database.url in the file; the opt-out and each location pass', () => {
     const config = parseConfig({});
     assert.match(deployRefusal(parsePluginOptions({}), config, 'dev')!, /^stage dev has no database location: set custom\.queuebox\.databaseSecretArn .* or custom\.queuebox\.databaseUrlParameter .*allowMissingDatabase: true/);
@@ -127,6 +163,17 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     const untraced = pluginFor({});
     await untraced.hook('initialize');
     assert.equal('tracing' in untraced.serverless.service.functions.queueboxOutboxPoller!, false, 'no tracing setting: osls would grant the service\'s role X-Ray');
+  });
+
+  it('stops on a deployed function name longer than Lambda accepts, naming it and the room left; 64 characters pass', async () => {
+    const long = pluginFor({});
+    long.serverless.service.service = 's'.repeat(40);
+    // 40 + 1 + 3 (dev) + 1 + 20 (queueboxOutboxPoller) = 65
+    await assert.rejects(long.hook('initialize'), /QueueBox: the function name s{40}-dev-queueboxOutboxPoller is 65 characters; Lambda accepts at most 64: the service name and stage together may have at most 42 characters \(now 43/);
+    const fits = pluginFor({});
+    fits.serverless.service.service = 's'.repeat(39);
+    await fits.hook('initialize');
+    assert.equal((fits.serverless.service.functions.queueboxOutboxPoller as { name: string }).name.length, 64);
   });
 
   it('stops on a function name the service already has, refuses to package without a database location before bundling, and builds nothing for the service\'s own function', async () => {
