@@ -139,9 +139,13 @@ describe('the stored form of a payload', () => {
       ['1e-16384', /number 1e-16384 is out of range: 16384 digits after the decimal point, PostgreSQL stores at most 16383/],
       ['0e-16384', /16384 digits after the decimal point/],
     ];
+    // PostgreSQL 18 stores a zero whatever its exponent, 15 refuses one beyond the limits: QueueBox
+    // refuses it on every version (the rule all supported servers keep), and the server's own
+    // refusal is checked for the zeros only where the server makes it.
+    const [{ version }] = (await db.query<{ version: number }>(`SELECT current_setting('server_version_num')::int AS version`)) as [{ version: number }];
     for (const [n, reason] of refused) {
       const body = `{"n":${n}}`;
-      await assert.rejects(db.query('SELECT $1::jsonb', [body]), /value overflows numeric format/, `${n}: PostgreSQL refuses it`);
+      if (!n.startsWith('0') || version < 180000) await assert.rejects(db.query('SELECT $1::jsonb', [body]), /value overflows numeric format/, `${n}: PostgreSQL refuses it`);
       assert.throws(() => parseJsonBody(body), refusedAsInvalidJson(reason), n);
     }
   });
