@@ -102,7 +102,7 @@ describe('fenced writes: the lock wait ends with the lease', () => {
       const write = db.driver.outboxMarkSentMany({ claims: [first, second].map((r) => ({ id: r.id, token: r.claimToken })) });
       const outcome = write.then((ids) => ({ ids }), (error: unknown) => ({ error }));
       await waitUntil('the write waits on the second row', async () =>
-        (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE %outbox%' AND pid <> pg_backend_pid()`))[0]!.n > 0,
+        (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE %outbox%' AND pid <> pg_backend_pid()`))[0]!.n > 0,
       10_000);
       await delay(200);
       // The holder now needs the first row, which the write holds: a cycle. The write has waited

@@ -38,7 +38,7 @@ describe('outbox pass: the summary of a pass frozen past its deadline', () => {
     const pass = runOutboxPass(options);
     await waitUntil('the settle waits on the row lock', async () => {
       const rows = await db.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "${db.schema}".%' AND query LIKE '%state = ''sent''%'`,
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE "${db.schema}".%' AND query LIKE '%state = ''sent''%'`,
       );
       return rows[0]!.n === 1;
     });

@@ -315,11 +315,12 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
  * `keyWhileOpen.key` instead of its key while an open row relayed from that source has it (the
  * batch holds one row per aggregate, so no row of the statement is another's earlier row). Items
  * whose claim was lost get neither. Returns the ids forwarded. Any error (one row the outbox
- * refuses fails them all) changes nothing; the relay then forwards the batch row by row.
+ * refuses fails them all) changes nothing; the relay then forwards the batch row by row. The
+ * server answers with the positions of the items it did not mark (as `fencedChangedIds`).
  */
 export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]> {
   if (items.length === 0) return [];
-  const { rows } = await fencedQuery<{ id: string }>(
+  const { rows } = await fencedQuery<{ n: number }>(
     ctx.pool,
     `WITH s AS (
        SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],
@@ -346,7 +347,8 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
         ORDER BY s.ord
     RETURNING 1
      )
-     SELECT id FROM marked`,
+     -- the positions of the items not marked (claims lost), not the ids of those that were
+     SELECT s.ord::int AS n FROM s WHERE NOT EXISTS (SELECT 1 FROM marked m WHERE m.id = s.id)`,
     [
       items.map((i) => i.id),
       items.map((i) => i.token),
@@ -363,8 +365,8 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
       items.map((i) => i.keyWhileOpen?.source ?? null),
     ],
   );
-  const forwarded = new Set(rows.map((r) => r.id));
-  return items.filter((i) => forwarded.has(i.id)).map((i) => i.id);
+  const lost = new Set(rows.map((r) => r.n - 1));
+  return items.filter((_, index) => !lost.has(index)).map((i) => i.id);
 }
 
 /** Fenced retry: back to `pending`, `attempt + 1`, due after `delayMs`; returns ids changed. */

@@ -12,7 +12,7 @@ import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
 import { claimFollowers } from './outbox-claim-followers.ts';
-import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedChangedIds, fencedDeadMany, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
@@ -479,7 +479,7 @@ export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; l
 export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
   if (p.claims.length === 0) return [];
   const [ids, tokens] = claimArrays(p.claims);
-  const { rows } = await fencedQuery<{ id: string }>(
+  return fencedChangedIds(
     ctx.pool,
     `UPDATE ${ctx.names.outbox} t
         SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
@@ -487,8 +487,8 @@ export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[]
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
     [ids, tokens],
+    ids,
   );
-  return rows.map((r) => r.id);
 }
 
 export async function outboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
