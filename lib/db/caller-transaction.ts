@@ -87,7 +87,7 @@ const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
  * the connection is ready). `T` and `E` need no check (in `E` the write fails with the server's
  * own error), and `work` is sent at once, so it reaches the server in the order the caller called.
  * `I` or `null` may still be a block: a `BEGIN` sent without waiting for it is queued ahead of
- * this write. So then a savepoint is set and released back to back first — refused by the server
+ * this write. So then a savepoint is set and released in one query first — refused by the server
  * outside a block (SQLSTATE 25P01); set and released together, it never spans the caller's own
  * statements or savepoints — one extra round trip, only on a client that has not yet reported a
  * transaction. After `work`, a client that reports `I` wrote outside a block after all (its
@@ -100,12 +100,11 @@ export async function insidePgTransaction<T>(tx: unknown, operation: string, wor
   if (typeof client.getTransactionStatus !== 'function') return work();
   const status = client.getTransactionStatus();
   if (status !== 'T' && status !== 'E') {
-    const set = client.query(`SAVEPOINT ${CHECK_SAVEPOINT}`);
-    const release = client.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
-    release.catch(() => {}); // refused too when the savepoint was: the first refusal is the one reported
+    // One query of two statements (the simple protocol runs them in order and stops at the first
+    // refusal): two queries queued on the caller's client would be a query sent while another
+    // runs, which `pg` 8 warns of and `pg` 9 refuses.
     try {
-      await set;
-      await release;
+      await client.query(`SAVEPOINT ${CHECK_SAVEPOINT}; RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
     } catch (error) {
       if (noTransaction(error)) {
         throw new UsageError(

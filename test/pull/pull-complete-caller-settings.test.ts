@@ -38,6 +38,50 @@ describe('pull complete leaves the caller transaction as it found it', () => {
     });
   }
 
+  it("is one statement on the caller's client: nothing of its own waits behind another query (pg 8 warns of that, pg 9 refuses it)", async () => {
+    const [id] = await insertPullRows(db, 'one-statement', [{ key: 'a' }]);
+    const client = createPullClient(db.driver);
+    const [message] = await client.claim('one-statement', { batch: 1, leaseMs: 60_000 });
+    assert.equal(message?.id, id);
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.message);
+    process.on('warning', onWarning);
+    const tx = await db.pool.connect();
+    let committed = false;
+    try {
+      await tx.query('BEGIN');
+      await tx.query(`SET LOCAL lock_timeout = '3s'`);
+      // A spy on the caller's client: what complete sends, and how many of its queries were open at once.
+      const sent: string[] = [];
+      let open = 0;
+      let most = 0;
+      const query = tx.query.bind(tx) as (text: string, values?: unknown[]) => Promise<unknown>;
+      const spy = Object.assign(Object.create(tx) as typeof tx, {
+        query: (text: string, values?: unknown[]) => {
+          sent.push(text);
+          most = Math.max(most, ++open);
+          const answer = query(text, values);
+          answer.then(() => open--, () => open--);
+          return answer;
+        },
+      });
+      assert.deepEqual(await client.complete(spy, message!.claim), { ok: true });
+      assert.equal(sent.length, 1, `one statement, not ${sent.length}`);
+      assert.equal(most, 1);
+      assert.equal((await tx.query<{ lock_timeout: string }>('SHOW lock_timeout')).rows[0]!.lock_timeout, '3s');
+      await tx.query('COMMIT');
+      committed = true;
+    } finally {
+      // A failed check leaves the transaction open: that connection is not given back to the pool.
+      tx.release(!committed);
+      await new Promise((resolve) => setImmediate(resolve));
+      process.off('warning', onWarning);
+    }
+    assert.deepEqual(warnings.filter((w) => /already executing a query/.test(w)), []);
+    const [row] = await db.query<{ state: string }>(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [id]);
+    assert.equal(row!.state, 'processed');
+  });
+
   it('a complete called before the caller commits is written inside the transaction', async () => {
     const [id] = await insertPullRows(db, 'order', [{ key: 'a' }]);
     const client = createPullClient(db.driver);

@@ -47,7 +47,8 @@ export function claimSet(leaseParam: string): string {
  * begins: a write queued behind another transaction's lock on the row fails with
  * `lock_not_available` (55P03) when the lease ends, instead of landing after it (PostgreSQL does
  * not re-check the `WHERE` after a wait on a holder that changed nothing). Inside a caller's
- * transaction `fencedQuery` puts the transaction's own setting back after the statement.
+ * transaction the statement keeps the transaction's own setting and puts it back
+ * (`fencedWriteCount`).
  * The milliseconds come from `date_part` (double precision): `extract` computes in `numeric`,
  * which took twice as long per row (0.27 against 0.15 ms per 1,000 rows, without the `set_config`).
  */
@@ -67,13 +68,16 @@ export function lockWithinLease(alias = 't'): string {
 export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp() AND CASE WHEN t.claim_token = s.token THEN ${lockWithinLease('t')} END`;
 
 /**
- * Runs a fenced statement in one round trip (`pgSingleTrip`): it commits before the server
- * answers, so a process frozen after sending it leaves no transaction open. A lock wait that
- * reached the lease's end (`lock_not_available`) becomes `FencedLockTimeoutError`.
+ * Runs a fenced statement: on a pool in one round trip (`pgSingleTrip`), which commits before the
+ * server answers, so a process frozen after sending it leaves no transaction open; on a client
+ * inside an open transaction (the caller's), handed to the client at once, so it is written
+ * before any statement the caller sends after calling — such a statement must put the
+ * transaction's `lock_timeout` back itself (`fencedWriteCount`). A lock wait that reached the
+ * lease's end (`lock_not_available`) becomes `FencedLockTimeoutError`.
  */
 export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
   try {
-    return db instanceof pg.Pool ? await singleTripPastDeadlocks<R>(db, text, values) : await inOpenTransaction<R>(db, text, values);
+    return db instanceof pg.Pool ? await singleTripPastDeadlocks<R>(db, text, values) : await pgQuery<R>(db, text, values);
   } catch (error) {
     if (error instanceof TransientDatabaseError && error.code === '55P03') {
       throw new FencedLockTimeoutError('fenced write: a row stayed locked by another transaction until its lease ended; nothing was written', { cause: error });
@@ -105,20 +109,40 @@ async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Poo
 }
 
 /**
- * A fenced statement on a client inside an open transaction (the caller's `complete`): sent at
- * once, in the order the caller called, between two statements that save the transaction's
- * `lock_timeout` and put it back, so the lease bound of the fence does not stay on the caller's
- * later statements. The three are sent together, without waiting for one another.
+ * `lockWithinLease` for a statement inside a caller's open transaction: before it sets the bound,
+ * it keeps the transaction's own `lock_timeout` in `queuebox.lock_timeout` — once per statement (a
+ * row the scan evaluates again after a lock wait finds it kept) — for `fencedWriteCount` to put
+ * back. `CASE` fixes the order: the planner may reorder the terms of an `AND`.
  */
-async function inOpenTransaction<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
-  const saved = pgQuery(db, `SELECT set_config('queuebox.lock_timeout', current_setting('lock_timeout'), true)`);
-  const result = pgQuery<R>(db, text, values);
-  const restored = pgQuery(db, `SELECT set_config('lock_timeout', current_setting('queuebox.lock_timeout'), true)`);
-  // Each answered before the caller's next statement; the first failure (in sending order) is the one reported.
-  const answers = await Promise.allSettled([saved, result, restored]);
-  const failed = answers.find((a) => a.status === 'rejected');
-  if (failed !== undefined) throw failed.reason;
-  return (answers[1] as PromiseFulfilledResult<pg.QueryResult<R>>).value;
+export function lockWithinLeaseKeeping(alias = 't'): string {
+  return `CASE WHEN COALESCE(NULLIF(current_setting('queuebox.lock_timeout', true), ''),
+                            set_config('queuebox.lock_timeout', current_setting('lock_timeout'), true)) IS NOT NULL
+              THEN ${lockWithinLease(alias)} END`;
+}
+
+/**
+ * Runs a fenced write of one or more rows, given as `write(bound)`: the statement, ending in
+ * `RETURNING`, with `bound` (the lease bound of its lock wait) among its conditions. Returns how
+ * many rows it wrote. On a pool it is `write(lockWithinLease)` in one round trip. On a client
+ * inside the caller's open transaction it is one statement too — the write, then the
+ * transaction's own `lock_timeout` put back once the write has finished (the restore reads the
+ * count of the rows written, so it runs after them) — so the lease bound does not stay on the
+ * caller's later statements, and no second statement is queued on the caller's client (`pg` 8
+ * warns of a query queued behind another, and `pg` 9 refuses it).
+ */
+export async function fencedWriteCount(db: PgQueryable, write: (bound: string) => string, values: PgValues): Promise<number> {
+  if (db instanceof pg.Pool) return (await fencedQuery(db, write(lockWithinLease('')), values)).rowCount ?? 0;
+  const { rows } = await fencedQuery<{ n: number }>(
+    db,
+    `WITH written AS (${write(lockWithinLeaseKeeping(''))})
+  SELECT c.n,
+         CASE WHEN COALESCE(current_setting('queuebox.lock_timeout', true), '') = '' THEN NULL
+              WHEN set_config('lock_timeout', current_setting('queuebox.lock_timeout'), true) IS NOT NULL
+              THEN set_config('queuebox.lock_timeout', '', true) END AS restored
+    FROM (SELECT count(*)::int AS n FROM written) c`,
+    values,
+  );
+  return Number(rows[0]?.n ?? 0);
 }
 
 /**

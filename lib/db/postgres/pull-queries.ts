@@ -16,12 +16,14 @@
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
-import { claimSet, fencedQuery, LEASE_START, lockWithinLease } from './fenced-writes.ts';
+import { claimSet, fencedQuery, fencedWriteCount, LEASE_START, lockWithinLease } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
-const FENCE = `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp() AND ${lockWithinLease('')}`;
+/** The pull fence on `$1` (id) and `$2` (token), with `bound` bounding the lock wait by the lease. */
+const pullFence = (bound: string) => `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp() AND ${bound}`;
+const FENCE = pullFence(lockWithinLease(''));
 
 /**
  * Claims up to `limit` rows of one pull source: due `pending` rows and `processing` rows whose
@@ -171,18 +173,21 @@ export async function pullRenew(ctx: PgContext, p: ClaimRef & { leaseMs: number 
   return rowCount === 1;
 }
 
-/** Fenced `processed`, through `db` (the caller's open transaction; `RETURNING` lets a library that reports only rows count it). */
+/**
+ * Fenced `processed`, through `db` (the caller's open transaction): one statement, which leaves
+ * the transaction's `lock_timeout` as it found it (`fencedWriteCount`).
+ */
 export async function pullComplete(ctx: PgContext, db: PgQueryable, c: ClaimRef): Promise<boolean> {
-  const { rowCount } = await fencedQuery(
+  const written = await fencedWriteCount(
     db,
-    `UPDATE ${ctx.names.inbox}
+    (bound) => `UPDATE ${ctx.names.inbox}
         SET state = 'processed', processed_at = clock_timestamp(), lease_expires_at = NULL,
             last_error = NULL, updated_at = clock_timestamp()
-      WHERE ${FENCE}
+      WHERE ${pullFence(bound)}
       RETURNING id`,
     [c.id, c.token],
   );
-  return rowCount === 1;
+  return written === 1;
 }
 
 /** Fenced retry: `pending`, `attempt + 1`, due at db clock + `delayMs`, claim cleared. */
