@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { FencedLockTimeoutError } from '../../lib/errors.ts';
 import { createPullClient } from '../../lib/pull/pull-client.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { delay } from '../helpers/wait.ts';
 import { insertPullRows } from './pull-fixtures.ts';
 
 /**
@@ -78,6 +80,64 @@ describe('pull complete leaves the caller transaction as it found it', () => {
       process.off('warning', onWarning);
     }
     assert.deepEqual(warnings.filter((w) => /already executing a query/.test(w)), []);
+    const [row] = await db.query<{ state: string }>(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [id]);
+    assert.equal(row!.state, 'processed');
+  });
+
+  it("waits on a row lock no longer than the claim's lease, inside the caller's transaction too", async () => {
+    const [id] = await insertPullRows(db, 'locked', [{ key: 'a' }]);
+    const client = createPullClient(db.driver);
+    const leaseMs = 1500;
+    const [message] = await client.claim('locked', { batch: 1, leaseMs });
+    assert.equal(message?.id, id);
+    const claimedAt = Date.now();
+    const holder = await db.pool.connect();
+    const tx = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT id FROM "${db.schema}".inbox WHERE id = $1 FOR UPDATE`, [id]);
+      await tx.query('BEGIN');
+      // The caller's own bound, far beyond the lease: the write is held to the lease instead.
+      await tx.query(`SET LOCAL lock_timeout = '60s'`);
+      await assert.rejects(db.driver.pullComplete(tx, message!.claim), FencedLockTimeoutError);
+      const waited = Date.now() - claimedAt;
+      assert.ok(waited < leaseMs + 3000, `gave up at the lease's end, not the caller's 60 s (${waited} ms after the claim)`);
+      await tx.query('ROLLBACK');
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+      tx.release();
+    }
+    const [row] = await db.query<{ state: string }>(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [id]);
+    assert.equal(row!.state, 'processing', 'nothing written');
+  });
+
+  it("after waiting on a row another transaction updated, writes and puts the caller's lock_timeout back (the row's conditions evaluated twice)", async () => {
+    const [id] = await insertPullRows(db, 'rechecked', [{ key: 'a' }]);
+    const client = createPullClient(db.driver);
+    const [message] = await client.claim('rechecked', { batch: 1, leaseMs: 60_000 });
+    assert.equal(message?.id, id);
+    const holder = await db.pool.connect();
+    const tx = await db.pool.connect();
+    let committed = false;
+    try {
+      await holder.query('BEGIN');
+      // An update (not only a lock): PostgreSQL checks the waiting write's conditions again on the new row version.
+      await holder.query(`UPDATE "${db.schema}".inbox SET updated_at = clock_timestamp() WHERE id = $1`, [id]);
+      await tx.query('BEGIN');
+      await tx.query(`SET LOCAL lock_timeout = '45s'`);
+      const completed = db.driver.pullComplete(tx, message!.claim);
+      await delay(300);
+      await holder.query('COMMIT');
+      assert.equal(await completed, true);
+      assert.equal((await tx.query<{ lock_timeout: string }>('SHOW lock_timeout')).rows[0]!.lock_timeout, '45s');
+      await tx.query('COMMIT');
+      committed = true;
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+      tx.release(!committed);
+    }
     const [row] = await db.query<{ state: string }>(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [id]);
     assert.equal(row!.state, 'processed');
   });
