@@ -72,6 +72,26 @@ describe('fenced batch writes: the ids they changed, when some claims were lost'
     assert.deepEqual(await states([claims[0]!.id, claims[1]!.id]), ['processing', 'processing']);
   });
 
+  it('an id given twice (with its token, or once with another) is written once and answered once', async () => {
+    const { claims, kept } = await batchWithLostClaims();
+    const first = kept[0]!;
+    const stranger = { id: first.id, token: '00000000-0000-4000-8000-000000000000' };
+    assert.deepEqual(await db.driver.outboxRenewMany({ claims: [first, first, stranger], leaseMs: 60_000 }), [first.id]);
+    assert.deepEqual(await db.driver.outboxMarkSentMany({ claims: [stranger, first, first, claims[1]!] }), [first.id]);
+    assert.deepEqual(await states([first.id]), ['sent']);
+  });
+
+  it('the relay forward refuses an inbox row given twice in one batch, writing nothing', async () => {
+    const stored = await db.driver.inboxInsert({ source: 'hooks', idempotencyKey: 'twice', eventType: 'order.paid', aggregateId: 'x', payload: {}, headers: {}, consumption: 'push' });
+    const [row] = await db.driver.inboxClaimPushMany({ limit: 1, leaseMs: 60_000 });
+    assert.equal(row?.id, stored.id);
+    const item = { id: row!.id, token: row!.claimToken, outbox: { topic: 'order.paid', key: 'x', payload: {} } };
+    await assert.rejects(db.driver.inboxForwardMany!([item, { ...item, id: item.id.toUpperCase() }], { maxAttempts: 5 }), (error: Error) => error.name === 'UsageError' && error.message.includes('given twice'));
+    assert.deepEqual(await db.query(`SELECT id FROM "${db.schema}".outbox`), []);
+    const [after] = await db.query(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [row!.id]);
+    assert.equal(after!.state, 'processing');
+  });
+
   it('the relay forward returns the items whose claim held and writes outbox rows for those only', async () => {
     for (const key of ['a', 'b', 'c']) {
       const stored = await db.driver.inboxInsert({ source: 'hooks', idempotencyKey: key, eventType: 'order.paid', aggregateId: key, payload: { key }, headers: {}, consumption: 'push' });

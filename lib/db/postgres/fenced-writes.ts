@@ -151,7 +151,7 @@ export async function fencedWriteCount(db: PgQueryable, write: (bound: string) =
  * changed. The server answers with the positions of the ids it did *not* change — none, unless a
  * claim was lost — instead of every id it changed: decoding the 1,000 ids of a batch it changed
  * was a third of the client's time in the sent mark (`npm run bench:profile`). An id the server
- * reads as NULL is not changed (`NOT EXISTS`, not `NOT IN`).
+ * reads as NULL is not changed (`NOT EXISTS`, not `NOT IN`). An id given twice is answered once.
  */
 export async function fencedChangedIds(db: PgQueryable, update: string, values: PgValues, ids: readonly string[]): Promise<string[]> {
   const { rows } = await fencedQuery<{ n: number }>(
@@ -161,9 +161,18 @@ export async function fencedChangedIds(db: PgQueryable, update: string, values: 
    WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`,
     values,
   );
-  if (rows.length === 0) return [...ids];
   const unchanged = new Set(rows.map((r) => r.n - 1));
-  return ids.filter((_, i) => !unchanged.has(i));
+  // One entry per row changed, as `RETURNING` gave: an id the caller repeated (with its token or
+  // another) is written once, and answered once.
+  const changed: string[] = [];
+  const seen = new Set<string>();
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i]!;
+    if (unchanged.has(i) || seen.has(id)) continue;
+    seen.add(id);
+    changed.push(id);
+  }
+  return changed;
 }
 
 /** Renews the leases to `LEASE_START + leaseMs` (see `claimSet`). */

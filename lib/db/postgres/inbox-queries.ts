@@ -320,6 +320,13 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
  */
 export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]> {
   if (items.length === 0) return [];
+  // An inbox row given twice would be marked once and forwarded twice (one outbox row per item).
+  const ids = new Set<string>();
+  for (const item of items) {
+    const id = item.id.toLowerCase();
+    if (ids.has(id)) throw new UsageError(`inboxForwardMany: inbox row ${item.id} is given twice in one batch; nothing was written`);
+    ids.add(id);
+  }
   const { rows } = await fencedQuery<{ n: number }>(
     ctx.pool,
     `WITH s AS (
