@@ -40,6 +40,32 @@ describe('pull complete leaves the caller transaction as it found it', () => {
     });
   }
 
+  for (const foreign of ['10s', 'on'] as const) {
+    it(`puts the caller's lock_timeout back when queuebox.lock_timeout already holds a value of someone else's (${foreign})`, async () => {
+      const source = `foreign-${foreign}`;
+      const [id] = await insertPullRows(db, source, [{ key: 'a' }]);
+      const client = createPullClient(db.driver);
+      const [message] = await client.claim(source, { batch: 1, leaseMs: 60_000 });
+      assert.equal(message?.id, id);
+      const tx = await db.pool.connect();
+      let committed = false;
+      try {
+        // Another user of the same setting name (the application, an older QueueBox), for the session.
+        await tx.query(`SET queuebox.lock_timeout = '${foreign}'`);
+        await tx.query('BEGIN');
+        await tx.query(`SET LOCAL lock_timeout = '2s'`);
+        assert.deepEqual(await client.complete(tx, message!.claim), { ok: true });
+        assert.equal((await tx.query<{ lock_timeout: string }>('SHOW lock_timeout')).rows[0]!.lock_timeout, '2s');
+        await tx.query('COMMIT');
+        committed = true;
+        assert.equal((await tx.query<{ v: string }>(`SELECT current_setting('queuebox.lock_timeout') AS v`)).rows[0]!.v, foreign, 'the session value is back after the transaction');
+        await tx.query('RESET queuebox.lock_timeout');
+      } finally {
+        tx.release(!committed);
+      }
+    });
+  }
+
   it("is one statement on the caller's client: nothing of its own waits behind another query (pg 8 warns of that, pg 9 refuses it)", async () => {
     const [id] = await insertPullRows(db, 'one-statement', [{ key: 'a' }]);
     const client = createPullClient(db.driver);

@@ -109,14 +109,24 @@ async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Poo
 }
 
 /**
+ * What `lockWithinLeaseKeeping` keeps in `queuebox.lock_timeout`: this statement's mark (its
+ * `statement_timestamp()`), `|`, then the transaction's `lock_timeout`. The mark tells the value
+ * this statement kept from one left there by anything else (the same name used by the
+ * application, an older QueueBox), which is neither trusted nor restored.
+ */
+const KEPT = `COALESCE(current_setting('queuebox.lock_timeout', true), '')`;
+const MARK = `statement_timestamp()::text`;
+
+/**
  * `lockWithinLease` for a statement inside a caller's open transaction: before it sets the bound,
- * it keeps the transaction's own `lock_timeout` in `queuebox.lock_timeout` — once per statement (a
- * row the scan evaluates again after a lock wait finds it kept) — for `fencedWriteCount` to put
- * back. `CASE` fixes the order: the planner may reorder the terms of an `AND`.
+ * it keeps the transaction's own `lock_timeout` in `queuebox.lock_timeout` under this statement's
+ * mark — once per statement: a row the scan evaluates again after a lock wait finds it kept — for
+ * `fencedWriteCount` to put back. `CASE` fixes the order: the planner may reorder the terms of an
+ * `AND` or `OR`.
  */
 export function lockWithinLeaseKeeping(alias = 't'): string {
-  return `CASE WHEN COALESCE(NULLIF(current_setting('queuebox.lock_timeout', true), ''),
-                            set_config('queuebox.lock_timeout', current_setting('lock_timeout'), true)) IS NOT NULL
+  return `CASE WHEN CASE WHEN split_part(${KEPT}, '|', 1) = ${MARK} THEN true
+                         ELSE set_config('queuebox.lock_timeout', ${MARK} || '|' || current_setting('lock_timeout'), true) IS NOT NULL END
               THEN ${lockWithinLease(alias)} END`;
 }
 
@@ -126,7 +136,8 @@ export function lockWithinLeaseKeeping(alias = 't'): string {
  * many rows it wrote. On a pool it is `write(lockWithinLease)` in one round trip. On a client
  * inside the caller's open transaction it is one statement too — the write, then the
  * transaction's own `lock_timeout` put back once the write has finished (the restore reads the
- * count of the rows written, so it runs after them) — so the lease bound does not stay on the
+ * count of the rows written, so it runs after them), when this statement kept it (a row was
+ * matched to the fence) — so the lease bound does not stay on the
  * caller's later statements, and no second statement is queued on the caller's client (`pg` 8
  * warns of a query queued behind another, and `pg` 9 refuses it).
  */
@@ -136,8 +147,8 @@ export async function fencedWriteCount(db: PgQueryable, write: (bound: string) =
     db,
     `WITH written AS (${write(lockWithinLeaseKeeping(''))})
   SELECT c.n,
-         CASE WHEN COALESCE(current_setting('queuebox.lock_timeout', true), '') = '' THEN NULL
-              WHEN set_config('lock_timeout', current_setting('queuebox.lock_timeout'), true) IS NOT NULL
+         CASE WHEN split_part(${KEPT}, '|', 1) <> ${MARK} THEN NULL
+              WHEN set_config('lock_timeout', split_part(${KEPT}, '|', 2), true) IS NOT NULL
               THEN set_config('queuebox.lock_timeout', '', true) END AS restored
     FROM (SELECT count(*)::int AS n FROM written) c`,
     values,
