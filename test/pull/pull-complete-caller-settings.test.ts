@@ -18,13 +18,19 @@ describe('pull complete leaves the caller transaction as it found it', () => {
   });
   after(async () => db.drop());
 
+  /** Stores one pull row of `source` and claims it: the row's id, the pull client and its message. */
+  async function claimOne(source: string, leaseMs = 60_000) {
+    const [id] = await insertPullRows(db, source, [{ key: 'a' }]);
+    const client = createPullClient(db.driver);
+    const [message] = await client.claim(source, { batch: 1, leaseMs });
+    assert.equal(message?.id, id);
+    return { id: id!, client, message: message! };
+  }
+
   for (const setting of ['2s', '0'] as const) {
     it(`the caller's lock_timeout (${setting}) is unchanged after complete`, async () => {
       const source = `settings-${setting}`;
-      const [id] = await insertPullRows(db, source, [{ key: 'a' }]);
-      const client = createPullClient(db.driver);
-      const [message] = await client.claim(source, { batch: 1, leaseMs: 60_000 });
-      assert.equal(message?.id, id);
+      const { client, message } = await claimOne(source);
       const tx = await db.pool.connect();
       try {
         await tx.query('BEGIN');
@@ -43,10 +49,7 @@ describe('pull complete leaves the caller transaction as it found it', () => {
   for (const foreign of ['10s', 'on'] as const) {
     it(`puts the caller's lock_timeout back when queuebox.lock_timeout already holds a value of someone else's (${foreign})`, async () => {
       const source = `foreign-${foreign}`;
-      const [id] = await insertPullRows(db, source, [{ key: 'a' }]);
-      const client = createPullClient(db.driver);
-      const [message] = await client.claim(source, { batch: 1, leaseMs: 60_000 });
-      assert.equal(message?.id, id);
+      const { client, message } = await claimOne(source);
       const tx = await db.pool.connect();
       let committed = false;
       try {
@@ -67,10 +70,7 @@ describe('pull complete leaves the caller transaction as it found it', () => {
   }
 
   it("is one statement on the caller's client: nothing of its own waits behind another query (pg 8 warns of that, pg 9 refuses it)", async () => {
-    const [id] = await insertPullRows(db, 'one-statement', [{ key: 'a' }]);
-    const client = createPullClient(db.driver);
-    const [message] = await client.claim('one-statement', { batch: 1, leaseMs: 60_000 });
-    assert.equal(message?.id, id);
+    const { id, client, message } = await claimOne('one-statement');
     const warnings: string[] = [];
     const onWarning = (warning: Error) => warnings.push(warning.message);
     process.on('warning', onWarning);
@@ -111,11 +111,8 @@ describe('pull complete leaves the caller transaction as it found it', () => {
   });
 
   it("waits on a row lock no longer than the claim's lease, inside the caller's transaction too", async () => {
-    const [id] = await insertPullRows(db, 'locked', [{ key: 'a' }]);
-    const client = createPullClient(db.driver);
     const leaseMs = 1500;
-    const [message] = await client.claim('locked', { batch: 1, leaseMs });
-    assert.equal(message?.id, id);
+    const { id, message } = await claimOne('locked', leaseMs);
     const claimedAt = Date.now();
     const holder = await db.pool.connect();
     const tx = await db.pool.connect();
@@ -139,10 +136,7 @@ describe('pull complete leaves the caller transaction as it found it', () => {
   });
 
   it("after waiting on a row another transaction updated, writes and puts the caller's lock_timeout back (the row's conditions evaluated twice)", async () => {
-    const [id] = await insertPullRows(db, 'rechecked', [{ key: 'a' }]);
-    const client = createPullClient(db.driver);
-    const [message] = await client.claim('rechecked', { batch: 1, leaseMs: 60_000 });
-    assert.equal(message?.id, id);
+    const { id, message } = await claimOne('rechecked');
     const holder = await db.pool.connect();
     const tx = await db.pool.connect();
     let committed = false;
@@ -169,9 +163,7 @@ describe('pull complete leaves the caller transaction as it found it', () => {
   });
 
   it('a complete called before the caller commits is written inside the transaction', async () => {
-    const [id] = await insertPullRows(db, 'order', [{ key: 'a' }]);
-    const client = createPullClient(db.driver);
-    const [message] = await client.claim('order', { batch: 1, leaseMs: 60_000 });
+    const { id, client, message } = await claimOne('order');
     const tx = await db.pool.connect();
     try {
       await tx.query('BEGIN');
