@@ -172,9 +172,16 @@ export async function fencedChangedIds(db: PgQueryable, update: string, values: 
    WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`,
     values,
   );
-  const unchanged = new Set(rows.map((r) => r.n - 1));
-  // One entry per row changed, as `RETURNING` gave: an id the caller repeated (with its token or
-  // another) is written once, and answered once.
+  return idsChanged(ids, rows);
+}
+
+/**
+ * The ids of `ids` a fenced write changed, from the server's answer: the 1-based positions `n`
+ * of those it did not change. One entry per row changed, as `RETURNING` gave: an id the caller
+ * repeated (with its token or another) is written once, and answered once.
+ */
+export function idsChanged(ids: readonly string[], notChanged: ReadonlyArray<{ n: number }>): string[] {
+  const unchanged = new Set(notChanged.map((r) => r.n - 1));
   const changed: string[] = [];
   const seen = new Set<string>();
   for (let i = 0; i < ids.length; i++) {

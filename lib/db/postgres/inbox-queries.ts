@@ -11,7 +11,7 @@ import type { ClaimRef, DeadItem, DeadRowSummary, DeleteFinishedParams, InboxFor
 import { PayloadRejectedError, QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
-import { claimSet, FENCE, fencedDeadMany, fencedQuery, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedQuery, idsChanged, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -372,8 +372,7 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
       items.map((i) => i.keyWhileOpen?.source ?? null),
     ],
   );
-  const lost = new Set(rows.map((r) => r.n - 1));
-  return items.filter((_, index) => !lost.has(index)).map((i) => i.id);
+  return idsChanged(items.map((i) => i.id), rows);
 }
 
 /** Fenced retry: back to `pending`, `attempt + 1`, due after `delayMs`; returns ids changed. */
