@@ -237,6 +237,17 @@ export function defineInboxCases(define: DefineCase): void {
     assert.ok(Math.abs(backlog.oldestPendingAgeSeconds - stats.oldestPendingAgeSeconds) < 5, `age ${backlog.oldestPendingAgeSeconds}`);
   });
 
+  define('inboxStats pendingOnly: an old pull row does not make a push backlog due later look due (age 0)', async (t) => {
+    const [pull, push] = await receiveRows(t, [{ idempotencyKey: 'pull', consumption: 'pull' }, { idempotencyKey: 'push' }]);
+    await t.setTime('inbox', pull!, 'scheduled_at', -20_000);
+    await t.setTime('inbox', push!, 'scheduled_at', 60_000);
+    const backlog = await t.driver.inboxStats({ pendingOnly: true });
+    assert.deepEqual(backlog.counts, { pending: 1 });
+    assert.equal(backlog.oldestPendingAgeSeconds, 0, 'the push row is not due, the pull row is not the relay backlog');
+    const stats = await t.driver.inboxStats();
+    assert.equal(stats.oldestPendingAgeSeconds, 0, 'the oldest due pending push row: none');
+  });
+
   define('inboxDeadList lists dead rows newest first with source and last error', async (t) => {
     await finishedRow(t, 'first', 'dead');
     const second = await finishedRow(t, 'second', 'dead');

@@ -250,6 +250,15 @@ export function defineOutboxCases(define: DefineCase): void {
     assert.ok(Math.abs(backlog.oldestPendingAgeSeconds - stats.oldestPendingAgeSeconds) < 5, `age ${backlog.oldestPendingAgeSeconds}`);
   });
 
+  define('outboxStats: rows scheduled only in the future are counted, and nothing is due (age 0)', async (t) => {
+    await enqueueRows(t, [{ topic: 'later', payload: {}, delayMs: 60_000 }, { topic: 'much later', payload: {}, delayMs: 120_000 }]);
+    for (const scope of [{}, { pendingOnly: true }]) {
+      const stats = await t.driver.outboxStats(scope);
+      assert.equal(stats.counts.pending, 2, JSON.stringify(scope));
+      assert.equal(stats.oldestPendingAgeSeconds, 0, `${JSON.stringify(scope)}: no row is due`);
+    }
+  });
+
   define('outboxDeadList lists dead rows newest first with their last error, up to the limit', async (t) => {
     await finishedRow(t, 'first', 'dead');
     const second = await finishedRow(t, 'second', 'dead');
