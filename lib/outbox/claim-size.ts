@@ -28,6 +28,8 @@ export interface ClaimMemory {
   pipelinePause: number;
   /** The pause the next pipelined claim that finds nothing sets (`afterClaim`). */
   pipelineBackoff: number;
+  /** How long a claim takes, the pass's last claims smoothed (ms; 0: none yet): `pipelineHoldMs`. */
+  claimMs: number;
 }
 const claimMemory = new WeakMap<object, ClaimMemory>();
 
@@ -36,7 +38,7 @@ const claimMemory = new WeakMap<object, ClaimMemory>();
  * `base`..`max` (a configuration change between invocations of one container takes effect).
  */
 export function claimMemoryOf(driver: object, base: number, max: number): ClaimMemory {
-  const memory = claimMemory.get(driver) ?? { size: base, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0, pipelinePause: 0, pipelineBackoff: 1 };
+  const memory = claimMemory.get(driver) ?? { size: base, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0, pipelinePause: 0, pipelineBackoff: 1, claimMs: 0 };
   claimMemory.set(driver, memory);
   memory.size = Math.min(max, Math.max(base, memory.size));
   return memory;
@@ -97,6 +99,26 @@ export function afterClaim(memory: ClaimMemory, claim: { pipelined: boolean; lim
  */
 export function mayPipeline(memory: ClaimMemory, inFlight: number, maxInFlight: number, waitedOut = false): boolean {
   return inFlight === 0 || (inFlight < maxInFlight && (memory.pipelinePause === 0 || waitedOut));
+}
+
+/** Records how long a claim took (`claimMs`: the mean of the last one and the ones before, halved each time). */
+export function claimTimed(memory: ClaimMemory, ms: number): void {
+  memory.claimMs = memory.claimMs > 0 ? (memory.claimMs + ms) / 2 : ms;
+}
+
+/**
+ * How much longer the pass holds its next claim while batches of its own are in flight (ms; 0 or
+ * less: claim now): until the oldest of them has been out for as long as a claim takes. A claim
+ * sent while a batch is in flight overlaps it. That pays while the batch waits on its destination
+ * (or on a lock), and costs when the destination answered at once: the batch is then in its sent
+ * mark, a statement on the same database as the claim, and on a database that is the bottleneck
+ * the two only slow each other down (docs/performance.md: one batch at a time against two, with a
+ * destination that answers at once). A batch still out after a claim's time is waiting on
+ * something other than the database's claim, and the claim overlaps that wait.
+ */
+export function pipelineHoldMs(batchesStartedAt: readonly number[], claimMs: number, now: number): number {
+  if (batchesStartedAt.length === 0 || claimMs <= 0) return 0;
+  return Math.min(...batchesStartedAt) + claimMs - now;
 }
 
 /**

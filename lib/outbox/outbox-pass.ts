@@ -8,6 +8,8 @@
  *    full and shrinking while they come back less than half full (`nextClaimSize`), fewer when
  *    the rows are large (`claimLimitFor`) or when a grown claim could not be published before the
  *    deadline (`rowsPublishableBefore`); all in `claim-size.ts`), deliver it, settle it; the next claim is issued while earlier batches publish
+ *    once the oldest of them has been out for as long as a claim takes (`pipelineHoldMs`: a batch
+ *    whose destination answered at once is in its sent mark by then, and is waited for instead)
  *    (at most `MAX_BATCHES_IN_FLIGHT`; paused for a few claims after such a pipelined claim found
  *    nothing — a paused claim waits for a batch at most `maxPollIntervalMs` — and never shrinking
  *    the size: `afterClaim`), and all of them share `outbox.concurrency` call slots.
@@ -46,7 +48,7 @@ import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { answerWaitMs, type Deadline } from '../runtime/deadline.ts';
 import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { CallLimiter } from './call-limiter.ts';
-import { afterClaim, claimLimitFor, claimLimitRung, claimMemoryOf, mayPipeline, rowsPerCallOf, rowsPublishableBefore } from './claim-size.ts';
+import { afterClaim, claimLimitFor, claimLimitRung, claimMemoryOf, claimTimed, mayPipeline, pipelineHoldMs, rowsPerCallOf, rowsPublishableBefore } from './claim-size.ts';
 import { deliverBatch } from './deliver-batch.ts';
 import { OpenCalls } from './open-calls.ts';
 import type { OutboxPassDriver, PassContext, PassLogger, PassTally } from './pass-context.ts';
@@ -166,7 +168,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   };
   // Batches being published: an array (at most MAX_BATCHES_IN_FLIGHT), not a Map, for the
   // garbage collector's sake (see OpenCalls).
-  const inFlight: Array<{ work: Promise<void>; rows: number }> = [];
+  const inFlight: Array<{ work: Promise<void>; rows: number; startedAt: number }> = [];
   const inFlightWork = () => inFlight.map((b) => b.work);
   const stopWait = signalSettled(options.signal);
   let reclaimRan = false;
@@ -217,6 +219,17 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       if (paused && inFlight.length === batches) pauseWaited = true;
       continue;
     }
+    // A batch that left less than a claim's time ago is held for: the next claim overlaps only a
+    // batch that waits on its destination (`pipelineHoldMs`).
+    const holdMs = pipelineHoldMs(
+      inFlight.map((b) => b.startedAt),
+      memory.claimMs,
+      performance.now(),
+    );
+    if (holdMs > 0) {
+      await waitAny(inFlightWork(), Math.min(holdMs, deadline.remainingMs()), stopWait.settled);
+      continue;
+    }
     pauseWaited = false;
     let rows;
     let limit: number;
@@ -230,7 +243,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
         rowsPublishableBefore(deadline.remainingMs(), memory.slowestCallMs, outbox.concurrency, outbox.batchSize, inFlight.length, rowsPerCall),
       );
       limit = bounded === memory.size ? bounded : claimLimitRung(bounded, outbox.batchSize, maxBatchSize);
+      const claimStarted = performance.now();
       rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey });
+      claimTimed(memory, performance.now() - claimStarted);
     } catch (error) {
       // The invocation ended while the claim was on its way (a freeze past its end): nothing was
       // claimed, and the pass has reached its deadline.
@@ -261,7 +276,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     Object.assign(memory, { rows: rows.length, payloadChars, largestRowChars });
     tally.claimed += rows.length;
     tally.batches++;
-    const entry = { work: Promise.resolve(), rows: rows.length };
+    const entry = { work: Promise.resolve(), rows: rows.length, startedAt: performance.now() };
     entry.work = deliverBatch(ctx, rows)
       .catch((error: unknown) => {
         failure ??= error;
