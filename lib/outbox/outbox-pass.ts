@@ -220,10 +220,12 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       continue;
     }
     // A batch that left less than a claim's time ago is held for: the next claim overlaps only a
-    // batch that waits on its destination (`pipelineHoldMs`).
+    // batch that waits on its destination (`pipelineHoldMs`). Never longer than
+    // `maxPollIntervalMs`: after claims slowed by a lock wait, a row committed meanwhile is still
+    // claimed within about that long.
     const holdMs = pipelineHoldMs(
       inFlight.map((b) => b.startedAt),
-      memory.claimMs,
+      Math.min(memory.claimMs, outbox.maxPollIntervalMs),
       performance.now(),
     );
     if (holdMs > 0) {

@@ -103,4 +103,19 @@ describe('outbox pass: the next claim overlaps a batch only once the batch has b
       assert.ok(claim.batchOutMs >= 95, `a claim was sent ${claim.batchOutMs.toFixed(1)} ms after the batch it overlaps left, before a claim's time`);
     }
   });
+
+  it('claims slower than maxPollIntervalMs: the hold ends at maxPollIntervalMs, so a row committed meanwhile is not held up by slow claims', async () => {
+    await insertOutboxRows(db, Array.from({ length: 20 }, (_, i) => ({ topic: 'slow', payload: { i } })));
+    const timeline: Timeline = { claimsStartedAt: [], batches: [] };
+    // Claims take 900 ms (a lock wait, say); a batch publishes for 3 s; maxPollIntervalMs is 200.
+    const destination = new RecordingDestination({ delayMs: 3000 });
+    const summary = await runOutboxPass(
+      passFixture(db, { destinations: [destination], driver: timedDriver(db, 900, timeline), outbox: { batchSize: 10, maxBatchSize: 10, maxPollIntervalMs: 200 } }),
+    );
+    assert.equal(summary.sent, 20);
+    const overlapping = claimsDuringBatches(timeline);
+    assert.ok(overlapping.length >= 1, 'a claim was sent while the first batch published');
+    const first = overlapping[0]!;
+    assert.ok(first.batchOutMs >= 190 && first.batchOutMs < 600, `the claim was held ${first.batchOutMs.toFixed(1)} ms (maxPollIntervalMs 200, claims 900 ms)`);
+  });
 });
