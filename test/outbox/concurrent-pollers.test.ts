@@ -4,6 +4,7 @@ import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { claimRecordingDriver, insertOutboxRows, passFixture, stateCounts } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
+import { delay } from '../helpers/wait.ts';
 
 describe('outbox pass: several pollers at once', () => {
   let db: TestDatabase;
@@ -27,11 +28,21 @@ describe('outbox pass: several pollers at once', () => {
     const destination = new RecordingDestination({ delayMs: () => 1 + Math.floor(Math.random() * 4) });
     const held = { ids: new Map<string, string>(), keys: new Map<string, string>(), violations: [] as string[] };
 
-    const summaries = await Promise.all(
-      ['p1', 'p2', 'p3', 'p4'].map((name) =>
-        runOutboxPass(passFixture(db, { destinations: [destination], driver: claimRecordingDriver(db.newDriver(), name, held), mode: 'drain' })),
-      ),
-    );
+    // Each poller runs passes one after another, as its schedule would, until the table is drained:
+    // a pass in `drain` mode returns when its first claim finds nothing, which happens when another
+    // poller's claims hold every head that can move while this one's claim waits on them.
+    const runPasses = async (name: string) => {
+      const driver = claimRecordingDriver(db.newDriver(), name, held);
+      const done: Array<Awaited<ReturnType<typeof runOutboxPass>>> = [];
+      for (let pass = 0; pass < 50; pass++) {
+        done.push(await runOutboxPass(passFixture(db, { destinations: [destination], driver, mode: 'drain' })));
+        const open = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE state IN ('pending', 'processing')`);
+        if (open[0]!.n === 0) break;
+        await delay(5);
+      }
+      return { sent: done.reduce((sum, s) => sum + s.sent, 0), passes: done.length };
+    };
+    const summaries = await Promise.all(['p1', 'p2', 'p3', 'p4'].map(runPasses));
 
     assert.deepEqual(held.violations, []);
     assert.deepEqual(destination.overlaps, [], 'no row and no key was in two destination calls at once');
