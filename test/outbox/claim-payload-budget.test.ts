@@ -180,11 +180,14 @@ describe('claim size growth (outbox.maxBatchSize)', () => {
       const db = database();
       await db.query(`DELETE FROM "${db.schema}".outbox`);
       // 20 keys, 100 rows each: a claim of 200 or more takes 20 keys' 10 rows each (the default
-      // outbox.rowsPerKey), and while that batch publishes no row of the table can move.
+      // outbox.rowsPerKey), and while that batch publishes no row of the table can move. Each call
+      // takes 40 ms, so a batch is out far longer than a pipelined claim takes even on a loaded
+      // machine: a claim that overlapped a batch settling (5 ms calls did, on a loaded CI run)
+      // finds its rows and resets the pause, which is right, but not what this test counts.
       await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT 'k', 'key-' || (g % 20), jsonb_build_object('i', g) FROM generate_series(1, 2000) g`);
       const limits: number[] = [];
       const counts: number[] = [];
-      const destination = new RecordingDestination({ name: 'main', answer: () => 'sent', delayMs: 5 });
+      const destination = new RecordingDestination({ name: 'main', answer: () => 'sent', delayMs: 40 });
       const summary = await runOutboxPass(passFixture(db, { destinations: [destination], driver: recordingDriver(db, limits, counts) }));
       assert.equal(summary.sent, 2000);
       const empty = counts.filter((n) => n === 0).length;
