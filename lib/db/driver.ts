@@ -54,6 +54,14 @@ export interface OutboxMessageInput {
 }
 
 /** An outbox row as a claim returns it. */
+/**
+ * The rows of an outbox claim, in claim order. `exhausted` (PostgreSQL's window claim; unset where
+ * the driver cannot tell): the claim took every row that could move among the oldest due rows it
+ * read — a claim as large again would have found no more there. The pass caps its claim size on it
+ * (`learnCeiling`), so that claims of a table with few open keys leave rows for the next claim.
+ */
+export type OutboxClaimedRows = OutboxRow[] & { exhausted?: boolean };
+
 export interface OutboxRow {
   id: string;
   topic: string;
@@ -342,7 +350,7 @@ export interface Driver extends ConsoleReads {
    * `rowsPerKey - 1` of the rows right after it, all due and pending, under the head's claim
    * token. Another claim never holds rows of a key meanwhile. SQL Server takes the head only.
    */
-  outboxClaimMany(params: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxRow[]>;
+  outboxClaimMany(params: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxClaimedRows>;
   /** Fenced lease renewal; returns ids renewed. */
   outboxRenewMany(params: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]>;
   /** Fenced `sent`; returns ids changed. */

@@ -30,6 +30,10 @@ export interface ClaimMemory {
   pipelineBackoff: number;
   /** How long a claim takes, the pass's last claims smoothed (ms; 0: none yet): `pipelineHoldMs`. */
   claimMs: number;
+  /** The most the size grows to (`learnCeiling`): `max`, or half of it while claims of `max` took every row that could move. */
+  ceiling: number;
+  /** Full claims in a row at a lowered ceiling, towards raising it (`CEILING_RECOVERY`). */
+  fullAtCeiling: number;
 }
 const claimMemory = new WeakMap<object, ClaimMemory>();
 
@@ -38,9 +42,21 @@ const claimMemory = new WeakMap<object, ClaimMemory>();
  * `base`..`max` (a configuration change between invocations of one container takes effect).
  */
 export function claimMemoryOf(driver: object, base: number, max: number): ClaimMemory {
-  const memory = claimMemory.get(driver) ?? { size: base, rows: 0, payloadChars: 0, largestRowChars: 0, slowestCallMs: 0, pipelinePause: 0, pipelineBackoff: 1, claimMs: 0 };
+  const memory = claimMemory.get(driver) ?? {
+    size: base,
+    rows: 0,
+    payloadChars: 0,
+    largestRowChars: 0,
+    slowestCallMs: 0,
+    pipelinePause: 0,
+    pipelineBackoff: 1,
+    claimMs: 0,
+    ceiling: max,
+    fullAtCeiling: 0,
+  };
   claimMemory.set(driver, memory);
-  memory.size = Math.min(max, Math.max(base, memory.size));
+  memory.ceiling = Math.min(max, Math.max(base, memory.ceiling));
+  memory.size = Math.min(memory.ceiling, Math.max(base, memory.size));
   return memory;
 }
 
@@ -68,7 +84,9 @@ export const MAX_PIPELINE_PAUSE = 16;
  * What a claim teaches the claim memory. `pipelined`: the pass had batches of its own in flight
  * when the claim was sent.
  *
- * - Size (`nextClaimSize`): a pipelined claim that came back less than half full leaves the size
+ * - Ceiling (`learnCeiling`): the size grows to `max`, or to half of it after claims of `max`
+ *   took every row that could move (`exhausted`, as the driver reports it).
+ * - Size (`nextClaimSize`, up to the ceiling): a pipelined claim that came back less than half full leaves the size
  *   as it is. The rows it missed may be held by the pass's own batches — the keys in flight of a
  *   table with few keys — and say nothing of the size a claim with nothing in flight fills (with
  *   several rows per key, a claim of 1,000 takes 100 keys' ten rows each where one of 100 takes
@@ -80,8 +98,12 @@ export const MAX_PIPELINE_PAUSE = 16;
  *   table whose keys one batch holds, every pipelined claim was empty: half the claims, each
  *   reading the window and the open keys for nothing; now about one in `MAX_PIPELINE_PAUSE`.
  */
-export function afterClaim(memory: ClaimMemory, claim: { pipelined: boolean; limit: number; rows: number; base: number; max: number; largestRowChars: number }): void {
-  if (!claim.pipelined || claim.rows * 2 >= claim.limit) memory.size = nextClaimSize(memory.size, claim.limit, claim.rows, claim.base, claim.max, claim.largestRowChars);
+export function afterClaim(
+  memory: ClaimMemory,
+  claim: { pipelined: boolean; limit: number; rows: number; exhausted?: boolean | undefined; base: number; max: number; largestRowChars: number },
+): void {
+  learnCeiling(memory, claim);
+  if (!claim.pipelined || claim.rows * 2 >= claim.limit) memory.size = nextClaimSize(memory.size, claim.limit, claim.rows, claim.base, memory.ceiling, claim.largestRowChars);
   if (!claim.pipelined) {
     if (memory.pipelinePause > 0) memory.pipelinePause--;
   } else if (claim.rows === 0) {
@@ -89,6 +111,38 @@ export function afterClaim(memory: ClaimMemory, claim: { pipelined: boolean; lim
     memory.pipelineBackoff = Math.min(MAX_PIPELINE_PAUSE, memory.pipelineBackoff * 2);
   } else {
     memory.pipelineBackoff = 1;
+  }
+}
+
+/** Full claims in a row at the lowered ceiling, each leaving rows for the next, that raise it back to `max`. */
+export const CEILING_RECOVERY = 8;
+
+/**
+ * The ceiling of the claim size (`ClaimMemory.ceiling`). A claim of `max` rows that came back full
+ * and took every row that could move (`exhausted`: its window offered no more than it took) leaves
+ * nothing to the next claim — the pass's own pipelined claim, or another pass's on the same table,
+ * which then comes back empty after reading the window and the open keys for nothing (a table of
+ * about `max` open keys, each claim taking the next row of every key). The ceiling drops to half of
+ * `max` (not below `base`), so that two claims share those rows. Claims that come back full at the
+ * ceiling with rows to spare count towards raising it back to `max`: after `CEILING_RECOVERY` in a
+ * row; a claim that found rows but was not full, or took every row, starts the count again.
+ */
+export function learnCeiling(memory: ClaimMemory, claim: { limit: number; rows: number; exhausted?: boolean | undefined; base: number; max: number }): void {
+  if (claim.rows === 0) return;
+  const full = claim.rows >= claim.limit;
+  const half = Math.max(claim.base, Math.floor(claim.max / 2));
+  if (full && claim.exhausted === true && claim.limit >= claim.max && half < claim.max) {
+    memory.ceiling = half;
+    memory.size = Math.min(memory.size, half);
+    memory.fullAtCeiling = 0;
+    return;
+  }
+  if (memory.ceiling >= claim.max) return;
+  if (!full || claim.exhausted === true) {
+    memory.fullAtCeiling = 0;
+  } else if (claim.limit >= memory.ceiling && ++memory.fullAtCeiling >= CEILING_RECOVERY) {
+    memory.ceiling = claim.max;
+    memory.fullAtCeiling = 0;
   }
 }
 

@@ -5,7 +5,8 @@
  *    across all invocations (the gate lives in the database).
  * 2. Loop: claim a batch (one statement; lease = min(claimTimeoutMs, time left in the
  *    invocation); `outbox.batchSize` rows, growing to `outbox.maxBatchSize` while claims come back
- *    full and shrinking while they come back less than half full (`nextClaimSize`), fewer when
+ *    full (to half of it while claims of `maxBatchSize` take every row that can move:
+ *    `learnCeiling`) and shrinking while they come back less than half full (`nextClaimSize`), fewer when
  *    the rows are large (`claimLimitFor`) or when a grown claim could not be published before the
  *    deadline (`rowsPublishableBefore`); all in `claim-size.ts`), deliver it, settle it; the next claim is issued while earlier batches publish
  *    once the oldest of them has been out for as long as a claim takes (`pipelineHoldMs`: a batch
@@ -260,7 +261,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       payloadChars += row.payloadText.length;
       largestRowChars = Math.max(largestRowChars, row.payloadText.length);
     }
-    afterClaim(memory, { pipelined: inFlightAtClaim > 0, limit, rows: rows.length, base: outbox.batchSize, max: maxBatchSize, largestRowChars });
+    afterClaim(memory, { pipelined: inFlightAtClaim > 0, limit, rows: rows.length, exhausted: rows.exhausted, base: outbox.batchSize, max: maxBatchSize, largestRowChars });
     if (rows.length === 0) {
       if (inFlight.length === 0 && options.mode === 'drain') {
         if (inFlightAtClaim > 0) continue;

@@ -4,7 +4,7 @@
  * Every finishing write is fenced on id + `processing` + token + `lease_expires_at >
  * clock_timestamp()` and settles a whole batch in one statement via `unnest` of parallel arrays.
  */
-import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
+import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxClaimedRows, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
@@ -103,7 +103,7 @@ function retriedAndOldest(t: string, limit: number): string {
      -- window is read in index order and joined back by ctid (one heap visit, no sort); a row
      -- updated meanwhile fails the ctid recheck of its lock and is skipped like a locked one.
      oldest AS (
-       SELECT c.id FROM (
+       SELECT c.id, w.scheduled_at, w.sequence FROM (
            SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
             WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
             ORDER BY w.scheduled_at, w.sequence
@@ -122,9 +122,29 @@ const CLAIM_RESULT = `id uuid, topic varchar, key varchar, payload_text text, he
     max_attempts integer, sequence bigint, replay_count integer, claim_token uuid, created_ms double precision,
     lease_expires_ms double precision, trace_context jsonb, window_rows integer`;
 
-/** Returned with every claimed row: how many rows the claim's window gave (see `outboxClaimMany`). */
-const WINDOW_ROWS = `,
-            (SELECT count(*) FROM oldest)::int AS window_rows`;
+/**
+ * Returned with every claimed row: how many rows the claim's window gave (see `outboxClaimMany`),
+ * and one more when the window filled the batch and a row that can move follows its last row
+ * within the window's reach (`outboxClaimMany`'s `exhausted`: a claim that took every row the
+ * window had, or one that left some). The row is only looked at, not locked: a concurrent claim
+ * may take it.
+ */
+function windowRows(t: string, limit: number): string {
+  const freeHead = FREE_HEAD.replaceAll('%T', t);
+  return `,
+            ((SELECT count(*) FROM oldest)
+             + CASE WHEN (SELECT count(*) FROM oldest) >= ${limit} AND EXISTS (
+                 SELECT 1 FROM (SELECT scheduled_at, sequence FROM oldest ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) l
+                  CROSS JOIN LATERAL (
+                    SELECT w.ctid FROM ${t} w
+                     WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
+                       AND (w.scheduled_at, w.sequence) > (l.scheduled_at, l.sequence)
+                     ORDER BY w.scheduled_at, w.sequence
+                     LIMIT ${limit * (OLDEST_WINDOW - 1)}) w
+                  JOIN ${t} c ON c.ctid = w.ctid
+                 WHERE c.state = 'pending' AND c.attempt = 0 AND (${KEYLESS} OR (${freeHead})))
+               THEN 1 ELSE 0 END)::int AS window_rows`;
+}
 
 /**
  * What both claim statements set and return. With `rowsPerKey` above 1 the claim also takes the
@@ -151,7 +171,7 @@ function claimUpdateParts(t: string, limit: number, rowsPerKey: number): { ctes:
   RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
             date_part('epoch', o.created_at) * 1000 AS created_ms,
-            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms, o.trace_context${WINDOW_ROWS}` };
+            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms, o.trace_context${windowRows(t, limit)}` };
 }
 
 /**
@@ -263,16 +283,20 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
         LIMIT ${limit}
         FOR UPDATE SKIP LOCKED
      ),
-     -- the heads and the keyless rows merged in claim order, each locked by its id in a lateral
-     -- probe (heads a concurrent claim holds are skipped) until the batch is full
+     -- the heads and the keyless rows merged in claim order (counted too: did the claim take them all)
+     merged AS (
+       SELECT id, scheduled_at, sequence FROM ahead_heads
+       UNION
+       SELECT id, scheduled_at, sequence FROM key_heads
+       UNION ALL
+       SELECT id, scheduled_at, sequence FROM keyless
+       ORDER BY scheduled_at, sequence
+     ),
+     -- … each locked by its id in a lateral probe (heads a concurrent claim holds are skipped)
+     -- until the batch is full
      taken AS (
        SELECT m.id, m.scheduled_at, m.sequence
-         FROM (SELECT id, scheduled_at, sequence FROM ahead_heads
-               UNION
-               SELECT id, scheduled_at, sequence FROM key_heads
-               UNION ALL
-               SELECT id, scheduled_at, sequence FROM keyless
-               ORDER BY scheduled_at, sequence) m
+         FROM merged m
          CROSS JOIN LATERAL (
            -- the state written so that no partial index's predicate matches it: a plan made on
            -- an empty table would otherwise scan the pending rows' index for the id
@@ -326,12 +350,18 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
      claimed AS (
        ${update.update}
      )
-  SELECT claimed.*, s.sweep_at_us, s.sweep_sequence, s.sweep_horizon_us, s.sweep_key FROM claimed CROSS JOIN sweep_next s
+  SELECT claimed.*, s.sweep_at_us, s.sweep_sequence, s.sweep_horizon_us, s.sweep_key,
+         -- every row that could move was taken: all the heads and keyless rows found past the
+         -- window, on a turn of the open keys that started at the first key and read the last
+         (SELECT count(*) FROM merged) <= (SELECT count(*) FROM taken) AND $5::text IS NULL
+           -- the next open key past the turn's last, probed as the turn probes (the key-head index)
+           AND (SELECT k.key FROM ${t} k WHERE k.state IN ('pending', 'processing') AND k.key > (SELECT max(key) FROM open_keys) ORDER BY k.key LIMIT 1) IS NULL AS took_all
+    FROM claimed CROSS JOIN sweep_next s
   UNION ALL
   -- nothing claimed: one row without an id, for the sweep position
   SELECT NULL::uuid, NULL::varchar, NULL::varchar, NULL::text, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
          NULL::integer, NULL::uuid, NULL::double precision, NULL::double precision, NULL::jsonb,
-         (SELECT count(*) FROM oldest)::int, s.sweep_at_us, s.sweep_sequence, s.sweep_horizon_us, s.sweep_key
+         (SELECT count(*) FROM oldest)::int, s.sweep_at_us, s.sweep_sequence, s.sweep_horizon_us, s.sweep_key, NULL::boolean
     FROM sweep_next s WHERE NOT EXISTS (SELECT 1 FROM claimed)`;
 }
 
@@ -354,7 +384,7 @@ function outboxWindowClaimText(names: PgNames, limit: number, rowsPerKey: number
 }
 
 /** The full claim's result: the claim's columns, then the next sweep position (see `outboxClaimMany`). */
-const FULL_CLAIM_RESULT = `${CLAIM_RESULT}, sweep_at_us bigint, sweep_sequence bigint, sweep_horizon_us bigint, sweep_key text`;
+const FULL_CLAIM_RESULT = `${CLAIM_RESULT}, sweep_at_us bigint, sweep_sequence bigint, sweep_horizon_us bigint, sweep_key text, took_all boolean`;
 
 /**
  * Where the full claim of a driver reads on past the window, kept per driver (a new container
@@ -428,7 +458,7 @@ const windowFirst = new WeakMap<PgNames, boolean>();
  * back when the window alone would have done. Every statement carries the whole batch size, so
  * there are two statement texts per batch size (one prepared statement each).
  */
-export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxRow[]> {
+export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxClaimedRows> {
   const statements = outboxClaimStatements(ctx.names, p.limit, p.rowsPerKey ?? 1);
   const claim = async (statement: ClaimStatement, values: () => unknown[]) =>
     (
@@ -442,7 +472,7 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
   if (windowFirst.get(ctx.names) !== false) {
     const rows = await claim(statements.window, () => [leaseWithinBudget(p.leaseMs)]);
     if (!windowFilled(rows)) windowFirst.set(ctx.names, false);
-    if (rows.length > 0) return rows.map(toOutboxRow).sort(bySequence);
+    if (rows.length > 0) return windowClaimed(rows, p.limit, windowFilled(rows));
   }
   const sweep = sweeps.get(ctx.names);
   const rows = await claim(statements.full, () => [leaseWithinBudget(p.leaseMs), sweep?.at ?? null, sweep?.sequence ?? null, sweep?.horizon ?? null, sweep?.key ?? null]);
@@ -452,7 +482,33 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
     sweeps.set(ctx.names, { at: next.sweep_at_us ?? null, sequence: next.sweep_sequence ?? null, horizon: next.sweep_horizon_us ?? null, key: next.sweep_key ?? null });
   }
   // A claim that took nothing returns one row without an id: the sweep position only.
-  return rows.filter((r) => r.id !== null).map(toOutboxRow).sort(bySequence);
+  const claimed = windowClaimed(
+    rows.filter((r) => r.id !== null),
+    p.limit,
+    windowFilled(rows),
+  );
+  // Past the window: the claim took every row that could move (the window's own rows, less than
+  // half a batch, all taken too; the heads of every open key, read from the first to the last).
+  if (claimed.length > 0 && claimed.exhausted === undefined && typeof next?.took_all === 'boolean') claimed.exhausted = next.took_all;
+  return claimed;
+}
+
+/**
+ * The rows of a claim in claim order; when they came from the window (`fromWindow`: the window
+ * claim, or a full claim whose window filled half the batch and read nothing past it), whether the
+ * claim took every row the window offered (`exhausted`): a full window counts one more row when a
+ * row that can move follows it (`windowRows`), so a window of at most the batch, with the due
+ * retries, fit in the claim (its heads' followers, `outbox.rowsPerKey`, are rows no other claim
+ * could take).
+ */
+function windowClaimed(rows: Array<OutboxDbRow & { window_rows: number }>, limit: number, fromWindow: boolean): OutboxClaimedRows {
+  const claimed: OutboxClaimedRows = rows.map(toOutboxRow).sort(bySequence);
+  if (fromWindow && rows.length > 0) {
+    let retried = 0;
+    for (const row of claimed) if (row.attempt > 0) retried++;
+    claimed.exhausted = rows[0]!.window_rows + retried <= limit;
+  }
+  return claimed;
 }
 
 /** The next sweep position each full claim returns (bigints as text; NULL: a new sweep). */
@@ -461,6 +517,8 @@ interface SweepRow {
   sweep_sequence: string | null;
   sweep_horizon_us: string | null;
   sweep_key: string | null;
+  /** Whether the claim took every row that could move, past a window that gave less than half the batch (NULL: it took nothing). */
+  took_all: boolean | null;
 }
 
 /** Claim order within a batch: `sequence` (a non-negative bigint as text) without BigInt allocations. */
