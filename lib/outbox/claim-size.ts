@@ -100,7 +100,7 @@ export const MAX_PIPELINE_PAUSE = 16;
  */
 export function afterClaim(
   memory: ClaimMemory,
-  claim: { pipelined: boolean; limit: number; rows: number; exhausted?: boolean | undefined; base: number; max: number; largestRowChars: number },
+  claim: { pipelined: boolean; limit: number; rows: number; exhausted?: boolean | undefined; heads?: number | undefined; base: number; max: number; largestRowChars: number },
 ): void {
   learnCeiling(memory, claim);
   if (!claim.pipelined || claim.rows * 2 >= claim.limit) memory.size = nextClaimSize(memory.size, claim.limit, claim.rows, claim.base, memory.ceiling, claim.largestRowChars);
@@ -119,19 +119,27 @@ export const CEILING_RECOVERY = 8;
 
 /**
  * The ceiling of the claim size (`ClaimMemory.ceiling`). A claim of `max` rows that came back full
- * and took every row that could move (`exhausted`: its window offered no more than it took) leaves
+ * and took every row that could move (`exhausted`: its window offered no more than it took), at
+ * least half of them heads of their keys or keyless (`heads`; unset: all of them), leaves
  * nothing to the next claim — the pass's own pipelined claim, or another pass's on the same table,
  * which then comes back empty after reading the window and the open keys for nothing (a table of
  * about `max` open keys, each claim taking the next row of every key). The ceiling drops to half of
- * `max` (not below `base`), so that two claims share those rows. Claims that come back full at the
+ * `max` (not below `base`), so that two claims share those rows. A claim of a few keys' runs of
+ * rows (`outbox.rowsPerKey`: 100 keys, 10 rows each) is left alone: halved, such claims only
+ * doubled in number (measured: 150 claims instead of 114, no faster). Claims that come back full at the
  * ceiling with rows to spare count towards raising it back to `max`: after `CEILING_RECOVERY` in a
  * row; a claim that found rows but was not full, or took every row, starts the count again.
  */
-export function learnCeiling(memory: ClaimMemory, claim: { limit: number; rows: number; exhausted?: boolean | undefined; base: number; max: number }): void {
+export function learnCeiling(
+  memory: ClaimMemory,
+  claim: { limit: number; rows: number; exhausted?: boolean | undefined; heads?: number | undefined; base: number; max: number },
+): void {
   if (claim.rows === 0) return;
   const full = claim.rows >= claim.limit;
   const half = Math.max(claim.base, Math.floor(claim.max / 2));
-  if (full && claim.exhausted === true && claim.limit >= claim.max && half < claim.max) {
+  // Mostly heads: a claim of many keys' next rows, not a few keys' runs (`outbox.rowsPerKey`).
+  const manyKeys = (claim.heads ?? claim.rows) * 2 >= claim.limit;
+  if (full && claim.exhausted === true && manyKeys && claim.limit >= claim.max && half < claim.max) {
     memory.ceiling = half;
     memory.size = Math.min(memory.size, half);
     memory.fullAtCeiling = 0;

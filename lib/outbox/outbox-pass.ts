@@ -43,6 +43,7 @@ import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
+import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
 import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -261,7 +262,16 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       payloadChars += row.payloadText.length;
       largestRowChars = Math.max(largestRowChars, row.payloadText.length);
     }
-    afterClaim(memory, { pipelined: inFlightAtClaim > 0, limit, rows: rows.length, exhausted: rows.exhausted, base: outbox.batchSize, max: maxBatchSize, largestRowChars });
+    afterClaim(memory, {
+      pipelined: inFlightAtClaim > 0,
+      limit,
+      rows: rows.length,
+      exhausted: rows.exhausted,
+      heads: rows.exhausted === true ? headsOf(rows) : undefined,
+      base: outbox.batchSize,
+      max: maxBatchSize,
+      largestRowChars,
+    });
     if (rows.length === 0) {
       if (inFlight.length === 0 && options.mode === 'drain') {
         if (inFlightAtClaim > 0) continue;
@@ -334,4 +344,15 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const summary: OutboxPassSummary = { ...tally, reclaimRan, abandoned, durationMs: Math.round(performance.now() - started), stoppedBecause };
   if (failure !== undefined) throw new OutboxPassError(summary, failure);
   return summary;
+}
+
+/** Rows of a claim that are the first of their key in it, or keyless (`learnCeiling`). */
+function headsOf(rows: readonly OutboxRow[]): number {
+  const keys = new Set<string>();
+  let keyless = 0;
+  for (const row of rows) {
+    if (row.key === null || row.key === '') keyless++;
+    else keys.add(row.key);
+  }
+  return keyless + keys.size;
 }

@@ -33,6 +33,15 @@ describe('claim ceiling (learnCeiling)', () => {
     assert.equal(memory.ceiling, 500, 'never below half the most');
   });
 
+  it('leaves a claim of a few keys\' runs of rows alone (fewer heads than half the claim)', () => {
+    const memory = claimMemoryOf({}, 100, 1000);
+    memory.size = 1000;
+    learnCeiling(memory, { limit: 1000, rows: 1000, exhausted: true, heads: 100, base: 100, max: 1000 });
+    assert.equal(memory.ceiling, 1000, '100 keys, 10 rows each');
+    learnCeiling(memory, { limit: 1000, rows: 1000, exhausted: true, heads: 500, base: 100, max: 1000 });
+    assert.equal(memory.ceiling, 500, '500 keys, two rows each');
+  });
+
   it('never below batchSize, and not at all when batchSize is the most', () => {
     const small = claimMemoryOf({}, 400, 600);
     learnCeiling(small, { limit: 600, rows: 600, exhausted: true, base: 400, max: 600 });
