@@ -53,15 +53,16 @@ export interface OutboxMessageInput {
   trace?: TraceContext | null;
 }
 
-/** An outbox row as a claim returns it. */
 /**
- * The rows of an outbox claim, in claim order. `exhausted` (PostgreSQL's window claim; unset where
- * the driver cannot tell): the claim took every row that could move among the oldest due rows it
- * read — a claim as large again would have found no more there. The pass caps its claim size on it
- * (`learnCeiling`), so that claims of a table with few open keys leave rows for the next claim.
+ * The rows of an outbox claim, in claim order. `exhausted` (PostgreSQL; unset where the driver
+ * cannot tell, and always on SQL Server): the claim took every row that could move — of the
+ * oldest due rows its window read, or of the heads of every open key — so a claim as large again
+ * would have found no more. The pass caps its claim size on it (`learnCeiling`), so that claims
+ * of a table with few open keys leave rows for the next claim.
  */
 export type OutboxClaimedRows = OutboxRow[] & { exhausted?: boolean };
 
+/** An outbox row as a claim returns it. */
 export interface OutboxRow {
   id: string;
   topic: string;
