@@ -87,13 +87,17 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   const order = new OrderCheck();
   const destinations = destinationsFor(ctx, config, kind, order);
   const router = createRouter(config.outbox.routes, config.destinations);
-  // Database time of the claims and the sent marks, summed over all passes (the notes), and the
-  // time from a claim's answer to its batch's sent mark (routing, the publish, the lease keeper).
-  const timing = { claims: 0, claimMs: 0, emptyClaims: 0, settles: 0, settleMs: 0, deliverMs: 0 };
+  // Database time of the claims and the sent marks, summed over all passes (the notes), the time
+  // from a claim's answer to its batch's sent mark (routing, the publish, the lease keeper), the
+  // backlog gauges' reads at the end of a pass (`outboxStats`, counting the pending rows), and when
+  // the first claim was sent and the last message marked sent (from the start of the drain).
+  const started = performance.now();
+  const timing = { claims: 0, claimMs: 0, emptyClaims: 0, settles: 0, settleMs: 0, deliverMs: 0, stats: 0, statsMs: 0, firstClaimAt: 0, targetAt: 0 };
   const claimedAt = new Map<string, number>();
   const counting = (driver: PostgresDriver): OutboxPassDriver => ({
     outboxClaimMany: async (p) => {
       const at = performance.now();
+      if (timing.claims === 0) timing.firstClaimAt = at - started;
       const rows = await driver.outboxClaimMany(p);
       const now = performance.now();
       timing.claimMs += now - at;
@@ -114,13 +118,24 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
       timing.settleMs += performance.now() - at;
       timing.settles++;
       sent += ids.length;
-      if (sent >= target) stop.abort();
+      if (sent >= target && !stop.signal.aborted) {
+        timing.targetAt = performance.now() - started;
+        stop.abort();
+      }
       return ids;
     },
     outboxRetryMany: (p) => driver.outboxRetryMany(p),
     outboxMarkDeadMany: (p) => driver.outboxMarkDeadMany(p),
     outboxReclaimExpired: (p) => driver.outboxReclaimExpired(p),
-    outboxStats: (scope) => driver.outboxStats(scope),
+    outboxStats: async (scope) => {
+      const at = performance.now();
+      try {
+        return await driver.outboxStats(scope);
+      } finally {
+        timing.stats++;
+        timing.statsMs += performance.now() - at;
+      }
+    },
   });
   let passes = 0;
   let dead = 0;
@@ -162,6 +177,9 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
     clearTimeout(cap);
     await Promise.all(drivers.map((d) => d.close()));
   }
+  // After the last message was marked sent: the passes' wind-down (the batch still in flight, the
+  // gauges) and the pools closing.
+  const tailMs = timing.targetAt > 0 ? Math.round(performance.now() - started - timing.targetAt) : undefined;
   // Claim statements whose function was missing, so they were sent as statements (0 when every
   // claim called its function; absent with `database.preparedStatements`, which uses none).
   const fallbacks = drivers.map((d) => d.ctx.claimFunctions?.missing.size);
@@ -170,7 +188,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   return {
     moved: Math.min(sent, target),
     capped: sent < target,
-    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), deliverMsAvg: average(timing.deliverMs, timing.settles), settleMsAvg: average(timing.settleMs, timing.settles), ...(kind === 'noop' && ctx.workload.keys > 0 ? order.notes() : {}) },
+    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), deliverMsAvg: average(timing.deliverMs, timing.settles), settleMsAvg: average(timing.settleMs, timing.settles), gaugeReads: timing.stats, gaugeMsAvg: average(timing.statsMs, timing.stats), firstClaimMs: Math.round(timing.firstClaimAt * 10) / 10, ...(tailMs === undefined ? {} : { tailMs }), ...(kind === 'noop' && ctx.workload.keys > 0 ? order.notes() : {}) },
   };
 }
 
