@@ -92,12 +92,13 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   // backlog gauges' reads at the end of a pass (`outboxStats`, counting the pending rows), and when
   // the first claim was sent and the last message marked sent (from the start of the drain).
   const started = performance.now();
-  const timing = { claims: 0, claimMs: 0, emptyClaims: 0, settles: 0, settleMs: 0, deliverMs: 0, stats: 0, statsMs: 0, firstClaimAt: 0, targetAt: 0 };
+  const timing: { claims: number; claimMs: number; emptyClaims: number; settles: number; settleMs: number; deliverMs: number; stats: number; statsMs: number; firstClaimAt?: number; targetAt?: number } = { claims: 0, claimMs: 0, emptyClaims: 0, settles: 0, settleMs: 0, deliverMs: 0, stats: 0, statsMs: 0 };
   const claimedAt = new Map<string, number>();
   const counting = (driver: PostgresDriver): OutboxPassDriver => ({
     outboxClaimMany: async (p) => {
       const at = performance.now();
-      if (timing.claims === 0) timing.firstClaimAt = at - started;
+      // Set when sent, not when answered: the passes' first claims are sent before either answers.
+      timing.firstClaimAt ??= at - started;
       const rows = await driver.outboxClaimMany(p);
       const now = performance.now();
       timing.claimMs += now - at;
@@ -118,7 +119,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
       timing.settleMs += performance.now() - at;
       timing.settles++;
       sent += ids.length;
-      if (sent >= target && !stop.signal.aborted) {
+      if (sent >= target && timing.targetAt === undefined) {
         timing.targetAt = performance.now() - started;
         stop.abort();
       }
@@ -179,7 +180,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   }
   // After the last message was marked sent: the passes' wind-down (the batch still in flight, the
   // gauges) and the pools closing.
-  const tailMs = timing.targetAt > 0 ? Math.round(performance.now() - started - timing.targetAt) : undefined;
+  const tailMs = timing.targetAt === undefined ? undefined : Math.round(performance.now() - started - timing.targetAt);
   // Claim statements whose function was missing, so they were sent as statements (0 when every
   // claim called its function; absent with `database.preparedStatements`, which uses none).
   const fallbacks = drivers.map((d) => d.ctx.claimFunctions?.missing.size);
@@ -188,7 +189,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   return {
     moved: Math.min(sent, target),
     capped: sent < target,
-    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), deliverMsAvg: average(timing.deliverMs, timing.settles), settleMsAvg: average(timing.settleMs, timing.settles), gaugeReads: timing.stats, gaugeMsAvg: average(timing.statsMs, timing.stats), firstClaimMs: Math.round(timing.firstClaimAt * 10) / 10, ...(tailMs === undefined ? {} : { tailMs }), ...(kind === 'noop' && ctx.workload.keys > 0 ? order.notes() : {}) },
+    notes: { passes, dead, retried, ...(claimFunctionsMissing === undefined ? {} : { claimFunctionsMissing }), claims: timing.claims, emptyClaims: timing.emptyClaims, claimMsAvg: average(timing.claimMs, timing.claims), deliverMsAvg: average(timing.deliverMs, timing.settles), settleMsAvg: average(timing.settleMs, timing.settles), gaugeReads: timing.stats, gaugeMsAvg: average(timing.statsMs, timing.stats), ...(timing.firstClaimAt === undefined ? {} : { firstClaimMs: Math.round(timing.firstClaimAt * 10) / 10 }), ...(tailMs === undefined ? {} : { tailMs }), ...(kind === 'noop' && ctx.workload.keys > 0 ? order.notes() : {}) },
   };
 }
 
