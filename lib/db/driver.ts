@@ -112,6 +112,14 @@ export interface ReclaimResult {
  */
 export interface StatsScope {
   pendingOnly?: boolean;
+  /**
+   * Read only when no caller (any invocation, any container) read this table's stats with
+   * `onceEveryMs` in the last `onceEveryMs` ms, on the database clock: a gate row in the
+   * maintenance table (`gauges:<table>`), opened as the reclaim's is. When it stays shut nothing
+   * is counted and the result is `skipped`. The passes' backlog gauges use it, so that passes
+   * running side by side (scale-out) count a large backlog once per interval, not once each.
+   */
+  onceEveryMs?: number;
 }
 
 /** Counts and ages for status, metrics and alarms. With `pendingOnly`, `counts` holds only `pending`. */
@@ -119,6 +127,16 @@ export interface TableStats {
   counts: Record<string, number>;
   /** Age of the oldest due `pending` row in seconds (0 when none). */
   oldestPendingAgeSeconds: number;
+  /** True when `onceEveryMs` kept the read shut (another caller read within the interval): nothing was counted. */
+  skipped?: boolean;
+}
+
+/** The result of a stats read that `StatsScope.onceEveryMs` kept shut. */
+export const SKIPPED_STATS: Readonly<TableStats> = Object.freeze({ counts: Object.freeze({}), oldestPendingAgeSeconds: 0, skipped: true });
+
+/** The name of the gate row of `table`'s gauges in the maintenance table (`StatsScope.onceEveryMs`). */
+export function gaugeGateName(table: string): string {
+  return `gauges:${table}`;
 }
 
 /** Filter of a replay; at least one field must be set. */

@@ -33,7 +33,7 @@ import type { ColumnDialect } from '../db/column-length.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
-import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
+import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import { errorClassOf } from '../observability/failure-log.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -294,12 +294,13 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   }
   await options.scaleOut?.passEnded();
   summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost - released;
-  // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver: the read counts the pending rows.
+  // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver, and in all (the database gate): the
+  // read counts the pending rows.
   if (backlogGaugeDue(driver, 'inbox')) {
     try {
-      const stats = await driver.inboxStats({ pendingOnly: true });
+      const stats = await driver.inboxStats({ pendingOnly: true, onceEveryMs: BACKLOG_GAUGE_INTERVAL_MS });
       backlogGaugeRead(driver, 'inbox');
-      metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
+      if (stats.skipped !== true) metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
     } catch (error) {
       logger.warn('inbox stats failed; oldest-pending gauge not emitted this pass', { error: String(error) });
     }

@@ -4,10 +4,13 @@
  * The read counts the pending rows: 3 ms at 20,000 pending rows, about 100 ms at 1,000,000. A
  * scheduled pass pays it once per invocation, but passes that end and start again quickly (a
  * `drain`-mode loop, passes invoked on demand after each commit, several functions in one local
- * process) would pay it every time. So a pass reads the gauges unless the same driver read them
- * less than `BACKLOG_GAUGE_INTERVAL_MS` ago; a poller scheduled once a minute reads them in every
- * invocation. The interval runs on the monotonic clock (a wall-clock step back cannot stretch
- * it), and only a read that succeeded starts it.
+ * process) would pay it every time, and so would passes running side by side (scale-out). So a
+ * pass reads the gauges unless the same driver read them less than `BACKLOG_GAUGE_INTERVAL_MS`
+ * ago, and its read asks the database first (`StatsScope.onceEveryMs`, a gate row shared by every
+ * invocation): of the passes that end within one interval, one counts. A poller scheduled once a
+ * minute still reads them in every invocation. The driver's interval runs on the monotonic clock (a
+ * wall-clock step back cannot stretch it); a read that succeeded starts it, and so does an answer
+ * that another invocation read them within the interval.
  */
 export const BACKLOG_GAUGE_INTERVAL_MS = 10_000;
 

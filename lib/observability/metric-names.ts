@@ -9,8 +9,8 @@ export const METRICS = {
   outboxMessages: { name: 'queuebox_outbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Outbox rows settled, by status: sent, dead, retried.' },
   outboxReclaimed: { name: 'queuebox_outbox_messages_reclaimed_total', unit: 'Count', dimensions: [], help: 'Outbox rows returned from processing to pending by the reclaim step.' },
   claimsLost: { name: 'queuebox_claims_lost_total', unit: 'Count', dimensions: ['component'], help: 'Fenced writes that changed no row (component: outbox, inbox, pull): work outlived its lease.' },
-  outboxPending: { name: 'queuebox_outbox_messages_pending', unit: 'Count', dimensions: [], help: 'Outbox rows in state pending at the end of a pass (read at most every 10 s per container).' },
-  outboxOldestPendingAge: { name: 'queuebox_outbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending outbox row at the end of a pass (read at most every 10 s per container).' },
+  outboxPending: { name: 'queuebox_outbox_messages_pending', unit: 'Count', dimensions: [], help: 'Outbox rows in state pending at the end of a pass (read at most every 10 s in all: one of the passes that end within 10 s counts).' },
+  outboxOldestPendingAge: { name: 'queuebox_outbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending outbox row at the end of a pass (read at most every 10 s in all: one of the passes that end within 10 s counts).' },
   outboxPublishDuration: { name: 'queuebox_outbox_publish_duration_seconds', unit: 'Seconds', dimensions: ['destination_type'], help: 'Duration of one destination call (a batch of up to 10 entries).' },
   outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered, by destination name and outcome: sent, retryable, permanent.' },
   outboxFailedMessages: {
@@ -27,7 +27,7 @@ export const METRICS = {
     help: 'Inbox rows the relay retried or dead-lettered, by source name (`(unknown source)` when the source is no longer in `inbox.sources`) and status: retried, dead. Rows a reclaim marks dead (the lease of their last forward expired) are not counted here, as the reclaim does not read their source; the reclaim (the reclaim step of a relay pass, or the reclaim function) counts them in `queuebox_inbox_messages_total` with status dead.',
   },
   inboxRejections: { name: 'queuebox_inbox_rejections_total', unit: 'Count', dimensions: ['reason'], help: 'Messages refused or dead-lettered at receipt, by reason.' },
-  inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row at the end of a relay pass (read at most every 10 s per container).' },
+  inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox row at the end of a relay pass (read at most every 10 s in all: one of the passes that end within 10 s counts).' },
   pullMessages: { name: 'queuebox_pull_messages_total', unit: 'Count', dimensions: ['status'], help: 'Pull rows settled by pull workers, by status: completed, retried, dead, released (claimed, never started, returned with no attempt spent).' },
   passesFinished: { name: 'queuebox_passes_finished_total', unit: 'Count', dimensions: ['function'], help: 'Passes that finished, by scheduled function (function: outboxPoller, inboxRelay, reclaim): one per invocation that returned. The heartbeat alarms fire when it stops.' },
   scaleOutPasses: {

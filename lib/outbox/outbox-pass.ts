@@ -33,8 +33,10 @@
  *    invocation lasts (`answerWaitMs`), so the pass leaves no statement running and `abandoned`
  *    counts only rows whose settle did not land.
  * 5. Gauges: pending count and oldest pending age from `outboxStats({ pendingOnly: true })`, which
- *    reads the pending rows only (the table's finished rows are not counted at every pass), and
- *    at most once per `BACKLOG_GAUGE_INTERVAL_MS` per driver (`backlog-gauge-gate.ts`).
+ *    reads the pending rows only (the table's finished rows are not counted at every pass), at
+ *    most once per `BACKLOG_GAUGE_INTERVAL_MS` in all: a driver that read them (or found them read)
+ *    within it does not ask (`backlog-gauge-gate.ts`), and the read opens a gate row in the
+ *    database first (`onceEveryMs`), so passes side by side count the backlog once, not each.
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
@@ -45,7 +47,7 @@ import type { Destinations } from '../destinations/create-destinations.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
-import { backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
+import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { answerWaitMs, type Deadline } from '../runtime/deadline.ts';
 import type { ScaleOutHook } from '../runtime/scale-out.ts';
@@ -333,10 +335,12 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });
   if (backlogGaugeDue(driver, 'outbox')) {
     try {
-      const stats = await driver.outboxStats({ pendingOnly: true });
+      const stats = await driver.outboxStats({ pendingOnly: true, onceEveryMs: BACKLOG_GAUGE_INTERVAL_MS });
       backlogGaugeRead(driver, 'outbox');
-      metrics.gauge('outboxPending', stats.counts.pending ?? 0);
-      metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
+      if (stats.skipped !== true) {
+        metrics.gauge('outboxPending', stats.counts.pending ?? 0);
+        metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
+      }
     } catch (error) {
       logger.warn('outbox stats failed; pending gauges not emitted this pass', { error: String(error) });
     }

@@ -237,6 +237,23 @@ export function defineInboxCases(define: DefineCase): void {
     assert.ok(Math.abs(backlog.oldestPendingAgeSeconds - stats.oldestPendingAgeSeconds) < 5, `age ${backlog.oldestPendingAgeSeconds}`);
   });
 
+  define('stats onceEveryMs: of readers asking at once one counts, the others are told it was read; a table each; a read without it always counts', async (t) => {
+    await receiveRows(t, [{ idempotencyKey: 'a' }, { idempotencyKey: 'b' }]);
+    const everyMs = 1_500;
+    const asked = await Promise.all(Array.from({ length: 4 }, () => t.driver.inboxStats({ pendingOnly: true, onceEveryMs: everyMs })));
+    const counted = asked.filter((s) => s.skipped !== true);
+    assert.equal(counted.length, 1, 'one of four concurrent readers counts');
+    assert.deepEqual(counted[0]!.counts, { pending: 2 });
+    for (const s of asked.filter((x) => x.skipped === true)) assert.deepEqual(s.counts, {}, 'a skipped read counts nothing');
+    assert.equal((await t.driver.inboxStats({ pendingOnly: true, onceEveryMs: everyMs })).skipped, true, 'within the interval: skipped');
+    assert.deepEqual((await t.driver.inboxStats({ pendingOnly: true })).counts, { pending: 2 }, 'a read without onceEveryMs is not gated');
+    assert.notEqual((await t.driver.outboxStats({ pendingOnly: true, onceEveryMs: everyMs })).skipped, true, 'the outbox has its own gate');
+    await new Promise((resolve) => setTimeout(resolve, everyMs + 300));
+    const again = await t.driver.inboxStats({ pendingOnly: true, onceEveryMs: everyMs });
+    assert.notEqual(again.skipped, true, 'after the interval the next reader counts');
+    assert.deepEqual(again.counts, { pending: 2 });
+  });
+
   define('inboxStats pendingOnly: an old pull row does not make a push backlog due later look due (age 0)', async (t) => {
     const [pull, push] = await receiveRows(t, [{ idempotencyKey: 'pull', consumption: 'pull' }, { idempotencyKey: 'push' }]);
     await t.setTime('inbox', pull!, 'scheduled_at', -20_000);

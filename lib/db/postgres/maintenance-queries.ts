@@ -33,6 +33,18 @@ export function reclaimGate(ctx: PgContext, name: string, throttleMs: number | u
   };
 }
 
+/**
+ * Opens the gate `name` when it was last opened `everyMs` or more ago (database clock), or never:
+ * true for one caller of those that ask at once. One short statement on its own, so a caller that
+ * then reads for a long time holds no lock another caller would wait on.
+ */
+export async function gateOpens(ctx: PgContext, name: string, everyMs: number): Promise<boolean> {
+  if (!Number.isFinite(everyMs) || everyMs < 0) throw new RangeError(`gate interval must be a non-negative number of ms, not ${everyMs}`);
+  const gate = reclaimGate(ctx, name, everyMs, 1);
+  const { rows } = await pgQuery<{ opened: number }>(ctx.pool, `WITH ${gate.cte} SELECT count(*)::int AS opened FROM gate`, gate.values);
+  return rows[0]!.opened > 0;
+}
+
 /** Records a finished pass of `worker`: one upsert of its row, stamped with the database clock. */
 export async function passRecordFinished(ctx: PgContext, worker: PassWorker): Promise<void> {
   await pgQuery(

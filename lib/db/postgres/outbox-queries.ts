@@ -4,7 +4,8 @@
  * Every finishing write is fenced on id + `processing` + token + `lease_expires_at >
  * clock_timestamp()` and settles a whole batch in one statement via `unnest` of parallel arrays.
  */
-import type { DeadItem, DeadRowSummary, DeleteFinishedParams, ClaimRef, OutboxClaimedRows, OutboxMessageInput, OutboxRow, ReclaimResult, ReplayFilter, RetryItem, StatsScope, TableStats } from '../driver.ts';
+import { gaugeGateName, SKIPPED_STATS, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type ClaimRef, type OutboxClaimedRows, type OutboxMessageInput, type OutboxRow, type ReclaimResult, type ReplayFilter, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
+import { gateOpens } from './maintenance-queries.ts';
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
@@ -619,6 +620,7 @@ function lostLeaseCharged(t: string): string {
 }
 
 export async function outboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {
+  if (scope.onceEveryMs !== undefined && !(await gateOpens(ctx, gaugeGateName(ctx.names.outboxTable), scope.onceEveryMs))) return SKIPPED_STATS;
   return tableStats(ctx.pool, ctx.names.outbox, ['pending', 'processing', 'sent', 'dead'], 'TRUE', scope);
 }
 

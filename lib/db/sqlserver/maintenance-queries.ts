@@ -101,6 +101,38 @@ export function reclaimUpdateSql(table: string, rule: { maxAttempts: string; cal
 }
 
 /** Runs a gated reclaim statement and reads its result row. */
+/**
+ * Opens the gate `gateName` when it was last opened `everyMs` or more ago (database clock), or
+ * never, as the reclaim's gate opens (`buildGatedReclaim`): one short batch on its own, answering
+ * `opened` (true for one caller of those that ask at once).
+ */
+export function buildGateOpens(names: MssqlNames, gateName: string, everyMs: number): MssqlStatement {
+  const m = names.maintenance;
+  return {
+    text: `DECLARE @v_gate_rows INT = 0;
+INSERT INTO ${m} (name, last_run_at)
+SELECT @p_gate_name, SYSUTCDATETIME()
+ WHERE NOT EXISTS (SELECT 1 FROM ${m} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_gate_name);
+SET @v_gate_rows = @@ROWCOUNT;
+IF @v_gate_rows = 0
+BEGIN
+  UPDATE ${m} WITH (UPDLOCK, HOLDLOCK)
+     SET last_run_at = SYSUTCDATETIME()
+   WHERE name = @p_gate_name
+     AND last_run_at <= ${dbNowPlusMs('-@p_every_ms')};
+  SET @v_gate_rows = @@ROWCOUNT;
+END;
+SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS opened;`,
+    params: [param('p_gate_name', sql.NVarChar(255), gateName), param('p_every_ms', sql.BigInt, msValue('everyMs', everyMs))],
+  };
+}
+
+/** Runs `buildGateOpens`. */
+export async function gateOpens(runner: MssqlRunner, names: MssqlNames, gateName: string, everyMs: number): Promise<boolean> {
+  const { recordset } = await runStatement<{ opened: boolean }>(runner, buildGateOpens(names, gateName, everyMs));
+  return recordset[0]?.opened === true;
+}
+
 export async function runGatedReclaim(runner: MssqlRunner, statement: MssqlStatement): Promise<ReclaimResult> {
   const result = await runStatement<{ ran: boolean; reclaimed: number; dead: number }>(runner, statement);
   const row = result.recordset[0];
