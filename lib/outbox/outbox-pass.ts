@@ -2,7 +2,7 @@
  * One scheduled pass of the outbox poller (spec §3–4; seed: claims and leases).
  *
  * 1. Reclaim: expired `processing` rows back to `pending`, at most once per `claimTimeoutMs / 5`
- *    across all invocations (the gate lives in the database).
+ *    across all invocations (the gate lives in the database); beside the first claim, not before it.
  * 2. Loop: claim a batch (one statement; lease = min(claimTimeoutMs, time left in the
  *    invocation); `outbox.batchSize` rows, growing to `outbox.maxBatchSize` while claims come back
  *    full (to half of it while claims of `maxBatchSize` take every row that can move:
@@ -189,19 +189,34 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
 
   options.scaleOut?.passStarted(() => tally.sent + tally.retried + tally.dead);
 
-  try {
-    const reclaim = await driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) });
-    reclaimRan = reclaim.ran;
-    tally.reclaimed = reclaim.reclaimed;
-    metrics.count('outboxReclaimed', reclaim.reclaimed);
-    // A lease that expired during a row's last delivery made it dead (the reclaim counted the attempt).
-    metrics.count('outboxMessages', reclaim.dead, { status: 'dead' });
-    if (reclaim.dead > 0) logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: reclaim.dead });
-    // Emitted now: an invocation killed later in the pass must not take the count with it.
-    if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
-  } catch (error) {
-    failure = error;
-  }
+  // The reclaim runs beside the first claim, on its own connection, instead of before it: the
+  // claim does not wait for it (a statement on a new connection, about a round trip and its
+  // planning). The claim's snapshot sees a row being reclaimed as `processing`, so it skips its key
+  // as it would any key in flight; the rows reclaimed are claimed from the next claim on (a claim
+  // that found nothing before the reclaim ended does not end a drain while the reclaim returned
+  // rows, and an idle wait ends when it does). It is awaited before the pass stops waiting for its
+  // work, so it never outlives the pass.
+  let reclaimSettled = false;
+  let reclaimedRows!: () => void;
+  const rowsReclaimed = new Promise<void>((resolve) => (reclaimedRows = resolve));
+  const reclaiming = driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }).then(
+    (reclaim) => {
+      reclaimRan = reclaim.ran;
+      tally.reclaimed = reclaim.reclaimed;
+      metrics.count('outboxReclaimed', reclaim.reclaimed);
+      // A lease that expired during a row's last delivery made it dead (the reclaim counted the attempt).
+      metrics.count('outboxMessages', reclaim.dead, { status: 'dead' });
+      if (reclaim.dead > 0) logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: reclaim.dead });
+      // Emitted now: an invocation killed later in the pass must not take the count with it.
+      if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
+      if (reclaim.reclaimed > 0) reclaimedRows();
+    },
+    (error: unknown) => {
+      failure ??= error;
+    },
+  ).finally(() => {
+    reclaimSettled = true;
+  });
 
   while (failure === undefined) {
     if (options.signal?.aborted) {
@@ -242,6 +257,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     // A batch that settles while this claim runs may free key heads the claim's snapshot did not
     // see; only a claim that started with nothing in flight can prove the table drained.
     const inFlightAtClaim = inFlight.length;
+    const afterReclaim = reclaimSettled;
     try {
       memory.slowestCallMs = Math.max(memory.slowestCallMs, ...slowest.values());
       const bounded = Math.min(
@@ -277,12 +293,18 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     if (rows.length === 0) {
       if (inFlight.length === 0 && options.mode === 'drain') {
         if (inFlightAtClaim > 0) continue;
+        // A claim sent before the reclaim ended did not see the rows it returned to `pending`.
+        if (!afterReclaim) {
+          await reclaiming;
+          if (tally.reclaimed > 0) continue;
+          if (failure !== undefined) break;
+        }
         stoppedBecause = 'drained';
         break;
       }
       const idleMs = Math.min(idlePollDelayMs(emptyClaims++, outbox), Math.max(0, deadline.remainingMs() - claimWindowMs()));
       const batches = inFlight.length;
-      await waitAny(inFlightWork(), inFlight.length > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, stopWait.settled);
+      await waitAny(reclaimSettled ? inFlightWork() : [...inFlightWork(), rowsReclaimed], inFlight.length > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, stopWait.settled);
       // The idle wait ran out with the batches still publishing: it stands for the pause's wait.
       if (batches > 0 && inFlight.length === batches) pauseWaited = true;
       continue;
@@ -302,6 +324,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       });
     inFlight.push(entry);
   }
+  // The reclaim, one statement bounded by the invocation, ends before anything else is waited for.
+  await reclaiming;
   if (failure !== undefined) stoppedBecause = 'error';
   // The check stops now; its invokes (each bounded by the deadline) are awaited after the
   // in-flight work, which must not wait behind an invoke that hangs.

@@ -168,6 +168,8 @@ export type ClaimFunctionVerdict =
 export interface ClaimFunctionState {
   readonly missing: Map<ClaimStatement, number>;
   readonly verified: Map<ClaimStatement, number>;
+  /** Verifications under way (one per statement at a time), each settling once its verdict is recorded. */
+  readonly verifying: Map<ClaimStatement, Promise<void>>;
   readonly retryMs: number;
   readonly now: () => number;
   readonly verify?: (statement: ClaimStatement) => Promise<ClaimFunctionVerdict>;
@@ -181,6 +183,7 @@ export function newClaimFunctionState(
   return {
     missing: new Map(),
     verified: new Map(),
+    verifying: new Map(),
     retryMs: options.retryMs ?? CLAIM_FUNCTION_RETRY_MS,
     now: options.now ?? (() => performance.now()),
     ...(options.verify ? { verify: options.verify } : {}),
@@ -222,7 +225,7 @@ export function claimFunctionUnusable(error: unknown, functionName: string): boo
  * (once per container: `state.verified`) and it was not found unusable in the last `retryMs`;
  * else the statement itself. A function is verified before its first call and again before the
  * first call after any failure (the 5-minute retry included), so no call reaches a function that
- * was not verified. A refused or failed function is remembered (time), `warn` hears of it, and
+ * was not verified; the claim that starts a verification sends the statement itself meanwhile. A refused or failed function is remembered (time), `warn` hears of it, and
  * `run` runs with the statement (a failed call changed nothing: an error ends it). `run` may wrap
  * the text in a transaction of its own; it is called again from the start.
  */
@@ -237,14 +240,34 @@ export async function runClaimStatement<T>(
   if (missingSince !== undefined && state.now() - missingSince < state.retryMs) return run(statement.text);
   const name = claimFunctionName(statement);
   if (!state.verified.has(statement)) {
-    const verdict = await state.verify(statement);
-    if (verdict.status !== 'usable') {
-      state.missing.set(statement, state.now());
-      if (verdict.status === 'missing') state.warn?.({ function: name, code: '42883', error: `function ${names.schema}.${name} does not exist` });
-      else state.warn?.({ function: name, code: verdict.status, error: verdict.detail, ...(verdict.owner !== undefined ? { owner: verdict.owner } : {}) });
-      return run(statement.text);
+    // Not verified yet: this claim sends the statement itself while the function is verified on
+    // another connection (two catalog reads, planned cold on a new connection), instead of after
+    // the verification; the claims after it call the function. The claim returns only once the
+    // verification has ended too, so nothing it started outlives it; a claim that comes while a
+    // verification is under way waits for that one.
+    let verifying = state.verifying.get(statement);
+    if (verifying === undefined) {
+      verifying = state.verify(statement).then(
+        (verdict) => {
+          if (verdict.status === 'usable') {
+            state.verified.set(statement, verdict.oid);
+            state.missing.delete(statement);
+            return;
+          }
+          state.missing.set(statement, state.now());
+          if (verdict.status === 'missing') state.warn?.({ function: name, code: '42883', error: `function ${names.schema}.${name} does not exist` });
+          else state.warn?.({ function: name, code: verdict.status, error: verdict.detail, ...(verdict.owner !== undefined ? { owner: verdict.owner } : {}) });
+        },
+        // A verification that failed (a connection lost) finds nothing: the next claim verifies again.
+        () => undefined,
+      );
+      const settled = verifying.finally(() => state.verifying.delete(statement));
+      state.verifying.set(statement, settled);
+      verifying = settled;
     }
-    state.verified.set(statement, verdict.oid);
+    const [claimed] = await Promise.allSettled([run(statement.text), verifying]);
+    if (claimed.status === 'rejected') throw claimed.reason;
+    return claimed.value;
   }
   try {
     const result = await run(claimFunctionCall(names, statement));
