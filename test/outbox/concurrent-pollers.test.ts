@@ -19,10 +19,13 @@ describe('outbox pass: several pollers at once', () => {
   it('never hold one row (or two rows of one key) at once, deliver every row once, and keep per-key sequence order', async () => {
     const keys = Array.from({ length: 10 }, (_, k) => `order-${k}`);
     // Interleaved: keyed rows of every key, then a keyless row, so claims mix keys and keyless rows.
+    // All due a moment from now: the pollers start their passes on an empty backlog (their
+    // connections made, their claim functions verified), and the rows come due for all at once, so
+    // the first poller to connect cannot take the whole table before the others claim.
     const messages = [];
     for (let seq = 0; seq < 20; seq++) {
-      for (const key of keys) messages.push({ topic: 'orders.updated', key, payload: { key, seq } });
-      messages.push({ topic: 'audit.logged', payload: { seq } }, { topic: 'audit.logged', payload: { seq } });
+      for (const key of keys) messages.push({ topic: 'orders.updated', key, payload: { key, seq }, delayMs: 400 });
+      messages.push({ topic: 'audit.logged', payload: { seq }, delayMs: 400 }, { topic: 'audit.logged', payload: { seq }, delayMs: 400 });
     }
     const ids = await insertOutboxRows(db, messages);
     const destination = new RecordingDestination({ delayMs: () => 1 + Math.floor(Math.random() * 4) });
@@ -34,7 +37,7 @@ describe('outbox pass: several pollers at once', () => {
     const runPasses = async (name: string) => {
       const driver = claimRecordingDriver(db.newDriver(), name, held);
       const done: Array<Awaited<ReturnType<typeof runOutboxPass>>> = [];
-      for (let pass = 0; pass < 50; pass++) {
+      for (let pass = 0; pass < 400; pass++) {
         done.push(await runOutboxPass(passFixture(db, { destinations: [destination], driver, mode: 'drain' })));
         const open = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE state IN ('pending', 'processing')`);
         if (open[0]!.n === 0) break;
