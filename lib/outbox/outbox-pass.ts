@@ -197,26 +197,31 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // rows, and an idle wait ends when it does). It is awaited before the pass stops waiting for its
   // work, so it never outlives the pass.
   let reclaimSettled = false;
-  let reclaimedRows!: () => void;
-  const rowsReclaimed = new Promise<void>((resolve) => (reclaimedRows = resolve));
-  const reclaiming = driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }).then(
-    (reclaim) => {
+  // Resolved when the reclaim returned rows or failed: the idle wait after a claim sent before the
+  // reclaim ended listens for it (the rows are due now; a failure ends the pass).
+  let wakeAfterReclaim!: () => void;
+  const reclaimWake = new Promise<void>((resolve) => (wakeAfterReclaim = resolve));
+  // Never rejects: whatever fails in it, the statement or what reports its result, is the pass's
+  // failure, as anything else that fails in the pass.
+  const reclaiming = (async () => {
+    try {
+      const reclaim = await driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) });
       reclaimRan = reclaim.ran;
       tally.reclaimed = reclaim.reclaimed;
+      if (reclaim.reclaimed > 0) wakeAfterReclaim();
       metrics.count('outboxReclaimed', reclaim.reclaimed);
       // A lease that expired during a row's last delivery made it dead (the reclaim counted the attempt).
       metrics.count('outboxMessages', reclaim.dead, { status: 'dead' });
       if (reclaim.dead > 0) logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: reclaim.dead });
       // Emitted now: an invocation killed later in the pass must not take the count with it.
       if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
-      if (reclaim.reclaimed > 0) reclaimedRows();
-    },
-    (error: unknown) => {
+    } catch (error) {
       failure ??= error;
-    },
-  ).finally(() => {
-    reclaimSettled = true;
-  });
+      wakeAfterReclaim();
+    } finally {
+      reclaimSettled = true;
+    }
+  })();
 
   while (failure === undefined) {
     if (options.signal?.aborted) {
@@ -304,7 +309,9 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       }
       const idleMs = Math.min(idlePollDelayMs(emptyClaims++, outbox), Math.max(0, deadline.remainingMs() - claimWindowMs()));
       const batches = inFlight.length;
-      await waitAny(reclaimSettled ? inFlightWork() : [...inFlightWork(), rowsReclaimed], inFlight.length > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, stopWait.settled);
+      // A claim sent before the reclaim ended did not see the rows it returned to `pending`,
+      // whether the reclaim ended during the claim or ends during the wait.
+      await waitAny(afterReclaim ? inFlightWork() : [...inFlightWork(), reclaimWake], inFlight.length > 0 && options.mode === 'drain' ? deadline.remainingMs() : idleMs, stopWait.settled);
       // The idle wait ran out with the batches still publishing: it stands for the pause's wait.
       if (batches > 0 && inFlight.length === batches) pauseWaited = true;
       continue;

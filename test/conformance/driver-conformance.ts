@@ -53,6 +53,8 @@ export interface ConformanceTarget {
   readCommittedSnapshot?(on: boolean): Promise<boolean>;
   /** Lock escalations so far on `table` (SQL Server); absent where locks do not escalate. */
   lockEscalations?(table: 'outbox' | 'inbox'): Promise<number>;
+  /** Takes an exclusive lock on `table` (every read of it waits) until the returned function is called. */
+  lockTable(table: 'outbox' | 'inbox'): Promise<() => Promise<void>>;
   /** Empties the outbox, inbox and maintenance tables. */
   reset(): Promise<void>;
   close(): Promise<void>;

@@ -2,9 +2,10 @@
  * Conformance cases of the inbox methods (receive, relay claim, forward, settle, operations).
  */
 import assert from 'node:assert/strict';
-import type { ClaimRef } from '../../lib/db/driver.ts';
+import type { ClaimRef, Driver } from '../../lib/db/driver.ts';
 import { UsageError } from '../../lib/errors.ts';
-import { receiveRows, type ConformanceTarget, type DefineCase } from './driver-conformance.ts';
+import { enqueueRows, receiveRows, type ConformanceTarget, type DefineCase } from './driver-conformance.ts';
+import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { defineFenceCases } from './fence-cases.ts';
 
 const LEASE = 60_000;
@@ -252,6 +253,40 @@ export function defineInboxCases(define: DefineCase): void {
     const again = await t.driver.inboxStats({ pendingOnly: true, onceEveryMs: everyMs });
     assert.notEqual(again.skipped, true, 'after the interval the next reader counts');
     assert.deepEqual(again.counts, { pending: 2 });
+  });
+
+  define('stats onceEveryMs: a count that fails after its gate opened gives the turn back, so the next reader counts at once', async (t) => {
+    await receiveRows(t, [{ idempotencyKey: 'a' }]);
+    await enqueueRows(t, [{ topic: 'orders', payload: {} }]);
+    const everyMs = 1_000;
+    const other = t.newDriver();
+    try {
+      for (const table of ['outbox', 'inbox'] as const) {
+        const stats = (driver: Driver) => (table === 'outbox' ? driver.outboxStats({ pendingOnly: true, onceEveryMs: everyMs }) : driver.inboxStats({ pendingOnly: true, onceEveryMs: everyMs }));
+        // First on a gate row the turn creates, then on the row of an earlier turn, over.
+        for (const gate of ['new', 'earlier'] as const) {
+          if (gate === 'earlier') await new Promise((resolve) => setTimeout(resolve, everyMs + 200));
+          // The count waits on a lock past its statement budget, as a count of a large backlog runs
+          // past the time its invocation has left; the gate row, in another table, opens first.
+          const unlock = await t.lockTable(table);
+          let failed: unknown;
+          try {
+            await withStatementBudget(() => 300, () => stats(t.driver));
+          } catch (error) {
+            failed = error;
+          } finally {
+            await unlock();
+          }
+          assert.ok(failed instanceof Error, `${table}, ${gate} gate row: the count under the lock fails (${String(failed)})`);
+          const next = await stats(other);
+          assert.notEqual(next.skipped, true, `${table}, ${gate} gate row: the next reader, on another driver, counts at once`);
+          assert.deepEqual(next.counts, { pending: 1 });
+          assert.equal((await stats(t.driver)).skipped, true, `${table}, ${gate} gate row: the turn that counted holds the gate`);
+        }
+      }
+    } finally {
+      await other.close();
+    }
   });
 
   define('inboxStats pendingOnly: an old pull row does not make a push backlog due later look due (age 0)', async (t) => {

@@ -53,6 +53,15 @@ export async function createPostgresTarget(options: { preparedStatements?: boole
         client.release();
       }
     },
+    async lockTable(name) {
+      const client = await db.pool.connect();
+      await client.query('BEGIN');
+      await client.query(`LOCK TABLE ${table(name)} IN ACCESS EXCLUSIVE MODE`);
+      return async () => {
+        await client.query('ROLLBACK');
+        client.release();
+      };
+    },
     async reset() {
       await db.query(`DELETE FROM ${table('outbox')}; DELETE FROM ${table('inbox')}; DELETE FROM "${db.schema}"."${db.config.tables.maintenance}"`);
     },

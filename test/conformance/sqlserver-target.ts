@@ -89,6 +89,14 @@ export async function createSqlServerTarget(url: string): Promise<ConformanceTar
       });
       return Number(recordset[0]?.n ?? 0);
     },
+    async lockTable(name) {
+      const tx = new sql.Transaction(pool);
+      await tx.begin(sql.ISOLATION_LEVEL.READ_COMMITTED);
+      await new sql.Request(tx).query(`SELECT TOP (1) 1 AS locked FROM ${table(name)} WITH (TABLOCKX, HOLDLOCK);`);
+      return async () => {
+        await tx.rollback();
+      };
+    },
     async reset() {
       await runBatch(pool, `DELETE FROM ${table('outbox')}; DELETE FROM ${table('inbox')}; DELETE FROM ${quoteMssqlIdent(schema)}.${quoteMssqlIdent(config.tables.maintenance)};`);
     },

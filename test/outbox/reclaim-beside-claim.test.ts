@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { ReclaimResult } from '../../lib/db/driver.ts';
-import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { OutboxPassError, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
 import type { TestDatabase } from '../helpers/database.ts';
 import { delegatingPassDriver, insertOutboxRows, inspectRows, passFixture, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
@@ -111,6 +112,111 @@ describe('outbox pass: the reclaim beside the first claim', () => {
     const summary = await pass;
     assert.equal(summary.sent, 1);
     assert.ok(waited < 2_000, `the reclaimed row was delivered ${Math.round(waited)} ms after the reclaim, not after the 5 s idle wait`);
+  });
+
+  it('deadline mode: a reclaim that ends while the first claim is still on its way (the claim saw nothing) ends the idle wait too', async () => {
+    const [id] = await insertOutboxRows(db, [{ topic: 'orders', payload: { n: 1 } }]);
+    await expire(id!);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let ended!: () => void;
+    const reclaimEnded = new Promise<void>((resolve) => (ended = resolve));
+    let claims = 0;
+    const driver = delegatingPassDriver(db.driver, {
+      outboxReclaimExpired: async (p) => {
+        await held;
+        try {
+          return await db.driver.outboxReclaimExpired(p);
+        } finally {
+          ended();
+        }
+      },
+      outboxClaimMany: async (p) => {
+        const rows = await db.driver.outboxClaimMany(p);
+        if (claims++ === 0) {
+          // The first claim found nothing (its only row is in flight); its answer reaches the
+          // pass only after the reclaim has returned the row and its result was taken in.
+          release();
+          await reclaimEnded;
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        return rows;
+      },
+    });
+    const destination = new RecordingDestination();
+    const stop = new AbortController();
+    const started = performance.now();
+    const pass = runOutboxPass(passFixture(db, { destinations: [destination], driver, mode: 'deadline', signal: stop.signal, outbox: { pollIntervalMs: 5_000, maxPollIntervalMs: 5_000 } }));
+    for (let i = 0; i < 600 && destination.deliveries.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    const waited = performance.now() - started;
+    stop.abort();
+    const summary = await pass;
+    assert.equal(summary.reclaimed, 1);
+    assert.equal(summary.sent, 1);
+    assert.ok(waited < 2_000, `the reclaimed row was delivered ${Math.round(waited)} ms into the pass, not after the 5 s idle wait`);
+  });
+
+  it('a reclaim whose report fails (the metrics sink throws) fails the pass as a failed reclaim does: no unhandled rejection, the batch in flight settled before the pass returns', async () => {
+    const [expired] = await insertOutboxRows(db, [
+      { topic: 'orders', payload: { n: 0 } },
+      { topic: 'orders', payload: { n: 1 } },
+    ]);
+    await expire(expired!);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const { driver, release, claimsBefore } = heldReclaim();
+      const destination = new RecordingDestination({ delayMs: 400 });
+      const fixture = passFixture(db, { destinations: [destination], driver, mode: 'deadline', outbox: { pollIntervalMs: 5_000, maxPollIntervalMs: 5_000 } });
+      const metrics = new QueueBoxMetrics({ namespace: 'QueueBoxTest', serviceName: 'queuebox-test', write: () => { throw new Error('metrics sink failed'); } });
+      const pass = runOutboxPass({ ...fixture, metrics });
+      // The first claim takes row 1 (its publish takes 400 ms); the pass then waits idle.
+      for (let i = 0; i < 200 && (claimsBefore() < 2 || destination.offered.length === 0); i++) await new Promise((resolve) => setTimeout(resolve, 5));
+      assert.ok(claimsBefore() >= 2, 'the pass claimed again and found nothing before the reclaim ran');
+      const released = performance.now();
+      release();
+      await assert.rejects(pass, (error: Error & { summary?: { stoppedBecause: string; sent: number; abandoned: number } }) => {
+        assert.ok(error instanceof OutboxPassError, `an OutboxPassError, not ${error.constructor.name}`);
+        assert.match(error.message, /metrics sink failed/);
+        assert.equal(error.summary?.stoppedBecause, 'error');
+        assert.equal(error.summary?.sent, 1);
+        assert.equal(error.summary?.abandoned, 0);
+        return true;
+      });
+      assert.ok(performance.now() - released < 2_000, 'the failure ended the idle wait');
+      const states = new Map((await inspectRows(db)).map((r) => [r.id, r.state]));
+      assert.equal(states.get(expired!), 'pending', 'the reclaim itself committed');
+      assert.deepEqual([...states.values()].sort(), ['pending', 'sent'], 'the batch in flight was settled before the pass returned');
+      assert.equal(destination.deliveries.length, 1);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('deadline mode: a reclaim that fails while the pass waits idle ends the wait, and the pass fails at once', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let claims = 0;
+    const driver = delegatingPassDriver(db.driver, {
+      outboxReclaimExpired: async () => {
+        await held;
+        throw new Error('connection reset');
+      },
+      outboxClaimMany: async (p) => {
+        claims++;
+        return db.driver.outboxClaimMany(p);
+      },
+    });
+    const pass = runOutboxPass(passFixture(db, { destinations: [new RecordingDestination()], driver, mode: 'deadline', outbox: { pollIntervalMs: 5_000, maxPollIntervalMs: 5_000 } }));
+    for (let i = 0; i < 200 && claims === 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const released = performance.now();
+    release();
+    await assert.rejects(pass, /connection reset/);
+    assert.ok(performance.now() - released < 2_000, `the pass failed ${Math.round(performance.now() - released)} ms after the reclaim, not after the 5 s idle wait`);
   });
 
   it('a key whose expired row the reclaim has not yet returned stays held: its next row is not claimed before it, and both go out in order', async () => {

@@ -77,6 +77,20 @@ describe('SQL Server statement shapes', () => {
     assert.ok(insert.params.some((p) => typeof p.value === 'string' && p.value.includes(SENTINELS.payload)));
   });
 
+  it('the gauge gate answers the time it set and the time it held as style-121 text (every digit of DATETIME2(7)); giving the turn back moves the row only while it still holds that time', () => {
+    const all = allStatements();
+    const gate = all['gauge gate']!.text;
+    assert.match(gate, /SET @v_previous = last_run_at, last_run_at = @v_taken/);
+    assert.match(gate, /CONVERT\(VARCHAR\(27\), @v_taken, 121\) AS taken, CONVERT\(VARCHAR\(27\), @v_previous, 121\) AS previous;$/);
+    for (const name of ['gauge gate give back', 'gauge gate give back (new row)']) {
+      const { text, params } = all[name]!;
+      assert.match(text, /^IF @p_previous IS NULL\n  DELETE FROM \S+ WHERE name = @p_gate_name AND last_run_at = CONVERT\(DATETIME2\(7\), @p_taken, 121\);\nELSE\n/, name);
+      assert.match(text, /UPDATE \S+ SET last_run_at = CONVERT\(DATETIME2\(7\), @p_previous, 121\)\n   WHERE name = @p_gate_name AND last_run_at = CONVERT\(DATETIME2\(7\), @p_taken, 121\);$/, name);
+      assert.equal(params.find((p) => p.name === 'p_taken')!.value, '2026-12-05 10:00:00.1234567', name);
+    }
+    assert.equal(all['gauge gate give back (new row)']!.params.find((p) => p.name === 'p_previous')!.value, null);
+  });
+
   it('a finished pass stamps its worker\'s maintenance row: inserted under UPDLOCK, HOLDLOCK when missing, else updated; the list reads the three workers\' rows with their age on the database clock', () => {
     const record = allStatements()['pass record finished']!;
     assert.equal(

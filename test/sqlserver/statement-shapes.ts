@@ -6,7 +6,7 @@ import { buildFencedBatch, type FencedKind } from '../../lib/db/sqlserver/fenced
 import { buildInboxClaimPush } from '../../lib/db/sqlserver/inbox-claim.ts';
 import { buildInboxReplay, buildInboxReplayBounded, buildInboxReplayPreview } from '../../lib/db/sqlserver/inbox-replay.ts';
 import { buildInboxDeadList, buildInboxDeleteFinished, buildInboxInsert, buildInboxReclaim, buildOpenRelayedKeyProbe } from '../../lib/db/sqlserver/inbox-queries.ts';
-import { buildGatedReclaim, buildGateOpens, buildPassListFinished, buildPassRecordFinished } from '../../lib/db/sqlserver/maintenance-queries.ts';
+import { buildGatedReclaim, buildGateGiveBack, buildGateOpens, buildPassListFinished, buildPassRecordFinished } from '../../lib/db/sqlserver/maintenance-queries.ts';
 import type { MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
 import { buildOutboxClaim } from '../../lib/db/sqlserver/outbox-claim.ts';
@@ -78,6 +78,8 @@ export function allStatements(): Record<string, MssqlStatement> {
     'outbox stats': buildStats(names.outbox),
     'outbox backlog stats': buildStats(names.outbox, '', { pendingOnly: true }),
     'gauge gate': buildGateOpens(names, 'gauges:outbox', 10_000),
+    'gauge gate give back (new row)': buildGateGiveBack(names, 'gauges:outbox', { taken: '2026-12-05 10:00:00.1234567', previous: null }),
+    'gauge gate give back': buildGateGiveBack(names, 'gauges:outbox', { taken: '2026-12-05 10:00:00.1234567', previous: '2026-12-05 09:59:50.7654321' }),
     'outbox dead list': buildOutboxDeadList(names, s.limit),
     'outbox replay topics': buildOutboxReplayTopics(names, ['dead']),
     'outbox replay': buildOutboxReplay(

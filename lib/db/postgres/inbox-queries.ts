@@ -8,7 +8,7 @@
  * via `unnest`. The relay only ever touches `consumption = 'push'` rows.
  */
 import { gaugeGateName, SKIPPED_STATS, type ClaimRef, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type InboxForwardItem, type InboxInsertResult, type InboxMessageInput, type InboxRow, type ReclaimResult, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
-import { gateOpens } from './maintenance-queries.ts';
+import { gatedRead } from './maintenance-queries.ts';
 import { PayloadRejectedError, QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
@@ -402,8 +402,9 @@ export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: numb
 
 /** Counts per state (push and pull) and the age in seconds of the oldest due pending push row. */
 export async function inboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {
-  if (scope.onceEveryMs !== undefined && !(await gateOpens(ctx, gaugeGateName(ctx.names.inboxTable), scope.onceEveryMs))) return SKIPPED_STATS;
-  return tableStats(ctx.pool, ctx.names.inbox, ['pending', 'processing', 'processed', 'dead'], `consumption = 'push'`, scope);
+  const read = () => tableStats(ctx.pool, ctx.names.inbox, ['pending', 'processing', 'processed', 'dead'], `consumption = 'push'`, scope);
+  if (scope.onceEveryMs === undefined) return read();
+  return (await gatedRead(ctx, gaugeGateName(ctx.names.inboxTable), scope.onceEveryMs, read)) ?? SKIPPED_STATS;
 }
 
 /** The latest dead rows, newest first; `topicOrSource` is the source. */

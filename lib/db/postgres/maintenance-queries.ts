@@ -28,21 +28,74 @@ export function reclaimGate(ctx: PgContext, name: string, throttleMs: number | u
        ON CONFLICT (name) DO UPDATE SET last_run_at = clock_timestamp()
         WHERE ${throttleParam}::double precision IS NULL
            OR m.last_run_at <= clock_timestamp() - ${msInterval(throttleParam)}
-    RETURNING 1)`,
+    RETURNING m.last_run_at)`,
     values: [name, throttleMs ?? null],
   };
 }
 
+/** µs since the epoch of a `timestamptz` expression, as a bigint: exact, unlike a JavaScript `Date`. */
+const micros = (at: string) => `(extract(epoch FROM ${at}) * 1000000)::bigint`;
+
+/**
+ * A turn of a gate (`gateTurn`): when it opened the gate (µs since the epoch, as text), and when
+ * the gate had opened before (`null`: its row was new).
+ */
+export interface GateTurn {
+  taken: string;
+  previous: string | null;
+}
+
 /**
  * Opens the gate `name` when it was last opened `everyMs` or more ago (database clock), or never:
- * true for one caller of those that ask at once. One short statement on its own, so a caller that
- * then reads for a long time holds no lock another caller would wait on.
+ * a turn for one caller of those that ask at once, `undefined` for the others. One short
+ * statement on its own, so a caller that then reads for a long time holds no lock another caller
+ * would wait on. The time the gate held before is read in the statement's snapshot: the upsert
+ * re-checks its condition on the latest version, which another caller could have moved only by
+ * opening the gate itself, and then this call does not.
  */
-export async function gateOpens(ctx: PgContext, name: string, everyMs: number): Promise<boolean> {
+export async function gateTurn(ctx: PgContext, name: string, everyMs: number): Promise<GateTurn | undefined> {
   if (!Number.isFinite(everyMs) || everyMs < 0) throw new RangeError(`gate interval must be a non-negative number of ms, not ${everyMs}`);
   const gate = reclaimGate(ctx, name, everyMs, 1);
-  const { rows } = await pgQuery<{ opened: number }>(ctx.pool, `WITH ${gate.cte} SELECT count(*)::int AS opened FROM gate`, gate.values);
-  return rows[0]!.opened > 0;
+  const { rows } = await pgQuery<GateTurn>(
+    ctx.pool,
+    `WITH before AS (SELECT last_run_at FROM ${ctx.names.maintenance} WHERE name = $1), ${gate.cte}
+     SELECT ${micros('gate.last_run_at')}::text AS taken, (SELECT ${micros('before.last_run_at')}::text FROM before) AS previous FROM gate`,
+    gate.values,
+  );
+  return rows[0];
+}
+
+/**
+ * Gives a turn back: the gate goes back to the time it held before (or its new row is deleted),
+ * unless another caller has opened it since — the next caller then opens it at once.
+ */
+export async function gateGiveBack(ctx: PgContext, name: string, turn: GateTurn): Promise<void> {
+  const at = (param: string) => `timestamptz 'epoch' + ${param}::bigint * interval '1 microsecond'`;
+  await pgQuery(
+    ctx.pool,
+    turn.previous === null
+      ? `DELETE FROM ${ctx.names.maintenance} WHERE name = $1 AND last_run_at = ${at('$2')}`
+      : `UPDATE ${ctx.names.maintenance} SET last_run_at = ${at('$3')} WHERE name = $1 AND last_run_at = ${at('$2')}`,
+    turn.previous === null ? [name, turn.taken] : [name, turn.taken, turn.previous],
+  );
+}
+
+/**
+ * `read()` at most once per `everyMs` across every caller (the gate `name`); `undefined` when
+ * another caller's turn is not over. A read that fails gives its turn back (`gateGiveBack`): it
+ * read nothing, so the next caller reads instead of waiting out the interval. The failure is
+ * what the caller hears, also when the give-back fails too (or cannot be sent: a read that
+ * failed because the invocation's time ran out leaves the turn taken).
+ */
+export async function gatedRead<T>(ctx: PgContext, name: string, everyMs: number, read: () => Promise<T>): Promise<T | undefined> {
+  const turn = await gateTurn(ctx, name, everyMs);
+  if (turn === undefined) return undefined;
+  try {
+    return await read();
+  } catch (error) {
+    await gateGiveBack(ctx, name, turn).catch(() => undefined);
+    throw error;
+  }
 }
 
 /** Records a finished pass of `worker`: one upsert of its row, stamped with the database clock. */

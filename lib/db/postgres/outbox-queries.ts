@@ -5,7 +5,7 @@
  * clock_timestamp()` and settles a whole batch in one statement via `unnest` of parallel arrays.
  */
 import { gaugeGateName, SKIPPED_STATS, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type ClaimRef, type OutboxClaimedRows, type OutboxMessageInput, type OutboxRow, type ReclaimResult, type ReplayFilter, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
-import { gateOpens } from './maintenance-queries.ts';
+import { gatedRead } from './maintenance-queries.ts';
 import { UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
@@ -620,8 +620,9 @@ function lostLeaseCharged(t: string): string {
 }
 
 export async function outboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {
-  if (scope.onceEveryMs !== undefined && !(await gateOpens(ctx, gaugeGateName(ctx.names.outboxTable), scope.onceEveryMs))) return SKIPPED_STATS;
-  return tableStats(ctx.pool, ctx.names.outbox, ['pending', 'processing', 'sent', 'dead'], 'TRUE', scope);
+  const read = () => tableStats(ctx.pool, ctx.names.outbox, ['pending', 'processing', 'sent', 'dead'], 'TRUE', scope);
+  if (scope.onceEveryMs === undefined) return read();
+  return (await gatedRead(ctx, gaugeGateName(ctx.names.outboxTable), scope.onceEveryMs, read)) ?? SKIPPED_STATS;
 }
 
 export async function outboxDeadList(ctx: PgContext, p: { limit: number }): Promise<DeadRowSummary[]> {

@@ -11,7 +11,7 @@ import sql from 'mssql';
 import { gaugeGateName, SKIPPED_STATS, type ClaimRef, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type InboxForwardItem, type InboxInsertResult, type InboxMessageInput, type ReclaimResult, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
 import { PayloadRejectedError, UsageError, ValidationError } from '../../errors.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
-import { buildDeleteFinished, buildGatedReclaim, gateOpens, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
+import { buildDeleteFinished, buildGatedReclaim, gatedRead, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { KEY_COLLATION } from './migration-ddl.ts';
 import type { MssqlNames } from './names.ts';
@@ -217,8 +217,9 @@ export async function inboxReclaimExpired(runner: MssqlRunner, names: MssqlNames
 }
 
 export async function inboxStats(runner: MssqlRunner, names: MssqlNames, scope: StatsScope = {}): Promise<TableStats> {
-  if (scope.onceEveryMs !== undefined && !(await gateOpens(runner, names, gaugeGateName(names.inboxTable), scope.onceEveryMs))) return SKIPPED_STATS;
-  return runStats(runner, buildStats(names.inbox, ` AND consumption = N'push'`, scope), scope.pendingOnly === true ? ['pending'] : ['pending', 'processing', 'processed', 'dead']);
+  const read = () => runStats(runner, buildStats(names.inbox, ` AND consumption = N'push'`, scope), scope.pendingOnly === true ? ['pending'] : ['pending', 'processing', 'processed', 'dead']);
+  if (scope.onceEveryMs === undefined) return read();
+  return (await gatedRead(runner, names, gaugeGateName(names.inboxTable), scope.onceEveryMs, read)) ?? SKIPPED_STATS;
 }
 
 export function buildInboxDeadList(names: MssqlNames, limit: number): MssqlStatement {

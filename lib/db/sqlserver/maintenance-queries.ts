@@ -100,39 +100,84 @@ export function reclaimUpdateSql(table: string, rule: { maxAttempts: string; cal
   SELECT @v_reclaimed = COUNT(CASE WHEN state = N'pending' THEN 1 END), @v_dead = COUNT(CASE WHEN state = N'dead' THEN 1 END) FROM @v_moved;`;
 }
 
-/** Runs a gated reclaim statement and reads its result row. */
 /**
  * Opens the gate `gateName` when it was last opened `everyMs` or more ago (database clock), or
  * never, as the reclaim's gate opens (`buildGatedReclaim`): one short batch on its own, answering
- * `opened` (true for one caller of those that ask at once).
+ * `opened` (true for one caller of those that ask at once), with the time it set (`taken`) and the
+ * time the gate held before (`previous`, NULL for a new row) as text of every digit (style 121), so
+ * that a read that fails can give the turn back (`buildGateGiveBack`).
  */
 export function buildGateOpens(names: MssqlNames, gateName: string, everyMs: number): MssqlStatement {
   const m = names.maintenance;
   return {
     text: `DECLARE @v_gate_rows INT = 0;
+DECLARE @v_taken DATETIME2(7) = SYSUTCDATETIME();
+DECLARE @v_previous DATETIME2(7) = NULL;
 INSERT INTO ${m} (name, last_run_at)
-SELECT @p_gate_name, SYSUTCDATETIME()
+SELECT @p_gate_name, @v_taken
  WHERE NOT EXISTS (SELECT 1 FROM ${m} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_gate_name);
 SET @v_gate_rows = @@ROWCOUNT;
 IF @v_gate_rows = 0
 BEGIN
   UPDATE ${m} WITH (UPDLOCK, HOLDLOCK)
-     SET last_run_at = SYSUTCDATETIME()
+     SET @v_previous = last_run_at, last_run_at = @v_taken
    WHERE name = @p_gate_name
      AND last_run_at <= ${dbNowPlusMs('-@p_every_ms')};
   SET @v_gate_rows = @@ROWCOUNT;
 END;
-SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS opened;`,
+SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS opened,
+       CONVERT(VARCHAR(27), @v_taken, 121) AS taken, CONVERT(VARCHAR(27), @v_previous, 121) AS previous;`,
     params: [param('p_gate_name', sql.NVarChar(255), gateName), param('p_every_ms', sql.BigInt, msValue('everyMs', everyMs))],
   };
 }
 
-/** Runs `buildGateOpens`. */
-export async function gateOpens(runner: MssqlRunner, names: MssqlNames, gateName: string, everyMs: number): Promise<boolean> {
-  const { recordset } = await runStatement<{ opened: boolean }>(runner, buildGateOpens(names, gateName, everyMs));
-  return recordset[0]?.opened === true;
+/** A turn of a gate (`gateTurn`): the time it set and the time the gate held before (`null`: its row was new), style-121 text. */
+export interface GateTurn {
+  taken: string;
+  previous: string | null;
 }
 
+/**
+ * Gives a turn back, as a failed reclaim does in `buildGatedReclaim`: the gate goes back to the
+ * time it held before (or its new row is deleted), unless another caller has opened it since.
+ */
+export function buildGateGiveBack(names: MssqlNames, gateName: string, turn: GateTurn): MssqlStatement {
+  const m = names.maintenance;
+  return {
+    text: `IF @p_previous IS NULL
+  DELETE FROM ${m} WHERE name = @p_gate_name AND last_run_at = CONVERT(DATETIME2(7), @p_taken, 121);
+ELSE
+  UPDATE ${m} SET last_run_at = CONVERT(DATETIME2(7), @p_previous, 121)
+   WHERE name = @p_gate_name AND last_run_at = CONVERT(DATETIME2(7), @p_taken, 121);`,
+    params: [param('p_gate_name', sql.NVarChar(255), gateName), param('p_taken', sql.VarChar(27), turn.taken), param('p_previous', sql.VarChar(27), turn.previous)],
+  };
+}
+
+/** Runs `buildGateOpens`: a turn when the gate opened for this caller, else `undefined`. */
+export async function gateTurn(runner: MssqlRunner, names: MssqlNames, gateName: string, everyMs: number): Promise<GateTurn | undefined> {
+  const { recordset } = await runStatement<{ opened: boolean; taken: string; previous: string | null }>(runner, buildGateOpens(names, gateName, everyMs));
+  const row = recordset[0];
+  return row?.opened === true ? { taken: row.taken, previous: row.previous ?? null } : undefined;
+}
+
+/**
+ * `read()` at most once per `everyMs` across every caller (the gate `gateName`); `undefined` when
+ * another caller's turn is not over. A read that fails gives its turn back (`buildGateGiveBack`),
+ * so the next caller reads instead of waiting out the interval; the failure is what the caller hears
+ * (a read that failed because the invocation's time ran out leaves the turn taken).
+ */
+export async function gatedRead<T>(runner: MssqlRunner, names: MssqlNames, gateName: string, everyMs: number, read: () => Promise<T>): Promise<T | undefined> {
+  const turn = await gateTurn(runner, names, gateName, everyMs);
+  if (turn === undefined) return undefined;
+  try {
+    return await read();
+  } catch (error) {
+    await runStatement(runner, buildGateGiveBack(names, gateName, turn)).catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Runs a gated reclaim statement and reads its result row. */
 export async function runGatedReclaim(runner: MssqlRunner, statement: MssqlStatement): Promise<ReclaimResult> {
   const result = await runStatement<{ ran: boolean; reclaimed: number; dead: number }>(runner, statement);
   const row = result.recordset[0];

@@ -12,7 +12,7 @@ import { QueueBoxError, ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
 import { compileTopicPattern } from '../../config/topic-pattern.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
-import { buildDeleteFinished, buildGatedReclaim, gateOpens, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
+import { buildDeleteFinished, buildGatedReclaim, gatedRead, DELETE_CHUNK, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, isMssqlTransaction, lowerUuid, msValue, param, runOnceOnly, runStatement, type MssqlParam, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { KEY_COLLATION } from './migration-ddl.ts';
 import { MSSQL_DEFAULT_SCHEMA, mssqlNames, quoteMssqlIdent, type MssqlNames } from './names.ts';
@@ -88,8 +88,9 @@ export async function outboxReclaimExpired(runner: MssqlRunner, names: MssqlName
 }
 
 export async function outboxStats(runner: MssqlRunner, names: MssqlNames, scope: StatsScope = {}): Promise<TableStats> {
-  if (scope.onceEveryMs !== undefined && !(await gateOpens(runner, names, gaugeGateName(names.outboxTable), scope.onceEveryMs))) return SKIPPED_STATS;
-  return runStats(runner, buildStats(names.outbox, '', scope), scope.pendingOnly === true ? ['pending'] : ['pending', 'processing', 'sent', 'dead']);
+  const read = () => runStats(runner, buildStats(names.outbox, '', scope), scope.pendingOnly === true ? ['pending'] : ['pending', 'processing', 'sent', 'dead']);
+  if (scope.onceEveryMs === undefined) return read();
+  return (await gatedRead(runner, names, gaugeGateName(names.outboxTable), scope.onceEveryMs, read)) ?? SKIPPED_STATS;
 }
 
 export function buildOutboxDeadList(names: MssqlNames, limit: number): MssqlStatement {
