@@ -3,6 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { handler } from '../../functions/inbox-relay.ts';
 import type { Driver, InboxMessageInput } from '../../lib/db/driver.ts';
 import { outboxInsert } from '../../lib/db/postgres/outbox-queries.ts';
+import { TransientDatabaseError } from '../../lib/errors.ts';
 import { byJsonSize, FORWARD_STATEMENT_BYTES, runRelayPass, type RelaySummary } from '../../lib/inbox/relay-pass.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
@@ -307,6 +308,34 @@ describe('inbox relay pass', () => {
     assert.deepEqual(sizes(byJsonSize([item(90), item(90), item(500), item(10)], 200)), [[90, 90], [500], [10]]);
     assert.deepEqual(sizes(byJsonSize([item(90), item(90)], 199)), [[90], [90]]);
     assert.deepEqual(byJsonSize([], 100), []);
+  });
+
+  it('run the reclaim again when the database ends it as a deadlock victim, and fail the pass on any other reclaim error', async () => {
+    const { id } = await store('expired-1', { aggregateId: 'E' });
+    await db.query(
+      `UPDATE ${inbox} SET state = 'processing', claim_token = gen_random_uuid(), lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`,
+      [id],
+    );
+    const failing = (error: Error, times: number) => {
+      let calls = 0;
+      const driver: Driver = Object.create(db.newDriver(), {
+        inboxReclaimExpired: {
+          value: async function (this: Driver, ...args: Parameters<Driver['inboxReclaimExpired']>) {
+            if (calls++ < times) throw error;
+            return Object.getPrototypeOf(this).inboxReclaimExpired(...args);
+          },
+        },
+      });
+      return { driver, calls: () => calls };
+    };
+    const victim = failing(new TransientDatabaseError('deadlock detected', '40P01'), 2);
+    const summary = await pass(victim.driver);
+    assert.equal(victim.calls(), 3, 'two deadlocks, then the reclaim that ran');
+    assert.equal(summary.reclaimed, 1);
+    assert.equal(summary.forwarded, 1);
+    const reset = failing(new TransientDatabaseError('connection reset', '08006'), 1);
+    await assert.rejects(pass(reset.driver), /connection reset/);
+    assert.equal(reset.calls(), 1, 'another error is not retried');
   });
 
   it('roll back the outbox insert of a relay whose claim was lost, count it, and leave one outbox row per inbox row', async () => {

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import type { ReclaimResult } from '../../lib/db/driver.ts';
 import { OutboxPassError, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
+import { TransientDatabaseError } from '../../lib/errors.ts';
 import type { OutboxPassDriver } from '../../lib/outbox/pass-context.ts';
 import type { TestDatabase } from '../helpers/database.ts';
 import { delegatingPassDriver, insertOutboxRows, inspectRows, passFixture, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
@@ -217,6 +218,24 @@ describe('outbox pass: the reclaim beside the first claim', () => {
     release();
     await assert.rejects(pass, /connection reset/);
     assert.ok(performance.now() - released < 2_000, `the pass failed ${Math.round(performance.now() - released)} ms after the reclaim, not after the 5 s idle wait`);
+  });
+
+  it('a reclaim the database ends as a deadlock victim (it meets the first claim) runs again; the rows it returns are delivered', async () => {
+    const [id] = await insertOutboxRows(db, [{ topic: 'orders', payload: { n: 1 } }]);
+    await expire(id!);
+    let calls = 0;
+    const driver = delegatingPassDriver(db.driver, {
+      outboxReclaimExpired: async (p) => {
+        if (calls++ === 0) throw new TransientDatabaseError('deadlock detected', '40P01');
+        return db.driver.outboxReclaimExpired(p);
+      },
+    });
+    const destination = new RecordingDestination();
+    const summary = await runOutboxPass(passFixture(db, { destinations: [destination], driver }));
+    assert.equal(calls, 2);
+    assert.equal(summary.reclaimed, 1);
+    assert.equal(summary.sent, 1);
+    assert.equal(summary.stoppedBecause, 'drained');
   });
 
   it('a key whose expired row the reclaim has not yet returned stays held: its next row is not claimed before it, and both go out in order', async () => {
