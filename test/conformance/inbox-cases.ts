@@ -266,8 +266,9 @@ export function defineInboxCases(define: DefineCase): void {
         // First on a gate row the turn creates, then on the row of an earlier turn, over.
         for (const gate of ['new', 'earlier'] as const) {
           if (gate === 'earlier') await new Promise((resolve) => setTimeout(resolve, everyMs + 200));
-          // The count waits on a lock past its statement budget, as a count of a large backlog runs
-          // past the time its invocation has left; the gate row, in another table, opens first.
+          // The count waits on a lock past a statement timeout of its own (a fixed budget: the
+          // invocation still has time, so the turn can be given back; a count that used up the
+          // invocation's time leaves its turn taken). The gate row, in another table, opens first.
           const unlock = await t.lockTable(table);
           let failed: unknown;
           try {

@@ -38,7 +38,8 @@ const micros = (at: string) => `(extract(epoch FROM ${at}) * 1000000)::bigint`;
 
 /**
  * A turn of a gate (`gateTurn`): when it opened the gate (µs since the epoch, as text), and when
- * the gate had opened before (`null`: its row was new).
+ * the gate had opened before (`null`: its row was new, or held no finite time — the column's
+ * default `-infinity` means never; giving the turn back then deletes the row, which means the same).
  */
 export interface GateTurn {
   taken: string;
@@ -59,7 +60,7 @@ export async function gateTurn(ctx: PgContext, name: string, everyMs: number): P
   const { rows } = await pgQuery<GateTurn>(
     ctx.pool,
     `WITH before AS (SELECT last_run_at FROM ${ctx.names.maintenance} WHERE name = $1), ${gate.cte}
-     SELECT ${micros('gate.last_run_at')}::text AS taken, (SELECT ${micros('before.last_run_at')}::text FROM before) AS previous FROM gate`,
+     SELECT ${micros('gate.last_run_at')}::text AS taken, (SELECT CASE WHEN isfinite(before.last_run_at) THEN ${micros('before.last_run_at')}::text END FROM before) AS previous FROM gate`,
     gate.values,
   );
   return rows[0];
