@@ -8,21 +8,32 @@ export function isDeadlockVictim(error: unknown): boolean {
   return error instanceof TransientDatabaseError && (error.code === '40P01' || error.code === '1205');
 }
 
-/** Attempts in all of a reclaim the database ended as a deadlock victim (`retryingDeadlockVictim`). */
+/** Attempts in all of work the database ended as a deadlock victim (`retryingDeadlockVictim`). */
 export const DEADLOCK_ATTEMPTS = 3;
 
+/** A short random pause before the next attempt (5 ms plus up to 20 ms per attempt made), so two victims do not meet again at once. */
+export const jitteredPause = (attempt: number): number => 5 + Math.floor(Math.random() * 20 * attempt);
+
 /**
- * Runs `work` again while the database ends it as a deadlock victim, up to `attempts` in all; any
- * other error, or the last attempt's, is thrown. For a pass's reclaim, which meets the pass's own
- * first claim (it runs beside it) and other passes' writes: the victim's work was rolled back (on
- * SQL Server the chunks committed before it stay, and the next attempt goes on from there).
+ * Runs `work` again while it fails with an error `retryable` accepts (by default a deadlock
+ * victim: rolled back whole, nothing of it written), up to `DEADLOCK_ATTEMPTS` attempts in all,
+ * after `pauseMs(attempt)` (none by default); any other error, or the last attempt's, is thrown.
+ * Only for work that may run again: fenced writes (the fence decides again), a relay forward, an
+ * inbox insert, a reclaim (on SQL Server the chunks committed before the victim's stay, and the
+ * next attempt goes on from there).
  */
-export async function retryingDeadlockVictim<T>(work: () => Promise<T>, attempts = DEADLOCK_ATTEMPTS): Promise<T> {
+export async function retryingDeadlockVictim<T>(
+  work: () => Promise<T>,
+  options: { retryable?: (error: unknown) => boolean; pauseMs?: (attempt: number) => number } = {},
+): Promise<T> {
+  const retryable = options.retryable ?? isDeadlockVictim;
   for (let attempt = 1; ; attempt++) {
     try {
       return await work();
     } catch (error) {
-      if (!isDeadlockVictim(error) || attempt >= attempts) throw error;
+      if (attempt >= DEADLOCK_ATTEMPTS || !retryable(error)) throw error;
+      const pause = options.pauseMs?.(attempt) ?? 0;
+      if (pause > 0) await new Promise((resolve) => setTimeout(resolve, pause));
     }
   }
 }

@@ -22,7 +22,7 @@
  * error class and counts the rows in `queuebox_inbox_failed_messages_total{source,status}`
  * (`relay-failure-report.ts`).
  */
-import { retryingDeadlockVictim } from '../db/deadlock-victim.ts';
+import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
 import { claimKey } from '../claims/claim-key.ts';
@@ -227,7 +227,9 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const report = { logger, metrics, sources: config.inbox.sources };
 
   options.scaleOut?.passStarted(() => summary.forwarded + summary.retried + summary.dead);
-  const reclaim = await retryingDeadlockVictim(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }));
+  const reclaim = await retryingDeadlockVictim(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), {
+    pauseMs: jitteredPause,
+  });
   summary.reclaimed = reclaim.reclaimed;
   // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).
   // The reclaim statement (shared with the outbox, in both dialects) returns counts, not the rows'

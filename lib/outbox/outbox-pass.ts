@@ -44,7 +44,7 @@ import { idlePollDelayMs } from '../claims/backoff.ts';
 import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
-import { retryingDeadlockVictim } from '../db/deadlock-victim.ts';
+import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
@@ -206,7 +206,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // failure, as anything else that fails in the pass.
   const reclaiming = (async () => {
     try {
-      const reclaim = await retryingDeadlockVictim(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }));
+      const reclaim = await retryingDeadlockVictim(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), { pauseMs: jitteredPause });
       reclaimRan = reclaim.ran;
       tally.reclaimed = reclaim.reclaimed;
       if (reclaim.reclaimed > 0) wakeAfterReclaim();

@@ -12,7 +12,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import pg from 'pg';
 import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
 import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
-import { isDeadlockVictim } from '../deadlock-victim.ts';
+import { retryingDeadlockVictim } from '../deadlock-victim.ts';
 
 /**
  * Where a lease granted or renewed by a statement starts: the start of the statement's
@@ -86,26 +86,17 @@ export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, 
   }
 }
 
-/** Runs of a fenced statement on its own that PostgreSQL chose as a deadlock victim. */
-const DEADLOCK_ATTEMPTS = 3;
-
 /**
  * A fenced statement on its own, sent again when PostgreSQL chose it as the victim of a deadlock
- * (40P01): the statement was rolled back whole, nothing of it was written, and the same statement
- * with the same tokens is fenced again on the rows as they are then (a claim that was lost in the
- * meantime still changes nothing). A multi-row write can meet such a cycle with a claim that keeps
- * the lock of a row it re-checked and passed over while it waits on the in-flight index for a row
- * this write is finishing: failing the write would leave its rows to their lease, to be reclaimed,
- * charged an attempt and delivered again.
+ * (40P01), up to `DEADLOCK_ATTEMPTS` runs: the statement was rolled back whole, nothing of it
+ * was written, and the same statement with the same tokens is fenced again on the rows as they
+ * are then (a claim that was lost in the meantime still changes nothing). A multi-row write can
+ * meet such a cycle with a claim that keeps the lock of a row it re-checked and passed over while
+ * it waits on the in-flight index for a row this write is finishing: failing the write would
+ * leave its rows to their lease, to be reclaimed, charged an attempt and delivered again.
  */
 async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await pgSingleTrip<R>(pool, text, values);
-    } catch (error) {
-      if (!isDeadlockVictim(error) || attempt >= DEADLOCK_ATTEMPTS) throw error;
-    }
-  }
+  return retryingDeadlockVictim(() => pgSingleTrip<R>(pool, text, values));
 }
 
 /**

@@ -10,6 +10,7 @@
  * concurrent callers only one opens the gate.
  */
 import type { PassFinished, PassWorker } from '../driver.ts';
+import { readInTurn } from '../gated-read.ts';
 import { passRowName, passRowNames } from '../pass-row-name.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
@@ -81,22 +82,9 @@ export async function gateGiveBack(ctx: PgContext, name: string, turn: GateTurn)
   );
 }
 
-/**
- * `read()` at most once per `everyMs` across every caller (the gate `name`); `undefined` when
- * another caller's turn is not over. A read that fails gives its turn back (`gateGiveBack`): it
- * read nothing, so the next caller reads instead of waiting out the interval. The failure is
- * what the caller hears, also when the give-back fails too (or cannot be sent: a read that
- * failed because the invocation's time ran out leaves the turn taken).
- */
-export async function gatedRead<T>(ctx: PgContext, name: string, everyMs: number, read: () => Promise<T>): Promise<T | undefined> {
-  const turn = await gateTurn(ctx, name, everyMs);
-  if (turn === undefined) return undefined;
-  try {
-    return await read();
-  } catch (error) {
-    await gateGiveBack(ctx, name, turn).catch(() => undefined);
-    throw error;
-  }
+/** `read()` at most once per `everyMs` across every caller, through the gate `name` (`readInTurn`). */
+export function gatedRead<T>(ctx: PgContext, name: string, everyMs: number, read: () => Promise<T>): Promise<T | undefined> {
+  return readInTurn(() => gateTurn(ctx, name, everyMs), (turn) => gateGiveBack(ctx, name, turn), read);
 }
 
 /** Records a finished pass of `worker`: one upsert of its row, stamped with the database clock. */

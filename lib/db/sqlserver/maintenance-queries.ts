@@ -12,6 +12,7 @@
  */
 import sql from 'mssql';
 import type { PassFinished, PassWorker, ReclaimResult } from '../driver.ts';
+import { readInTurn } from '../gated-read.ts';
 import { passRowName, passRowNames } from '../pass-row-name.ts';
 import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
@@ -160,21 +161,9 @@ export async function gateTurn(runner: MssqlRunner, names: MssqlNames, gateName:
   return row?.opened === true ? { taken: row.taken, previous: row.previous ?? null } : undefined;
 }
 
-/**
- * `read()` at most once per `everyMs` across every caller (the gate `gateName`); `undefined` when
- * another caller's turn is not over. A read that fails gives its turn back (`buildGateGiveBack`),
- * so the next caller reads instead of waiting out the interval; the failure is what the caller hears
- * (a read that failed because the invocation's time ran out leaves the turn taken).
- */
-export async function gatedRead<T>(runner: MssqlRunner, names: MssqlNames, gateName: string, everyMs: number, read: () => Promise<T>): Promise<T | undefined> {
-  const turn = await gateTurn(runner, names, gateName, everyMs);
-  if (turn === undefined) return undefined;
-  try {
-    return await read();
-  } catch (error) {
-    await runStatement(runner, buildGateGiveBack(names, gateName, turn)).catch(() => undefined);
-    throw error;
-  }
+/** `read()` at most once per `everyMs` across every caller, through the gate `gateName` (`readInTurn`). */
+export function gatedRead<T>(runner: MssqlRunner, names: MssqlNames, gateName: string, everyMs: number, read: () => Promise<T>): Promise<T | undefined> {
+  return readInTurn(() => gateTurn(runner, names, gateName, everyMs), (turn) => runStatement(runner, buildGateGiveBack(names, gateName, turn)), read);
 }
 
 /** Runs a gated reclaim statement and reads its result row. */

@@ -9,7 +9,7 @@ import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { ConfigError, TransientDatabaseError, UsageError } from '../../errors.ts';
 import { requireStatementBudgetMs } from '../statement-budget.ts';
-import { isDeadlockVictim } from '../deadlock-victim.ts';
+import { isDeadlockVictim, jitteredPause, retryingDeadlockVictim } from '../deadlock-victim.ts';
 import { LEFTOVER_TRANSACTION, mapMssqlError } from './error-map.ts';
 
 /** The applock wait of every claim lock, in milliseconds (seed: "waits up to 10 seconds"). */
@@ -278,8 +278,7 @@ export async function mssqlTransaction<T>(pool: sql.ConnectionPool, work: (tx: s
   }
 }
 
-/** How often a statement that was chosen as a deadlock victim (1205) is run again. */
-export const DEADLOCK_ATTEMPTS = 3;
+export { DEADLOCK_ATTEMPTS } from '../deadlock-victim.ts';
 
 /**
  * Runs `work` again when SQL Server chose it as a deadlock victim (error 1205: the victim's
@@ -289,14 +288,7 @@ export const DEADLOCK_ATTEMPTS = 3;
  * connections: fenced writes (the fence decides again), a relay forward, an inbox insert.
  */
 export async function retryDeadlocks<T>(work: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      return await work();
-    } catch (error) {
-      if (attempt >= DEADLOCK_ATTEMPTS || !isDeadlock(error)) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 5 + Math.floor(Math.random() * 20 * attempt)));
-    }
-  }
+  return retryingDeadlockVictim(work, { retryable: isDeadlock, pauseMs: jitteredPause });
 }
 
 /** A deadlock victim (1205), or a statement refused because its pooled connection held a leftover transaction (it did not run). */
