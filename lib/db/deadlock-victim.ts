@@ -19,7 +19,8 @@ export const jitteredPause = (attempt: number): number => 5 + Math.floor(Math.ra
  * victim: rolled back whole, nothing of it written), up to `DEADLOCK_ATTEMPTS` attempts in all,
  * after `pauseMs(attempt)` (none by default); any other error, or the last attempt's, is thrown.
  * Only for work that may run again: fenced writes (the fence decides again), a relay forward, an
- * inbox insert, a reclaim (on SQL Server the chunks committed before the victim's stay, and the
+ * inbox insert, a reclaim (on SQL Server a chunk that was the victim runs again inside its batch
+ * first, `reclaimUpdateSql`; when the batch still fails, the chunks it committed stay, and the
  * next attempt goes on from there).
  */
 export async function retryingDeadlockVictim<T>(

@@ -10,6 +10,7 @@ import sql from 'mssql';
 import { TransientDatabaseError, UniqueViolationError, UsageError } from '../../lib/errors.ts';
 import { pullLockExpression } from '../../lib/db/sqlserver/claim-locks.ts';
 import { DELETE_CHUNK } from '../../lib/db/sqlserver/maintenance-queries.ts';
+import { DEADLOCK_ATTEMPTS } from '../../lib/db/deadlock-victim.ts';
 import { APPLOCK_WAIT_MS, dbNowPlusMs, LOCK_WAIT_MS, msValue, SESSION_SETTINGS, statementText, type MssqlRunner } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
 import { allStatements, names, SENTINELS } from './statement-shapes.ts';
@@ -371,12 +372,25 @@ describe('SQL Server claim statements', () => {
     for (const [name, table] of [['outbox reclaim', '[dbo].[outbox]'], ['inbox reclaim', '[dbo].[inbox]']] as const) {
       const text = allStatements()[name]!.text;
       assert.ok(text.includes(`UPDATE TOP (${DELETE_CHUNK}) ${table} WITH (ROWLOCK)`), name);
-      assert.match(text, /WHILE @v_chunk > 0\s+BEGIN\s+UPDATE TOP/, name);
+      assert.match(text, /WHILE @v_chunk > 0\s+BEGIN\s+BEGIN TRY\s+UPDATE TOP/, name);
       assert.match(text, /OUTPUT inserted\.state INTO @v_moved \(state\)/, `${name}: every moved row is counted by its new state`);
-      assert.match(text, /SET @v_chunk = @@ROWCOUNT;\s+END;\s+SELECT @v_reclaimed = COUNT\(CASE WHEN state = N'pending' THEN 1 END\), @v_dead = COUNT\(CASE WHEN state = N'dead' THEN 1 END\) FROM @v_moved;/, name);
+      assert.match(text, /SET @v_chunk = @@ROWCOUNT;[^]+END CATCH;\s+END;\s+SELECT @v_reclaimed = COUNT\(CASE WHEN state = N'pending' THEN 1 END\), @v_dead = COUNT\(CASE WHEN state = N'dead' THEN 1 END\) FROM @v_moved;/, name);
       assert.equal(text.match(/DECLARE @v_chunk\b/g)?.length, 1, `${name}: @v_chunk declared once`);
       assert.doesNotMatch(text, /BEGIN TRANSACTION/, `${name}: each chunk commits on its own`);
       assert.doesNotMatch(text, /UPDATE \[dbo\]\.\[(outbox|inbox)\]\s+SET state/, `${name}: no unbounded UPDATE of every expired row`);
+    }
+  });
+
+  it('reclaim runs a chunk chosen as a deadlock victim again inside its batch, so the chunks committed before it stay counted', () => {
+    for (const name of ['outbox reclaim', 'inbox reclaim']) {
+      const text = allStatements()[name]!.text;
+      const loop = text.slice(text.indexOf('WHILE @v_chunk > 0'), text.indexOf('SELECT @v_reclaimed'));
+      assert.match(loop, /^WHILE @v_chunk > 0\s+BEGIN\s+BEGIN TRY\s+UPDATE TOP/, `${name}: each chunk in its own TRY`);
+      assert.match(loop, /SET @v_chunk = @@ROWCOUNT;\s+SET @v_victim = 0;\s+END TRY/, `${name}: a chunk that commits resets the count of its victims`);
+      assert.match(loop, /BEGIN CATCH\s+IF XACT_STATE\(\) <> 0 ROLLBACK TRANSACTION;\s+SET @v_victim = @v_victim \+ 1;/, name);
+      assert.ok(loop.includes(`IF ERROR_NUMBER() <> 1205 OR @v_victim >= ${DEADLOCK_ATTEMPTS}\n      BEGIN\n        THROW;\n      END;`), `${name}: another error, or the last attempt's deadlock, goes to the gate's CATCH`);
+      assert.match(loop, /SET @v_pause = DATEADD\(MILLISECOND, 5 \+ ABS\(CHECKSUM\(NEWID\(\)\)\) % \(20 \* @v_victim\), CAST\(0 AS DATETIME\)\);\s+WAITFOR DELAY @v_pause;\s+END CATCH;\s+END;\s*$/, `${name}: a random pause, then the same chunk again`);
+      assert.doesNotMatch(loop, /DELETE FROM @v_moved|@v_reclaimed = 0/, `${name}: nothing counted is forgotten`);
     }
   });
 

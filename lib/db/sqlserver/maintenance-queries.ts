@@ -12,6 +12,7 @@
  */
 import sql from 'mssql';
 import type { PassFinished, PassWorker, ReclaimResult } from '../driver.ts';
+import { DEADLOCK_ATTEMPTS } from '../deadlock-victim.ts';
 import { readInTurn } from '../gated-read.ts';
 import { passRowName, passRowNames } from '../pass-row-name.ts';
 import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -80,13 +81,22 @@ SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_recl
  * outbox column, or the relay's bound parameter); `extraCondition` narrows the rows.
  * Autocommitted chunks of `DELETE_CHUNK` rows: after an outage thousands of leases expire at once,
  * and one UPDATE of them all would escalate to a table lock that blocks every enqueue.
+ *
+ * A chunk chosen as a deadlock victim (1205) is run again inside the batch, up to
+ * `DEADLOCK_ATTEMPTS` times in all after a short random pause: the chunks committed before it stay
+ * committed, and their rows stay counted (a retry from the caller would start a new batch and
+ * count only what is left). Any other error, or a chunk's last deadlock, goes to the caller: the
+ * rows of the chunks committed before it are reclaimed but not in the counts.
  */
 export function reclaimUpdateSql(table: string, rule: { maxAttempts: string; call: string }, extraCondition = ''): string {
   const last = `attempt + 1 >= ${rule.maxAttempts}`;
   return `DECLARE @v_chunk INT = 1;
+  DECLARE @v_victim INT = 0;
+  DECLARE @v_pause DATETIME;
   DECLARE @v_moved TABLE (state NVARCHAR(50) NOT NULL);
   WHILE @v_chunk > 0
   BEGIN
+    BEGIN TRY
     UPDATE TOP (${DELETE_CHUNK}) ${table} WITH (ROWLOCK)
        SET state = CASE WHEN ${last} THEN N'dead' ELSE N'pending' END,
            attempt = CASE WHEN ${last} THEN attempt ELSE attempt + 1 END,
@@ -97,6 +107,18 @@ export function reclaimUpdateSql(table: string, rule: { maxAttempts: string; cal
     OUTPUT inserted.state INTO @v_moved (state)
      WHERE state = N'processing' AND lease_expires_at <= SYSUTCDATETIME()${extraCondition};
     SET @v_chunk = @@ROWCOUNT;
+    SET @v_victim = 0;
+    END TRY
+    BEGIN CATCH
+      IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+      SET @v_victim = @v_victim + 1;
+      IF ERROR_NUMBER() <> 1205 OR @v_victim >= ${DEADLOCK_ATTEMPTS}
+      BEGIN
+        THROW;
+      END;
+      SET @v_pause = DATEADD(MILLISECOND, 5 + ABS(CHECKSUM(NEWID())) % (20 * @v_victim), CAST(0 AS DATETIME));
+      WAITFOR DELAY @v_pause;
+    END CATCH;
   END;
   SELECT @v_reclaimed = COUNT(CASE WHEN state = N'pending' THEN 1 END), @v_dead = COUNT(CASE WHEN state = N'dead' THEN 1 END) FROM @v_moved;`;
 }
