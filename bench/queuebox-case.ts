@@ -9,6 +9,7 @@
  * every pass once the workload's drain count is sent (so a backlog drain stops at its target).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { idlePollDelayMs } from '../lib/claims/backoff.ts';
 import { DEFAULT_ROWS_PER_KEY, type QueueBoxConfig } from '../lib/config/schema.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
@@ -151,10 +152,14 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
         // A pass in drain mode returns when a claim finds nothing; with several passes and keyed
         // rows that can happen while others still hold heads, so run passes until the target.
         // A run of passes that claim nothing means nothing is left to move (e.g. rows went dead).
-        // After a pass that claimed nothing the next starts `outbox.pollIntervalMs` later, as a
-        // deployed poller's next claim after an empty one: started at once, the passes of a worker
-        // whose keys another pass holds spun, each restart a claim (and a lease gate) that read the
-        // window and the open keys for nothing — on 100 keys, 103 of 177 claims and 77 passes.
+        // After a pass that claimed nothing the next starts as a deployed poller's next claim
+        // after an empty one does: `idlePollDelayMs` of the empty passes in a row (from
+        // `outbox.pollIntervalMs`, doubling up to `outbox.maxPollIntervalMs`), back to the start
+        // once a pass claims rows. Started at once, the passes of a worker whose keys another pass
+        // holds spun, each restart a claim (and a lease gate) that read the window and the open
+        // keys for nothing — on 100 keys, 103 of 177 claims and 77 passes; started a fixed
+        // `pollIntervalMs` later, 37 claims that found nothing in a six-second drain, each reading
+        // a window of rows of keys in flight (docs/performance.md).
         while (sent < target && !stop.signal.aborted && emptyPasses < 50) {
           passes++;
           const summary = await runOutboxPass({
@@ -171,7 +176,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
           dead += summary.dead;
           retried += summary.retried;
           emptyPasses = summary.claimed === 0 ? emptyPasses + 1 : 0;
-          if (summary.claimed === 0) await sleep(config.outbox.pollIntervalMs, undefined, { signal: stop.signal }).catch(() => {});
+          if (summary.claimed === 0) await sleep(idlePollDelayMs(emptyPasses - 1, config.outbox), undefined, { signal: stop.signal }).catch(() => {});
         }
       }),
     );
