@@ -143,7 +143,8 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
   let passes = 0;
   let dead = 0;
   let retried = 0;
-  let emptyPasses = 0;
+  // When a pass of any worker last claimed rows: five seconds with none means nothing is left to move.
+  let lastClaimAt = performance.now();
   try {
     await Promise.all(
       drivers.map(async (pool) => {
@@ -160,7 +161,9 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
         // keys for nothing — on 100 keys, 103 of 177 claims and 77 passes; started a fixed
         // `pollIntervalMs` later, 37 claims that found nothing in a six-second drain, each reading
         // a window of rows of keys in flight (docs/performance.md).
-        while (sent < target && !stop.signal.aborted && emptyPasses < 50) {
+        // This worker's passes in a row that claimed nothing (its own wait, as its own container's).
+        let emptyPasses = 0;
+        while (sent < target && !stop.signal.aborted && performance.now() - lastClaimAt < 5_000) {
           passes++;
           const summary = await runOutboxPass({
             driver,
@@ -176,6 +179,7 @@ async function drainWithPasses(ctx: CaseContext, kind: 'noop' | 'sqs', prepared:
           dead += summary.dead;
           retried += summary.retried;
           emptyPasses = summary.claimed === 0 ? emptyPasses + 1 : 0;
+          if (summary.claimed > 0) lastClaimAt = performance.now();
           if (summary.claimed === 0) await sleep(idlePollDelayMs(emptyPasses - 1, config.outbox), undefined, { signal: stop.signal }).catch(() => {});
         }
       }),

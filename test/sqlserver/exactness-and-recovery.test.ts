@@ -292,7 +292,7 @@ describe('SQL Server reclaim', () => {
 
   it('a reclaim that fails gives its turn back (unless another caller moved the gate since) and reports the error', () => {
     assert.match(text, /SET @v_previous = last_run_at, last_run_at = @v_taken/);
-    assert.match(text, /IF @v_gate_rows > 0\s+BEGIN\s+BEGIN TRY\s+DECLARE @v_chunk[^]+END TRY\s+BEGIN CATCH\s+IF XACT_STATE\(\) <> 0 ROLLBACK TRANSACTION;/);
+    assert.match(text, /IF @v_gate_rows > 0\s+BEGIN\s+BEGIN TRY\s+DECLARE @v_chunk[^]+FROM @v_moved;\s+END TRY\s+BEGIN CATCH\s+IF XACT_STATE\(\) <> 0 ROLLBACK TRANSACTION;/);
     assert.match(text, /IF @v_previous IS NULL\s+DELETE FROM \[dbo\]\.\[queuebox_maintenance\] WHERE name = @p_gate_name AND last_run_at = @v_taken;/);
     assert.match(text, /ELSE\s+UPDATE \[dbo\]\.\[queuebox_maintenance\] SET last_run_at = @v_previous WHERE name = @p_gate_name AND last_run_at = @v_taken;\s+THROW;\s+END CATCH;/);
   });

@@ -83,8 +83,9 @@ SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_recl
  * and one UPDATE of them all would escalate to a table lock that blocks every enqueue.
  *
  * A chunk chosen as a deadlock victim (1205) is run again inside the batch, up to
- * `DEADLOCK_ATTEMPTS` times in all after a short random pause: the chunks committed before it stay
- * committed, and their rows stay counted (a retry from the caller would start a new batch and
+ * `DEADLOCK_ATTEMPTS` times in all after a short random pause (the remainder taken before `ABS`,
+ * which overflows on the lowest INT): the chunks committed before it stay committed, and their
+ * rows stay counted (a retry from the caller would start a new batch and
  * count only what is left). Any other error, or a chunk's last deadlock, goes to the caller: the
  * rows of the chunks committed before it are reclaimed but not in the counts.
  */
@@ -116,7 +117,7 @@ export function reclaimUpdateSql(table: string, rule: { maxAttempts: string; cal
       BEGIN
         THROW;
       END;
-      SET @v_pause = DATEADD(MILLISECOND, 5 + ABS(CHECKSUM(NEWID())) % (20 * @v_victim), CAST(0 AS DATETIME));
+      SET @v_pause = DATEADD(MILLISECOND, 5 + ABS(CHECKSUM(NEWID()) % (20 * @v_victim)), CAST(0 AS DATETIME));
       WAITFOR DELAY @v_pause;
     END CATCH;
   END;
