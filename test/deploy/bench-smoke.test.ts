@@ -98,6 +98,17 @@ describe('npm run bench', () => {
     assert.deepEqual(tried.map((l) => /graphile-worker (\S+ \S+):/.exec(l)?.[1]), ['concurrency=4 localQueue=0'], stderr);
   });
 
+  it('bench:settle-encoding marks every claimed row sent with both encodings and reports each', async () => {
+    const { code, stdout, stderr } = await runTsx(['bench/settle-encoding.ts', '--rows', '20', '--runs', '2'], { ...process.env, DATABASE_URL: testDatabaseUrl() });
+    assert.equal(code, 0, stderr);
+    const rows = stdout.split('\n').filter((l) => /^\| (text|binary) \|/.test(l)).map((l) => l.split('|').map((c) => c.trim()));
+    assert.deepEqual(rows.map((r) => r[1]), ['text', 'binary'], stdout);
+    const bytes = rows.map((r) => Number(r[4]!.replaceAll(',', '')));
+    // Two arrays of 20: in text {"…","…"}, 36 characters and quotes each, commas between; in
+    // binary a 20-byte header, then a 4-byte length and 16 bytes each.
+    assert.deepEqual(bytes, [2 * (2 + 20 * 38 + 19), 2 * (20 + 20 * 20)], stdout);
+  });
+
   it('bench:latency reports the idle invocations and a latency for every message it wrote', { timeout: 180_000 }, async () => {
     const { code, stdout, stderr } = await runTsx(
       ['bench/latency.ts', '--idle-seconds', '10', '--samples', '1', '--rates', '5', '--load-seconds', '2', '--period', '8'],

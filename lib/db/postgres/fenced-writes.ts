@@ -13,6 +13,7 @@ import pg from 'pg';
 import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
 import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
 import { retryingDeadlockVictim } from '../deadlock-victim.ts';
+import { uuidArrayParam } from './uuid-array.ts';
 
 /**
  * Where a lease granted or renewed by a statement starts: the start of the statement's
@@ -194,7 +195,7 @@ export async function fencedRenewMany(db: PgQueryable, table: string, claims: Cl
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    () => [claims.map((c) => c.id), claims.map((c) => c.token), leaseWithinBudget(leaseMs)],
+    () => [uuidArrayParam(db, claims.map((c) => c.id)), uuidArrayParam(db, claims.map((c) => c.token)), leaseWithinBudget(leaseMs)],
     claims.map((c) => c.id),
   );
 }
@@ -215,7 +216,7 @@ export async function fencedRetryMany(db: PgQueryable, table: string, items: Ret
        FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [ids, items.map((i) => i.token), items.map((i) => i.delayMs), items.map((i) => i.error)],
+    [uuidArrayParam(db, ids), uuidArrayParam(db, items.map((i) => i.token)), items.map((i) => i.delayMs), items.map((i) => i.error)],
     ids,
   );
 }
@@ -232,7 +233,7 @@ export async function fencedReleaseMany(db: PgQueryable, table: string, claims: 
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [ids, claims.map((c) => c.token)],
+    [uuidArrayParam(db, ids), uuidArrayParam(db, claims.map((c) => c.token))],
     ids,
   );
 }
@@ -248,7 +249,7 @@ export async function fencedDeadMany(db: PgQueryable, table: string, items: Dead
        FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [ids, items.map((i) => i.token), items.map((i) => i.error)],
+    [uuidArrayParam(db, ids), uuidArrayParam(db, items.map((i) => i.token)), items.map((i) => i.error)],
     ids,
   );
 }

@@ -20,6 +20,7 @@ import { withLazyPayload } from '../lazy-payload.ts';
 import { binder, replayMove, replayWhere } from './replay-preview.ts';
 import { pgOutboxInsertStatement } from './caller-statements.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
+import { uuidArrayParam } from './uuid-array.ts';
 
 
 interface OutboxDbRow {
@@ -527,8 +528,10 @@ function bySequence(a: OutboxRow, b: OutboxRow): number {
   return a.sequence.length - b.sequence.length || (a.sequence < b.sequence ? -1 : a.sequence > b.sequence ? 1 : 0);
 }
 
-function claimArrays(claims: ClaimRef[]): [string[], string[]] {
-  return [claims.map((c) => c.id), claims.map((c) => c.token)];
+/** The ids and the tokens of `claims`, as the two `uuid[]` bind values of a fenced write on `db`. */
+function claimArrays(db: unknown, claims: ClaimRef[]): { ids: string[]; values: [Buffer | readonly string[], Buffer | readonly string[]] } {
+  const ids = claims.map((c) => c.id);
+  return { ids, values: [uuidArrayParam(db, ids), uuidArrayParam(db, claims.map((c) => c.token))] };
 }
 
 export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
@@ -537,7 +540,7 @@ export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; l
 
 export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
   if (p.claims.length === 0) return [];
-  const [ids, tokens] = claimArrays(p.claims);
+  const { ids, values } = claimArrays(ctx.pool, p.claims);
   return fencedChangedIds(
     ctx.pool,
     `UPDATE ${ctx.names.outbox} t
@@ -545,7 +548,7 @@ export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[]
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [ids, tokens],
+    values,
     ids,
   );
 }
