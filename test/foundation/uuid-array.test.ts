@@ -1,9 +1,14 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
 import { after, before, describe, it } from 'node:test';
 import { enqueue } from '../../lib/index.ts';
 import { binaryUuidArray, uuidArrayParam } from '../../lib/db/postgres/uuid-array.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
+import { runTsx } from '../helpers/run-tsx.ts';
 
 describe('uuid[] bind values in binary format', () => {
   let db: TestDatabase;
@@ -53,10 +58,45 @@ describe('uuid[] bind values in binary format', () => {
     await assert.rejects(readBack(uuidArrayParam(db.pool, [good, 'not-a-uuid'])), /invalid input syntax for type uuid: "not-a-uuid"/);
   });
 
-  it('goes in text through anything but pg', () => {
+  it("goes in text through anything but pg's JavaScript client", async () => {
     const ids = [randomUUID()];
     assert.equal(uuidArrayParam({ query: async () => ({ rows: [] }) }, ids), ids);
     assert.ok(Buffer.isBuffer(uuidArrayParam(db.pool, ids)));
+    // A caller's pool on another client class (as `Client: pg.native.Client`): pg-native sends
+    // every bind value as text, a Buffer as an empty string.
+    class OtherClient {}
+    const other = new pg.Pool({ connectionString: db.url, Client: OtherClient as never });
+    assert.equal(uuidArrayParam(other, ids), ids);
+    await other.end();
+    // A pool on a client class that extends pg's own sends binary, and the write lands.
+    class Extended extends pg.Client {}
+    const extended = new pg.Pool({ connectionString: db.url, Client: Extended });
+    try {
+      assert.ok(Buffer.isBuffer(uuidArrayParam(extended, ids)));
+      const { rows } = await extended.query<{ ids: string[] }>('SELECT $1::uuid[]::text[] AS ids', [uuidArrayParam(extended, ids)]);
+      assert.deepEqual(rows[0]!.ids, ids);
+    } finally {
+      await extended.end();
+    }
+  });
+
+  it('goes in text when pg is loaded with NODE_PG_FORCE_NATIVE (its client is then the native one)', async () => {
+    // pg-native needs libpq to build; a stand-in module is enough for pg to load its native client class.
+    const dir = mkdtempSync(join(tmpdir(), 'queuebox-pg-native-'));
+    try {
+      mkdirSync(join(dir, 'node_modules', 'pg-native'), { recursive: true });
+      writeFileSync(join(dir, 'node_modules', 'pg-native', 'index.js'), 'module.exports = function Native() {};\n');
+      const script = `const pg = (await import('pg')).default;
+        const { uuidArrayParam } = await import(${JSON.stringify(new URL('../../lib/db/postgres/uuid-array.ts', import.meta.url).href)});
+        const pool = new pg.Pool();
+        console.log(JSON.stringify({ client: pg.Client.name, text: Array.isArray(uuidArrayParam(pool, [${JSON.stringify(randomUUID())}])) }));
+        await pool.end();`;
+      const run = await runTsx(['--input-type=module', '-e', script], { ...process.env, NODE_PATH: join(dir, 'node_modules'), NODE_PG_FORCE_NATIVE: '1', DATABASE_URL: testDatabaseUrl() });
+      assert.equal(run.code, 0, run.stderr);
+      assert.deepEqual(JSON.parse(run.stdout.trim()), { client: '', text: true }, run.stdout);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('a fenced write given an id that is no uuid fails with the server error and writes nothing', async () => {

@@ -8,7 +8,8 @@
  *
  * Only ids in the 36-character form (`8-4-4-4-12` hexadecimal digits, either case: what every id
  * and token read from the database is) are encoded; for anything else the ids go as they are, in
- * text, and PostgreSQL answers an id it cannot read with its usual error.
+ * text, and PostgreSQL answers an id it cannot read with its usual error; so do the arrays of a
+ * pool or client on `pg`'s native client, which sends every bind value as text.
  */
 import pg from 'pg';
 
@@ -62,11 +63,36 @@ export function binaryUuidArray(ids: readonly unknown[]): Buffer | undefined {
 }
 
 /**
- * The bind value of a `uuid[]` parameter sent through `db`: binary when `db` is `pg`'s (a pool or
- * a client: they send a `Buffer` in binary format) and every id is in the 36-character form; else
- * `ids` as they are (text, through any other executor too).
+ * `pg`'s JavaScript client class, the one that sends a `Buffer` bind value in binary format; none
+ * when `pg` was loaded with `NODE_PG_FORCE_NATIVE` (the variable `pg` itself reads as it loads):
+ * its `Client` is then the native one (libpq through `pg-native`), which sends every bind value as
+ * text, a `Buffer` as an empty string.
+ */
+const JS_CLIENT: typeof pg.Client | undefined = (() => {
+  try {
+    return process.env.NODE_PG_FORCE_NATIVE ? undefined : pg.Client;
+  } catch {
+    return pg.Client;
+  }
+})();
+
+/** Whether `db` runs its statements on `pg`'s JavaScript client: a pool whose `Client` is it (or extends it), or such a client. */
+function sendsBinary(db: unknown): boolean {
+  if (JS_CLIENT === undefined) return false;
+  if (db instanceof pg.Pool) {
+    // `pg-pool` keeps the client class it creates connections with; a caller's pool may name another (`Client: pg.native.Client`).
+    const client = (db as { Client?: unknown }).Client;
+    return typeof client === 'function' && (client === JS_CLIENT || client.prototype instanceof JS_CLIENT);
+  }
+  return db instanceof JS_CLIENT;
+}
+
+/**
+ * The bind value of a `uuid[]` parameter sent through `db`: binary when `db` runs on `pg`'s
+ * JavaScript client (a pool or a client) and every id is in the 36-character form; else `ids` as
+ * they are (text: through the native client or any other executor).
  */
 export function uuidArrayParam(db: unknown, ids: readonly string[]): Buffer | readonly string[] {
-  if (!(db instanceof pg.Pool || db instanceof pg.Client)) return ids;
+  if (!sendsBinary(db)) return ids;
   return binaryUuidArray(ids) ?? ids;
 }
