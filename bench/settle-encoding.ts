@@ -15,12 +15,16 @@ import pg from 'pg';
 import { parseConfig } from '../lib/config/load-config.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
-import { FENCE } from '../lib/db/postgres/fenced-writes.ts';
+import { changedIdsStatement } from '../lib/db/postgres/fenced-writes.ts';
+import { outboxMarkSentUpdate } from '../lib/db/postgres/outbox-queries.ts';
 import { binaryUuidArray } from '../lib/db/postgres/uuid-array.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
 
 const ENCODINGS = ['text', 'binary'] as const;
 type Encoding = (typeof ENCODINGS)[number];
+
+/** The length of the array literal `pg` sends for `xs`: {"…","…"}. */
+const literal = (xs: string[]): number => 4 + xs.join('","').length;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { rows: { type: 'string', default: '1000' }, runs: { type: 'string', default: '60' } } });
@@ -38,13 +42,8 @@ async function main(): Promise<void> {
   try {
     await driver.migrate();
     const table = `${quoteIdent(schema)}.outbox`;
-    const sentMark = `WITH changed AS (
-      UPDATE ${table} t SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
-        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
-       WHERE t.id = s.id AND ${FENCE}
-   RETURNING t.id)
-  SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
-   WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`;
+    // The driver's own statement (`outboxMarkSentMany`), sent on a plain client with either encoding.
+    const sentMark = changedIdsStatement(outboxMarkSentUpdate(table));
     const seen: Record<Encoding, { ms: number[]; cpuMs: number; bytes: number }> = { text: { ms: [], cpuMs: 0, bytes: 0 }, binary: { ms: [], cpuMs: 0, bytes: 0 } };
     for (let run = 0; run < (runs + 4) * 2; run++) {
       const encoding = ENCODINGS[run % 2]!;
@@ -64,8 +63,6 @@ async function main(): Promise<void> {
       if (run < 8) continue;
       seen[encoding].ms.push(ms);
       seen[encoding].cpuMs += (used.user + used.system) / 1000;
-      // The text of an array `pg` sends: {"…","…"}.
-      const literal = (xs: string[]) => 4 + xs.join('","').length;
       seen[encoding].bytes = encoding === 'text' ? literal(ids) + literal(tokens) : (bind[0] as Buffer).length + (bind[1] as Buffer).length;
     }
     const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

@@ -13,7 +13,7 @@ import pg from 'pg';
 import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
 import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
 import { retryingDeadlockVictim } from '../deadlock-victim.ts';
-import { uuidArrayParam } from './uuid-array.ts';
+import { claimArrayParams } from './uuid-array.ts';
 
 /**
  * Where a lease granted or renewed by a statement starts: the start of the statement's
@@ -157,14 +157,15 @@ export async function fencedWriteCount(db: PgQueryable, write: (bound: string) =
  * reads as NULL is not changed (`NOT EXISTS`, not `NOT IN`). An id given twice is answered once.
  */
 export async function fencedChangedIds(db: PgQueryable, update: string, values: PgValues, ids: readonly string[]): Promise<string[]> {
-  const { rows } = await fencedQuery<{ n: number }>(
-    db,
-    `WITH changed AS (${update})
-  SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
-   WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`,
-    values,
-  );
+  const { rows } = await fencedQuery<{ n: number }>(db, changedIdsStatement(update), values);
   return idsChanged(ids, rows);
+}
+
+/** The statement `fencedChangedIds` sends: `update`, answered with the 1-based positions `n` of the ids of `$1` it did not change. */
+export function changedIdsStatement(update: string): string {
+  return `WITH changed AS (${update})
+  SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
+   WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`;
 }
 
 /**
@@ -195,7 +196,7 @@ export async function fencedRenewMany(db: PgQueryable, table: string, claims: Cl
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    () => [uuidArrayParam(db, claims.map((c) => c.id)), uuidArrayParam(db, claims.map((c) => c.token)), leaseWithinBudget(leaseMs)],
+    () => [...claimArrayParams(db, claims.map((c) => c.id), claims.map((c) => c.token)), leaseWithinBudget(leaseMs)],
     claims.map((c) => c.id),
   );
 }
@@ -216,7 +217,7 @@ export async function fencedRetryMany(db: PgQueryable, table: string, items: Ret
        FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [uuidArrayParam(db, ids), uuidArrayParam(db, items.map((i) => i.token)), items.map((i) => i.delayMs), items.map((i) => i.error)],
+    [...claimArrayParams(db, ids, items.map((i) => i.token)), items.map((i) => i.delayMs), items.map((i) => i.error)],
     ids,
   );
 }
@@ -233,7 +234,7 @@ export async function fencedReleaseMany(db: PgQueryable, table: string, claims: 
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [uuidArrayParam(db, ids), uuidArrayParam(db, claims.map((c) => c.token))],
+    claimArrayParams(db, ids, claims.map((c) => c.token)),
     ids,
   );
 }
@@ -249,7 +250,7 @@ export async function fencedDeadMany(db: PgQueryable, table: string, items: Dead
        FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
-    [uuidArrayParam(db, ids), uuidArrayParam(db, items.map((i) => i.token)), items.map((i) => i.error)],
+    [...claimArrayParams(db, ids, items.map((i) => i.token)), items.map((i) => i.error)],
     ids,
   );
 }

@@ -18,7 +18,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { parseStoredTraceContext, serializeTraceContext } from '../../observability/trace-context.ts';
-import { uuidArrayParam } from './uuid-array.ts';
+import { claimArrayParams } from './uuid-array.ts';
 
 
 /** An inbox row as the claim statements return it. */
@@ -359,8 +359,7 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
      -- the positions of the items not marked (claims lost), not the ids of those that were
      SELECT s.ord::int AS n FROM s WHERE NOT EXISTS (SELECT 1 FROM marked m WHERE m.id = s.id)`,
     [
-      uuidArrayParam(ctx.pool, items.map((i) => i.id)),
-      uuidArrayParam(ctx.pool, items.map((i) => i.token)),
+      ...claimArrayParams(ctx.pool, items.map((i) => i.id), items.map((i) => i.token)),
       items.map((i) => i.outbox.id ?? null),
       items.map((i) => i.outbox.topic),
       items.map((i) => i.outbox.key ?? null),

@@ -20,7 +20,7 @@ import { withLazyPayload } from '../lazy-payload.ts';
 import { binder, replayMove, replayWhere } from './replay-preview.ts';
 import { pgOutboxInsertStatement } from './caller-statements.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
-import { uuidArrayParam } from './uuid-array.ts';
+import { claimArrayParams } from './uuid-array.ts';
 
 
 interface OutboxDbRow {
@@ -528,29 +528,23 @@ function bySequence(a: OutboxRow, b: OutboxRow): number {
   return a.sequence.length - b.sequence.length || (a.sequence < b.sequence ? -1 : a.sequence > b.sequence ? 1 : 0);
 }
 
-/** The ids and the tokens of `claims`, as the two `uuid[]` bind values of a fenced write on `db`. */
-function claimArrays(db: unknown, claims: ClaimRef[]): { ids: string[]; values: [Buffer | readonly string[], Buffer | readonly string[]] } {
-  const ids = claims.map((c) => c.id);
-  return { ids, values: [uuidArrayParam(db, ids), uuidArrayParam(db, claims.map((c) => c.token))] };
-}
-
 export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; leaseMs: number }): Promise<string[]> {
   return fencedRenewMany(ctx.pool, ctx.names.outbox, p.claims, p.leaseMs);
 }
 
 export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
   if (p.claims.length === 0) return [];
-  const { ids, values } = claimArrays(ctx.pool, p.claims);
-  return fencedChangedIds(
-    ctx.pool,
-    `UPDATE ${ctx.names.outbox} t
+  const ids = p.claims.map((c) => c.id);
+  return fencedChangedIds(ctx.pool, outboxMarkSentUpdate(ctx.names.outbox), claimArrayParams(ctx.pool, ids, p.claims.map((c) => c.token)), ids);
+}
+
+/** The fenced sent mark of the claims given as `$1` (ids) and `$2` (tokens), `RETURNING t.id` (for `fencedChangedIds`). */
+export function outboxMarkSentUpdate(table: string): string {
+  return `UPDATE ${table} t
         SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
-  RETURNING t.id`,
-    values,
-    ids,
-  );
+  RETURNING t.id`;
 }
 
 export async function outboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {

@@ -96,3 +96,9 @@ export function uuidArrayParam(db: unknown, ids: readonly string[]): Buffer | re
   if (!sendsBinary(db)) return ids;
   return binaryUuidArray(ids) ?? ids;
 }
+
+/** The ids and the tokens of a fenced write's claims, as its two `uuid[]` bind values (`uuidArrayParam`; `db` is asked once). */
+export function claimArrayParams(db: unknown, ids: readonly string[], tokens: readonly string[]): [Buffer | readonly string[], Buffer | readonly string[]] {
+  if (!sendsBinary(db)) return [ids, tokens];
+  return [binaryUuidArray(ids) ?? ids, binaryUuidArray(tokens) ?? tokens];
+}
