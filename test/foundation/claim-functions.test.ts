@@ -18,6 +18,7 @@ import {
 } from '../../lib/db/postgres/claim-functions.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { withStatementBudget } from '../../lib/db/statement-budget.ts';
+import { sentOnce } from '../helpers/claim-function-state.ts';
 import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
 
 const LEASE = 60_000;
@@ -61,6 +62,25 @@ async function runtimeRole(db: TestDatabase, suffix: string, grants = ''): Promi
   return { url: url.toString(), drop: () => db.query(`DROP OWNED BY "${role}"; DROP ROLE "${role}"`).then(() => undefined) };
 }
 
+/**
+ * A new driver whose claim-function verifications are counted (`count()`), each running `before`
+ * (its number, from 0) before the real verification.
+ */
+function countingVerifications(db: TestDatabase, before: (n: number) => Promise<void> = async () => {}): { driver: PostgresDriver; count: () => number } {
+  const driver = db.newDriver();
+  const realVerify = driver.ctx.claimFunctions!.verify!;
+  let verifications = 0;
+  Object.assign(driver.ctx, {
+    claimFunctions: newClaimFunctionState({
+      verify: async (statement) => {
+        await before(verifications++);
+        return realVerify(statement);
+      },
+    }),
+  });
+  return { driver, count: () => verifications };
+}
+
 describe('claim functions (PostgreSQL)', () => {
   let db: TestDatabase;
   before(async () => {
@@ -84,7 +104,7 @@ describe('claim functions (PostgreSQL)', () => {
     }
     // A full batch: the window claim filled it, so the next claim is a window claim again.
     await insertKeyless(db, 10);
-    const driver = db.newDriver();
+    const driver = sentOnce(db.newDriver());
     assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 10);
     assert.equal(driver.ctx.claimFunctions?.missing.size, 0, 'no claim fell back to its statement');
     // Proof that the claim runs through the function: a function that fails makes the claim fail
@@ -93,7 +113,7 @@ describe('claim functions (PostgreSQL)', () => {
     await insertKeyless(db, 2);
     await assert.rejects(driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
     // A driver that verifies it now finds another definition: it never calls it, and sends the statement.
-    const fresh = db.newDriver();
+    const fresh = sentOnce(db.newDriver());
     assert.equal((await fresh.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2);
     assert.deepEqual([...fresh.ctx.claimFunctions!.missing.keys()].map(claimFunctionName), [claimFunctionName(statements[0]!)]);
   });
@@ -118,6 +138,7 @@ describe('claim functions (PostgreSQL)', () => {
     Object.assign(driver.ctx, {
       claimFunctions: { ...newClaimFunctionState({ retryMs: 1_000, now: () => clock, verify: driver.ctx.claimFunctions!.verify! }), warn: (e: ClaimFunctionUnusable) => warnings.push(e) },
     });
+    sentOnce(driver);
     const rows = await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE });
     assert.deepEqual(rows.map((r) => (r.payload as { n: number }).n), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     assert.deepEqual([...driver.ctx.claimFunctions!.missing.keys()].map(claimFunctionName), [claimFunctionName(window!)]);
@@ -141,23 +162,32 @@ describe('claim functions (PostgreSQL)', () => {
     assert.deepEqual([...driver.ctx.claimFunctions!.verified.keys()].map(claimFunctionName), [claimFunctionName(window!)]);
   });
 
-  it('the first claim sends its statement while the function is verified, returns once the verification ended, and later claims call the function', async () => {
+  it('the first claim of a statement sends it without verifying its function; the second verifies it, and later claims call the function', async () => {
     await insertKeyless(db, 30);
     const [window] = db.driver.claimStatements();
-    const driver = db.newDriver();
-    const realVerify = driver.ctx.claimFunctions!.verify!;
-    let verifications = 0;
+    const { driver, count } = countingVerifications(db);
+    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 10);
+    assert.equal(count(), 0, 'the first claim verified nothing');
+    assert.deepEqual([...driver.ctx.claimFunctions!.sent].map(claimFunctionName), [claimFunctionName(window!)]);
+    assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 10);
+    assert.equal(count(), 1, 'the second claim of the statement verified its function');
+    // The third calls it: a function that fails now makes the claim fail.
+    await makeFunctionFail(db, window!);
+    try {
+      await assert.rejects(driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }), /claim function called/);
+      assert.equal(count(), 1);
+    } finally {
+      await db.driver.migrate();
+    }
+  });
+
+  it('the second claim of a statement sends it while the function is verified, returns once the verification ended, and later claims call the function', async () => {
+    await insertKeyless(db, 30);
+    const [window] = db.driver.claimStatements();
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
-    Object.assign(driver.ctx, {
-      claimFunctions: newClaimFunctionState({
-        verify: async (statement) => {
-          verifications++;
-          await gate;
-          return realVerify(statement);
-        },
-      }),
-    });
+    const { driver, count } = countingVerifications(db, () => gate);
+    sentOnce(driver);
     const processing = async () => Number((await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox WHERE state = 'processing'`))[0]!.n);
     let settled = false;
     const first = driver.outboxClaimMany({ limit: 10, leaseMs: LEASE }).finally(() => (settled = true));
@@ -165,7 +195,7 @@ describe('claim functions (PostgreSQL)', () => {
     for (let i = 0; i < 200 && (await processing()) < 20; i++) await new Promise((resolve) => setTimeout(resolve, 10));
     assert.equal(await processing(), 20, 'both claims took their rows while the verification waited');
     assert.equal(settled, false, 'a claim returns only once the verification it started has ended');
-    assert.equal(verifications, 1, 'the second claim joined the verification under way');
+    assert.equal(count(), 1, 'the second claim joined the verification under way');
     release();
     assert.equal((await first).length + (await second).length, 20);
     assert.deepEqual([...driver.ctx.claimFunctions!.verified.keys()].map(claimFunctionName), [claimFunctionName(window!)]);
@@ -175,7 +205,7 @@ describe('claim functions (PostgreSQL)', () => {
     await dropFunction(db, window!);
     try {
       assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 10);
-      assert.equal(verifications, 1);
+      assert.equal(count(), 1);
       assert.deepEqual([...driver.ctx.claimFunctions!.missing.keys()].map(claimFunctionName), [claimFunctionName(window!)]);
     } finally {
       await db.driver.migrate();
@@ -184,22 +214,15 @@ describe('claim functions (PostgreSQL)', () => {
 
   it('a verification that fails fails no claim and marks nothing: the next claim verifies again', async () => {
     await insertKeyless(db, 20);
-    const driver = db.newDriver();
-    const realVerify = driver.ctx.claimFunctions!.verify!;
-    let verifications = 0;
-    Object.assign(driver.ctx, {
-      claimFunctions: newClaimFunctionState({
-        verify: async (statement) => {
-          if (verifications++ === 0) throw new Error('connection reset');
-          return realVerify(statement);
-        },
-      }),
+    const { driver, count } = countingVerifications(db, async (n) => {
+      if (n === 0) throw new Error('connection reset');
     });
+    sentOnce(driver);
     assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 10);
     assert.equal(driver.ctx.claimFunctions!.verified.size, 0);
     assert.equal(driver.ctx.claimFunctions!.missing.size, 0);
     assert.equal((await driver.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 10);
-    assert.equal(verifications, 2);
+    assert.equal(count(), 2);
     assert.equal(driver.ctx.claimFunctions!.verified.size, 1);
   });
 
@@ -223,7 +246,7 @@ describe('claim functions (PostgreSQL)', () => {
 
   it('a claim grown past outbox.batchSize (outbox.maxBatchSize) sends its statement without looking for a function or warning', async () => {
     await insertKeyless(db, 25);
-    const driver = db.newDriver();
+    const driver = sentOnce(db.newDriver());
     const logged: unknown[] = [];
     driver.useLogger({ warn: (message) => logged.push(message) });
     assert.equal((await driver.outboxClaimMany({ limit: 20, leaseMs: LEASE })).length, 20);
@@ -253,10 +276,10 @@ describe('claim functions (PostgreSQL)', () => {
         await db.query(`REVOKE EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(statement)}"(${statement.params.join(', ')}) FROM PUBLIC`);
       }
       await insertKeyless(db, 2);
-      const noExecute = new PostgresDriver({ config: db.config, url: claimer.url });
+      const noExecute = sentOnce(new PostgresDriver({ config: db.config, url: claimer.url }));
       drivers.push(noExecute);
-      // The first claim of each statement sends it while its function is verified (it is QueueBox's
-      // own); the next claim of that statement calls the function, meets the missing EXECUTE, and
+      // The first claim of each statement after one sent without verifying (`sentOnce`) sends it
+      // while its function is verified (it is QueueBox's own); the next claim of that statement calls the function, meets the missing EXECUTE, and
       // sends the statement. (A window of 2 in a batch of 10 hands over to the full claim.)
       assert.equal((await noExecute.outboxClaimMany({ limit: 10, leaseMs: LEASE })).length, 2);
       for (let claim = 0; claim < 2; claim++) {
@@ -268,7 +291,7 @@ describe('claim functions (PostgreSQL)', () => {
       const window = db.driver.claimStatements()[0]!;
       await db.query(`GRANT EXECUTE ON FUNCTION "${db.schema}"."${claimFunctionName(window)}"(${window.params.join(', ')}) TO PUBLIC`);
       await insertKeyless(db, 1);
-      const noUpdate = new PostgresDriver({ config: db.config, url: reader.url });
+      const noUpdate = sentOnce(new PostgresDriver({ config: db.config, url: reader.url }));
       drivers.push(noUpdate);
       // The first claim (its statement, while the function is verified) and the second (the function) both meet the table's 42501.
       for (let claim = 0; claim < 2; claim++) {

@@ -15,6 +15,7 @@ import { parseConfig } from '../../lib/config/load-config.ts';
 import { CLAIM_FUNCTION_COMMENT, claimFunctionDdl, claimFunctionName, newClaimFunctionState, type ClaimFunctionUnusable } from '../../lib/db/postgres/claim-functions.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { SchemaTrustError } from '../../lib/errors.ts';
+import { sentOnce } from '../helpers/claim-function-state.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
 
 const LEASE = 60_000;
@@ -112,6 +113,8 @@ describe('claim-function squatting (PostgreSQL, two roles)', () => {
     let clock = 0;
     const warnings: ClaimFunctionUnusable[] = [];
     Object.assign(d.ctx, { claimFunctions: { ...newClaimFunctionState({ retryMs: 1_000, now: () => clock, verify: d.ctx.claimFunctions!.verify! }), warn: (e: ClaimFunctionUnusable) => warnings.push(e) } });
+    // Each statement sent once already: the next claim verifies its function (a first claim verifies nothing).
+    sentOnce(d);
     await insertRows(schema, 20);
     assert.equal((await d.outboxClaimMany({ limit: 20, leaseMs: LEASE })).length, 20);
     assert.deepEqual(warnings.map((w) => w.code), ['42883']);
@@ -122,7 +125,7 @@ describe('claim-function squatting (PostgreSQL, two roles)', () => {
     clock = 1_000;
     await insertRows(schema, 20);
     assert.equal((await d.outboxClaimMany({ limit: 20, leaseMs: LEASE })).length, 20, 'the statement claims the rows');
-    const fresh = driver(20);
+    const fresh = sentOnce(driver(20));
     await insertRows(schema, 5);
     assert.equal((await fresh.outboxClaimMany({ limit: 20, leaseMs: LEASE })).length, 5);
     assert.deepEqual(await ranAs(schema), [], 'nothing of the attacker ran');
@@ -137,7 +140,7 @@ describe('claim-function squatting (PostgreSQL, two roles)', () => {
     const { schema, driver } = await setUp(10);
     await driver().migrate();
     await q(`GRANT CREATE ON SCHEMA "${schema}" TO "${ATTACKER}"`);
-    const d = driver();
+    const d = sentOnce(driver());
     await assert.rejects(d.schemaVerify(), new RegExp(`role ${ATTACKER} may CREATE in schema ${schema}: REVOKE CREATE ON SCHEMA ${schema} FROM ${ATTACKER}`));
     await insertRows(schema, 3);
     const warnings: ClaimFunctionUnusable[] = [];
