@@ -136,6 +136,29 @@ describe('claim-function squatting (PostgreSQL, two roles)', () => {
     await assert.rejects(driver(20).migrate(), SchemaTrustError);
   });
 
+  it("a new container's claims never call a planted function: the first sends its statement without looking, the second's verification refuses it", async () => {
+    const { schema, driver } = await setUp(10);
+    await driver().migrate();
+    // Functions of batch size 20 do not exist: the attacker plants them, then loses CREATE.
+    await q(`GRANT CREATE ON SCHEMA "${schema}" TO "${ATTACKER}"`);
+    const planted = await plant(schema, driver(20));
+    await q(`REVOKE CREATE ON SCHEMA "${schema}" FROM "${ATTACKER}"`);
+    const d = driver(20);
+    const warnings: ClaimFunctionUnusable[] = [];
+    d.ctx.claimFunctions!.warn = (e) => warnings.push(e);
+    for (let claim = 0; claim < 3; claim++) {
+      await insertRows(schema, 20);
+      assert.equal((await d.outboxClaimMany({ limit: 20, leaseMs: LEASE })).length, 20, `claim ${claim + 1}: the statement claims the rows`);
+      assert.deepEqual(
+        warnings.map((w) => w.code),
+        claim === 0 ? [] : ['foreign'],
+        `claim ${claim + 1}`,
+      );
+    }
+    assert.ok(planted.includes(warnings[0]!.function));
+    assert.deepEqual(await ranAs(schema), [], 'nothing of the attacker ran');
+  });
+
   it('start-up refuses a schema that another role or PUBLIC may create in, and claims then call no function', async () => {
     const { schema, driver } = await setUp(10);
     await driver().migrate();

@@ -156,6 +156,22 @@ async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text
 }
 
 /**
+ * `pgQuery` of a text without bind values, sent as a simple query, so it may hold several
+ * statements (their results come back as an array): the text is handed to `pg` with no values
+ * argument at all — `pg`'s native client takes even an empty values array for a parameterized
+ * query, which allows one statement only.
+ */
+export async function pgSimpleQuery(db: PgQueryable, text: string): Promise<pg.QueryResult | pg.QueryResult[]> {
+  try {
+    const bounded = await boundStatement(db);
+    if (bounded !== undefined) return (await bounded((client) => pgSimpleQuery(client, text))) as pg.QueryResult | pg.QueryResult[];
+    return (await (db as pg.Pool).query(text)) as pg.QueryResult | pg.QueryResult[];
+  } catch (error) {
+    throw mapPgError(error);
+  }
+}
+
+/**
  * Runs one statement in one round trip, whatever the invocation's time left: on a pool, in an
  * implicit transaction of its own (no `BEGIN; SET LOCAL`, no `COMMIT`), which the server commits
  * before it answers, so nothing of it can stay open when the process is frozen or killed after

@@ -5,8 +5,7 @@
  * `table` is a quoted, qualified name from `PgNames`; `label` is an unquoted column of it.
  */
 import type { DeadRowSummary, StatsScope, TableStats } from '../driver.ts';
-import type pg from 'pg';
-import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { pgQuery, pgSimpleQuery, type PgQueryable } from './pg-pool.ts';
 
 /**
  * Rows per state (every state in `states` present, 0 when empty) and the age in seconds of the
@@ -16,7 +15,7 @@ import { pgQuery, type PgQueryable } from './pg-pool.ts';
  */
 export async function tableStats(db: PgQueryable, table: string, states: readonly string[], pendingCondition = 'TRUE', scope: StatsScope = {}): Promise<TableStats> {
   if (scope.pendingOnly === true) {
-    const result = (await pgQuery(db, pendingStatsSql(table, pendingCondition))) as unknown as pg.QueryResult | pg.QueryResult[];
+    const result = await pgSimpleQuery(db, pendingStatsSql(table, pendingCondition));
     const rows = (Array.isArray(result) ? result[result.length - 1]! : result).rows as Array<{ n: string; oldest: number | null }>;
     return { counts: { pending: Number(rows[0]!.n) }, oldestPendingAgeSeconds: Math.max(0, rows[0]!.oldest ?? 0) };
   }
@@ -38,7 +37,7 @@ export async function tableStats(db: PgQueryable, table: string, states: readonl
 
 /**
  * The pending count and the oldest pending age (`tableStats` with `pendingOnly`), as one simple
- * query of two statements (no bind values), so one round trip.
+ * query of two statements (no bind values, `pgSimpleQuery`), so one round trip.
  *
  * The count reads no column (no clock call per row: a per-row `FILTER` on `clock_timestamp()`
  * made the count of 1,000,000 pending rows 1.5x slower), and the oldest is the first entry of the
