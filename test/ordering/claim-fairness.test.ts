@@ -186,6 +186,66 @@ describe('outbox claim: rows of keys in flight are turned down by an index probe
 });
 
 /**
+ * A few keys holding the backlog: the full claim's window (3 × batch of the oldest due rows) and
+ * its sweep past the window are all runs of those keys, and only the first row of each key can be
+ * its head. The full claim tests the first row of each key there only — the others have a row of
+ * their key with a lower sequence in the same rows, pending in the same snapshot — so its head
+ * test (an index probe of the key's lower rows) runs about once per key, not once per row. Counted
+ * in the executed plan's loops of that probe, under the claim functions' plan settings (the shape
+ * a large table gets: on this small one the planner is otherwise free to test the rows another way).
+ */
+describe('outbox full claim: a few keys\' runs are tested as heads once per key (PostgreSQL)', () => {
+  const db = emptyOutboxEachTest();
+  const LIMIT = 100;
+  const KEYS = 20;
+
+  /** Loops of the head test's probe (`sequence <` on the key-head index) in one run of the full claim, and the rows it answered. */
+  const headProbes = async (): Promise<{ loops: number; claimed: number; heads: number }> => {
+    const t = `"${db().schema}".outbox`;
+    // 20 keys, 30 rows each, interleaved: the window of 300 holds 15 rows of every key.
+    await db().query(`INSERT INTO ${t} (topic, key, payload) SELECT 't', 'k' || (g % ${KEYS}), '{}' FROM generate_series(0, ${KEYS * 30 - 1}) g ORDER BY g`);
+    await db().query(`VACUUM ANALYZE ${t}`);
+    const statement = outboxClaimStatements(db().driver.ctx.names, LIMIT).full;
+    const client = await db().pool.connect();
+    try {
+      await client.query('BEGIN');
+      for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
+      const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${statement.text}`, [LEASE, null, null, null, null]);
+      const top = rows[0]!['QUERY PLAN'][0]!.Plan;
+      let loops = 0;
+      const walk = (node: PlanNode) => {
+        if (node['Index Name'] === 'outbox_key_head_idx' && /sequence < /.test(String(node['Index Cond'] ?? ''))) loops += Number(node['Actual Loops'] ?? 0);
+        for (const child of node.Plans ?? []) walk(child);
+      };
+      walk(top);
+      const heads = await client.query<{ n: string }>(`SELECT count(*) AS n FROM ${t} WHERE state = 'processing' AND key_first`);
+      return { loops, claimed: Number(top['Actual Rows'] ?? 0), heads: Number(heads.rows[0]!.n) };
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+  };
+
+  it("the window's 300 rows and the sweep's 100 are probed about once per key", async (t) => {
+      const { loops, claimed, heads } = await headProbes();
+      t.diagnostic(`head probes: ${loops}; rows claimed: ${claimed}, heads among them: ${heads}`);
+      assert.equal(heads, KEYS, 'the head of every key was claimed');
+      assert.ok(claimed >= KEYS, `claimed ${claimed}`);
+      assert.ok(loops > 0, 'the plan reports the probe');
+      // Without the narrowing: 300 window rows + 100 sweep rows, each probed.
+      assert.ok(loops <= KEYS * 3, `head probes ${loops}, for ${KEYS} keys`);
+  });
+});
+
+interface PlanNode {
+  'Index Name'?: string;
+  'Index Cond'?: string;
+  'Actual Loops'?: number;
+  'Actual Rows'?: number;
+  Plans?: PlanNode[];
+}
+
+/**
  * Claim order is `scheduled_at`, then `sequence`: among rows due at the same time the lower
  * sequence first, and an earlier `scheduled_at` before any sequence. Both outbox claim
  * statements: the window claim, and the full claim that looks past a window held by a key in flight.
