@@ -227,13 +227,13 @@ describe('outbox full claim: a few keys\' runs are tested as heads once per key 
   };
 
   it("the window's 300 rows and the sweep's 100 are probed about once per key", async (t) => {
-      const { loops, claimed, heads } = await headProbes();
-      t.diagnostic(`head probes: ${loops}; rows claimed: ${claimed}, heads among them: ${heads}`);
-      assert.equal(heads, KEYS, 'the head of every key was claimed');
-      assert.ok(claimed >= KEYS, `claimed ${claimed}`);
-      assert.ok(loops > 0, 'the plan reports the probe');
-      // Without the narrowing: 300 window rows + 100 sweep rows, each probed.
-      assert.ok(loops <= KEYS * 3, `head probes ${loops}, for ${KEYS} keys`);
+    const { loops, claimed, heads } = await headProbes();
+    t.diagnostic(`head probes: ${loops}; rows claimed: ${claimed}, heads among them: ${heads}`);
+    assert.equal(heads, KEYS, 'the head of every key was claimed');
+    assert.ok(claimed >= KEYS, `claimed ${claimed}`);
+    assert.ok(loops > 0, 'the plan reports the probe');
+    // Without the narrowing: 300 window rows + 100 sweep rows, each probed.
+    assert.ok(loops <= KEYS * 3, `head probes ${loops}, for ${KEYS} keys`);
   });
 });
 

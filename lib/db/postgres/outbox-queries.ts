@@ -92,13 +92,15 @@ const FREE_HEAD = `NOT EXISTS (
 
 /**
  * `rows` (a subquery of due pending rows with `ctid`, `scheduled_at`, `sequence` and `key`) less
- * the rows that cannot be the head of their key because a row of the same key with a lower
- * `sequence` is among `rows` too: that row is pending in the same snapshot, so the head test
- * (`FREE_HEAD`) would turn them down, each after an index probe of its key. Keyless rows stay. On
- * a table whose backlog a few keys hold, a window of 3,000 rows over 100 keys holds 100 heads:
- * 100 probes instead of 3,000 (at 1,000,000 rows over 100 keys, 29.6 of the full claim's 92 ms
- * were the window's probes). The full claim's only: the window claim serves tables where the
- * window fills the batch, and there the ranking costs more than the probes it saves.
+ * the keyed rows that have a row of the same key with a lower `sequence` among `rows`: that row is
+ * pending in the same snapshot, so the head test (`FREE_HEAD`) would turn them down — after an
+ * index probe each (of the key's lower rows, or of its rows in flight). Keyless rows all stay.
+ * What is left is the first row of each key among `rows`, not necessarily its head: that is
+ * still for `FREE_HEAD` to say. On a table whose backlog a few keys hold, the full claim's window
+ * of 3,000 rows (a batch of 1,000) over 100 keys keeps 100 rows: 100 probes instead of 3,000 (at
+ * 1,000,000 rows over 100 keys, 29.6 ms of the full claim's 92 ms were the window's probes). The
+ * full claim's only: the window claim serves tables where the window fills the batch, reading it
+ * lazily, and there ranking the whole window costs more than the probes it saves.
  */
 function firstOfKeyIn(rows: string): string {
   return `(SELECT r.ctid, r.scheduled_at, r.sequence FROM (
