@@ -229,8 +229,8 @@ export function claimFunctionUnusable(error: unknown, functionName: string): boo
  * else the statement itself. A function is verified before its first call and again before the
  * first call after any failure (the 5-minute retry included), so no call reaches a function that
  * was not verified. The first claim of a statement verifies nothing (`state.sent`): the second
- * starts the verification and sends the statement itself meanwhile. A refused or failed function is remembered (time), `warn` hears of it, and
- * `run` runs with the statement (a failed call changed nothing: an error ends it). `run` may wrap
+ * starts the verification and sends the statement itself meanwhile. A refused or failed function
+ * is remembered (time), `warn` hears of it, and `run` runs with the statement (a failed call changed nothing: an error ends it). `run` may wrap
  * the text in a transaction of its own; it is called again from the start.
  */
 export async function runClaimStatement<T>(
@@ -243,18 +243,18 @@ export async function runClaimStatement<T>(
   const missingSince = state.missing.get(statement);
   if (missingSince !== undefined && state.now() - missingSince < state.retryMs) return run(statement.text);
   const name = claimFunctionName(statement);
-  if (!state.verified.has(statement) && !state.sent.has(statement) && missingSince === undefined) {
-    // The first claim of a statement is sent as it is, without verifying its function: a
-    // container that starts on a backlog grows its claims past `outbox.batchSize` (which has no
-    // function) at once, and a verification — two catalog reads on a connection of its own, both
-    // planned cold — cost such a pass more than every call of the function saved (measured on 2
-    // cores: the first claims of two new passes answered after 125–150 ms instead of 90–100, and
-    // a 20,000-row drain took a seventh longer; docs/performance.md). A container that claims at
-    // `outbox.batchSize` again verifies at its second claim and calls the function from its third.
-    state.sent.add(statement);
-    return run(statement.text);
-  }
   if (!state.verified.has(statement)) {
+    if (missingSince === undefined && !state.sent.has(statement)) {
+      // The first claim of a statement is sent as it is, without verifying its function: a
+      // container that starts on a backlog grows its claims past `outbox.batchSize` (which has no
+      // function) at once, and a verification — two catalog reads on a connection of its own, both
+      // planned cold — cost such a pass more than every call of the function saved (measured on 2
+      // cores: the first claims of two new passes answered after 125–150 ms instead of 90–100, and
+      // a 20,000-row drain took a seventh longer; docs/performance.md). A container that claims at
+      // `outbox.batchSize` again verifies at its second claim and calls the function from its third.
+      state.sent.add(statement);
+      return run(statement.text);
+    }
     // Not verified yet: this claim sends the statement itself while the function is verified on
     // another connection (two catalog reads, planned cold on a new connection), instead of after
     // the verification; the claims after it call the function. The claim returns only once the

@@ -41,9 +41,10 @@ export function oncePerNamesAndLimit<T = string>(build: (names: PgNames, limit: 
  * at the lock) — so that a claim beside another still fills its batch from the window when most
  * keys can move. The window claim reads the window lazily: rows past the batch are read only when
  * earlier ones were skipped. The full claim reads it whole and keeps the first row of each key in
- * it (`firstOfKeyIn`, outbox-queries.ts) before the head test. Measured with two passes at 1,000,000 rows over 1,000 keys: a window of two
- * batches came up short in many claims, each then scanning every key (p99 claim 38–41 ms); three
- * batches: p99 17 ms, at about 1 ms more per claim where the window is mostly blocked (100 keys).
+ * it (`firstOfKeyIn`, outbox-queries.ts) before the head test. Measured with two passes at
+ * 1,000,000 rows over 1,000 keys: a window of two batches came up short in many claims, each then
+ * scanning every key (p99 claim 38–41 ms); three batches: p99 17 ms, at about 1 ms more per claim
+ * where the window is mostly blocked (100 keys).
  */
 export const OLDEST_WINDOW = 3;
 

@@ -130,8 +130,9 @@ function retriedAndOldest(t: string, limit: number, firstOfKey = false): string 
         FOR UPDATE SKIP LOCKED
      ),
      -- the oldest due rows: in a table where most keys can move, the batch is found here. The
-     -- window is read in index order and joined back by ctid (one heap visit, no sort); a row
-     -- updated meanwhile fails the ctid recheck of its lock and is skipped like a locked one.
+     -- window is read in index order and joined back by ctid (one heap visit; in the window claim
+     -- no sort, in the full claim narrowed to the first row of each key first, then sorted); a
+     -- row updated meanwhile fails the ctid recheck of its lock and is skipped like a locked one.
      oldest AS (
        SELECT c.id, w.scheduled_at, w.sequence FROM ${firstOfKey ? firstOfKeyIn(window) : window} w
          JOIN ${t} c ON c.ctid = w.ctid
