@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { outboxClaimStatements } from '../../lib/db/postgres/outbox-queries.ts';
+import { Prng } from '../faults/prng.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 const LEASE = 60_000;
@@ -20,17 +21,6 @@ function withoutNarrowing(text: string): string {
   assert.equal(text.match(narrowing)?.length, 2, 'the window and the sweep are narrowed');
   assert.doesNotMatch(replaced, /PARTITION BY f\.key/, 'no narrowing left');
   return replaced;
-}
-
-/** A small deterministic generator (mulberry32), so a failure names its seed. */
-function random(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 describe('outbox full claim: narrowing the window by key changes no claim (PostgreSQL)', () => {
@@ -47,7 +37,8 @@ describe('outbox full claim: narrowing the window by key changes no claim (Postg
       let compared = 0;
       let claimedSomething = 0;
       for (let seed = 1; seed <= 60; seed++) {
-        const next = random(seed);
+        // Seeded (mulberry32), so a failure names its seed.
+        const next = new Prng(seed).float;
         const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)]!;
         const limit = 2 + Math.floor(next() * 4);
         const rowsPerKey = pick([1, 3]);
