@@ -230,8 +230,9 @@ export function claimFunctionUnusable(error: unknown, functionName: string): boo
  * first call after any failure (the 5-minute retry included), so no call reaches a function that
  * was not verified. The first claim of a statement verifies nothing (`state.sent`): the second
  * starts the verification and sends the statement itself meanwhile. A refused or failed function
- * is remembered (time), `warn` hears of it, and `run` runs with the statement (a failed call changed nothing: an error ends it). `run` may wrap
- * the text in a transaction of its own; it is called again from the start.
+ * is remembered (time), `warn` hears of it, and `run` runs with the statement (a failed call
+ * changed nothing: an error ends it). `run` may wrap the text in a transaction of its own; it is
+ * called again from the start.
  */
 export async function runClaimStatement<T>(
   names: PgNames,
