@@ -40,14 +40,41 @@ const valuesNow = (values: PgValues): unknown[] => (typeof values === 'function'
  */
 async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
+  const lost = watchCheckedOut(client);
   try {
     const result = await run(client);
-    client.release();
+    lost.stop();
+    client.release(lost.error ?? undefined);
     return result;
   } catch (error) {
+    lost.stop();
     client.release(error instanceof Error ? error : true);
     throw error;
   }
+}
+
+/**
+ * Listens for `'error'` on a client checked out of a pool until `stop()`: the server ending the
+ * connection between two statements (an idle-in-transaction timeout, `pg_terminate_backend`, a
+ * failover) emits it on the client, and an `'error'` event without a listener ends the process.
+ * The pool may be the application's own (a pull worker's or an inbox writer's `pool`), which
+ * listens for it only while the client is idle in the pool. The client's next statement fails
+ * instead, and `error` says to discard the client on release.
+ */
+function watchCheckedOut(client: pg.PoolClient): { readonly error: Error | undefined; stop(): void } {
+  let lostWith: Error | undefined;
+  const onError = (error: Error) => {
+    lostWith ??= error;
+  };
+  client.on('error', onError);
+  return {
+    get error() {
+      return lostWith;
+    },
+    stop: () => {
+      client.removeListener('error', onError);
+    },
+  };
 }
 
 /** Anything that runs a parameterized query: a pool, a pooled client or a plain client. */
@@ -231,6 +258,7 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   } catch (error) {
     throw mapPgError(error);
   }
+  const lost = watchCheckedOut(client);
   let broken = false;
   try {
     const budget = requireStatementBudgetMs();
@@ -255,6 +283,7 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     throw mapPgError(error);
   } finally {
     boundedClients.delete(client);
-    client.release(broken);
+    lost.stop();
+    client.release(broken || lost.error !== undefined);
   }
 }
