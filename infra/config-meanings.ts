@@ -46,7 +46,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'outbox.routes[].topicPattern': 'Anchored pattern: `*` one dot-free segment, `**` any text.',
   'outbox.routes[].destination': 'Name of an entry in `destinations`.',
   'inbox.basePath': 'Path prefix of the HTTP receiver routes.',
-  'inbox.maxBodyBytes': 'Largest accepted HTTP body (413 above).',
+  'inbox.maxBodyBytes': 'Largest accepted body: HTTP 413 above it, an SQS record above it is stored `dead` with the reason.',
   'inbox.topicTemplate': 'Topic of relayed outbox rows; `{{ source }}` and `{{ eventType }}` are replaced.',
   'inbox.relay.batchSize': 'Rows per relay claim.',
   'inbox.relay.concurrency': 'Row-by-row forwards in flight at once within one invocation, when a batched forward failed and its rows are forwarded one by one (and always on SQL Server).',

@@ -3,10 +3,10 @@
  *
  * Source: the sqs source whose `queueName` (default: its name) equals the queue name at the end
  * of the record's `eventSourceARN`. Key: the `x-idempotency-key` message attribute, else the
- * source's JSONPath, else the SQS `MessageId`. A record that cannot be accepted (body not a JSON
- * object, nested too deep, too many keys, text or a number PostgreSQL cannot store, numbers that
- * written out as stored make the body larger than `inbox.maxBodyBytes`, a field too long, a topic
- * or outbox key the relay could not write…) is stored `dead` with the reason in the
+ * source's JSONPath, else the SQS `MessageId`. A record that cannot be accepted (a body larger than
+ * `inbox.maxBodyBytes` as sent, or once its numbers are written out as stored; body not a JSON
+ * object, nested too deep, too many keys, text or a number PostgreSQL cannot store, a field too
+ * long, a topic or outbox key the relay could not write…) is stored `dead` with the reason in the
  * same statement — it is stored, so SQS does not redeliver it, and the rest of the batch is
  * unaffected; so is a body the database itself refuses as JSON (`PayloadRejectedError`). A valid
  * body is stored as lib/inbox/parse-json-body.ts describes (a leading byte order mark dropped, as
@@ -111,6 +111,10 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
 function toMessage(name: string, source: SourceConfig, inbox: QueueBoxConfig['inbox'], record: SQSRecord, dialect: ColumnDialect): { message: InboxMessageInput; rejection?: RejectionReason } {
   const base = baseOf(name, source, record);
   try {
+    // The HTTP receiver's cap (413 there), so a body is at most `inbox.maxBodyBytes` whichever way
+    // it came, as sent and as stored (SQS itself takes up to 1 MiB, the default cap).
+    const bytes = Buffer.byteLength(record.body);
+    if (bytes > inbox.maxBodyBytes) throw new InboxRejectionError('body_too_large', `body of ${bytes} bytes exceeds the limit of ${inbox.maxBodyBytes} bytes (inbox.maxBodyBytes)`);
     const body = parseJsonBody(record.body, inbox.maxBodyBytes);
     const fields = extractMessageFields(name, source, body.value, {
       idempotencyKey: attribute(record, 'x-idempotency-key'),

@@ -98,6 +98,27 @@ describe('the stored form of a payload', () => {
     assert.ok(rows[0]!.text.length < 2 * body.length);
   });
 
+  it('SQS: a body larger than maxBodyBytes as sent is stored dead with the reason, whether its numbers grow when stored or not', async () => {
+    const limit = 2048;
+    setContainer({ config: { ...db.config, inbox: { ...db.config.inbox, maxBodyBytes: limit } }, driver: db.driver, logger, env, writeMetrics: () => {} });
+    const pad = 'x'.repeat(3000);
+    // The same payload once stored; `1e3` grows by a byte (`1000`), `1000` keeps its length.
+    const plain = `{"id":"big-plain","n":1000,"pad":"${pad}"}`;
+    const grows = `{"id":"big-exp","n":1e3,"pad":"${pad}"}`;
+    const small = '{"id":"small","n":1e3}';
+    const result = await sqsHandler({ Records: [sqsRecord('m-plain', plain), sqsRecord('m-exp', grows), sqsRecord('m-small', small)] }, ctx());
+    assert.deepEqual(result.batchItemFailures, []);
+    const rows = await stored();
+    assert.deepEqual(
+      rows.map((r) => [r.idempotency_key, r.state]),
+      [['m-plain', 'dead'], ['m-exp', 'dead'], ['small', 'pending']],
+    );
+    assert.equal(rows[0]!.last_error, `body of ${Buffer.byteLength(plain)} bytes exceeds the limit of ${limit} bytes (inbox.maxBodyBytes)`);
+    assert.equal(rows[1]!.last_error, `body of ${Buffer.byteLength(grows)} bytes exceeds the limit of ${limit} bytes (inbox.maxBodyBytes)`);
+    // Nothing is lost: the dead row keeps the body as sent, as a JSON string.
+    assert.equal(JSON.parse(rows[0]!.text), plain);
+  });
+
   it('a body whose numbers written out stay within maxBodyBytes is stored written out', async () => {
     const answer = await send('wide-1', '{"n":[1e1000,-1e-5]}');
     assert.equal(answer.statusCode, 202, answer.body);
