@@ -170,7 +170,7 @@ export class LeaseKeeper {
     }
     if (tracked.length === 0) return;
     const leaseMs = this.#options.nextLeaseMs();
-    if (leaseMs <= 0) return; // the invocation is ending; let the leases run out with it
+    if (leaseMs <= 0) return; // the invocation has ended; its leases end with it
     for (const layer of byDistinctId(tracked)) {
       const sentAt = Date.now();
       let renewed: Set<string>;

@@ -16,6 +16,20 @@ export function leaseMsFor(claimTimeoutMs: number, remainingMs: number | undefin
   return lease >= MIN_LEASE_MS ? lease : 0;
 }
 
+/**
+ * The lease a renewal asks for: `min(claimTimeoutMs, time left in this invocation)`, however little
+ * is left (0 once the invocation has ended). A renewal extends a lease its holder already has, so
+ * a claim's floor (`MIN_LEASE_MS`) does not apply: without renewals in the invocation's last
+ * second, the lease last granted — `claimTimeoutMs` under 1.5 s, a renewal a third of it earlier —
+ * could end up to a third of `claimTimeoutMs` before the invocation does, while the pass still
+ * waited for its calls, and another invocation reclaimed and published the row meanwhile. Renewed
+ * with the time left, the lease ends with the invocation, as a killed invocation's does.
+ */
+export function renewalLeaseMsFor(claimTimeoutMs: number, remainingMs: number | undefined): number {
+  const lease = remainingMs === undefined ? claimTimeoutMs : Math.min(claimTimeoutMs, Math.floor(remainingMs));
+  return lease > 0 ? lease : 0;
+}
+
 /** Renewal cadence: every third of the lease (seed: renewal). */
 export function renewalIntervalMs(leaseMs: number): number {
   return Math.max(1, Math.floor(leaseMs / 3));

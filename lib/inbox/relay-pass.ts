@@ -28,7 +28,7 @@ import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claim
 import { claimKey } from '../claims/claim-key.ts';
 import { otherRelayOutboxKey, relayOutboxKey, type RelayOutboxKeyMode } from './outbox-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
-import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs } from '../claims/lease.ts';
+import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ColumnDialect } from '../db/column-length.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
@@ -259,7 +259,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     summary.claimed += rows.length;
     keeper = new LeaseKeeper({
       leaseMs,
-      nextLeaseMs: () => leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs()),
+      nextLeaseMs: () => renewalLeaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs()),
       renew: (claims, ms) => driver.inboxRenewMany({ claims, leaseMs: ms }),
       onLost: (claim) => loseClaim(claim, 'renewal'),
     });

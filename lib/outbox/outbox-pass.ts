@@ -41,7 +41,7 @@
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { idlePollDelayMs } from '../claims/backoff.ts';
-import { leaseMsFor, reclaimThrottleMs } from '../claims/lease.ts';
+import { leaseMsFor, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
@@ -135,7 +135,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     limiter: new CallLimiter(outbox.concurrency),
     keeper: new LeaseKeeper({
       leaseMs: Math.max(firstLeaseMs, 1),
-      nextLeaseMs: () => leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs()),
+      nextLeaseMs: () => renewalLeaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs()),
       renew: (claims, leaseMs) => driver.outboxRenewMany({ claims, leaseMs }),
       onLost: (claim, reason, error) => {
         ctx.lost.add(claimKey(claim));

@@ -33,8 +33,10 @@ export interface PullRunSummary {
 
 /** What differs between a long-running worker and a bounded pass. */
 export interface PullRunPolicy {
-  /** Lease to claim or renew with now, in ms; 0 stops claiming (and renewing). */
+  /** Lease to claim with now, in ms; 0 stops claiming (and renewing, without `renewalLeaseMs`). */
   leaseMs(): number;
+  /** Lease to renew with now, in ms (`renewalLeaseMsFor`); 0 stops renewing. Absent: `leaseMs`. */
+  renewalLeaseMs?(): number;
   /** False once the run must not claim or start handlers any more (deadline). */
   mayStart(): boolean;
   /** Milliseconds until `mayStart` turns false (undefined: never on its own). */
@@ -86,7 +88,7 @@ export class PullRun<Tx> {
     this.#policy = policy;
     this.#keeper = new LeaseKeeper({
       leaseMs: settings.leaseMs,
-      nextLeaseMs: () => policy.leaseMs(),
+      nextLeaseMs: () => (policy.renewalLeaseMs ? policy.renewalLeaseMs() : policy.leaseMs()),
       // Pull renewal is one fenced statement per row; a failed statement loses its own row's claim only.
       renew: async (claims, leaseMs) => {
         const renewed: string[] = [];

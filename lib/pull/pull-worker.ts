@@ -26,7 +26,7 @@
  * `QueueBoxMetrics`, it counts into that one and the caller flushes; `metrics: false` turns them off.
  */
 import type pg from 'pg';
-import { leaseMsFor } from '../claims/lease.ts';
+import { leaseMsFor, renewalLeaseMsFor } from '../claims/lease.ts';
 import { parseConfig } from '../config/load-config.ts';
 import { pullSchema, type QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
@@ -258,6 +258,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
       // transactions' completions — is bounded by the time left in it.
       const start = () => begin((drainMs) => ({
         leaseMs: () => leaseMsFor(settings.leaseMs, deadline?.invocationRemainingMs()),
+        renewalLeaseMs: () => renewalLeaseMsFor(settings.leaseMs, deadline?.invocationRemainingMs()),
         mayStart: () => deadline === undefined || !deadline.expired(),
         msUntilEnd: () => deadline?.remainingMs(),
         exitWhenIdle: true,

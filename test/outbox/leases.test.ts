@@ -86,6 +86,30 @@ describe('outbox pass: leases, renewal and reclaim', () => {
     assert.equal(duplicates.length, 5, 'each row reached the destination twice: the duplicate an idempotent receiver absorbs');
   });
 
+  it("renews in the invocation's last second too: a 1 s lease lasts while its publish is open, up to the invocation's end", async () => {
+    const [id] = await insertOutboxRows(db, [{ topic: 'orders.paid', payload: {} }]);
+    // claimTimeoutMs 1000: renewals every 333 ms, each granting min(1000, time left). The last
+    // renewal granted a full second from 1284 ms before the invocation's end: without renewals
+    // once less than a second was left, the lease ended about 280 ms before the invocation, while
+    // the publish (1.8 s) was still open until its pass's deadline (50 ms before the end).
+    const context = createInvocationContext({ timeoutMs: 2000 });
+    const destination = new RecordingDestination({ delayMs: 1800 });
+    const pass = runOutboxPass(passFixture(db, { destinations: [destination], context, marginMs: 50, outbox: { claimTimeoutMs: 1000 } }));
+    await waitUntil('the publish starts', () => destination.calls === 1);
+    await waitUntil('less than 250 ms of the invocation is left', () => context.getRemainingTimeInMillis() <= 250);
+    const [during] = await db.query<{ state: string; ahead_ms: number }>(
+      `SELECT state, EXTRACT(EPOCH FROM lease_expires_at - clock_timestamp())::float8 * 1000 AS ahead_ms FROM "${db.schema}".outbox WHERE id = $1`,
+      [id],
+    );
+    assert.equal(during!.state, 'processing');
+    assert.ok(during!.ahead_ms > 0, `the lease ended ${-during!.ahead_ms} ms ago with the publish still open`);
+    const forced = await db.driver.outboxReclaimExpired({});
+    assert.equal(forced.reclaimed, 0, 'no other invocation can reclaim the row while its publish is open');
+    const summary = await pass;
+    assert.deepEqual([summary.sent, summary.claimsLost], [1, 0]);
+    assert.deepEqual((await inspectRows(db, [id!])).map((r) => [r.state, r.attempt]), [['sent', 0]]);
+  });
+
   it('runs the reclaim step once for two passes at once (the throttle lives in the database)', async () => {
     const ids = await insertOutboxRows(db, Array.from({ length: 6 }, (_, i) => ({ topic: 'orders.paid', payload: { i } })));
     await db.query(
