@@ -1,7 +1,8 @@
 /**
  * Migrate function, invoked by hand (or from a deploy pipeline): applies pending numbered
  * migrations under a transaction-scoped lock; idempotent. With the event `{"check": true}` it
- * changes nothing and returns `{ upToDate, problems }` (what `queuebox migrate --check` prints).
+ * changes nothing and returns `{ upToDate, problems }` (what `queuebox migrate --check` prints);
+ * any other event than that, `{}` or none is refused (`isCheckEvent`).
  * Builds its own driver because the shared container verifies the schema first, which is what
  * this function fixes.
  */
@@ -9,6 +10,7 @@ import type { Context } from 'aws-lambda';
 import { loadConfig } from '../lib/config/load-config.ts';
 import { createDriver } from '../lib/db/create-driver.ts';
 import type { MigrateResult } from '../lib/db/driver.ts';
+import { UsageError } from '../lib/errors.ts';
 import { createLogger } from '../lib/observability/logger.ts';
 
 /** The answer of a check (`{"check": true}`): `problems` names each difference; none when up to date. */
@@ -17,13 +19,31 @@ export interface MigrateCheckResult {
   problems: string[];
 }
 
+/**
+ * Whether the event asks for a check. Nothing (`osls invoke` without data), `{}` and
+ * `{"check": false}` apply the migrations; `{"check": true}` checks. Anything else is refused
+ * before the database is reached: a misspelled check (`{"Check": true}`, `{"check": "true"}`)
+ * must never migrate the schema it was meant to look at.
+ */
+export function isCheckEvent(event: unknown): boolean {
+  if (event === undefined || event === null || event === '') return false;
+  const usage = 'the migrate event is {} (apply the pending migrations) or {"check": true} (change nothing, report what is behind)';
+  if (typeof event !== 'object' || Array.isArray(event)) throw new UsageError(`migrate: ${usage}; got ${JSON.stringify(event)}`);
+  const unknown = Object.keys(event).filter((key) => key !== 'check');
+  if (unknown.length > 0) throw new UsageError(`migrate: unknown key${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => JSON.stringify(k)).join(', ')}: ${usage}`);
+  const check = (event as { check?: unknown }).check;
+  if (check !== undefined && typeof check !== 'boolean') throw new UsageError(`migrate: check must be true or false, got ${JSON.stringify(check)}: ${usage}`);
+  return check === true;
+}
+
 export async function handler(event: unknown, context: Context): Promise<MigrateResult | MigrateCheckResult> {
+  const check = isCheckEvent(event);
   const config = loadConfig({ env: process.env });
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
   logger.addContext(context);
   const driver = await createDriver(config, process.env);
   try {
-    if (typeof event === 'object' && event !== null && (event as { check?: unknown }).check === true) {
+    if (check) {
       const problems = await driver.migrateCheck();
       logger.info(problems.length === 0 ? 'schema is up to date' : 'schema is behind', { problems });
       return { upToDate: problems.length === 0, problems };

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { handler as migrateHandler } from '../../functions/migrate.ts';
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
-import { SchemaMismatchError } from '../../lib/errors.ts';
+import { SchemaMismatchError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
@@ -62,7 +62,14 @@ describe('migrations', () => {
       assert.deepEqual(await migrateHandler({ check: true }, context), { upToDate: false, problems: ['migration 2 (pull head-of-aggregate index) is not applied'] });
       const rows = await db.query(`SELECT 1 FROM "${db.schema}".queuebox_migrations WHERE version = 2`);
       assert.equal(rows.length, 0, 'the check applied nothing');
+      // A misspelled or mistyped check is refused before it reaches the database: never a migration.
+      for (const typo of [{ Check: true }, { chekc: true }, { check: 'true' }, { check: 1 }, { check: true, dryRun: true }, [], 'check', 42]) {
+        await assert.rejects(migrateHandler(typo, context), (error: unknown) => error instanceof UsageError && /^migrate: /.test(error.message) && /\{"check": true\}/.test(error.message), JSON.stringify(typo));
+      }
+      assert.equal((await db.query(`SELECT 1 FROM "${db.schema}".queuebox_migrations WHERE version = 2`)).length, 0, 'no typo applied anything');
       assert.deepEqual((await migrateHandler({}, context) as { applied: number[] }).applied, [2]);
+      // No event (`osls invoke` without data) and {"check": false} apply the migrations too.
+      for (const event of [undefined, null, '', { check: false }]) assert.deepEqual((await migrateHandler(event, context) as { applied: number[] }).applied, [], JSON.stringify(event));
     } finally {
       for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
       Object.assign(process.env, saved);
