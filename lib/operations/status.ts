@@ -6,6 +6,7 @@
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { PASS_WORKERS, type DeadRowSummary, type Driver, type PassWorker } from '../db/driver.ts';
+import { terminalText } from './terminal-text.ts';
 
 /** One table's status. Ages are in seconds. */
 export interface TableStatus {
@@ -76,7 +77,7 @@ export function formatStatus(report: StatusReport): string {
     lines.push(
       ...table([
         ['id', kind === 'outbox' ? 'topic' : 'source', 'updated', 'last error'],
-        ...dead.map((d) => [d.id, d.topicOrSource, d.updatedAt.toISOString(), oneLine(d.lastError ?? '')]),
+        ...dead.map((d) => [d.id, terminalText(d.topicOrSource), d.updatedAt.toISOString(), oneLine(d.lastError ?? '')]),
       ]).map((l) => `  ${l}`),
     );
   }
@@ -89,7 +90,7 @@ function table(rows: string[][]): string[] {
 }
 
 function oneLine(text: string): string {
-  const flat = text.replace(/\s+/g, ' ').trim();
+  const flat = terminalText(text.replace(/\s+/g, ' ').trim());
   return flat.length > 120 ? `${flat.slice(0, 117)}...` : flat;
 }
 
