@@ -212,7 +212,9 @@ function overrideValue(text: string, schema: SchemaNode | undefined, at: readonl
 
 function applyEnvOverrides(target: Record<string, unknown>, env: Env): Origins {
   const origins = new Origins();
-  const databaseUrlVariable = env.QUEUEBOX_DATABASE_URL !== undefined ? 'QUEUEBOX_DATABASE_URL' : 'DATABASE_URL';
+  // An empty QUEUEBOX_DATABASE_URL (`QUEUEBOX_DATABASE_URL= …`, an unset shell variable exported
+  // as empty) is unset: it does not hide DATABASE_URL.
+  const databaseUrlVariable = env.QUEUEBOX_DATABASE_URL !== undefined && env.QUEUEBOX_DATABASE_URL !== '' ? 'QUEUEBOX_DATABASE_URL' : 'DATABASE_URL';
   const databaseUrl = env[databaseUrlVariable];
   if (databaseUrl !== undefined && databaseUrl !== '') {
     const database = (target.database ??= {}) as Record<string, unknown>;

@@ -60,6 +60,9 @@ destinations:
   it('takes the database URL from QUEUEBOX_DATABASE_URL or DATABASE_URL when the file has none', () => {
     assert.equal(loadConfig({ env: { DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://a/b');
     assert.equal(loadConfig({ env: { QUEUEBOX_DATABASE_URL: 'postgres://c/d', DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://c/d');
+    // An empty QUEUEBOX_DATABASE_URL is unset: DATABASE_URL still counts.
+    assert.equal(loadConfig({ env: { QUEUEBOX_DATABASE_URL: '', DATABASE_URL: 'postgres://a/b' } }).database.url, 'postgres://a/b');
+    assert.equal(loadConfig({ env: { QUEUEBOX_DATABASE_URL: '', DATABASE_URL: '' } }).database.url, undefined);
   });
 
   it('takes up to 10 rows of a key per claim on PostgreSQL and one on SQL Server unless told otherwise', () => {
