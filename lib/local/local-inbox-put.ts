@@ -56,6 +56,9 @@ export async function putInboxMessage(input: InboxPutInput): Promise<InboxPutRes
     const names = Object.entries(config.inbox.sources).map(([name, s]) => `${name} (${s.type}, ${s.consumption})`);
     throw new UsageError(`no inbox source "${input.source}" in the configuration; ${names.length > 0 ? `its sources are: ${names.join(', ')}` : 'it declares none (inbox.sources)'}`);
   }
+  // An empty key (`--key "$EVENT_ID"` with the variable unset) would be no key: the receiver's own
+  // choice, a new MessageId at each put, so each retry of the script stored the message again.
+  if (input.key === '') throw new UsageError('--key is empty: give the idempotency key, or leave --key out for the key the source takes otherwise');
   // The receivers are the deployed ones; only their store is watched, to report what it stored.
   const stored: Array<{ message: InboxMessageInput; result: InboxInsertResult }> = [];
   const driver: Driver = Object.create(input.driver, {

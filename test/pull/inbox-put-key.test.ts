@@ -102,4 +102,13 @@ describe('queuebox inbox put --key', () => {
     assert.equal((JSON.parse(github.stdout) as { idempotencyKey: string }).idempotencyKey, 'delivery-1');
     assert.deepEqual([await keys('open'), await keys('github')], [['given-1'], ['delivery-1']]);
   });
+
+  it('refuses an empty --key (an unset variable in `--key "$EVENT_ID"`) instead of storing the message under a new key', async () => {
+    for (const source of ['open', 'github']) {
+      const refused = await put(source, '{"eventId":"empty-key"}', '');
+      assert.equal(refused.code, 1, source);
+      assert.match(refused.stderr, /--key is empty: give the idempotency key, or leave --key out/, source);
+    }
+    assert.deepEqual([await keys('open'), await keys('github')], [['given-1'], ['delivery-1']], 'nothing stored');
+  });
 });
