@@ -8,7 +8,7 @@
  * a `QueueBoxError` (bad config, refused replay, missing columns) prints its own message.
  */
 import { readFileSync } from 'node:fs';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../lib/config/load-config.ts';
 import type { QueueBoxConfig } from '../lib/config/schema.ts';
 import { createDriver } from '../lib/db/create-driver.ts';
@@ -42,14 +42,16 @@ export function processIo(): CliIo {
 }
 
 const collect = (value: string, previous: string[] = []) => [...previous, ...value.split(',').filter((v) => v !== '')];
+// Commander reports an InvalidArgumentError with the option it belongs to:
+// `error: option '--dead-limit <n>' argument '-1' is invalid. expected a positive integer`.
 const positiveNumber = (value: string) => {
   const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new UsageError(`expected a positive number, got ${value}`);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a positive number');
   return n;
 };
 const positive = (value: string) => {
   const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new UsageError(`expected a positive integer, got ${value}`);
+  if (value.trim() === '' || !Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('expected a positive integer');
   return n;
 };
 

@@ -272,6 +272,19 @@ describe('queuebox CLI', () => {
     assert.equal(seen?.speed, 2.5);
     let stderr = '';
     assert.equal(await runCli(['local', '--speed', '0'], { stdout: () => {}, stderr: (t) => (stderr += t), env, runLocal: async () => {} }), 1);
-    assert.match(stderr, /expected a positive number, got 0/);
+    assert.match(stderr, /option '--speed <factor>' argument '0' is invalid\. expected a positive number/);
+  });
+
+  it('names the option of a numeric argument it refuses', async () => {
+    for (const [args, expected] of [
+      [['status', '--dead-limit', '-1'], /option '--dead-limit <n>' argument '-1' is invalid\. expected a positive integer/],
+      [['status', '--dead-limit', '2.5'], /option '--dead-limit <n>' argument '2\.5' is invalid\. expected a positive integer/],
+      [['local', '--messages', ''], /option '--messages <n>' argument '' is invalid\. expected a positive integer/],
+      [['console', '--port', 'abc'], /option '--port <n>' argument 'abc' is invalid\. expected a positive integer/],
+    ] as const) {
+      let stderr = '';
+      assert.equal(await runCli([...args], { stdout: () => {}, stderr: (t) => (stderr += t), env, runLocal: async () => {} }), 1, args.join(' '));
+      assert.match(stderr, expected, args.join(' '));
+    }
   });
 });
