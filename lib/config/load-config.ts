@@ -103,6 +103,13 @@ function toIssues(issue: z.core.$ZodIssue): ConfigIssue[] {
   if (issue.code === 'unrecognized_keys') {
     return issue.keys.map((key) => ({ key: [...path, key].join('.'), message: 'unknown key' }));
   }
+  if (issue.code === 'invalid_key') {
+    // A name of a record (a source, a destination): the name's own rule, the name quoted (it may
+    // hold a dot, which the key path would hide).
+    const name = path.at(-1) ?? '';
+    const rules = issue.issues.map((i) => i.message).join('; ');
+    return [{ key: path.join('.'), message: `the name ${JSON.stringify(name)} is not valid: ${rules}` }];
+  }
   return [{ key: path.length === 0 ? '(root)' : path.join('.'), message: issue.message }];
 }
 

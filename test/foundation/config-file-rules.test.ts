@@ -92,6 +92,14 @@ describe('keys that do not apply to a source type', () => {
     assert.match(http.message, /inbox\.sources\.hooks\.queueName: is only for sqs sources: an http source receives POST \/inbox\/hooks/);
   });
 
+  it('refuses a source or destination name against its rule, quoting the name (which may hold a dot)', () => {
+    const source = refusal(() => loadConfig({ input: { ...base, inbox: { sources: { Foo: { type: 'sqs' } } } }, env: {} }));
+    assert.deepEqual(source.issues.map((i) => i.key), ['inbox.sources.Foo']);
+    assert.match(source.message, /inbox\.sources\.Foo: the name "Foo" is not valid: source names are lower-case letters, digits, - and _/);
+    const destination = refusal(() => loadConfig({ input: { ...base, destinations: { 'my.dest': { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/q' } } } as never, env: {} }));
+    assert.match(destination.message, /destinations\.my\.dest: the name "my\.dest" is not valid: destination names are letters, digits, - and _/);
+  });
+
   it('refuses a key of the other destination type, naming it', () => {
     const error = refusal(() =>
       loadConfig({ input: { ...base, destinations: { q: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/q', eventBusName: 'orders' } } } as never, env: {} }),
