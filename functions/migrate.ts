@@ -9,9 +9,11 @@
 import type { Context } from 'aws-lambda';
 import { loadConfig } from '../lib/config/load-config.ts';
 import { createDriver } from '../lib/db/create-driver.ts';
-import type { MigrateResult } from '../lib/db/driver.ts';
+import type { Driver, MigrateResult } from '../lib/db/driver.ts';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
+import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 import { UsageError } from '../lib/errors.ts';
-import { createLogger } from '../lib/observability/logger.ts';
+import { createLogger, type Logger } from '../lib/observability/logger.ts';
 
 /** The answer of a check (`{"check": true}`): `problems` names each difference; none when up to date. */
 export interface MigrateCheckResult {
@@ -42,16 +44,23 @@ export async function handler(event: unknown, context: Context): Promise<Migrate
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
   logger.addContext(context);
   const driver = await createDriver(config, process.env);
+  // Every statement ends before the invocation does (a migration's statements have no other
+  // timeout: migration-sized work on a large table takes longer than database.statementTimeoutMs).
+  const budget = operationBudgetMs(context, config.lambda.deadlineMarginMs);
   try {
-    if (check) {
-      const problems = await driver.migrateCheck();
-      logger.info(problems.length === 0 ? 'schema is up to date' : 'schema is behind', { problems });
-      return { upToDate: problems.length === 0, problems };
-    }
-    const result = await driver.migrate();
-    logger.info('migrations applied', { applied: result.applied, ...(result.claimFunctions ? { claimFunctions: result.claimFunctions } : {}) });
-    return result;
+    return await withStatementBudget(budget, () => run(check, driver, logger));
   } finally {
     await driver.close();
   }
+}
+
+async function run(check: boolean, driver: Driver, logger: Logger): Promise<MigrateResult | MigrateCheckResult> {
+  if (check) {
+    const problems = await driver.migrateCheck();
+    logger.info(problems.length === 0 ? 'schema is up to date' : 'schema is behind', { problems });
+    return { upToDate: problems.length === 0, problems };
+  }
+  const result = await driver.migrate();
+  logger.info('migrations applied', { applied: result.applied, ...(result.claimFunctions ? { claimFunctions: result.claimFunctions } : {}) });
+  return result;
 }

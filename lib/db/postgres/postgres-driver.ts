@@ -3,7 +3,8 @@
  */
 import type pg from 'pg';
 import { outboxRowsPerKey, type QueueBoxConfig } from '../../config/schema.ts';
-import { QueueBoxError, SchemaMismatchError, SchemaTrustError } from '../../errors.ts';
+import { QueueBoxError, SchemaMismatchError, SchemaTrustError, TransientDatabaseError } from '../../errors.ts';
+import { requireStatementBudgetMs } from '../statement-budget.ts';
 import { refusePool } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../driver.ts';
 import * as consoleReads from './console-queries.ts';
@@ -49,6 +50,8 @@ export class PostgresDriver implements Driver {
   readonly #outboxBatchSize: number;
   readonly #outboxRowsPerKey: number;
   readonly #useClaimFunctions: boolean;
+  /** The pool's statement timeout (ms; infinite: none), which bounds `migrate`'s lock waits. */
+  readonly #statementTimeoutMs: number;
 
   constructor(options: PostgresDriverOptions) {
     const pool = options.pool ?? createPgPool(options.config.database, options.url);
@@ -62,6 +65,7 @@ export class PostgresDriver implements Driver {
       // Named prepared statements already plan once per connection: no functions then.
       claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : newClaimFunctionState({ verify: (statement) => this.#verifyClaimFunction(statement) }),
     };
+    this.#statementTimeoutMs = options.pool === undefined ? options.config.database.statementTimeoutMs : Number(options.pool.options.statement_timeout ?? 0) || Number.POSITIVE_INFINITY;
     this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
     this.ctx.claimFunctionLimit = this.#outboxBatchSize;
     this.#outboxRowsPerKey = outboxRowsPerKey(options.config);
@@ -108,9 +112,34 @@ export class PostgresDriver implements Driver {
    * QueueBox's names that another role owns (`schema-trust.ts`).
    */
   async migrate(): Promise<MigrateResult> {
+    const lockWaitMs = this.#statementTimeoutMs;
+    try {
+      return await this.#migrate(lockWaitMs);
+    } catch (error) {
+      if (error instanceof TransientDatabaseError && error.code === '55P03') {
+        throw new TransientDatabaseError(
+          `migrate: a lock it needs was not granted within ${lockWaitMs} ms (database.statementTimeoutMs): another migrate, or a transaction on the QueueBox tables, holds it; nothing was changed, run migrate again once it has ended (${error.message})`,
+          error.code,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+
+  async #migrate(lockWaitMs: number): Promise<MigrateResult> {
     const n = this.ctx.names;
     const statements = this.claimStatements();
     return pgTransaction(this.ctx.pool, async (client) => {
+      // A migration may build an index or rewrite rows of a large table (migration 8 updates
+      // every unfinished outbox row): its statements run without the pool's statement timeout,
+      // bounded only inside an invocation (the migrate function), by the time left in it. A lock it
+      // waits for is bounded by `database.statementTimeoutMs`: a DDL statement queued for its lock
+      // makes every later statement on the table queue behind it, so a migrate behind a long
+      // transaction (or another migrate) gives up instead of stalling the pollers for longer.
+      const budget = requireStatementBudgetMs();
+      const statementMs = budget === undefined ? 0 : Math.max(1, Math.floor(budget));
+      await client.query(`SET LOCAL statement_timeout = ${statementMs}; SET LOCAL lock_timeout = ${Number.isFinite(lockWaitMs) ? lockWaitMs : 0}`);
       // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.
       await client.query(PG_MIGRATE_LOCK_SQL);
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)}`);
