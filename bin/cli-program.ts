@@ -110,7 +110,13 @@ See docs/upgrading.md.`,
       if (opts.check) {
         return withDriver(false, async (driver) => {
           const problems = await driver.migrateCheck();
-          if (problems.length > 0) throw new QueueBoxError(`the database is behind this release and configuration (run \`queuebox migrate\`):\n${problems.map((p) => `- ${p}`).join('\n')}`);
+          // Migrations and claim functions are what `migrate` applies; an object changed by hand after
+          // its migration (a dropped index, a default) is not re-created by it: its line gives the SQL.
+          if (problems.length > 0) {
+            throw new QueueBoxError(
+              `the database is behind this release and configuration: run \`queuebox migrate\` for migrations and claim functions not applied; a line that gives SQL names an object changed by hand after its migration, which \`queuebox migrate\` does not restore: run that SQL\n${problems.map((p) => `- ${p}`).join('\n')}`,
+            );
+          }
           io.stdout('schema is up to date\n');
         });
       }

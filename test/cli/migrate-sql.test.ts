@@ -81,6 +81,8 @@ describe('queuebox migrate --sql and --check', { timeout: 180_000 }, () => {
     await admin.query(`ALTER FUNCTION ${fn} SET search_path = public`);
     const behind = await cli(config25, '--check');
     assert.equal(behind.code, 1);
+    // What migrate applies, and what it does not restore (a column dropped by hand: its SQL is given).
+    assert.match(behind.stderr, /run `queuebox migrate` for migrations and claim functions not applied; a line that gives SQL names an object changed by hand after its migration, which `queuebox migrate` does not restore: run that SQL/);
     const lines = behind.stderr.split('\n').filter((line) => line.startsWith('- '));
     assert.deepEqual(lines, [
       '- migration 6 (one row in flight per key as an index; aggregates per source; keyless rows apart) is not applied',
