@@ -67,7 +67,11 @@ export class PayloadRejectedError extends QueueBoxError {
 export class SchemaMismatchError extends QueueBoxError {
   override readonly name = 'SchemaMismatchError';
   constructor(readonly statements: readonly string[]) {
-    super(`The QueueBox tables are missing columns. Run \`queuebox migrate\`, or:\n${statements.join('\n')}`);
+    // The statements say what is missing; they are not a substitute for `migrate`, which also
+    // applies the migrations' indexes, constraints and data changes, and records them.
+    super(
+      `The QueueBox tables are missing columns: run \`queuebox migrate\` (or its script, \`queuebox migrate --sql\`). Adding the columns alone would leave out the migrations' indexes and data changes. Missing:\n${statements.join('\n')}`,
+    );
   }
 }
 

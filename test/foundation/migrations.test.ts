@@ -43,6 +43,8 @@ describe('migrations', () => {
       await assert.rejects(db.driver.schemaVerify(), (error: unknown) => {
         assert.ok(error instanceof SchemaMismatchError);
         assert.deepEqual(error.statements, [`ALTER TABLE "${db.schema}"."outbox" ADD COLUMN "last_error" text NULL;`]);
+        // The statements name what is missing; migrate is the fix (it also applies indexes and data changes).
+        assert.match(error.message, /^The QueueBox tables are missing columns: run `queuebox migrate` \(or its script, `queuebox migrate --sql`\)\. Adding the columns alone would leave out/);
         return true;
       });
     } finally {
