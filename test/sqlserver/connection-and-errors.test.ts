@@ -50,6 +50,15 @@ describe('SQL Server connection settings', () => {
     assert.equal(config.password, 'secret');
     assert.ok(config.requestTimeout! >= 30_000);
   });
+
+  it('refuses a URL of another database, or a connection string without a server, naming database.url', () => {
+    for (const [url, message] of [
+      ['postgres://u:p@db.example:5432/app', /database\.url: is a postgres:\/\/ URL, but database\.type is sqlserver: give an mssql:\/\/user:password@host:port\/database URL/],
+      ['Database=orders;User Id=app;Password=secret', /database\.url: names no server: give an mssql:\/\/user:password@host:port\/database URL or an ADO connection string with Server=/],
+    ] as const) {
+      assert.throws(() => mssqlPoolConfig(database(), url), (error: unknown) => error instanceof ConfigError && message.test(error.message), url);
+    }
+  });
 });
 
 describe('SQL Server driver construction', () => {

@@ -130,11 +130,21 @@ function parseMssqlUrl(url: string): sql.config {
 }
 
 function parseAdo(connectionString: string): sql.config {
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(connectionString)?.[1];
+  if (scheme !== undefined) {
+    // A URL of another database (postgres://…) parses as an ADO string of no server.
+    throw new ConfigError([{ key: 'database.url', message: `is a ${scheme}:// URL, but database.type is sqlserver: give an mssql://user:password@host:port/database URL or an ADO connection string (Server=…;Database=…)` }]);
+  }
+  let config: sql.config;
   try {
-    return sql.ConnectionPool.parseConnectionString(connectionString);
+    config = sql.ConnectionPool.parseConnectionString(connectionString);
   } catch (error) {
     throw new ConfigError([{ key: 'database.url', message: `is neither an mssql:// URL nor an ADO connection string (${String(error)})` }]);
   }
+  if (typeof config.server !== 'string' || config.server === '') {
+    throw new ConfigError([{ key: 'database.url', message: 'names no server: give an mssql://user:password@host:port/database URL or an ADO connection string with Server=…' }]);
+  }
+  return config;
 }
 
 /** Creates the container's pool (connects lazily on first use). */
