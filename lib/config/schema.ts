@@ -207,7 +207,7 @@ export const inboxSchema = z
         scaleOut: scaleOutSchema,
       })
       .prefault({}),
-    sources: z.record(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'source names are lower-case letters, digits, - and _'), sourceSchema).prefault({}),
+    sources: z.record(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'source names are 1 to 63 lower-case letters, digits, - and _, starting with a letter or digit'), sourceSchema).prefault({}),
   })
   .prefault({});
 
@@ -293,7 +293,7 @@ export const configSchema = z
   .strictObject({
     database: databaseSchema,
     tables: tablesSchema,
-    destinations: z.record(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'destination names are letters, digits, - and _'), destinationSchema).prefault({}),
+    destinations: z.record(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'destination names are 1 to 64 letters, digits, - and _'), destinationSchema).prefault({}),
     outbox: outboxSchema,
     inbox: inboxSchema,
     pull: pullSchema,

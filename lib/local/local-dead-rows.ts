@@ -10,6 +10,7 @@
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
 import { createRouter, type Router } from '../outbox/routes.ts';
+import { terminalText } from '../operations/terminal-text.ts';
 
 /** Dead rows printed per table and progress tick; the rest are counted in one line. */
 export const MAX_DEAD_LINES = 10;
@@ -57,7 +58,7 @@ export class DeadRowWatch {
         if (this.#seen.has(`${table}:${row.id}`)) continue;
         this.#seen.add(`${table}:${row.id}`);
         printed++;
-        const where = table === 'outbox' ? `topic ${row.topicOrSource} → destination ${this.#route(row.topicOrSource) ?? '(no route)'}` : `source ${row.topicOrSource}`;
+        const where = table === 'outbox' ? `topic ${oneLine(row.topicOrSource)} → destination ${this.#route(row.topicOrSource) ?? '(no route)'}` : `source ${oneLine(row.topicOrSource)}`;
         this.#out(`dead ${table} row ${row.id} (${where}): ${oneLine(row.lastError ?? '(no error recorded)')}`);
       }
       if (grown > printed) this.#out(`… and ${grown - printed} more dead ${table} rows (\`queuebox status\` lists the latest with their errors)`);
@@ -65,6 +66,7 @@ export class DeadRowWatch {
   }
 }
 
+/** One line of a row's text, its control characters shown, not obeyed (`terminalText`). */
 function oneLine(text: string): string {
-  return text.replace(/\s*\n\s*/g, ' ');
+  return terminalText(text.replace(/\s*\n\s*/g, ' '));
 }

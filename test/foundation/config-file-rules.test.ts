@@ -95,9 +95,11 @@ describe('keys that do not apply to a source type', () => {
   it('refuses a source or destination name against its rule, quoting the name (which may hold a dot)', () => {
     const source = refusal(() => loadConfig({ input: { ...base, inbox: { sources: { Foo: { type: 'sqs' } } } }, env: {} }));
     assert.deepEqual(source.issues.map((i) => i.key), ['inbox.sources.Foo']);
-    assert.match(source.message, /inbox\.sources\.Foo: the name "Foo" is not valid: source names are lower-case letters, digits, - and _/);
+    assert.match(source.message, /inbox\.sources\.Foo: the name "Foo" is not valid: source names are 1 to 63 lower-case letters, digits, - and _, starting with a letter or digit/);
+    const leading = refusal(() => loadConfig({ input: { ...base, inbox: { sources: { '-feed': { type: 'sqs' } } } }, env: {} }));
+    assert.match(leading.message, /inbox\.sources\.-feed: the name "-feed" is not valid: .*starting with a letter or digit/);
     const destination = refusal(() => loadConfig({ input: { ...base, destinations: { 'my.dest': { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/q' } } } as never, env: {} }));
-    assert.match(destination.message, /destinations\.my\.dest: the name "my\.dest" is not valid: destination names are letters, digits, - and _/);
+    assert.match(destination.message, /destinations\.my\.dest: the name "my\.dest" is not valid: destination names are 1 to 64 letters, digits, - and _/);
   });
 
   it('refuses a key of the other destination type, naming it', () => {

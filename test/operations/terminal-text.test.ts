@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { DeadRowWatch } from '../../lib/local/local-dead-rows.ts';
 import { formatReplayPreview } from '../../lib/operations/format-replay-preview.ts';
 import { previewReplay, type ReplayRequest } from '../../lib/operations/replay.ts';
 import { collectStatus, formatStatus } from '../../lib/operations/status.ts';
@@ -43,6 +44,23 @@ describe('row text printed to a terminal', () => {
     assert.doesNotMatch(text.replace(/\n/g, ''), UNSAFE);
     assert.match(text, /t\\u001b\[2J\\u001b\]0;PWNED\\u0007/);
     assert.match(text, /ALL GOOD\\u001b\[0m x\\u202eevil\\u009b1m/, 'the carriage return is flattened to a space with the other whitespace');
+  });
+
+  it('queuebox local prints a row that became dead with its topic, source and error escapes visible', async () => {
+    const lines: string[] = [];
+    const watch = new DeadRowWatch(db.driver, db.config, (line) => lines.push(line));
+    await watch.begin();
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload, state, last_error) VALUES ($1, '{}', 'dead', $2)`, [`local${HOSTILE}`, `local${HOSTILE}`]);
+    await db.query(`INSERT INTO "${db.schema}".inbox (source, idempotency_key, payload, consumption, state, last_error) VALUES ($1, 'e2', '{}', 'push', 'dead', $2)`, [
+      `src${HOSTILE}`,
+      `local${HOSTILE}`,
+    ]);
+    const [outbox, inbox] = await Promise.all([db.driver.outboxStats(), db.driver.inboxStats()]);
+    await watch.report({ outbox: outbox.counts, inbox: inbox.counts });
+    assert.equal(lines.length, 2, lines.join('\n'));
+    for (const line of lines) assert.doesNotMatch(line, UNSAFE, line);
+    assert.match(lines[0]!, /topic local\\u001b\[2J.*: local\\u001b\[2J\\u001b\]0;PWNED\\u0007/);
+    assert.match(lines[1]!, /source src\\u001b\[2J/);
   });
 
   it('a replay preview prints topic, key, aggregate and error with their escape sequences visible', async () => {
