@@ -16,9 +16,12 @@ export function leaseMsFor(claimTimeoutMs: number, remainingMs: number | undefin
   return lease >= MIN_LEASE_MS ? lease : 0;
 }
 
+/** The end of an invocation in which no renewal is sent (`renewalLeaseMsFor`); under 2/3 of `MIN_LEASE_MS`. */
+export const RENEWAL_TAIL_MS = 100;
+
 /**
  * The lease a renewal asks for: `min(claimTimeoutMs, time left in this invocation)`, however little
- * is left (0 once the invocation has ended). A renewal extends a lease its holder already has, so
+ * is left (0 in its last `RENEWAL_TAIL_MS`). A renewal extends a lease its holder already has, so
  * a claim's floor (`MIN_LEASE_MS`) does not apply: without renewals in the invocation's last
  * second, the lease last granted — `claimTimeoutMs` under 1.5 s, a renewal a third of it earlier —
  * could end up to a third of `claimTimeoutMs` before the invocation does, while the pass still
@@ -26,8 +29,11 @@ export function leaseMsFor(claimTimeoutMs: number, remainingMs: number | undefin
  * with the time left, the lease ends with the invocation, as a killed invocation's does.
  */
 export function renewalLeaseMsFor(claimTimeoutMs: number, remainingMs: number | undefined): number {
-  const lease = remainingMs === undefined ? claimTimeoutMs : Math.min(claimTimeoutMs, Math.floor(remainingMs));
-  return lease > 0 ? lease : 0;
+  // In the last RENEWAL_TAIL_MS no renewal is sent: the one a third of a lease earlier, with less
+  // than the lease left, already renewed up to the invocation's end, and a statement sent now
+  // could not answer in time (its failure would report the claim lost for nothing).
+  if (remainingMs !== undefined && remainingMs < RENEWAL_TAIL_MS) return 0;
+  return remainingMs === undefined ? claimTimeoutMs : Math.min(claimTimeoutMs, Math.floor(remainingMs));
 }
 
 /** Renewal cadence: every third of the lease (seed: renewal). */

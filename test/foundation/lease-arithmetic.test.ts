@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { leaseMsFor, MIN_LEASE_MS, renewalLeaseMsFor } from '../../lib/claims/lease.ts';
+import { leaseMsFor, MIN_LEASE_MS, RENEWAL_TAIL_MS, renewalLeaseMsFor } from '../../lib/claims/lease.ts';
 
 describe('lease arithmetic', () => {
   it('a claim is leased min(claimTimeoutMs, time left), and not at all with less than MIN_LEASE_MS left', () => {
@@ -15,8 +15,10 @@ describe('lease arithmetic', () => {
     assert.equal(renewalLeaseMsFor(30_000, undefined), 30_000);
     assert.equal(renewalLeaseMsFor(1000, 1284), 1000);
     assert.equal(renewalLeaseMsFor(1000, 951.7), 951);
-    assert.equal(renewalLeaseMsFor(1000, 1), 1);
-    assert.equal(renewalLeaseMsFor(1000, 0.5), 0);
+    assert.equal(renewalLeaseMsFor(1000, RENEWAL_TAIL_MS), RENEWAL_TAIL_MS);
+    // In the last RENEWAL_TAIL_MS nothing is renewed (the renewal before reached the end).
+    assert.equal(renewalLeaseMsFor(1000, RENEWAL_TAIL_MS - 1), 0);
+    assert.equal(renewalLeaseMsFor(1000, 1), 0);
     assert.equal(renewalLeaseMsFor(1000, 0), 0);
     assert.equal(renewalLeaseMsFor(1000, -20), 0);
   });

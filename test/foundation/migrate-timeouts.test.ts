@@ -10,6 +10,7 @@ import pg from 'pg';
 import { pgMigrationsTableSql } from '../../lib/db/postgres/migration-script.ts';
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
+import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { TransientDatabaseError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
@@ -53,6 +54,19 @@ describe('migrate and the statement timeout', { timeout: 60_000 }, () => {
     assert.deepEqual(await versions(), pgMigrations.map((m) => m.version));
     // The pool's own statements keep their timeout.
     await assert.rejects(driver.ctx.pool.query('SELECT pg_sleep(1.5)'), /statement timeout/);
+  });
+
+  it('inside an invocation, bounds each statement by the time left when it is sent, so none runs past the end', async () => {
+    // Recording each migration takes 0.6 s: three of them (8, 9, 10) take 1.8 s, each well within
+    // the 1.5 s the invocation had when migrate started, together past it.
+    await db.query(`CREATE FUNCTION "${db.schema}".slow_record() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.6); RETURN NEW; END $$`);
+    await db.query(`CREATE TRIGGER slow_record BEFORE INSERT ON "${db.schema}".queuebox_migrations FOR EACH ROW EXECUTE FUNCTION "${db.schema}".slow_record()`);
+    const end = performance.now() + 1500;
+    const started = performance.now();
+    await assert.rejects(withStatementBudget(() => end - performance.now(), () => driver.migrate()));
+    const took = performance.now() - started;
+    assert.ok(took < 1500 + 400, `migrate ran ${Math.round(took)} ms of a 1500 ms invocation`);
+    assert.deepEqual(await versions(), pgMigrations.filter((m) => m.version <= BEFORE_UPDATE).map((m) => m.version), 'nothing applied');
   });
 
   it('gives up a lock wait after database.statementTimeoutMs, saying what held it and that nothing changed', async () => {

@@ -11,7 +11,7 @@ import { SchemaTrustError } from '../../errors.ts';
 import type { MigrateResult } from '../driver.ts';
 import { CLAIM_FUNCTION_COMMENT, CLAIM_FUNCTION_SETTINGS, claimFunctionBody, claimFunctionDdl, claimFunctionName, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
 import type { PgNames } from './names.ts';
-import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { pgQuery, pgSimpleQuery, type PgQueryable } from './pg-pool.ts';
 import { TRUST_SCOPE, trustedRole } from './schema-trust.ts';
 
 interface FunctionRow {
@@ -84,7 +84,7 @@ export async function installClaimFunctions(client: PgQueryable, names: PgNames,
       changes.kept.push(name);
       continue;
     }
-    await client.query(claimFunctionDdl(names, statement));
+    await pgSimpleQuery(client, claimFunctionDdl(names, statement));
     (status === 'altered' ? changes.replaced : changes.created).push(name);
   }
   // Stale functions: only QueueBox's name pattern for this outbox table, with its comment, and
@@ -103,7 +103,7 @@ export async function installClaimFunctions(client: PgQueryable, names: PgNames,
       continue;
     }
     // The signature comes from the catalog (`regprocedure`: schema-qualified and quoted as needed).
-    await client.query(`DROP FUNCTION IF EXISTS ${row.signature}`);
+    await pgSimpleQuery(client, `DROP FUNCTION IF EXISTS ${row.signature}`);
     changes.dropped.push(row.name);
   }
   return changes;

@@ -122,6 +122,19 @@ const boundedClients = new WeakMap<object, { timeoutMs: number }>();
  */
 const TIMEOUT_REFRESH_MS = 50;
 
+/**
+ * Sets `statement_timeout` for the rest of a `pgTransaction`'s transaction, with `settings` (more
+ * `SET LOCAL`s, written by QueueBox) in the same round trip: none outside an invocation; inside
+ * one, the time left, which each later statement sent through `pgQuery` or `pgSimpleQuery`
+ * renews as it shrinks (`boundStatement`), so no statement runs past the invocation's end.
+ */
+export async function pgSetTransactionTimeout(client: pg.PoolClient, settings: string): Promise<void> {
+  const budget = requireStatementBudgetMs();
+  const ms = budget === undefined ? 0 : Math.max(1, Math.floor(budget));
+  await client.query(`SET LOCAL statement_timeout = ${ms}; ${settings}`);
+  if (budget !== undefined) boundedClients.set(client, { timeoutMs: ms });
+}
+
 /** `statement_timeout` for the rest of the transaction; `ms` is a positive integer we computed, not input. */
 function setLocalTimeout(ms: number): string {
   return `SET LOCAL statement_timeout = ${Math.max(1, Math.floor(ms))}`;

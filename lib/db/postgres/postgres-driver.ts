@@ -4,7 +4,6 @@
 import type pg from 'pg';
 import { outboxRowsPerKey, type QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError, SchemaTrustError, TransientDatabaseError } from '../../errors.ts';
-import { requireStatementBudgetMs } from '../statement-budget.ts';
 import { refusePool } from '../caller-transaction.ts';
 import type { CallerTransaction, Driver, DriverLogger, MigrateResult } from '../driver.ts';
 import * as consoleReads from './console-queries.ts';
@@ -20,7 +19,7 @@ import { missingColumns, pgMigrateCheck } from './migration-check.ts';
 import { PG_MIGRATE_LOCK_SQL, pgMigrationsTableSql } from './migration-script.ts';
 import { pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
-import { createPgPool, pgQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
+import { createPgPool, pgQuery, pgSetTransactionTimeout, pgSimpleQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
 import * as scaleOut from './scale-out-queries.ts';
 import { outboxReplayPreview } from './replay-preview.ts';
@@ -133,26 +132,25 @@ export class PostgresDriver implements Driver {
     return pgTransaction(this.ctx.pool, async (client) => {
       // A migration may build an index or rewrite rows of a large table (migration 8 updates
       // every unfinished outbox row): its statements run without the pool's statement timeout,
-      // bounded only inside an invocation (the migrate function), by the time left in it. A lock it
-      // waits for is bounded by `database.statementTimeoutMs`: a DDL statement queued for its lock
-      // makes every later statement on the table queue behind it, so a migrate behind a long
-      // transaction (or another migrate) gives up instead of stalling the pollers for longer.
-      const budget = requireStatementBudgetMs();
-      const statementMs = budget === undefined ? 0 : Math.max(1, Math.floor(budget));
-      await client.query(`SET LOCAL statement_timeout = ${statementMs}; SET LOCAL lock_timeout = ${Number.isFinite(lockWaitMs) ? lockWaitMs : 0}`);
+      // bounded only inside an invocation (the migrate function), each by the time left when it
+      // is sent (`pgSetTransactionTimeout`; a migration of several statements: each of them). A
+      // lock it waits for is bounded by `database.statementTimeoutMs`: a DDL statement queued for
+      // its lock makes every later statement on the table queue behind it, so a migrate behind a
+      // long transaction (or another migrate) gives up instead of stalling the pollers for longer.
+      await pgSetTransactionTimeout(client, `SET LOCAL lock_timeout = ${Number.isFinite(lockWaitMs) ? lockWaitMs : 0}`);
       // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.
-      await client.query(PG_MIGRATE_LOCK_SQL);
-      await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)}`);
+      await pgSimpleQuery(client, PG_MIGRATE_LOCK_SQL);
+      await pgSimpleQuery(client, `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)}`);
       const problems = await pgSchemaTrustProblems(client, n, statements.map(claimFunctionName));
       if (problems.length > 0) throw new SchemaTrustError(n.schema, problems);
-      await client.query(pgMigrationsTableSql(n));
-      const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${n.migrations}`);
+      await pgSimpleQuery(client, pgMigrationsTableSql(n));
+      const { rows } = await pgQuery<{ version: number }>(client, `SELECT version FROM ${n.migrations}`);
       const done = new Set(rows.map((r) => r.version));
       const applied: number[] = [];
       for (const migration of pgMigrations) {
         if (done.has(migration.version)) continue;
-        await client.query(migration.sql(n));
-        await client.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
+        await pgSimpleQuery(client, migration.sql(n));
+        await pgQuery(client, `INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
         applied.push(migration.version);
       }
       // Not numbered: the claim functions of this release and configuration (see claim-functions.ts).
