@@ -42,11 +42,11 @@ export function correlationIdOf(headers: Readonly<Record<string, unknown>>): str
  * values written by plain SQL are carried as their JSON text.
  */
 export function deliveryHeaders(message: OutboundMessage): Array<[name: string, value: string]> {
-  const out: Array<[string, string]> = [
-    ['X-Message-Id', message.id],
-    ['X-Topic', message.topic],
-    ['X-Attempt', String(message.attempt)],
-  ];
+  const out: Array<[string, string]> = [['X-Message-Id', message.id]];
+  // An empty topic (plain SQL may write one) is left out like an empty header: SQS refuses empty
+  // attribute values.
+  if (message.topic !== '') out.push(['X-Topic', message.topic]);
+  out.push(['X-Attempt', String(message.attempt)]);
   const key = messageKeyOf(message);
   if (key !== null) out.push(['X-Message-Key', key]);
   const correlationId = correlationIdOf(message.headers);

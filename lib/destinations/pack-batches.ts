@@ -27,7 +27,7 @@ export function packBatches<T extends { bytes: number }>(entries: readonly T[], 
 /**
  * The shared shape of a destination's `publishBatch`: prepare every message (a message that can
  * never be accepted is permanent and dead at once, with the class `prepare` gives), pack the rest into calls within the limits,
- * send the calls concurrently, and return one outcome per message, in input order.
+ * send the calls one after another, and return one outcome per message, in input order.
  */
 export async function publishInCalls<T extends { bytes: number; index: number }>(
   messages: readonly OutboundMessage[],
@@ -42,10 +42,11 @@ export async function publishInCalls<T extends { bytes: number; index: number }>
     if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true, errorClass: result.errorClass };
     else prepared.push(result);
   });
-  await Promise.all(
-    packBatches(prepared, limits.maxEntries, limits.maxBytes).map(async (call) => {
-      for (const [i, outcome] of (await send(call)).entries()) outcomes[call[i]!.index] = outcome;
-    }),
-  );
+  // One call after another: a `publishBatch` is one of the pass's `outbox.concurrency` call
+  // slots, so the calls a batch of large messages is split into share it instead of each taking
+  // one (ten messages of 600 KB were ten SQS calls of up to 1 MiB at once with a concurrency of 1).
+  for (const call of packBatches(prepared, limits.maxEntries, limits.maxBytes)) {
+    for (const [i, outcome] of (await send(call)).entries()) outcomes[call[i]!.index] = outcome;
+  }
   return outcomes;
 }

@@ -56,7 +56,8 @@ export function sqsMessageAttributes(message: OutboundMessage, withTrace = true)
         `SQS allows at most ${SQS_MAX_MESSAGE_ATTRIBUTES}: remove row headers`,
     };
   }
-  const attributes: Record<string, MessageAttributeValue> = {};
+  // No prototype: a row header named `__proto__` is an attribute like any other, not the object's prototype.
+  const attributes = Object.create(null) as Record<string, MessageAttributeValue>;
   let bytes = 0;
   for (const [name, value] of headers) {
     const reason = invalidAttributeNameReason(name);

@@ -29,6 +29,14 @@ describe('delivery headers', () => {
     ]);
   });
 
+  it('leaves out X-Topic for an empty topic (plain SQL may write one; SQS refuses empty attribute values)', () => {
+    const row = outboundMessage({ topic: '', headers: {} });
+    assert.deepEqual(deliveryHeaders(row), [
+      ['X-Message-Id', row.id],
+      ['X-Attempt', '0'],
+    ]);
+  });
+
   it('finds the correlation id in any casing and ignores an empty one', () => {
     assert.equal(correlationIdOf({ 'X-Correlation-ID': 'c-1' }), 'c-1');
     assert.equal(correlationIdOf({ 'x-correlation-id': '' }), null);
@@ -62,6 +70,14 @@ describe('SQS attribute names', () => {
   it('refuses an attribute value with characters SQS does not accept', () => {
     const result = sqsMessageAttributes(outboundMessage({ headers: { note: 'bell\u0007' } }));
     assert.deepEqual(result, { ok: false, error: 'header "note" contains characters that SQS does not accept in attribute values' });
+  });
+
+  it('sends a row header named __proto__ as an attribute like any other', () => {
+    const headers = JSON.parse('{"__proto__":"v1","tenant":"acme"}') as Record<string, string>;
+    const result = sqsMessageAttributes(outboundMessage({ headers }));
+    assert.ok(result.ok);
+    assert.deepEqual(Object.keys(result.attributes), ['X-Message-Id', 'X-Topic', 'X-Attempt', '__proto__', 'tenant']);
+    assert.deepEqual(Object.getOwnPropertyDescriptor(result.attributes, '__proto__')?.value, { DataType: 'String', StringValue: 'v1' });
   });
 
   it('counts attribute bytes as SQS does: name, data type and value', () => {
