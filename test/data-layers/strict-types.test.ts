@@ -25,7 +25,8 @@ async function tsc(files: string[]): Promise<{ code: number; errorFiles: string[
 
 describe('adapter types under strict nodenext with skipLibCheck off', { timeout: 600_000 }, () => {
   it('Kysely, Knex, postgres.js, TypeORM, Prisma, MikroORM and Sequelize: no error anywhere', async () => {
-    const files = ['kysely', 'knex', 'postgres-js', 'typeorm', 'prisma', 'mikro-orm', 'sequelize'].map((l) => `lib/data-layers/${l}.ts`);
+    // With a typed Kysely database in each transaction form (test/data-layers/types/).
+    const files = [...['kysely', 'knex', 'postgres-js', 'typeorm', 'prisma', 'mikro-orm', 'sequelize'].map((l) => `lib/data-layers/${l}.ts`), 'test/data-layers/types/kysely-typed-database.ts'];
     const { code, output } = await tsc(files);
     assert.equal(code, 0, output);
   });
