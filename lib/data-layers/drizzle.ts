@@ -21,30 +21,60 @@ export type DrizzleTransaction<TQueryResult extends PgQueryResultHKT = PgQueryRe
   TSchema
 >;
 
+type DrizzleSql = typeof import('drizzle-orm').sql;
+
+/** drizzle-orm's `sql` builder once the first statement loaded it (afterwards used without a wait). */
+let drizzleSql: DrizzleSql | undefined;
+
+async function loadDrizzleSql(): Promise<DrizzleSql> {
+  return (drizzleSql ??= (await import('drizzle-orm')).sql);
+}
+
 /** Text with `$n` placeholders as a Drizzle `sql` object whose values are bound parameters. */
-async function toDrizzleSql(text: string, values: unknown[]) {
-  const { sql } = await import('drizzle-orm');
+function toDrizzleSql(sql: DrizzleSql, text: string, values: unknown[]) {
   const parts = text.split(/\$(\d+)/);
   const chunks = parts.map((part, i) => (i % 2 === 0 ? sql.raw(part) : sql.param(values[Number(part) - 1])));
   return sql.join(chunks);
+}
+
+/**
+ * Whether the transaction is open. Drizzle keeps no state of its transactions (only a `rollback`
+ * method, which an ended one has too), so on node-postgres the connection under it is asked what
+ * the server last reported (`getTransactionStatus()`: in a block, or not); on postgres.js, which
+ * reports nothing, a transaction object counts as open.
+ */
+function drizzleInTransaction(tx: object): boolean | undefined {
+  const client = (tx as { session?: { client?: { getTransactionStatus?: () => string | null } } }).session?.client;
+  const status = typeof client?.getTransactionStatus === 'function' ? client.getTransactionStatus() : undefined;
+  if (status === 'T' || status === 'E') return true;
+  if (status === 'I') return false;
+  return typeof (tx as { rollback?: unknown }).rollback === 'function';
 }
 
 /** Wraps a Drizzle transaction for `enqueue` from `queuebox` and for the pull client's `complete`. */
 export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>): CallerExecutor {
   requireObject(tx, 'Drizzle', HINT);
   if (typeof tx.execute !== 'function') throw new UsageError(`expected a Drizzle transaction (${HINT})`);
+  const run = async (sql: DrizzleSql, text: string, values: unknown[]) => rowsOf(await tx.execute(toDrizzleSql(sql, text, values)));
   return callerExecutor({
     library: 'Drizzle',
     hint: HINT,
     dialect: 'postgres',
     style: 'dollar',
-    inTransaction: () => typeof (tx as { rollback?: unknown }).rollback === 'function',
-    run: async (text, values) => rowsOf(await tx.execute(await toDrizzleSql(text, values))),
+    inTransaction: () => drizzleInTransaction(tx),
+    // Sent at once once the builder is loaded, so statements reach the connection in the order
+    // they were called: an enqueue not awaited before the transaction's end goes before it.
+    run: (text, values) => (drizzleSql !== undefined ? run(drizzleSql, text, values) : loadDrizzleSql().then((sql) => run(sql, text, values))),
   });
 }
 
-/** Inserts one outbox message inside the Drizzle transaction `tx`; same validation, errors and sequence as `enqueue`. */
+/**
+ * Inserts one outbox message inside the Drizzle transaction `tx`; same validation, errors and
+ * sequence as `enqueue`. The first call loads drizzle-orm's `sql` builder before it looks at the
+ * transaction, so the check and the statement follow each other without a wait in between.
+ */
 export async function enqueue<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+  if (drizzleSql === undefined) await loadDrizzleSql();
   return enqueueThrough(queueboxTransaction(tx), message, options);
 }
 

@@ -152,7 +152,12 @@ async function insideExecutorTransaction<T>(tx: CallerExecutor, operation: strin
   }
   const result = await work();
   if (tx.inTransaction() === false) {
-    throw new UsageError(`${operation} wrote ${written(result)} after ${tx.library}'s transaction had ended, so it committed on its own, apart from your change. Await ${operation} before ending the transaction.`);
+    // The library reports its transaction ended once its COMMIT or ROLLBACK has been sent, so a
+    // write sent just before it (an enqueue not awaited) ended with it: which of the two cannot be
+    // told from here.
+    throw new UsageError(
+      `${operation} wrote ${written(result)} while ${tx.library}'s transaction was ending or after it had ended: the row either ended with the transaction (committed with your change, or rolled back with it) or committed on its own, apart from your change. Await ${operation} before ending the transaction.`,
+    );
   }
   return result;
 }

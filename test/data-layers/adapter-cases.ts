@@ -126,6 +126,22 @@ export function adapterCases<Tx>(library: string, harness: Harness<Tx>): void {
       assert.deepEqual(await db.query(`SELECT count(*) AS n FROM "${db.schema}".outbox`), before);
     });
 
+    it('leaves no row when an enqueue that was not awaited is followed by a rollback', async () => {
+      let pending: Promise<string> | undefined;
+      await rollingBack(async (tx) => {
+        pending = harness.enqueue(tx, { topic: 'not.awaited', payload: {} }, schema);
+        // Not awaited: the transaction ends while the enqueue is on its way.
+        pending.catch(() => {});
+      });
+      const outcome = await pending!.then(
+        (id) => ({ id }),
+        (error: unknown) => ({ error }),
+      );
+      assert.deepEqual(await db.query(`SELECT id FROM "${db.schema}".outbox WHERE topic = 'not.awaited'`), [], 'no row outlived the rolled-back transaction');
+      // A library that reports its transaction ended may refuse it; the error never claims the row committed.
+      if ('error' in outcome && outcome.error instanceof UsageError) assert.doesNotMatch(outcome.error.message, /so it committed on its own/);
+    });
+
     it('refuses a transaction the library reports ended, writing nothing', async (t) => {
       const ended = harness.ended;
       if (ended === undefined) return t.skip(`${library} does not report an ended transaction`);

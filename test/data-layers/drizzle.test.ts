@@ -26,6 +26,18 @@ for (const driver of ['node-postgres', 'postgres-js'] as const) {
     // A transaction inside a transaction is a savepoint in Drizzle.
     nested: (tx, work) => tx.transaction((inner) => work(inner)),
     outside: () => ({ handle: db, what: 'the Drizzle database object' }),
+    // On node-postgres the connection under a transaction that has ended reports it (postgres.js reports nothing).
+    ...(driver === 'node-postgres'
+      ? {
+          async ended() {
+            let kept: DrizzleTransaction | undefined;
+            await db.transaction(async (tx) => {
+              kept = tx as DrizzleTransaction;
+            });
+            return kept!;
+          },
+        }
+      : {}),
     enqueue,
     queueboxTransaction,
   });
