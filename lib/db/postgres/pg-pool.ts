@@ -66,13 +66,15 @@ function watchCheckedOut(client: pg.PoolClient): { readonly error: Error | undef
   const onError = (error: Error) => {
     lostWith ??= error;
   };
-  client.on('error', onError);
+  // A pool-like object whose clients are no event emitters has no 'error' event to listen for.
+  const emitter = typeof client.on === 'function' && typeof client.removeListener === 'function';
+  if (emitter) client.on('error', onError);
   return {
     get error() {
       return lostWith;
     },
     stop: () => {
-      client.removeListener('error', onError);
+      if (emitter) client.removeListener('error', onError);
     },
   };
 }
