@@ -1,10 +1,11 @@
 /**
  * `queuebox/drizzle`: `enqueue` (and pull `complete`) inside a Drizzle transaction on PostgreSQL,
  * node-postgres or postgres.js driver — `db.transaction(async (tx) => enqueue(tx, message))`; a
- * nested `tx.transaction(…)` (a savepoint) works the same. The statement runs as `tx.execute(sql)`
- * with each value a bound `sql.param`. The database object (`drizzle(…)`, not a transaction: it
- * has no `rollback`) is refused. `drizzle-orm` is imported only when the first statement runs,
- * for its `sql` builder. Drizzle 0.45 has no SQL Server dialect.
+ * nested `tx.transaction(…)` (a savepoint) works the same. On node-postgres the statement runs on
+ * the transaction's own connection, every value bound; on postgres.js as `tx.execute(sql)` with
+ * each value a bound `sql.param`. The database object (`drizzle(…)`, not a transaction: it has no
+ * `rollback`) is refused. `drizzle-orm` is imported only when the first statement on postgres.js
+ * runs, for its `sql` builder. Drizzle 0.45 has no SQL Server dialect.
  */
 import type { TablesRelationalConfig } from 'drizzle-orm';
 import type { PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
@@ -37,6 +38,17 @@ function toDrizzleSql(sql: DrizzleSql, text: string, values: unknown[]) {
   return sql.join(chunks);
 }
 
+/** The node-postgres client under a Drizzle node-postgres transaction (undefined on postgres.js). */
+interface PgClientLike {
+  getTransactionStatus(): string | null;
+  query(text: string, values: unknown[]): Promise<unknown>;
+}
+
+function pgClientOf(tx: object): PgClientLike | undefined {
+  const client = (tx as { session?: { client?: Partial<PgClientLike> } }).session?.client;
+  return typeof client?.getTransactionStatus === 'function' && typeof client.query === 'function' ? (client as PgClientLike) : undefined;
+}
+
 /**
  * Whether the transaction is open. Drizzle keeps no state of its transactions (only a `rollback`
  * method, which an ended one has too), so on node-postgres the connection under it is asked what
@@ -44,14 +56,19 @@ function toDrizzleSql(sql: DrizzleSql, text: string, values: unknown[]) {
  * reports nothing, a transaction object counts as open.
  */
 function drizzleInTransaction(tx: object): boolean | undefined {
-  const client = (tx as { session?: { client?: { getTransactionStatus?: () => string | null } } }).session?.client;
-  const status = typeof client?.getTransactionStatus === 'function' ? client.getTransactionStatus() : undefined;
+  const status = pgClientOf(tx)?.getTransactionStatus();
   if (status === 'T' || status === 'E') return true;
   if (status === 'I') return false;
   return typeof (tx as { rollback?: unknown }).rollback === 'function';
 }
 
-/** Wraps a Drizzle transaction for `enqueue` from `queuebox` and for the pull client's `complete`. */
+/**
+ * Wraps a Drizzle transaction for `enqueue` from `queuebox` and for the pull client's `complete`.
+ * On node-postgres the statement goes to the transaction's own connection at once, as on a `pg`
+ * client, so statements reach it in the order they were called: an enqueue not awaited before the
+ * transaction's end goes ahead of the `COMMIT` or `ROLLBACK`. On postgres.js it runs as
+ * `tx.execute` of drizzle-orm's `sql` builder.
+ */
 export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>): CallerExecutor {
   requireObject(tx, 'Drizzle', HINT);
   if (typeof tx.execute !== 'function') throw new UsageError(`expected a Drizzle transaction (${HINT})`);
@@ -62,19 +79,21 @@ export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record
     dialect: 'postgres',
     style: 'dollar',
     inTransaction: () => drizzleInTransaction(tx),
-    // Sent at once once the builder is loaded, so statements reach the connection in the order
-    // they were called: an enqueue not awaited before the transaction's end goes before it.
-    run: (text, values) => (drizzleSql !== undefined ? run(drizzleSql, text, values) : loadDrizzleSql().then((sql) => run(sql, text, values))),
+    run: (text, values) => {
+      const client = pgClientOf(tx);
+      if (client !== undefined) return client.query(text, values).then(rowsOf);
+      return drizzleSql !== undefined ? run(drizzleSql, text, values) : loadDrizzleSql().then((sql) => run(sql, text, values));
+    },
   });
 }
 
 /**
  * Inserts one outbox message inside the Drizzle transaction `tx`; same validation, errors and
- * sequence as `enqueue`. The first call loads drizzle-orm's `sql` builder before it looks at the
- * transaction, so the check and the statement follow each other without a wait in between.
+ * sequence as `enqueue`. On postgres.js the first call loads drizzle-orm's `sql` builder before it
+ * looks at the transaction, so the check and the statement follow each other without a wait.
  */
 export async function enqueue<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
-  if (drizzleSql === undefined) await loadDrizzleSql();
+  if (drizzleSql === undefined && pgClientOf(tx as object) === undefined) await loadDrizzleSql();
   return enqueueThrough(queueboxTransaction(tx), message, options);
 }
 
