@@ -93,8 +93,10 @@ export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record
  * looks at the transaction, so the check and the statement follow each other without a wait.
  */
 export async function enqueue<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
-  if (drizzleSql === undefined && pgClientOf(tx as object) === undefined) await loadDrizzleSql();
-  return enqueueThrough(queueboxTransaction(tx), message, options);
+  // What is not a Drizzle transaction is refused first, loading nothing.
+  const executor = queueboxTransaction(tx);
+  if (drizzleSql === undefined && pgClientOf(tx) === undefined) await loadDrizzleSql();
+  return enqueueThrough(executor, message, options);
 }
 
 export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
