@@ -5,10 +5,10 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { pgMigrationsTableSql } from '../../lib/db/postgres/migration-script.ts';
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { schemaAtMigration } from '../helpers/schema-at-migration.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { inspectRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
@@ -29,13 +29,7 @@ describe('upgrade: max_attempts counts deliveries (migration 8)', { timeout: 60_
 
   it('converts the rows written before it so each keeps its deliveries, and the new rules give them exactly those', async () => {
     const n = db.driver.ctx.names;
-    await db.query(`DROP SCHEMA "${db.schema}" CASCADE`);
-    await db.query(`CREATE SCHEMA "${db.schema}"`);
-    await db.query(pgMigrationsTableSql(n));
-    for (const migration of pgMigrations.filter((m) => m.version < DELIVERIES)) {
-      await db.query(migration.sql(n));
-      await db.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
-    }
+    await schemaAtMigration(db, DELIVERIES - 1);
     // Written under the old meaning: max_attempts 5 = six deliveries.
     const insert = async (topic: string, state: string, attempt: number, lease = 'NULL'): Promise<string> =>
       (

@@ -7,11 +7,11 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import pg from 'pg';
-import { pgMigrationsTableSql } from '../../lib/db/postgres/migration-script.ts';
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { TransientDatabaseError } from '../../lib/errors.ts';
+import { schemaAtMigration } from '../helpers/schema-at-migration.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 /** The schema is built up to this migration; the next one updates outbox rows. */
@@ -32,14 +32,7 @@ describe('migrate and the statement timeout', { timeout: 60_000 }, () => {
   const versions = async () => (await db.query<{ version: number }>(`SELECT version FROM "${db.schema}".queuebox_migrations ORDER BY version`)).map((r) => r.version);
 
   beforeEach(async () => {
-    const n = db.driver.ctx.names;
-    await db.query(`DROP SCHEMA "${db.schema}" CASCADE`);
-    await db.query(`CREATE SCHEMA "${db.schema}"`);
-    await db.query(pgMigrationsTableSql(n));
-    for (const migration of pgMigrations.filter((m) => m.version <= BEFORE_UPDATE)) {
-      await db.query(migration.sql(n));
-      await db.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
-    }
+    await schemaAtMigration(db, BEFORE_UPDATE);
     await db.query(`INSERT INTO "${db.schema}".outbox (topic, payload) VALUES ('t', '{}')`);
   });
 

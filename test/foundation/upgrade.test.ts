@@ -19,9 +19,10 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
 import type { ClaimRef } from '../../lib/db/driver.ts';
-import { pgMigrationScript, pgMigrationsTableSql } from '../../lib/db/postgres/migration-script.ts';
+import { pgMigrationScript } from '../../lib/db/postgres/migration-script.ts';
 import { pgMigrations } from '../../lib/db/postgres/migrations.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { schemaAtMigration } from '../helpers/schema-at-migration.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 import { claimRecordingDriver, inspectRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
@@ -41,13 +42,7 @@ describe('upgrade from the 0.1.0 schema with rows in flight (PostgreSQL)', { tim
     try {
       // The 0.1.0 schema, as 0.1.0's migrate left it.
       const n = db.driver.ctx.names;
-      await db.query(`DROP SCHEMA "${db.schema}" CASCADE`);
-      await db.query(`CREATE SCHEMA "${db.schema}"`);
-      await db.query(pgMigrationsTableSql(n));
-      for (const migration of pgMigrations.filter((m) => m.version <= RELEASED_0_1_0)) {
-        await db.query(migration.sql(n));
-        await db.query(`INSERT INTO ${n.migrations} (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
-      }
+      await schemaAtMigration(db, RELEASED_0_1_0);
 
       // 12 keys × 8 rows, interleaved, and 24 keyless rows, written by 0.1.0's INSERT in one transaction.
       const messages = [

@@ -142,8 +142,8 @@ function setLocalTimeout(ms: number): string {
   return `SET LOCAL statement_timeout = ${Math.max(1, Math.floor(ms))}`;
 }
 
-/** The connection-level statement timeout of a pool's connections (0: none). */
-function poolStatementTimeoutMs(pool: pg.Pool): number {
+/** The connection-level statement timeout of a pool's connections (ms); infinite when it sets none. */
+export function poolStatementTimeoutMs(pool: pg.Pool): number {
   return Number(pool.options.statement_timeout ?? 0) || Number.POSITIVE_INFINITY;
 }
 

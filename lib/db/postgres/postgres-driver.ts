@@ -19,7 +19,7 @@ import { missingColumns, pgMigrateCheck } from './migration-check.ts';
 import { PG_MIGRATE_LOCK_SQL, pgMigrationsTableSql } from './migration-script.ts';
 import { pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
-import { createPgPool, pgQuery, pgSetTransactionTimeout, pgSimpleQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
+import { createPgPool, pgQuery, pgSetTransactionTimeout, poolStatementTimeoutMs, pgSimpleQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
 import * as scaleOut from './scale-out-queries.ts';
 import { outboxReplayPreview } from './replay-preview.ts';
@@ -49,8 +49,6 @@ export class PostgresDriver implements Driver {
   readonly #outboxBatchSize: number;
   readonly #outboxRowsPerKey: number;
   readonly #useClaimFunctions: boolean;
-  /** The pool's statement timeout (ms; infinite: none), which bounds `migrate`'s lock waits. */
-  readonly #statementTimeoutMs: number;
 
   constructor(options: PostgresDriverOptions) {
     const pool = options.pool ?? createPgPool(options.config.database, options.url);
@@ -64,7 +62,6 @@ export class PostgresDriver implements Driver {
       // Named prepared statements already plan once per connection: no functions then.
       claimFunctions: prepared === true || !this.#useClaimFunctions ? undefined : newClaimFunctionState({ verify: (statement) => this.#verifyClaimFunction(statement) }),
     };
-    this.#statementTimeoutMs = options.pool === undefined ? options.config.database.statementTimeoutMs : Number(options.pool.options.statement_timeout ?? 0) || Number.POSITIVE_INFINITY;
     this.#outboxBatchSize = options.config.outbox?.batchSize ?? DEFAULT_BATCH_SIZE;
     this.ctx.claimFunctionLimit = this.#outboxBatchSize;
     this.#outboxRowsPerKey = outboxRowsPerKey(options.config);
@@ -111,7 +108,8 @@ export class PostgresDriver implements Driver {
    * QueueBox's names that another role owns (`schema-trust.ts`).
    */
   async migrate(): Promise<MigrateResult> {
-    const lockWaitMs = this.#statementTimeoutMs;
+    // The pool's statement timeout (`database.statementTimeoutMs` on QueueBox's own pool) bounds its lock waits.
+    const lockWaitMs = poolStatementTimeoutMs(this.ctx.pool);
     try {
       return await this.#migrate(lockWaitMs);
     } catch (error) {
