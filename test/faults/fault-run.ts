@@ -109,6 +109,8 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
     };
     const router = createRouter([{ topicPattern: '**', destination: 'faults' }]);
     let stop = false;
+    // A kill and a freeze each run owes until one has been injected (see `invoke`).
+    const owed = { kill: true, freeze: true };
     let clientErrors = 0;
     const everyPid: Array<Set<number>> = [];
 
@@ -132,22 +134,33 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
       let invocationEndsAt = Date.now() + timeoutMs;
       let onKill = () => {};
       const killed = new Promise<void>((resolve) => (onKill = resolve));
-      // Every run kills and freezes at least one early invocation of each kind, however fast the
-      // machine drains (a fast run may otherwise end before the 8 % / 10 % draws come up).
-      if (rng.chance(0.08) || index === 2) {
+      // Every run kills and freezes at least one invocation, however fast the machine drains (a
+      // fast run may otherwise end before the 8 % / 10 % draws come up): until one has been, the
+      // next invocation to start takes the owed fault, early in its run. An invocation that ends
+      // before its timer fires (a pass stopped at once by a statement timeout or a restart) hands
+      // the owed fault on to the next one.
+      const owesKill = owed.kill;
+      if (owesKill) owed.kill = false;
+      let killFired = false;
+      if (rng.chance(0.08) || owesKill) {
         timers.push(setTimeout(() => {
+          killFired = true;
           injected.kill++;
           faults.kill();
           void injector.terminate(faults.pids);
           onKill();
-        }, rng.int(100, timeoutMs - 500)));
+        }, owesKill ? rng.int(20, 150) : rng.int(100, timeoutMs - 500)));
       }
-      if (rng.chance(options.brokenFence ? 0.5 : 0.1) || index === 3) {
+      const owesFreeze = owed.freeze;
+      if (owesFreeze) owed.freeze = false;
+      let freezeFired = false;
+      if (rng.chance(options.brokenFence ? 0.5 : 0.1) || owesFreeze) {
         const freezeMs = Math.round(claimTimeoutMs * (1.5 + rng.float()));
         timers.push(setTimeout(() => {
+          freezeFired = true;
           injected.freeze++;
           faults.freeze(freezeMs);
-        }, rng.int(50, timeoutMs - 500)));
+        }, owesFreeze ? rng.int(20, 150) : rng.int(50, timeoutMs - 500)));
       }
       invocationEndsAt = Date.now() + timeoutMs;
       const context = createInvocationContext({ timeoutMs, functionName: `faults-${kind}`, now: () => Date.now() + skewMs });
@@ -204,6 +217,8 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
       }
       await Promise.race([work.catch(() => {}), killed]);
       for (const t of timers) clearTimeout(t);
+      if (owesKill && !killFired) owed.kill = true;
+      if (owesFreeze && !freezeFired) owed.freeze = true;
       clientErrors += faults.clientErrors;
       live.delete(faults);
       if (faults.killed) void pool.end().catch(() => {});
@@ -249,7 +264,8 @@ export async function runFaults(options: FaultRunOptions): Promise<FaultRunResul
         lastDeliveries = delivered;
         log(`${Math.round((now - started) / 1000)} s: ${open} rows open (outbox ${rows[0]!.outbox}, push ${rows[0]!.push}, pull ${rows[0]!.pull}), ${delivered} deliveries, ${rate}/s since the last line`);
       }
-      if (open === 0 || Date.now() - started > maxRunMs) break;
+      // The run goes on, tables empty, until the owed kill and freeze have been injected.
+      if ((open === 0 && injected.kill > 0 && injected.freeze > 0) || Date.now() - started > maxRunMs) break;
     }
     stop = true;
     await injector.stop();
