@@ -227,8 +227,14 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const report = { logger, metrics, sources: config.inbox.sources };
 
   options.scaleOut?.passStarted(() => summary.forwarded + summary.retried + summary.dead);
-  const reclaim = await retryingDeadlockVictim(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), {
-    pauseMs: jitteredPause,
+  // Bounded by the pass's deadline, not the invocation's end (a slow reclaim must not keep the
+  // invocation past the time the pass has); not sent at all once the deadline has passed.
+  const reclaim = await withStatementBudget(
+    () => deadline.remainingMs(),
+    () => retryingDeadlockVictim(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), { pauseMs: jitteredPause }),
+  ).catch((error: unknown) => {
+    if (error instanceof InvocationEndedError) return { ran: false, reclaimed: 0, dead: 0 };
+    throw error;
   });
   summary.reclaimed = reclaim.reclaimed;
   // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).

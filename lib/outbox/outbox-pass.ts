@@ -206,7 +206,16 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // failure, as anything else that fails in the pass.
   const reclaiming = (async () => {
     try {
-      const reclaim = await retryingDeadlockVictim(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), { pauseMs: jitteredPause });
+      // Bounded by the pass's deadline, not the invocation's end: a slow reclaim must not keep the
+      // invocation past the time the pass has (it skips rows others hold locked, so it waits on
+      // none). Not sent at all once the deadline has passed.
+      const reclaim = await withStatementBudget(
+        () => deadline.remainingMs(),
+        () => retryingDeadlockVictim(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), { pauseMs: jitteredPause }),
+      ).catch((error: unknown) => {
+        if (error instanceof InvocationEndedError) return { ran: false, reclaimed: 0, dead: 0 };
+        throw error;
+      });
       reclaimRan = reclaim.ran;
       tally.reclaimed = reclaim.reclaimed;
       if (reclaim.reclaimed > 0) wakeAfterReclaim();

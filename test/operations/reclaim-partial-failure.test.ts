@@ -1,7 +1,7 @@
 /**
  * The reclaim function counts what it did even when one of its two tables fails: the outbox and
  * inbox reclaims run side by side, and when the inbox statement fails (here its statement timeout,
- * while another session holds an expired inbox row) the outbox reclaim has committed all the same
+ * the statement slowed by a trigger) the outbox reclaim has committed all the same
  * — its rows went back to pending or dead. Those are counted (docs/metrics.md: the reclaim function
  * counts the rows it marks dead, so the dead-message alarms see them), then the invocation fails.
  * Before, one failure threw away the other table's counts.
@@ -41,17 +41,21 @@ describe('reclaim function: counts under a partial failure', () => {
     );
     await db.query(`INSERT INTO ${inbox} (source, idempotency_key, aggregate_id, payload, state, attempt, claim_token, claimed_at, lease_expires_at, consumption)
                     VALUES ('shop', 'idem-1', 'a-1', '{}', 'processing', 0, gen_random_uuid(), clock_timestamp() - interval '2 minutes', clock_timestamp() - interval '1 minute', 'push')`);
-    const holder = await db.pool.connect();
-    await holder.query('BEGIN');
-    await holder.query(`SELECT id FROM ${inbox} FOR UPDATE`);
+    // The inbox reclaim outlasts its statement timeout (a trigger that sleeps in it: the reclaim
+    // skips rows others hold locked, so a held row no longer makes it wait).
+    await db.query(`CREATE FUNCTION "${db.schema}".slow_reclaim() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF current_query() LIKE '%lease_expires_at <= statement_timestamp()%' THEN PERFORM pg_sleep(3); END IF;
+        RETURN NULL;
+      END $$`);
+    await db.query(`CREATE TRIGGER slow_reclaim BEFORE UPDATE ON ${inbox} FOR EACH STATEMENT EXECUTE FUNCTION "${db.schema}".slow_reclaim()`);
     let failure: unknown;
     try {
       await reclaimHandler({ force: true }, fakeLambdaContext({ timeoutMs: 30_000 })).catch((e: unknown) => {
         failure = e;
       });
     } finally {
-      await holder.query('ROLLBACK');
-      holder.release();
+      await db.query(`DROP TRIGGER slow_reclaim ON ${inbox}`);
     }
     assert.ok(failure, 'the inbox reclaim failed (statement timeout), so the invocation failed');
     const state = (await db.query<{ state: string }>(`SELECT state FROM ${outbox} WHERE id = $1`, [last]))[0]!.state;

@@ -306,8 +306,11 @@ export async function reclaimExpired(ctx: PgContext, table: string, gateName: st
                 ELSE 'lease expired during ${rule.call} attempt ' || ${ofMax} || ' (the call did not finish within its lease)' END,
               claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
               updated_at = clock_timestamp()
-        WHERE t.state = 'processing' AND t.lease_expires_at <= statement_timestamp() AND (${extraCondition})
-          AND EXISTS (SELECT 1 FROM gate)
+         FROM (SELECT t.id FROM ${table} t
+                WHERE t.state = 'processing' AND t.lease_expires_at <= statement_timestamp() AND (${extraCondition})
+                  AND EXISTS (SELECT 1 FROM gate)
+                  FOR UPDATE OF t SKIP LOCKED) AS expired
+        WHERE t.id = expired.id
     RETURNING t.state)
      SELECT EXISTS (SELECT 1 FROM gate) AS ran,
             (SELECT count(*) FROM moved WHERE state = 'pending') AS reclaimed,

@@ -1,0 +1,136 @@
+import assert from 'node:assert/strict';
+import { afterEach, describe, it } from 'node:test';
+import pg from 'pg';
+import { OutboxPassError, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { runRelayPass } from '../../lib/inbox/relay-pass.ts';
+import { createDeadline } from '../../lib/runtime/deadline.ts';
+import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
+import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
+import { createLogger } from '../../lib/observability/logger.ts';
+import type { TestDatabase } from '../helpers/database.ts';
+import { insertOutboxRows, inspectRows, passFixture, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
+import { RecordingDestination } from '../helpers/recording-destination.ts';
+
+/**
+ * The reclaim never holds a pass past its deadline: it skips expired rows another transaction
+ * holds locked (an application's open transaction, an operator's session), and a reclaim slow for
+ * any other reason is cancelled at the pass's deadline (`deadline.remainingMs`), not at the end
+ * of the invocation. Before, one locked expired row kept every poller and relay invocation
+ * waiting until Lambda timed it out, and the relay forwarded nothing meanwhile.
+ */
+describe('the reclaim: locked rows skipped, bounded by the pass deadline', () => {
+  let db: TestDatabase;
+  withOutboxDatabase((d) => (db = d));
+
+  const expire = (table: 'outbox' | 'inbox', id: string) =>
+    db.query(
+      `UPDATE "${db.schema}".${table} SET state = 'processing', claim_token = gen_random_uuid(),
+              claimed_at = clock_timestamp() - interval '2 minutes', lease_expires_at = clock_timestamp() - interval '1 minute' WHERE id = $1`,
+      [id],
+    );
+
+  /** A connection holding `FOR UPDATE` on the row `id` of `table` until `release`. */
+  async function holdRow(table: 'outbox' | 'inbox', id: string): Promise<{ release: () => Promise<void> }> {
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    await client.query('BEGIN');
+    await client.query(`SELECT 1 FROM "${db.schema}".${table} WHERE id = $1 FOR UPDATE`, [id]);
+    return {
+      release: async () => {
+        await client.query('ROLLBACK');
+        await client.end();
+      },
+    };
+  }
+
+  it('skips an expired row another transaction holds and returns the others; the held row comes back once it is free', async () => {
+    const [held, free] = await insertOutboxRows(db, [
+      { topic: 'orders', payload: { n: 1 } },
+      { topic: 'orders', payload: { n: 2 } },
+    ]);
+    await expire('outbox', held!);
+    await expire('outbox', free!);
+    const lock = await holdRow('outbox', held!);
+    try {
+      const started = Date.now();
+      const first = await db.driver.outboxReclaimExpired({});
+      assert.ok(Date.now() - started < 2000, 'the reclaim did not wait for the held row');
+      assert.deepEqual({ ran: first.ran, reclaimed: first.reclaimed }, { ran: true, reclaimed: 1 });
+      const states = new Map((await inspectRows(db, [held!, free!])).map((r) => [r.id, r.state]));
+      assert.equal(states.get(held!), 'processing');
+      assert.equal(states.get(free!), 'pending');
+    } finally {
+      await lock.release();
+    }
+    const second = await db.driver.outboxReclaimExpired({});
+    assert.equal(second.reclaimed, 1);
+    assert.equal((await inspectRows(db, [held!]))[0]!.state, 'pending');
+  });
+
+  /** Makes every reclaim statement on `table` sleep `seconds` (a statement-level trigger that recognises it). */
+  async function slowReclaim(table: 'outbox' | 'inbox', seconds: number): Promise<void> {
+    await db.query(`CREATE OR REPLACE FUNCTION "${db.schema}".slow_reclaim() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF current_query() LIKE '%lease_expires_at <= statement_timestamp()%' THEN PERFORM pg_sleep(${seconds}); END IF;
+        RETURN NULL;
+      END $$`);
+    await db.query(`CREATE TRIGGER slow_reclaim BEFORE UPDATE ON "${db.schema}".${table} FOR EACH STATEMENT EXECUTE FUNCTION "${db.schema}".slow_reclaim()`);
+    triggers.push(table);
+  }
+  const triggers: string[] = [];
+  afterEach(async () => {
+    for (const table of triggers.splice(0)) await db.query(`DROP TRIGGER slow_reclaim ON "${db.schema}".${table}`);
+  });
+
+  /** Statements of this schema still running (the test's own read excepted). */
+  const running = async () =>
+    (await db.query<{ query: string }>(`SELECT query FROM pg_stat_activity WHERE state <> 'idle' AND pid <> pg_backend_pid() AND query LIKE $1`, [`%${db.schema}%`])).map((r) => r.query);
+
+  it('outbox: a slow reclaim is cancelled at the pass deadline; the due rows are sent beside it and nothing runs on', async () => {
+    await insertOutboxRows(db, Array.from({ length: 3 }, (_, n) => ({ topic: 'orders', payload: { n } })));
+    const [expired] = await insertOutboxRows(db, [{ topic: 'orders', payload: { n: 9 } }]);
+    await expire('outbox', expired!);
+    await slowReclaim('outbox', 30);
+    const destination = new RecordingDestination();
+    const timeoutMs = 6000;
+    const context = createInvocationContext({ timeoutMs });
+    const started = Date.now();
+    const pass = runOutboxPass(passFixture(db, { destinations: [destination], context, marginMs: 3000, mode: 'deadline' }));
+    const error = await pass.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const took = Date.now() - started;
+    assert.ok(error instanceof OutboxPassError, `the cancelled reclaim is the pass's failure: ${String(error)}`);
+    assert.match(String((error as OutboxPassError).cause), /statement timeout/);
+    assert.equal((error as OutboxPassError).summary.sent, 3, 'the claims beside the reclaim sent the due rows');
+    assert.ok(took < timeoutMs - 1500, `the pass returned by its deadline (${took} ms of a ${timeoutMs} ms invocation, margin 3000 ms)`);
+    assert.deepEqual(await running(), []);
+  });
+
+  it('relay: a slow reclaim is cancelled at the pass deadline, not at the end of the invocation', async () => {
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO "${db.schema}".inbox (source, idempotency_key, payload, consumption) VALUES ('shop', 'k1', '{}', 'push') RETURNING id`,
+    );
+    await expire('inbox', rows[0]!.id);
+    await slowReclaim('inbox', 30);
+    const timeoutMs = 6000;
+    const context = createInvocationContext({ timeoutMs });
+    const started = Date.now();
+    const error = await runRelayPass({
+      config: db.config,
+      driver: db.driver,
+      logger: createLogger({ serviceName: 'queuebox', logLevel: 'SILENT' }),
+      metrics: new QueueBoxMetrics({ namespace: 'QueueBoxTest', serviceName: 'queuebox-test', write: () => {} }),
+      deadline: createDeadline(context, 3000),
+      mode: 'drain',
+    }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const took = Date.now() - started;
+    assert.match(String(error), /statement timeout/);
+    assert.ok(took < timeoutMs - 1500, `the relay pass returned by its deadline (${took} ms of a ${timeoutMs} ms invocation, margin 3000 ms)`);
+    assert.deepEqual(await running(), []);
+  });
+});
