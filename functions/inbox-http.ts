@@ -2,13 +2,17 @@
  * Lambda entry point of the HTTP inbox receiver (API Gateway HTTP API payload 2.0 or REST API
  * payload 1.0). The receiver (routes, resolved secrets) is built once per container. A database
  * that cannot be reached, at cold start or later, answers 503 with `Retry-After`: the sender
- * retries and nothing is lost.
+ * retries and nothing is lost. The store's statement is bounded by the invocation's deadline
+ * (`operationBudgetMs`): one still running then is cancelled, nothing is stored, and the answer is
+ * a 503 — never a row committed after the invocation has answered or timed out.
  */
 import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { TransientDatabaseError } from '../lib/errors.ts';
 import { createHttpReceiver, unavailable } from '../lib/inbox/http-receiver.ts';
 import type { ApiGatewayEvent } from '../lib/inbox/http-request.ts';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
+import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 
 const receiverOf = perContainer(createHttpReceiver);
 
@@ -25,7 +29,8 @@ export async function handler(event: ApiGatewayEvent, context?: Context): Promis
   const receive = receiverOf(container);
   const metrics = passMetrics(container);
   try {
-    return await receive(event, metrics);
+    if (!context) return await receive(event, metrics);
+    return await withStatementBudget(operationBudgetMs(context, container.config.lambda.deadlineMarginMs), () => receive(event, metrics));
   } finally {
     metrics.flush();
   }

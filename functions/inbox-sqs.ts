@@ -1,9 +1,14 @@
 /**
  * Lambda entry point of the SQS inbox receiver (SQS trigger with `ReportBatchItemFailures`).
+ * Every store is bounded by the invocation's deadline (`operationBudgetMs`): a record whose store
+ * is cancelled then, or not sent because no time is left, is reported as a batch item failure and
+ * SQS delivers it again — never a row committed after the invocation has ended.
  */
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { createSqsReceiver } from '../lib/inbox/sqs-receiver.ts';
+import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { getContainer, passMetrics, perContainer } from '../lib/runtime/container.ts';
+import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 
 const receiverOf = perContainer(createSqsReceiver);
 
@@ -13,7 +18,7 @@ export async function handler(event: SQSEvent, context: Context): Promise<SQSBat
   const receive = receiverOf(container);
   const metrics = passMetrics(container);
   try {
-    return await receive(event, metrics);
+    return await withStatementBudget(operationBudgetMs(context, container.config.lambda.deadlineMarginMs), () => receive(event, metrics));
   } finally {
     metrics.flush();
   }

@@ -23,6 +23,7 @@ import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
 import { PayloadRejectedError, TransientDatabaseError } from '../errors.ts';
+import { InvocationEndedError } from '../db/statement-budget.ts';
 import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
@@ -117,7 +118,8 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
       // The database refused the body's JSON although the checks above passed it: an invalid body.
       if (error instanceof PayloadRejectedError) throw new InboxRejectionError('invalid_json', `body is not valid JSON: ${error.message}`);
       logger.error('inbox store failed', { source: source.name, error: error as Error });
-      if (error instanceof TransientDatabaseError) return unavailable();
+      // A store cancelled at the invocation's deadline, or not sent for lack of time, stored nothing.
+      if (error instanceof TransientDatabaseError || error instanceof InvocationEndedError) return unavailable();
       return json(500, { error: 'the message could not be stored' });
     }
     metrics.count('inboxMessages', 1, { status: result.duplicate ? 'duplicate' : 'new' });
