@@ -12,7 +12,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import pg from 'pg';
 import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
 import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
-import { retryingDeadlockVictim } from '../deadlock-victim.ts';
+import { isDeadlockVictim, jitteredPause, retryingDeadlockVictim } from '../deadlock-victim.ts';
 import { claimArrayParams } from './uuid-array.ts';
 
 /**
@@ -76,9 +76,9 @@ export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.l
  * transaction's `lock_timeout` back itself (`fencedWriteCount`). A lock wait that reached the
  * lease's end (`lock_not_available`) becomes `FencedLockTimeoutError`.
  */
-export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
+export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues, resentText = text): Promise<pg.QueryResult<R>> {
   try {
-    return db instanceof pg.Pool ? await singleTripPastDeadlocks<R>(db, text, values) : await pgQuery<R>(db, text, values);
+    return db instanceof pg.Pool ? await singleTripPastDeadlocks<R>(db, text, values, resentText) : await pgQuery<R>(db, text, values);
   } catch (error) {
     if (error instanceof TransientDatabaseError && error.code === '55P03') {
       throw new FencedLockTimeoutError('fenced write: a row stayed locked by another transaction until its lease ended; nothing was written', { cause: error });
@@ -95,9 +95,30 @@ export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, 
  * meet such a cycle with a claim that keeps the lock of a row it re-checked and passed over while
  * it waits on the in-flight index for a row this write is finishing: failing the write would
  * leave its rows to their lease, to be reclaimed, charged an attempt and delivered again.
+ *
+ * Sent again, on another connection of the pool, when its connection was lost (terminated by
+ * the server, a failover, a proxy restart, a network reset): the write may or may not have
+ * committed, and the fence decides again. Failing it would leave rows the destination accepted
+ * to the reclaim, charged an attempt and delivered again (or dead when it was their last). A
+ * write that did commit changes nothing the second time: `resentText` is what is sent then (the
+ * sent mark's counts the rows it finds sent under the same token as written).
  */
-async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
-  return retryingDeadlockVictim(() => pgSingleTrip<R>(pool, text, values));
+async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: PgValues, resentText: string): Promise<pg.QueryResult<R>> {
+  let attempt = 0;
+  return retryingDeadlockVictim(() => pgSingleTrip<R>(pool, attempt++ === 0 ? text : resentText, values), {
+    retryable: (error) => isDeadlockVictim(error) || isConnectionLost(error),
+    pauseMs: (n) => jitteredPause(n),
+  });
+}
+
+/** SQLSTATEs and socket errors of a connection that ended under a statement (its outcome unknown). */
+const CONNECTION_LOST = new Set(['57P01', '57P02', '08000', '08003', '08006', 'ECONNRESET', 'EPIPE']);
+
+/** Whether a statement failed because its connection ended (it may have committed; see `singleTripPastDeadlocks`). */
+export function isConnectionLost(error: unknown): boolean {
+  if (!(error instanceof TransientDatabaseError)) return false;
+  if (error.code !== undefined) return CONNECTION_LOST.has(error.code);
+  return /Connection terminated|connection error/i.test(error.message);
 }
 
 /**
@@ -156,16 +177,26 @@ export async function fencedWriteCount(db: PgQueryable, write: (bound: string) =
  * was a third of the client's time in the sent mark (`npm run bench:profile`). An id the server
  * reads as NULL is not changed (`NOT EXISTS`, not `NOT IN`). An id given twice is answered once.
  */
-export async function fencedChangedIds(db: PgQueryable, update: string, values: PgValues, ids: readonly string[]): Promise<string[]> {
-  const { rows } = await fencedQuery<{ n: number }>(db, changedIdsStatement(update), values);
+export async function fencedChangedIds(db: PgQueryable, update: string, values: PgValues, ids: readonly string[], alreadyWritten?: string): Promise<string[]> {
+  const text = changedIdsStatement(update);
+  const { rows } = await fencedQuery<{ n: number }>(db, text, values, alreadyWritten === undefined ? text : changedIdsStatement(update, alreadyWritten));
   return idsChanged(ids, rows);
 }
 
-/** The statement `fencedChangedIds` sends: `update`, answered with the 1-based positions `n` of the ids of `$1` it did not change. */
-export function changedIdsStatement(update: string): string {
-  return `WITH changed AS (${update})
+/**
+ * The statement `fencedChangedIds` sends: `update`, answered with the 1-based positions `n` of the
+ * ids of `$1` it did not change. With `alreadyWritten` (a query of the ids of `$1` that an earlier
+ * run of the same write under the same tokens left written), those count as changed too.
+ */
+export function changedIdsStatement(update: string, alreadyWritten?: string): string {
+  if (alreadyWritten === undefined) {
+    return `WITH changed AS (${update})
   SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
    WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`;
+  }
+  return `WITH changed AS (${update}), written AS (${alreadyWritten})
+  SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
+   WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id) AND NOT EXISTS (SELECT 1 FROM written w WHERE w.id = a.id)`;
 }
 
 /**

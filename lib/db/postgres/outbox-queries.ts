@@ -560,7 +560,17 @@ export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; l
 export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
   if (p.claims.length === 0) return [];
   const ids = p.claims.map((c) => c.id);
-  return fencedChangedIds(ctx.pool, outboxMarkSentUpdate(ctx.names.outbox), claimArrayParams(ctx.pool, ids, p.claims.map((c) => c.token)), ids);
+  return fencedChangedIds(ctx.pool, outboxMarkSentUpdate(ctx.names.outbox), claimArrayParams(ctx.pool, ids, p.claims.map((c) => c.token)), ids, outboxSentUnderToken(ctx.names.outbox));
+}
+
+/**
+ * The claims of `$1`/`$2` already `sent` under their token: an earlier sent mark of theirs landed
+ * (the sent mark keeps `claim_token`; a replay clears it, and a later claim has another token).
+ * Read by a sent mark sent again after its connection was lost, whose first run may have committed.
+ */
+function outboxSentUnderToken(table: string): string {
+  return `SELECT d.id FROM ${table} d JOIN unnest($1::uuid[], $2::uuid[]) AS s(id, token) ON d.id = s.id
+     WHERE d.state = 'sent' AND d.claim_token = s.token`;
 }
 
 /** The fenced sent mark of the claims given as `$1` (ids) and `$2` (tokens), `RETURNING t.id` (for `fencedChangedIds`). */
