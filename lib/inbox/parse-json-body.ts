@@ -182,6 +182,26 @@ function excerpt(token: string): string {
   return token.length <= 40 ? token : `${token.slice(0, 40)}… (${token.length} characters)`;
 }
 
+/** Four hex digits, as a `\u` escape must have them. */
+const HEX4 = /[0-9A-Fa-f]{4}/y;
+
+/**
+ * The code unit of the `\u` escape at `at` (the backslash). When its four characters are not
+ * all hex digits (`\u00zz`) the body is not JSON, and it is refused with `JSON.parse`'s reason:
+ * read as a number, such an escape would pass for another one (`parseInt('00zz', 16)` is 0, NUL).
+ */
+function escapedUnit(text: string, at: number): number {
+  HEX4.lastIndex = at + 2;
+  if (HEX4.test(text)) return parseInt(text.slice(at + 2, at + 6), 16);
+  try {
+    JSON.parse(text);
+  } catch (error) {
+    refuse(`body is not valid JSON: ${(error as Error).message}`);
+  }
+  // Not reached: a string holding a malformed escape is never JSON.
+  refuse(`body is not valid JSON: bad \\u escape at position ${at}`);
+}
+
 /** Scans a string body from `i` (after the quote) to after the closing quote; refuses NUL and lone surrogates. */
 function scanString(text: string, start: number): number {
   let i = start;
@@ -193,10 +213,10 @@ function scanString(text: string, start: number): number {
         i += 2;
         continue;
       }
-      const unit = parseInt(text.slice(i + 2, i + 6), 16);
+      const unit = escapedUnit(text, i);
       if (unit === 0) refuse('body must not contain NUL characters (\\u0000): PostgreSQL cannot store them');
       if (unit >= 0xd800 && unit <= 0xdbff) {
-        const next = text.slice(i + 6, i + 8) === '\\u' ? parseInt(text.slice(i + 8, i + 12), 16) : Number.NaN;
+        const next = text.slice(i + 6, i + 8) === '\\u' ? escapedUnit(text, i + 6) : Number.NaN;
         if (!(next >= 0xdc00 && next <= 0xdfff)) refuse('body contains a lone UTF-16 surrogate escape (\\ud800-\\udbff without its pair), which PostgreSQL cannot store');
         i += 12;
         continue;

@@ -1,6 +1,6 @@
 /**
  * docs/inbox.md: "The text `\\u0000` (an escaped backslash) holds no NUL and is stored as sent",
- * and "a message answered 202 is never one the relay cannot forward". A body holding a backslash
+ * and "the relay can forward every message answered 202 to the outbox". A body holding a backslash
  * followed by `u0000` is accepted, and the relay forwards it: the outbox's check for NUL looks
  * for the character, not for the six characters `\u0000` in the payload's JSON text.
  */

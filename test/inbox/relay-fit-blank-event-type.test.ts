@@ -1,5 +1,5 @@
 /**
- * docs/inbox.md: "a message answered 202 is never one the relay cannot forward". An event type of
+ * docs/inbox.md: "the relay can forward every message answered 202 to the outbox". An event type of
  * only whitespace is a non-empty string, so it is extracted; on a `{{ eventType }}` template the
  * relay's `renderTopic` trims it to an empty topic and would mark the row dead. The receivers
  * render the topic the same way at receipt: HTTP refuses the message (400 `invalid_field`, nothing
