@@ -185,7 +185,7 @@ interface Step {
 /**
  * The key one segment of an override names inside `node` (whose schema is `schema`): a record's
  * key matches a name already there case-insensitively (underscores kept, a `-` matched by `_`),
- * else is the segment in lower case; an object's key is the segment in camelCase.
+ * and a name the file does not have is refused; an object's key is the segment in camelCase.
  */
 function step(segment: string, schema: SchemaNode | undefined, node: Record<string, unknown>, at: readonly string[], variable: string): Step {
   const def = unwrap(schema)?._zod.def;
@@ -194,7 +194,19 @@ function step(segment: string, schema: SchemaNode | undefined, node: Record<stri
     if (names.length > 1) {
       throw new ConfigError([{ key: [...at, segment.toLowerCase()].join('.'), variable, message: `matches ${names.join(' and ')}, which differ only in case or in - and _: rename one to set it from the environment` }]);
     }
-    return { key: names[0] ?? segment.toLowerCase(), schema: def.valueType as SchemaNode };
+    if (names.length === 0) {
+      // A name the file does not have: an override sets a key of an entry, never makes one (a
+      // mistyped name would otherwise start a new source or destination from a few variables).
+      const there = Object.keys(node);
+      throw new ConfigError([
+        {
+          key: [...at, segment.toLowerCase()].join('.'),
+          variable,
+          message: `no entry "${segment.toLowerCase()}" in the file's ${at.join('.') || 'configuration'} (${there.length === 0 ? 'it has none' : `it has ${there.join(', ')}`}): an environment variable sets a key of an entry the file has; add new entries in the file`,
+        },
+      ]);
+    }
+    return { key: names[0]!, schema: def.valueType as SchemaNode };
   }
   if (def?.type === 'array' || def?.type === 'tuple') {
     throw new ConfigError([{ key: at.join('.'), variable, message: 'is a list: its items cannot be set from environment variables (set them in the file)' }]);

@@ -93,9 +93,21 @@ describe('environment override names', () => {
     assert.deepEqual(Object.keys(config.inbox.sources).sort(), ['billing-events', 'partner_orders']);
   });
 
-  it('a source that is not in the file is refused naming the variable that created it', () => {
+  it('a source that is not in the file is refused naming the variable and the names the file has (an override never makes an entry)', () => {
     const error = refusal(() => loadConfig({ input: base, env: { QUEUEBOX_INBOX__SOURCES__PARTNER_ORDERS__CONSUMPTION: 'pull' } }));
-    assert.equal(error.key, 'inbox.sources.partner_orders.type');
-    assert.match(error.message, /inbox\.sources\.partner_orders\.type \(from QUEUEBOX_INBOX__SOURCES__PARTNER_ORDERS__CONSUMPTION\)/);
+    assert.equal(error.key, 'inbox.sources.partner_orders');
+    assert.match(error.message, /inbox\.sources\.partner_orders \(from QUEUEBOX_INBOX__SOURCES__PARTNER_ORDERS__CONSUMPTION\): no entry "partner_orders" in the file's inbox\.sources/);
+  });
+
+  it('a mistyped source or destination name is refused, not made into a new entry from a few variables', () => {
+    const input = { destinations: { orders: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/000000000000/orders' } }, inbox: { sources: { partner: { type: 'sqs' } } } };
+    const source = refusal(() => loadConfig({ input, env: { QUEUEBOX_INBOX__SOURCES__PARTNR__TYPE: 'http', QUEUEBOX_INBOX__SOURCES__PARTNR__PATH: '/open', QUEUEBOX_INBOX__SOURCES__PARTNR__AUTH__TYPE: 'none' } }));
+    assert.equal(source.key, 'inbox.sources.partnr');
+    assert.match(source.message, /it has partner/);
+    const destination = refusal(() => loadConfig({ input, env: { QUEUEBOX_DESTINATIONS__ORDRS__REGION: 'eu-west-1' } }));
+    assert.equal(destination.key, 'destinations.ordrs');
+    assert.match(destination.message, /it has orders/);
+    // The names the file has still take their keys from the environment.
+    assert.equal(loadConfig({ input, env: { QUEUEBOX_DESTINATIONS__ORDERS__REGION: 'eu-west-1' } }).destinations.orders?.region, 'eu-west-1');
   });
 });
