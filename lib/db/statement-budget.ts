@@ -28,8 +28,9 @@ export function statementBudgetMs(): number | undefined {
 
 /**
  * A lease to grant or renew with a statement sent now: `leaseMs`, but no longer than the time left
- * in the invocation. The drivers apply it as late as they can — when the statement's parameters
- * are bound, after waiting for a connection — since the caller sized `leaseMs` a moment earlier.
+ * in the invocation. The drivers apply it as late as they can, since the caller sized `leaseMs` a
+ * moment earlier: PostgreSQL when the statement's parameters are bound, after waiting for a
+ * connection; SQL Server when the request's inputs are bound, before `mssql` takes a connection.
  */
 export function leaseWithinBudget(leaseMs: number): number {
   const ms = statementBudgetMs();

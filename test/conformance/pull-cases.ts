@@ -68,6 +68,17 @@ export function definePullCases(define: DefineCase): void {
     assert.ok(f2);
   });
 
+  define('pullClaimMany treats an empty aggregate id as no aggregate: its rows are claimed freely, none waits for another', async (t) => {
+    // Straight through inboxInsert: receivePull leaves an empty aggregate id out.
+    const pull = (key: string, aggregateId: string) => ({ source: 'orders', idempotencyKey: key, consumption: 'pull' as const, aggregateId });
+    const [e1, e2, a1, e3] = await receiveRows(t, [pull('e1', ''), pull('e2', ''), pull('a1', 'A'), pull('e3', ''), pull('a2', 'A')]);
+    const claimed = await t.driver.pullClaimMany({ source: 'orders', limit: 10, leaseMs: LEASE });
+    assert.deepEqual(claimed.map((r) => r.id).sort(), [e1, e2, a1, e3].sort(), 'every empty-aggregate row at once; A one at a time');
+    assert.ok(claimed.filter((r) => r.id !== a1).every((r) => r.aggregateId === ''));
+    const [e4] = await receiveRows(t, [pull('e4', '')]);
+    assert.deepEqual((await t.driver.pullClaimMany({ source: 'orders', limit: 10, leaseMs: LEASE })).map((r) => r.id), [e4], 'rows under a live lease hold no empty aggregate');
+  });
+
   define('pullClaimMany by four workers at once: every row once, one per aggregate', async (t) => {
     const rows = [];
     for (let n = 0; n < 3; n++) for (const aggregateId of ['a', 'b', 'c', 'd', 'e']) rows.push({ key: `${aggregateId}-${n}`, aggregateId });

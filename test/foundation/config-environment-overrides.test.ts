@@ -100,7 +100,7 @@ describe('environment override names', () => {
   });
 
   it('a mistyped source or destination name is refused, not made into a new entry from a few variables', () => {
-    const input = { destinations: { orders: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/000000000000/orders' } }, inbox: { sources: { partner: { type: 'sqs' } } } };
+    const input = { destinations: { orders: { type: 'sqs' as const, queueUrl: 'https://sqs.eu-west-1.amazonaws.com/000000000000/orders' } }, inbox: { sources: { partner: { type: 'sqs' as const } } } };
     const source = refusal(() => loadConfig({ input, env: { QUEUEBOX_INBOX__SOURCES__PARTNR__TYPE: 'http', QUEUEBOX_INBOX__SOURCES__PARTNR__PATH: '/open', QUEUEBOX_INBOX__SOURCES__PARTNR__AUTH__TYPE: 'none' } }));
     assert.equal(source.key, 'inbox.sources.partnr');
     assert.match(source.message, /it has partner/);

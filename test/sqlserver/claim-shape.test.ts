@@ -216,6 +216,19 @@ describe('SQL Server claim statements', () => {
     assert.ok(eleven.includes("CREATE INDEX [inbox_push_empty_aggregate_idx] ON [dbo].[inbox] (scheduled_at, [sequence]) WHERE state = N''pending'' AND consumption = N''push'' AND aggregate_id = N''''"));
   });
 
+  it('an empty aggregate id is no aggregate for the pull claim either (docs/pull-workers.md, as on PostgreSQL): never an aggregate of the loose scan, claimed freely, no head re-check', () => {
+    const pull = allStatements()['pull claim']!.text;
+    assert.equal(pull.split("k.aggregate_id IS NOT NULL AND k.aggregate_id <> N''").length - 1, 2, 'the loose scan: first aggregate and next aggregate');
+    assert.equal(pull.split("AND (c.aggregate_id IS NULL OR c.aggregate_id = N'')\n").length - 1, 2, 'the free branches: due retries and first attempts');
+    assert.ok(pull.includes("AND (i.aggregate_id IS NULL OR i.aggregate_id = N'' OR NOT EXISTS ("), 'UPDATE');
+    assert.doesNotMatch(pull, /AND c\.aggregate_id IS NULL\s+AND c\.state/, 'not NULL alone');
+    // no pull index filters on the aggregate, so none needs to agree on what empty means
+    const ddl = mssqlMigrations.flatMap((m) => m.statements(names)).join('\n');
+    const filters = [...ddl.matchAll(/CREATE (?:UNIQUE )?INDEX \[inbox_pull_\w+\] ON \S+ \([^)]*\)(?: INCLUDE \([^)]*\))? WHERE (.+?)(?: WITH \(ONLINE = ON\))?'\)/g)].map((m) => m[1]!);
+    assert.ok(filters.length >= 4);
+    for (const filter of filters) assert.doesNotMatch(filter, /aggregate_id/, filter);
+  });
+
   it('one row in flight per key and per push aggregate is a unique index (migration 11); an outbox or relay claim it refuses runs again, up to five times', async () => {
     const eleven = mssqlMigrations.find((m) => m.version === 11)!.statements(names).join('\n');
     assert.ok(eleven.includes("CREATE UNIQUE INDEX [outbox_key_in_flight_idx] ON [dbo].[outbox] ([key]) WHERE state = N''processing'' AND [key] IS NOT NULL AND [key] <> N''''"));

@@ -96,6 +96,22 @@ describe('SQL Server relay forward: the outbox key while an open row has the oth
     assert.deepEqual(forwardItemOf(row, scoped.outbox, 'source-and-aggregate').keyWhileOpen, { key: 'order-7', source: 'shop' });
   });
 
+  it('writes an outbox key of spaces only (an aggregate id of spaces only, outboxKey: aggregate) as no key: the inbox claimed the row as one without aggregate, and enqueue refuses such a key', async () => {
+    const blank: InboxForwardItem = { id: ID, token: TOKEN, outbox: { topic: 'orders', key: '  ', payload: {}, headers: { 'x-source': 'shop' } }, keyWhileOpen: { key: 'shop:  ', source: 'shop' } };
+    const { pool, sent, committed } = standInPool([[], [], [{ id: ID }]]);
+    assert.equal(await inboxForward(pool, names, blank, { maxAttempts: 5 }), true);
+    assert.equal(insertOf(sent).inputs.p_key, null);
+    assert.ok(committed());
+    // the other form's key, when an open row relayed by an earlier version still has it
+    const other = standInPool([[{ held: 1 }], [], [{ id: ID }]]);
+    assert.equal(await inboxForward(other.pool, names, { ...blank, outbox: { ...blank.outbox, key: 'shop: ' }, keyWhileOpen: { key: ' ', source: 'shop' } }, { maxAttempts: 5 }), true);
+    assert.equal(insertOf(other.sent).inputs.p_key, null);
+    // a key with other characters is kept as it is, trailing spaces included
+    const kept = standInPool([[], [], [{ id: ID }]]);
+    assert.equal(await inboxForward(kept.pool, names, { ...blank, outbox: { ...blank.outbox, key: 'shop: ' } }, { maxAttempts: 5 }), true);
+    assert.equal(insertOf(kept.sent).inputs.p_key, 'shop: ');
+  });
+
   it('a lost claim rolls the transaction back: no outbox row survives, whatever key it took', async () => {
     const { pool, committed } = standInPool([[{ held: 1 }], [], []]);
     assert.equal(await inboxForward(pool, names, scoped, { maxAttempts: 5 }), false);

@@ -42,9 +42,25 @@ export const SQLSERVER_TRANCOUNT = 'SELECT @@TRANCOUNT AS depth';
  * order: stricter than PostgreSQL, never looser, so they are accepted.)
  */
 export function assertSqlServerOutboxKey(key: string | null | undefined): void {
-  if (typeof key === 'string' && key !== '' && /^ +$/.test(key)) {
+  if (isSpacesOnly(key)) {
     throw new ValidationError('message.key', `must not be spaces only on SQL Server (got ${key.length} spaces): SQL Server compares it equal to the empty key, which has no order`);
   }
+}
+
+/** A key of one or more spaces and nothing else: SQL Server's `=` finds it equal to `''`. */
+function isSpacesOnly(key: string | null | undefined): key is string {
+  return typeof key === 'string' && /^ +$/.test(key);
+}
+
+/**
+ * The outbox key the relay writes on SQL Server: a key of spaces only (an aggregate id of spaces
+ * only under `inbox.relay.outboxKey: aggregate`) becomes NULL. The relay claim already took such
+ * a push row as one without aggregate (`=` finds it equal to `''`), so the outbox row is keyless
+ * like it, and holds no key `enqueue` would refuse (`assertSqlServerOutboxKey`); failing the
+ * forward instead would fail it on every retry.
+ */
+export function sqlServerRelayOutboxKey(key: string | null | undefined): string | null {
+  return isSpacesOnly(key) ? null : (key ?? null);
 }
 
 /** The outbox INSERT of `enqueue`; returns the statement and the row's id (lower-case). */

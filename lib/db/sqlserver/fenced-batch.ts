@@ -9,7 +9,7 @@
  */
 import sql from 'mssql';
 import type { ClaimRef } from '../driver.ts';
-import { dbNowPlusMs, lowerUuid, msValue, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, leaseParam, lowerUuid, msValue, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 
 /** The four fence conditions (seed: the claim fence) on alias `r`, with the batch row `s(id, token)`. */
 export const FENCE = `r.id = s.id AND r.state = N'processing' AND r.claim_token = s.token AND r.lease_expires_at > SYSUTCDATETIME()`;
@@ -50,7 +50,7 @@ export function buildFencedBatch(
       JSON.stringify(items.map((i) => ({ id: i.id, token: i.token, delayMs: msValue('delayMs', i.delayMs ?? 0, true), error: i.error ?? null }))),
     ),
   ];
-  if (kind === 'renew') params.push(param('p_lease_ms', sql.BigInt, msValue('leaseMs', options.leaseMs ?? 0)));
+  if (kind === 'renew') params.push(leaseParam('p_lease_ms', options.leaseMs ?? 0));
   return {
     text: `DECLARE @v_changed TABLE (id UNIQUEIDENTIFIER NOT NULL);
 UPDATE r

@@ -16,6 +16,7 @@ import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlock
 import { KEY_COLLATION } from './migration-ddl.ts';
 import type { MssqlNames } from './names.ts';
 import { outboxInsert } from './outbox-queries.ts';
+import { sqlServerRelayOutboxKey } from './caller-statements.ts';
 import { buildStats, runStats } from './table-stats.ts';
 import { serializeTraceContext } from '../../observability/trace-context.ts';
 
@@ -161,7 +162,8 @@ export function buildOpenRelayedKeyProbe(names: Pick<MssqlNames, 'outbox'>, keyW
 /**
  * One transaction: insert the outbox row — with `keyWhileOpen.key` instead of its key while an
  * open row relayed from that source has it (`buildOpenRelayedKeyProbe`), so an aggregate's rows
- * keep one key, and their order, across a change of `inbox.relay.outboxKey` — then the fenced
+ * keep one key, and their order, across a change of `inbox.relay.outboxKey`; a key of spaces only
+ * as NULL (`sqlServerRelayOutboxKey`) — then the fenced
  * mark `processed`. When the mark changes no row the claim was lost: the transaction rolls back
  * (no outbox row) and the result is false.
  */
@@ -175,6 +177,7 @@ export async function inboxForward(pool: sql.ConnectionPool, names: MssqlNames, 
           const { recordset } = await runStatement<{ held: number }>(tx, buildOpenRelayedKeyProbe(names, item.keyWhileOpen));
           if (recordset.length > 0) message = { ...message, key: item.keyWhileOpen.key };
         }
+        message = { ...message, key: sqlServerRelayOutboxKey(message.key) };
         await outboxInsert(names, tx, message, defaults);
         const changed = await runFencedBatch(tx, buildFencedBatch(names.inbox, 'processed', [item]));
         if (changed.length !== 1) throw new ForwardClaimLost();

@@ -8,7 +8,7 @@
 import sql from 'mssql';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { ConfigError, TransientDatabaseError, UsageError } from '../../errors.ts';
-import { requireStatementBudgetMs } from '../statement-budget.ts';
+import { leaseWithinBudget, requireStatementBudgetMs } from '../statement-budget.ts';
 import { isDeadlockVictim, jitteredPause, retryingDeadlockVictim } from '../deadlock-victim.ts';
 import { LEFTOVER_TRANSACTION, mapMssqlError } from './error-map.ts';
 
@@ -61,6 +61,11 @@ export interface MssqlParam {
   name: string;
   type: sql.ISqlType | (() => sql.ISqlType);
   value: unknown;
+  /**
+   * A lease of an invocation, in milliseconds (`value`): bound as `leaseWithinBudget(value)`, capped
+   * to the time the invocation has left when `runOnce` binds the request's inputs (`boundValue`).
+   */
+  lease?: true;
 }
 
 /** SQL text plus its parameters: built without a server, so tests can inspect it. */
@@ -76,6 +81,22 @@ export type MssqlRunner = sql.ConnectionPool | sql.Transaction;
 export function param(name: string, type: MssqlParam['type'], value: unknown): MssqlParam {
   if (!/^p_[a-z0-9_]+$/.test(name)) throw new Error(`parameter name ${name} must match p_[a-z0-9_]+`);
   return { name, type, value };
+}
+
+/**
+ * A lease parameter (BIGINT milliseconds, see `msValue`) of a claim or renewal: `value` keeps the
+ * lease asked for; the request binds it capped to the invocation's time left (`MssqlParam.lease`).
+ */
+export function leaseParam(name: string, leaseMs: number): MssqlParam {
+  return { ...param(name, sql.BigInt, msValue('leaseMs', leaseMs)), lease: true };
+}
+
+/**
+ * The value a request binds for `p`: a lease capped to the time the invocation has left now (as
+ * PostgreSQL does when it binds a claim's parameters), anything else as built.
+ */
+export function boundValue(p: MssqlParam): unknown {
+  return p.lease === true ? leaseWithinBudget(p.value as number) : p.value;
 }
 
 /** The mssql pool options for this configuration; pure, so the timeouts can be checked without a server. */
@@ -215,7 +236,8 @@ function idlePastReap(pool: sql.ConnectionPool): boolean {
 /**
  * Runs one statement (one round trip) on a pool or a transaction; maps database errors. Inside a
  * pass (`withStatementBudget`) the request times out — and is cancelled on the server — when the
- * invocation's time runs out, if that comes before the pool's request timeout.
+ * invocation's time runs out, if that comes before the pool's request timeout, and its lease
+ * parameters are capped to the time left when they are bound (`boundValue`).
  *
  * A stale connection after a freeze: on the pool, a statement sent after the pool sat idle past its
  * idle timeout that fails because the socket was found dead runs again, once per connection the
@@ -250,7 +272,8 @@ async function runOnce<R>(runner: MssqlRunner, statement: MssqlStatement): Promi
   const budget = requireStatementBudgetMs();
   // `request(overrides)` takes a per-request timeout (mssql ≥ 11; not in its type definitions).
   const request = budget === undefined ? runner.request() : (runner as unknown as { request(overrides: { requestTimeout: number }): sql.Request }).request({ requestTimeout: Math.min(budget, poolRequestTimeoutMs(runner)) });
-  for (const p of statement.params) request.input(p.name, p.type, p.value);
+  // The latest point QueueBox controls: `mssql` takes a pool connection inside `query`, after it.
+  for (const p of statement.params) request.input(p.name, p.type, boundValue(p));
   try {
     return await request.query<R>(statementText(runner, statement));
   } catch (error) {

@@ -16,7 +16,7 @@ import { inClaimTransaction, pullLockExpression } from './claim-locks.ts';
 import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf, viaIndex } from './claim-order.ts';
 import { buildFencedBatch, runFencedBatch, type FencedKind } from './fenced-batch.ts';
 import { DECLARE_INBOX_CLAIMED, INBOX_COLUMNS, type InboxDbRow, toInboxRow } from './inbox-rows.ts';
-import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, leaseParam, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 
 const PULL_ONLY = ` AND r.consumption = N'pull'`;
@@ -42,6 +42,15 @@ function ofSource(a: string): string {
   return `${a}.source = @p_source AND ${a}.source_bytes = DATALENGTH(@p_source) AND ${a}.consumption = N'pull'`;
 }
 
+/**
+ * `a` (alias of a pull row) has no aggregate: NULL or the empty string, as on PostgreSQL and for
+ * push rows (`noAggregate` in `inbox-claim.ts`). `=` ignores trailing spaces, so an aggregate id
+ * of spaces only counts as empty too.
+ */
+function noAggregate(a: string): string {
+  return `(${a}.aggregate_id IS NULL OR ${a}.aggregate_id = N'')`;
+}
+
 /** A row a pull claim may take (alias `a`): due `pending`, or `processing` with an expired lease. */
 function claimable(a: string): string {
   return `((${a}.state = N'pending' AND ${a}.scheduled_at <= SYSUTCDATETIME()) OR (${a}.state = N'processing' AND ${a}.lease_expires_at <= SYSUTCDATETIME()))`;
@@ -58,20 +67,21 @@ const LOST_LEASE_SET = `attempt = CASE WHEN i.state = N'processing' THEN i.attem
 /**
  * The claim batch: under the transaction-owned lock of the exact source (its SHA-256), due
  * `pending` rows and expired `processing` rows of the source, at most one per aggregate (its head
- * by `sequence` among open rows), none of an aggregate with a row under a live lease, due retries
- * first. Aggregates come from a loose index scan of the pull head index, so the claim costs the
- * number of open aggregates of the source, not the rows waiting behind them. Rows come back in
- * claim order (retries first, then `scheduled_at, created_at, id`), sorted by SQL.
+ * by `sequence` among open rows), none of an aggregate with a row under a live lease, rows without
+ * aggregate (NULL or `''`) freely, due retries first. Aggregates come from a loose index scan of
+ * the pull head index, so the claim costs the number of open aggregates of the source, not the
+ * rows waiting behind them. Rows come back in claim order (retries first, then `scheduled_at,
+ * created_at, id`), sorted by SQL.
  */
 export function buildPullClaim(names: MssqlNames, p: { source: string; limit: number; leaseMs: number }): MssqlStatement {
   const t = names.inbox;
   const order = ['scheduled_at', 'created_at', 'id'] as const;
   const free = (attempts: string) => `             FROM ${t} AS c WITH (READCOMMITTEDLOCK, READPAST)
-            WHERE ${ofSource('c')} AND ${attempts} AND c.aggregate_id IS NULL
+            WHERE ${ofSource('c')} AND ${attempts} AND ${noAggregate('c')}
               AND c.state IN (N'pending', N'processing') AND ${claimable('c')}`;
   const claim = `${DECLARE_PICKED}
 ${DECLARE_INBOX_CLAIMED}
-WITH ${looseIndexScan('open_aggregates', t, 'aggregate_id', `${ofSource('k')} AND k.state IN (N'pending', N'processing')`, false)},
+WITH ${looseIndexScan('open_aggregates', t, 'aggregate_id', `${ofSource('k')} AND k.state IN (N'pending', N'processing')`, true)},
 heads AS (
   SELECT h.id, h.attempt, h.scheduled_at, h.created_at
     FROM open_aggregates AS k
@@ -105,7 +115,7 @@ OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
   FROM ${t} AS i ${viaIndex(`${names.inboxTable}_pkey`, true, 'UPDLOCK, READPAST, ROWLOCK')}
  INNER JOIN @v_picked AS p ON p.id = i.id
  WHERE ${ofSource('i')} AND ${claimable('i')}
-   AND (i.aggregate_id IS NULL OR NOT EXISTS (
+   AND (i.aggregate_id IS NULL OR i.aggregate_id = N'' OR NOT EXISTS (
          SELECT 1 FROM ${t} AS h WITH (READCOMMITTEDLOCK)
           WHERE ${ofSource('h')} AND h.aggregate_id = i.aggregate_id
             AND h.state IN (N'pending', N'processing') AND h.[sequence] < i.[sequence]));`;
@@ -118,8 +128,9 @@ OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
     params: [
       param('p_source', sql.NVarChar(255), p.source),
       param('p_limit', sql.Int, p.limit),
-      param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs)),
-      param('p_lease_floor_ms', sql.BigInt, Math.min(msValue('leaseMs', p.leaseMs), PULL_LEASE_FLOOR_MS)),
+      leaseParam('p_lease_ms', p.leaseMs),
+      // capped as a lease too, so the floor never lifts the lease above the invocation's time left
+      leaseParam('p_lease_floor_ms', Math.min(msValue('leaseMs', p.leaseMs), PULL_LEASE_FLOOR_MS)),
     ],
   };
 }

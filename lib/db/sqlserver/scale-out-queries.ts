@@ -11,7 +11,7 @@
 import sql from 'mssql';
 import type { ScaleOutSlot, ScaleOutWorker } from '../driver.ts';
 import { scaleOutSlotName, scaleOutSlotNumber, scaleOutSlotPrefix } from '../scale-out-slot-name.ts';
-import { dbNowPlusMs, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { dbNowPlusMs, leaseParam, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
 
 /** The token of `column`: microseconds since 1970, as text. */
@@ -90,7 +90,8 @@ SELECT ${token('last_run_at')} AS token FROM @v_started;`,
     params: [
       param('p_slot_name', sql.NVarChar(255), scaleOutSlotName(p.worker, names.outboxTable, p.slot.slot)),
       param('p_token', sql.NVarChar(20), p.slot.token),
-      param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs)),
+      // the started pass's own invocation: its lease ends with it (the acquire's start window does not)
+      leaseParam('p_lease_ms', p.leaseMs),
     ],
   };
 }

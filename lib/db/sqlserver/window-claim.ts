@@ -18,7 +18,7 @@
 import sql from 'mssql';
 import { inClaimTransaction, lockNameLiteral } from './claim-locks.ts';
 import { CLAIM_SET, DECLARE_PICKED, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
-import { msValue, param, type MssqlStatement } from './mssql-pool.ts';
+import { leaseParam, param, type MssqlStatement } from './mssql-pool.ts';
 
 /** The open states: the head index's filter, written as it is there. */
 export const OPEN = `IN (N'pending', N'processing')`;
@@ -129,6 +129,6 @@ OUTPUT ${shape.columns.map((c) => `inserted.${c}`).join(', ')}${priority}
           WHERE ${shape.lowerOpen('h', target)}));`;
   return {
     text: inClaimTransaction(lockNameLiteral(shape.lockName), claim, `SELECT ${shape.columns.join(', ')} FROM @v_claimed ORDER BY [sequence];`),
-    params: [param('p_limit', sql.Int, p.limit), param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs))],
+    params: [param('p_limit', sql.Int, p.limit), leaseParam('p_lease_ms', p.leaseMs)],
   };
 }
