@@ -10,7 +10,7 @@ import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { runRelayPass, type RelaySummary } from '../lib/inbox/relay-pass.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
-import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
+import { hasTimeToClaim, recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
 import { lambdaInvoker, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
 
@@ -35,6 +35,8 @@ export function createInboxRelay(options: InboxRelayOptions = {}): (event: unkno
     container.logger.addContext(context);
     const metrics = passMetrics(container);
     const deadline = createDeadline(context, container.config.lambda.deadlineMarginMs);
+    // An invocation too short for its margin claims nothing and records no heartbeat (its alarm fires).
+    const timeToClaim = hasTimeToClaim({ deadlineMs: deadline.remainingMs(), invocationMs: deadline.invocationRemainingMs(), marginMs: container.config.lambda.deadlineMarginMs, worker: 'inboxRelay', logger: container.logger });
     try {
       // A start event of scale-out takes its slot over (or finds it gone: no pass runs).
       const scaleOut = await withStatementBudget(deadline.invocationRemainingMs, () =>
@@ -53,7 +55,7 @@ export function createInboxRelay(options: InboxRelayOptions = {}): (event: unkno
       if (!scaleOut.runPass) return { ...NO_PASS, scaleOut: scaleOut.report };
       try {
         const summary = await runRelayPass({ ...container, metrics, deadline, mode: scaleOut.mode, scaleOut: scaleOut.hook });
-        await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'inboxRelay', remainingMs: deadline.invocationRemainingMs });
+        if (timeToClaim) await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'inboxRelay', remainingMs: deadline.invocationRemainingMs });
         container.logger.info('inbox relay pass', { ...summary, scaleOut: scaleOut.report });
         return { ...summary, scaleOut: scaleOut.report };
       } finally {

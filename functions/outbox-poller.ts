@@ -15,7 +15,7 @@ import { createRouter, type Router } from '../lib/outbox/routes.ts';
 import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
-import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
+import { hasTimeToClaim, recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
 import { lambdaInvoker, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
 
@@ -54,6 +54,8 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     const logger = container.logger;
     logger.addContext(context);
     const deadline = createDeadline(context, container.config.lambda.deadlineMarginMs);
+    // An invocation too short for its margin claims nothing and records no heartbeat (its alarm fires).
+    const timeToClaim = hasTimeToClaim({ deadlineMs: deadline.remainingMs(), invocationMs: deadline.invocationRemainingMs(), marginMs: container.config.lambda.deadlineMarginMs, worker: 'outboxPoller', logger: logger });
     try {
       // A start event of scale-out takes its slot over (or finds it gone: no pass runs).
       const scaleOut = await withStatementBudget(deadline.invocationRemainingMs, () =>
@@ -82,7 +84,7 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
           mode: scaleOut.mode,
           scaleOut: scaleOut.hook,
         }));
-        await recordPassFinished({ driver: container.driver, metrics, logger, worker: 'outboxPoller', remainingMs: deadline.invocationRemainingMs });
+        if (timeToClaim) await recordPassFinished({ driver: container.driver, metrics, logger, worker: 'outboxPoller', remainingMs: deadline.invocationRemainingMs });
         logger.info('outbox pass finished', { summary, scaleOut: scaleOut.report });
         return { ...summary, scaleOut: scaleOut.report };
       } finally {

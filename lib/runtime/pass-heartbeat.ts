@@ -31,3 +31,25 @@ export async function recordPassFinished(options: PassHeartbeatOptions): Promise
     logger.warn('the finished pass was not recorded in the database: queuebox status shows an earlier one', { worker, error: String(error) });
   }
 }
+
+/**
+ * Least time a pass needs before its deadline to claim at all (ms): the outbox pass's claim
+ * window and the relay's least lease are both 1 s.
+ */
+export const MIN_TIME_TO_CLAIM_MS = 1000;
+
+/**
+ * Whether an invocation that starts now leaves its pass time to claim: `deadlineMs` (the time to
+ * the pass's deadline, the invocation's less `lambda.deadlineMarginMs`) at least
+ * `MIN_TIME_TO_CLAIM_MS`. When not, it logs an error naming the settings: every such invocation
+ * would run a pass that claims nothing, and must not count as a finished pass (the heartbeat
+ * alarm is what tells the operator that nothing moves).
+ */
+export function hasTimeToClaim(options: { deadlineMs: number; invocationMs: number; marginMs: number; worker: PassWorker; logger: Pick<PassLogger, 'error'> }): boolean {
+  if (options.deadlineMs >= MIN_TIME_TO_CLAIM_MS) return true;
+  options.logger.error(
+    `the invocation leaves its pass no time to claim: ${options.invocationMs} ms left at its start, lambda.deadlineMarginMs ${options.marginMs}; raise the function's timeout above the margin + ${MIN_TIME_TO_CLAIM_MS} ms, or lower lambda.deadlineMarginMs (no heartbeat is recorded)`,
+    { worker: options.worker },
+  );
+  return false;
+}

@@ -32,7 +32,7 @@ describe('heartbeat of the scheduled functions', () => {
   const invoke: Record<PassWorker, () => Promise<unknown>> = {
     // Past the deadline margin and the least claim window (1 s each): the pass claims.
     outboxPoller: () => poller({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 2200 })),
-    inboxRelay: () => relayHandler({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 1300 })),
+    inboxRelay: () => relayHandler({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 2200 })),
     reclaim: () => reclaimHandler({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 1300 })),
   };
 
@@ -96,6 +96,26 @@ describe('heartbeat of the scheduled functions', () => {
     assert.equal(emfSamples(lines).filter((s) => s.name === METRICS.passesFinished.name).length, 0, 'no heartbeat: the alarm sees a missing datapoint');
     assert.deepEqual((await db.driver.passListFinished()).find((p) => p.worker === 'outboxPoller')!.finishedAt, stampedBefore);
   });
+
+  for (const worker of ['outboxPoller', 'inboxRelay'] as const) {
+    it(`${worker}: an invocation whose timeout leaves no time to claim past the deadline margin records no heartbeat and logs an error naming the settings`, async () => {
+      lines = [];
+      const errors = createLogger({ serviceName: 'orders-svc', logLevel: 'ERROR' });
+      setContainer({ config: db.config, driver: db.driver, logger: errors, env: {}, writeMetrics: (line) => lines.push(line) });
+      const logged: string[] = [];
+      const write = process.stderr.write.bind(process.stderr);
+      process.stderr.write = ((chunk: string | Uint8Array, ...rest: never[]) => (typeof chunk === 'string' ? logged.push(chunk) > 0 : write(chunk, ...rest))) as typeof process.stderr.write;
+      // 1.5 s: past the 1 s margin, but not by the 1 s a pass needs to claim.
+      const context = fakeLambdaContext({ timeoutMs: 1500 });
+      await (worker === 'outboxPoller' ? poller({ source: 'aws.events' }, context) : relayHandler({ source: 'aws.events' }, context)).finally(() => {
+        process.stderr.write = write;
+      });
+      assert.equal(emfSamples(lines).filter((s) => s.name === METRICS.passesFinished.name).length, 0, 'no heartbeat: the alarm fires');
+      const error = logged.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.level === 'ERROR');
+      assert.match(String(error?.message), /no time to claim: \d+ ms left at its start, lambda\.deadlineMarginMs 1000/);
+      assert.equal(error?.worker, worker);
+    });
+  }
 
   it('a stamp the database refuses is logged as a warning; the pass still returns and still counts its heartbeat', async () => {
     lines = [];
