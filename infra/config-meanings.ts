@@ -105,9 +105,9 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'retention.inboxReplayHorizonHours': 'Inbox rows of `github` sources (no signed timestamp: only the stored key answers a replay) are deleted only once also older than this.',
   'secrets.maxAgeSeconds': 'A secret read from Secrets Manager or SSM (database connection string, source secrets under `QUEUEBOX_SECRETS_PARAMETER_PATH`) is read again once it is this old; a changed database secret reconnects.',
   'secrets.minRefetchSeconds': 'A refused signature or token, or a refused database login, reads its secret again at most this often (per secret), so forged requests cannot flood SSM.',
-  'observability.namespace': 'CloudWatch metrics namespace (dashboard and alarms use it).',
-  'observability.serviceName': '`service` dimension of every metric and logger service name.',
+  'observability.namespace': 'CloudWatch metrics namespace (dashboard and alarms use it): printable ASCII, not all spaces, not starting with `:` or `AWS/` (reserved for AWS services), which CloudWatch refuses.',
+  'observability.serviceName': '`service` dimension of every metric and logger service name: printable ASCII, not all spaces (CloudWatch refuses others as a dimension value).',
   'observability.tracing': 'AWS X-Ray tracing (Powertools Tracer): the poller invocation, each destination call and its SDK request as subsegments; the deployed functions get active tracing.',
   'observability.logLevel': 'Log level. `POWERTOOLS_LOG_LEVEL` overrides the file; `QUEUEBOX_OBSERVABILITY__LOG_LEVEL` overrides both.',
-  'lambda.deadlineMarginMs': 'Time kept back from `getRemainingTimeInMillis()` for settling and returning.',
+  'lambda.deadlineMarginMs': 'Time kept back from `getRemainingTimeInMillis()` for settling and returning; less than 899000 (Lambda\'s longest timeout, 900 s, less the 1 s in which a pass still claims). Packaging refuses an `outboxPoller` or `inboxRelay` timeout no longer than this margin plus 1 s: its passes would claim nothing.',
 };

@@ -269,12 +269,28 @@ export const secretsSchema = z
 /** Powertools Logger levels, most verbose first. */
 export const LOG_LEVELS = ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'CRITICAL', 'SILENT'] as const;
 
+/** Printable ASCII (space to `~`): CloudWatch takes no control characters and nothing beyond ASCII in a namespace or dimension value. */
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+/**
+ * A name CloudWatch takes as a metric namespace or dimension value (PutMetricData): 1 to 255
+ * printable ASCII characters, not all spaces. Refused here because CloudWatch drops what it refuses
+ * (the metrics are missing, the alarms watch nothing) instead of failing the function.
+ */
+const cloudWatchName = z
+  .string()
+  .max(255)
+  .regex(PRINTABLE_ASCII, 'must be printable ASCII (letters, digits, spaces and punctuation): CloudWatch refuses control characters and non-ASCII ones')
+  .refine((value) => value.trim() !== '', 'must have at least one character other than a space');
+
 export const observabilitySchema = z
   .strictObject({
-    /** CloudWatch metrics namespace. */
-    namespace: z.string().min(1).max(255).default('QueueBox'),
+    /** CloudWatch metrics namespace; `AWS/` is reserved for AWS services and a namespace may not start with `:` (PutMetricData). */
+    namespace: cloudWatchName
+      .refine((value) => !value.startsWith(':'), 'must not start with ":" (CloudWatch refuses such a namespace)')
+      .refine((value) => !value.startsWith('AWS/'), 'must not start with "AWS/": reserved for AWS services, CloudWatch refuses it')
+      .default('QueueBox'),
     /** `service` dimension and logger service name. */
-    serviceName: z.string().min(1).max(255).default('queuebox'),
+    serviceName: cloudWatchName.default('queuebox'),
     /** Log level; `POWERTOOLS_LOG_LEVEL` overrides the file, `QUEUEBOX_OBSERVABILITY__LOG_LEVEL` overrides both. */
     logLevel: z.enum(LOG_LEVELS).default('INFO'),
     /** AWS X-Ray tracing through Powertools Tracer (the deployed functions get active tracing). */
@@ -282,10 +298,20 @@ export const observabilitySchema = z
   })
   .prefault({});
 
+/**
+ * The largest `lambda.deadlineMarginMs` plus one: Lambda's longest timeout (900 s) less the 1 s
+ * before the deadline in which a poller or relay pass still claims (`MIN_CLAIM_WINDOW_MS`,
+ * `MIN_LEASE_MS`). With a margin this large no invocation claims anything; packaging also refuses a
+ * margin too large for the functions' own timeouts.
+ */
+const DEADLINE_MARGIN_LIMIT_MS = 899_000;
+
 export const lambdaSchema = z
   .strictObject({
     /** Time kept back from `getRemainingTimeInMillis()` for settling and returning (ms). */
-    deadlineMarginMs: durationMs.default(5000),
+    deadlineMarginMs: nonNegativeInt
+      .lt(DEADLINE_MARGIN_LIMIT_MS, `must be less than ${DEADLINE_MARGIN_LIMIT_MS} ms: Lambda's longest timeout (900 s) less the 1 s a poller or relay pass needs to claim`)
+      .default(5000),
   })
   .prefault({});
 

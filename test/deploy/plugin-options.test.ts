@@ -124,6 +124,41 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.ok(!refusal.includes('hunter2'), 'the refusal does not print the password');
   });
 
+  it('refuses to package a poller or relay whose timeout leaves no time to claim after lambda.deadlineMarginMs', () => {
+    const located = { databaseSecretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:db' };
+    const timeouts = (outboxPoller: number, inboxRelay: number) => parsePluginOptions({ ...located, functions: { outboxPoller: { timeout: outboxPoller }, inboxRelay: { timeout: inboxRelay } } });
+    const config = parseConfig({});
+    // A pass claims only while more than the margin plus 1 s is left: 5 s and 6 s claim nothing.
+    for (const seconds of [5, 6]) {
+      const refusal = deployRefusal(timeouts(seconds, 60), config, 'dev')!;
+      assert.match(refusal, new RegExp(`^outboxPoller: its timeout \\(custom\\.queuebox\\.functions\\.outboxPoller\\.timeout: ${seconds} s\\) is not above lambda\\.deadlineMarginMs \\(5000 ms\\) plus the 1000 ms a pass needs to claim`), String(seconds));
+      assert.match(refusal, /every invocation would claim nothing.*Raise custom\.queuebox\.functions\.outboxPoller\.timeout to at least 7 s or lower lambda\.deadlineMarginMs in queuebox\.yml/);
+      assert.ok(!refusal.includes('inboxRelay'), refusal);
+    }
+    assert.match(deployRefusal(timeouts(60, 6), config, 'dev')!, /^inboxRelay: its timeout \(custom\.queuebox\.functions\.inboxRelay\.timeout: 6 s\) is not above/);
+    assert.equal(deployRefusal(timeouts(7, 7), config, 'dev'), undefined);
+    assert.equal(deployRefusal(timeouts(2, 2), parseConfig({ lambda: { deadlineMarginMs: 500 } }), 'dev'), undefined);
+    assert.match(deployRefusal(timeouts(1, 60), parseConfig({ lambda: { deadlineMarginMs: 0 } }), 'dev')!, /^outboxPoller: .*\(0 ms\)/);
+    // The other functions end their statements within the time they have, whatever the margin.
+    assert.equal(deployRefusal(parsePluginOptions({ ...located, functions: { reclaim: { timeout: 1 }, retention: { timeout: 1 }, inboxHttp: { timeout: 1 } } }), parseConfig({ lambda: { deadlineMarginMs: 1000 } }), 'dev'), undefined);
+  });
+
+  it('refuses to package with a margin too large for both timeouts, naming both functions', () => {
+    const options = parsePluginOptions({ databaseSecretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:db', functions: { outboxPoller: { timeout: 899 }, inboxRelay: { timeout: 899 } } });
+    const refusal = deployRefusal(options, parseConfig({ lambda: { deadlineMarginMs: 898_999 } }), 'dev')!;
+    assert.match(refusal, /^outboxPoller: its timeout \(custom\.queuebox\.functions\.outboxPoller\.timeout: 899 s\) is not above lambda\.deadlineMarginMs \(898999 ms\)/m);
+    assert.match(refusal, /^inboxRelay: its timeout \(custom\.queuebox\.functions\.inboxRelay\.timeout: 899 s\)/m);
+    assert.match(refusal, /Raise custom\.queuebox\.functions\.inboxRelay\.timeout to at least 900 s or lower lambda\.deadlineMarginMs in queuebox\.yml below 898000 ms/);
+    const longest = parsePluginOptions({ databaseSecretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:db', functions: { outboxPoller: { timeout: 900 }, inboxRelay: { timeout: 900 } } });
+    assert.equal(deployRefusal(longest, parseConfig({ lambda: { deadlineMarginMs: 898_999 } }), 'dev'), undefined);
+  });
+
+  it('stops packaging through the plugin when the poller timeout leaves no time to claim', async () => {
+    const { hook } = pluginFor({ allowMissingDatabase: true, functions: { outboxPoller: { timeout: 6 } } });
+    await hook('initialize');
+    await assert.rejects(hook('before:package:createDeploymentArtifacts'), /QueueBox: outboxPoller: its timeout \(custom\.queuebox\.functions\.outboxPoller\.timeout: 6 s\)/);
+  });
+
   it('warns about an HTTP route without authentication', () => {
     assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'none' } } } } })), ['inbox source hook has auth: none: its route POST /inbox/hook accepts requests from anyone']);
     assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotencyKeyPath: '$.id' } } } })), []);

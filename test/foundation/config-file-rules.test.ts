@@ -140,9 +140,19 @@ describe('durations in milliseconds', () => {
     it(`refuses ${key} above ${MAX_TIMER_MS}, naming it`, () => {
       const error = refusal(() => loadConfig({ input: { ...input, database: { ...base.database, ...(input.database as object) } } as never, env: {} }));
       assert.equal(error.key, key, error.message);
-      assert.match(error.issues[0]!.message, /at most 2147483647 ms/);
+      // The margin has a smaller limit of its own (next test).
+      assert.match(error.issues[0]!.message, key === 'lambda.deadlineMarginMs' ? /must be less than 899000 ms/ : /at most 2147483647 ms/);
     });
   }
+
+  it('refuses a lambda.deadlineMarginMs that leaves even Lambda\'s longest timeout (900 s) no second to claim in, naming it', () => {
+    for (const deadlineMarginMs of [899_000, 900_000]) {
+      const error = refusal(() => loadConfig({ input: { ...base, lambda: { deadlineMarginMs } }, env: {} }));
+      assert.equal(error.key, 'lambda.deadlineMarginMs');
+      assert.match(error.issues[0]!.message, /must be less than 899000 ms: Lambda's longest timeout \(900 s\) less the 1 s a poller or relay pass needs to claim/);
+    }
+    assert.equal(loadConfig({ input: { ...base, lambda: { deadlineMarginMs: 898_999 } }, env: {} }).lambda.deadlineMarginMs, 898_999);
+  });
 
   it('accepts MAX_TIMER_MS itself, and an override above it is refused naming the variable', () => {
     assert.equal(loadConfig({ input: { ...base, pull: { pollMs: MAX_TIMER_MS } }, env: {} }).pull.pollMs, MAX_TIMER_MS);
