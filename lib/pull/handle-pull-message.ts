@@ -107,11 +107,15 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
     opened = true;
     if (signal.aborted) throw new OwnershipLostError(message.id, 'the claim was lost or the worker is stopping');
     try {
-      const value = await c.transactions(async (tx) => {
-        const result = await fn(tx);
-        await completeIn(tx);
-        return result;
-      });
+      // A forced shutdown ends the transaction at once (the default runners), not when the handler returns.
+      const value = await c.transactions(
+        async (tx) => {
+          const result = await fn(tx);
+          await completeIn(tx);
+          return result;
+        },
+        { signal: c.forceSignal },
+      );
       committed = true;
       return value;
     } catch (error) {
@@ -129,7 +133,7 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
       if (committed) return 'completed';
       if (fenced || signal.aborted) return ended();
       if (opened) throw transactionError ?? new Error('the handler returned after its transaction failed');
-      await c.transactions(completeIn);
+      await c.transactions(completeIn, { signal: c.forceSignal });
       return 'completed';
     } catch (error) {
       if (committed) {

@@ -18,12 +18,21 @@ export interface MssqlPoolSource {
   pool(): Promise<unknown>;
 }
 
-/** Runs `work(tx)` in a transaction: commit on resolve, rollback (and rethrow) on throw. */
-export type TransactionRunner<Tx> = <T>(work: (tx: Tx) => Promise<T>) => Promise<T>;
+/**
+ * Runs `work(tx)` in a transaction: commit on resolve, rollback (and rethrow) on throw. The worker
+ * passes `signal`, which fires when it stops waiting for the handler (a forced shutdown): a
+ * runner may then end the transaction at once (the worker writes nothing more to the row, and its
+ * completion would be refused); one that ignores it leaves the transaction to the handler.
+ */
+export type TransactionRunner<Tx> = <T>(work: (tx: Tx) => Promise<T>, options?: { signal?: AbortSignal }) => Promise<T>;
 
-/** A runner on a `pg` pool: one pooled client per transaction, released afterwards. */
+/**
+ * A runner on a `pg` pool: one pooled client per transaction, released afterwards. When `signal`
+ * fires while the transaction is open, its connection is terminated (`pg_terminate_backend`), so
+ * the server rolls it back and frees its locks, whatever the handler is doing.
+ */
 export function pgTransactionRunner(pool: pg.Pool): TransactionRunner<pg.PoolClient> {
-  return (work) => pgTransaction(pool, work);
+  return (work, options) => pgTransaction(pool, work, options);
 }
 
 /**

@@ -114,4 +114,42 @@ describe('graceful stop of a pull worker', () => {
     const [again] = await createPullClient(db.driver).claim('force', { batch: 1, leaseMs: 30000 });
     assert.deepEqual([again!.id, again!.attempt], [id, 1]);
   });
+  it('a forced stop ends the handler\'s open business transaction at once: its locks are freed and nothing of it commits, whatever the handler still does', async () => {
+    await db.query(`CREATE TABLE "${db.schema}".orders_paid (order_id text PRIMARY KEY)`);
+    await insertPullRows(db, 'held', [{ key: 'h1' }]);
+    const inTransaction = gate();
+    const worker = createPullWorker({
+      driver: db.driver,
+      source: 'held',
+      batch: 1,
+      concurrency: 1,
+      logger: memoryLogger(),
+      metrics: false,
+      handler: async (message, { transaction }) => {
+        await transaction(async (tx) => {
+          await tx.query(`INSERT INTO "${db.schema}".orders_paid VALUES ($1)`, [message.idempotencyKey]);
+          inTransaction.open();
+          // A slow business statement that outlasts the shutdown timeout.
+          await tx.query('SELECT pg_sleep(5)');
+        });
+      },
+    });
+    worker.start();
+    await inTransaction.promise;
+    const summary = await worker.stop({ timeoutMs: 200 });
+    assert.equal(summary!.abandoned, 1);
+    // Another writer of the same business key is not held up by the abandoned transaction.
+    const client = await db.pool.connect();
+    try {
+      await client.query(`SET lock_timeout = 2000`);
+      await client.query(`INSERT INTO "${db.schema}".orders_paid VALUES ('h1')`);
+    } finally {
+      client.release();
+    }
+    await eventually('no transaction of the handler is left', async () =>
+      (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND pid <> pg_backend_pid()`))[0]!.n === 0,
+    );
+    const [row] = await readPullRows(db, 'held');
+    assert.equal(row!.state, 'processing', 'the row is left to its lease, not completed');
+  });
 });

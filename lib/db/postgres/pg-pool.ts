@@ -266,7 +266,7 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg
  * Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so.
  * Inside a pass, each statement `work` sends through `pgQuery` is bounded by the time left then.
  */
-export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: { signal?: AbortSignal } = {}): Promise<T> {
   let client: pg.PoolClient;
   try {
     client = await pool.connect();
@@ -275,6 +275,14 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   }
   const lost = watchCheckedOut(client);
   let broken = false;
+  // `signal` fired while the transaction is open: end its connection, which rolls it back.
+  const { signal } = options;
+  const end = () => {
+    broken = true;
+    void terminateConnection(pool, client);
+  };
+  if (signal?.aborted) end();
+  signal?.addEventListener('abort', end, { once: true });
   try {
     const budget = requireStatementBudgetMs();
     const ceilingMs = poolStatementTimeoutMs(pool);
@@ -297,8 +305,30 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     }
     throw mapPgError(error);
   } finally {
+    signal?.removeEventListener('abort', end);
     boundedClients.delete(client);
     lost.stop();
     client.release(broken || lost.error !== undefined);
+  }
+}
+
+/**
+ * Terminates the server process of `client` from a connection of its own (not the pool's: every
+ * pooled connection may be busy with the very work being ended). The server rolls back its open
+ * transaction and frees its locks at once, even while a statement runs or the connection sits idle
+ * in the transaction. A failure (no right to signal the process) is logged to stderr, not thrown:
+ * the transaction then ends when its work does.
+ */
+async function terminateConnection(pool: PgPool, client: pg.PoolClient): Promise<void> {
+  const pid = (client as unknown as { processID?: number }).processID;
+  if (typeof pid !== 'number') return;
+  const admin = new pg.Client((pool as unknown as { options: pg.ClientConfig }).options);
+  try {
+    await admin.connect();
+    await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+  } catch (error) {
+    console.error(JSON.stringify({ level: 'WARN', message: 'could not end an abandoned transaction; it ends when its work does', pid, error: String(error) }));
+  } finally {
+    await admin.end().catch(() => {});
   }
 }
