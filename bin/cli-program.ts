@@ -17,13 +17,27 @@ import { QueueBoxError, UsageError } from '../lib/errors.ts';
 import { migrationScript } from '../lib/db/migration-script.ts';
 import { reclaimNow } from '../lib/operations/reclaim-now.ts';
 import { formatReplayPreview } from '../lib/operations/format-replay-preview.ts';
-import { parseReplayRequest, previewReplay, REPLAY_CONFIRM_ABOVE, REPLAY_SAMPLE_SIZE, runReplayCommand } from '../lib/operations/replay.ts';
+import { parseReplayRequest, previewReplay, REPLAY_CONFIRM_ABOVE, REPLAY_SAMPLE_SIZE, runReplayCommand, type ReplayFieldNames } from '../lib/operations/replay.ts';
 import { describeCliError } from '../lib/operations/describe-cli-error.ts';
 import { runRetention } from '../lib/operations/retention.ts';
 import { retentionProgress } from '../lib/operations/retention-progress.ts';
 import { collectStatus, formatStatus } from '../lib/operations/status.ts';
 import type { InboxPutResult } from '../lib/local/local-inbox-put.ts';
 import { packageVersion } from './package-version.ts';
+
+/** The `replay` flag of each request field: a refused request names the flag the operator typed, not the field. */
+const REPLAY_FLAGS: ReplayFieldNames = {
+  table: '--table',
+  ids: '--id',
+  topics: '--topic',
+  destination: '--destination',
+  sources: '--source',
+  consumption: '--consumption',
+  createdFrom: '--created-from',
+  createdTo: '--created-to',
+  lastErrorPrefix: '--last-error',
+  states: '--state',
+};
 
 /** Where the program writes and what it reads. */
 export interface CliIo {
@@ -200,7 +214,7 @@ See docs/operations.md.`,
         ...(opts.createdTo !== undefined ? { createdTo: opts.createdTo } : {}),
         ...(opts.lastError !== undefined ? { lastErrorPrefix: opts.lastError } : {}),
         ...(opts.state ? { states: opts.state } : {}),
-      });
+      }, REPLAY_FLAGS);
       const table = request.table ?? 'outbox';
       return withDriver(true, async (driver, cfg) => {
         if (opts.dryRun) {

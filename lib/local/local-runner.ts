@@ -149,8 +149,11 @@ export function checkLocalRunOptions(options: LocalRunOptions, demo: boolean): v
   }
   if (demo && options.exitWhenDrained && options.messages === undefined) {
     throw new UsageError(
-      '--exit-when-drained needs a finite run: the demo feeds a continuous stream that never drains. Pass --messages N with it, ' +
-        'or --no-demo to drain the backlog of your own database and exit',
+      '--exit-when-drained needs a finite run: the demo feeds a continuous stream that never drains. Pass --messages N with it; ' +
+        // Without the demo a database that holds rows is refused unless --use-existing says so:
+        // the way out names every flag it takes.
+        'or, to drain the backlog of your own database and exit, run queuebox --config <file> local --no-demo --exit-when-drained --use-existing ' +
+        '(the file names your database and destinations; --use-existing lets the run publish the rows it finds)',
     );
   }
 }

@@ -57,7 +57,7 @@ const requestShape = {
   destination: z.string().min(1, 'must not be empty'),
   createdFrom: time,
   createdTo: time,
-  states: z.array(z.enum(['sent', 'dead'], { error: 'replay moves only sent or dead rows' })).min(1, 'must list at least one state'),
+  states: z.array(z.enum(['sent', 'dead'], { error: 'is not a state replay moves (only sent or dead)' })).min(1, 'must list at least one state'),
   table: z.enum(['outbox', 'inbox'], { error: 'must be outbox or inbox' }),
   sources: nonEmptyList(z.string().min(1, 'must not be empty').refine((t) => !t.includes('\0'), 'must not contain a NUL character'), 'source'),
   consumption: z.enum(['push', 'pull'], { error: 'must be push (the relay) or pull' }),
@@ -79,6 +79,29 @@ const requestSchema = z.strictObject({
 
 /** The request keys, as the refusal of an unknown one lists them. */
 const KNOWN_KEYS = 'table, ids, topics, destination, sources, consumption, createdFrom, createdTo, lastErrorPrefix, states';
+
+/** A field of a replay request. */
+export type ReplayField = keyof z.output<typeof requestSchema>;
+
+/**
+ * What an operator surface calls each request field, for its refusals: the CLI passes its flags
+ * (`--created-from`), so a refusal names what the operator typed; the function event and the
+ * console's form, whose fields are the keys, use the keys (the default).
+ */
+export type ReplayFieldNames = Readonly<Record<ReplayField, string>>;
+
+const REQUEST_KEYS: ReplayFieldNames = {
+  table: 'table',
+  ids: 'ids',
+  topics: 'topics',
+  destination: 'destination',
+  sources: 'sources',
+  consumption: 'consumption',
+  createdFrom: 'createdFrom',
+  createdTo: 'createdTo',
+  lastErrorPrefix: 'lastErrorPrefix',
+  states: 'states',
+};
 
 const commandSchema = requestSchema.extend({ dryRun: z.boolean().optional(), yes: z.boolean().optional() }).strict();
 
@@ -114,11 +137,12 @@ export interface ReplayCommand {
 
 /**
  * Validates an operator's replay request (a parsed JSON object, CLI options, a form).
- * Throws `UsageError` naming the offending key; requires at least one of ids, topics,
- * destination, createdFrom, createdTo.
+ * Throws `UsageError` naming the offending field as `names` calls it (default: by key, `ids.0`
+ * for an item of a list); requires at least one of ids, topics, destination, createdFrom,
+ * createdTo, lastErrorPrefix (inbox: sources instead of topics and destination).
  */
-export function parseReplayRequest(input: unknown): ReplayRequest {
-  return toRequest(parseWith(requestSchema, input));
+export function parseReplayRequest(input: unknown, names?: ReplayFieldNames): ReplayRequest {
+  return toRequest(parseWith(requestSchema, input, names), names);
 }
 
 /** Validates the replay function's event (the request keys plus `dryRun` and `yes`). */
@@ -127,7 +151,7 @@ export function parseReplayCommand(input: unknown): ReplayCommand {
   return { request: toRequest(rest), dryRun: dryRun === true, yes: yes === true };
 }
 
-function parseWith<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
+function parseWith<T extends z.ZodType>(schema: T, input: unknown, names?: ReplayFieldNames): z.output<T> {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
     throw new UsageError(`replay: the request must be an object of filters and options (${KNOWN_KEYS})`);
   }
@@ -137,11 +161,25 @@ function parseWith<T extends z.ZodType>(schema: T, input: unknown): z.output<T> 
   if (issue.code === 'unrecognized_keys') {
     throw new UsageError(`replay: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => JSON.stringify(k)).join(', ')} (known: ${KNOWN_KEYS})`);
   }
-  const key = issue.path.map(String).join('.');
-  throw new UsageError(`replay: ${key || 'request'} ${issue.message}`);
+  throw new UsageError(`replay: ${issueSubject(issue.path, input as Record<string, unknown>, names)} ${issue.message}`);
 }
 
-function toRequest(data: z.output<typeof requestSchema>): ReplayRequest {
+/**
+ * What a refusal names: by key, the path (`createdFrom`, `ids.0`); by the surface's own names,
+ * the field's name and, for an item of a list, the item (`--id "nope"`): a flag given several
+ * times has no position an operator would count.
+ */
+function issueSubject(path: readonly PropertyKey[], input: Record<string, unknown>, names: ReplayFieldNames | undefined): string {
+  const [field, index] = path;
+  if (field === undefined) return 'request';
+  if (names === undefined || !Object.hasOwn(names, field)) return path.map(String).join('.');
+  const name = names[field as ReplayField];
+  const list = input[field as string];
+  return typeof index === 'number' && Array.isArray(list) ? `${name} ${JSON.stringify(list[index])}` : name;
+}
+
+function toRequest(data: z.output<typeof requestSchema>, names: ReplayFieldNames = REQUEST_KEYS): ReplayRequest {
+  const named = (fields: readonly ReplayField[]) => fields.map((f) => names[f]);
   const table = data.table ?? 'outbox';
   const request: ReplayRequest = { states: data.states ? [...new Set(data.states)] : ['dead'] };
   if (data.table !== undefined) request.table = data.table;
@@ -155,21 +193,23 @@ function toRequest(data: z.output<typeof requestSchema>): ReplayRequest {
   if (data.lastErrorPrefix !== undefined) request.lastErrorPrefix = data.lastErrorPrefix;
   if (table === 'inbox') {
     const outboxOnly = (['topics', 'destination'] as const).filter((k) => request[k] !== undefined);
-    if (outboxOnly.length > 0) throw new UsageError(`replay: ${outboxOnly.join(' and ')} filter${outboxOnly.length > 1 ? '' : 's'} outbox rows; inbox rows filter by sources (and consumption)`);
+    if (outboxOnly.length > 0) {
+      throw new UsageError(`replay: ${named(outboxOnly).join(' and ')} filter${outboxOnly.length > 1 ? '' : 's'} outbox rows; inbox rows filter by ${names.sources} (and ${names.consumption})`);
+    }
     if (request.states!.some((s) => s !== 'dead')) throw new UsageError('replay: the inbox requeues dead rows only (a processed row was already forwarded or handled)');
   } else {
     const inboxOnly = (['sources', 'consumption'] as const).filter((k) => request[k] !== undefined);
-    if (inboxOnly.length > 0) throw new UsageError(`replay: ${inboxOnly.join(' and ')} filter${inboxOnly.length > 1 ? '' : 's'} inbox rows; add table inbox (--table inbox), or filter outbox rows by topics or destination`);
+    if (inboxOnly.length > 0) {
+      const table = names === REQUEST_KEYS ? 'table inbox (--table inbox)' : `${names.table} inbox`;
+      throw new UsageError(`replay: ${named(inboxOnly).join(' and ')} filter${inboxOnly.length > 1 ? '' : 's'} inbox rows; add ${table}, or filter outbox rows by ${names.topics} or ${names.destination}`);
+    }
   }
   if (!request.ids && !request.topics && request.destination === undefined && !request.sources && !request.createdFrom && !request.createdTo && request.lastErrorPrefix === undefined) {
-    throw new UsageError(
-      table === 'inbox'
-        ? 'replay needs at least one filter: ids, sources, createdFrom, createdTo or lastErrorPrefix'
-        : 'replay needs at least one filter: ids, topics, destination, createdFrom, createdTo or lastErrorPrefix',
-    );
+    const filters = named(table === 'inbox' ? ['ids', 'sources', 'createdFrom', 'createdTo'] : ['ids', 'topics', 'destination', 'createdFrom', 'createdTo']);
+    throw new UsageError(`replay needs at least one filter: ${filters.join(', ')} or ${names.lastErrorPrefix}`);
   }
   if (request.createdFrom instanceof Date && request.createdTo instanceof Date && request.createdFrom >= request.createdTo) {
-    throw new UsageError('replay: createdFrom must be before createdTo');
+    throw new UsageError(`replay: ${names.createdFrom} must be before ${names.createdTo}`);
   }
   return request;
 }

@@ -112,7 +112,7 @@ export default class QueueBoxServerlessPlugin {
     this.config = loadConfig({ path: resolve(this.serverless.serviceDir, this.options.config), env: {} });
     this.deployment = { service: service.service, stage: this.serverless.getProvider('aws').getStage() };
     const namesProblem = deployedNamesProblem(this.deployment);
-    if (namesProblem !== undefined) throw new Error(`QueueBox: ${namesProblem}`);
+    if (namesProblem !== undefined) throw new Error(namesProblem);
     const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
     const reserved = Object.fromEntries(Object.entries(this.options.functions).map(([name, settings]) => [name, settings.reservedConcurrency]));
     this.fragment = buildStackFragment(this.config, this.deployment, { outboxPoller, inboxRelay, reclaim }, reserved);

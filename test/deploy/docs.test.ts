@@ -54,6 +54,19 @@ describe('reference docs and monitoring agree with the code', () => {
       for (const d of p.Dimensions) assert.equal(emf[d.Name], d.Value, `${p.MetricName} ${d.Name} value`);
     }
   });
+
+  it("docs/deploy.md's monthly cost counts the alarms the plugin creates, and prices them at $0.10 each beyond the free 10", () => {
+    // The alarms do not depend on the configuration, only on the schedules (a heartbeat per
+    // scheduled pass): the defaults are what the cost section prices.
+    const count = Object.keys(alarmResources(config)).length;
+    const page = readFileSync('docs/deploy.md', 'utf8');
+    const row = /^\| Alarms \| (\d+) standard alarms, one metric each \| \$(\d+\.\d\d) \|$/m.exec(page);
+    assert.ok(row, 'the CloudWatch table has an Alarms row');
+    assert.deepEqual([Number(row[1]), row[2]], [count, (count * 0.1).toFixed(2)]);
+    const beyondFree = /\$(\d+\.\d\d) for (\d+) alarms/.exec(page);
+    assert.ok(beyondFree, 'the free-tier sentence prices the alarms beyond the free 10');
+    assert.deepEqual([Number(beyondFree[2]), beyondFree[1]], [count - 10, ((count - 10) * 0.1).toFixed(2)]);
+  });
 });
 
 /** Markdown files users read: the README and every page under docs/. */

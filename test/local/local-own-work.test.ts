@@ -107,7 +107,12 @@ describe('queuebox local with your own config and database (no demo)', () => {
     };
     const endless = await cli('local', '--exit-when-drained');
     assert.equal(endless.code, 1);
-    assert.match(endless.stderr, /--exit-when-drained needs a finite run: the demo feeds a continuous stream that never drains\. Pass --messages N with it, or --no-demo/);
+    assert.match(endless.stderr, /--exit-when-drained needs a finite run: the demo feeds a continuous stream that never drains\. Pass --messages N with it/);
+    // The other way out names every flag it needs: without the demo, a database that already
+    // holds rows (the backlog to drain) is refused unless --use-existing is given.
+    const suggested = /to drain the backlog of your own database and exit, run queuebox --config <file> local (--[a-z-]+(?: --[a-z-]+)*)/.exec(endless.stderr);
+    assert.ok(suggested, endless.stderr);
+    assert.deepEqual(suggested[1]!.split(' ').sort(), ['--exit-when-drained', '--no-demo', '--use-existing']);
     const demoFed = await cli('--config', configFile, 'local', '--messages', '3');
     assert.equal(demoFed.code, 1);
     assert.match(demoFed.stderr, /--messages feeds demo orders, and this run has no demo .*pass --demo/);
