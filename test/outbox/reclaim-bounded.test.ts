@@ -67,6 +67,35 @@ describe('the reclaim: locked rows skipped, bounded by the pass deadline', () =>
     assert.equal((await inspectRows(db, [held!]))[0]!.state, 'pending');
   });
 
+  it('takes a claim of several rows of a key whole or not at all: one row held elsewhere keeps the whole claim for a later reclaim, which charges it once', async () => {
+    const ids = await insertOutboxRows(db, [
+      { topic: 'orders', key: 'K', payload: { n: 1 } },
+      { topic: 'orders', key: 'K', payload: { n: 2 } },
+    ]);
+    const claimed = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 30_000, rowsPerKey: 2 });
+    assert.equal(claimed.length, 2, 'one claim holds both rows of the key');
+    await db.query(`UPDATE "${db.schema}".outbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE key = 'K'`);
+    const lock = await holdRow('outbox', ids[1]!);
+    try {
+      const first = await db.driver.outboxReclaimExpired({});
+      assert.equal(first.reclaimed + first.dead, 0, 'the claim is not taken in parts');
+      assert.deepEqual((await inspectRows(db, ids)).map((r) => r.state), ['processing', 'processing']);
+    } finally {
+      await lock.release();
+    }
+    const second = await db.driver.outboxReclaimExpired({});
+    assert.equal(second.reclaimed, 2);
+    const rows = await inspectRows(db, ids);
+    assert.deepEqual(
+      rows.map((r) => [r.state, r.attempt]),
+      [
+        ['pending', 1],
+        ['pending', 0],
+      ],
+      'the lost lease is charged once, to the key\'s first row',
+    );
+  });
+
   /** Makes every reclaim statement on `table` sleep `seconds` (a statement-level trigger that recognises it). */
   async function slowReclaim(table: 'outbox' | 'inbox', seconds: number): Promise<void> {
     await db.query(`CREATE OR REPLACE FUNCTION "${db.schema}".slow_reclaim() RETURNS trigger LANGUAGE plpgsql AS $$

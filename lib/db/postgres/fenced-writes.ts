@@ -317,8 +317,23 @@ export interface LostLeaseRule {
  * meanwhile is the next reclaim's, and the holder's fenced writes already fail on it.
  * `extraCondition` narrows the rows (e.g. push rows only), written against alias `t`;
  * `values` are the rule's bind parameters, numbered from `$3`.
+ *
+ * Rows another transaction holds locked are skipped (`SKIP LOCKED`): the reclaim waits for no
+ * lock, and a later one takes them. `wholeClaim(locked)` — a condition on `t`, given the name of
+ * the set of ids this statement locked — keeps a row only when the rest of its claim was locked
+ * too, so a claim of several rows is never taken in parts (its charge is decided once, with all
+ * of its rows).
  */
-export async function reclaimExpired(ctx: PgContext, table: string, gateName: string, throttleMs: number | undefined, rule: LostLeaseRule, extraCondition = 'TRUE', values: unknown[] = []): Promise<ReclaimResult> {
+export async function reclaimExpired(
+  ctx: PgContext,
+  table: string,
+  gateName: string,
+  throttleMs: number | undefined,
+  rule: LostLeaseRule,
+  extraCondition = 'TRUE',
+  values: unknown[] = [],
+  wholeClaim?: (locked: string) => string,
+): Promise<ReclaimResult> {
   const gate = reclaimGate(ctx, gateName, throttleMs, 1);
   const charged = `(${rule.charged?.rows ?? 'TRUE'})`;
   // The note is bound after the caller's values.
@@ -328,6 +343,11 @@ export async function reclaimExpired(ctx: PgContext, table: string, gateName: st
   const { rows } = await pgQuery<{ ran: boolean; reclaimed: string; dead: string }>(
     ctx.pool,
     `WITH ${gate.cte},
+     expired AS (
+       SELECT t.id FROM ${table} t
+        WHERE t.state = 'processing' AND t.lease_expires_at <= statement_timestamp() AND (${extraCondition})
+          AND EXISTS (SELECT 1 FROM gate)
+          FOR UPDATE OF t SKIP LOCKED),
      moved AS (
        UPDATE ${table} t
           SET state = CASE WHEN ${charged} AND ${last} THEN 'dead' ELSE 'pending' END,
@@ -337,11 +357,8 @@ export async function reclaimExpired(ctx: PgContext, table: string, gateName: st
                 ELSE 'lease expired during ${rule.call} attempt ' || ${ofMax} || ' (the call did not finish within its lease)' END,
               claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
               updated_at = clock_timestamp()
-         FROM (SELECT t.id FROM ${table} t
-                WHERE t.state = 'processing' AND t.lease_expires_at <= statement_timestamp() AND (${extraCondition})
-                  AND EXISTS (SELECT 1 FROM gate)
-                  FOR UPDATE OF t SKIP LOCKED) AS expired
-        WHERE t.id = expired.id
+         FROM expired
+        WHERE t.id = expired.id${wholeClaim === undefined ? '' : ` AND ${wholeClaim('expired')}`}
     RETURNING t.state)
      SELECT EXISTS (SELECT 1 FROM gate) AS ran,
             (SELECT count(*) FROM moved WHERE state = 'pending') AS reclaimed,

@@ -610,7 +610,22 @@ export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: num
     p.throttleMs,
     { maxAttempts: 't.max_attempts', call: 'delivery', charged: { rows: lostLeaseCharged(t), note: LOST_LEASE_NOT_CHARGED } },
     claimWhole(t),
+    [],
+    (locked) => claimLockedWhole(t, locked),
   );
+}
+
+/**
+ * A row of a key is reclaimed only with every other `processing` row of its claim (`locked`: the
+ * ids the reclaim locked). A row another transaction holds is skipped; were the rest of its claim
+ * taken without it, its key's first row would be charged then, and the skipped row, coming back
+ * later with no earlier row of its claim left, charged again as though it were the first.
+ */
+function claimLockedWhole(t: string, locked: string): string {
+  return `(t.key IS NULL OR t.key = '' OR NOT EXISTS (
+                SELECT 1 FROM ${t} e
+                 WHERE e.key = t.key AND e.state = 'processing' AND e.claim_token = t.claim_token
+                   AND e.id NOT IN (SELECT x.id FROM ${locked} x)))`;
 }
 
 /**
