@@ -10,7 +10,8 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type pg from 'pg';
+import net from 'node:net';
+import pg from 'pg';
 import { createPgPool } from '../../lib/db/postgres/pg-pool.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
@@ -75,6 +76,7 @@ describe('outbox: a settle whose connection is lost is sent again', () => {
     } finally {
       locker.release();
       await driver.close();
+      await pool.end();
     }
   });
 
@@ -113,6 +115,57 @@ describe('outbox: a settle whose connection is lost is sent again', () => {
       );
     } finally {
       await driver.close();
+      await pool.end();
+    }
+  });
+  it('the connection is cut while the sent mark waits on the server, whose first run then commits: the run sent again waits behind it and counts the row as sent', async () => {
+    // A TCP proxy between the pool and the server, so the connection can be cut as a proxy
+    // restart or a network reset cuts it: the first run goes on waiting on the server.
+    const sockets = new Set<net.Socket>();
+    const proxy = net.createServer((inbound) => {
+      const url = new URL(db.url);
+      const outbound = net.connect(Number(url.port || 5432), url.hostname);
+      sockets.add(inbound).add(outbound);
+      inbound.pipe(outbound).pipe(inbound);
+      const close = () => {
+        inbound.destroy();
+        outbound.destroy();
+      };
+      for (const socket of [inbound, outbound]) socket.on('error', close).on('close', close);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const proxied = new URL(db.url);
+    proxied.hostname = '127.0.0.1';
+    proxied.port = String((proxy.address() as net.AddressInfo).port);
+    const pool = createPgPool(db.config.database, proxied.toString());
+    pool.on('error', () => {});
+    const driver = new PostgresDriver({ config: db.config, url: proxied.toString(), pool });
+    const app = new pg.Client({ connectionString: db.url });
+    try {
+      const [id] = await insertOutboxRows(db, [{ topic: 'orders', payload: { n: 1 } }]);
+      const [row] = await db.driver.outboxClaimMany({ limit: 10, leaseMs: 60_000 });
+      const claim = { id: row!.id, token: row!.claimToken };
+      assert.equal(claim.id, id);
+      await app.connect();
+      await app.query('BEGIN');
+      await app.query(`SELECT 1 FROM "${db.schema}".outbox WHERE id = $1 FOR UPDATE`, [id]);
+      const marking = driver.outboxMarkSentMany({ claims: [claim] });
+      const waiting = async () =>
+        (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%SET state = ''sent''%' AND query LIKE $1`, [`%${db.schema}%`]))[0]!.n;
+      for (let i = 0; i < 250 && (await waiting()) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      for (const socket of sockets) socket.destroy();
+      // The run sent again waits behind the first, which still waits on the server.
+      for (let i = 0; i < 250 && (await waiting()) < 2; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(await waiting(), 2, 'both runs wait for the row');
+      await app.query('COMMIT');
+      const marked = await marking;
+      assert.deepEqual(marked, [id], 'the row sent under its own token by the first run counts as sent');
+      assert.equal((await inspectRows(db, [id!]))[0]!.state, 'sent');
+    } finally {
+      await app.end().catch(() => {});
+      await driver.close();
+      await pool.end().catch(() => {});
+      await new Promise((resolve) => proxy.close(resolve));
     }
   });
 });

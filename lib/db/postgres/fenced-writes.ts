@@ -101,7 +101,7 @@ export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, 
  * committed, and the fence decides again. Failing it would leave rows the destination accepted
  * to the reclaim, charged an attempt and delivered again (or dead when it was their last). A
  * write that did commit changes nothing the second time: `resentText` is what is sent then (the
- * sent mark's counts the rows it finds sent under the same token as written).
+ * sent mark's also matches the rows sent under the same token, `outboxMarkSentUpdate`).
  */
 async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: PgValues, resentText: string): Promise<pg.QueryResult<R>> {
   let attempt = 0;
@@ -177,26 +177,17 @@ export async function fencedWriteCount(db: PgQueryable, write: (bound: string) =
  * was a third of the client's time in the sent mark (`npm run bench:profile`). An id the server
  * reads as NULL is not changed (`NOT EXISTS`, not `NOT IN`). An id given twice is answered once.
  */
-export async function fencedChangedIds(db: PgQueryable, update: string, values: PgValues, ids: readonly string[], alreadyWritten?: string): Promise<string[]> {
+export async function fencedChangedIds(db: PgQueryable, update: string, values: PgValues, ids: readonly string[], resentUpdate = update): Promise<string[]> {
   const text = changedIdsStatement(update);
-  const { rows } = await fencedQuery<{ n: number }>(db, text, values, alreadyWritten === undefined ? text : changedIdsStatement(update, alreadyWritten));
+  const { rows } = await fencedQuery<{ n: number }>(db, text, values, resentUpdate === update ? text : changedIdsStatement(resentUpdate));
   return idsChanged(ids, rows);
 }
 
-/**
- * The statement `fencedChangedIds` sends: `update`, answered with the 1-based positions `n` of the
- * ids of `$1` it did not change. With `alreadyWritten` (a query of the ids of `$1` that an earlier
- * run of the same write under the same tokens left written), those count as changed too.
- */
-export function changedIdsStatement(update: string, alreadyWritten?: string): string {
-  if (alreadyWritten === undefined) {
-    return `WITH changed AS (${update})
+/** The statement `fencedChangedIds` sends: `update`, answered with the 1-based positions `n` of the ids of `$1` it did not change. */
+export function changedIdsStatement(update: string): string {
+  return `WITH changed AS (${update})
   SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
    WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`;
-  }
-  return `WITH changed AS (${update}), written AS (${alreadyWritten})
-  SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
-   WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id) AND NOT EXISTS (SELECT 1 FROM written w WHERE w.id = a.id)`;
 }
 
 /**

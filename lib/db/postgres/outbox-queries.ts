@@ -560,25 +560,22 @@ export async function outboxRenewMany(ctx: PgContext, p: { claims: ClaimRef[]; l
 export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[] }): Promise<string[]> {
   if (p.claims.length === 0) return [];
   const ids = p.claims.map((c) => c.id);
-  return fencedChangedIds(ctx.pool, outboxMarkSentUpdate(ctx.names.outbox), claimArrayParams(ctx.pool, ids, p.claims.map((c) => c.token)), ids, outboxSentUnderToken(ctx.names.outbox));
+  return fencedChangedIds(ctx.pool, outboxMarkSentUpdate(ctx.names.outbox), claimArrayParams(ctx.pool, ids, p.claims.map((c) => c.token)), ids, outboxMarkSentUpdate(ctx.names.outbox, true));
 }
 
 /**
- * The claims of `$1`/`$2` already `sent` under their token: an earlier sent mark of theirs landed
- * (the sent mark keeps `claim_token`; a replay clears it, and a later claim has another token).
- * Read by a sent mark sent again after its connection was lost, whose first run may have committed.
+ * The fenced sent mark of the claims given as `$1` (ids) and `$2` (tokens), `RETURNING t.id` (for
+ * `fencedChangedIds`). `resent`: the same mark sent again after its connection was lost, whose
+ * first run may have committed — or may still be running on the server and commit while this one
+ * waits for its lock. A row already `sent` under its token is then matched too (the sent mark keeps
+ * `claim_token`; a replay clears it, and a later claim has another token): the condition is part
+ * of the fence, so PostgreSQL's re-check of a row after a lock wait sees the first run's version.
  */
-function outboxSentUnderToken(table: string): string {
-  return `SELECT d.id FROM ${table} d JOIN unnest($1::uuid[], $2::uuid[]) AS s(id, token) ON d.id = s.id
-     WHERE d.state = 'sent' AND d.claim_token = s.token`;
-}
-
-/** The fenced sent mark of the claims given as `$1` (ids) and `$2` (tokens), `RETURNING t.id` (for `fencedChangedIds`). */
-export function outboxMarkSentUpdate(table: string): string {
+export function outboxMarkSentUpdate(table: string, resent = false): string {
   return `UPDATE ${table} t
         SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
-      WHERE t.id = s.id AND ${FENCE}
+      WHERE t.id = s.id AND ${resent ? `((${FENCE}) OR (t.state = 'sent' AND t.claim_token = s.token))` : FENCE}
   RETURNING t.id`;
 }
 
