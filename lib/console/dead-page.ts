@@ -23,7 +23,8 @@ export function replayLink(kind: TableKind, filter: { ids?: string; label?: stri
   return `/replay/preview${queryString({
     ...(kind === 'inbox' ? { table: 'inbox' } : {}),
     ids: filter.ids,
-    [kind === 'outbox' ? 'topics' : 'sources']: filter.label,
+    // The exact topic or source, never split (`replayInput`).
+    [kind === 'outbox' ? 'topic' : 'source']: filter.label,
     consumption: filter.consumption ?? undefined,
     lastErrorPrefix: filter.error ?? undefined,
   })}`;

@@ -21,13 +21,23 @@ export const REPLAY_PAGE_CAP = 100;
 
 const sameSet = (a: readonly string[], b: readonly string[]) => new Set(a).size === new Set(b).size && a.every((v) => b.includes(v));
 
-const split = (values: string[]) => values.flatMap((v) => v.split(/[\s,]+/)).filter((v) => v !== '');
+const split = (values: string[], separator: RegExp) => values.flatMap((v) => v.split(separator).map((part) => part.trim())).filter((v) => v !== '');
 
-/** The replay request fields present in a query string or form (absent fields stay absent). */
+/**
+ * The replay request fields present in a query string or form (absent fields stay absent). Ids
+ * and states are split on commas and white space; the topics and sources an operator types are
+ * split on commas only, as a topic may hold spaces. A link names one topic or source exactly
+ * (`topic`, `source`, repeatable, never split): a topic may hold commas too, and its pieces may be
+ * topics of their own.
+ */
 export function replayInput(form: URLSearchParams): Record<string, unknown> {
   const input: Record<string, unknown> = {};
-  for (const key of ['ids', 'topics', 'sources', 'states'] as const) {
-    const list = split(form.getAll(key));
+  for (const key of ['ids', 'states'] as const) {
+    const list = split(form.getAll(key), /[\s,]+/);
+    if (list.length > 0) input[key] = list;
+  }
+  for (const [key, exact] of [['topics', 'topic'], ['sources', 'source']] as const) {
+    const list = [...split(form.getAll(key), /,/), ...form.getAll(exact).filter((v) => v !== '')];
     if (list.length > 0) input[key] = list;
   }
   for (const key of ['destination', 'consumption', 'createdFrom', 'createdTo'] as const) {

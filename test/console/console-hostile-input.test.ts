@@ -202,6 +202,27 @@ describe('console: a replay confirm acts on its own preview, once', () => {
   const confirm = (fields: URLSearchParams) =>
     call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url, cookie }, body: fields.toString() });
 
+  it('a dead group\'s link replays that topic only, when the topic holds spaces or commas and its pieces are topics too', async () => {
+    const [group] = await dead(1, 'billing refund, eu');
+    const pieces = [...(await dead(1, 'billing')), ...(await dead(1, 'refund')), ...(await dead(1, 'eu'))];
+    const page = await call(server.url, { path: '/dead', headers: cookie ? { cookie } : {} });
+    cookie ||= page.cookie;
+    const link = [...page.body.matchAll(/href="(\/replay\/preview\?[^"]+)"/g)].map((m) => m[1]!.replaceAll('&amp;', '&')).find((href) => new URLSearchParams(href.split('?')[1]).getAll('topic').includes('billing refund, eu'));
+    assert.ok(link, 'the group of the topic has a replay link naming it exactly');
+    const fields = await preview(link.split('?')[1]!);
+    assert.deepEqual(fields.getAll('ids'), [group], 'the preview lists the group\'s row only');
+    const res = await confirm(fields);
+    assert.match(res.body, /data-moved="1"/);
+    assert.deepEqual(await states([group!]), ['pending']);
+    assert.deepEqual(await states(pieces), ['dead', 'dead', 'dead']);
+  });
+
+  it('topics typed into the replay form are split on commas only: a topic may hold spaces', async () => {
+    const [spaced] = await dead(1, 'orders shipped');
+    const fields = await preview(new URLSearchParams({ topics: 'orders shipped, other.topic' }).toString());
+    assert.deepEqual(fields.getAll('ids'), [spaced]);
+  });
+
   it('a second post of the same confirm (resubmitted form) is refused and moves nothing', async () => {
     const ids = await dead(2, 'twice.failed');
     const fields = await preview('topics=twice.failed');
