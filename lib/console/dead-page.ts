@@ -103,7 +103,8 @@ ${older ? html`<p><a href="/dead${older}">Older dead rows →</a></p>` : ''}`,
  */
 export function shownPrefix(ctx: ConsoleContext, error: string | null): string | null {
   if (error === null) return null;
-  const shown = ctx.redactor.text(error);
+  // The error start is cut before it is redacted (`left(last_error, …)` in the database).
+  const shown = ctx.redactor.textCut(error);
   let same = 0;
   while (same < error.length && same < shown.length && error[same] === shown[same]) same++;
   return same === error.length ? error : same > 0 ? error.slice(0, same) : null;
@@ -124,7 +125,7 @@ function groupsTable(ctx: ConsoleContext, kind: TableKind, groups: ConsoleDeadGr
 <table data-dead-groups="${kind}"><thead><tr><th class="num">rows</th>${where}<th>last error starts with</th><th>newest</th><th></th></tr></thead><tbody>
 ${groups.map((g) => {
   const cells = kind === 'outbox' ? html`<td>${g.label}</td><td>${route!(g.label) ?? html`<span class="muted">no route</span>`}</td>` : html`<td>${g.label}</td><td>${g.consumption ?? '—'}</td>`;
-  const errorText = g.error === null ? html`<span class="muted">no error</span>` : html`<code>${ctx.redactor.text(g.error)}</code>`;
+  const errorText = g.error === null ? html`<span class="muted">no error</span>` : html`<code>${ctx.redactor.textCut(g.error)}</code>`;
   return html`<tr data-group-count="${g.count}">${html`<td class="num">${g.count.toLocaleString('en-US')}</td>`}${cells}<td>${errorText}</td><td>${time(g.latest)}</td>
 <td><a href="${replayLink(kind, { label: g.label, consumption: g.consumption, error: shownPrefix(ctx, g.error) })}" data-group-rows>rows and ${kind === 'outbox' ? 'replay' : 'requeue'}…</a></td></tr>`;
 })}</tbody></table>`;

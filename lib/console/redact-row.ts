@@ -65,8 +65,17 @@ function encodedForms(secret: string): string[] {
 /** A redactor bound to the configured secrets. */
 export interface Redactor {
   text(value: string | null): string;
+  /**
+   * `text` of a value cut short before it was redacted (the dead groups' error starts): a secret
+   * the cut went through is masked too — the text's end, when it is the start of a secret
+   * (`CUT_SECRET_CHARS` characters or more of it).
+   */
+  textCut(value: string | null): string;
   value(value: unknown): unknown;
 }
+
+/** Least characters of a secret at the end of a cut text that are masked as its start (fewer say next to nothing of it). */
+export const CUT_SECRET_CHARS = 3;
 
 /** A redactor masking `secrets` (longest first) besides the secret-named keys and the text rules. */
 export function createRedactor(secrets: readonly string[]): Redactor {
@@ -86,5 +95,18 @@ export function createRedactor(secrets: readonly string[]): Redactor {
     }
     return node;
   };
-  return { text, value };
+  const textCut = (value: string | null): string => {
+    const out = text(value);
+    let longest = 0;
+    for (const secret of secrets) {
+      for (let n = Math.min(secret.length - 1, out.length); n >= CUT_SECRET_CHARS && n > longest; n--) {
+        if (out.endsWith(secret.slice(0, n))) {
+          longest = n;
+          break;
+        }
+      }
+    }
+    return longest === 0 ? out : `${out.slice(0, out.length - longest)}${MASK}`;
+  };
+  return { text, textCut, value };
 }

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { redactError } from '../../lib/claims/redact.ts';
 import { configuredSecrets, createRedactor } from '../../lib/console/redact-row.ts';
+import { shownPrefix } from '../../lib/console/dead-page.ts';
 
 const SECRET = 'Hook$ecret/with+odd=chars 42';
 const DB_PASSWORD = 'p@ss:w/rd!2026';
@@ -70,5 +71,18 @@ describe('console redaction', () => {
     const text = 'eyJaaaa-'.repeat(2 ** 17);
     assert.equal(redactError(text).length, 2000);
     assert.equal(redactor.text(text), text);
+  });
+  it('an error start cut through a configured secret (the dead groups cut it before redacting) masks the part of the secret left, in the group cell and in the replay link', () => {
+    const error = `${'e'.repeat(110)}${SECRET} and the rest of the error`;
+    const cut = error.slice(0, 120);
+    assert.ok(cut.endsWith(SECRET.slice(0, 10)), 'the cut went through the secret');
+    assert.equal(redactor.text(cut), cut, 'the whole-secret rule cannot see it');
+    const shown = redactor.textCut(cut);
+    assert.ok(!shown.includes(SECRET.slice(0, 4)), shown);
+    assert.ok(shown.startsWith('e'.repeat(110)));
+    const ctx = { redactor } as unknown as Parameters<typeof shownPrefix>[0];
+    assert.equal(shownPrefix(ctx, cut), 'e'.repeat(110), 'the link carries the error only up to the masked secret');
+    // Text that merely ends like the start of a secret by chance, under three characters, is kept.
+    assert.equal(redactor.textCut('ends with Ho'), 'ends with Ho');
   });
 });
