@@ -22,6 +22,7 @@ import pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { requireStatementBudgetMs, statementBudgetMs } from '../statement-budget.ts';
 import { mapPgError } from './error-map.ts';
+import { QueueBoxError } from '../../errors.ts';
 
 export type PgPool = pg.Pool;
 
@@ -275,24 +276,37 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   }
   const lost = watchCheckedOut(client);
   let broken = false;
-  // `signal` fired while the transaction is open: end its connection, which rolls it back.
+  // `signal` fired while the transaction is open: end its server process, which rolls it back.
+  // The process is the one the transaction runs on, as the server names it (`pg_backend_pid()`
+  // read in the BEGIN's round trip), not the id the connection reported when it opened: behind
+  // a pooler (PgBouncer) that id is the pooler's, and could name another client's process.
   const { signal } = options;
+  let serverPid: number | undefined;
+  let ended = false;
   const end = () => {
     broken = true;
-    void terminateConnection(pool, client);
+    ended = true;
+    if (serverPid !== undefined) void terminateBackend(pool, serverPid);
   };
-  if (signal?.aborted) end();
   signal?.addEventListener('abort', end, { once: true });
   try {
+    if (signal?.aborted) throw new QueueBoxError('transaction not begun: the work it was for was given up');
     const budget = requireStatementBudgetMs();
     const ceilingMs = poolStatementTimeoutMs(pool);
+    const pidQuery = signal === undefined ? '' : '; SELECT pg_backend_pid() AS pid';
+    let begun: pg.QueryResult | pg.QueryResult[];
     if (budget !== undefined && budget < ceilingMs) {
       // One round trip: BEGIN and the timeout for the transaction's first statement.
-      await client.query(`BEGIN; ${setLocalTimeout(budget)}`);
+      begun = await client.query(`BEGIN; ${setLocalTimeout(budget)}${pidQuery}`);
       boundedClients.set(client, { timeoutMs: budget });
     } else {
-      await client.query('BEGIN');
+      begun = await client.query(`BEGIN${pidQuery}`);
       if (budget !== undefined) boundedClients.set(client, { timeoutMs: ceilingMs });
+    }
+    if (signal !== undefined) {
+      const results = Array.isArray(begun) ? begun : [begun];
+      serverPid = (results[results.length - 1]?.rows[0] as { pid?: number } | undefined)?.pid;
+      if (ended) throw new QueueBoxError('transaction ended: the work it was for was given up');
     }
     const result = await work(client);
     await client.query('COMMIT');
@@ -313,15 +327,13 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
 }
 
 /**
- * Terminates the server process of `client` from a connection of its own (not the pool's: every
- * pooled connection may be busy with the very work being ended). The server rolls back its open
- * transaction and frees its locks at once, even while a statement runs or the connection sits idle
- * in the transaction. A failure (no right to signal the process) is logged to stderr, not thrown:
- * the transaction then ends when its work does.
+ * Terminates the server process `pid` from a connection of its own (not the pool's: every pooled
+ * connection may be busy with the very work being ended). The server rolls back its open
+ * transaction and frees its locks at once, even while a statement runs or the connection sits
+ * idle in the transaction. A failure (no right to signal the process) is logged to stderr, not
+ * thrown: the transaction then ends when its work does.
  */
-async function terminateConnection(pool: PgPool, client: pg.PoolClient): Promise<void> {
-  const pid = (client as unknown as { processID?: number }).processID;
-  if (typeof pid !== 'number') return;
+async function terminateBackend(pool: PgPool, pid: number): Promise<void> {
   const admin = new pg.Client((pool as unknown as { options: pg.ClientConfig }).options);
   try {
     await admin.connect();
