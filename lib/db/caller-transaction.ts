@@ -167,12 +167,18 @@ function noTransaction(error: unknown): boolean {
   return sqlState(error) === '25P01';
 }
 
-/** The SQLSTATE of a driver error, also when a library wraps it (`cause`, `original`, `driverError`, Prisma's `meta.code`). */
+/**
+ * The SQLSTATE of a driver error, also when a library wraps it: `cause` (Drizzle), `original`
+ * (Sequelize), `driverError` (TypeORM), `originalCode`, Prisma's `meta.code` and Prisma 7's
+ * driver adapter error (`meta.driverAdapterError.cause`). Prisma's own codes (`P1000`–`P6999`,
+ * e.g. `P2010` for any failed raw query) are not SQLSTATEs and are passed over; PL/pgSQL's
+ * `P0001`… are.
+ */
 export function sqlState(error: unknown, depth = 0): string | undefined {
   if (typeof error !== 'object' || error === null || depth > 4) return undefined;
-  const e = error as { code?: unknown; meta?: { code?: unknown }; cause?: unknown; original?: unknown; driverError?: unknown; originalCode?: unknown };
-  for (const code of [e.code, e.originalCode, e.meta?.code]) if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
-  for (const inner of [e.cause, e.original, e.driverError]) {
+  const e = error as { code?: unknown; meta?: { code?: unknown; driverAdapterError?: unknown }; cause?: unknown; original?: unknown; driverError?: unknown; originalCode?: unknown };
+  for (const code of [e.code, e.originalCode, e.meta?.code]) if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^P[1-9]\d{3}$/.test(code)) return code;
+  for (const inner of [e.cause, e.original, e.driverError, e.meta?.driverAdapterError]) {
     const code = sqlState(inner, depth + 1);
     if (code !== undefined) return code;
   }

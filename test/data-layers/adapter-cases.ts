@@ -176,5 +176,28 @@ export function adapterCases<Tx>(library: string, harness: Harness<Tx>): void {
       const lost = await harness.transaction((tx) => pull.complete(harness.queueboxTransaction(tx), { ...claimOf('rollback'), token: '00000000-0000-4000-8000-000000000000' }));
       assert.deepEqual(lost, { ok: false, reason: 'ownership-lost' });
     });
+
+    it('resolves ownership-lost, never throws, when another transaction holds the row until the lease ends (the library wraps the lock timeout)', async () => {
+      const pull = createPullClient(db.driver);
+      await db.driver.inboxInsert({ source: 'held', idempotencyKey: `${library}-held`, aggregateId: 'held', payload: {}, consumption: 'pull' });
+      const [message] = await pull.claim('held', { batch: 1, leaseMs: 1500 });
+      const holder = await db.pool.connect();
+      try {
+        await holder.query('BEGIN');
+        await holder.query(`SELECT 1 FROM "${db.schema}".inbox WHERE id = $1 FOR UPDATE`, [message!.id]);
+        // The failed statement aborts the library's transaction (PostgreSQL's rule), which the
+        // library may then report at its end; what `complete` itself answers is the point here.
+        let outcome: unknown;
+        await harness
+          .transaction(async (tx) => {
+            outcome = await pull.complete(harness.queueboxTransaction(tx), message!.claim).catch((error: unknown) => error);
+          })
+          .catch(() => {});
+        assert.deepEqual(outcome, { ok: false, reason: 'ownership-lost' });
+      } finally {
+        await holder.query('ROLLBACK');
+        holder.release();
+      }
+    });
   });
 }

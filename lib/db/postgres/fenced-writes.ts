@@ -14,6 +14,7 @@ import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts'
 import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
 import { isDeadlockVictim, jitteredPause, retryingDeadlockVictim } from '../deadlock-victim.ts';
 import { claimArrayParams } from './uuid-array.ts';
+import { sqlState } from '../caller-transaction.ts';
 
 /**
  * Where a lease granted or renewed by a statement starts: the start of the statement's
@@ -80,7 +81,9 @@ export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, 
   try {
     return db instanceof pg.Pool ? await singleTripPastDeadlocks<R>(db, text, values, resentText) : await pgQuery<R>(db, text, values);
   } catch (error) {
-    if (error instanceof TransientDatabaseError && error.code === '55P03') {
+    // Through a caller's library the driver's error may come wrapped (Sequelize, Drizzle on
+    // postgres.js, Prisma): its SQLSTATE is read inside the wrapper.
+    if ((error instanceof TransientDatabaseError && error.code === '55P03') || sqlState(error) === '55P03') {
       throw new FencedLockTimeoutError('fenced write: a row stayed locked by another transaction until its lease ended; nothing was written', { cause: error });
     }
     throw error;
