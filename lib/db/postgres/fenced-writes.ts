@@ -295,6 +295,18 @@ export interface LostLeaseRule {
 }
 
 /**
+ * How a reclaim keeps claims of several rows whole: `columns` of `t` the locked set `expired`
+ * carries besides `id`, `ctes` (more CTEs, reading `expired`), and `condition` on the row `t`
+ * about to be reclaimed. Decided once, as sets (hash or merge joins that spill to disk), never
+ * row by row against the locked set: a reclaim of hundreds of thousands of rows stays linear.
+ */
+export interface WholeClaim {
+  columns: string;
+  ctes: string;
+  condition: string;
+}
+
+/**
  * Returns expired `processing` rows to `pending` when the shared gate `gateName` opens: always
  * without `throttleMs`, else at most once per `throttleMs`. The lost lease counts as a failed
  * attempt of each row that `rule.charged` picks: `attempt + 1`, or `dead` when the lost attempt
@@ -313,10 +325,9 @@ export interface LostLeaseRule {
  * `values` are the rule's bind parameters, numbered from `$3`.
  *
  * Rows another transaction holds locked are skipped (`SKIP LOCKED`): the reclaim waits for no
- * lock, and a later one takes them. `wholeClaim(locked)` — a condition on `t`, given the name of
- * the set of ids this statement locked — keeps a row only when the rest of its claim was locked
- * too, so a claim of several rows is never taken in parts (its charge is decided once, with all
- * of its rows).
+ * lock, and a later one takes them. `wholeClaim` keeps a row only when the rest of its claim was
+ * locked too, so a claim of several rows is never taken in parts (its charge is decided once,
+ * with all of its rows).
  */
 export async function reclaimExpired(
   ctx: PgContext,
@@ -326,7 +337,7 @@ export async function reclaimExpired(
   rule: LostLeaseRule,
   extraCondition = 'TRUE',
   values: unknown[] = [],
-  wholeClaim?: (locked: string) => string,
+  wholeClaim?: WholeClaim,
 ): Promise<ReclaimResult> {
   const gate = reclaimGate(ctx, gateName, throttleMs, 1);
   const charged = `(${rule.charged?.rows ?? 'TRUE'})`;
@@ -338,10 +349,11 @@ export async function reclaimExpired(
     ctx.pool,
     `WITH ${gate.cte},
      expired AS (
-       SELECT t.id FROM ${table} t
+       SELECT t.id${wholeClaim === undefined ? '' : `, ${wholeClaim.columns}`} FROM ${table} t
         WHERE t.state = 'processing' AND t.lease_expires_at <= statement_timestamp() AND (${extraCondition})
           AND EXISTS (SELECT 1 FROM gate)
-          FOR UPDATE OF t SKIP LOCKED),
+          FOR UPDATE OF t SKIP LOCKED),${wholeClaim === undefined ? '' : `
+     ${wholeClaim.ctes},`}
      moved AS (
        UPDATE ${table} t
           SET state = CASE WHEN ${charged} AND ${last} THEN 'dead' ELSE 'pending' END,
@@ -352,7 +364,7 @@ export async function reclaimExpired(
               claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
               updated_at = clock_timestamp()
          FROM expired
-        WHERE t.id = expired.id${wholeClaim === undefined ? '' : ` AND ${wholeClaim('expired')}`}
+        WHERE t.id = expired.id${wholeClaim === undefined ? '' : ` AND ${wholeClaim.condition}`}
     RETURNING t.state)
      SELECT EXISTS (SELECT 1 FROM gate) AS ran,
             (SELECT count(*) FROM moved WHERE state = 'pending') AS reclaimed,

@@ -13,7 +13,7 @@ import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
 import { claimFollowers } from './outbox-claim-followers.ts';
-import { claimSet, FENCE, fencedChangedIds, fencedDeadMany, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedChangedIds, fencedDeadMany, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired, type WholeClaim } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
 import { withLazyPayload } from '../lazy-payload.ts';
@@ -608,21 +608,27 @@ export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: num
     { maxAttempts: 't.max_attempts', call: 'delivery', charged: { rows: lostLeaseCharged(t), note: LOST_LEASE_NOT_CHARGED } },
     claimWhole(t),
     [],
-    (locked) => claimLockedWhole(t, locked),
+    claimLockedWhole(t),
   );
 }
 
 /**
- * A row of a key is reclaimed only with every other `processing` row of its claim (`locked`: the
- * ids the reclaim locked). A row another transaction holds is skipped; were the rest of its claim
- * taken without it, its key's first row would be charged then, and the skipped row, coming back
- * later with no earlier row of its claim left, charged again as though it were the first.
+ * A row of a key is reclaimed only with every other `processing` row of its claim: a row another
+ * transaction holds is skipped, and were the rest of its claim taken without it, its key's first
+ * row would be charged then, and the skipped row, coming back later with no earlier row of its
+ * claim left, charged again as though it were the first. `partial` is the claims (key and token)
+ * of which a `processing` row is not in the locked set `expired`; their rows are left whole.
  */
-function claimLockedWhole(t: string, locked: string): string {
-  return `(t.key IS NULL OR t.key = '' OR NOT EXISTS (
-                SELECT 1 FROM ${t} e
-                 WHERE e.key = t.key AND e.state = 'processing' AND e.claim_token = t.claim_token
-                   AND e.id NOT IN (SELECT x.id FROM ${locked} x)))`;
+function claimLockedWhole(t: string): WholeClaim {
+  return {
+    columns: 't.key, t.claim_token',
+    ctes: `partial AS (
+       SELECT DISTINCT e.key, e.claim_token
+         FROM (SELECT DISTINCT x.key, x.claim_token FROM expired x WHERE x.key IS NOT NULL AND x.key <> '') c
+         JOIN ${t} e ON e.key = c.key AND e.claim_token = c.claim_token AND e.state = 'processing'
+        WHERE NOT EXISTS (SELECT 1 FROM expired y WHERE y.id = e.id))`,
+    condition: `NOT EXISTS (SELECT 1 FROM partial p WHERE p.key = expired.key AND p.claim_token = expired.claim_token)`,
+  };
 }
 
 /**
