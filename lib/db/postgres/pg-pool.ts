@@ -280,20 +280,24 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   // The process is the one the transaction runs on, as the server names it (`pg_backend_pid()`
   // read in the BEGIN's round trip), not the id the connection reported when it opened: behind
   // a pooler (PgBouncer) that id is the pooler's, and could name another client's process.
+  // The transaction is named by its process and its start (`now()`): a terminate that arrives
+  // after the transaction ended (a COMMIT already on its way) matches nothing, even when the
+  // pooler has handed the process to another client meanwhile.
   const { signal } = options;
-  let serverPid: number | undefined;
+  let server: { pid: number; startedAt: string } | undefined;
   let ended = false;
+  let terminating: Promise<void> | undefined;
   const end = () => {
     broken = true;
     ended = true;
-    if (serverPid !== undefined) void terminateBackend(pool, serverPid);
+    if (server !== undefined) terminating = terminateBackend(pool, server.pid, server.startedAt);
   };
   signal?.addEventListener('abort', end, { once: true });
   try {
     if (signal?.aborted) throw new QueueBoxError('transaction not begun: the work it was for was given up');
     const budget = requireStatementBudgetMs();
     const ceilingMs = poolStatementTimeoutMs(pool);
-    const pidQuery = signal === undefined ? '' : '; SELECT pg_backend_pid() AS pid';
+    const pidQuery = signal === undefined ? '' : '; SELECT pg_backend_pid() AS pid, now()::text AS started_at';
     let begun: pg.QueryResult | pg.QueryResult[];
     if (budget !== undefined && budget < ceilingMs) {
       // One round trip: BEGIN and the timeout for the transaction's first statement.
@@ -305,10 +309,13 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     }
     if (signal !== undefined) {
       const results = Array.isArray(begun) ? begun : [begun];
-      serverPid = (results[results.length - 1]?.rows[0] as { pid?: number } | undefined)?.pid;
+      const row = results[results.length - 1]?.rows[0] as { pid?: number; started_at?: string } | undefined;
+      if (typeof row?.pid === 'number' && typeof row.started_at === 'string') server = { pid: row.pid, startedAt: row.started_at };
       if (ended) throw new QueueBoxError('transaction ended: the work it was for was given up');
     }
     const result = await work(client);
+    // Given up while the work ran: its transaction must not commit.
+    if (ended) throw new QueueBoxError('transaction ended: the work it was for was given up');
     await client.query('COMMIT');
     return result;
   } catch (error) {
@@ -320,6 +327,8 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     throw mapPgError(error);
   } finally {
     signal?.removeEventListener('abort', end);
+    // The connection goes back (destroyed) only once the terminate has landed or failed.
+    await terminating;
     boundedClients.delete(client);
     lost.stop();
     client.release(broken || lost.error !== undefined);
@@ -327,17 +336,18 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
 }
 
 /**
- * Terminates the server process `pid` from a connection of its own (not the pool's: every pooled
+ * Terminates the server process `pid` while it still runs the transaction that began at
+ * `startedAt`, from a connection of its own (not the pool's: every pooled
  * connection may be busy with the very work being ended). The server rolls back its open
  * transaction and frees its locks at once, even while a statement runs or the connection sits
  * idle in the transaction. A failure (no right to signal the process) is logged to stderr, not
  * thrown: the transaction then ends when its work does.
  */
-async function terminateBackend(pool: PgPool, pid: number): Promise<void> {
+async function terminateBackend(pool: PgPool, pid: number, startedAt: string): Promise<void> {
   const admin = new pg.Client((pool as unknown as { options: pg.ClientConfig }).options);
   try {
     await admin.connect();
-    await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND xact_start = $2::timestamptz', [pid, startedAt]);
   } catch (error) {
     console.error(JSON.stringify({ level: 'WARN', message: 'could not end an abandoned transaction; it ends when its work does', pid, error: String(error) }));
   } finally {
