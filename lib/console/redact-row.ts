@@ -79,24 +79,15 @@ export const CUT_SECRET_CHARS = 3;
 
 /** A redactor masking `secrets` (longest first) besides the secret-named keys and the text rules. */
 export function createRedactor(secrets: readonly string[]): Redactor {
-  const text = (value: string | null): string => {
+  const whole = (value: string | null): string => {
     // The configured values first: a text rule (a secret-named pair) would otherwise cut a
     // passphrase with spaces at its first word and leave the rest unmatched.
     let out = value ?? '';
     for (const secret of secrets) out = out.split(secret).join(MASK);
     return redactSecrets(out);
   };
-  const value = (node: unknown): unknown => {
-    if (typeof node === 'string') return text(node);
-    if (Array.isArray(node)) return node.map(value);
-    if (typeof node === 'object' && node !== null) {
-      // Under a secret-named key everything is masked, a nested object or list included.
-      return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, SECRET_KEY.test(k) && v !== null ? MASK : value(v)]));
-    }
-    return node;
-  };
-  const textCut = (value: string | null): string => {
-    const out = text(value);
+  /** `out` with its end masked when it is the start of a configured secret (a cut went through it). */
+  const maskCutEnd = (out: string): string => {
     let longest = 0;
     for (const secret of secrets) {
       for (let n = Math.min(secret.length - 1, out.length); n >= CUT_SECRET_CHARS && n > longest; n--) {
@@ -108,5 +99,24 @@ export function createRedactor(secrets: readonly string[]): Redactor {
     }
     return longest === 0 ? out : `${out.slice(0, out.length - longest)}${MASK}`;
   };
+  // A stored `last_error` longer than its column's limit was cut, and ends in `…`
+  // (`redactError`), before the configured secrets could be masked.
+  const text = (value: string | null): string => {
+    const out = whole(value);
+    return out.endsWith(STORED_CUT) ? `${maskCutEnd(out.slice(0, -STORED_CUT.length))}${STORED_CUT}` : out;
+  };
+  const textCut = (value: string | null): string => maskCutEnd(whole(value));
+  const value = (node: unknown): unknown => {
+    if (typeof node === 'string') return text(node);
+    if (Array.isArray(node)) return node.map(value);
+    if (typeof node === 'object' && node !== null) {
+      // Under a secret-named key everything is masked, a nested object or list included.
+      return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, SECRET_KEY.test(k) && v !== null ? MASK : value(v)]));
+    }
+    return node;
+  };
   return { text, textCut, value };
 }
+
+/** How a stored text cut to its limit ends (`redactError`). */
+const STORED_CUT = '…';

@@ -85,4 +85,11 @@ describe('console redaction', () => {
     // Text that merely ends like the start of a secret by chance, under three characters, is kept.
     assert.equal(redactor.textCut('ends with Ho'), 'ends with Ho');
   });
+  it('a stored error cut at its limit through a configured secret (it ends in …) masks the part of the secret left', () => {
+    const stored = redactError(`${'x'.repeat(1985)} echoed ${SECRET}`);
+    assert.ok(stored.endsWith('…') && stored.includes(SECRET.slice(0, 3)), 'the cut went through the secret');
+    const shown = redactor.text(stored);
+    assert.ok(!shown.includes(SECRET.slice(0, 3)), shown.slice(-40));
+    assert.ok(shown.endsWith('***…'), shown.slice(-40));
+  });
 });
