@@ -280,7 +280,10 @@ const cloudWatchName = z
   .string()
   .max(255)
   .regex(PRINTABLE_ASCII, 'must be printable ASCII (letters, digits, spaces and punctuation): CloudWatch refuses control characters and non-ASCII ones')
-  .refine((value) => value.trim() !== '', 'must have at least one character other than a space');
+  .refine((value) => value.trim() !== '', 'must have at least one character other than a space')
+  // The dashboard's metric searches and log queries quote these names: SEARCH('{namespace,…}
+  // service="…"') and Logs Insights `service = "…"`, where such a character ends the name early.
+  .refine((value) => !/["'{},\\]/.test(value), 'must not contain " \' { } , or \\: the dashboard\'s metric searches and log queries quote the name, and such a character would break them');
 
 export const observabilitySchema = z
   .strictObject({

@@ -60,6 +60,15 @@ describe('observability names CloudWatch accepts', () => {
     assert.equal(withObservability({ serviceName: 'orders #2' }).observability.serviceName, 'orders #2');
   });
 
+  it('refuses in either name a character that would break the dashboard\'s metric searches and log queries, which quote it', () => {
+    for (const value of ['orders "eu"', "Team's", 'a,b', '{ns}', 'back\\slash']) {
+      for (const key of ['namespace', 'serviceName'] as const) {
+        const error = refusal(() => withObservability({ [key]: value }));
+        assert.match(error.message, new RegExp(`observability\\.${key}: must not contain`), `${key} = ${value}`);
+      }
+    }
+  });
+
   it('refuses an override naming its variable', () => {
     const error = refusal(() => loadConfig({ input: base, env: { QUEUEBOX_OBSERVABILITY__NAMESPACE: 'AWS/Lambda' } }));
     assert.match(error.message, /observability\.namespace \(from QUEUEBOX_OBSERVABILITY__NAMESPACE\): must not start with "AWS\/"/);
