@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
 import { pgTransaction } from '../../lib/db/postgres/pg-pool.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
@@ -43,5 +44,26 @@ describe('pgTransaction with a signal', () => {
     stop.abort();
     await pgTransaction(db.pool, (client) => client.query(`INSERT INTO "${db.schema}".effects VALUES (3)`));
     assert.equal(await count(), 2);
+  });
+  it('ends a transaction whose statement is running, whatever the session\'s TimeZone and DateStyle', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 2, options: '-c DateStyle=SQL,DMY -c TimeZone=Asia/Kolkata' });
+    try {
+      const stop = new AbortController();
+      const started = Date.now();
+      await assert.rejects(
+        pgTransaction(
+          pool,
+          async (client) => {
+            setTimeout(() => stop.abort(), 100);
+            await client.query('SELECT pg_sleep(10)');
+          },
+          { signal: stop.signal },
+        ),
+        /terminating connection/,
+      );
+      assert.ok(Date.now() - started < 5000, 'ended at the signal, not when the statement would have');
+    } finally {
+      await pool.end();
+    }
   });
 });

@@ -297,7 +297,8 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     if (signal?.aborted) throw new QueueBoxError('transaction not begun: the work it was for was given up');
     const budget = requireStatementBudgetMs();
     const ceilingMs = poolStatementTimeoutMs(pool);
-    const pidQuery = signal === undefined ? '' : '; SELECT pg_backend_pid() AS pid, now()::text AS started_at';
+    // The start as epoch microseconds (exact, whatever the session's TimeZone and DateStyle).
+    const pidQuery = signal === undefined ? '' : '; SELECT pg_backend_pid() AS pid, (extract(epoch FROM now()) * 1000000)::bigint::text AS started_at';
     let begun: pg.QueryResult | pg.QueryResult[];
     if (budget !== undefined && budget < ceilingMs) {
       // One round trip: BEGIN and the timeout for the transaction's first statement.
@@ -347,7 +348,7 @@ async function terminateBackend(pool: PgPool, pid: number, startedAt: string): P
   const admin = new pg.Client((pool as unknown as { options: pg.ClientConfig }).options);
   try {
     await admin.connect();
-    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND xact_start = $2::timestamptz', [pid, startedAt]);
+    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FROM xact_start) * 1000000)::bigint = $2::bigint', [pid, startedAt]);
   } catch (error) {
     console.error(JSON.stringify({ level: 'WARN', message: 'could not end an abandoned transaction; it ends when its work does', pid, error: String(error) }));
   } finally {
