@@ -58,7 +58,9 @@ function panelMetrics(config: MonitoringConfig, namespace: string, panel: Panel)
   }
   (panel.searches ?? []).forEach((s, i) => {
     const dimensionNames = ['service', ...METRICS[s.key].dimensions].join(',');
-    const expression = `SEARCH('{${namespace},${dimensionNames}} MetricName="${METRICS[s.key].name}" service="${config.observability.serviceName}"', '${s.stat}', 60)`;
+    // The namespace in double quotes: CloudWatch requires them around a name with spaces or other
+    // non-alphanumeric characters (the configuration refuses a name holding a quote).
+    const expression = `SEARCH('{"${namespace}",${dimensionNames}} MetricName="${METRICS[s.key].name}" service="${config.observability.serviceName}"', '${s.stat}', 60)`;
     rows.push([{ expression, id: `search${i}`, label: '' }]);
   });
   for (const l of panel.lambda ?? []) {

@@ -37,6 +37,13 @@ describe('reference docs and monitoring agree with the code', () => {
     for (const name of named) assert.ok(METRIC_NAMES.includes(name as never), `${name} is in METRICS`);
   });
 
+  it('the dashboard\'s metric searches name the namespace in double quotes, as CloudWatch requires for one with spaces or a slash', () => {
+    const spaced = loadConfig({ input: { database: { url: 'postgres://db/app' }, observability: { namespace: 'My Team/QueueBox' } }, env: {} });
+    const searches = [...dashboardBodyText(spaced).matchAll(/SEARCH\('\{([^,]+),/g)].map((m) => m[1]);
+    assert.ok(searches.length > 0, 'the dashboard has metric searches');
+    for (const schema of searches) assert.equal(JSON.parse(`"${schema}"`), '"My Team/QueueBox"');
+  });
+
   it('each alarm queries the exact namespace and dimension set of the EMF line QueueBoxMetrics writes', () => {
     for (const alarm of Object.values(alarmResources(config)) as Array<{ Properties: { Namespace: string; MetricName: string; Dimensions: Array<{ Name: string; Value: string }> } }>) {
       const p = alarm.Properties;
