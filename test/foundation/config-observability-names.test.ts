@@ -7,19 +7,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../../lib/config/load-config.ts';
-import { ConfigError } from '../../lib/errors.ts';
+import { refusal } from '../helpers/config-refusal.ts';
 
 const base = { database: { url: 'postgres://db/app' } };
-
-function refusal(fn: () => unknown): ConfigError {
-  try {
-    fn();
-  } catch (error) {
-    assert.ok(error instanceof ConfigError, `expected ConfigError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail('expected a ConfigError');
-}
 
 const withObservability = (observability: Record<string, unknown>) => loadConfig({ input: { ...base, observability }, env: {} });
 

@@ -6,7 +6,6 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import type { SQSRecord } from 'aws-lambda';
 import { handler as httpHandler } from '../../functions/inbox-http.ts';
 import { handler as sqsHandler } from '../../functions/inbox-sqs.ts';
 import { InboxRejectionError } from '../../lib/inbox/inbox-rejection.ts';
@@ -16,6 +15,7 @@ import { setContainer } from '../../lib/runtime/container.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
+import { sqsRecord } from '../helpers/sqs-record.ts';
 
 const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
 const ctx = () => fakeLambdaContext({ timeoutMs: 10_000 });
@@ -31,20 +31,6 @@ function jsonParseReason(text: string): string {
     return (error as Error).message;
   }
   throw new Error(`${text} parses`);
-}
-
-function sqsRecord(messageId: string, body: string, queue: string): SQSRecord {
-  return {
-    messageId,
-    receiptHandle: `rh-${messageId}`,
-    body,
-    attributes: { ApproximateReceiveCount: '1', SentTimestamp: '0', SenderId: 's', ApproximateFirstReceiveTimestamp: '0' },
-    messageAttributes: {},
-    md5OfBody: '',
-    eventSource: 'aws:sqs',
-    eventSourceARN: `arn:aws:sqs:eu-west-1:000000000000:${queue}`,
-    awsRegion: 'eu-west-1',
-  };
 }
 
 describe('parseJsonBody: a malformed \\u escape', () => {

@@ -11,7 +11,6 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { SQSClient, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import type { SQSRecord } from 'aws-lambda';
 import { startFauxqs, type FauxqsServer } from 'fauxqs';
 import { handler as httpHandler } from '../../functions/inbox-http.ts';
 import { handler as sqsHandler } from '../../functions/inbox-sqs.ts';
@@ -28,6 +27,7 @@ import { setContainer } from '../../lib/runtime/container.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
+import { sqsRecord } from '../helpers/sqs-record.ts';
 
 const credentials = { accessKeyId: 'test', secretAccessKey: 'test' };
 const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
@@ -37,20 +37,6 @@ const ctx = () => fakeLambdaContext({ timeoutMs: 10_000 });
 const REFUSED: Array<[string, string]> = [['\u0001', 'U+0001'], ['\u001b', 'U+001B'], ['\u001f', 'U+001F'], ['\b', 'U+0008'], ['\uFFFE', 'U+FFFE'], ['\uFFFF', 'U+FFFF']];
 /** The edges of what SQS accepts. */
 const ACCEPTED = ['\t', '\n', '\r', ' ', '\u007f', '\uD7FF', '\uE000', '\uFFFD', '\u{10000}', '\u{10FFFF}', 'é', '😀'];
-
-function sqsRecord(messageId: string, body: string, queue: string): SQSRecord {
-  return {
-    messageId,
-    receiptHandle: `rh-${messageId}`,
-    body,
-    attributes: { ApproximateReceiveCount: '1', SentTimestamp: '0', SenderId: 's', ApproximateFirstReceiveTimestamp: '0' },
-    messageAttributes: {},
-    md5OfBody: '',
-    eventSource: 'aws:sqs',
-    eventSourceARN: `arn:aws:sqs:eu-west-1:000000000000:${queue}`,
-    awsRegion: 'eu-west-1',
-  };
-}
 
 describe('checkRelayable: fields the relay sends as SQS message attributes', () => {
   const config = parseConfig({ inbox: { sources: { s: { type: 'http', path: '/s', auth: { type: 'none' } }, p: { type: 'http', path: '/p', auth: { type: 'none' }, consumption: 'pull' } } } });

@@ -9,7 +9,6 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { SQSRecord } from 'aws-lambda';
 import pg from 'pg';
 import { handler as httpHandler } from '../../functions/inbox-http.ts';
 import { handler as sqsHandler } from '../../functions/inbox-sqs.ts';
@@ -17,19 +16,8 @@ import { createLogger } from '../../lib/observability/logger.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
 import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
+import { sqsRecord } from '../helpers/sqs-record.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-
-const sqsRecord = (messageId: string, body: string): SQSRecord => ({
-  messageId,
-  receiptHandle: messageId,
-  body,
-  attributes: { ApproximateReceiveCount: '1', SentTimestamp: '0', SenderId: 's', ApproximateFirstReceiveTimestamp: '0' },
-  messageAttributes: {},
-  md5OfBody: '',
-  eventSource: 'aws:sqs',
-  eventSourceARN: 'arn:aws:sqs:eu-west-1:000000000000:feed',
-  awsRegion: 'eu-west-1',
-});
 
 describe('inbox receivers: the store is bounded by the invocation deadline', () => {
   let db: TestDatabase;
@@ -86,7 +74,7 @@ describe('inbox receivers: the store is bounded by the invocation deadline', () 
     const { released } = await lockInbox(6000);
     const context = createInvocationContext({ timeoutMs: 4000 });
     const started = Date.now();
-    const result = await sqsHandler({ Records: [sqsRecord('m-1', '{"n":1}'), sqsRecord('m-2', '{"n":2}')] }, context);
+    const result = await sqsHandler({ Records: [sqsRecord('m-1', '{"n":1}', 'feed'), sqsRecord('m-2', '{"n":2}', 'feed')] }, context);
     const took = Date.now() - started;
     assert.deepEqual(
       result.batchItemFailures.map((f) => f.itemIdentifier),
