@@ -12,7 +12,7 @@ import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
 import { hasTimeToClaim, recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
-import { lambdaInvoker, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
+import { lambdaInvoker, selfInvokeTarget, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
 
 export interface InboxRelayOptions {
   /** Starts passes of this function (scale-out); default an asynchronous invoke through the AWS SDK (tests: a local endpoint). */
@@ -44,7 +44,7 @@ export function createInboxRelay(options: InboxRelayOptions = {}): (event: unkno
           worker: 'inboxRelay',
           driver: container.driver,
           maxConcurrentPasses: container.config.inbox.relay.scaleOut.maxConcurrentPasses,
-          functionName: context.functionName,
+          functionName: selfInvokeTarget(context),
           event,
           deadline,
           metrics,

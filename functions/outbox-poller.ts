@@ -17,7 +17,7 @@ import { createDeadline } from '../lib/runtime/deadline.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { hasTimeToClaim, recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
-import { lambdaInvoker, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
+import { lambdaInvoker, selfInvokeTarget, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
 
 export interface OutboxPollerOptions {
   /** Builds the destinations of a container; default `createDestinations(config)` (tests inject their own). */
@@ -63,7 +63,7 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
           worker: 'outboxPoller',
           driver: container.driver,
           maxConcurrentPasses: container.config.outbox.scaleOut.maxConcurrentPasses,
-          functionName: context.functionName,
+          functionName: selfInvokeTarget(context),
           event,
           deadline,
           metrics,

@@ -11,6 +11,10 @@ export interface InvocationContextOptions {
   /** Invocation timeout in milliseconds (the function's `timeout`). */
   timeoutMs: number;
   memoryLimitInMB?: number;
+  /** The alias or version the invocation came through (the end of `invokedFunctionArn`); default none. */
+  invokedQualifier?: string;
+  /** `functionVersion`: the version that runs (an alias's version); default `$LATEST`. */
+  functionVersion?: string;
   /** Clock to count down against; tests can freeze or skew it. Default `Date.now`. */
   now?: () => number;
 }
@@ -22,8 +26,8 @@ export function createInvocationContext(options: InvocationContextOptions): Cont
   return {
     callbackWaitsForEmptyEventLoop: false,
     functionName,
-    functionVersion: '$LATEST',
-    invokedFunctionArn: `arn:aws:lambda:us-east-1:000000000000:function:${functionName}`,
+    functionVersion: options.functionVersion ?? '$LATEST',
+    invokedFunctionArn: `arn:aws:lambda:us-east-1:000000000000:function:${functionName}${options.invokedQualifier === undefined ? '' : `:${options.invokedQualifier}`}`,
     memoryLimitInMB: String(options.memoryLimitInMB ?? 512),
     awsRequestId: randomUUID(),
     logGroupName: `/aws/lambda/${functionName}`,

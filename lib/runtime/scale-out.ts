@@ -101,7 +101,7 @@ export interface ScaleOutOptions {
   driver: ScaleOutDriver;
   /** The setting (`outbox.scaleOut.maxConcurrentPasses`, `inbox.relay.scaleOut.maxConcurrentPasses`); 1: off. */
   maxConcurrentPasses: number;
-  /** The function to start passes of: the invocation's own (`context.functionName`). */
+  /** The function to start passes of: the invocation's own, at the alias or version that invoked it (`selfInvokeTarget`). */
   functionName: string;
   /** The invocation's event: a start event makes this a started pass. */
   event: unknown;

@@ -10,6 +10,20 @@ import { QueueBoxError } from '../errors.ts';
 /** Sends `payload` (JSON) to `functionName` as an asynchronous event; resolves once Lambda accepted it (HTTP 202); gives up after `timeoutMs`. */
 export type InvokeAsync = (functionName: string, payload: unknown, timeoutMs: number) => Promise<void>;
 
+/**
+ * What a pass's scale-out invokes: its own function, at the version or alias that invoked it. A
+ * schedule that targets an alias (osls points events at the alias `provisioned` when a function
+ * has `provisionedConcurrency`) or a version runs that code and that alias's provisioned
+ * concurrency; an unqualified invoke would start `$LATEST` instead. Lambda accepts
+ * `name:qualifier` as `FunctionName`. The qualifier is the eighth field of `invokedFunctionArn`
+ * (`arn:aws:lambda:<region>:<account>:function:<name>:<qualifier>`); none, or `$LATEST`: the name
+ * alone.
+ */
+export function selfInvokeTarget(context: { functionName: string; invokedFunctionArn?: string }): string {
+  const qualifier = context.invokedFunctionArn?.split(':')[7];
+  return qualifier === undefined || qualifier === '' || qualifier === '$LATEST' ? context.functionName : `${context.functionName}:${qualifier}`;
+}
+
 /** Lambda did not accept an asynchronous invoke. */
 export class InvokeRefusedError extends QueueBoxError {
   override readonly name = 'InvokeRefusedError';

@@ -4,7 +4,7 @@
  * | function | beyond writing its own log group |
  * | --- | --- |
  * | outboxPoller | `sqs:SendMessage` on each SQS destination, `events:PutEvents` on each bus |
- * | outboxPoller, inboxRelay | `lambda:InvokeFunction` on its own function only, when its scale-out is on |
+ * | outboxPoller, inboxRelay | `lambda:InvokeFunction` on its own function (and its versions and aliases) only, when its scale-out is on |
  * | inboxSqs | receive, delete and read attributes of its trigger queues |
  * | inboxHttp | `ssm:GetParameter` on the SecureString of each source secret it names |
  * | every function | read the database secret (Secrets Manager or SSM), when one is named; send X-Ray segments when `observability.tracing` is on |
@@ -82,9 +82,12 @@ export function roleResources(inputs: RoleInputs): Record<string, Cfn> {
       if (inputs.destinationQueues.length > 0) statements.push(statement(['sqs:SendMessage'], inputs.destinationQueues));
       if (inputs.destinationBuses.length > 0) statements.push(statement(['events:PutEvents'], inputs.destinationBuses));
     }
-    // Its own ARN from its deployed name, not a reference to the function (which would depend on this role).
+    // Its own ARN from its deployed name, not a reference to the function (which would depend on
+    // this role); with `:*`, its versions and aliases, which scale-out invokes when a schedule
+    // targets one (`selfInvokeTarget`): IAM matches a qualified invoke against the qualified ARN only.
     if (inputs.selfInvoking?.includes(fn.name)) {
-      statements.push(statement(['lambda:InvokeFunction'], [join('arn:', partition, ':lambda:', region, ':', account, `:function:${deployedFunctionName(inputs.deployment, fn.name)}`)]));
+      const own = `:function:${deployedFunctionName(inputs.deployment, fn.name)}`;
+      statements.push(statement(['lambda:InvokeFunction'], [join('arn:', partition, ':lambda:', region, ':', account, own), join('arn:', partition, ':lambda:', region, ':', account, `${own}:*`)]));
     }
     if (fn.name === 'inboxSqs' && inputs.triggerQueues.length > 0) {
       statements.push(

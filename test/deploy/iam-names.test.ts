@@ -38,7 +38,9 @@ describe('IAM and environment of scale-out', () => {
     const [statement, ...others] = invokeStatements(Resources, 'QueueBoxRoleOutboxPoller');
     assert.equal(others.length, 0);
     assert.deepEqual(statement!.Action, ['lambda:InvokeFunction']);
-    assert.deepEqual(statement!.Resource, [{ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':lambda:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':function:app-test-queueboxOutboxPoller']] }]);
+    const arn = (suffix: string) => ({ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':lambda:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, suffix]] });
+    // the function itself, and its versions and aliases (a schedule that targets an alias scales out through it)
+    assert.deepEqual(statement!.Resource, [arn(':function:app-test-queueboxOutboxPoller'), arn(':function:app-test-queueboxOutboxPoller:*')]);
     for (const role of Object.keys(Resources).filter((id) => id.startsWith('QueueBoxRole') && id !== 'QueueBoxRoleOutboxPoller')) {
       assert.deepEqual(invokeStatements(Resources, role), [], `${role} invokes nothing`);
     }

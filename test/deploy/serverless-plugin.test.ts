@@ -153,6 +153,7 @@ describe('plugins: [queuebox/serverless] in a scratch service', { timeout: 600_0
     assert.equal(others.length, 0);
     assert.deepEqual(invoke!.Resource.map((r) => r['Fn::Join'][1].map((p) => (typeof p === 'string' ? p : `<${(p as { Ref: string }).Ref}>`)).join('')), [
       'arn:<AWS::Partition>:lambda:<AWS::Region>:<AWS::AccountId>:function:shop-test-queueboxOutboxPoller',
+      'arn:<AWS::Partition>:lambda:<AWS::Region>:<AWS::AccountId>:function:shop-test-queueboxOutboxPoller:*',
     ]);
     for (const fn of FUNCTIONS.filter((f) => f.name !== 'outboxPoller')) assert.deepEqual(statements(`QueueBoxRole${fn.name.charAt(0).toUpperCase()}${fn.name.slice(1)}`), [], `${fn.name} invokes nothing`);
     const variables = (resources.QueueboxOutboxPollerLambdaFunction!.Properties.Environment as { Variables: Record<string, string> }).Variables;

@@ -3,7 +3,7 @@
  * `@aws-sdk/client-lambda` client talks to it with only `endpoint` changed:
  * `POST /2015-03-31/functions/{FunctionName}/invocations`. An asynchronous invoke
  * (`X-Amz-Invocation-Type: Event`) is answered HTTP 202 with an empty body and kept, with its
- * parsed payload, in `invocations`; a request/response invoke is refused (the code under test
+ * parsed payload, in `invocations` (`functionName` as sent: `name` or `name:qualifier`); a request/response invoke is refused (the code under test
  * never makes one). An unknown function answers 404 `ResourceNotFoundException`.
  *
  * Faults: `fail(kind)` answers every later invoke with `ResourceNotFoundException` (404, which the
@@ -56,10 +56,12 @@ export async function startLocalLambda(functions: readonly string[]): Promise<Lo
       requests++;
       const match = PATH.exec(new URL(req.url ?? '/', 'http://local').pathname);
       if (req.method !== 'POST' || match === null) return refuse(res, 404, 'UnknownOperationException', `no operation at ${req.method} ${req.url}`);
+      // `name:qualifier` (an alias or version) invokes that function's alias or version.
       const name = decodeURIComponent(match[1]!);
+      const unqualified = name.split(':')[0]!;
       if (failing === 'hang') return;
       if (failing === 'ServiceException') return refuse(res, 500, 'ServiceException', 'the service failed (local fault)');
-      if (failing === 'ResourceNotFoundException' || !functions.includes(name)) return refuse(res, 404, 'ResourceNotFoundException', `Function not found: ${name}`);
+      if (failing === 'ResourceNotFoundException' || !functions.includes(unqualified)) return refuse(res, 404, 'ResourceNotFoundException', `Function not found: ${name}`);
       if (req.headers['x-amz-invocation-type'] !== 'Event') return refuse(res, 400, 'InvalidParameterValueException', 'this endpoint accepts asynchronous invokes (X-Amz-Invocation-Type: Event) only');
       invocations.push({ functionName: name, payload: JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown> });
       res.writeHead(202, { 'x-amzn-requestid': `local-${requests}` });

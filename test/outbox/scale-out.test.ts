@@ -15,6 +15,7 @@ import { createLogger } from '../../lib/observability/logger.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
 import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
 import { SCALE_OUT_EVENT_KEY } from '../../lib/runtime/scale-out.ts';
+import { selfInvokeTarget } from '../../lib/runtime/self-invoke.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { emfValue } from '../helpers/emf.ts';
 import { startLocalLambda, type LocalLambda } from '../helpers/local-lambda.ts';
@@ -93,6 +94,26 @@ describe('outbox poller scale-out by backlog', { timeout: 180_000 }, () => {
     assert.deepEqual(await slotRows(), [], 'each started pass freed its slot when it returned');
     const [sent] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE state = 'sent'`);
     assert.equal(sent!.n, destination.deliveries.length, 'every row sent once by the three passes together');
+  });
+
+  it('a pass invoked through an alias starts its passes through the same alias, not $LATEST', async () => {
+    await insertDue(20_000);
+    // osls points the schedule at the alias `provisioned` when the function has provisioned concurrency
+    const result = await handler({ source: 'aws.events' }, createInvocationContext({ functionName: FUNCTION, timeoutMs: 4000, invokedQualifier: 'provisioned', functionVersion: '7' }));
+    assert.equal(result.scaleOut.started, 2, JSON.stringify(result.scaleOut));
+    assert.deepEqual(lambda.invocations.map((i) => i.functionName), [`${FUNCTION}:provisioned`, `${FUNCTION}:provisioned`]);
+    // a started pass, itself invoked through the alias, runs and starts none
+    const started = await handler(lambda.invocations[0]!.payload, createInvocationContext({ functionName: FUNCTION, timeoutMs: 4000, invokedQualifier: 'provisioned', functionVersion: '7' }));
+    assert.equal(started.scaleOut.role, 'started');
+    assert.ok(started.sent > 0);
+  });
+
+  it('the invoke target: the name with the qualifier that invoked the function, the name alone for none or $LATEST', () => {
+    const target = (qualifier?: string) => selfInvokeTarget(createInvocationContext({ functionName: FUNCTION, timeoutMs: 1000, invokedQualifier: qualifier }));
+    assert.equal(target(), FUNCTION);
+    assert.equal(target('$LATEST'), FUNCTION);
+    assert.equal(target('12'), `${FUNCTION}:12`);
+    assert.equal(target('live'), `${FUNCTION}:live`);
   });
 
   it('a pass that can send its whole backlog starts none', async () => {
