@@ -5,6 +5,15 @@
 /** Shortest lease QueueBox grants; below this a claim could expire before the claim returns. */
 export const MIN_LEASE_MS = 1000;
 
+/** The least time before the deadline in which an outbox pass still claims (ms). */
+export const MIN_CLAIM_WINDOW_MS = 1000;
+
+/**
+ * Least time a pass needs before its deadline to claim at all (ms), per worker: the outbox pass's
+ * claim window, the relay's least lease. `hasTimeToClaim` and packaging's timeout check read it.
+ */
+export const MIN_TIME_TO_CLAIM_MS = { outboxPoller: MIN_CLAIM_WINDOW_MS, inboxRelay: MIN_LEASE_MS } as const;
+
 /**
  * The lease to grant or renew now: `min(claimTimeoutMs, time left in this invocation)`.
  * Nothing can renew after the invocation ends, so a frozen or killed invocation's rows become

@@ -55,7 +55,7 @@ import type { Driver } from '../db/driver.ts';
 import { createInvocationScope, type InvocationScope } from './invocation-scope.ts';
 import { removeLocalRunFile, writeLocalRunFile } from '../console/local-run-file.ts';
 import { createLogger } from '../observability/logger.ts';
-import { MIN_CLAIM_WINDOW_MS } from '../outbox/outbox-pass.ts';
+import { MIN_CLAIM_WINDOW_MS } from '../claims/lease.ts';
 import { setContainer } from '../runtime/container.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';

@@ -41,7 +41,7 @@
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { idlePollDelayMs } from '../claims/backoff.ts';
-import { leaseMsFor, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
+import { leaseMsFor, MIN_CLAIM_WINDOW_MS, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
@@ -60,8 +60,6 @@ import type { OutboxPassDriver, PassContext, PassLogger, PassTally } from './pas
 import type { Router } from './routes.ts';
 import { signalSettled, waitAny } from './wait-any.ts';
 
-/** The least time before the deadline in which the pass still claims (ms). */
-export const MIN_CLAIM_WINDOW_MS = 1000;
 /** Claimed batches being published at once (the next claim overlaps the current publish). */
 export const MAX_BATCHES_IN_FLIGHT = 2;
 export type StopReason = 'deadline' | 'drained' | 'stopped' | 'error';

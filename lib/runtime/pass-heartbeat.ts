@@ -7,6 +7,7 @@
  * A failed stamp is logged, not thrown: the pass did finish, and its metric says so. A function
  * that fails at start, throws, or is never invoked records nothing, so its alarm fires.
  */
+import { MIN_TIME_TO_CLAIM_MS } from '../claims/lease.ts';
 import type { Driver, PassWorker } from '../db/driver.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -33,22 +34,17 @@ export async function recordPassFinished(options: PassHeartbeatOptions): Promise
 }
 
 /**
- * Least time a pass needs before its deadline to claim at all (ms): the outbox pass's claim
- * window and the relay's least lease are both 1 s.
- */
-export const MIN_TIME_TO_CLAIM_MS = 1000;
-
-/**
  * Whether an invocation that starts now leaves its pass time to claim: `deadlineMs` (the time to
  * the pass's deadline, the invocation's less `lambda.deadlineMarginMs`) at least
- * `MIN_TIME_TO_CLAIM_MS`. When not, it logs an error naming the settings: every such invocation
+ * `MIN_TIME_TO_CLAIM_MS` of its worker. When not, it logs an error naming the settings: every such invocation
  * would run a pass that claims nothing, and must not count as a finished pass (the heartbeat
  * alarm is what tells the operator that nothing moves).
  */
-export function hasTimeToClaim(options: { deadlineMs: number; invocationMs: number; marginMs: number; worker: PassWorker; logger: Pick<PassLogger, 'error'> }): boolean {
-  if (options.deadlineMs >= MIN_TIME_TO_CLAIM_MS) return true;
+export function hasTimeToClaim(options: { deadlineMs: number; invocationMs: number; marginMs: number; worker: keyof typeof MIN_TIME_TO_CLAIM_MS; logger: Pick<PassLogger, 'error'> }): boolean {
+  const leastMs = MIN_TIME_TO_CLAIM_MS[options.worker];
+  if (options.deadlineMs >= leastMs) return true;
   options.logger.error(
-    `the invocation leaves its pass no time to claim: ${options.invocationMs} ms left at its start, lambda.deadlineMarginMs ${options.marginMs}; raise the function's timeout above the margin + ${MIN_TIME_TO_CLAIM_MS} ms, or lower lambda.deadlineMarginMs (no heartbeat is recorded)`,
+    `the invocation leaves its pass no time to claim: ${options.invocationMs} ms left at its start, lambda.deadlineMarginMs ${options.marginMs}; raise the function's timeout above the margin + ${leastMs} ms, or lower lambda.deadlineMarginMs (no heartbeat is recorded)`,
     { worker: options.worker },
   );
   return false;

@@ -2,17 +2,9 @@
  * Build-time truth: what the plugin refuses to package, and what it warns about, for one
  * configuration and `custom.queuebox`. Pure, so each rule is tested without packaging.
  */
-import { MIN_LEASE_MS } from '../claims/lease.ts';
+import { MIN_TIME_TO_CLAIM_MS } from '../claims/lease.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
-import { MIN_CLAIM_WINDOW_MS } from '../outbox/outbox-pass.ts';
 import type { PluginOptions } from './options.ts';
-
-/**
- * The time before its deadline in which each scheduled pass still claims: the poller's claim
- * window, the relay's shortest lease. A pass claims nothing in an invocation no longer than the
- * deadline margin plus this.
- */
-const CLAIM_WINDOWS_MS = { outboxPoller: MIN_CLAIM_WINDOW_MS, inboxRelay: MIN_LEASE_MS } as const;
 
 /** Why this stage must not be packaged, or `undefined` when it may. */
 export function deployRefusal(options: PluginOptions, config: QueueBoxConfig, stage: string): string | undefined {
@@ -35,7 +27,7 @@ function timeoutRefusals(options: PluginOptions, config: QueueBoxConfig): string
   const marginMs = config.lambda.deadlineMarginMs;
   return (['outboxPoller', 'inboxRelay'] as const).flatMap((name) => {
     const timeoutSeconds = options.functions[name].timeout;
-    const windowMs = CLAIM_WINDOWS_MS[name];
+    const windowMs = MIN_TIME_TO_CLAIM_MS[name];
     if (timeoutSeconds * 1000 > marginMs + windowMs) return [];
     const key = `custom.queuebox.functions.${name}.timeout`;
     // At most 900 s: the configuration refuses a margin that leaves Lambda's longest timeout nothing.
