@@ -186,11 +186,19 @@ export async function fencedChangedIds(db: PgQueryable, update: string, values: 
   return idsChanged(ids, rows);
 }
 
+/** `changedIdsStatement`'s texts by update text: a handful per process (one per table and write), built once each. */
+const changedIdsTexts = new Map<string, string>();
+
 /** The statement `fencedChangedIds` sends: `update`, answered with the 1-based positions `n` of the ids of `$1` it did not change. */
 export function changedIdsStatement(update: string): string {
-  return `WITH changed AS (${update})
+  let text = changedIdsTexts.get(update);
+  if (text === undefined) {
+    text = `WITH changed AS (${update})
   SELECT a.n::int AS n FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, n)
    WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.id = a.id)`;
+    changedIdsTexts.set(update, text);
+  }
+  return text;
 }
 
 /**

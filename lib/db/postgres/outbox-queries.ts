@@ -572,11 +572,21 @@ export async function outboxMarkSentMany(ctx: PgContext, p: { claims: ClaimRef[]
  * of the fence, so PostgreSQL's re-check of a row after a lock wait sees the first run's version.
  */
 export function outboxMarkSentUpdate(table: string, resent = false): string {
-  return `UPDATE ${table} t
+  return (resent ? resentMarkSentTexts : markSentTexts).get(table) ?? markSentText(table, resent);
+}
+
+/** The sent marks' texts by table (built once each: every batch sends one, and builds its resent variant). */
+const markSentTexts = new Map<string, string>();
+const resentMarkSentTexts = new Map<string, string>();
+
+function markSentText(table: string, resent: boolean): string {
+  const text = `UPDATE ${table} t
         SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${resent ? `((${FENCE}) OR (t.state = 'sent' AND t.claim_token = s.token))` : FENCE}
   RETURNING t.id`;
+  (resent ? resentMarkSentTexts : markSentTexts).set(table, text);
+  return text;
 }
 
 export async function outboxRetryMany(ctx: PgContext, p: { items: RetryItem[] }): Promise<string[]> {
