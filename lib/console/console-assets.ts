@@ -33,7 +33,7 @@ a { color: var(--accent); }
 .state-sent, .state-processed { color: var(--ok); }
 form.filters { display: flex; flex-wrap: wrap; gap: 10px; align-items: end; margin: 8px 0 14px; }
 form.filters label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); }
-input, select { font: inherit; padding: 4px 6px; border: 1px solid var(--line); border-radius: 4px; }
+input, select, textarea { font: inherit; padding: 4px 6px; border: 1px solid var(--line); border-radius: 4px; }
 button { font: inherit; padding: 5px 12px; border-radius: 4px; border: 1px solid var(--accent); background: var(--accent); color: #fff; cursor: pointer; }
 button.danger { background: var(--bad); border-color: var(--bad); }
 .banner { padding: 8px 12px; border-radius: 6px; margin: 8px 0 14px; background: var(--bg); border: 1px solid var(--line); }

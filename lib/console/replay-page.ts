@@ -26,9 +26,9 @@ const split = (values: string[], separator: RegExp) => values.flatMap((v) => v.s
 /**
  * The replay request fields present in a query string or form (absent fields stay absent). Ids
  * and states are split on commas and white space; the topics and sources an operator types are
- * split on commas only, as a topic may hold spaces. A link names one topic or source exactly
- * (`topic`, `source`, repeatable, never split): a topic may hold commas too, and its pieces may be
- * topics of their own.
+ * one per line (a topic may hold spaces and commas, as `queuebox replay --topic` takes it whole).
+ * A link names one topic or source exactly (`topic`, `source`, repeatable, never split): its
+ * pieces may be topics of their own.
  */
 export function replayInput(form: URLSearchParams): Record<string, unknown> {
   const input: Record<string, unknown> = {};
@@ -37,7 +37,7 @@ export function replayInput(form: URLSearchParams): Record<string, unknown> {
     if (list.length > 0) input[key] = list;
   }
   for (const [key, exact] of [['topics', 'topic'], ['sources', 'source']] as const) {
-    const list = [...split(form.getAll(key), /,/), ...form.getAll(exact).filter((v) => v !== '')];
+    const list = [...split(form.getAll(key), /\r?\n/), ...form.getAll(exact).filter((v) => v !== '')];
     if (list.length > 0) input[key] = list;
   }
   for (const key of ['destination', 'consumption', 'createdFrom', 'createdTo'] as const) {
@@ -71,11 +71,11 @@ export function replayFormPage(ctx: ConsoleContext, form = new URLSearchParams()
 A requeued inbox row is again the head of its aggregate: the aggregate's pending rows wait for it.</p>
 <form class="filters" method="get" action="/replay/preview">
 <label>table<select name="table"><option value="outbox" ${table === 'outbox' ? 'selected' : ''}>outbox</option><option value="inbox" ${table === 'inbox' ? 'selected' : ''}>inbox</option></select></label>
-<label>topics (outbox, comma-separated)<input name="topics" value="${form.get('topics') ?? ''}"></label>
+<label>topics (outbox, one per line)<textarea name="topics" rows="2">${form.get('topics') ?? ''}</textarea></label>
 <label>destination (outbox)<select name="destination"><option value="">any</option>${Object.keys(ctx.config.destinations).map(
       (d) => html`<option ${form.get('destination') === d ? 'selected' : ''}>${d}</option>`,
     )}</select></label>
-<label>sources (inbox, comma-separated)<input name="sources" value="${form.get('sources') ?? ''}"></label>
+<label>sources (inbox, one per line)<textarea name="sources" rows="2">${form.get('sources') ?? ''}</textarea></label>
 <label>consumption (inbox)<select name="consumption"><option value="">any</option>${(['push', 'pull'] as const).map(
       (c) => html`<option value="${c}" ${consumption === c ? 'selected' : ''}>${c === 'push' ? 'push (relay)' : 'pull'}</option>`,
     )}</select></label>

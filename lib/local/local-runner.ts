@@ -28,7 +28,9 @@
  * counts are read from a database that is still up.
  *
  * `speed` compresses time for demos: schedule periods and timeouts are divided by it (the
- * timeout never below margin + 5 s).
+ * timeout never below margin + 5 s, the period never below 1 s). It is refused outside
+ * `LOCAL_SPEED_RANGE`: a smaller factor stretched a period past the 32-bit delay of Node's timers,
+ * which Node clamps to 1 ms (the functions were then invoked every millisecond).
  *
  * Without the demo (`demo: false`, the default when a config file is given: `configPath` or
  * `QUEUEBOX_CONFIG`) the run is for your own work: the scheduled functions run against the
@@ -79,6 +81,12 @@ const redactUrl = (url: string) => url.replace(/:[^:@/]*@/, ':***@');
  */
 export const DUPLICATE_SIGNAL_GRACE_MS = 1_000;
 
+/** The `speed` factors a run takes (`--speed`): 1000 times slower to 1000 times faster. */
+export const LOCAL_SPEED_RANGE = { min: 0.001, max: 1000 } as const;
+
+/** The longest delay Node's timers take (2^31 − 1 ms, about 24.8 days); a longer one becomes 1 ms. */
+const MAX_TIMER_DELAY_MS = 2 ** 31 - 1;
+
 /** Printed once at start: the demo's refused and duplicate webhooks are deliberate. */
 export const DEMO_REFUSALS_NOTE =
   'demo webhooks on purpose: every 4th is delivered twice (answered 200 duplicate, stored once) and every 10th order also draws a forgery ' +
@@ -103,7 +111,7 @@ export interface LocalRunOptions {
   useExisting?: boolean;
   /** Schema for QueueBox's tables (tests isolate runs with it). */
   schema?: string;
-  /** Time compression factor; default 1. */
+  /** Time compression factor, within `LOCAL_SPEED_RANGE`; default 1. */
   speed?: number;
   /** Demo messages per second of the continuous stream; default 4. */
   feedPerSecond?: number;
@@ -144,6 +152,12 @@ export function isDemoRun(options: Pick<LocalRunOptions, 'demo' | 'configPath'>,
 
 /** Refuses option combinations that cannot do what they say, before anything starts. */
 export function checkLocalRunOptions(options: LocalRunOptions, demo: boolean): void {
+  // An empty path (`--config "$CFG"` with CFG unset) is no file to run without: refused by name.
+  if (options.configPath === '') throw new UsageError('--config needs a file path');
+  const speed = options.speed ?? 1;
+  if (!(speed >= LOCAL_SPEED_RANGE.min && speed <= LOCAL_SPEED_RANGE.max)) {
+    throw new UsageError(`--speed must be from ${LOCAL_SPEED_RANGE.min} to ${LOCAL_SPEED_RANGE.max} (not ${speed}): it divides the schedule periods and timeouts`);
+  }
   if (!demo && options.messages !== undefined) {
     throw new UsageError('--messages feeds demo orders, and this run has no demo (--no-demo, the default with a config file); pass --demo to feed demo orders too');
   }
@@ -328,7 +342,8 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     const passes = fn.maxConcurrentPasses(config);
     if (passes > 1) out(`${fn.name}: scale-out up to ${passes} passes at once; the passes it starts run in this process, not through AWS Lambda`);
     invoke(fn.name, handler, schedule);
-    timers.push(setInterval(() => invoke(fn.name, handler, schedule), Math.max(1000, Math.round(schedule.periodMs / speed))));
+    // Capped at the timers' limit too: a schedule of weeks (at a low speed) must not become 1 ms.
+    timers.push(setInterval(() => invoke(fn.name, handler, schedule), Math.min(MAX_TIMER_DELAY_MS, Math.max(1000, Math.round(schedule.periodMs / speed)))));
   }
 
   const started = Date.now();

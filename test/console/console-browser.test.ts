@@ -110,7 +110,7 @@ describe('operator console in a browser', { skip }, () => {
 
   it('replay: the dry run counts and lists the rows; the confirm moves exactly the previewed rows', async () => {
     await page.goto(`${consoleServer.url}/replay`);
-    await page.fill('input[name="topics"]', 'orders.failed');
+    await page.fill('textarea[name="topics"]', 'orders.failed');
     await page.click('[data-action="dry-run"]');
     await page.waitForURL(/\/replay\/preview/);
     assert.equal(await page.locator('[data-preview-count]').getAttribute('data-preview-count'), '3');

@@ -217,10 +217,13 @@ describe('console: a replay confirm acts on its own preview, once', () => {
     assert.deepEqual(await states(pieces), ['dead', 'dead', 'dead']);
   });
 
-  it('topics typed into the replay form are split on commas only: a topic may hold spaces', async () => {
+  it('topics typed into the replay form are one per line: a topic may hold spaces and commas, taken whole', async () => {
     const [spaced] = await dead(1, 'orders shipped');
-    const fields = await preview(new URLSearchParams({ topics: 'orders shipped, other.topic' }).toString());
-    assert.deepEqual(fields.getAll('ids'), [spaced]);
+    const [comma] = await dead(1, 'order.paid,v2');
+    const pieces = [...(await dead(1, 'order.paid')), ...(await dead(1, 'v2'))];
+    const fields = await preview(new URLSearchParams({ topics: 'orders shipped\r\norder.paid,v2\nother.topic' }).toString());
+    assert.deepEqual(fields.getAll('ids').sort(), [spaced, comma].sort());
+    assert.ok(pieces.every((id) => !fields.getAll('ids').includes(id!)), 'the pieces of a topic with a comma are not replayed');
   });
 
   it('a second post of the same confirm (resubmitted form) is refused and moves nothing', async () => {
