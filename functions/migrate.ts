@@ -12,6 +12,7 @@ import { createDriver } from '../lib/db/create-driver.ts';
 import type { Driver, MigrateResult } from '../lib/db/driver.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { operationBudgetMs } from '../lib/runtime/deadline.ts';
+import { withDatabaseUrl } from '../lib/runtime/secrets.ts';
 import { UsageError } from '../lib/errors.ts';
 import { createLogger, type Logger } from '../lib/observability/logger.ts';
 
@@ -40,10 +41,13 @@ export function isCheckEvent(event: unknown): boolean {
 
 export async function handler(event: unknown, context: Context): Promise<MigrateResult | MigrateCheckResult> {
   const check = isCheckEvent(event);
-  const config = loadConfig({ env: process.env });
+  // The connection string from Secrets Manager or SSM when the stage names one, as the other
+  // functions read it (`custom.queuebox.databaseSecretArn` / `databaseUrlParameter`).
+  const env = await withDatabaseUrl(process.env);
+  const config = loadConfig({ env });
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
   logger.addContext(context);
-  const driver = await createDriver(config, process.env);
+  const driver = await createDriver(config, env);
   // Every statement ends before the invocation does (a migration's statements have no other
   // timeout: migration-sized work on a large table takes longer than database.statementTimeoutMs).
   const budget = operationBudgetMs(context, config.lambda.deadlineMarginMs);

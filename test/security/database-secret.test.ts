@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, afterEach, before, describe, it } from 'node:test';
 import pg from 'pg';
+import { handler as migrateHandler } from '../../functions/migrate.ts';
 import { handler as reclaimHandler } from '../../functions/reclaim.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
 import { secretEnvNames, withDatabaseUrl } from '../../lib/runtime/secrets.ts';
@@ -69,6 +70,28 @@ describe('database and source secrets at run time', () => {
     assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_SECRET_ID: 'rds/app' })).QUEUEBOX_DATABASE_URL, 'postgres://app:p%40ss%2Fword@db.internal:5432/orders');
     assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_URL_PARAMETER: '/queuebox/test/database-url' })).QUEUEBOX_DATABASE_URL, 'postgres://app:x@db.internal:5432/orders');
     assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_URL: 'postgres://local', QUEUEBOX_DATABASE_SECRET_ID: 'rds/app' })).QUEUEBOX_DATABASE_URL, 'postgres://local');
+  });
+
+  it('the migrate function reads the connection string from the SSM parameter or the secret, as the other functions do', async () => {
+    store.values.set('/queuebox/test/migrate-url', url(roles[0]));
+    store.values.set('rds/migrate', JSON.stringify({ engine: 'postgres', host: new URL(base).hostname, port: Number(new URL(base).port || 5432), username: roles[0], password, dbname: new URL(base).pathname.slice(1) }));
+    const env = { ...process.env };
+    try {
+      delete process.env.QUEUEBOX_DATABASE_URL;
+      delete process.env.DATABASE_URL;
+      process.env.QUEUEBOX_DATABASE__SCHEMA = db.schema;
+      for (const [key, location] of [['QUEUEBOX_DATABASE_URL_PARAMETER', '/queuebox/test/migrate-url'], ['QUEUEBOX_DATABASE_SECRET_ID', 'rds/migrate']] as const) {
+        delete process.env.QUEUEBOX_DATABASE_URL_PARAMETER;
+        delete process.env.QUEUEBOX_DATABASE_SECRET_ID;
+        process.env[key] = location;
+        const before = store.calls.length;
+        assert.deepEqual(await migrateHandler({ check: true }, fakeLambdaContext({ timeoutMs: 30_000 })), { upToDate: true, problems: [] }, key);
+        assert.ok(store.calls.slice(before).some((call) => call.endsWith(`:${location}`)), `${key}: the store was read`);
+      }
+    } finally {
+      for (const key of Object.keys(process.env)) if (!(key in env)) delete process.env[key];
+      Object.assign(process.env, env);
+    }
   });
 
   it('fills each source secret the configuration names from the SSM path, keeping variables already set', async () => {
