@@ -9,7 +9,7 @@
 import { writeFileSync } from 'node:fs';
 import { configSchema } from '../lib/config/schema.ts';
 import { METRICS } from '../lib/observability/metric-names.ts';
-import { alarmDefinitions, type AlarmDef } from '../lib/serverless/monitoring.ts';
+import { alarmDefinitions, BACKLOG_AGE_ALARM_SECONDS, BACKLOG_AGE_SLACK_SECONDS, BACKLOG_AGE_THRESHOLD_SECONDS, backlogAgeWindow, type AlarmDef } from '../lib/serverless/monitoring.ts';
 import { CONFIG_MEANINGS } from './config-meanings.ts';
 
 /** One documented key: dotted path, type, default (JSON) or `—`. */
@@ -138,19 +138,43 @@ export function renderMetricsDoc(): string {
     'The Serverless plugin deploys these CloudWatch alarms (the logical ids below), notifying the SNS topic',
     '`custom.queuebox.alarmTopicArn` when one is set. What to do when one fires: [Operations](operations.md).',
     'An alarm fires when the condition holds in every period of its window. Missing data is "not',
-    'breaching" for counters and gauges (no data: nothing happened) and "breaching" for the heartbeats:',
-    'no `queuebox_passes_finished_total` for a function is the failure they watch. A heartbeat\'s window',
-    'is the longest gap between two runs of the function\'s schedule plus its timeout plus 180 s',
-    '(a late schedule, a cold start, metrics that arrive late), so two normal runs never alarm; the',
-    'table shows the plugin\'s default schedules, and `custom.queuebox.functions.<name>.schedule` and',
-    '`.timeout` resize it. A schedule with no steady interval (a cron on some weekdays only) gets no',
-    'heartbeat alarm, and packaging warns about it.',
+    'breaching" for counters (no data: nothing happened) and for the backlog-age gauges (no data: no',
+    'pass ended in the period; a function that stopped writes none, which its heartbeat alarm catches),',
+    'and "breaching" for the heartbeats: no `queuebox_passes_finished_total` for a function is the',
+    'failure they watch. A heartbeat\'s window is the longest gap between two runs of the function\'s',
+    'schedule plus its timeout plus 180 s (a late schedule, a cold start, metrics that arrive late), so',
+    'two normal runs never alarm. The table shows the plugin\'s default schedules, and',
+    '`custom.queuebox.functions.<name>.schedule` and `.timeout` resize the heartbeat and backlog-age',
+    'alarms. A schedule with no steady interval (a cron on some weekdays only) gets neither, and',
+    'packaging warns about it.',
+    '',
+    'The backlog-age gauges have one writer each, the poller\'s pass (outbox) and the relay\'s pass',
+    '(inbox), which writes one sample at its end: a sample per run, not per minute. So a backlog-age',
+    'alarm\'s period follows that function\'s schedule: at least the longest gap between two runs plus',
+    `the timeout (one pass may end at once, the next at its timeout) plus ${BACKLOG_AGE_SLACK_SECONDS} s (a late schedule, the`,
+    'function\'s init, a pass that skips the read because another read it less than 10 s before),',
+    'in whole minutes (whole hours beyond an hour). Every period of a running function then holds a',
+    `sample, and a backlog older than ${BACKLOG_AGE_THRESHOLD_SECONDS} s breaches every one; 60 s periods would leave periods`,
+    'without a sample under a schedule slower than once a minute, which "not breaching" counts as',
+    'good, and the alarm would never fire. The number of periods is the one whose window is nearest',
+    `${BACKLOG_AGE_ALARM_SECONDS / 60} minutes, at least one: ${ageExample('rate(1 minute)', 60)} with the defaults (\`rate(1 minute)\`, timeout 60 s),`,
+    `${ageExample('rate(2 minutes)', 120)} with \`rate(2 minutes)\` and timeout 120 s, ${ageExample('rate(1 minute)', 30)} with \`rate(1 minute)\` and`,
+    `timeout 30 s. A healthy backlog writes no age above ${BACKLOG_AGE_THRESHOLD_SECONDS} s, so it never breaches. A schedule whose`,
+    'passes can end more than a day apart gets no backlog-age alarm (packaging warns).',
     '',
     '| Alarm | Metric | Fires when | Missing data |',
     '| --- | --- | --- | --- |',
   );
   for (const alarm of alarmDefinitions()) lines.push(alarmRow(alarm));
   return `${lines.join('\n')}\n`;
+}
+
+/** A backlog-age alarm's window for a schedule, in words: `one period of 240 s`. */
+function ageExample(schedule: string, timeout: number): string {
+  const window = backlogAgeWindow({ schedule, timeout });
+  if ('reason' in window) throw new Error(`no backlog-age alarm for ${schedule}: ${window.reason}`);
+  const count = window.evaluationPeriods === 1 ? 'one period' : `${window.evaluationPeriods} periods`;
+  return `${count} of ${window.periodSeconds} s`;
 }
 
 const COMPARISONS: Record<AlarmDef['comparison'], string> = { GreaterThanThreshold: '>', GreaterThanOrEqualToThreshold: '≥', LessThanThreshold: '<' };

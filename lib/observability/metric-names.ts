@@ -11,7 +11,12 @@ export const METRICS = {
   claimsLost: { name: 'queuebox_claims_lost_total', unit: 'Count', dimensions: ['component'], help: 'Fenced writes that changed no row (component: outbox, inbox, pull): work outlived its lease.' },
   outboxPending: { name: 'queuebox_outbox_messages_pending', unit: 'Count', dimensions: [], help: 'Outbox rows in state pending at the end of a pass (read at most every 10 s in all: one of the passes that end within 10 s counts).' },
   outboxOldestPendingAge: { name: 'queuebox_outbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending outbox row at the end of a pass (read at most every 10 s in all: one of the passes that end within 10 s counts).' },
-  outboxPublishDuration: { name: 'queuebox_outbox_publish_duration_seconds', unit: 'Seconds', dimensions: ['destination_type'], help: 'Duration of one destination call (a batch of up to 10 entries).' },
+  outboxPublishDuration: {
+    name: 'queuebox_outbox_publish_duration_seconds',
+    unit: 'Seconds',
+    dimensions: ['destination_type'],
+    help: 'Duration of the slowest destination call of a pass (a call is one batch of up to 10 entries, answered or thrown), by destination type: one sample per pass and type it called, written at the end of the pass (Maximum over a period: the slowest call in it). Calls the pass stopped waiting for are not timed.',
+  },
   outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered, by destination name and outcome: sent, retryable, permanent.' },
   outboxFailedMessages: {
     name: 'queuebox_outbox_failed_messages_total',

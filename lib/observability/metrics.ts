@@ -6,6 +6,7 @@
  * dimensions to every metric on it). Names come only from `METRICS`.
  */
 import { Metrics as PowertoolsMetrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { UsageError } from '../errors.ts';
 import { METRICS, type MetricKey } from './metric-names.ts';
 
 export type Dimensions = Record<string, string>;
@@ -27,25 +28,62 @@ export interface MetricsOptions {
 /**
  * The buffer key of a metric and dimension set: the values in the metric's declared dimension
  * order (a pass records a metric per destination call, so this stays cheap: no sort, no JSON).
- * Throws on a dimension the metric does not declare.
+ * Throws a `UsageError` unless `dimensions` holds exactly the metric's declared dimensions, each
+ * a value CloudWatch takes (`dimensionProblem`): a missing one would publish the metric under a
+ * dimension set no panel or alarm queries (`monitoring.ts` queries exactly the declared ones), an
+ * unknown one a new series, and Powertools drops an empty value with a warning (the same miss).
+ * Valid values hold no control character, so the separator keeps two dimension sets apart.
  */
 function entryId(key: MetricKey, dimensions: Dimensions): string {
   const allowed = METRICS[key].dimensions as readonly string[];
-  let given = 0;
   let id: string = key;
   for (const name of allowed) {
-    const value = dimensions[name];
-    if (value === undefined) id += '|\u0001';
-    else {
-      id += `|${value}`;
-      given++;
-    }
+    const value: unknown = dimensions[name];
+    if (value === undefined) throw new UsageError(`metric ${METRICS[key].name} needs dimension ${name} (it is written with ${declared(key)})`);
+    const problem = dimensionProblem(value);
+    if (problem !== undefined) throw new UsageError(`metric ${METRICS[key].name}: dimension ${name} ${problem}`);
+    id += `\u0001${value as string}`;
   }
-  if (given !== Object.keys(dimensions).length) {
+  if (allowed.length !== Object.keys(dimensions).length) {
     const unknown = Object.keys(dimensions).find((name) => !allowed.includes(name));
-    throw new Error(`metric ${METRICS[key].name} has no dimension ${unknown}`);
+    throw new UsageError(`metric ${METRICS[key].name} has no dimension ${unknown} (it is written with ${declared(key)})`);
   }
   return id;
+}
+
+/** The declared dimensions of a metric, for messages. */
+function declared(key: MetricKey): string {
+  const names = METRICS[key].dimensions as readonly string[];
+  return names.length === 0 ? 'no dimension of its own' : `exactly ${names.join(', ')}`;
+}
+
+/**
+ * What CloudWatch refuses in a dimension value (API `Dimension`: 1 to 1024 ASCII characters, not
+ * only whitespace, no control character), or `undefined` for a good one.
+ */
+function dimensionProblem(value: unknown): string | undefined {
+  if (typeof value !== 'string') return `is a ${typeof value}, not a string`;
+  if (value.trim() === '') return `is ${JSON.stringify(value)}: a value needs a character other than whitespace`;
+  if (value.length > 1024) return `is ${value.length} characters long: at most 1024`;
+  if (/[^\x20-\x7e]/.test(value)) return `is ${JSON.stringify(value)}: only printable ASCII characters`;
+  return undefined;
+}
+
+/**
+ * Why a metric value cannot be written, or `undefined`: EMF writes NaN and ±Infinity as `null`,
+ * which CloudWatch drops, and every QueueBox metric is a count, an age or a duration, never below 0.
+ */
+function valueProblem(value: unknown): string | undefined {
+  if (typeof value !== 'number' || !Number.isFinite(value)) return `is ${String(value)}, not a finite number`;
+  if (value < 0) return `is ${value}: a count, age or duration is never below 0`;
+  return undefined;
+}
+
+/** `entryId`, after refusing a value that cannot be written. */
+function checkedId(key: MetricKey, value: unknown, dimensions: Dimensions): string {
+  const problem = valueProblem(value);
+  if (problem !== undefined) throw new UsageError(`metric ${METRICS[key].name}: value ${problem}`);
+  return entryId(key, dimensions);
 }
 
 /** Collects metrics of one pass; `flush()` emits them. Not shared across invocations. */
@@ -59,19 +97,27 @@ export class QueueBoxMetrics {
     this.#options = options;
   }
 
-  /** Adds `value` to a counter. */
+  /**
+   * Adds `value` to a counter. Throws a `UsageError` for a value that is not a finite number of at
+   * least 0, or dimensions other than exactly the metric's declared ones (`entryId`).
+   */
   count(key: MetricKey, value = 1, dimensions: Dimensions = {}): void {
+    // Checked before a 0 is skipped, so a bad call fails whatever its value.
+    const id = checkedId(key, value, dimensions);
     if (value === 0) return;
-    this.#put(key, dimensions, value, 'count');
+    this.#put(id, key, dimensions, value, 'count');
   }
 
-  /** Sets a gauge (last value wins within a flush). For durations, several values are summed into one sample each. */
+  /**
+   * Sets a gauge: the last value set before a flush is the one written (a pass that wants the
+   * slowest of several durations keeps the maximum itself, as the outbox pass does). Same checks
+   * as `count`.
+   */
   gauge(key: MetricKey, value: number, dimensions: Dimensions = {}): void {
-    this.#put(key, dimensions, value, 'gauge');
+    this.#put(checkedId(key, value, dimensions), key, dimensions, value, 'gauge');
   }
 
-  #put(key: MetricKey, dimensions: Dimensions, value: number, kind: Entry['kind']): void {
-    const id = entryId(key, dimensions);
+  #put(id: string, key: MetricKey, dimensions: Dimensions, value: number, kind: Entry['kind']): void {
     const existing = this.#entries.get(id);
     if (existing && kind === 'count') existing.value += value;
     else this.#entries.set(id, { key, dimensions, value, kind });

@@ -16,27 +16,21 @@ export const fnToken = (name: string) => `@@fn:${name}@@`;
 
 type Json = unknown;
 
-/** The dashboard body as JSON text with placeholders (tests parse it after substitution). */
+/**
+ * The dashboard body as JSON text with placeholders (tests parse it after substitution). A panel
+ * whose series the config leaves empty (the destination panels of a config without destinations,
+ * such as an inbox of pull sources only) is left out: CloudWatch refuses a metric widget without
+ * metrics, and the whole dashboard with it. The others close up, two to a row.
+ */
 export function dashboardBodyText(config: MonitoringConfig): string {
   const namespace = config.observability.namespace;
-  const widgets = dashboardPanels(config).map((panel, index) => {
-    const place = { x: (index % 2) * 12, y: Math.floor(index / 2) * 6, width: 12, height: 6 };
-    if (panel.lastSeen) {
-      return { type: 'log', ...place, properties: { title: panel.title, region: REGION_TOKEN, view: 'table', query: lastSeenQuery(config, panel.lastSeen) } };
-    }
-    return {
-      type: 'metric',
-      ...place,
-      properties: {
-        title: panel.title,
-        region: REGION_TOKEN,
-        view: 'timeSeries',
-        stacked: false,
-        period: 60,
-        metrics: panelMetrics(config, namespace, panel),
-      },
-    };
+  const drawn = dashboardPanels(config).flatMap((panel): Array<{ type: 'log' | 'metric'; properties: Record<string, Json> }> => {
+    if (panel.lastSeen) return [{ type: 'log', properties: { title: panel.title, region: REGION_TOKEN, view: 'table', query: lastSeenQuery(config, panel.lastSeen) } }];
+    const metrics = panelMetrics(config, namespace, panel);
+    if (metrics.length === 0) return [];
+    return [{ type: 'metric', properties: { title: panel.title, region: REGION_TOKEN, view: 'timeSeries', stacked: false, period: 60, metrics } }];
   });
+  const widgets = drawn.map(({ type, properties }, index) => ({ type, x: (index % 2) * 12, y: Math.floor(index / 2) * 6, width: 12, height: 6, properties }));
   return JSON.stringify({ widgets });
 }
 

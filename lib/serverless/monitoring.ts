@@ -68,8 +68,10 @@ export interface AlarmDef {
   threshold: number;
   comparison: 'GreaterThanThreshold' | 'GreaterThanOrEqualToThreshold' | 'LessThanThreshold';
   /**
-   * `notBreaching` for metrics emitted only when something happens (no data: nothing happened);
-   * `breaching` for the heartbeat, whose silence is the failure.
+   * `notBreaching` for counters, emitted only when something happens (no data: nothing happened),
+   * and for the backlog-age gauges, written once at the end of a pass (no data: no pass ended in
+   * the period; a function that stopped is its heartbeat alarm's to catch); `breaching` for the
+   * heartbeat, whose silence is the failure.
    */
   treatMissingData: 'notBreaching' | 'breaching';
 }
@@ -119,11 +121,69 @@ export function heartbeatWindow(run: ScheduledRun): { periodSeconds: number; eva
   return { periodSeconds: fit.periodSeconds, evaluationPeriods: Math.ceil(window / fit.periodSeconds) };
 }
 
-/** Why a scheduled function gets no heartbeat alarm, one line each (the plugin warns with them). */
+/** The backlog-age alarms' threshold (s): a due row pending for longer is a backlog. */
+export const BACKLOG_AGE_THRESHOLD_SECONDS = 300;
+
+/** About how long the age must stay above the threshold before the alarm fires (s). */
+export const BACKLOG_AGE_ALARM_SECONDS = 300;
+
+/**
+ * Time added to a backlog-age period beyond the schedule's gap and the function's timeout (s): a
+ * run EventBridge starts late within its minute (up to 60 s), the function's init before the
+ * handler (up to 10 s), and a pass that skips the gauge because another one read it less than
+ * `BACKLOG_GAUGE_INTERVAL_MS` (10 s) before, with room to spare.
+ */
+export const BACKLOG_AGE_SLACK_SECONDS = 90;
+
+/** The functions that write a backlog-age gauge, with the metric and the alarm's name part. */
+export const BACKLOG_AGE_WRITERS = [
+  { worker: 'outboxPoller', key: 'outboxOldestPendingAge', table: 'Outbox' },
+  { worker: 'inboxRelay', key: 'inboxOldestPendingAge', table: 'Inbox' },
+] as const satisfies ReadonlyArray<{ worker: PassWorker; key: MetricKey; table: string }>;
+
+/**
+ * The window of a backlog-age alarm: `Maximum > BACKLOG_AGE_THRESHOLD_SECONDS` in each of
+ * `evaluationPeriods` periods of `periodSeconds`, missing data not breaching; or, when no alarm
+ * can follow the schedule, why.
+ *
+ * The gauge has one writer, the function's pass, which writes one sample at its end: a sample per
+ * run, not per minute. Two samples are at most the schedule's longest gap plus the timeout apart
+ * (one pass may end at once, the next at its timeout), plus `BACKLOG_AGE_SLACK_SECONDS`. The
+ * period is at least that (a multiple of 60 s below an hour, of an hour from it, at most a day),
+ * so every period of a running function holds a sample, whatever the schedule and wherever a
+ * period starts, and a backlog older than the threshold breaches every period. A shorter period
+ * leaves periods without a sample, which `notBreaching` counts as good: with 60 s periods and
+ * `rate(2 minutes)` every other one, so 5 breaching periods in a row never happen. The number of
+ * periods is the one whose window is nearest `BACKLOG_AGE_ALARM_SECONDS` (at least one), so the
+ * alarm takes about as long whatever the schedule; a slow schedule gives a longer window, as it
+ * gives no earlier evidence. (The other way, 60 s periods with M of N and missing data ignored,
+ * leaves CloudWatch to look back past the window by rules of its own, and needs as many samples.)
+ * A healthy backlog writes no sample above the threshold, so it never breaches. A schedule with
+ * no steady interval gets no age alarm, as it gets no heartbeat alarm: its gaps are not one number.
+ */
+export function backlogAgeWindow(run: ScheduledRun): { periodSeconds: number; evaluationPeriods: number } | { reason: string } {
+  const gap = scheduleMaxGapSeconds(run.schedule);
+  if (gap === undefined) return { reason: `its schedule ${run.schedule} does not run at one steady interval (use rate(…), or a cron(…) that runs every day)` };
+  const between = gap + run.timeout + BACKLOG_AGE_SLACK_SECONDS;
+  // A period of at most a day, the longest CloudWatch's console offers (the heartbeat's windows
+  // are several shorter periods; this one must hold a whole gap in one).
+  if (between > 86_400) return { reason: `its schedule ${run.schedule} with timeout ${run.timeout} s leaves more than a day between two passes' ends, the longest period an alarm can give every pass` };
+  const unit = between <= 3_600 ? 60 : 3_600;
+  const periodSeconds = Math.ceil(between / unit) * unit;
+  // At most 5 periods of 60 s or more: within CloudWatch's day for period × evaluation periods.
+  const evaluationPeriods = Math.max(1, Math.round(BACKLOG_AGE_ALARM_SECONDS / periodSeconds));
+  return { periodSeconds, evaluationPeriods };
+}
+
+/**
+ * Why a scheduled function gets no heartbeat alarm, or no backlog-age alarm, one line each (the
+ * plugin warns with them).
+ */
 export function heartbeatWarnings(schedules: HeartbeatSchedules): string[] {
   return PASS_WORKERS.flatMap((worker) => {
     const window = heartbeatWindow(schedules[worker]);
-    return 'reason' in window ? [`no heartbeat alarm for ${worker}: ${window.reason}`] : [];
+    const age = BACKLOG_AGE_WRITERS.some((w) => w.worker === worker) ? backlogAgeWindow(schedules[worker]) : {};
+    return [...('reason' in window ? [`no heartbeat alarm for ${worker}: ${window.reason}`] : []), ...('reason' in age ? [`no backlog-age alarm for ${worker}: ${age.reason}`] : [])];
   });
 }
 
@@ -215,25 +275,34 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
 }
 
 /**
- * The alarms: backlog age, any lost claim, any dead message (outbox, relay, pull), any function
- * error, and a heartbeat per scheduled pass (no pass finished within its schedule's window).
+ * The alarms: backlog age (sized from the poller's and the relay's schedules), any lost claim, any
+ * dead message (outbox, relay, pull), any function error, and a heartbeat per scheduled pass (no
+ * pass finished within its schedule's window).
  * Failures per destination or per source have no alarm of their own: the dead-message alarms fire
  * on any dead row, and the dashboard's per-destination and per-source panels show which one.
  */
 export function alarmDefinitions(schedules: HeartbeatSchedules = defaultHeartbeatSchedules()): AlarmDef[] {
-  const age = (key: MetricKey, table: string): AlarmDef => ({
-    id: `${table}OldestPendingAge`,
-    description: `QueueBox ${table}: the oldest due pending row has been older than 300 s for 5 minutes (backlog or stopped ${table === 'Outbox' ? 'poller' : 'relay'}).`,
-    query: { key, dimensions: {}, stat: 'Maximum' },
-    periodSeconds: 60,
-    evaluationPeriods: 5,
-    threshold: 300,
-    comparison: 'GreaterThanThreshold',
-    treatMissingData: 'notBreaching',
+  // Sized from the schedule of the function that writes the gauge (`backlogAgeWindow`).
+  const ages = BACKLOG_AGE_WRITERS.flatMap(({ worker, key, table }): AlarmDef[] => {
+    const run = schedules[worker];
+    const window = backlogAgeWindow(run);
+    if ('reason' in window) return [];
+    const minutes = Math.round(window.periodSeconds / 60);
+    const periods = window.evaluationPeriods === 1 ? `a ${minutes}-minute period` : `${window.evaluationPeriods} periods of ${minutes} minutes in a row`;
+    return [
+      {
+        id: `${table}OldestPendingAge`,
+        description: `QueueBox ${table.toLowerCase()}: the oldest due pending row was older than ${BACKLOG_AGE_THRESHOLD_SECONDS} s in ${periods} (each holds the age written at the end of at least one pass: schedule ${run.schedule}, timeout ${run.timeout} s): a backlog. If ${worker} stopped, no age is written and this alarm stays quiet: its heartbeat alarm fires. See docs/operations.md.`,
+        query: { key, dimensions: {}, stat: 'Maximum' },
+        ...window,
+        threshold: BACKLOG_AGE_THRESHOLD_SECONDS,
+        comparison: 'GreaterThanThreshold',
+        treatMissingData: 'notBreaching',
+      },
+    ];
   });
   return [
-    age('outboxOldestPendingAge', 'Outbox'),
-    age('inboxOldestPendingAge', 'Inbox'),
+    ...ages,
     ...COMPONENTS.map(
       (component): AlarmDef => ({
         id: `ClaimsLost${component.charAt(0).toUpperCase()}${component.slice(1)}`,

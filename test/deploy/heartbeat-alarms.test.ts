@@ -78,6 +78,9 @@ describe('heartbeat alarms from the schedules', () => {
     await plugin.hooks['after:package:compileEvents']!();
     const alarms = serverless.service.provider.compiledCloudFormationTemplate.Resources;
     assert.equal(alarms.QueueBoxAlarmOutboxPollerHeartbeat, undefined, 'weekdays only: an alarm would fire every night');
+    assert.equal(alarms.QueueBoxAlarmOutboxOldestPendingAge, undefined, 'weekdays only: no period can be sized from its gaps either');
+    const relayAge = alarms.QueueBoxAlarmInboxOldestPendingAge!.Properties;
+    assert.deepEqual([relayAge.Period, relayAge.EvaluationPeriods, relayAge.DatapointsToAlarm, relayAge.TreatMissingData], [840, 1, 1, 'notBreaching'], '600 s + 120 s + 90 s, in whole minutes');
     const relay = alarms.QueueBoxAlarmInboxRelayHeartbeat!.Properties;
     assert.deepEqual([relay.Period, relay.EvaluationPeriods, relay.DatapointsToAlarm, relay.TreatMissingData], [60, 15, 15, 'breaching'], '600 s + 120 s + 180 s');
     assert.deepEqual(relay.Dimensions, [{ Name: 'service', Value: 'queuebox' }, { Name: 'function', Value: 'inboxRelay' }]);
@@ -86,7 +89,12 @@ describe('heartbeat alarms from the schedules', () => {
     assert.match(reclaim.AlarmDescription, /no pass finished for 19 minutes \(schedule rate\(15 minutes\), timeout 60 s\)/);
     assert.deepEqual(heartbeatWarnings({ ...defaultHeartbeatSchedules(), outboxPoller: { schedule: 'cron(0/5 8-17 ? * MON-FRI *)', timeout: 60 } }), [
       'no heartbeat alarm for outboxPoller: its schedule cron(0/5 8-17 ? * MON-FRI *) does not run at one steady interval (use rate(…), or a cron(…) that runs every day)',
+      'no backlog-age alarm for outboxPoller: its schedule cron(0/5 8-17 ? * MON-FRI *) does not run at one steady interval (use rate(…), or a cron(…) that runs every day)',
     ]);
+    assert.deepEqual(heartbeatWarnings({ ...defaultHeartbeatSchedules(), inboxRelay: { schedule: 'rate(1 day)', timeout: 60 }, reclaim: { schedule: 'cron(0 0 1 * ? *)', timeout: 60 } }), [
+      "no backlog-age alarm for inboxRelay: its schedule rate(1 day) with timeout 60 s leaves more than a day between two passes' ends, the longest period an alarm can give every pass",
+      'no heartbeat alarm for reclaim: its schedule cron(0 0 1 * ? *) does not run at one steady interval (use rate(…), or a cron(…) that runs every day)',
+    ], 'reclaim writes no age: only its heartbeat');
     assert.deepEqual(heartbeatWarnings(defaultHeartbeatSchedules()), []);
   });
 });
