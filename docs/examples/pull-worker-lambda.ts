@@ -10,6 +10,9 @@ import { createOrderWorker, type PaymentGateway } from './pull-worker-example.ts
 // Once per container, outside the handler.
 const config = loadConfig();
 const pool = new pg.Pool({ connectionString: process.env.QUEUEBOX_DATABASE_URL, max: 2 });
+// A connection the server ends while the container is frozen or idle (a failover, a proxy's idle
+// timeout) is an 'error' event of the pool, which ends the process when nothing listens.
+pool.on('error', (error) => console.warn('idle database connection lost:', error.message));
 const gateway: PaymentGateway = { capture: async ({ idempotencyKey }) => ({ captureId: `cap-${idempotencyKey}` }) };
 const worker = createOrderWorker({ pool, config, gateway });
 

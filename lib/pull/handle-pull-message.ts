@@ -10,8 +10,8 @@
  *   else dead-lettered: `maxAttempts` counts handler runs.
  * - A handler run whose lease expired counts too (the claim of the expired row spent it): a
  *   message claimed with `attempt >= maxAttempts` is dead-lettered without running the handler.
- * - Once the claim is lost (renewal fenced or failed, completion fenced) or the shutdown timeout
- *   forced an abort, nothing more is written to the row.
+ * - Once the claim is lost (renewal fenced or failed, completion fenced) or the run gave up on the
+ *   handler (the shutdown timeout, or `handlerTimeoutMs`), nothing more is written to the row.
  * The row leaves the lease keeper before every finishing write, so a renewal cannot race it.
  */
 import { backoffDelayMs } from '../claims/backoff.ts';
@@ -62,12 +62,15 @@ export interface HandleContext<Tx> {
   keeper: LeaseKeeper;
   /** Fires when the lease keeper loses the claim. */
   leaseSignal: AbortSignal;
-  /** Fires when a shutdown gave up waiting: complete nothing, spend no attempt. */
+  /**
+   * Fires when the run gave up waiting for the handler — a shutdown that timed out, or the
+   * handler's `handlerTimeoutMs` — complete nothing, spend no attempt (the lease that ends does).
+   */
   forceSignal: AbortSignal;
   logger: PullLogger;
 }
 
-/** How one message ended. `abandoned`: shutdown forced, row left to its lease. */
+/** How one message ended. `abandoned`: the run gave up on its handler (shutdown forced, or its time ran out), row left to its lease. */
 export type HandleResult = 'completed' | 'retried' | 'dead' | 'lost' | 'abandoned';
 
 export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullMessage): Promise<HandleResult> {

@@ -36,11 +36,11 @@ export interface PullClaimOptions {
 export interface PullClient {
   /** Claims up to `batch` due or expired rows of `source`; the claim is committed on return. */
   claim(source: string, options: PullClaimOptions): Promise<PullMessage[]>;
-  /** Extends the lease to db clock + `leaseMs`. */
+  /** Extends the lease to db clock + `leaseMs`: a whole number of ms, `MIN_LEASE_MS` (1000) to `MAX_TIMER_MS`. */
   renew(claim: ClaimRef, leaseMs: number): Promise<PullOutcome>;
   /** Marks the row `processed` inside `tx`; on `ownership-lost` the caller must roll `tx` back. */
   complete(tx: CallerTransaction, claim: ClaimRef): Promise<PullOutcome>;
-  /** Back to `pending` with `attempt + 1`, due after `delayMs`; `error` is stored redacted. */
+  /** Back to `pending` with `attempt + 1`, due after `delayMs` (0 to `MAX_TIMER_MS`); `error` is stored redacted. */
   retry(claim: ClaimRef, delayMs: number, error: unknown): Promise<PullOutcome>;
   /** Marks the row `dead`; `error` is stored redacted. */
   dead(claim: ClaimRef, error: unknown): Promise<PullOutcome>;
@@ -78,15 +78,27 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
       const rows = await driver.pullClaimMany({ source, limit: batch, leaseMs: Math.floor(leaseMs) });
       return rows.map((row) => ({ ...row, claim: { id: row.id, token: row.claimToken } }));
     },
+    // A lease under the least one a claim gets (0, negative, a fraction of a ms) answered `ok`
+    // while it had already ended, and NaN reached the database as an error of its own.
     renew: async (claim, leaseMs) => {
+      if (typeof leaseMs !== 'number' || !Number.isInteger(leaseMs) || leaseMs < MIN_LEASE_MS) {
+        throw new UsageError(`pull renew leaseMs must be a whole number of ms, at least ${MIN_LEASE_MS}, got ${String(leaseMs)}`);
+      }
       checkLeaseLimit(leaseMs);
-      return fenced(driver.pullRenew({ id: claim.id, token: claim.token, leaseMs: Math.floor(leaseMs) }));
+      return fenced(driver.pullRenew({ id: claim.id, token: claim.token, leaseMs }));
     },
     // Refused outside the caller's transaction: a completion that commits on its own would mark
     // the message processed even if the handler's change rolls back.
     complete: async (tx, claim) =>
       fenced(insidePgTransaction(tx, 'complete', () => driver.pullComplete(tx, { id: claim.id, token: claim.token }), () => `the completion of inbox row ${claim.id}`)),
-    retry: async (claim, delayMs, error) => fenced(driver.pullRetry({ id: claim.id, token: claim.token, delayMs: Math.max(0, delayMs), error: redactError(error) })),
+    // Checked here, as the worker's own delays are at creation: NaN, Infinity or a delay past
+    // `MAX_TIMER_MS` reached the database as an interval or integer out of range.
+    retry: async (claim, delayMs, error) => {
+      if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_TIMER_MS) {
+        throw new UsageError(`pull retry delayMs must be a number of ms, 0 to ${MAX_TIMER_MS} (about 24.8 days, the longest delay the other settings take), got ${String(delayMs)}`);
+      }
+      return fenced(driver.pullRetry({ id: claim.id, token: claim.token, delayMs, error: redactError(error) }));
+    },
     dead: async (claim, error) => fenced(driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) })),
     release: async (claim) => fenced(driver.pullRelease({ id: claim.id, token: claim.token })),
   };

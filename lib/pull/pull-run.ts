@@ -1,15 +1,20 @@
 /**
- * One run of a pull worker's loop: claim a batch, keep every claimed row's lease alive, start up to
- * `concurrency` handlers, claim again when the batch is used up; on the way out release the rows
- * no handler started (no attempt spent) and wait for running handlers up to a drain timeout.
+ * One run of a pull worker's loop: claim as many rows as handler slots are free (at most `batch`),
+ * start a handler on each at once, keep their leases alive while they run, claim again when a
+ * slot frees; on the way out release the rows no handler started (a stop that came while a claim
+ * was under way; no attempt spent) and wait for running handlers up to a drain timeout.
+ *
+ * No claimed row waits in the worker for a slot: a row held that way kept its lease only as long
+ * as the renewals kept up, and a lease that ended before its handler ran was charged an attempt
+ * by the next claim (with a large `batch` and a short lease, rows were dead-lettered that no
+ * handler ever ran on).
  *
  * `start()` and `runOnce()` are the same loop with a different `PullRunPolicy`.
  */
 import { claimKey } from '../claims/claim-key.ts';
-import { LeaseKeeper, type LostReason } from '../claims/lease-keeper.ts';
-import type { Driver } from '../db/driver.ts';
+import { LeaseKeeper, type RenewAnswer } from '../claims/lease-keeper.ts';
+import type { ClaimRef, Driver } from '../db/driver.ts';
 import { InvocationEndedError } from '../db/statement-budget.ts';
-import { FencedLockTimeoutError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { handlePullMessage, type HandleContext, type HandleResult, type PullHandler, type PullLogger, type PullRetryPolicy } from './handle-pull-message.ts';
@@ -22,11 +27,11 @@ export interface PullRunSummary {
   completed: number;
   retried: number;
   dead: number;
-  /** Claimed rows no handler started, returned to `pending` without spending an attempt. */
+  /** Claimed rows no handler started (a stop came while their claim was under way), returned to `pending` without spending an attempt. */
   released: number;
   /** Rows whose claim was lost (fenced write changed no row, or renewal failed). */
   claimsLost: number;
-  /** Rows left to their lease because a shutdown stopped waiting for their handler. */
+  /** Rows left to their lease because a shutdown stopped waiting for their handler, or their handler ran past `handlerTimeoutMs`. */
   abandoned: number;
   durationMs: number;
 }
@@ -62,6 +67,8 @@ export interface PullRunSettings<Tx> {
   batch: number;
   concurrency: number;
   pollMs: number;
+  /** How long a handler may run before the run gives up on it (`PullWorkerOptions.handlerTimeoutMs`); undefined: no limit. */
+  handlerTimeoutMs: number | undefined;
   metrics?: QueueBoxMetrics;
   logger: PullLogger;
 }
@@ -73,12 +80,14 @@ export class PullRun<Tx> {
   readonly #keeper: LeaseKeeper;
   readonly #stop = new AbortController();
   readonly #force = new AbortController();
+  /** Rows of the last claim not started yet: empty again right after the claim, unless a stop came while it was under way. */
   readonly #queue: PullMessage[] = [];
   /** Lost-claim signals per claim (`claimKey`: id and token); a row claimed again gets its own. */
   readonly #signals = new Map<string, AbortSignal>();
-  /** Why a claim was lost at renewal (`claimKey`), until its row leaves the run. */
-  readonly #lostAtRenewal = new Map<string, LostReason>();
+  /** One per handler slot taken: settles when the handler's message is settled, or when its handler timed out. */
   readonly #active = new Set<Promise<void>>();
+  /** The `handlerTimeoutMs` timers of running handlers; those left when the run returns are cleared. */
+  readonly #handlerTimers = new Set<NodeJS.Timeout>();
   /** Resolves when a stop is requested (one listener for the whole run). */
   readonly #stopped: Promise<void>;
 
@@ -89,24 +98,9 @@ export class PullRun<Tx> {
     this.#keeper = new LeaseKeeper({
       leaseMs: settings.leaseMs,
       nextLeaseMs: () => (policy.renewalLeaseMs ? policy.renewalLeaseMs() : policy.leaseMs()),
-      // Pull renewal is one fenced statement per row; a failed statement loses its own row's claim only.
-      renew: async (claims, leaseMs) => {
-        const renewed: string[] = [];
-        const failed = new Map<string, unknown>();
-        await Promise.all(
-          claims.map(async (c) => {
-            try {
-              if (await settings.driver.pullRenew({ ...c, leaseMs })) renewed.push(c.id);
-            } catch (error) {
-              failed.set(c.id, error);
-            }
-          }),
-        );
-        return { renewed, failed };
-      },
-      // Counted here once; a row waiting for a slot whose claim is lost is not counted again when it leaves (#release).
+      renew: (claims, leaseMs) => renewClaims(settings.driver, claims, leaseMs),
+      // Counted here in the metric; the handler's run, aborted, counts it in the summary.
       onLost: (claim, reason, error) => {
-        this.#lostAtRenewal.set(claimKey(claim), reason);
         settings.metrics?.count('claimsLost', 1, { component: 'pull' });
         settings.logger.warn('pull claim lost at renewal; its handler is aborted', { messageId: claim.id, reason, error: error === undefined ? undefined : String(error) });
       },
@@ -129,6 +123,10 @@ export class PullRun<Tx> {
     }
     await this.#releaseQueued();
     await this.#drain();
+    // Handlers still running now were given up on by the drain; their timers would keep a
+    // process alive and report on a run that has ended.
+    for (const timer of this.#handlerTimers) clearTimeout(timer);
+    this.#handlerTimers.clear();
     // A renewal under way ends before the run returns (a Lambda container is frozen as soon as
     // the handler returns; a renewal cut from its answer would be lost with it).
     const closing = this.#keeper.close();
@@ -153,7 +151,9 @@ export class PullRun<Tx> {
       if (this.#queue.length === 0 && this.#active.size < concurrency) {
         const leaseMs = this.#policy.leaseMs();
         if (leaseMs <= 0) return;
-        const rows = await this.#claim(batch, leaseMs);
+        // No more rows than slots free now (they only free up meanwhile): each row claimed starts
+        // its handler right after the claim, none waits for a slot with its lease running.
+        const rows = await this.#claim(Math.min(batch, concurrency - this.#active.size), leaseMs);
         if (rows === undefined) continue;
         if (rows.length === 0) {
           // A free slot polls on while handlers run: until `pollMs` passes or one of them ends.
@@ -193,36 +193,60 @@ export class PullRun<Tx> {
 
   #startNext(): void {
     const message = this.#queue.shift()!;
-    // Lost at renewal before its handler started: no handler runs. #release counts it once and,
-    // when the renewal failed (rather than changed no row), hands the row back.
-    if (this.#signals.get(claimKey(message.claim))?.aborted === true) {
-      const task = this.#release(message).finally(() => this.#active.delete(task));
-      this.#active.add(task);
-      return;
-    }
+    const key = claimKey(message.claim);
+    const timeoutMs = this.#s.handlerTimeoutMs;
+    const timeout = timeoutMs === undefined ? undefined : new AbortController();
+    let timedOut = false;
     const context: HandleContext<Tx> = {
       client: this.#s.client,
       handler: this.#s.handler,
       transactions: this.#s.transactions,
       retry: this.#s.retry,
       keeper: this.#keeper,
-      leaseSignal: this.#signals.get(claimKey(message.claim))!,
-      forceSignal: this.#force.signal,
+      leaseSignal: this.#signals.get(key)!,
+      // A handler past its time is given up on as at a forced stop: its signal fires, its open
+      // transaction ends, and nothing more is written for it.
+      forceSignal: timeout === undefined ? this.#force.signal : AbortSignal.any([this.#force.signal, timeout.signal]),
       logger: this.#s.logger,
     };
-    const task = handlePullMessage(context, message)
-      .then(
-        (result) => this.#count(result),
-        (error: unknown) => {
-          // A settle statement failed (database error): the row keeps its claim until the lease ends.
-          this.#s.logger.error('pull message could not be settled; it is retried after its lease', { messageId: message.id, error: String(error) });
-        },
-      )
-      .finally(() => {
-        this.#signals.delete(claimKey(message.claim));
-        this.#lostAtRenewal.delete(claimKey(message.claim));
-        this.#active.delete(task);
+    const handled = handlePullMessage(context, message).then(
+      (result) => {
+        // A handler that timed out was counted when the run gave it up, not again when it ends.
+        if (!timedOut) this.#count(result);
+      },
+      (error: unknown) => {
+        // A settle statement failed (database error): the row keeps its claim until the lease ends.
+        this.#s.logger.error('pull message could not be settled; it is retried after its lease', { messageId: message.id, error: String(error) });
+      },
+    );
+    let slot = handled;
+    if (timeout !== undefined) {
+      let timer: NodeJS.Timeout | undefined;
+      const givenUp = new Promise<void>((resolve) => {
+        timer = setTimeout(() => {
+          this.#handlerTimers.delete(timer!);
+          timedOut = true;
+          // No more renewals: the lease ends, and the next claim of the row charges this run's attempt.
+          this.#keeper.release(message.claim);
+          timeout.abort(new Error(`pull handler did not finish within handlerTimeoutMs (${timeoutMs} ms)`));
+          this.summary.abandoned += 1;
+          this.#s.logger.warn('pull handler ran past handlerTimeoutMs; its signal is aborted and its row left to its lease', { messageId: message.id, handlerTimeoutMs: timeoutMs });
+          resolve();
+        }, timeoutMs);
+        this.#handlerTimers.add(timer);
       });
+      void handled.finally(() => {
+        clearTimeout(timer);
+        this.#handlerTimers.delete(timer!);
+      });
+      // The slot frees when the handler ends or times out, whichever comes first: a handler that
+      // never returns does not hold it.
+      slot = Promise.race([handled, givenUp]);
+    }
+    const task = slot.finally(() => {
+      this.#signals.delete(key);
+      this.#active.delete(task);
+    });
     this.#active.add(task);
   }
 
@@ -249,33 +273,21 @@ export class PullRun<Tx> {
     await Promise.all(queued.map((message) => this.#release(message)));
   }
 
-  /** A claimed row no handler started back to `pending`, fenced (a lost claim changes nothing). */
+  /**
+   * A claimed row no handler started back to `pending`, fenced (a lost claim changes nothing). It
+   * was claimed a moment ago, by the claim that was under way when the stop came: no renewal ran
+   * for it yet.
+   */
   async #release(message: PullMessage): Promise<void> {
-    const key = claimKey(message.claim);
-    const lost = this.#lostAtRenewal.get(key);
     this.#keeper.release(message.claim);
-    this.#signals.delete(key);
-    this.#lostAtRenewal.delete(key);
+    this.#signals.delete(claimKey(message.claim));
     try {
-      if (lost === undefined) {
-        const outcome = await this.#s.client.release(message.claim);
-        if (outcome.ok) {
-          this.summary.released += 1;
-          this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
-        } else this.summary.claimsLost += 1;
-        return;
-      }
-      // Lost at renewal, and counted there in the metric: one lost claim, whatever follows.
-      this.summary.claimsLost += 1;
-      // A renewal that changed no row proved the row is another claim's: nothing to hand back.
-      if (lost === 'fenced') return;
-      // A renewal that failed proves nothing, and a row left to its lease is charged an attempt by
-      // the next claim although no handler ran. The fenced release hands it back if it is still
-      // ours and changes nothing if not; sent through the driver, it is not counted again.
-      await this.#s.driver.pullRelease(message.claim);
+      const outcome = await this.#s.client.release(message.claim);
+      if (outcome.ok) {
+        this.summary.released += 1;
+        this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
+      } else this.summary.claimsLost += 1;
     } catch (error) {
-      // A release that waited on the row's lock until the lease ended changed nothing.
-      if (lost !== undefined && error instanceof FencedLockTimeoutError) return;
       this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });
     }
   }
@@ -290,4 +302,34 @@ export class PullRun<Tx> {
     this.#force.abort(new Error('pull worker stopped before the handler finished'));
     this.#s.logger.warn('pull worker stopped with handlers still running; their rows are reclaimable after their leases', { running: this.#active.size });
   }
+}
+
+/**
+ * Renews the claims due together. Several go in one fenced statement (the driver's many-row
+ * renewal of the inbox table; the token fences the row as the pull statement does), so a worker
+ * with many handlers running sends one statement a round and takes one pooled connection, not
+ * one per row. When that statement fails, each claim is renewed by a statement of its own: a
+ * failure that is one row's (a lock wait that reached its lease's end) then loses that row's
+ * claim only, and the others' handlers go on.
+ */
+async function renewClaims(driver: Driver, claims: ClaimRef[], leaseMs: number): Promise<string[] | RenewAnswer> {
+  if (claims.length > 1) {
+    try {
+      return await driver.inboxRenewMany({ claims, leaseMs });
+    } catch {
+      // Each on its own, below.
+    }
+  }
+  const renewed: string[] = [];
+  const failed = new Map<string, unknown>();
+  await Promise.all(
+    claims.map(async (c) => {
+      try {
+        if (await driver.pullRenew({ ...c, leaseMs })) renewed.push(c.id);
+      } catch (error) {
+        failed.set(c.id, error);
+      }
+    }),
+  );
+  return { renewed, failed };
 }

@@ -17,7 +17,12 @@
  * The source is checked when the worker is created: with a `config` that declares inbox sources, a
  * `source` that is not one of its pull sources is refused with a `UsageError` listing them (a
  * misspelled source would otherwise claim nothing, silently); a push source is refused in any case. A `driver` that is
- * still a Promise (`createDriver` without `await`) is refused with a `UsageError` saying so.
+ * still a Promise (`createDriver` without `await`) is refused with a `UsageError` saying so. So is
+ * every option the loop would trip over only once it claims (and then dead-letter every message,
+ * or stop): an option name the worker does not know (a typo such as `handle` or `concurency`), a
+ * `handler` or `transactions` that is not a function, a `logger` without `warn` and `error`
+ * functions, a `retry` that is not an object, and a `concurrency` that the pool shared by the
+ * business transactions and the renewals cannot serve (`checkPoolSize`).
  *
  * Metrics are on by default: the worker counts `queuebox_pull_messages_total{status}` and
  * `queuebox_claims_lost_total{component="pull"}` in its own buffer (namespace and service from
@@ -60,7 +65,11 @@ export interface PullWorkerOptions<Tx = pg.PoolClient> {
   handler: PullHandler<Tx>;
   /** Lease per claim and renewal, ms (renewed every third). Default `config.pull.leaseMs`. */
   leaseMs?: number;
-  /** Rows per claim statement. Default `config.pull.batchSize`. */
+  /**
+   * Most rows per claim statement. A claim takes at most the handler slots free at that moment
+   * (`min(batch, concurrency - running)`), so every row claimed starts its handler at once.
+   * Default `config.pull.batchSize`.
+   */
   batch?: number;
   /** Handlers running at once. Default `config.pull.concurrency`. */
   concurrency?: number;
@@ -69,6 +78,12 @@ export interface PullWorkerOptions<Tx = pg.PoolClient> {
   retry?: Partial<PullRetryPolicy>;
   /** How long `stop()` waits for running handlers. Default 30000 ms. */
   shutdownTimeoutMs?: number;
+  /**
+   * How long a handler may run, ms; default: no limit. Past it the worker gives up on the run as
+   * a forced stop does: the handler's `signal` fires, its open transaction ends, its claim is no
+   * longer renewed (the lease ends and the next claim charges the attempt) and its slot is free.
+   */
+  handlerTimeoutMs?: number;
   /** Opens business transactions; default: the PostgreSQL driver's pool. Required for SQL Server. */
   transactions?: TransactionRunner<Tx>;
   /**
@@ -100,6 +115,25 @@ export interface PullWorker {
 }
 
 type PullValues = Pick<PullRunSettings<unknown>, 'batch' | 'leaseMs' | 'concurrency' | 'pollMs' | 'retry'>;
+
+/** Every option `createPullWorker` takes; any other name (a typo) is refused. */
+const PULL_WORKER_OPTIONS = {
+  driver: true,
+  pool: true,
+  config: true,
+  source: true,
+  handler: true,
+  leaseMs: true,
+  batch: true,
+  concurrency: true,
+  pollMs: true,
+  retry: true,
+  shutdownTimeoutMs: true,
+  handlerTimeoutMs: true,
+  transactions: true,
+  metrics: true,
+  logger: true,
+} as const satisfies Record<keyof PullWorkerOptions<unknown>, true>;
 
 /**
  * The options that stand for `pull` keys of the config (`batch` for `pull.batchSize`, `retry.*` for
@@ -138,11 +172,93 @@ function resolvePullValues(options: Pick<PullWorkerOptions<unknown>, 'batch' | '
   return { batch: values.batchSize, leaseMs: values.leaseMs, concurrency: values.concurrency, pollMs: values.pollMs, retry: values.retry };
 }
 
-/** A duration that reaches a timer (or a lock timeout): at least 0, at most `MAX_TIMER_MS`. */
-function timerMs(name: string, value: number): number {
-  if (!Number.isFinite(value) || value < 0) throw new UsageError(`pull worker ${name} must be at least 0, got ${value}`);
+/**
+ * A duration that reaches a timer (or a lock timeout): a whole number of ms, as every `…Ms` key of
+ * the configuration (`leaseMs`, `pollMs` and the retry delays go through its rules), at least
+ * `least`, at most `MAX_TIMER_MS`.
+ */
+function timerMs(name: string, value: unknown, least = 0): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < least) throw new UsageError(`pull worker ${name} must be a whole number of ms, at least ${least}, got ${String(value)}`);
   if (value > MAX_TIMER_MS) throw new UsageError(`pull worker ${name} must be at most ${MAX_TIMER_MS} ms (about 24.8 days: the longest delay a timer or a lock timeout takes), got ${value}`);
   return value;
+}
+
+/** How an error message shows a value given where another kind was expected. */
+function described(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return 'an object';
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'string') return JSON.stringify(value);
+  return String(value);
+}
+
+/**
+ * Refuses what the loop would only trip over once it claims: an option name it does not know (a
+ * typo leaves the option at its default, or the handler missing), and values of the wrong kind
+ * for the options it calls — a missing handler or a runner that is not a function fails every
+ * message it claims until each is dead-lettered, a logger without `warn`/`error` ends the loop
+ * at its first log line, a `retry` that is not an object is silently the default.
+ */
+function checkOptionKinds(options: PullWorkerOptions<unknown>): void {
+  for (const name of Object.keys(options)) {
+    if (!Object.hasOwn(PULL_WORKER_OPTIONS, name)) throw new UsageError(`pull worker ${name} is not an option of createPullWorker; the options are: ${Object.keys(PULL_WORKER_OPTIONS).join(', ')}`);
+  }
+  if (typeof options.handler !== 'function') throw new UsageError(`pull worker handler must be a function, async (message, { signal, transaction }) => void; got ${described(options.handler)}`);
+  if (options.transactions !== undefined && typeof options.transactions !== 'function') {
+    throw new UsageError(`pull worker transactions must be a TransactionRunner, a function (work, { signal }) => Promise; got ${described(options.transactions)}`);
+  }
+  const logger = options.logger as Partial<Record<string, unknown>> | undefined;
+  if (logger !== undefined) {
+    if (typeof logger !== 'object' || logger === null) throw new UsageError(`pull worker logger must be an object with warn and error functions, got ${described(logger)}`);
+    for (const method of ['warn', 'error']) {
+      if (typeof logger[method] !== 'function') throw new UsageError(`pull worker logger must have a ${method}(message, attributes) function, got ${described(logger[method])}`);
+    }
+  }
+  const retry: unknown = options.retry;
+  if (retry !== undefined && (typeof retry !== 'object' || retry === null || Array.isArray(retry))) {
+    throw new UsageError(`pull worker retry must be an object { maxAttempts?, baseDelayMs?, maxDelayMs?, jitter? }, got ${described(retry)}`);
+  }
+  const metrics: unknown = options.metrics;
+  if (metrics !== undefined && metrics !== false && typeof (metrics as { count?: unknown } | null)?.count !== 'function') {
+    throw new UsageError(`pull worker metrics must be a QueueBoxMetrics or false, got ${described(metrics)}`);
+  }
+}
+
+/**
+ * Refuses a `concurrency` the pool cannot serve when the business transactions run on the pool of
+ * the worker's claims and renewals (the default runner on a PostgreSQL driver, the `pool` option's
+ * pool when given): each running handler holds a connection for its transaction, and the claims
+ * and renewals need one more. With fewer, handlers whose transactions outlast a third of the lease
+ * take every connection, the renewals wait behind them until the leases end, and every claim is
+ * lost. A runner of your own, or another driver's pool, is not known here: not checked.
+ */
+function checkPoolSize(driver: Driver, transactionsGiven: boolean, concurrency: number): void {
+  if (transactionsGiven || !(driver instanceof PostgresDriver)) return;
+  const max = (driver.pool as Partial<pg.Pool>).options?.max;
+  if (typeof max !== 'number' || !Number.isFinite(max) || concurrency + 1 <= max) return;
+  throw new UsageError(
+    `pull worker concurrency ${concurrency} needs a pool of at least ${concurrency + 1} connections (one per running handler's transaction, one for claims and renewals), and its pool's max is ${max}: raise the pool's max (database.poolMax, or max of your pg.Pool), lower concurrency, or pass transactions on a pool of their own`,
+  );
+}
+
+/**
+ * The logger as the worker calls it: a call that throws, or an async logger's promise that
+ * rejects, is dropped. A log line is never worth more than the work it reports on: a throw from
+ * inside the settle path would end the loop (or a run's wait for its handlers).
+ */
+function guardedLogger(logger: PullLogger): PullLogger {
+  const guard =
+    (method: 'warn' | 'error') =>
+    (message: string, attributes?: Record<string, unknown>): void => {
+      try {
+        const result: unknown = logger[method](message, attributes);
+        if (typeof (result as { catch?: unknown } | null | undefined)?.catch === 'function') (result as Promise<unknown>).catch(() => {});
+      } catch {
+        // Dropped: see above.
+      }
+    };
+  return { warn: guard('warn'), error: guard('error') };
 }
 
 /** An options object without the entries set to `undefined` (those take the config's value). */
@@ -152,6 +268,8 @@ function withoutUndefined<T extends object>(options: T | undefined): Partial<T> 
 
 /** Resolves the worker's settings from the options and `config.pull`; validates them. */
 function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx> & { shutdownTimeoutMs: number; deadlineMarginMs: number; ownMetrics: boolean } {
+  if (typeof options !== 'object' || options === null) throw new UsageError(`createPullWorker needs an options object, got ${described(options)}`);
+  checkOptionKinds(options as PullWorkerOptions<unknown>);
   const config = options.config ?? parseConfig({});
   const defaults = config.pull;
   let driver = options.driver;
@@ -163,8 +281,10 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
     driver = new PostgresDriver({ config, url: '', pool: options.pool });
   }
   if (!options.source) throw new UsageError('a pull worker needs `source`');
+  if (typeof options.source !== 'string') throw new UsageError(`pull worker source must be a string, got ${described(options.source)}`);
   checkSource(config, options.source);
   const pull = resolvePullValues(options, defaults);
+  checkPoolSize(driver, options.transactions !== undefined, pull.concurrency);
   const ownMetrics = options.metrics === undefined;
   const metrics = ownMetrics
     ? new QueueBoxMetrics({ namespace: config.observability.namespace, serviceName: config.observability.serviceName })
@@ -178,9 +298,10 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
     ...pull,
     deadlineMarginMs: config.lambda.deadlineMarginMs,
     shutdownTimeoutMs: timerMs('shutdownTimeoutMs', options.shutdownTimeoutMs ?? PULL_SHUTDOWN_TIMEOUT_MS),
+    handlerTimeoutMs: options.handlerTimeoutMs === undefined ? undefined : timerMs('handlerTimeoutMs', options.handlerTimeoutMs, 1),
     metrics,
     ownMetrics,
-    logger: options.logger ?? powertoolsPullLogger(config),
+    logger: guardedLogger(options.logger ?? powertoolsPullLogger(config)),
   };
 }
 

@@ -6,8 +6,9 @@
  * - the README's "Pull workers" block, in a process of its own: it writes its `shipments` row,
  *   then SIGTERM stops it and the process exits 0;
  * - docs/pull-workers.md shows docs/examples/pull-worker-*.ts verbatim, every block of it; the
- *   long-running process (pull-worker-service.ts) runs like the README's, the Lambda function
- *   (pull-worker-lambda.ts) is invoked with a real-shaped context.
+ *   long-running process (pull-worker-service.ts) runs like the README's, and lives through the
+ *   server ending its idle pooled connections (a failover, a proxy's idle timeout); the Lambda
+ *   function (pull-worker-lambda.ts) is invoked with a real-shaped context.
  *
  * `queuebox` resolves to this repository's sources (tsconfig.json `paths`), as it does in the
  * examples' type check.
@@ -85,8 +86,8 @@ describe('pull worker examples of the README and docs/pull-workers.md', () => {
   }
 
   /** Runs `file` as a process of its own until `done` holds, then SIGTERM: it must exit 0 on its own. */
-  async function runProcess(file: string, done: () => Promise<void>): Promise<void> {
-    const child = spawn(process.execPath, ['--import', 'tsx', file], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  async function runProcess(file: string, done: () => Promise<void>, extraEnv: Record<string, string> = {}): Promise<void> {
+    const child = spawn(process.execPath, ['--import', 'tsx', file], { env: { ...process.env, ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     child.stdout.on('data', (c: Buffer) => (output += c.toString()));
     child.stderr.on('data', (c: Buffer) => (output += c.toString()));
@@ -119,9 +120,33 @@ describe('pull worker examples of the README and docs/pull-workers.md', () => {
     for (const block of blocks) assert.doesNotMatch(block, /from '\.\.\/\.\.\/lib/, 'examples import the package, not the sources');
   });
 
-  it('runs the long-running process of docs/pull-workers.md: the order is captured and paid; SIGTERM ends it cleanly', async () => {
+  it('runs the long-running process of docs/pull-workers.md: the order is captured and paid, its idle connections may end; SIGTERM ends it cleanly', async () => {
     await put('orders', 'evt-2', { orderId: 'o-2', amountCents: 700 });
-    await runProcess('docs/examples/pull-worker-service.ts', () => waitFor('SELECT 1 FROM orders_paid WHERE order_id = $1', ['o-2']));
+    // The process's connections carry this name (node-postgres reads PGAPPNAME), so the test can
+    // end them as a failover or a proxy's idle timeout would.
+    const appName = 'qb-docs-pull-service';
+    let terminated = 0;
+    await runProcess(
+      'docs/examples/pull-worker-service.ts',
+      async () => {
+        await waitFor('SELECT 1 FROM orders_paid WHERE order_id = $1', ['o-2']);
+        // Between polls (every 1000 ms) the pool's connections are idle.
+        const until = Date.now() + 10_000;
+        while (terminated === 0 && Date.now() < until) {
+          const { rows } = await pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle') AS t`,
+            [appName],
+          );
+          terminated += rows[0]!.n;
+          if (terminated === 0) await new Promise((r) => setTimeout(r, 50));
+        }
+        assert.ok(terminated > 0, 'an idle connection of the process was terminated');
+        // Still running, on new connections: the next order is paid too.
+        await put('orders', 'evt-4', { orderId: 'o-4', amountCents: 400 });
+        await waitFor('SELECT 1 FROM orders_paid WHERE order_id = $1', ['o-4']);
+      },
+      { PGAPPNAME: appName },
+    );
     assert.deepEqual((await pool.query(`SELECT capture_id, amount_cents FROM orders_paid WHERE order_id = 'o-2'`)).rows, [{ capture_id: 'cap-orders:evt-2', amount_cents: 700 }]);
   });
 

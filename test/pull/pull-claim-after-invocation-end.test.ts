@@ -13,7 +13,8 @@ import { insertPullRows, memoryLogger, readPullRows } from './pull-fixtures.ts';
 describe('pull runOnce: a claim reached after the invocation ended', () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase({ lambda: { deadlineMarginMs: 700 } });
+    // concurrency 3 on the driver's pool: 3 + 1 connections.
+    db = await createTestDatabase({ lambda: { deadlineMarginMs: 700 }, database: { poolMax: 4 } });
   });
   after(async () => db.drop());
 
@@ -37,7 +38,7 @@ describe('pull runOnce: a claim reached after the invocation ended', () => {
         },
       },
     });
-    const worker = createPullWorker({ driver, config: db.config, source: 'frozen', leaseMs: 30_000, batch: 3, logger: memoryLogger(), metrics: false, handler: async () => {} });
+    const worker = createPullWorker({ driver, config: db.config, source: 'frozen', leaseMs: 30_000, batch: 3, concurrency: 3, logger: memoryLogger(), metrics: false, handler: async () => {} });
     const summary = await worker.runOnce({ context });
     assert.equal(claims, 2);
     assert.deepEqual({ claimed: summary.claimed, completed: summary.completed }, { claimed: 3, completed: 3 });

@@ -7,9 +7,10 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertPullRows, memoryLogger, readPullRows } from './pull-fixtures.ts';
 
 /**
- * The pull worker renews each claimed row with a statement of its own. A statement that fails for
- * one row (a dropped connection) loses that row's claim only: the handler of another row, renewed
- * by its own statement in the same round, keeps running and completes.
+ * The pull worker renews the claims due together in one statement; when that statement fails, it
+ * renews each row with a statement of its own. A statement that fails for one row (a dropped
+ * connection) loses that row's claim only: the handler of another row, renewed by its own
+ * statement in the same round, keeps running and completes.
  */
 describe('pull worker: one row’s renewal statement fails', () => {
   let db: TestDatabase;
@@ -22,8 +23,20 @@ describe('pull worker: one row’s renewal statement fails', () => {
     const [idA, idB] = await insertPullRows(db, 'renew', [{ key: 'a', aggregateId: 'A' }, { key: 'b', aggregateId: 'B' }]);
     const base = db.newDriver();
     let failedOnce = false;
+    let sharedFailed = false;
     const renewedOk: string[] = [];
     const driver = Object.create(base, {
+      // The round's shared statement fails once (the connection dropped under it)...
+      inboxRenewMany: {
+        value: async (...args: Parameters<Driver['inboxRenewMany']>) => {
+          if (!sharedFailed) {
+            sharedFailed = true;
+            throw new Error('Connection terminated unexpectedly');
+          }
+          return base.inboxRenewMany(...args);
+        },
+      },
+      // ... and so does A's own statement after it.
       pullRenew: {
         value: async (...args: Parameters<Driver['pullRenew']>) => {
           if (args[0].id === idA && !failedOnce) {
@@ -57,6 +70,7 @@ describe('pull worker: one row’s renewal statement fails', () => {
     const summary = await worker.runOnce();
     const rows = await readPullRows(db, 'renew');
     const stateOf = (id: string) => rows.find((r) => r.id === id)!.state;
+    assert.ok(sharedFailed, 'the shared renewal statement failed once');
     assert.ok(failedOnce, 'the renewal of A failed once');
     assert.ok(renewedOk.includes(idB!), 'B’s own renewal statement succeeded');
     assert.deepEqual(
