@@ -75,18 +75,38 @@ export const tablesSchema = z
   })
   .prefault({});
 
-const awsEndpoint = {
+/** Default of `destinations.<name>.callTimeoutMs`. */
+export const DEFAULT_CALL_TIMEOUT_MS = 10_000;
+/** Shortest `callTimeoutMs`: a healthy call on a cold connection (TLS handshake) can take about that long. */
+export const MIN_CALL_TIMEOUT_MS = 100;
+/** Longest `callTimeoutMs`: Lambda's longest invocation (900 s). */
+export const MAX_CALL_TIMEOUT_MS = 900_000;
+const CALL_TIMEOUT_RULE = `must be a whole number of ms from ${MIN_CALL_TIMEOUT_MS} to ${MAX_CALL_TIMEOUT_MS} (900 s, Lambda's longest invocation)`;
+
+const awsCallSettings = {
   /** AWS region of the destination; defaults to the Lambda's `AWS_REGION`. It enters IAM ARNs, so only a region name. */
   region: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d{1,2}$/, 'must be an AWS region name such as eu-west-1').optional(),
   /** Endpoint override (local emulators, VPC endpoints). */
   endpoint: z.string().url().optional(),
+  /**
+   * The longest one call to the destination (`SendMessageBatch`, `PutEvents`, the SDK's retries
+   * included) may take before it is aborted and its rows retried: the SDK clients have no request
+   * timeout, and a claimed batch is settled once all its calls answered, so a peer that accepts
+   * the connection and never answers would hold every row and key of the batch until the deadline.
+   */
+  callTimeoutMs: z
+    .number()
+    .int(CALL_TIMEOUT_RULE)
+    .min(MIN_CALL_TIMEOUT_MS, CALL_TIMEOUT_RULE)
+    .max(MAX_CALL_TIMEOUT_MS, CALL_TIMEOUT_RULE)
+    .default(DEFAULT_CALL_TIMEOUT_MS),
 };
 
 export const sqsDestinationSchema = z.strictObject({
   type: z.literal('sqs'),
   /** Full queue URL; a URL ending in `.fifo` is a FIFO queue. */
   queueUrl: z.string().url(),
-  ...awsEndpoint,
+  ...awsCallSettings,
 });
 
 export const eventBridgeDestinationSchema = z.strictObject({
@@ -95,7 +115,7 @@ export const eventBridgeDestinationSchema = z.strictObject({
   eventBusName: z.string().min(1),
   /** EventBridge `Source` of every entry. */
   source: z.string().min(1).max(256),
-  ...awsEndpoint,
+  ...awsCallSettings,
 });
 
 export const destinationSchema = z.discriminatedUnion('type', [sqsDestinationSchema, eventBridgeDestinationSchema]);

@@ -4,6 +4,9 @@
  * SDK clients are created here and reused by every call; destinations with the same service,
  * region and endpoint share one client (and so one connection pool). Region defaults to the
  * SDK's own resolution (`AWS_REGION` in Lambda), credentials to the default provider chain.
+ * The clients get no request timeout: each destination bounds its own calls
+ * (`destinations.<name>.callTimeoutMs`, an abort signal per call), since destinations with
+ * different timeouts may share a client.
  */
 import { EventBridgeClient, type EventBridgeClientConfig } from '@aws-sdk/client-eventbridge';
 import { SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
@@ -66,11 +69,11 @@ export function createDestinations(config: Pick<QueueBoxConfig, 'destinations'>,
     if (destination.type === 'sqs') {
       const settings = clientSettings(destination);
       const client = options.sqsClient?.(destination) ?? shared('sqs', settings, () => new SQSClient(settings));
-      destinations.set(name, new SqsDestination({ name, queueUrl: destination.queueUrl, client }));
+      destinations.set(name, new SqsDestination({ name, queueUrl: destination.queueUrl, callTimeoutMs: destination.callTimeoutMs, client }));
     } else {
       const settings = clientSettings(destination);
       const client = options.eventBridgeClient?.(destination) ?? shared('eventbridge', settings, () => new EventBridgeClient(settings));
-      destinations.set(name, new EventBridgeDestination({ name, eventBusName: destination.eventBusName, source: destination.source, client }));
+      destinations.set(name, new EventBridgeDestination({ name, eventBusName: destination.eventBusName, source: destination.source, callTimeoutMs: destination.callTimeoutMs, client }));
     }
   }
   return destinations;

@@ -15,10 +15,13 @@
  *   `MalformedDetail` / `InvalidArgument` / `ValidationException` (the entry itself is wrong) →
  *   `permanent` + `deadNow`; any other code (access, authorization, KMS) → `permanent`, which
  *   spends the row's attempts because an operator can fix it;
- * - a whole-call error applies to every entry of that call (see `classifyCallError`).
+ * - a whole-call error applies to every entry of that call (see `classifyCallError`);
+ * - a call is aborted after `callTimeoutMs` (the SDK client has no request timeout of its own):
+ *   its entries are `retryable`.
  */
 import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
-import { classifyCallError } from './classify-call-error.ts';
+import { classifyCallError, timedCall } from './classify-call-error.ts';
+import { DEFAULT_CALL_TIMEOUT_MS } from '../config/schema.ts';
 import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelopeJson } from './event-envelope.ts';
@@ -43,6 +46,8 @@ export interface EventBridgeDestinationOptions {
   eventBusName: string;
   /** `Source` of every entry. */
   source: string;
+  /** The longest one call may take before it is aborted, its entries retryable (`destinations.<name>.callTimeoutMs`, default 10 s). */
+  callTimeoutMs?: number;
   /** Client built once per container and reused for every call. */
   client: EventBridgeClient;
 }
@@ -68,6 +73,8 @@ export class EventBridgeDestination implements Destination {
   readonly source: string;
   /** `EventBridge bus <name or ARN>`, as configured. */
   readonly target: DestinationTarget;
+  /** See `callTimeoutMs` of the options. */
+  readonly callTimeoutMs: number;
   readonly #client: EventBridgeClient;
 
   constructor(options: EventBridgeDestinationOptions) {
@@ -75,6 +82,7 @@ export class EventBridgeDestination implements Destination {
     this.eventBusName = options.eventBusName;
     this.source = options.source;
     this.target = { label: `EventBridge bus ${options.eventBusName}`, fields: { eventBusName: options.eventBusName } };
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.#client = options.client;
   }
 
@@ -106,8 +114,9 @@ export class EventBridgeDestination implements Destination {
   async #send(call: PreparedEntry[], messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
     const idOf = (entry: PreparedEntry) => messages[entry.index]!.id;
     if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted', errorClass: 'Aborted' }));
+    const timed = timedCall(signal, this.callTimeoutMs, this.name);
     try {
-      const output = await this.#client.send(new PutEventsCommand({ Entries: call.map((c) => c.entry) }), { abortSignal: signal });
+      const output = await this.#client.send(new PutEventsCommand({ Entries: call.map((c) => c.entry) }), { abortSignal: timed.signal });
       // PutEvents answers entries in request order.
       return call.map((entry, i): EntryOutcome => {
         const id = idOf(entry);
@@ -120,8 +129,10 @@ export class EventBridgeDestination implements Destination {
         return { id, status: 'permanent', error, errorClass, ...(EVENTBRIDGE_DEAD_NOW_CODES.has(result.ErrorCode) ? { deadNow: true } : {}) };
       });
     } catch (error) {
-      const failure = classifyCallError('EventBridge PutEvents', error, signal);
+      const failure = classifyCallError('EventBridge PutEvents', error, timed.signal);
       return call.map((entry) => ({ id: idOf(entry), ...failure }));
+    } finally {
+      timed.dispose();
     }
   }
 }

@@ -12,10 +12,13 @@
  * - a row that can never be accepted (too large, too many or invalid attributes, invalid group id
  *   or characters) is `permanent` + `deadNow` and is not sent; the rest of the batch still is;
  * - per entry: success → `sent`, `SenderFault=false` → `retryable`, `SenderFault=true` → `permanent`;
- *   a whole-call error applies to every entry of that call (see `classifyCallError`).
+ *   a whole-call error applies to every entry of that call (see `classifyCallError`);
+ * - a call is aborted after `callTimeoutMs` (the SDK client has no request timeout of its own):
+ *   its entries are `retryable`.
  */
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, type SQSClient } from '@aws-sdk/client-sqs';
-import { classifyCallError } from './classify-call-error.ts';
+import { classifyCallError, timedCall } from './classify-call-error.ts';
+import { DEFAULT_CALL_TIMEOUT_MS } from '../config/schema.ts';
 import { messageKeyOf } from './delivery-metadata.ts';
 import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
@@ -36,6 +39,8 @@ export interface SqsDestinationOptions {
   name: string;
   /** Full queue URL; a URL ending in `.fifo` is a FIFO queue. */
   queueUrl: string;
+  /** The longest one call may take before it is aborted, its entries retryable (`destinations.<name>.callTimeoutMs`, default 10 s). */
+  callTimeoutMs?: number;
   /** Client built once per container and reused for every call. */
   client: SQSClient;
 }
@@ -67,6 +72,8 @@ export class SqsDestination implements Destination {
   readonly fifo: boolean;
   /** `SQS queue <name>` (the URL's last path segment) and the full URL. */
   readonly target: DestinationTarget;
+  /** See `callTimeoutMs` of the options. */
+  readonly callTimeoutMs: number;
   readonly #client: SQSClient;
 
   constructor(options: SqsDestinationOptions) {
@@ -74,6 +81,7 @@ export class SqsDestination implements Destination {
     this.queueUrl = options.queueUrl;
     this.fifo = options.queueUrl.endsWith('.fifo');
     this.target = { label: `SQS queue ${sqsQueueName(options.queueUrl)}`, fields: { queueUrl: options.queueUrl } };
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.#client = options.client;
   }
 
@@ -121,10 +129,11 @@ export class SqsDestination implements Destination {
   async #send(call: PreparedEntry[], messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
     const idOf = (entry: PreparedEntry) => messages[entry.index]!.id;
     if (signal?.aborted) return call.map((entry) => ({ id: idOf(entry), status: 'retryable', error: 'aborted', errorClass: 'Aborted' }));
+    const timed = timedCall(signal, this.callTimeoutMs, this.name);
     try {
       const output = await this.#client.send(
         new SendMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: call.map((c) => c.entry) }),
-        { abortSignal: signal },
+        { abortSignal: timed.signal },
       );
       const sent = new Set((output.Successful ?? []).map((s) => s.Id));
       const failed = new Map((output.Failed ?? []).map((f) => [f.Id, f]));
@@ -138,8 +147,10 @@ export class SqsDestination implements Destination {
         return { id, status: failure.SenderFault ? 'permanent' : 'retryable', error, errorClass: code };
       });
     } catch (error) {
-      const failure = classifyCallError('SQS SendMessageBatch', error, signal);
+      const failure = classifyCallError('SQS SendMessageBatch', error, timed.signal);
       return call.map((entry) => ({ id: idOf(entry), ...failure }));
+    } finally {
+      timed.dispose();
     }
   }
 }

@@ -24,7 +24,7 @@ describe('console: requeue of dead inbox rows, dead-row groups, rates and headin
     db = await createTestDatabase({ tables: { outbox: 'orders_outbox' } });
     const config = {
       ...db.config,
-      destinations: { orders: { type: 'sqs' as const, queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders' } },
+      destinations: { orders: { type: 'sqs' as const, queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders', callTimeoutMs: 10_000 } },
       outbox: { ...db.config.outbox, routes: [{ topicPattern: 'order.*', destination: 'orders' }] },
     };
     server = await startConsoleServer({ driver: db.driver, config, port: 0, allowActions: true });

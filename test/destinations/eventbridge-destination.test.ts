@@ -26,7 +26,7 @@ function acceptingDestination(): { destination: EventBridgeDestination; delivere
     return { FailedEntryCount: 0, Entries: input.Entries.map((_, i) => ({ EventId: `e-${delivered.entries.length}-${i}` })) };
   });
   const destinations = createDestinations(
-    { destinations: { bus: { type: 'eventbridge', eventBusName: 'orders-bus', source: 'com.example.orders' } } },
+    { destinations: { bus: { type: 'eventbridge', eventBusName: 'orders-bus', source: 'com.example.orders', callTimeoutMs: 10_000 } } },
     { eventBridgeClient: () => client },
   );
   return { destination: destinations.get('bus') as EventBridgeDestination, delivered, mock };

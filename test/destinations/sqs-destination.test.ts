@@ -35,7 +35,7 @@ describe('SQS destination (fauxqs)', () => {
     const name = `q${++queueCount}${fifo ? '.fifo' : ''}`;
     const { queueUrl } = server.createQueue(name, fifo ? { attributes: { FifoQueue: 'true' } } : {});
     const destinations = createDestinations(
-      { destinations: { [name.replace('.', '_')]: { type: 'sqs', queueUrl } } },
+      { destinations: { [name.replace('.', '_')]: { type: 'sqs', queueUrl, callTimeoutMs: 10_000 } } },
       { clientOverrides: { endpoint, region: 'us-east-1', credentials } },
     );
     return { queueUrl, destination: destinations.get(name.replace('.', '_')) as SqsDestination };

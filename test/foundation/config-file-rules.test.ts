@@ -47,8 +47,8 @@ describe('YAML merge keys', () => {
 `),
       env: {},
     });
-    assert.deepEqual(config.destinations.billing, { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/billing', region: 'eu-west-1' });
-    assert.deepEqual(config.destinations.orders, { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders', region: 'eu-west-1' });
+    assert.deepEqual(config.destinations.billing, { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/billing', region: 'eu-west-1', callTimeoutMs: 10_000 });
+    assert.deepEqual(config.destinations.orders, { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders', region: 'eu-west-1', callTimeoutMs: 10_000 });
   });
 
   it('merges a list of anchors (the first one wins a key both have), and a merged key the entry does not allow is refused naming it', () => {
@@ -60,7 +60,7 @@ describe('YAML merge keys', () => {
 `),
       env: {},
     });
-    assert.deepEqual(config.destinations.c, { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/b', endpoint: 'http://127.0.0.1:4566', region: 'eu-west-1' });
+    assert.deepEqual(config.destinations.c, { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/b', endpoint: 'http://127.0.0.1:4566', region: 'eu-west-1', callTimeoutMs: 10_000 });
     const error = refusal(() =>
       loadConfig({
         path: file(`destinations:
@@ -131,6 +131,8 @@ describe('durations in milliseconds', () => {
     ['pull.retry.baseDelayMs', { pull: { retry: { baseDelayMs: MAX_TIMER_MS + 1 } } }],
     ['pull.retry.maxDelayMs', { pull: { retry: { maxDelayMs: MAX_TIMER_MS + 1 } } }],
     ['lambda.deadlineMarginMs', { lambda: { deadlineMarginMs: MAX_TIMER_MS + 1 } }],
+    ['destinations.<name>(type: sqs).callTimeoutMs', { destinations: { d: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/d', callTimeoutMs: MAX_TIMER_MS + 1 } } }],
+    ['destinations.<name>(type: eventbridge).callTimeoutMs', { destinations: { d: { type: 'eventbridge', eventBusName: 'bus', source: 'shop', callTimeoutMs: MAX_TIMER_MS + 1 } } }],
   ];
   it('the list below holds every key of the schema that ends in Ms', () => {
     assert.deepEqual(keys.map(([key]) => key).sort(), configKeys().map((row) => row.key).filter((key) => key.endsWith('Ms')).sort());
@@ -139,9 +141,10 @@ describe('durations in milliseconds', () => {
   for (const [key, input] of keys) {
     it(`refuses ${key} above ${MAX_TIMER_MS}, naming it`, () => {
       const error = refusal(() => loadConfig({ input: { ...input, database: { ...base.database, ...(input.database as object) } } as never, env: {} }));
-      assert.equal(error.key, key, error.message);
-      // The margin has a smaller limit of its own (next test).
-      assert.match(error.issues[0]!.message, key === 'lambda.deadlineMarginMs' ? /must be less than 899000 ms/ : /at most 2147483647 ms/);
+      assert.equal(error.key, key.replace(/<name>\(type: \w+\)/, 'd'), error.message);
+      // The margin and a destination's call timeout have smaller limits of their own.
+      const limit = key === 'lambda.deadlineMarginMs' ? /must be less than 899000 ms/ : key.endsWith('.callTimeoutMs') ? /from 100 to 900000/ : /at most 2147483647 ms/;
+      assert.match(error.issues[0]!.message, limit);
     });
   }
 

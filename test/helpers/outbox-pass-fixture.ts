@@ -190,9 +190,10 @@ export async function inspectRows(db: TestDatabase, ids?: string[]): Promise<Ins
     `SELECT id, topic, key, state, attempt, max_attempts, last_error, claim_token, sequence::text AS sequence,
             (EXTRACT(EPOCH FROM scheduled_at - clock_timestamp()) * 1000)::float8 AS "dueInMs",
             (EXTRACT(EPOCH FROM scheduled_at - updated_at) * 1000)::float8 AS "retryDelayMs"
-       FROM "${db.schema}".outbox
+       FROM "${db.schema}".outbox o
       WHERE $1::uuid[] IS NULL OR id = ANY($1::uuid[])
-      ORDER BY sequence`,
+      -- The column, not the text alias of the same name (which sorts '120' before '13').
+      ORDER BY o.sequence`,
     [ids ?? null],
   );
 }
