@@ -5,7 +5,7 @@ export { enqueue, type EnqueueOptions } from './outbox/enqueue.ts';
 export { loadConfig, parseConfig, type LoadConfigOptions } from './config/load-config.ts';
 export type { QueueBoxConfig, ConfigInput } from './config/schema.ts';
 export { createDriver } from './db/create-driver.ts';
-export type { Driver, OutboxMessageInput, InboxMessageInput, InboxRow, OutboxRow, ClaimRef, CallerTransaction } from './db/driver.ts';
+export type { Driver, EnqueueMessage, OutboxMessageInput, InboxMessageInput, InboxRow, OutboxRow, ClaimRef, CallerTransaction } from './db/driver.ts';
 export type { PgTransactionClient, MssqlTransactionHandle, CallerExecutor, CallerExecutorResult } from './db/caller-transaction.ts';
 export * from './errors.ts';
 export { createPullClient, type PullClient, type PullClientOptions, type PullClaimOptions, type PullMessage, type PullOutcome } from './pull/pull-client.ts';

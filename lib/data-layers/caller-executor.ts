@@ -5,11 +5,11 @@
  * the per-key sequence are `enqueue`'s own (see `lib/outbox/enqueue.ts`, `insidePgTransaction`).
  */
 import type { CallerExecutor, CallerExecutorResult } from '../db/caller-transaction.ts';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { QueueBoxError, UsageError } from '../errors.ts';
 import { enqueue as coreEnqueue, type EnqueueOptions } from '../outbox/enqueue.ts';
 
-export type { CallerExecutor, CallerExecutorResult, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, CallerExecutorResult, EnqueueMessage, EnqueueOptions, OutboxMessageInput };
 
 /**
  * How a library writes bind placeholders: `dollar` `$1` (node-postgres, postgres.js, Kysely and
@@ -46,10 +46,13 @@ export interface ExecutorParts {
   style: PlaceholderStyle;
   run(text: string, values: unknown[]): Promise<CallerExecutorResult>;
   inTransaction(): boolean | undefined;
+  /** `run` with the transaction check in the same round trip (`CallerExecutor.queryChecked`), where the library's connection offers one. */
+  runChecked?: (text: string, values: unknown[]) => Promise<CallerExecutorResult>;
 }
 
 /** Builds the `CallerExecutor` QueueBox writes through. */
 export function callerExecutor(parts: ExecutorParts): CallerExecutor {
+  const { runChecked } = parts;
   return {
     queueboxExecutor: true,
     library: parts.library,
@@ -60,6 +63,14 @@ export function callerExecutor(parts: ExecutorParts): CallerExecutor {
       const statement = renumber(text, values, parts.style);
       return parts.run(statement.text, statement.values);
     },
+    ...(runChecked !== undefined
+      ? {
+          queryChecked: (text: string, values: unknown[]) => {
+            const statement = renumber(text, values, parts.style);
+            return runChecked(statement.text, statement.values);
+          },
+        }
+      : {}),
   };
 }
 
@@ -82,6 +93,6 @@ export function rowsOf(result: unknown): CallerExecutorResult {
 }
 
 /** `enqueue` through an adapter's executor: the same checks, SQL and errors as `enqueue` on a `pg` client. */
-export async function enqueueThrough(executor: CallerExecutor, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueueThrough(executor: CallerExecutor, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return coreEnqueue(executor, message, options);
 }

@@ -9,7 +9,8 @@
  */
 import type { TablesRelationalConfig } from 'drizzle-orm';
 import type { PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import { checkedPgQuery, isPgPool } from '../db/caller-transaction.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, rowsOf, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 
@@ -40,26 +41,32 @@ function toDrizzleSql(sql: DrizzleSql, text: string, values: unknown[]) {
 
 /** The node-postgres client under a Drizzle node-postgres transaction (undefined on postgres.js). */
 interface PgClientLike {
-  getTransactionStatus(): string | null;
+  /** `pg` 8.21 and later; an older `pg` of the application's own reports nothing. */
+  getTransactionStatus?(): string | null;
   query(text: string, values: unknown[]): Promise<unknown>;
 }
 
 function pgClientOf(tx: object): PgClientLike | undefined {
   const client = (tx as { session?: { client?: Partial<PgClientLike> } }).session?.client;
-  return typeof client?.getTransactionStatus === 'function' && typeof client.query === 'function' ? (client as PgClientLike) : undefined;
+  // A pool (the database object's session) runs each query on any connection: never written to directly.
+  return typeof client?.query === 'function' && !isPgPool(client) ? (client as PgClientLike) : undefined;
 }
 
 /**
  * Whether the transaction is open. Drizzle keeps no state of its transactions (only a `rollback`
  * method, which an ended one has too), so on node-postgres the connection under it is asked what
- * the server last reported (`getTransactionStatus()`: in a block, or not); on postgres.js, which
- * reports nothing, a transaction object counts as open.
+ * the server last reported (`getTransactionStatus()`: in a block, or not); a `pg` older than 8.21
+ * reports nothing, and then it cannot be told (`undefined`: the server is asked, in the same
+ * round trip as the statement — see `runChecked`). On postgres.js, which reports nothing either
+ * and has no such round trip, a transaction object counts as open.
  */
 function drizzleInTransaction(tx: object): boolean | undefined {
-  const status = pgClientOf(tx)?.getTransactionStatus();
+  const client = pgClientOf(tx);
+  const status = client?.getTransactionStatus?.();
   if (status === 'T' || status === 'E') return true;
   if (status === 'I') return false;
-  return typeof (tx as { rollback?: unknown }).rollback === 'function';
+  if (typeof (tx as { rollback?: unknown }).rollback !== 'function') return false;
+  return client !== undefined && typeof client.getTransactionStatus !== 'function' ? undefined : true;
 }
 
 /**
@@ -73,6 +80,9 @@ export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record
   requireObject(tx, 'Drizzle', HINT);
   if (typeof tx.execute !== 'function') throw new UsageError(`expected a Drizzle transaction (${HINT})`);
   const run = async (sql: DrizzleSql, text: string, values: unknown[]) => rowsOf(await tx.execute(toDrizzleSql(sql, text, values)));
+  // A `pg` client that cannot report its transaction sends the check with the statement.
+  const client = pgClientOf(tx);
+  const checked = client !== undefined && typeof client.getTransactionStatus !== 'function' ? checkedPgQuery(client) : undefined;
   return callerExecutor({
     library: 'Drizzle',
     hint: HINT,
@@ -84,6 +94,7 @@ export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record
       if (client !== undefined) return client.query(text, values).then(rowsOf);
       return drizzleSql !== undefined ? run(drizzleSql, text, values) : loadDrizzleSql().then((sql) => run(sql, text, values));
     },
+    ...(checked !== undefined ? { runChecked: (text: string, values: unknown[]) => checked(text, values).then(rowsOf) } : {}),
   });
 }
 
@@ -92,11 +103,11 @@ export function queueboxTransaction<Q extends PgQueryResultHKT, F extends Record
  * sequence as `enqueue`. On postgres.js the first call loads drizzle-orm's `sql` builder before it
  * looks at the transaction, so the check and the statement follow each other without a wait.
  */
-export async function enqueue<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue<Q extends PgQueryResultHKT, F extends Record<string, unknown>, S extends TablesRelationalConfig>(tx: DrizzleTransaction<Q, F, S>, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   // What is not a Drizzle transaction is refused first, loading nothing.
   const executor = queueboxTransaction(tx);
   if (drizzleSql === undefined && pgClientOf(tx) === undefined) await loadDrizzleSql();
   return enqueueThrough(executor, message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

@@ -7,7 +7,7 @@
  * types are imported from `knex`.
  */
 import type { Knex } from 'knex';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, rowsOf, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 
@@ -35,8 +35,8 @@ export function queueboxTransaction(trx: Knex.Transaction): CallerExecutor {
 }
 
 /** Inserts one outbox message inside the Knex transaction `trx`; same validation, errors and sequence as `enqueue`. */
-export async function enqueue(trx: Knex.Transaction, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue(trx: Knex.Transaction, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(trx), message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

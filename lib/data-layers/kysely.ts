@@ -6,7 +6,7 @@
  * Only types are imported from `kysely`.
  */
 import type { ControlledTransaction, Transaction } from 'kysely';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 import { kyselyExecutor, type KyselyRunner } from './kysely-query.ts';
@@ -33,10 +33,10 @@ export function queueboxTransaction<DB>(trx: Transaction<DB>): CallerExecutor {
 
 /** Inserts one outbox message inside the Kysely transaction `trx`; same validation, errors and sequence as `enqueue`. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any savepoint names
-export async function enqueue<DB>(trx: ControlledTransaction<DB, any>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string>;
-export async function enqueue<DB>(trx: Transaction<DB>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string>;
-export async function enqueue<DB>(trx: Transaction<DB>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue<DB>(trx: ControlledTransaction<DB, any>, message: EnqueueMessage, options?: EnqueueOptions): Promise<string>;
+export async function enqueue<DB>(trx: Transaction<DB>, message: EnqueueMessage, options?: EnqueueOptions): Promise<string>;
+export async function enqueue<DB>(trx: Transaction<DB>, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(trx), message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

@@ -8,7 +8,7 @@
  * SQL Server (`@mikro-orm/mssql`). Only types are imported from `@mikro-orm/core`.
  */
 import type { EntityManager } from '@mikro-orm/core';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 import { kyselyExecutor, type KyselyRunner } from './kysely-query.ts';
@@ -29,8 +29,8 @@ export function queueboxTransaction(em: EntityManager): CallerExecutor {
 }
 
 /** Inserts one outbox message inside the MikroORM transaction of `em`; same validation, errors and sequence as `enqueue`. */
-export async function enqueue(em: EntityManager, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue(em: EntityManager, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(em), message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

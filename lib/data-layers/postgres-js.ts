@@ -6,7 +6,7 @@
  * accepted when the server confirms it is inside `BEGIN`. Only types are imported from `postgres`.
  */
 import type postgres from 'postgres';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, rowsOf, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 
@@ -37,8 +37,8 @@ export function queueboxTransaction<T extends Record<string, unknown>>(tx: Postg
 }
 
 /** Inserts one outbox message inside the postgres.js transaction `tx`; same validation, errors and sequence as `enqueue`. */
-export async function enqueue<T extends Record<string, unknown>>(tx: PostgresJsTransaction<T>, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue<T extends Record<string, unknown>>(tx: PostgresJsTransaction<T>, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(tx), message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

@@ -9,7 +9,7 @@
  * Typed structurally: a Prisma client's type is generated per application, so there is no
  * library type to import; nothing is imported from Prisma at all.
  */
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, rowsOf, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 
@@ -44,8 +44,8 @@ export function queueboxTransaction(tx: PrismaTransactionClient): CallerExecutor
 }
 
 /** Inserts one outbox message inside the Prisma interactive transaction `tx`; same validation, errors and sequence as `enqueue`. */
-export async function enqueue(tx: PrismaTransactionClient, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue(tx: PrismaTransactionClient, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(tx), message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

@@ -8,7 +8,7 @@
  * rolled back). PostgreSQL and SQL Server (`mssql` dialect). Only types are imported from `sequelize`.
  */
 import type { QueryOptions, Sequelize, Transaction } from 'sequelize';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, rowsOf, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 
@@ -46,8 +46,8 @@ export function queueboxTransaction(t: Transaction): CallerExecutor {
 }
 
 /** Inserts one outbox message inside the Sequelize transaction `t`; same validation, errors and sequence as `enqueue`. */
-export async function enqueue(t: Transaction, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue(t: Transaction, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(t), message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

@@ -7,7 +7,7 @@
  * query runner whose `isTransactionActive` is false. Only types are imported from `typeorm`.
  */
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import type { OutboxMessageInput } from '../db/driver.ts';
+import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import { callerExecutor, enqueueThrough, requireObject, type CallerExecutor, type EnqueueOptions } from './caller-executor.ts';
 
@@ -42,8 +42,8 @@ export function queueboxTransaction(tx: EntityManager | QueryRunner): CallerExec
 }
 
 /** Inserts one outbox message inside the TypeORM transaction `tx`; same validation, errors and sequence as `enqueue`. */
-export async function enqueue(tx: EntityManager | QueryRunner, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string> {
+export async function enqueue(tx: EntityManager | QueryRunner, message: EnqueueMessage, options?: EnqueueOptions): Promise<string> {
   return enqueueThrough(queueboxTransaction(tx), message, options);
 }
 
-export type { CallerExecutor, EnqueueOptions, OutboxMessageInput };
+export type { CallerExecutor, EnqueueMessage, EnqueueOptions, OutboxMessageInput };

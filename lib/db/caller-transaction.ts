@@ -17,6 +17,10 @@ export interface PgTransactionClient {
   query(text: string, values?: unknown[]): Promise<unknown>;
   /** Only a `pg.Pool` has it; a client inside a transaction must not. */
   readonly totalCount?: never;
+  /** TypeORM's `DataSource`, `EntityManager` and `QueryRunner` have them: pass those to `queuebox/typeorm` (refused at run time too). */
+  readonly dataSource?: never;
+  readonly queryRunner?: never;
+  readonly manager?: never;
 }
 
 /** An `mssql` `Transaction` after `await transaction.begin()`. */
@@ -48,6 +52,13 @@ export interface CallerExecutor {
   query(text: string, values: unknown[]): Promise<CallerExecutorResult>;
   /** `true`/`false` when the library knows whether its transaction is open; `undefined` when it cannot tell (the server is asked). */
   inTransaction(): boolean | undefined;
+  /**
+   * `query`, with a savepoint set and released ahead of the statement in the same round trip, so
+   * the server refuses both outside a transaction block (SQLSTATE 25P01) and runs nothing: for a
+   * connection that cannot report its transaction (Drizzle on a `pg` older than 8.21). Unset where
+   * the library offers no such round trip.
+   */
+  queryChecked?(text: string, values: unknown[]): Promise<CallerExecutorResult>;
 }
 
 /** A transaction handle that belongs to the caller, on either dialect. */
@@ -59,7 +70,7 @@ export function isCallerExecutor(tx: unknown): tx is CallerExecutor {
 }
 
 /** True for a `pg.Pool` (it counts its connections; a client does not). */
-function isPgPool(tx: unknown): boolean {
+export function isPgPool(tx: unknown): boolean {
   return typeof tx === 'object' && tx !== null && typeof (tx as { totalCount?: unknown }).totalCount === 'number' && typeof (tx as { connect?: unknown }).connect === 'function';
 }
 
@@ -73,8 +84,31 @@ export function refusePool(tx: unknown, operation: string): void {
   }
 }
 
+/**
+ * Throws `UsageError` for a TypeORM `DataSource`, `EntityManager` or `QueryRunner` (each has a
+ * `query` method, and one of `dataSource`, `queryRunner`, `manager`): a `DataSource` or its
+ * `manager` runs each query on any pooled connection, and what TypeORM's `query` answers is not
+ * a `pg` result. `queuebox/typeorm` takes them.
+ */
+function refuseTypeOrm(tx: unknown, operation: string): void {
+  if (typeof tx !== 'object' || tx === null || !('dataSource' in tx || 'queryRunner' in tx || 'manager' in tx)) return;
+  throw new UsageError(
+    `${operation} was given a TypeORM object (DataSource, EntityManager or QueryRunner), which is not a pg client; nothing was written. ` +
+      "Use queuebox/typeorm: import { enqueue, queueboxTransaction } from 'queuebox/typeorm', and pass the manager of dataSource.transaction(async (manager) => …) to its enqueue, or queueboxTransaction(manager) to complete.",
+  );
+}
+
 /** The savepoint that proves a `pg` client is inside a transaction block (see `insidePgTransaction`). */
 const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
+
+/** The check as one text of two statements, sent as a simple query (no bind values). */
+const CHECK_TEXT = `SAVEPOINT ${CHECK_SAVEPOINT}; RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`;
+
+/** What `insidePgTransaction` uses of a `pg` client (or of what was passed as one). */
+interface PgClientLike {
+  getTransactionStatus?: () => string | null;
+  query(text: string, values?: unknown[]): Promise<unknown>;
+}
 
 /**
  * Runs `work` (writes through the caller's `pg` client) only if the client is inside a
@@ -93,30 +127,66 @@ const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
  * transaction. After `work`, a client that reports `I` wrote outside a block after all (its
  * caller ended the transaction without waiting for this write): that is a `UsageError` too,
  * naming what was written.
+ *
+ * A handle without `getTransactionStatus` cannot tell (a client of `pg` older than 8.21, an
+ * object whose `query` forwards to a pool or a client): the server is asked as for `I`, so a pool
+ * behind it is refused too. A `pg.Pool` and TypeORM's objects are refused before any statement.
  */
 export async function insidePgTransaction<T>(tx: unknown, operation: string, work: () => Promise<T>, written: (result: T) => string = (r) => JSON.stringify(r)): Promise<T> {
-  if (isCallerExecutor(tx)) return insideExecutorTransaction(tx, operation, work, written);
-  const client = tx as { getTransactionStatus?: () => string | null; query(text: string): Promise<unknown> };
-  if (typeof client.getTransactionStatus !== 'function') return work();
-  const status = client.getTransactionStatus();
+  return inside(tx, operation, () => work(), written, false);
+}
+
+/**
+ * `insidePgTransaction` for one statement that `work` sends through the handle it is given
+ * (`enqueue`'s INSERT): where the check would be a round trip of its own ahead of the statement —
+ * a connection that cannot report its transaction — the handle sends the check and the statement
+ * in one round trip instead, so nothing the caller sends can come between them: an enqueue not
+ * awaited before the caller's `ROLLBACK` ends with that transaction, as on a client that reports
+ * `T`. Elsewhere the handle is `tx` itself.
+ */
+export async function writeInsidePgTransaction<H extends PgTransactionClient | CallerExecutor, T>(tx: H, operation: string, work: (db: Pick<H, 'query'>) => Promise<T>, written: (result: T) => string): Promise<T> {
+  return inside(tx, operation, work as (db: unknown) => Promise<T>, written, true);
+}
+
+async function inside<T>(tx: unknown, operation: string, work: (db: unknown) => Promise<T>, written: (result: T) => string, through: boolean): Promise<T> {
+  if (isCallerExecutor(tx)) return insideExecutorTransaction(tx, operation, work, written, through);
+  // Said as what they are, not as a client outside BEGIN (which the check would find them to be).
+  refusePool(tx, operation);
+  refuseTypeOrm(tx, operation);
+  const client = tx as PgClientLike;
+  // Not a `pg` client at all (an `mssql` Transaction given to `complete`): `work` refuses it or
+  // takes it (SQL Server's own path).
+  if (typeof client.query !== 'function') return work(tx);
+  const reports = typeof client.getTransactionStatus === 'function';
+  const status = reports ? client.getTransactionStatus!() : undefined;
+  const outside = () =>
+    new UsageError(
+      `${operation} ran outside a transaction: the client has not run BEGIN, so its write would commit on its own, apart from your change; nothing was written. ` +
+        "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
+    );
   if (status !== 'T' && status !== 'E') {
+    const checked = !reports && through ? checkedPgQuery(client) : undefined;
+    if (checked !== undefined) {
+      // The check goes with the statement (see `checkedPgQuery`); nothing to ask afterwards either.
+      try {
+        return await work(checkedOnce(client, checked));
+      } catch (error) {
+        if (noTransaction(error)) throw outside();
+        throw error;
+      }
+    }
     // One query of two statements (the simple protocol runs them in order and stops at the first
     // refusal): two queries queued on the caller's client would be a query sent while another
     // runs, which `pg` 8 warns of and `pg` 9 refuses.
     try {
-      await client.query(`SAVEPOINT ${CHECK_SAVEPOINT}; RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`);
+      await client.query(CHECK_TEXT);
     } catch (error) {
-      if (noTransaction(error)) {
-        throw new UsageError(
-          `${operation} ran outside a transaction: the client has not run BEGIN, so its write would commit on its own, apart from your change; nothing was written. ` +
-            "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
-        );
-      }
+      if (noTransaction(error)) throw outside();
       throw error;
     }
   }
-  const result = await work();
-  if (client.getTransactionStatus() === 'I') {
+  const result = await work(tx);
+  if (reports && client.getTransactionStatus!() === 'I') {
     throw new UsageError(
       `${operation} wrote ${written(result)} after its transaction had ended (COMMIT or ROLLBACK was sent before ${operation} finished), so it committed on its own, apart from your change. ` +
         `Await ${operation} before ending the transaction.`,
@@ -125,32 +195,143 @@ export async function insidePgTransaction<T>(tx: unknown, operation: string, wor
   return result;
 }
 
+/** `client` whose first query goes through `checked` (the one `work` is for); any later one is the client's own. */
+function checkedOnce(client: PgClientLike, checked: (text: string, values: unknown[]) => Promise<unknown>): PgClientLike {
+  let first = true;
+  return {
+    query: (text, values = []) => {
+      if (!first) return client.query(text, values);
+      first = false;
+      return checked(text, values);
+    },
+  };
+}
+
+/** The part of a `pg` connection (`client.connection`) a checked query writes to. */
+interface PgWire {
+  parse(query: { text: string }): void;
+  bind(config: object): void;
+  execute(config: object): void;
+  stream?: { cork?: () => void; uncork?: () => void };
+}
+
+/** A `pg` query (`pg.Query`, a "submittable"): the client hands it the connection when its turn comes, then the server's answers. */
+interface PgSubmittable {
+  submit(connection: PgWire): Error | null | undefined;
+  handleCommandComplete(message: unknown, connection: PgWire): void;
+}
+
+type PgQueryClass = new (config: { text: string; values: unknown[]; queryMode: 'extended' }, values: undefined, callback: (error: Error | null, result: unknown) => void) => PgSubmittable;
+
+/** `pg.Query` subclasses that send the check ahead of their statement, one per `pg` copy (its `Client.Query`). */
+const checkedQueryClasses = new WeakMap<PgQueryClass, PgQueryClass>();
+
+function checkedQueryClass(Query: PgQueryClass): PgQueryClass {
+  let Checked = checkedQueryClasses.get(Query);
+  if (Checked === undefined) {
+    Checked = class extends Query {
+      /** Command completions still to come from the check (`SAVEPOINT`, `RELEASE`), not part of the statement's result. */
+      #checkAnswers = 2;
+
+      override submit(connection: PgWire): Error | null | undefined {
+        connection.stream?.cork?.();
+        try {
+          for (const text of [`SAVEPOINT ${CHECK_SAVEPOINT}`, `RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`]) {
+            connection.parse({ text });
+            connection.bind({});
+            connection.execute({});
+          }
+          // The statement, then the one Sync that ends the round trip.
+          return super.submit(connection);
+        } finally {
+          connection.stream?.uncork?.();
+        }
+      }
+
+      override handleCommandComplete(message: unknown, connection: PgWire): void {
+        if (this.#checkAnswers > 0) {
+          this.#checkAnswers -= 1;
+          return;
+        }
+        super.handleCommandComplete(message, connection);
+      }
+    };
+    checkedQueryClasses.set(Query, Checked);
+  }
+  return Checked;
+}
+
+/**
+ * For a `pg` client that cannot report its transaction (`pg` before 8.21): runs one statement with
+ * the check in the same round trip — `SAVEPOINT`, `RELEASE SAVEPOINT`, then the statement, in the
+ * extended protocol with a single Sync, through `pg`'s own query class of that client. Outside a
+ * transaction block PostgreSQL refuses the savepoint (SQLSTATE 25P01) and skips the rest up to
+ * the Sync, so the statement never runs; inside one, all three run in the caller's transaction.
+ * Queued on the client like any query, nothing the caller sends afterwards (a `ROLLBACK` of an
+ * enqueue not awaited) can come between the check and the statement. Undefined for what is not
+ * such a client (a wrapper, `pg-native`): the check is then a query of its own.
+ */
+export function checkedPgQuery(client: unknown): ((text: string, values: unknown[]) => Promise<unknown>) | undefined {
+  if (typeof client !== 'object' || client === null || isPgPool(client)) return undefined;
+  const Query = (client.constructor as { Query?: unknown } | undefined)?.Query;
+  const wire = (client as { connection?: Partial<PgWire> }).connection;
+  if (typeof Query !== 'function' || typeof wire?.parse !== 'function' || typeof wire.bind !== 'function' || typeof wire.execute !== 'function') return undefined;
+  if (typeof (client as { query?: unknown }).query !== 'function') return undefined;
+  const Checked = checkedQueryClass(Query as PgQueryClass);
+  return (text, values) =>
+    new Promise((resolve, reject) => {
+      const query = new Checked({ text, values, queryMode: 'extended' }, undefined, (error, result) => (error ? reject(error) : resolve(result)));
+      (client as { query(submittable: PgSubmittable): unknown }).query(query);
+    });
+}
+
 /**
  * `insidePgTransaction` for a library's transaction (`CallerExecutor`): refused when the library
  * says its transaction is not open; when it cannot tell, the server is asked (PostgreSQL: a
- * savepoint set and released, refused outside a block; SQL Server: `@@TRANCOUNT`). After `work`,
- * a library that now reports its transaction ended gets the same `UsageError` as a `pg` client.
+ * savepoint set and released in one query, refused outside a block — or, through an executor with
+ * `queryChecked` and a `work` that writes through the handle it is given, in the same round trip
+ * as the statement; SQL Server: `@@TRANCOUNT`). After `work`, a library that now reports its
+ * transaction ended gets the same `UsageError` as a `pg` client.
  */
-async function insideExecutorTransaction<T>(tx: CallerExecutor, operation: string, work: () => Promise<T>, written: (result: T) => string): Promise<T> {
+async function insideExecutorTransaction<T>(tx: CallerExecutor, operation: string, work: (db: unknown) => Promise<T>, written: (result: T) => string, through: boolean): Promise<T> {
   const outside = () =>
     new UsageError(`${operation} ran outside a transaction: pass ${tx.library}'s transaction object (${tx.hint}), not the connection or client it came from; nothing was written.`);
   const state = tx.inTransaction();
   if (state === false) throw outside();
+  let db: CallerExecutor = tx;
   if (state === undefined) {
     if (tx.dialect === 'sqlserver') {
       const { rows } = await tx.query(SQLSERVER_TRANCOUNT, []);
       if (Number(rows[0]?.depth ?? 0) === 0) throw outside();
+    } else if (through && tx.queryChecked !== undefined) {
+      const checked = tx.queryChecked;
+      let first = true;
+      db = {
+        ...tx,
+        query: (text, values) => {
+          if (!first) return tx.query(text, values);
+          first = false;
+          return checked(text, values);
+        },
+      };
     } else {
+      // One query of two statements, as on a `pg` client: a statement of the caller's (a
+      // postgres.js reserved connection runs its queries as they come) cannot run between them.
       try {
-        await tx.query(`SAVEPOINT ${CHECK_SAVEPOINT}`, []);
-        await tx.query(`RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`, []);
+        await tx.query(CHECK_TEXT, []);
       } catch (error) {
         if (noTransaction(error)) throw outside();
         throw error;
       }
     }
   }
-  const result = await work();
+  let result: T;
+  try {
+    result = await work(db);
+  } catch (error) {
+    if (db !== tx && noTransaction(error)) throw outside();
+    throw error;
+  }
   if (tx.inTransaction() === false) {
     // The library reports its transaction ended once its COMMIT or ROLLBACK has been sent, so a
     // write sent just before it (an enqueue not awaited) ended with it: which of the two cannot be

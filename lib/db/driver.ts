@@ -33,12 +33,14 @@ export type OutboxState = 'pending' | 'processing' | 'sent' | 'dead';
 /** Inbox states. */
 export type InboxState = 'pending' | 'processing' | 'processed' | 'dead';
 
-/** A message as the application enqueues it. */
-export interface OutboxMessageInput {
+/**
+ * A message as the application enqueues it: the parameter of `enqueue` from `queuebox` and from
+ * every `queuebox/<library>`.
+ */
+export interface EnqueueMessage {
   topic: string;
+  /** A plain object, or an object whose `toJSON` returns one: what it serializes to is stored. */
   payload: Record<string, unknown>;
-  /** `payload` as JSON text (the same object, valid JSON); stored instead of `JSON.stringify(payload)`, so numbers keep every digit. The inbox relay sets it. */
-  payloadText?: string;
   key?: string | null;
   headers?: Record<string, string>;
   /** Absolute time the row becomes due; default: now. */
@@ -47,8 +49,14 @@ export interface OutboxMessageInput {
   delayMs?: number;
   /** Deliveries of the row, the first included (`max_attempts`); then it is `dead`. */
   maxAttempts?: number;
-  /** Caller-chosen id (UUID); default: random. */
+  /** Caller-chosen id (UUID); default: random. An id already in the table is refused (`UniqueViolationError` naming `message.id`). */
   id?: string;
+}
+
+/** A message as QueueBox writes it to the outbox: an `EnqueueMessage`, and what QueueBox sets itself. */
+export interface OutboxMessageInput extends EnqueueMessage {
+  /** `payload` as JSON text (the same object, valid JSON); stored instead of `JSON.stringify(payload)`, so numbers keep every digit. The inbox relay sets it. */
+  payloadText?: string;
   /** Trace context stored with the row; set by QueueBox (`enqueue` captures the caller's, the relay copies the inbox row's), not by the caller. */
   trace?: TraceContext | null;
 }

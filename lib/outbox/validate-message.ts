@@ -51,6 +51,57 @@ function jsonObjectText(field: string, value: unknown): string {
   return text;
 }
 
+/**
+ * Throws naming `message.payload` unless the payload is a plain object (`{…}`, or of a null
+ * prototype) or an object with a `toJSON` method, whose result `jsonObjectText` then checks. An
+ * instance of another class is refused: `JSON.stringify` would keep its own enumerable fields and
+ * drop the rest without a word (a `Map` becomes `{}`, a getter on the class is left out).
+ */
+function checkPayloadObject(payload: unknown): asserts payload is Record<string, unknown> {
+  if (isJsonObject(payload)) return;
+  if (typeof payload === 'object' && payload !== null && !Array.isArray(payload)) {
+    if (typeof (payload as { toJSON?: unknown }).toJSON === 'function') return;
+    const name = (payload.constructor as { name?: unknown } | undefined)?.name;
+    throw new ValidationError(
+      'message.payload',
+      `must be a plain JSON object, or an object whose toJSON returns one (what it serializes to is stored); got ${typeof name === 'string' && name !== '' ? `an instance of ${name}` : 'an object of another prototype'}, which JSON.stringify would turn into its own fields alone: pass { ...payload } or give the class a toJSON`,
+    );
+  }
+  throw new ValidationError('message.payload', `must be a JSON object (got ${Array.isArray(payload) ? 'an array' : payload === null ? 'null' : typeof payload})`);
+}
+
+/**
+ * Throws naming the path (`message.payload.amount`, `message.payload.items[2]`) of the first
+ * number in `value` that is `NaN`, `Infinity` or `-Infinity`: JSON has none of them, and
+ * `JSON.stringify` would store `null` in their place. `text` is what `value` serialized to: only
+ * a text holding `null` can hide one, so other payloads are not walked.
+ */
+export function checkFiniteNumbers(field: string, value: unknown, text: string): void {
+  if (!text.includes('null')) return;
+  const paths = new Map<object, string>();
+  let found: string | undefined;
+  // The replacer sees each value as it is serialized (`toJSON` applied) and, as `this`, the object
+  // that holds it: the root's holder is JSON.stringify's own wrapper, any other one a value seen before.
+  JSON.stringify(value, function (this: object, key: string, v: unknown) {
+    if (found !== undefined) return undefined;
+    const holder = paths.get(this);
+    const path = holder === undefined ? field : `${holder}${propertyPath(this, key)}`;
+    if (typeof v === 'number' && !Number.isFinite(v)) {
+      found = path;
+      return undefined;
+    }
+    if (typeof v === 'object' && v !== null) paths.set(v, path);
+    return v;
+  });
+  if (found !== undefined) throw new ValidationError(found, 'must be a finite number: JSON has no NaN or Infinity (JSON.stringify would store null)');
+}
+
+/** `.name` or `["a name"]` for an object's key, `[2]` for an array's index. */
+function propertyPath(holder: object, key: string): string {
+  if (Array.isArray(holder)) return `[${key}]`;
+  return /^[A-Za-z_$][\w$]*$/.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
+}
+
 /** The start of a long text, for a message. */
 function excerpt(text: string): string {
   return text.length <= 40 ? text : `${text.slice(0, 40)}…`;
@@ -77,6 +128,7 @@ function checkColumnLength(field: string, value: string, max: number, dialect: C
 
 /** Validates and normalizes a message for `dialect`'s tables (default PostgreSQL); returns a copy safe to insert. */
 export function validateOutboxMessage(message: unknown, dialect: ColumnDialect = 'postgres'): OutboxMessageInput {
+  if (Array.isArray(message)) throw new ValidationError('message', 'must be one message object, not an array: enqueue takes one message per call (call it once for each message, in the same transaction)');
   if (!isJsonObject(message)) throw new ValidationError('message', 'must be an object');
   const m = message as Partial<OutboxMessageInput> & Record<string, unknown>;
   const allowed = new Set(['topic', 'payload', 'key', 'headers', 'scheduledAt', 'delayMs', 'maxAttempts', 'id']);
@@ -86,7 +138,7 @@ export function validateOutboxMessage(message: unknown, dialect: ColumnDialect =
   if (typeof m.topic !== 'string' || m.topic.trim() === '') throw new ValidationError('message.topic', 'is required and must be a non-empty string');
   checkColumnLength('message.topic', m.topic, MAX_TOPIC_LENGTH, dialect);
   checkStorable('message.topic', m.topic);
-  if (!isJsonObject(m.payload)) throw new ValidationError('message.payload', 'must be a JSON object');
+  checkPayloadObject(m.payload);
   const payloadText = jsonObjectText('message.payload', m.payload);
   if (m.key !== undefined && m.key !== null) {
     if (typeof m.key !== 'string' || m.key === '') throw new ValidationError('message.key', 'must be a non-empty string or null');

@@ -3,13 +3,14 @@
  * library's own transaction API (each library test file supplies a `Harness`): commit → one
  * pending row with topic, key, payload and sequence; rollback → no row; the library's nested
  * transaction or savepoint; concurrent transactions on one key in sequence order; the refusal
- * outside a transaction; validation; pull `complete` in the same transaction.
+ * outside a transaction; validation; a duplicate `message.id`; pull `complete` in the same transaction.
  */
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import type { CallerExecutor } from '../../lib/db/caller-transaction.ts';
-import type { OutboxMessageInput } from '../../lib/db/driver.ts';
-import { UsageError, ValidationError } from '../../lib/errors.ts';
+import type { EnqueueMessage } from '../../lib/db/driver.ts';
+import { UniqueViolationError, UsageError, ValidationError } from '../../lib/errors.ts';
 import type { EnqueueOptions } from '../../lib/outbox/enqueue.ts';
 import { createPullClient } from '../../lib/pull/pull-client.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -27,7 +28,7 @@ export interface Harness<Tx> {
   ended?: () => Promise<Tx>;
   /** The library's non-transaction object (pool, client, database) the adapter must refuse, and what it is. */
   outside(): { handle: unknown; what: string };
-  enqueue(tx: Tx, message: OutboxMessageInput, options?: EnqueueOptions): Promise<string>;
+  enqueue(tx: Tx, message: EnqueueMessage, options?: EnqueueOptions): Promise<string>;
   queueboxTransaction(tx: Tx): CallerExecutor;
 }
 
@@ -155,6 +156,21 @@ export function adapterCases<Tx>(library: string, harness: Harness<Tx>): void {
         await assert.rejects(harness.enqueue(tx, { topic: '', payload: {} }, schema), (e: unknown) => e instanceof ValidationError && e.field === 'message.topic');
         await assert.rejects(harness.enqueue(tx, { topic: 't', payload: {} }, { schema: 'Bad Schema' }), (e: unknown) => e instanceof ValidationError && e.field === 'options.schema');
       });
+    });
+
+    it('refuses a message.id already in the table with a UniqueViolationError naming message.id, the library error its cause', async () => {
+      const id = randomUUID();
+      await harness.transaction((tx) => harness.enqueue(tx, { topic: 'dup.first', payload: {}, id }, schema));
+      let error: unknown;
+      await harness
+        .transaction(async (tx) => {
+          error = await harness.enqueue(tx, { topic: 'dup.second', payload: {}, id }, schema).catch((e: unknown) => e);
+        })
+        .catch(() => {}); // the failed INSERT aborted the transaction: the library's COMMIT may fail
+      assert.ok(error instanceof UniqueViolationError, `UniqueViolationError, got ${String(error)}`);
+      assert.match(error.message, new RegExp(`^message\\.id ${id} is already the id of an outbox row`));
+      assert.ok(error.cause !== undefined, 'the original error is its cause');
+      assert.deepEqual(await db.query(`SELECT topic FROM "${db.schema}".outbox WHERE id = $1`, [id]), [{ topic: 'dup.first' }]);
     });
 
     it('completes a pull row in the library transaction: committed → processed, rolled back → still claimed', async () => {

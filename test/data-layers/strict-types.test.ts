@@ -25,14 +25,19 @@ async function tsc(files: string[]): Promise<{ code: number; errorFiles: string[
 
 describe('adapter types under strict nodenext with skipLibCheck off', { timeout: 600_000 }, () => {
   it('Kysely, Knex, postgres.js, TypeORM, Prisma, MikroORM and Sequelize: no error anywhere', async () => {
-    // With a typed Kysely database in each transaction form (test/data-layers/types/).
-    const files = [...['kysely', 'knex', 'postgres-js', 'typeorm', 'prisma', 'mikro-orm', 'sequelize'].map((l) => `lib/data-layers/${l}.ts`), 'test/data-layers/types/kysely-typed-database.ts'];
+    // With a typed Kysely database in each transaction form, and the message type of each
+    // enqueue, `queuebox`'s included (test/data-layers/types/).
+    const files = [
+      ...['kysely', 'knex', 'postgres-js', 'typeorm', 'prisma', 'mikro-orm', 'sequelize'].map((l) => `lib/data-layers/${l}.ts`),
+      'test/data-layers/types/kysely-typed-database.ts',
+      'test/data-layers/types/enqueue-message.ts',
+    ];
     const { code, output } = await tsc(files);
     assert.equal(code, 0, output);
   });
 
   it("Drizzle: errors only inside drizzle-orm's own declarations", async () => {
-    const { errorFiles, output } = await tsc(['lib/data-layers/drizzle.ts']);
+    const { errorFiles, output } = await tsc(['lib/data-layers/drizzle.ts', 'test/data-layers/types/enqueue-message-drizzle.ts']);
     for (const file of errorFiles) assert.match(file, /^node_modules\/drizzle-orm\//, output);
   });
 });

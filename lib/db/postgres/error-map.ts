@@ -35,3 +35,39 @@ export function mapPgError(error: unknown): unknown {
   }
   return error;
 }
+
+/** `error` and the errors under it: a QueueBox error's `cause`, and a library's wrapping (Drizzle's `cause`, Sequelize's `original`, TypeORM's `driverError`, Prisma's `meta.driverAdapterError`). */
+function* errorChain(error: unknown, depth = 0): Generator<Record<string, unknown>> {
+  if (typeof error !== 'object' || error === null || depth > 4) return;
+  const e = error as Record<string, unknown> & { meta?: { driverAdapterError?: unknown } };
+  yield e;
+  for (const inner of [e.cause, e.original, e.driverError, e.meta?.driverAdapterError]) yield* errorChain(inner, depth + 1);
+}
+
+/**
+ * An outbox INSERT refused for a duplicate key, whatever carried the error — `pg` (mapped to
+ * `UniqueViolationError` already), `mssql` (likewise), or a library wrapping either: PostgreSQL's
+ * SQLSTATE 23505, SQL Server's error 2627 or 2601. The INSERT writes a `pending` row, and the
+ * outbox's only unique constraint a pending row can break is its primary key, so the duplicate is
+ * the caller's `message.id`: returned as a `UniqueViolationError` that says so (`constraint` the
+ * one the database named, when it did), with the error as it came — the library's, or under a
+ * QueueBox error the driver's — as `cause`. Any other error, and any error of a message without
+ * an id, is returned as it is.
+ */
+export function mapOutboxIdConflict(error: unknown, id: string | undefined): unknown {
+  if (id === undefined) return error;
+  for (const e of errorChain(error)) {
+    const meta = e.meta as { code?: unknown } | undefined;
+    if (![e.code, e.originalCode, meta?.code].includes('23505') && e.number !== 2627 && e.number !== 2601) continue;
+    const fromMessage = typeof e.message === 'string' ? /constraint '([^']+)'|constraint "([^"]+)"/.exec(e.message) : null;
+    // `pg`'s `constraint`, postgres.js's `constraint_name`, Prisma's `constraint.index`, SQL Server's message.
+    const named = [e.constraint, (e.constraint as { index?: unknown } | undefined)?.index, e.constraint_name, (error as { constraint?: unknown }).constraint, fromMessage?.[1], fromMessage?.[2]];
+    const constraint = named.find((c): c is string => typeof c === 'string' && c !== '');
+    const mapped = new UniqueViolationError(constraint, { cause: error instanceof QueueBoxError ? (error.cause ?? error) : error });
+    mapped.message = `message.id ${id} is already the id of an outbox row (unique constraint ${constraint ?? 'on the id'}): each message needs an id of its own; nothing was written.`;
+    // The stack's first line is the message as it was when the stack was taken.
+    Error.captureStackTrace(mapped, mapOutboxIdConflict);
+    return mapped;
+  }
+  return error;
+}

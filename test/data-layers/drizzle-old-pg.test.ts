@@ -1,0 +1,95 @@
+/**
+ * `queuebox/drizzle` on node-postgres over an application's `pg` older than 8.21 (the `pg-8-20`
+ * devDependency, an alias of `pg@8.20.0`), whose clients have no `getTransactionStatus()`: the
+ * adapter cannot ask the connection what the server last reported, so the transaction check goes
+ * to the server in the same round trip as the INSERT. The shared cases (a transaction used after
+ * its callback returned is refused; an enqueue not awaited before a rollback leaves no row), and,
+ * first, a stale `tx` and enqueues not awaited before `tx.rollback()` on each of the pool's
+ * connections, from the first Drizzle statement of the process on (once loading drizzle-orm's
+ * `sql` builder delayed it past the rollback).
+ */
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { after, before, describe, it } from 'node:test';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import type pgTypes from 'pg';
+import { enqueue, queueboxTransaction, type DrizzleTransaction } from '../../lib/data-layers/drizzle.ts';
+import { UsageError } from '../../lib/errors.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { adapterCases } from './adapter-cases.ts';
+
+const oldPg = createRequire(import.meta.url)('pg-8-20') as typeof pgTypes;
+
+describe('the pg-8-20 devDependency', () => {
+  it('is pg 8.20, whose clients report no transaction status', () => {
+    assert.equal((createRequire(import.meta.url)('pg-8-20/package.json') as { version: string }).version, '8.20.0');
+    assert.equal(typeof (new oldPg.Client() as { getTransactionStatus?: unknown }).getTransactionStatus, 'undefined');
+  });
+});
+
+// First in the file: its first enqueue is the first Drizzle statement of the process.
+describe('queuebox/drizzle on node-postgres over pg 8.20, on every connection of the pool', () => {
+  let test: TestDatabase;
+  let pool2: pgTypes.Pool;
+  let db2: ReturnType<typeof drizzle>;
+  const schema = () => ({ schema: test.schema });
+  const rows = async (topic: string) => Number((await test.query<{ n: string }>(`SELECT count(*) AS n FROM "${test.schema}".outbox WHERE topic = $1`, [topic]))[0]!.n);
+
+  before(async () => {
+    test = await createTestDatabase();
+    pool2 = new oldPg.Pool({ connectionString: test.url, max: 2 });
+    db2 = drizzle({ client: pool2 });
+  });
+  after(async () => {
+    await pool2.end();
+    await test.drop();
+  });
+
+  it('leaves no row of an enqueue not awaited before tx.rollback(), the first statement of the process included', async () => {
+    for (let i = 0; i < 4; i++) {
+      const topic = `not-awaited.${i}`;
+      let pending: Promise<string> | undefined;
+      await assert.rejects(
+        db2.transaction(async (tx) => {
+          pending = enqueue(tx as DrizzleTransaction, { topic, payload: {} }, schema());
+          pending.catch(() => {});
+          tx.rollback();
+        }),
+      );
+      await pending!.catch(() => {});
+      assert.equal(await rows(topic), 0, `call ${i + 1}: nothing outlived the rollback`);
+    }
+  });
+
+  it('refuses a tx used after its callback returned, writing nothing', async () => {
+    let kept: DrizzleTransaction | undefined;
+    await db2.transaction(async (tx) => {
+      kept = tx as DrizzleTransaction;
+    });
+    await assert.rejects(enqueue(kept!, { topic: 'stale', payload: {} }, schema()), (error: unknown) => error instanceof UsageError && /outside a transaction/.test(error.message));
+    assert.equal(await rows('stale'), 0);
+  });
+});
+
+let pool: pgTypes.Pool;
+let db: ReturnType<typeof drizzle>;
+
+adapterCases<DrizzleTransaction>('drizzle (node-postgres, pg 8.20)', {
+  async open(test) {
+    pool = new oldPg.Pool({ connectionString: test.url, max: 4 });
+    db = drizzle({ client: pool });
+  },
+  close: () => pool.end(),
+  transaction: (work) => db.transaction((tx) => work(tx as DrizzleTransaction)),
+  nested: (tx, work) => tx.transaction((inner) => work(inner)),
+  outside: () => ({ handle: db, what: 'the Drizzle database object' }),
+  async ended() {
+    let kept: DrizzleTransaction | undefined;
+    await db.transaction(async (tx) => {
+      kept = tx as DrizzleTransaction;
+    });
+    return kept!;
+  },
+  enqueue,
+  queueboxTransaction,
+});

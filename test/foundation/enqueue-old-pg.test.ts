@@ -1,0 +1,131 @@
+/**
+ * `enqueue` (and pull `complete`, which shares its transaction check) given what cannot report its
+ * transaction: a client of the application's own `pg` older than 8.21 (the `pg-8-20`
+ * devDependency, an alias of `pg@8.20.0`: no `getTransactionStatus()`), and an object whose
+ * `query` forwards to a pool. Each is refused outside `BEGIN` with a `UsageError`, writing nothing;
+ * inside `BEGIN` the row commits or rolls back with the transaction — an enqueue not awaited before
+ * a `ROLLBACK` included, since on such a client the check and the INSERT are one round trip.
+ */
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { after, before, describe, it } from 'node:test';
+import type pgTypes from 'pg';
+import { enqueue } from '../../lib/index.ts';
+import { UsageError } from '../../lib/errors.ts';
+import { createPullClient } from '../../lib/pull/pull-client.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+
+const oldPg = createRequire(import.meta.url)('pg-8-20') as typeof pgTypes;
+
+describe('enqueue on a client of pg 8.20 (no getTransactionStatus)', () => {
+  let db: TestDatabase;
+  let pool: pgTypes.Pool;
+  const options = () => ({ schema: db.schema });
+  const rows = async (topic: string) => Number((await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox WHERE topic = $1`, [topic]))[0]!.n);
+  const outside = (error: unknown) => {
+    assert.ok(error instanceof UsageError, `UsageError, got ${String(error)}`);
+    assert.match(error.message, /ran outside a transaction/);
+    assert.match(error.message, /nothing was written/);
+    return true;
+  };
+
+  before(async () => {
+    db = await createTestDatabase();
+    pool = new oldPg.Pool({ connectionString: db.url, max: 2 });
+  });
+  after(async () => {
+    await pool.end();
+    await db.drop();
+  });
+
+  it('is a client that cannot report its transaction', async () => {
+    const client = await pool.connect();
+    try {
+      assert.equal(typeof (client as { getTransactionStatus?: unknown }).getTransactionStatus, 'undefined');
+    } finally {
+      client.release();
+    }
+  });
+
+  it('refuses it without BEGIN and after COMMIT, writing nothing and leaving it usable', async () => {
+    const client = await pool.connect();
+    try {
+      await assert.rejects(enqueue(client, { topic: 'old.no-begin', payload: {} }, options()), outside);
+      await client.query('BEGIN');
+      await client.query('COMMIT');
+      await assert.rejects(enqueue(client, { topic: 'old.after-commit', payload: {} }, options()), outside);
+      assert.deepEqual((await client.query('SELECT 1 AS one')).rows, [{ one: 1 }]);
+    } finally {
+      client.release();
+    }
+    assert.equal(await rows('old.no-begin'), 0);
+    assert.equal(await rows('old.after-commit'), 0);
+  });
+
+  it('inside BEGIN: commits with the transaction, or rolls back with it', async () => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const kept = await enqueue(client, { topic: 'old.kept', key: 'k', payload: { n: 1 } }, options());
+      await client.query('COMMIT');
+      await client.query('BEGIN');
+      await enqueue(client, { topic: 'old.undone', payload: {} }, options());
+      await client.query('ROLLBACK');
+      assert.deepEqual(await db.query(`SELECT topic, key, payload FROM "${db.schema}".outbox WHERE id = $1`, [kept]), [{ topic: 'old.kept', key: 'k', payload: { n: 1 } }]);
+      assert.equal(await rows('old.undone'), 0);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('leaves no row of an enqueue not awaited before ROLLBACK', async () => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const pending = enqueue(client, { topic: 'old.not-awaited', payload: {} }, options());
+      await client.query('ROLLBACK');
+      await pending;
+    } finally {
+      client.release();
+    }
+    assert.equal(await rows('old.not-awaited'), 0);
+  });
+
+  it("keeps the caller's own savepoint when its BEGIN was not awaited", async () => {
+    const client = await pool.connect();
+    try {
+      const begin = client.query('BEGIN');
+      const enqueued = enqueue(client, { topic: 'old.savepoint', payload: {} }, options());
+      const mine = client.query('SAVEPOINT mine');
+      await Promise.all([begin, enqueued, mine]);
+      await client.query('RELEASE SAVEPOINT mine');
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    assert.equal(await rows('old.savepoint'), 1);
+  });
+
+  it('completes a pull row only inside BEGIN', async () => {
+    const pull = createPullClient(db.driver);
+    await db.driver.inboxInsert({ source: 'old-pg', idempotencyKey: 'old-pg-1', aggregateId: 'a', payload: {}, consumption: 'pull' });
+    const [message] = await pull.claim('old-pg', { batch: 1, leaseMs: 60_000 });
+    const client = await pool.connect();
+    try {
+      await assert.rejects(pull.complete(client, message!.claim), (error: unknown) => error instanceof UsageError && /complete ran outside a transaction/.test(error.message));
+      assert.deepEqual(await db.query(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [message!.id]), [{ state: 'processing' }]);
+      await client.query('BEGIN');
+      assert.deepEqual(await pull.complete(client, message!.claim), { ok: true });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    assert.deepEqual(await db.query(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [message!.id]), [{ state: 'processed' }]);
+  });
+
+  it('refuses an object whose query forwards to a pool (the server is asked), writing nothing', async () => {
+    const wrapper = { query: (text: string, values?: unknown[]) => db.pool.query(text, values) };
+    await assert.rejects(enqueue(wrapper, { topic: 'old.wrapper', payload: {} }, options()), outside);
+    assert.equal(await rows('old.wrapper'), 0);
+  });
+});
