@@ -27,6 +27,7 @@ export function mapPgError(error: unknown): unknown {
   if (code === '23505') {
     return new UniqueViolationError((error as { constraint?: string }).constraint, { cause: error });
   }
+  if (code === '08P01' && typeof message === 'string' && message.startsWith('unsupported startup parameter')) return new QueueBoxError(poolerRefusal(message), { cause: error });
   if (typeof code === 'string' && (TRANSIENT.has(code) || NETWORK.has(code))) {
     return new TransientDatabaseError(`database: ${String(message)}`, code, { cause: error });
   }
@@ -34,6 +35,19 @@ export function mapPgError(error: unknown): unknown {
     return new TransientDatabaseError(`database: ${message}`, undefined, { cause: error });
   }
   return error;
+}
+
+/**
+ * PgBouncer refuses a connection that carries startup parameters it does not know (SQLSTATE
+ * 08P01), and QueueBox sets its two timeouts that way (`createPgPool`): what to configure, in
+ * PgBouncer and on the role (docs/operations.md, "Pool sizing behind RDS Proxy / PgBouncer").
+ */
+function poolerRefusal(message: string): string {
+  return (
+    `database: the connection pooler refused QueueBox's connection (${message}). QueueBox sets statement_timeout and idle_in_transaction_session_timeout as startup parameters; ` +
+    'behind PgBouncer add `ignore_startup_parameters = statement_timeout, idle_in_transaction_session_timeout` to pgbouncer.ini and give QueueBox\'s role the same timeouts ' +
+    '(ALTER ROLE <role> SET statement_timeout = <database.statementTimeoutMs>; ALTER ROLE <role> SET idle_in_transaction_session_timeout = <database.idleInTransactionTimeoutMs>); see docs/operations.md'
+  );
 }
 
 /** `error` and the errors under it: a QueueBox error's `cause`, and a library's wrapping (Drizzle's `cause`, Sequelize's `original`, TypeORM's `driverError`, Prisma's `meta.driverAdapterError`). */

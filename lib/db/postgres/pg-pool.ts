@@ -3,7 +3,8 @@
  *
  * `statement_timeout` and `idle_in_transaction_session_timeout` are startup parameters of each
  * connection (no `SET` after connecting, so the pool works behind RDS Proxy or PgBouncer in
- * transaction mode). Statements are unnamed (no prepared-statement names), unless
+ * transaction mode; PgBouncer must be told to ignore the two, and the role then carries them:
+ * docs/operations.md, `test/foundation/pgbouncer.test.ts`). Statements are unnamed (no prepared-statement names), unless
  * `database.preparedStatements` opts the claim statements in (`pgClaimQuery`).
  *
  * Inside a pass (`withStatementBudget`), a statement whose budget — the time left in the
