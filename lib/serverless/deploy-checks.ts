@@ -11,12 +11,37 @@ export function deployRefusal(options: PluginOptions, config: QueueBoxConfig, st
   if (config.database.url !== undefined) {
     return `${options.config} sets database.url: every function package would carry the connection string (and its password). Remove it, and set custom.queuebox.databaseSecretArn or custom.queuebox.databaseUrlParameter (or database.urlEnv naming a variable the functions get)`;
   }
+  const urlEnvRefusal = storedUrlWithOtherEnv(options, config);
+  if (urlEnvRefusal !== undefined) return urlEnvRefusal;
   if (!hasDatabaseLocation(options, config) && !options.allowMissingDatabase) {
     return `stage ${stage} has no database location: set custom.queuebox.databaseSecretArn (a Secrets Manager secret) or custom.queuebox.databaseUrlParameter (an SSM SecureString), or custom.queuebox.allowMissingDatabase: true to package without one (offline checks only: the functions would find no database)`;
   }
   const tooShort = timeoutRefusals(options, config);
   return tooShort.length > 0 ? tooShort.join('\n') : undefined;
 }
+
+/**
+ * The connection string read from a secret or parameter reaches the configuration as
+ * `QUEUEBOX_DATABASE_URL` (`withDatabaseUrl`, lib/runtime/secrets.ts); `database.urlEnv` naming
+ * another variable makes the configuration read that one instead, which nothing sets: every
+ * function would fail at cold start.
+ */
+function storedUrlWithOtherEnv(options: PluginOptions, config: QueueBoxConfig): string | undefined {
+  const urlEnv = config.database.urlEnv;
+  if (urlEnv === undefined || urlEnv === FETCHED_URL_ENV) return undefined;
+  const stores = [
+    ...(options.databaseSecretArn !== '' ? ['custom.queuebox.databaseSecretArn'] : []),
+    ...(options.databaseUrlParameter !== '' ? ['custom.queuebox.databaseUrlParameter'] : []),
+  ];
+  if (stores.length === 0) return undefined;
+  return (
+    `${options.config} sets database.urlEnv: ${urlEnv} while ${stores.join(' and ')} is set: the functions put the connection string they read from it into ${FETCHED_URL_ENV}, ` +
+    `but database.urlEnv makes them look for ${urlEnv}, so every function would fail at cold start. Remove database.urlEnv from ${options.config} (or set it to ${FETCHED_URL_ENV})`
+  );
+}
+
+/** The variable `withDatabaseUrl` fills from the database secret or parameter. */
+const FETCHED_URL_ENV = 'QUEUEBOX_DATABASE_URL';
 
 /**
  * The poller and the relay claim only while more than `lambda.deadlineMarginMs` plus their claim
@@ -49,4 +74,73 @@ export function deployWarnings(config: QueueBoxConfig): string[] {
   return Object.entries(config.inbox.sources)
     .filter(([, source]) => source.type === 'http' && source.auth?.type === 'none')
     .map(([name, source]) => `inbox source ${name} has auth: none: its route POST ${config.inbox.basePath}${source.path ?? ''} accepts requests from anyone`);
+}
+
+/** An `sqs` event of one of the service's own functions. */
+export interface ServiceSqsTrigger {
+  /** The function's key in `functions`. */
+  function: string;
+  /** The event's `arn`, as osls has it (a string or an intrinsic function). */
+  arn: unknown;
+}
+
+/**
+ * Warnings for a queue of an `sqs` inbox source that one of the service's own functions is also
+ * triggered by: Lambda splits a queue's messages between its event source mappings, so the ones
+ * the service's function receives never reach the inbox. A queue is matched by name (the inbox
+ * source's queue is in the stack's account and region), from the forms an ARN can be read in at
+ * packaging; `resources`: the template's and the service's, for `Fn::GetAtt` of a named queue.
+ */
+export function sharedQueueWarnings(config: QueueBoxConfig, triggers: ServiceSqsTrigger[], resources: Record<string, unknown>, region?: string): string[] {
+  const read = triggers.map((t) => ({ ...t, queue: sqsArnQueue(t.arn, resources) }));
+  return Object.entries(config.inbox.sources)
+    .filter(([, source]) => source.type === 'sqs')
+    .sort(([a], [b]) => a.localeCompare(b))
+    .flatMap(([name, source]) => {
+      const queue = source.queueName ?? name;
+      const theirs = read.filter((t) => t.queue?.name === queue && (t.queue.region === undefined || region === undefined || t.queue.region === region)).map((t) => t.function);
+      return [...new Set(theirs)].map(
+        (fn) =>
+          `inbox source ${name}'s queue ${queue} also triggers your function ${fn}: Lambda splits the queue's messages between the two triggers, so the ones ${fn} receives never reach the inbox. ` +
+          `Give ${fn} a queue of its own (an SNS topic or EventBridge rule can feed both queues)`,
+      );
+    });
+}
+
+const AWS_PSEUDO = new Set(['AWS::Partition', 'AWS::Region', 'AWS::AccountId', 'AWS::URLSuffix']);
+
+/**
+ * The queue name (and region, when literal) of an `sqs` event's ARN: a literal ARN, a `Fn::Sub`,
+ * a `Fn::Join` of text and pseudo parameters, or `Fn::GetAtt` of a queue given a `QueueName`;
+ * `undefined` for anything else (an import, a parameter).
+ */
+function sqsArnQueue(arn: unknown, resources: Record<string, unknown>): { name: string; region?: string } | undefined {
+  if (typeof arn === 'string') return fromArnText(arn);
+  if (typeof arn !== 'object' || arn === null) return undefined;
+  const intrinsic = arn as Record<string, unknown>;
+  if (typeof intrinsic['Fn::Sub'] === 'string') return fromArnText(intrinsic['Fn::Sub']);
+  const join = intrinsic['Fn::Join'];
+  if (Array.isArray(join) && typeof join[0] === 'string' && Array.isArray(join[1])) {
+    const parts = (join[1] as unknown[]).map((p) => {
+      if (typeof p === 'string') return p;
+      const ref = (p as { Ref?: unknown } | null)?.Ref;
+      return typeof ref === 'string' && AWS_PSEUDO.has(ref) ? `\${${ref}}` : undefined;
+    });
+    return parts.every((p) => p !== undefined) ? fromArnText(parts.join(join[0])) : undefined;
+  }
+  const getAtt = intrinsic['Fn::GetAtt'];
+  const [id, attribute] = Array.isArray(getAtt) ? getAtt : typeof getAtt === 'string' ? getAtt.split('.') : [];
+  if (typeof id !== 'string' || attribute !== 'Arn') return undefined;
+  const queue = resources[id] as { Type?: unknown; Properties?: { QueueName?: unknown } } | undefined;
+  return queue?.Type === 'AWS::SQS::Queue' && typeof queue.Properties?.QueueName === 'string' ? { name: queue.Properties.QueueName } : undefined;
+}
+
+/** `arn:<partition>:sqs:<region>:<account>:<name>`, parts possibly `${…}` (a region only when literal). */
+function fromArnText(text: string): { name: string; region?: string } | undefined {
+  // `${AWS::Region}` has colons of its own: one unknown part each.
+  const unknown = '\u0000';
+  const parts = text.replace(/\$\{[^}]*\}/g, unknown).split(':');
+  if (parts.length !== 6 || parts[2] !== 'sqs' || parts[5] === '' || parts[5]!.includes(unknown)) return undefined;
+  const region = parts[3]!;
+  return { name: parts[5]!, ...(region !== '' && !region.includes(unknown) ? { region } : {}) };
 }

@@ -9,21 +9,22 @@
  *   and a configuration with `database.url` in it, then bundles the functions into `.queuebox/`.
  * - `invoke local` of a QueueBox function: bundles that function first.
  * - after the events are compiled: adds roles, dashboard, alarms, parameters and HTTP route
- *   settings to the template (`template.ts`).
+ *   settings to the template (`template.ts`), and warns about what it cannot set there (the
+ *   stage of a shared HTTP API) and about a service function that shares an inbox source's queue.
  */
 import { join, resolve } from 'node:path';
 import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { ConfigError } from '../errors.ts';
 import { bundleFunctions, loadEsbuild } from './bundle.ts';
-import { deployRefusal, deployWarnings, hasDatabaseLocation } from './deploy-checks.ts';
-import { deployedFunctionName, deployedNamesProblem, functionKey, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
+import { deployRefusal, deployWarnings, hasDatabaseLocation, sharedQueueWarnings, type ServiceSqsTrigger } from './deploy-checks.ts';
+import { deployedFunctionName, deployedNamesProblem, functionKey, functionLogicalId, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
 import { parsePluginOptions, pluginOptionsJsonSchema, type FunctionOptions, type PluginOptions } from './options.ts';
 import { heartbeatWarnings } from './monitoring.ts';
 import { roleLogicalId } from './roles.ts';
 import { scaleOutCap } from './scale-out-settings.ts';
 import { buildStackFragment, type StackFragment } from './stack.ts';
-import { extendTemplate, type Template } from './template.ts';
+import { extendTemplate, functionsInVpc, type Template } from './template.ts';
 
 /** The folder, in the service directory, that the bundles and the shipped configuration go to. */
 export const BUILD_DIR = '.queuebox';
@@ -46,13 +47,13 @@ interface Serverless {
   serviceDir: string;
   service: {
     service: string;
-    provider: Dict & { compiledCloudFormationTemplate: Template; vpc?: unknown; logRetentionInDays?: number };
+    provider: Dict & { compiledCloudFormationTemplate: Template; logRetentionInDays?: number };
     functions: Record<string, Dict & { events?: Dict[] }>;
     custom?: Dict;
     package?: { patterns?: string[] };
     resources?: { Resources?: Dict; Parameters?: Dict; Conditions?: Dict };
   };
-  getProvider(name: 'aws'): { getStage(): string };
+  getProvider(name: 'aws'): { getStage(): string; getRegion?(): string };
   configSchemaHandler?: { defineCustomProperties?(schema: Dict): void };
   classes: { Error: new (message: string) => Error };
 }
@@ -71,6 +72,8 @@ export default class QueueBoxServerlessPlugin {
   private config!: QueueBoxConfig;
   private fragment!: StackFragment;
   private deployment!: Deployment;
+  /** The `custom.queuebox.httpApi` throttling keys the service set (the parsed options hold defaults too). */
+  private explicitHttpApiThrottling: string[] = [];
 
   constructor(
     private readonly serverless: Serverless,
@@ -109,6 +112,8 @@ export default class QueueBoxServerlessPlugin {
   private addFunctions(): void {
     const service = this.serverless.service;
     this.options = parsePluginOptions(service.custom?.queuebox);
+    const httpApi = (service.custom?.queuebox as { httpApi?: Dict } | undefined)?.httpApi;
+    this.explicitHttpApiThrottling = ['throttlingRateLimit', 'throttlingBurstLimit'].filter((key) => httpApi?.[key] !== undefined);
     this.config = loadConfig({ path: resolve(this.serverless.serviceDir, this.options.config), env: {} });
     this.deployment = { service: service.service, stage: this.serverless.getProvider('aws').getStage() };
     const namesProblem = deployedNamesProblem(this.deployment);
@@ -205,18 +210,25 @@ export default class QueueBoxServerlessPlugin {
     const service = this.serverless.service;
     const serviceResourceIds = new Set(Object.values(service.resources ?? {}).flatMap((section) => Object.keys((section as Dict | undefined) ?? {})));
     const ours = new Set(FUNCTIONS.map((f) => functionKey(f.name)));
-    const serviceSqsArns = Object.entries(service.functions)
+    const serviceSqsTriggers: ServiceSqsTrigger[] = Object.entries(service.functions)
       .filter(([key]) => !ours.has(key))
-      .flatMap(([, fn]) => (fn.events ?? []).flatMap((e) => (e.sqs === undefined ? [] : [typeof e.sqs === 'string' ? e.sqs : (e.sqs as { arn: unknown }).arn])));
-    const vpcAccess = this.options.vpcAccess ?? (this.options.vpc !== undefined || Boolean(service.provider.vpc));
-    extendTemplate(service.provider.compiledCloudFormationTemplate, {
+      .flatMap(([key, fn]) => (fn.events ?? []).flatMap((e) => (e.sqs === undefined ? [] : [{ function: key, arn: typeof e.sqs === 'string' ? e.sqs : (e.sqs as { arn: unknown }).arn }])));
+    const template = service.provider.compiledCloudFormationTemplate;
+    // From the compiled functions: by now osls has set provider.vpc (to {}) for a service without one.
+    const vpcAccess = this.options.vpcAccess ?? functionsInVpc(template, FUNCTIONS.map((f) => functionLogicalId(f.name)));
+    // The service's queues, for an `sqs` event naming one by `Fn::GetAtt`: osls merges its `resources` only later.
+    const resources = { ...template.Resources, ...(service.resources?.Resources ?? {}) };
+    const warnings = extendTemplate(template, {
       fragment: this.fragment,
       options: this.options,
       secretsParameterPath: this.secretsParameterPath(),
       vpcAccess,
       logRetentionInDays: this.logRetentionInDays(),
       serviceResourceIds,
-      serviceSqsArns,
+      serviceSqsArns: serviceSqsTriggers.map((t) => t.arn),
+      explicitHttpApiThrottling: this.explicitHttpApiThrottling,
     });
+    const region = this.serverless.getProvider('aws').getRegion?.();
+    for (const warning of [...warnings, ...sharedQueueWarnings(this.config, serviceSqsTriggers, resources, region)]) this.log.warning(`QueueBox: ${warning}`);
   }
 }

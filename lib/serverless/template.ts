@@ -4,6 +4,8 @@
  * parameters and conditions they refer to, throttling and an access log for QueueBox's HTTP
  * routes only, and the removal of QueueBox's trigger queues from the service's shared role.
  * Every logical id it adds starts with `QueueBox`; one the service already has stops packaging.
+ * On an HTTP API the service does not create (`provider.httpApi.id`) there is no stage to set:
+ * that is said (a warning), or refused when `custom.queuebox.httpApi` asked for throttling.
  */
 import type { PluginOptions } from './options.ts';
 import type { StackFragment } from './stack.ts';
@@ -31,6 +33,21 @@ export interface TemplateInputs {
   serviceResourceIds: Set<string>;
   /** SQS ARNs the service's own functions are triggered by (kept in the shared role). */
   serviceSqsArns: unknown[];
+  /** The `custom.queuebox.httpApi` throttling keys the service set itself (not defaults). */
+  explicitHttpApiThrottling: string[];
+}
+
+/**
+ * True when one of `functionIds` (QueueBox's compiled functions) runs in a VPC. Read from the
+ * compiled `VpcConfig`, not `provider.vpc`: osls's function compiler sets an empty `provider.vpc`
+ * for a service with none, and drops a `VpcConfig` without both subnets and security groups.
+ */
+export function functionsInVpc(template: Template, functionIds: readonly string[]): boolean {
+  const given = (value: unknown) => value !== undefined && value !== null && (!Array.isArray(value) || value.length > 0);
+  return functionIds.some((id) => {
+    const vpc = template.Resources[id]?.Properties?.VpcConfig as { SubnetIds?: unknown; SecurityGroupIds?: unknown } | undefined;
+    return vpc !== undefined && given(vpc.SubnetIds) && given(vpc.SecurityGroupIds);
+  });
 }
 
 const notEmpty = (parameter: string) => ({ 'Fn::Not': [{ 'Fn::Equals': [{ Ref: parameter }, ''] }] });
@@ -46,9 +63,13 @@ const ACCESS_LOG_FORMAT = JSON.stringify({
   integrationError: '$context.integrationErrorMessage',
 });
 
-/** Adds QueueBox's part to the compiled template in place; throws naming a logical id that would collide. */
-export function extendTemplate(template: Template, inputs: TemplateInputs): void {
+/**
+ * Adds QueueBox's part to the compiled template in place and returns warnings to show; throws
+ * naming a logical id that would collide, or explicit route throttling that cannot be applied.
+ */
+export function extendTemplate(template: Template, inputs: TemplateInputs): string[] {
   const { fragment, options } = inputs;
+  const warnings: string[] = [];
   const parameters: Record<string, unknown> = {
     QueueBoxAlarmTopicArn: { Type: 'String', Default: options.alarmTopicArn, Description: 'SNS topic for alarm notifications (empty for none)' },
     QueueBoxDatabaseSecretArn: { Type: 'String', Default: options.databaseSecretArn, Description: 'Secrets Manager secret holding the database connection string (empty for none)' },
@@ -70,6 +91,7 @@ export function extendTemplate(template: Template, inputs: TemplateInputs): void
   const routeIds = Object.entries(template.Resources)
     .filter(([, r]) => r.Type === 'AWS::ApiGatewayV2::Route' && fragment.httpRouteKeys.includes(String(r.Properties?.RouteKey)))
     .map(([id]) => id);
+  if (stage === undefined && routeIds.length > 0) warnings.push(sharedHttpApiCheck(fragment.httpRouteKeys, options, inputs.explicitHttpApiThrottling));
   const addAccessLog = stage !== undefined && fragment.httpRouteKeys.length > 0 && options.httpApi.accessLogs && stage.Properties?.AccessLogSettings === undefined;
   if (addAccessLog) {
     resources.QueueBoxHttpApiAccessLogs = { Type: 'AWS::Logs::LogGroup', Properties: { RetentionInDays: inputs.logRetentionInDays } };
@@ -97,6 +119,28 @@ export function extendTemplate(template: Template, inputs: TemplateInputs): void
     }
   }
   removeTriggerQueuesFromSharedRole(template, fragment, inputs.serviceSqsArns);
+  return warnings;
+}
+
+/**
+ * osls creates no stage for an HTTP API it does not create (`provider.httpApi.id`): QueueBox's
+ * routes join that API's stage, which this stack cannot change, so their throttling and access
+ * log would silently be missing. A warning; explicit throttling, which cannot be had, stops packaging.
+ */
+function sharedHttpApiCheck(routeKeys: string[], options: PluginOptions, explicitThrottling: string[]): string {
+  const routes = routeKeys.join(', ');
+  const keys = explicitThrottling.map((k) => `custom.queuebox.httpApi.${k}`).join(' and ');
+  if (explicitThrottling.length > 0) {
+    throw new Error(
+      `${keys} cannot be applied: the inbox routes (${routes}) are on an existing HTTP API (provider.httpApi.id) whose stage this stack does not create. ` +
+        `Remove ${keys} and set route throttling for ${routes} on that API's stage instead`,
+    );
+  }
+  const missing = options.httpApi.accessLogs ? 'no throttling (custom.queuebox.httpApi) and no access log' : 'no throttling (custom.queuebox.httpApi)';
+  return (
+    `the inbox routes (${routes}) are on an existing HTTP API (provider.httpApi.id) whose stage this stack does not create: they get ${missing} from QueueBox. ` +
+    `Configure route throttling for ${routes}${options.httpApi.accessLogs ? ' and an access log' : ''} on that API's stage`
+  );
 }
 
 /**
