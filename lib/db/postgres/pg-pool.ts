@@ -15,8 +15,11 @@
  * last one is more than `TIMEOUT_REFRESH_MS` old). With a
  * budget above the connection's timeout nothing changes: the startup parameter already ends the
  * statement in time. Fenced writes and renewals are the exception (`pgSingleTrip`): always one
- * round trip, their lock wait bounded by the lease in the statement itself, so that no transaction
- * of theirs can be split by a freeze between two round trips.
+ * round trip, their row lock waits bounded by the lease in the statement itself, so that no
+ * transaction of theirs can be split by a freeze between two round trips; under a budget their
+ * `statement_timeout` is set for the statement's own implicit transaction in that same round trip
+ * (`boundedSingleTrip`), which bounds what the statement itself cannot: the wait for a lock on
+ * the table (a migration's `ALTER TABLE`, `VACUUM FULL`), taken before it executes.
  */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
@@ -226,13 +229,97 @@ export async function pgSimpleQuery(db: PgQueryable, text: string): Promise<pg.Q
 export async function pgSingleTrip<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
   try {
     requireStatementBudgetMs();
-    if (db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>(text, valuesNow(values)));
+    if (db instanceof pg.Pool) {
+      return await onConnection(db, (client) => {
+        // The budget when the statement is sent (after any wait for a connection).
+        const budget = statementBudgetMs();
+        return budget !== undefined && budget < poolStatementTimeoutMs(db) ? boundedSingleTrip<R>(client, text, valuesNow(values), budget) : client.query<R>(text, valuesNow(values));
+      });
+    }
     // A client inside a QueueBox transaction: its `statement_timeout` follows the budget as usual.
     await boundStatement(db);
     return await db.query<R>(text, valuesNow(values));
   } catch (error) {
     throw mapPgError(error);
   }
+}
+
+/** The part of a `pg` connection (`client.connection`) a bounded single trip writes to. */
+interface PgWire {
+  parse(query: { text: string }): void;
+  bind(config: object): void;
+  execute(config: object): void;
+  stream?: { cork?: () => void; uncork?: () => void };
+}
+
+/** `pg`'s query class (a "submittable"): the client hands it the connection when its turn comes, then the server's answers. */
+type PgQueryClass = new (config: { text: string; values: unknown[]; queryMode: 'extended' }, values: undefined, callback: (error: Error | null, result: unknown) => void) => {
+  submit(connection: PgWire): Error | null | undefined;
+  handleDataRow(message: unknown): void;
+  handleCommandComplete(message: unknown, connection: PgWire): void;
+};
+
+/** The subclass of each `pg` copy's query class (`Client.Query`) that sends the timeout ahead of its statement. */
+const boundedQueryClasses = new WeakMap<PgQueryClass, new (timeoutMs: number, text: string, values: unknown[], callback: (error: Error | null, result: unknown) => void) => object>();
+
+function boundedQueryClass(Query: PgQueryClass) {
+  let Bounded = boundedQueryClasses.get(Query);
+  if (Bounded === undefined) {
+    Bounded = class extends Query {
+      /** Answers still to come from the timeout's `SELECT` (its row, its completion): not part of the statement's result. */
+      #setting = 2;
+      readonly #timeoutMs: number;
+      constructor(timeoutMs: number, text: string, values: unknown[], callback: (error: Error | null, result: unknown) => void) {
+        super({ text, values, queryMode: 'extended' }, undefined, callback);
+        this.#timeoutMs = timeoutMs;
+      }
+      override submit(connection: PgWire): Error | null | undefined {
+        connection.stream?.cork?.();
+        try {
+          // Transaction-local: it ends with the implicit transaction at the Sync, nothing stays on the session.
+          connection.parse({ text: `SELECT set_config('statement_timeout', '${this.#timeoutMs}', true) IS NULL` });
+          connection.bind({});
+          connection.execute({});
+          // The statement, then the one Sync that ends the round trip.
+          return super.submit(connection);
+        } finally {
+          connection.stream?.uncork?.();
+        }
+      }
+      override handleDataRow(message: unknown): void {
+        if (this.#setting === 2) return;
+        super.handleDataRow(message);
+      }
+      override handleCommandComplete(message: unknown, connection: PgWire): void {
+        if (this.#setting > 0) {
+          this.#setting = 0;
+          return;
+        }
+        super.handleCommandComplete(message, connection);
+      }
+    };
+    boundedQueryClasses.set(Query, Bounded);
+  }
+  return Bounded;
+}
+
+/**
+ * One statement on `client` in one round trip, bounded by `budgetMs` (a whole number of ms, at
+ * least 1): in the extended protocol, `SELECT set_config('statement_timeout', …, true)` and then
+ * the statement, with a single Sync, so both run in one implicit transaction and the timeout is
+ * that transaction's alone (no `SET` left on the session: safe behind a pooler in transaction
+ * mode). The timeout counts from each message of the statement, its wait for the table's lock at
+ * Parse included. A client of another kind (`pg-native`) sends the statement alone.
+ */
+function boundedSingleTrip<R extends pg.QueryResultRow>(client: pg.PoolClient, text: string, values: unknown[], budgetMs: number): Promise<pg.QueryResult<R>> {
+  const Query = (client.constructor as { Query?: unknown }).Query;
+  const wire = (client as unknown as { connection?: Partial<PgWire> }).connection;
+  if (typeof Query !== 'function' || typeof wire?.parse !== 'function' || typeof wire.bind !== 'function' || typeof wire.execute !== 'function') return client.query<R>(text, values);
+  const Bounded = boundedQueryClass(Query as PgQueryClass);
+  return new Promise((resolve, reject) => {
+    const query = new Bounded(Math.max(1, Math.floor(budgetMs)), text, values, (error, result) => (error ? reject(error) : resolve(result as pg.QueryResult<R>)));
+    (client as unknown as { query(submittable: object): unknown }).query(query);
+  });
 }
 
 const statementNames = new Map<string, string>();
