@@ -3,6 +3,7 @@ import { afterEach, describe, it } from 'node:test';
 import pg from 'pg';
 import { OutboxPassError, runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import { runRelayPass } from '../../lib/inbox/relay-pass.ts';
+import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { createDeadline } from '../../lib/runtime/deadline.ts';
 import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
@@ -114,6 +115,23 @@ describe('the reclaim: locked rows skipped, bounded by the pass deadline', () =>
   /** Statements of this schema still running (the test's own read excepted). */
   const running = async () =>
     (await db.query<{ query: string }>(`SELECT query FROM pg_stat_activity WHERE state <> 'idle' AND pid <> pg_backend_pid() AND query LIKE $1`, [`%${db.schema}%`])).map((r) => r.query);
+
+  it('reclaims 20,000 expired claims of two keyed rows within one 10 s budget: the whole-claim test is linear in the claims', { timeout: 120_000 }, async () => {
+    // Each claim: a key's first row and its follower under one token, its lease ended.
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload, state, claim_token, lease_expires_at, claimed_at, key_first, sequence)
+      SELECT 'orders', 'k' || g, '{}', 'processing', md5('t' || g)::uuid, now() - interval '1 minute', now() - interval '2 minutes', r = 1, g * 2 + r
+        FROM generate_series(1, 20000) g CROSS JOIN generate_series(1, 2) r`);
+    await db.query(`ANALYZE "${db.schema}".outbox`);
+    // Before, the anti-join of the claims' rows against the locked set ran as a nested loop (about
+    // 35 s here): the budget's statement_timeout cancelled it, and no tool could ever reclaim them.
+    const deadlineAt = Date.now() + 10_000;
+    const result = await withStatementBudget(() => deadlineAt - Date.now(), () => db.driver.outboxReclaimExpired({}));
+    assert.deepEqual({ ran: result.ran, reclaimed: result.reclaimed, dead: result.dead }, { ran: true, reclaimed: 40_000, dead: 0 });
+    const [left] = await db.query<{ n: number; charged: number }>(
+      `SELECT count(*) FILTER (WHERE state = 'processing')::int AS n, count(*) FILTER (WHERE attempt = 1)::int AS charged FROM "${db.schema}".outbox`,
+    );
+    assert.deepEqual({ ...left }, { n: 0, charged: 20_000 }, 'every claim charged once, on its first row');
+  });
 
   it('outbox: a slow reclaim is cancelled at the pass deadline; the due rows are sent beside it and nothing runs on', async () => {
     await insertOutboxRows(db, Array.from({ length: 3 }, (_, n) => ({ topic: 'orders', payload: { n } })));

@@ -632,11 +632,14 @@ export async function outboxReclaimExpired(ctx: PgContext, p: { throttleMs?: num
 function claimLockedWhole(t: string): WholeClaim {
   return {
     columns: 't.key, t.claim_token',
+    // By counts, claim by claim: a claim is partial when the table holds more of its `processing`
+    // rows than `expired` does. One index probe per claim, linear in the claims; an anti-join of
+    // the table's rows against `expired` was planned from an estimate of one row as a nested loop
+    // that scanned `expired` once per row (20,000 keyed rows: 9 s; 50,000: past any deadline).
     ctes: `partial AS (
-       SELECT DISTINCT e.key, e.claim_token
-         FROM (SELECT DISTINCT x.key, x.claim_token FROM expired x WHERE x.key IS NOT NULL AND x.key <> '') c
-         JOIN ${t} e ON e.key = c.key AND e.claim_token = c.claim_token AND e.state = 'processing'
-        WHERE NOT EXISTS (SELECT 1 FROM expired y WHERE y.id = e.id))`,
+       SELECT c.key, c.claim_token
+         FROM (SELECT x.key, x.claim_token, count(*) AS n FROM expired x WHERE x.key IS NOT NULL AND x.key <> '' GROUP BY x.key, x.claim_token) c
+        WHERE (SELECT count(*) FROM ${t} e WHERE e.key = c.key AND e.claim_token = c.claim_token AND e.state = 'processing') > c.n)`,
     condition: `NOT EXISTS (SELECT 1 FROM partial p WHERE p.key = expired.key AND p.claim_token = expired.claim_token)`,
   };
 }
