@@ -94,8 +94,17 @@ describe('outbox: a settle whose connection is lost is sent again', () => {
         const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text;
         if (cut === 0 && isSentMark(text)) {
           cut++;
+          const reset = () => Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
+          // A query object (the statement sent with its timeout in one round trip, under a budget):
+          // its answer is lost the same way, through its callback.
+          const submitted = args[0] as { submit?: unknown; callback?: (error: Error | null, result: unknown) => void };
+          if (typeof submitted.submit === 'function') {
+            const answer = submitted.callback!;
+            submitted.callback = (error) => answer(error ?? reset(), undefined);
+            return query(...args);
+          }
           return query(...args).then(() => {
-            throw Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
+            throw reset();
           });
         }
         return query(...args);
