@@ -19,7 +19,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'database.preparedStatements': 'PostgreSQL: run the claim statements as named prepared statements, planned once per connection — the relay and pull claims too (the outbox claims gain no more than with `claimFunctions`). Direct connections or PgBouncer 1.21+ only (RDS Proxy pins such sessions; older PgBouncer in transaction mode fails them).',
   'database.requestTimeoutMs': 'SQL Server driver request timeout; must exceed the 10 s applock wait.',
   'database.connectTimeoutMs': 'Connection timeout.',
-  'tables.outbox': 'Outbox table name.',
+  'tables.outbox': 'Outbox table name. One schema holds one QueueBox table set: another configuration with other `tables.*` needs its own `database.schema` (docs/upgrading.md, "One table set per schema"); `migrate` refuses a second set.',
   'tables.inbox': 'Inbox table name.',
   'tables.maintenance': 'Table of shared throttles (reclaim gates) kept across invocations, and of each scheduled function\'s last finished pass (`queuebox status`).',
   [`destinations.<name>${d}.type`]: 'An Amazon SQS queue (standard or FIFO).',

@@ -15,7 +15,10 @@ import { pgSchemaTrustProblems } from './schema-trust.ts';
  * recorded in `queuebox_migrations`, a missing table or column (with its `ALTER TABLE`), a claim
  * function of the configuration missing, another role's, or not QueueBox's definition, and what
  * changed by hand since a recorded migration ran: an index or named constraint missing, a column
- * of another type, nullability or without its default (`changedObjects`).
+ * of another type, nullability or without its default (`changedObjects`), an index of a
+ * migration left invalid (`pgInvalidIndexProblems`). A schema whose bookkeeping records
+ * another table set's migrations (`pgTableSetProblem`) is that one line (and the trust
+ * problems): `migrate` refuses it, so the rest would only mislead.
  * Migrations recorded by a newer release are not differences (expand, then contract:
  * docs/upgrading.md).
  */
@@ -30,6 +33,8 @@ export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: re
   if (found[0]!.migrations) {
     const { rows } = await pgQuery<{ version: number }>(db, `SELECT version FROM ${n.migrations}`);
     for (const row of rows) done.add(row.version);
+    const otherSet = done.size > 0 ? await pgTableSetProblem(db, n) : undefined;
+    if (otherSet !== undefined) return [...problems, otherSet];
   } else {
     problems.push(`table ${n.migrations} does not exist: no migration was applied`);
   }
@@ -38,6 +43,7 @@ export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: re
   }
   for (const line of await missingColumns(db, n)) problems.push(line.startsWith('-- ') ? line.slice(3) : `a column is missing: ${line}`);
   problems.push(...(await changedObjects(db, n, done)));
+  problems.push(...(await pgInvalidIndexProblems(db, n)));
   const verdicts = await checkClaimFunctions(db, n, statements);
   for (const [index, verdict] of verdicts.entries()) {
     const name = `${n.schema}.${claimFunctionName(statements[index]!)}`;
@@ -71,6 +77,10 @@ export async function missingColumns(db: PgQueryable, n: PgNames): Promise<strin
   return statements;
 }
 
+/** A migration's line that creates an index (its name), and one that drops an index. */
+const CREATE_INDEX_LINE = /^CREATE (?:UNIQUE )?INDEX IF NOT EXISTS "([^"]+)" /;
+const DROP_INDEX_LINE = /^DROP INDEX IF EXISTS "[^"]+"\."([^"]+)";$/;
+
 const TYPE_NAMES: Record<string, string> = { timestamptz: 'timestamp with time zone' };
 
 /** `format_type`'s spelling of a type as the migrations write it (`varchar(255)`, `timestamptz`). */
@@ -93,9 +103,9 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
     let table = '';
     for (const line of migration.sql(n).split('\n')) {
       table = /^CREATE TABLE IF NOT EXISTS (\S+) \($/.exec(line)?.[1] ?? table;
-      const created = /^CREATE (?:UNIQUE )?INDEX IF NOT EXISTS "([^"]+)" /.exec(line);
+      const created = CREATE_INDEX_LINE.exec(line);
       if (created && applied) indexes.set(created[1]!, line);
-      const dropped = /^DROP INDEX IF EXISTS "[^"]+"\."([^"]+)";$/.exec(line);
+      const dropped = DROP_INDEX_LINE.exec(line);
       if (dropped) indexes.delete(dropped[1]!);
       const constraint = /^ {2}CONSTRAINT "([^"]+)" /.exec(line);
       if (constraint && applied) constraints.set(constraint[1]!, { table, version: migration.version });
@@ -136,4 +146,111 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
     }
   }
   return problems;
+}
+
+/**
+ * Every index the migrations leave once all of them ran (created, and not dropped by a later
+ * one), by name: the `CREATE INDEX IF NOT EXISTS` line that creates it.
+ */
+function migrationIndexes(n: PgNames): Map<string, string> {
+  const indexes = new Map<string, string>();
+  for (const migration of pgMigrations) {
+    for (const line of migration.sql(n).split('\n')) {
+      const created = CREATE_INDEX_LINE.exec(line);
+      if (created) indexes.set(created[1]!, line);
+      const dropped = DROP_INDEX_LINE.exec(line);
+      if (dropped) indexes.delete(dropped[1]!);
+    }
+  }
+  return indexes;
+}
+
+/**
+ * SQL: one row (`problem`) per index of a migration that exists but is invalid (`NOT
+ * pg_index.indisvalid`), with the statements that rebuild it. `$1` the schema, `$2` the index
+ * names, `$3` the statements for each. A `CREATE INDEX CONCURRENTLY` (or `REINDEX CONCURRENTLY`)
+ * that failed leaves its index so, and one still running shows it so: the planner never uses it,
+ * while `CREATE INDEX IF NOT EXISTS` takes it for built. `migrate` (and the `--sql` script)
+ * refuse to run over one rather than rebuild it: the index was built concurrently to keep a
+ * large, live table writable, and migrate, one transaction, could only rebuild it the blocking
+ * way — `DROP INDEX` holds the table's `ACCESS EXCLUSIVE` lock to `COMMIT`, so reads wait too,
+ * while the build reads the whole table — at a deploy that announced no index build. The
+ * concurrent statements cannot run in a transaction: the refusal names them, to run by hand.
+ * (Names are quoted by hand here and in `tableSetSql`: the configuration's are validated
+ * identifiers, as `quoteIdent` prints them.)
+ */
+export const INVALID_INDEX_SQL = `SELECT 'index "' || $1 || '"."' || want.name || '"'
+       || ' is invalid, left by a CREATE INDEX CONCURRENTLY (or REINDEX CONCURRENTLY) that failed or is still running: queries never use it, and migrate refuses to run over it (it would take it for built); once no build of it runs, rebuild it without blocking writes, one statement at a time outside a transaction: '
+       || want.fix AS problem
+  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS want(name, fix, ord)
+  JOIN pg_namespace ns ON ns.nspname = $1
+  JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = want.name AND c.relkind = 'i'
+  JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE NOT i.indisvalid
+ ORDER BY want.ord`;
+
+/** The values of `INVALID_INDEX_SQL`'s parameters: the migrations' indexes and, for each, the concurrent `DROP` and `CREATE`. */
+export function invalidIndexValues(n: PgNames): [string, string[], string[]] {
+  const indexes = [...migrationIndexes(n)];
+  const fixes = indexes.map(([name, ddl]) => `DROP INDEX CONCURRENTLY IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(name)}; ${ddl.replace(' INDEX IF NOT EXISTS ', ' INDEX CONCURRENTLY IF NOT EXISTS ')}`);
+  return [n.schema, indexes.map(([name]) => name), fixes];
+}
+
+/** Runs `INVALID_INDEX_SQL` (one round trip): an invalid index of a migration, one line each (none: all valid or absent). */
+export async function pgInvalidIndexProblems(db: PgQueryable, n: PgNames): Promise<string[]> {
+  const { rows } = await pgQuery<{ problem: string }>(db, INVALID_INDEX_SQL, invalidIndexValues(n));
+  return rows.map((r) => r.problem);
+}
+
+/**
+ * SQL: one row (`problem`) when the schema's `queuebox_migrations` records migrations while a
+ * table of this configuration does not exist. The bookkeeping is per schema and keyed on the
+ * version only, so a second configuration in the schema with other `tables.*` finds every version
+ * recorded: `migrate` would create none of its tables, and start-up and `--check` would keep
+ * asking for `migrate`. The line names the other set's tables (by their columns: an outbox, an
+ * inbox, a maintenance table not of this configuration), or says none was found. `$1` the
+ * schema, `$2` this configuration's tables (outbox, inbox, maintenance); the bookkeeping table
+ * must exist.
+ */
+export function tableSetSql(n: PgNames): string {
+  return `WITH recorded AS (SELECT count(*) AS count, max(version) AS last FROM ${n.migrations}),
+     own AS (SELECT t.name, t.ord FROM unnest($2::text[]) WITH ORDINALITY AS t(name, ord)),
+     missing AS (
+       SELECT string_agg('"' || $1 || '"."' || own.name || '"', ', ' ORDER BY own.ord) AS list, count(*) AS count
+         FROM own
+        WHERE NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+                           WHERE ns.nspname = $1 AND c.relname = own.name AND c.relkind IN ('r', 'p'))),
+     others AS (
+       SELECT string_agg(found.kind || ': ' || found.relname, ', ' ORDER BY found.ord, found.relname) AS list FROM (
+         SELECT c.relname::text AS relname,
+                CASE WHEN bool_or(a.attname = 'topic') THEN 'tables.outbox' WHEN bool_or(a.attname = 'idempotency_key') THEN 'tables.inbox' ELSE 'tables.maintenance' END AS kind,
+                CASE WHEN bool_or(a.attname = 'topic') THEN 1 WHEN bool_or(a.attname = 'idempotency_key') THEN 2 ELSE 3 END AS ord
+           FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+          WHERE ns.nspname = $1 AND c.relkind IN ('r', 'p') AND c.relname <> ALL ($2::text[])
+          GROUP BY c.relname
+         HAVING count(*) FILTER (WHERE a.attname IN ('topic', 'payload', 'claim_token', 'lease_expires_at', 'sequence')) = 5
+             OR count(*) FILTER (WHERE a.attname IN ('source', 'idempotency_key', 'consumption', 'claim_token')) = 4
+             OR (count(*) = 2 AND count(*) FILTER (WHERE a.attname IN ('name', 'last_run_at')) = 2)) found)
+SELECT 'schema "' || $1 || '"''s queuebox_migrations already records migrations (up to version ' || recorded.last || ') while this configuration''s '
+       || CASE WHEN missing.count = 1 THEN 'table ' ELSE 'tables ' END || missing.list || CASE WHEN missing.count = 1 THEN ' does' ELSE ' do' END || ' not exist: '
+       || CASE WHEN others.list IS NOT NULL THEN 'they are the migrations of other QueueBox tables in the schema (' || others.list || '), and migrate would create none of this configuration''s'
+               ELSE 'no other QueueBox table was found in the schema to name (dropped or renamed by hand?), and migrate would create none of them' END
+       || '. One schema holds one QueueBox table set (queuebox_migrations records versions, not tables): use another database.schema for this configuration'
+       || CASE WHEN others.list IS NOT NULL THEN ', or set its tables.* to those names if it is meant to use those tables'
+               WHEN missing.count = cardinality($2::text[]) THEN ', or, if no other configuration uses this schema, DROP TABLE "' || $1 || '".queuebox_migrations and migrate again'
+               ELSE '' END AS problem
+  FROM recorded, missing, others
+ WHERE recorded.count > 0 AND missing.count > 0`;
+}
+
+/** The values of `tableSetSql`'s parameters. */
+export function tableSetValues(n: PgNames): [string, string[]] {
+  return [n.schema, [n.outboxTable, n.inboxTable, n.maintenanceTable]];
+}
+
+/** Runs `tableSetSql` (one round trip; `queuebox_migrations` must exist): the problem, if any. */
+export async function pgTableSetProblem(db: PgQueryable, n: PgNames): Promise<string | undefined> {
+  const { rows } = await pgQuery<{ problem: string }>(db, tableSetSql(n), tableSetValues(n));
+  return rows[0]?.problem;
 }

@@ -5,8 +5,10 @@
  * The script does what `migrate` does, in the same order, and leaves the same bookkeeping, so a
  * later `queuebox migrate` or `queuebox migrate --check` agrees with it: the migrate lock, the
  * schema, the refusal of a schema other roles may create in (or of objects they own under
- * QueueBox's names), each numbered migration not yet recorded in `queuebox_migrations` (guarded
- * by its row, so a second run changes nothing), then the claim functions of `outbox.batchSize`.
+ * QueueBox's names), the refusal of a schema whose `queuebox_migrations` records another table
+ * set's migrations and of an index of a migration left invalid (`migration-check.ts`), each
+ * numbered migration not yet recorded in `queuebox_migrations` (guarded by its row, so a second
+ * run changes nothing), then the claim functions of `outbox.batchSize`.
  * It does not drop claim functions of other batch sizes or releases (`migrate` does; they are
  * never called). Run it in one transaction: the lock is transaction-scoped, and a failure then
  * leaves nothing half-done (`psql -v ON_ERROR_STOP=1 --single-transaction -f …`; a migration
@@ -14,6 +16,7 @@
  */
 import type { ClaimStatement } from './claim-functions.ts';
 import { claimFunctionDdl, claimFunctionName } from './claim-functions.ts';
+import { INVALID_INDEX_SQL, invalidIndexValues, tableSetSql, tableSetValues } from './migration-check.ts';
 import { pgMigrations } from './migrations.ts';
 import { quoteIdent, type PgNames } from './names.ts';
 import { SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
@@ -34,20 +37,45 @@ function textArray(values: readonly string[]): string {
   return `ARRAY[${values.map(literal).join(', ')}]::text[]`;
 }
 
+/**
+ * A query of `migrate`'s with its parameters as literals: `$1` a name, the others text arrays
+ * (`$2::text[]`…). `migrate` binds them; a script has no parameters.
+ */
+function withLiterals(sql: string, [first, ...arrays]: readonly [string, ...Array<readonly string[]>]): string {
+  let query = sql.replaceAll('$1', literal(first));
+  for (const [index, values] of arrays.entries()) query = query.replaceAll(`$${index + 2}::text[]`, textArray(values));
+  return query;
+}
+
+/**
+ * `migrate`'s refusals of a schema whose bookkeeping records another table set's migrations and
+ * of an invalid index of a migration, as a block that raises the same lines.
+ */
+function refusalBlock(n: PgNames): string {
+  return `DO $queuebox_refusals$
+DECLARE refusals text;
+BEGIN
+  SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(tableSetSql(n), tableSetValues(n))}) other_set;
+  IF refusals IS NULL THEN
+    SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(INVALID_INDEX_SQL, invalidIndexValues(n))}) invalid;
+  END IF;
+  IF refusals IS NOT NULL THEN
+    RAISE EXCEPTION 'QueueBox refuses to migrate schema %: %', ${literal(n.schema)}, refusals;
+  END IF;
+END
+$queuebox_refusals$;`;
+}
+
 /** The schema trust check (`schema-trust.ts`) as a block that raises when it finds a problem. */
 function trustCheckBlock(n: PgNames, functionNames: readonly string[]): string {
-  const [schema, names, prefixes, functions] = schemaTrustValues(n, functionNames);
   // The query binds $1..$4 in `migrate`; here they are literals (validated identifiers, quoted).
-  const query = SCHEMA_TRUST_SQL.replaceAll('$1', literal(schema))
-    .replaceAll('$2::text[]', textArray(names))
-    .replaceAll('$3::text[]', textArray(prefixes))
-    .replaceAll('$4::text[]', textArray(functions));
+  const query = withLiterals(SCHEMA_TRUST_SQL, schemaTrustValues(n, functionNames));
   return `DO $queuebox_check$
 DECLARE problems text;
 BEGIN
   SELECT string_agg(problem, E'\\n') INTO problems FROM (${query}) checked;
   IF problems IS NOT NULL THEN
-    RAISE EXCEPTION 'QueueBox refuses to use schema %: another role could plant objects that run with QueueBox''s rights (see docs/security.md, "Schema ownership")', ${literal(schema)}
+    RAISE EXCEPTION 'QueueBox refuses to use schema %: another role could plant objects that run with QueueBox''s rights (see docs/security.md, "Schema ownership")', ${literal(n.schema)}
       USING DETAIL = problems;
   END IF;
 END
@@ -62,6 +90,7 @@ export function pgMigrationScript(n: PgNames, statements: readonly ClaimStatemen
     `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)};`,
     trustCheckBlock(n, statements.map(claimFunctionName)),
     `${pgMigrationsTableSql(n)};`,
+    refusalBlock(n),
   ];
   for (const migration of pgMigrations) {
     const sql = migration.sql(n);

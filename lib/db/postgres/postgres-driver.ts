@@ -15,7 +15,7 @@ import { pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent, type PgNames } from './names.ts';
 import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
 import { checkClaimFunctions, installClaimFunctions } from './claim-function-install.ts';
-import { missingColumns, pgMigrateCheck } from './migration-check.ts';
+import { missingColumns, pgInvalidIndexProblems, pgMigrateCheck, pgTableSetProblem } from './migration-check.ts';
 import { PG_MIGRATE_LOCK_SQL, pgMigrationsTableSql } from './migration-script.ts';
 import { pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
@@ -105,7 +105,9 @@ export class PostgresDriver implements Driver {
   /**
    * Applies the numbered migrations not yet recorded, then the claim functions. Refuses
    * (`SchemaTrustError`, nothing changed) a schema other roles may create in, and objects of
-   * QueueBox's names that another role owns (`schema-trust.ts`).
+   * QueueBox's names that another role owns (`schema-trust.ts`); refuses (`QueueBoxError`, nothing
+   * changed) a schema whose bookkeeping records another table set's migrations, and an index of a
+   * migration left invalid (`migration-check.ts`).
    */
   async migrate(): Promise<MigrateResult> {
     // The pool's statement timeout (`database.statementTimeoutMs` on QueueBox's own pool) bounds its lock waits.
@@ -144,6 +146,15 @@ export class PostgresDriver implements Driver {
       await pgSimpleQuery(client, pgMigrationsTableSql(n));
       const { rows } = await pgQuery<{ version: number }>(client, `SELECT version FROM ${n.migrations}`);
       const done = new Set(rows.map((r) => r.version));
+      // The bookkeeping is the schema's, by version only: versions recorded while this
+      // configuration's tables do not exist are another table set's, and applying none of them
+      // would leave this configuration without tables, asking for `migrate` for ever.
+      const otherSet = done.size > 0 ? await pgTableSetProblem(client, n) : undefined;
+      if (otherSet !== undefined) throw new QueueBoxError(`migrate refused, nothing changed: ${otherSet}`);
+      // `CREATE INDEX IF NOT EXISTS` would take an invalid index (a failed concurrent build) for
+      // built; migrate refuses instead of rebuilding it the blocking way (see INVALID_INDEX_SQL).
+      const invalid = await pgInvalidIndexProblems(client, n);
+      if (invalid.length > 0) throw new QueueBoxError(`migrate refused, nothing changed:\n${invalid.map((p) => `- ${p}`).join('\n')}`);
       const applied: number[] = [];
       for (const migration of pgMigrations) {
         if (done.has(migration.version)) continue;
@@ -164,13 +175,24 @@ export class PostgresDriver implements Driver {
 
   /**
    * Start-up check (once per container): refuses a schema other roles may create in
-   * (`SchemaTrustError`), then throws `SchemaMismatchError` with the DDL of missing columns.
+   * (`SchemaTrustError`), then throws `SchemaMismatchError` with the DDL of missing columns. A
+   * table missing while the schema's bookkeeping records migrations adds the line that says
+   * `migrate` would not create it (another table set's migrations: `pgTableSetProblem`).
    */
   async schemaVerify(): Promise<void> {
-    const problems = await pgSchemaTrustProblems(this.ctx.pool, this.ctx.names);
-    if (problems.length > 0) throw new SchemaTrustError(this.ctx.names.schema, problems);
-    const statements = await missingColumns(this.ctx.pool, this.ctx.names);
-    if (statements.length > 0) throw new SchemaMismatchError(statements);
+    const n = this.ctx.names;
+    const problems = await pgSchemaTrustProblems(this.ctx.pool, n);
+    if (problems.length > 0) throw new SchemaTrustError(n.schema, problems);
+    const statements = await missingColumns(this.ctx.pool, n);
+    if (statements.length === 0) return;
+    // Only on the failure path: two more catalog reads when a table is missing. Without this
+    // line the error says "run migrate", which would change nothing.
+    if (statements.some((s) => s.startsWith('-- table '))) {
+      const { rows } = await pgQuery<{ found: boolean }>(this.ctx.pool, `SELECT to_regclass($1) IS NOT NULL AS found`, [n.migrations]);
+      const otherSet = rows[0]!.found ? await pgTableSetProblem(this.ctx.pool, n) : undefined;
+      if (otherSet !== undefined) statements.push(`-- ${otherSet}`);
+    }
+    throw new SchemaMismatchError(statements);
   }
 
   async clockNow(): Promise<Date> {
