@@ -156,8 +156,8 @@ export function renderMetricsDoc(): string {
     'in whole minutes (whole hours beyond an hour). Every period of a running function then holds a',
     `sample, and a backlog older than ${BACKLOG_AGE_THRESHOLD_SECONDS} s breaches every one; 60 s periods would leave periods`,
     'without a sample under a schedule slower than once a minute, which "not breaching" counts as',
-    'good, and the alarm would never fire. The number of periods is the one whose window is nearest',
-    `${BACKLOG_AGE_ALARM_SECONDS / 60} minutes, at least one: ${ageExample('rate(1 minute)', 60)} with the defaults (\`rate(1 minute)\`, timeout 60 s),`,
+    'good, and the alarm would never fire. The alarm is one such period, never shorter than',
+    `${BACKLOG_AGE_ALARM_SECONDS / 60} minutes: ${ageExample('rate(1 minute)', 60)} with the defaults (\`rate(1 minute)\`, timeout 60 s),`,
     `${ageExample('rate(2 minutes)', 120)} with \`rate(2 minutes)\` and timeout 120 s, ${ageExample('rate(1 minute)', 30)} with \`rate(1 minute)\` and`,
     `timeout 30 s. A healthy backlog writes no age above ${BACKLOG_AGE_THRESHOLD_SECONDS} s, so it never breaches. A schedule whose`,
     'passes can end more than a day apart gets no backlog-age alarm (packaging warns).',
@@ -169,7 +169,7 @@ export function renderMetricsDoc(): string {
   return `${lines.join('\n')}\n`;
 }
 
-/** A backlog-age alarm's window for a schedule, in words: `one period of 240 s`. */
+/** A backlog-age alarm's window for a schedule, in words: `one period of 300 s`. */
 function ageExample(schedule: string, timeout: number): string {
   const window = backlogAgeWindow({ schedule, timeout });
   if ('reason' in window) throw new Error(`no backlog-age alarm for ${schedule}: ${window.reason}`);

