@@ -2,7 +2,7 @@
  * The one core every `queuebox/<library>` adapter is built on: an adapter only says how its
  * library runs a statement (`run`, in the library's placeholder style) and whether the library
  * knows its transaction is open. Validation, the statements, the refusal outside a transaction and
- * the per-key sequence are `enqueue`'s own (see `lib/outbox/enqueue.ts`, `insidePgTransaction`).
+ * the per-key sequence are `enqueue`'s own (see `lib/outbox/enqueue.ts`, `writeInsidePgTransaction`).
  */
 import type { CallerExecutor, CallerExecutorResult } from '../db/caller-transaction.ts';
 import type { EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';

@@ -98,65 +98,67 @@ function refuseTypeOrm(tx: unknown, operation: string): void {
   );
 }
 
-/** The savepoint that proves a `pg` client is inside a transaction block (see `insidePgTransaction`). */
+/** The savepoint that proves a `pg` client is inside a transaction block (see `writeInsidePgTransaction`). */
 const CHECK_SAVEPOINT = 'queuebox_inside_transaction';
 
 /** The check as one text of two statements, sent as a simple query (no bind values). */
 const CHECK_TEXT = `SAVEPOINT ${CHECK_SAVEPOINT}; RELEASE SAVEPOINT ${CHECK_SAVEPOINT}`;
 
-/** What `insidePgTransaction` uses of a `pg` client (or of what was passed as one). */
+/** What `writeInsidePgTransaction` uses of a `pg` client (or of what was passed as one). */
 interface PgClientLike {
   getTransactionStatus?: () => string | null;
   query(text: string, values?: unknown[]): Promise<unknown>;
 }
 
 /**
- * Runs `work` (writes through the caller's `pg` client) only if the client is inside a
- * transaction block; otherwise throws `UsageError` and writes nothing. Without `BEGIN`, each
- * statement commits on its own: the row would be published whether or not the business change
- * commits, which is what the outbox exists to prevent.
+ * Runs `work`, one statement written through the handle it is given (`enqueue`'s INSERT, pull
+ * `complete`'s UPDATE), only if the caller's handle `tx` is inside a transaction block; otherwise
+ * throws `UsageError` and writes nothing. Without `BEGIN`, each statement commits on its own: the
+ * row would be published (or the message marked processed) whether or not the business change
+ * commits, which is what the outbox and the inbox exist to prevent.
  *
  * `pg` reports the state the server announced after the client's last statement
  * (`getTransactionStatus()`: `T` in a block, `E` in a failed block, `I` outside one, `null` before
  * the connection is ready). `T` and `E` need no check (in `E` the write fails with the server's
- * own error), and `work` is sent at once, so it reaches the server in the order the caller called.
- * `I` or `null` may still be a block: a `BEGIN` sent without waiting for it is queued ahead of
- * this write. So then a savepoint is set and released in one query first — refused by the server
- * outside a block (SQLSTATE 25P01); set and released together, it never spans the caller's own
- * statements or savepoints — one extra round trip, only on a client that has not yet reported a
- * transaction. After `work`, a client that reports `I` wrote outside a block after all (its
- * caller ended the transaction without waiting for this write): that is a `UsageError` too,
- * naming what was written.
+ * own error), and the statement is sent at once through `tx` itself, so it reaches the server in
+ * the order the caller called. `I` or `null` may still be a block: a `BEGIN` sent without waiting
+ * for it is queued ahead of this write. So then a savepoint is set and released in one query
+ * first — refused by the server outside a block (SQLSTATE 25P01); set and released together, it
+ * never spans the caller's own statements or savepoints — one extra round trip, only on a client
+ * that has not yet reported a transaction. After `work`, a client that reports `I` wrote outside a
+ * block after all (its caller ended the transaction without waiting for this write): that is a
+ * `UsageError` too, naming what was written.
  *
- * A handle without `getTransactionStatus` cannot tell (a client of `pg` older than 8.21, an
- * object whose `query` forwards to a pool or a client): the server is asked as for `I`, so a pool
- * behind it is refused too. A `pg.Pool` and TypeORM's objects are refused before any statement.
+ * A handle without `getTransactionStatus` cannot tell, and nothing after the write could either: a
+ * client of `pg` older than 8.21, an object whose `query` forwards to a client or a pool. There
+ * the check travels in the same round trip as the statement — the savepoint set and released,
+ * then the statement, on a `pg` client through its own query class (`checkedPgQuery`) — so
+ * nothing the caller sends can come between them: a write not awaited before the caller's
+ * `ROLLBACK` ends with that transaction, and behind a pool the server refuses the savepoint and
+ * runs nothing. An object whose `query` forwards gets the same as one simple query, the values
+ * written into it as literals (`checkedSimpleQuery`), when `uuidValues` says every bind value of
+ * the statement is a UUID (or null) compared with a `uuid` column; otherwise (`enqueue`'s values
+ * are text of any kind) the check is a query of its own, as for `I`.
+ *
+ * A `pg.Pool` and TypeORM's objects are refused before any statement. What has no `query` (an
+ * `mssql` Transaction given to `complete`) is handed to `work` as it is.
  */
-export async function insidePgTransaction<T>(tx: unknown, operation: string, work: () => Promise<T>, written: (result: T) => string = (r) => JSON.stringify(r)): Promise<T> {
-  return inside(tx, operation, () => work(), written, false);
-}
-
-/**
- * `insidePgTransaction` for one statement that `work` sends through the handle it is given
- * (`enqueue`'s INSERT): where the check would be a round trip of its own ahead of the statement —
- * a connection that cannot report its transaction — the handle sends the check and the statement
- * in one round trip instead, so nothing the caller sends can come between them: an enqueue not
- * awaited before the caller's `ROLLBACK` ends with that transaction, as on a client that reports
- * `T`. Elsewhere the handle is `tx` itself.
- */
-export async function writeInsidePgTransaction<H extends PgTransactionClient | CallerExecutor, T>(tx: H, operation: string, work: (db: Pick<H, 'query'>) => Promise<T>, written: (result: T) => string): Promise<T> {
-  return inside(tx, operation, work as (db: unknown) => Promise<T>, written, true);
-}
-
-async function inside<T>(tx: unknown, operation: string, work: (db: unknown) => Promise<T>, written: (result: T) => string, through: boolean): Promise<T> {
-  if (isCallerExecutor(tx)) return insideExecutorTransaction(tx, operation, work, written, through);
+export async function writeInsidePgTransaction<H extends CallerTransaction, T>(
+  tx: H,
+  operation: string,
+  work: (db: H extends { query: unknown } ? Pick<H, 'query'> : H) => Promise<T>,
+  written: (result: T) => string,
+  options: { uuidValues?: boolean } = {},
+): Promise<T> {
+  const run = work as (db: unknown) => Promise<T>;
+  if (isCallerExecutor(tx)) return insideExecutorTransaction(tx, operation, run, written);
   // Said as what they are, not as a client outside BEGIN (which the check would find them to be).
   refusePool(tx, operation);
   refuseTypeOrm(tx, operation);
   const client = tx as PgClientLike;
   // Not a `pg` client at all (an `mssql` Transaction given to `complete`): `work` refuses it or
   // takes it (SQL Server's own path).
-  if (typeof client.query !== 'function') return work(tx);
+  if (typeof client.query !== 'function') return run(tx);
   const reports = typeof client.getTransactionStatus === 'function';
   const status = reports ? client.getTransactionStatus!() : undefined;
   const outside = () =>
@@ -165,11 +167,11 @@ async function inside<T>(tx: unknown, operation: string, work: (db: unknown) => 
         "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
     );
   if (status !== 'T' && status !== 'E') {
-    const checked = !reports && through ? checkedPgQuery(client) : undefined;
+    const checked = reports ? undefined : (checkedPgQuery(client) ?? (options.uuidValues === true ? checkedSimpleQuery(client) : undefined));
     if (checked !== undefined) {
-      // The check goes with the statement (see `checkedPgQuery`); nothing to ask afterwards either.
+      // The check goes with the statement; nothing to ask afterwards either.
       try {
-        return await work(checkedOnce(client, checked));
+        return await run(checkedOnce(client, checked));
       } catch (error) {
         if (noTransaction(error)) throw outside();
         throw error;
@@ -185,7 +187,7 @@ async function inside<T>(tx: unknown, operation: string, work: (db: unknown) => 
       throw error;
     }
   }
-  const result = await work(tx);
+  const result = await run(tx);
   if (reports && client.getTransactionStatus!() === 'I') {
     throw new UsageError(
       `${operation} wrote ${written(result)} after its transaction had ended (COMMIT or ROLLBACK was sent before ${operation} finished), so it committed on its own, apart from your change. ` +
@@ -269,7 +271,7 @@ function checkedQueryClass(Query: PgQueryClass): PgQueryClass {
  * the Sync, so the statement never runs; inside one, all three run in the caller's transaction.
  * Queued on the client like any query, nothing the caller sends afterwards (a `ROLLBACK` of an
  * enqueue not awaited) can come between the check and the statement. Undefined for what is not
- * such a client (a wrapper, `pg-native`): the check is then a query of its own.
+ * such a client (a wrapper, `pg-native`): for a wrapper, see `checkedSimpleQuery`.
  */
 export function checkedPgQuery(client: unknown): ((text: string, values: unknown[]) => Promise<unknown>) | undefined {
   if (typeof client !== 'object' || client === null || isPgPool(client)) return undefined;
@@ -285,15 +287,63 @@ export function checkedPgQuery(client: unknown): ((text: string, values: unknown
     });
 }
 
+/** What PostgreSQL reads as a `uuid` is written in these characters only (hex digits, hyphens, braces): quoted, such a value is a literal and nothing else. */
+const UUID_CHARACTERS = /^[0-9A-Fa-f{}-]+$/;
+
+/** A bind parameter `$n` of a statement of QueueBox's, outside its quoted literals, quoted names and comments. */
+const PARAMETER = /'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|(?<![\w$])\$(\d+)(?!\d)/g;
+
 /**
- * `insidePgTransaction` for a library's transaction (`CallerExecutor`): refused when the library
- * says its transaction is not open; when it cannot tell, the server is asked (PostgreSQL: a
- * savepoint set and released in one query, refused outside a block — or, through an executor with
- * `queryChecked` and a `work` that writes through the handle it is given, in the same round trip
- * as the statement; SQL Server: `@@TRANCOUNT`). After `work`, a library that now reports its
- * transaction ended gets the same `UsageError` as a `pg` client.
+ * `text` with each `$n` replaced by value `n` as a literal: `NULL`, or a value written in the
+ * characters of a UUID, quoted. Undefined when a value is anything else or a `$n` has no value.
  */
-async function insideExecutorTransaction<T>(tx: CallerExecutor, operation: string, work: (db: unknown) => Promise<T>, written: (result: T) => string, through: boolean): Promise<T> {
+function withUuidLiterals(text: string, values: readonly unknown[]): string | undefined {
+  const literals = values.map((value) => (value === null || value === undefined ? 'NULL' : typeof value === 'string' && UUID_CHARACTERS.test(value) ? `'${value}'` : undefined));
+  if (literals.includes(undefined)) return undefined;
+  let complete = true;
+  const written = text.replace(PARAMETER, (match, n: string | undefined) => {
+    if (n === undefined) return match;
+    const literal = literals[Number(n) - 1];
+    if (literal === undefined) complete = false;
+    return literal ?? match;
+  });
+  return complete ? written : undefined;
+}
+
+/**
+ * For an object whose `query` forwards to a client or a pool: no `pg` connection to send the
+ * check on ahead of the statement in the extended protocol (`checkedPgQuery`), so the check
+ * and a statement whose values are UUIDs or null (pull `complete`'s id and token, compared with
+ * `uuid` columns) go as one simple query — `SAVEPOINT`, `RELEASE SAVEPOINT`, then the statement
+ * with its values written in as literals (`withUuidLiterals`), sent with no values, so the simple
+ * protocol runs them in order and stops at the first refusal: outside a transaction block
+ * PostgreSQL refuses the savepoint (SQLSTATE 25P01, a query of several statements is an implicit
+ * block, not one of the caller's), and the statement never runs. Answers the statement's result
+ * (the last of the three). A value that is not written in the characters of a UUID cannot be read
+ * as one, so the server refuses that statement wherever it runs: the check is then a query of its
+ * own ahead of it, as before.
+ */
+function checkedSimpleQuery(client: PgClientLike): (text: string, values: unknown[]) => Promise<unknown> {
+  return async (text, values) => {
+    const written = withUuidLiterals(text, values);
+    if (written === undefined) {
+      await client.query(CHECK_TEXT);
+      return client.query(text, values);
+    }
+    const results = await client.query(`${CHECK_TEXT}; ${written}`);
+    return Array.isArray(results) ? results[results.length - 1] : results;
+  };
+}
+
+/**
+ * `writeInsidePgTransaction` for a library's transaction (`CallerExecutor`): refused when the
+ * library says its transaction is not open; when it cannot tell, the server is asked (PostgreSQL:
+ * through an executor with `queryChecked`, in the same round trip as the statement; through
+ * another, a savepoint set and released in one query, refused outside a block; SQL Server:
+ * `@@TRANCOUNT`). After `work`, a library that now reports its transaction ended gets the same
+ * `UsageError` as a `pg` client.
+ */
+async function insideExecutorTransaction<T>(tx: CallerExecutor, operation: string, work: (db: unknown) => Promise<T>, written: (result: T) => string): Promise<T> {
   const outside = () =>
     new UsageError(`${operation} ran outside a transaction: pass ${tx.library}'s transaction object (${tx.hint}), not the connection or client it came from; nothing was written.`);
   const state = tx.inTransaction();
@@ -303,7 +353,7 @@ async function insideExecutorTransaction<T>(tx: CallerExecutor, operation: strin
     if (tx.dialect === 'sqlserver') {
       const { rows } = await tx.query(SQLSERVER_TRANCOUNT, []);
       if (Number(rows[0]?.depth ?? 0) === 0) throw outside();
-    } else if (through && tx.queryChecked !== undefined) {
+    } else if (tx.queryChecked !== undefined) {
       const checked = tx.queryChecked;
       let first = true;
       db = {

@@ -11,7 +11,7 @@
  */
 import { MIN_LEASE_MS } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
-import { insidePgTransaction } from '../db/caller-transaction.ts';
+import { writeInsidePgTransaction } from '../db/caller-transaction.ts';
 import type { CallerTransaction, ClaimRef, Driver, InboxRow } from '../db/driver.ts';
 import { FencedLockTimeoutError, UsageError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -88,9 +88,14 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
       return fenced(driver.pullRenew({ id: claim.id, token: claim.token, leaseMs }));
     },
     // Refused outside the caller's transaction: a completion that commits on its own would mark
-    // the message processed even if the handler's change rolls back.
-    complete: async (tx, claim) =>
-      fenced(insidePgTransaction(tx, 'complete', () => driver.pullComplete(tx, { id: claim.id, token: claim.token }), () => `the completion of inbox row ${claim.id}`)),
+    // the message processed even if the handler's change rolls back. Through a handle that cannot
+    // report its transaction, the check goes in the same round trip as the UPDATE (`db`), so a
+    // completion not awaited before the caller's ROLLBACK ends with that transaction; its values,
+    // the id and the token, are UUIDs (`uuidValues`).
+    complete: async (tx, claim) => {
+      const write = (db: unknown) => driver.pullComplete(db as CallerTransaction, { id: claim.id, token: claim.token });
+      return fenced(writeInsidePgTransaction(tx, 'complete', write, () => `the completion of inbox row ${claim.id}`, { uuidValues: true }));
+    },
     // Checked here, as the worker's own delays are at creation: NaN, Infinity or a delay past
     // `MAX_TIMER_MS` reached the database as an interval or integer out of range.
     retry: async (claim, delayMs, error) => {

@@ -6,7 +6,8 @@
  * its callback returned is refused; an enqueue not awaited before a rollback leaves no row), and,
  * first, a stale `tx` and enqueues not awaited before `tx.rollback()` on each of the pool's
  * connections, from the first Drizzle statement of the process on (once loading drizzle-orm's
- * `sql` builder delayed it past the rollback).
+ * `sql` builder delayed it past the rollback); a pull `complete` not awaited before `tx.rollback()`
+ * likewise.
  */
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
@@ -15,6 +16,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import type pgTypes from 'pg';
 import { enqueue, queueboxTransaction, type DrizzleTransaction } from '../../lib/data-layers/drizzle.ts';
 import { UsageError } from '../../lib/errors.ts';
+import { createPullClient } from '../../lib/pull/pull-client.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { adapterCases } from './adapter-cases.ts';
 
@@ -58,6 +60,28 @@ describe('queuebox/drizzle on node-postgres over pg 8.20, on every connection of
       );
       await pending!.catch(() => {});
       assert.equal(await rows(topic), 0, `call ${i + 1}: nothing outlived the rollback`);
+    }
+  });
+
+  it('leaves a pull row claimed when its complete was not awaited before tx.rollback()', async () => {
+    const pull = createPullClient(test.driver);
+    for (let i = 0; i < 4; i++) {
+      await test.driver.inboxInsert({ source: 'not-awaited', idempotencyKey: `not-awaited-${i}`, aggregateId: `a${i}`, payload: {}, consumption: 'pull' });
+    }
+    const claimed = await pull.claim('not-awaited', { batch: 4, leaseMs: 60_000 });
+    assert.equal(claimed.length, 4);
+    for (const message of claimed) {
+      let pending: Promise<unknown> | undefined;
+      await assert.rejects(
+        db2.transaction(async (tx) => {
+          pending = pull.complete(queueboxTransaction(tx as DrizzleTransaction), message.claim);
+          pending.catch(() => {});
+          tx.rollback();
+        }),
+      );
+      await pending!.catch(() => {});
+      const [row] = await test.query<{ state: string }>(`SELECT state FROM "${test.schema}".inbox WHERE id = $1`, [message.id]);
+      assert.equal(row!.state, 'processing', `${message.idempotencyKey}: rolled back with the transaction, not committed on its own`);
     }
   });
 
