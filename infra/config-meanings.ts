@@ -86,7 +86,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'inbox.sources.<name>.idempotencyKeyHeader': 'HTTP sources: the header carrying the sender\'s delivery id, used as the idempotency key (e.g. `X-GitHub-Delivery`); a request without it gets 400.',
   'inbox.sources.<name>.idempotency': '`none`: store every delivery, replays included; `body-digest`: the SHA-256 of the body is the key, so a later identical body is answered `duplicate` and not stored. An `hmac` source must set this, `idempotencyKeyPath` or `idempotencyKeyHeader` (docs/inbox.md, "Idempotency").',
   'inbox.sources.<name>.eventTypePath': 'JSONPath of the event type.',
-  'inbox.sources.<name>.aggregateIdPath': 'JSONPath of the aggregate id (ordering unit of the relay).',
+  'inbox.sources.<name>.aggregateIdPath': 'JSONPath of the aggregate id (ordering unit of the relay and of pull workers: an aggregate\'s rows move one at a time, in receive order). Without it rows have no aggregate: they are forwarded without an outbox key and delivered in parallel; an `sqs` source on a FIFO queue (`queueName` ending in `.fifo`) needs it to keep its message groups\' order, since the record\'s `MessageGroupId` is not read.',
   'inbox.sources.<name>.correlationIdPath': 'JSONPath of the correlation id.',
   'inbox.sources.<name>.delayPath': 'JSONPath of a delay in milliseconds before the row becomes due.',
   'inbox.sources.<name>.topicTemplate': 'Overrides `inbox.topicTemplate` for this source.',
@@ -111,5 +111,5 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'observability.serviceName': '`service` dimension of every metric and logger service name: printable ASCII, not all spaces (CloudWatch refuses others as a dimension value); without `"` `\'` `{` `}` `,` `\\`, which would break the dashboard\'s metric searches and log queries.',
   'observability.tracing': 'AWS X-Ray tracing (Powertools Tracer): the poller invocation, each destination call and its SDK request as subsegments; the deployed functions get active tracing.',
   'observability.logLevel': 'Log level. `POWERTOOLS_LOG_LEVEL` overrides the file; `QUEUEBOX_OBSERVABILITY__LOG_LEVEL` overrides both.',
-  'lambda.deadlineMarginMs': 'Time kept back from `getRemainingTimeInMillis()` for settling and returning; less than 899000 (Lambda\'s longest timeout, 900 s, less the 1 s in which a pass still claims). Packaging refuses an `outboxPoller` or `inboxRelay` timeout no longer than this margin plus 1 s: its passes would claim nothing.',
+  'lambda.deadlineMarginMs': 'Time kept back from `getRemainingTimeInMillis()` for settling and returning: from 1000 (the time a pass stopped at its deadline has to write the settles of what it delivered, one fenced write) to less than 899000 (Lambda\'s longest timeout, 900 s, less the 1 s in which a pass still claims). Packaging refuses an `outboxPoller` or `inboxRelay` timeout no longer than this margin plus 1 s: its passes would claim nothing.',
 };

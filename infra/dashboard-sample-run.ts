@@ -71,7 +71,7 @@ export function sampleConfig(databaseUrl: string, schema: string, endpoints: { s
         jobs: { type: 'http', path: '/jobs', consumption: 'pull', auth: { type: 'none' } },
       },
     },
-    lambda: { deadlineMarginMs: 300 },
+    lambda: { deadlineMarginMs: 1000 },
     observability: { logLevel: 'SILENT' },
   });
 }
@@ -114,7 +114,7 @@ export async function runSample(options: SampleRunOptions): Promise<{ config: Qu
     const timed = async (name: string, run: (context: Context) => Promise<unknown>) => {
       const started = performance.now();
       let error = false;
-      await run(createInvocationContext({ functionName: name, timeoutMs: 2500 })).catch(() => (error = true));
+      await run(createInvocationContext({ functionName: name, timeoutMs: 3200 })).catch(() => (error = true));
       current.lambda[name] = { durationMs: performance.now() - started, error };
     };
 

@@ -329,10 +329,21 @@ export const observabilitySchema = z
  */
 const DEADLINE_MARGIN_LIMIT_MS = 899_000;
 
+/**
+ * The least `lambda.deadlineMarginMs`: the margin is all the time a poller or relay pass stopped at
+ * its deadline has to write the settles of the batches that answered (one fenced write each, sent
+ * at once), and that `inboxHttp`, `reclaim`, `retention` and `replay` keep back to answer after a
+ * cancelled statement. One second, the time `MIN_LEASE_MS` allows a statement to return in. With
+ * less (0: none) those settles are cut off by the invocation's end: their rows, already delivered,
+ * stay `processing` until the reclaim and are delivered again.
+ */
+const DEADLINE_MARGIN_MIN_MS = 1000;
+
 export const lambdaSchema = z
   .strictObject({
     /** Time kept back from `getRemainingTimeInMillis()` for settling and returning (ms). */
     deadlineMarginMs: nonNegativeInt
+      .min(DEADLINE_MARGIN_MIN_MS, `must be at least ${DEADLINE_MARGIN_MIN_MS} ms: the time a pass stopped at its deadline has to write the settles of what it delivered (one fenced write) before the invocation ends`)
       .lt(DEADLINE_MARGIN_LIMIT_MS, `must be less than ${DEADLINE_MARGIN_LIMIT_MS} ms: Lambda's longest timeout (900 s) less the 1 s a poller or relay pass needs to claim`)
       .default(5000),
   })

@@ -137,8 +137,9 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     }
     assert.match(deployRefusal(timeouts(60, 6), config, 'dev')!, /^inboxRelay: its timeout \(custom\.queuebox\.functions\.inboxRelay\.timeout: 6 s\) is not above/);
     assert.equal(deployRefusal(timeouts(7, 7), config, 'dev'), undefined);
-    assert.equal(deployRefusal(timeouts(2, 2), parseConfig({ lambda: { deadlineMarginMs: 500 } }), 'dev'), undefined);
-    assert.match(deployRefusal(timeouts(1, 60), parseConfig({ lambda: { deadlineMarginMs: 0 } }), 'dev')!, /^outboxPoller: .*\(0 ms\)/);
+    // The least margin (1000 ms): 3 s claims, 2 s does not.
+    assert.equal(deployRefusal(timeouts(3, 3), parseConfig({ lambda: { deadlineMarginMs: 1000 } }), 'dev'), undefined);
+    assert.match(deployRefusal(timeouts(2, 60), parseConfig({ lambda: { deadlineMarginMs: 1000 } }), 'dev')!, /^outboxPoller: .*\(1000 ms\).*at least 3 s/);
     // The other functions end their statements within the time they have, whatever the margin.
     assert.equal(deployRefusal(parsePluginOptions({ ...located, functions: { reclaim: { timeout: 1 }, retention: { timeout: 1 }, inboxHttp: { timeout: 1 } } }), parseConfig({ lambda: { deadlineMarginMs: 1000 } }), 'dev'), undefined);
   });
@@ -162,6 +163,17 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
   it('warns about an HTTP route without authentication', () => {
     assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'none' } } } } })), ['inbox source hook has auth: none: its route POST /inbox/hook accepts requests from anyone']);
     assert.deepEqual(deployWarnings(parseConfig({ inbox: { sources: { hook: { type: 'http', path: '/hook', auth: { type: 'hmac', secretEnv: 'HOOK_SECRET' }, idempotencyKeyPath: '$.id' } } } })), []);
+  });
+
+  it('warns about an sqs source on a FIFO queue without aggregateIdPath: its rows would lose the message groups\' order', () => {
+    const sqs = (source: Record<string, unknown>) => deployWarnings(parseConfig({ inbox: { sources: { orders: { type: 'sqs', idempotencyKeyPath: '$.id', ...source } } } }));
+    assert.deepEqual(sqs({ queueName: 'orders.fifo' }), [
+      "inbox source orders reads the FIFO queue orders.fifo but has no aggregateIdPath: its rows have no aggregate (MessageGroupId is not read), so they are relayed and delivered in parallel and the queue's order per message group is lost. Set aggregateIdPath to the body field the MessageGroupId is made from",
+    ]);
+    assert.match(sqs({ queueName: 'jobs.fifo', consumption: 'pull' })[0]!, /^inbox source orders reads the FIFO queue jobs\.fifo .* claimed by pull workers in parallel/);
+    assert.deepEqual(sqs({ queueName: 'orders.fifo', aggregateIdPath: '$.orderId' }), []);
+    assert.deepEqual(sqs({ queueName: 'orders' }), [], 'a standard queue keeps no order to lose');
+    assert.deepEqual(sqs({}), []);
   });
 
   it('refuses a destination region that is not a region name (it enters IAM ARNs)', () => {

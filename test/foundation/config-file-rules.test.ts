@@ -157,6 +157,18 @@ describe('durations in milliseconds', () => {
     assert.equal(loadConfig({ input: { ...base, lambda: { deadlineMarginMs: 898_999 } }, env: {} }).lambda.deadlineMarginMs, 898_999);
   });
 
+  it('refuses a lambda.deadlineMarginMs below 1000 ms, which leaves a pass stopped at its deadline no time to write its settles, naming it', () => {
+    for (const deadlineMarginMs of [0, 999]) {
+      const error = refusal(() => loadConfig({ input: { ...base, lambda: { deadlineMarginMs } }, env: {} }));
+      assert.equal(error.key, 'lambda.deadlineMarginMs');
+      assert.match(error.issues[0]!.message, /must be at least 1000 ms: the time a pass stopped at its deadline has to write the settles of what it delivered/);
+    }
+    const fromEnv = refusal(() => loadConfig({ input: base, env: { QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS: '0' } }));
+    assert.equal(fromEnv.key, 'lambda.deadlineMarginMs');
+    assert.match(fromEnv.message, /QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS/);
+    assert.equal(loadConfig({ input: { ...base, lambda: { deadlineMarginMs: 1000 } }, env: {} }).lambda.deadlineMarginMs, 1000);
+  });
+
   it('accepts MAX_TIMER_MS itself, and an override above it is refused naming the variable', () => {
     assert.equal(loadConfig({ input: { ...base, pull: { pollMs: MAX_TIMER_MS } }, env: {} }).pull.pollMs, MAX_TIMER_MS);
     const error = refusal(() => loadConfig({ input: base, env: { QUEUEBOX_PULL__POLL_MS: '2147483648' } }));

@@ -26,7 +26,6 @@ describe('inbox relay: a forward that never returns', () => {
         relay: { batchSize: 5, claimTimeoutMs: 60_000, maxAttempts: 2, pollIntervalMs: 10 },
         sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } },
       },
-      lambda: { deadlineMarginMs: 0 },
     });
   });
   after(async () => db.drop());

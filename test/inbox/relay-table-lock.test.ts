@@ -20,7 +20,7 @@ describe('relay forward behind a lock on the outbox table', () => {
   before(async () => {
     db = await createTestDatabase({
       inbox: { relay: { claimTimeoutMs: 60_000 }, sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } } },
-      lambda: { deadlineMarginMs: 500 },
+      lambda: { deadlineMarginMs: 1000 },
     });
   });
   after(async () => {

@@ -23,7 +23,6 @@ describe('relay rows whose forward never started when the pass stopped', () => {
         relay: { batchSize: 5, claimTimeoutMs: 60_000, maxAttempts: 1, pollIntervalMs: 10, concurrency: 1 },
         sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } },
       },
-      lambda: { deadlineMarginMs: 0 },
     });
   });
   after(async () => db.drop());

@@ -40,7 +40,7 @@ describe('dead-letter and pull metrics', () => {
         },
       },
       observability: { namespace: 'QueueBoxMetricsTest', serviceName: 'orders-svc' },
-      lambda: { deadlineMarginMs: 500 },
+      lambda: { deadlineMarginMs: 1000 },
     });
   });
   after(async () => db.drop());

@@ -58,7 +58,7 @@ describe('handler log lines', () => {
     Object.assign(process.env, {
       QUEUEBOX_DATABASE_URL: db.url,
       QUEUEBOX_DATABASE__SCHEMA: db.schema,
-      QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS: '200',
+      QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS: '1000',
       QUEUEBOX_OUTBOX__POLL_INTERVAL_MS: '50',
       // What Lambda sets for an on-demand environment; Powertools reports cold starts only then.
       AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
@@ -76,7 +76,7 @@ describe('handler log lines', () => {
     setContainer(undefined);
     const contexts: Context[] = [];
     const invoke = async (run: (context: Context) => Promise<unknown>) => {
-      const context = fakeLambdaContext({ functionName: 'queuebox-test', timeoutMs: 800 });
+      const context = fakeLambdaContext({ functionName: 'queuebox-test', timeoutMs: 1600 });
       contexts.push(context);
       return logLinesOf(() => run(context));
     };
@@ -107,7 +107,7 @@ describe('handler log lines', () => {
     process.env.POWERTOOLS_LOG_LEVEL = 'WARN';
     setContainer(undefined);
     assert.equal((await getContainer()).logger.getLevelName(), 'WARN');
-    assert.deepEqual(await logLinesOf(() => reclaimHandler({ force: true }, fakeLambdaContext({ timeoutMs: 800 }))), []);
+    assert.deepEqual(await logLinesOf(() => reclaimHandler({ force: true }, fakeLambdaContext({ timeoutMs: 1600 }))), []);
 
     process.env.POWERTOOLS_LOG_LEVEL = 'DEBUG';
     const context = fakeLambdaContext({ functionName: 'queuebox-migrate', timeoutMs: 5000 });

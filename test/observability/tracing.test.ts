@@ -69,7 +69,7 @@ describe('X-Ray tracing', () => {
         'outbox:',
         '  routes: [{ topicPattern: "**", destination: events }]',
         '  pollIntervalMs: 20',
-        'lambda: { deadlineMarginMs: 300 }',
+        'lambda: { deadlineMarginMs: 1000 }',
         'observability: { tracing: true }',
       ].join('\n'),
     );
@@ -128,7 +128,7 @@ describe('X-Ray tracing', () => {
 
   it('when on, sends the poller invocation, each destination call and the SDK request as subsegments of the Lambda trace', async () => {
     const ids = await insertOutboxRows(db, Array.from({ length: 12 }, (_, i) => ({ topic: 'orders.created', payload: { n: i } })));
-    const { result: summary } = await captureStdout(() => pollerHandler({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 4000 })));
+    const { result: summary } = await captureStdout(() => pollerHandler({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 4700 })));
     assert.equal(summary.sent, 12, JSON.stringify(summary));
     assert.deepEqual(new Set((await inspectRows(db, ids)).map((r) => r.state)), new Set(['sent']));
     assert.ok((await getContainer()).tracer?.isTracingEnabled(), 'the container has an enabled tracer');

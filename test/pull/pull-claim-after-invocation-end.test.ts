@@ -14,7 +14,7 @@ describe('pull runOnce: a claim reached after the invocation ended', () => {
   let db: TestDatabase;
   before(async () => {
     // concurrency 3 on the driver's pool: 3 + 1 connections.
-    db = await createTestDatabase({ lambda: { deadlineMarginMs: 700 }, database: { poolMax: 4 } });
+    db = await createTestDatabase({ lambda: { deadlineMarginMs: 1000 }, database: { poolMax: 4 } });
   });
   after(async () => db.drop());
 

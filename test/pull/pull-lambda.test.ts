@@ -47,13 +47,13 @@ function assertLeasesWithin(requests: LeaseRequest[], invocationEnd: number): vo
 describe('runOnce inside a Lambda invocation', () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase({ lambda: { deadlineMarginMs: 700 } });
+    db = await createTestDatabase({ lambda: { deadlineMarginMs: 1000 } });
   });
   after(async () => db.drop());
 
   it('stops claiming at the deadline, releases what it did not start and never leases past the invocation', async () => {
     await insertPullRows(db, 'lambda', Array.from({ length: 40 }, (_, i) => ({ key: `m${i}` })));
-    const context = fakeLambdaContext({ timeoutMs: 1500 });
+    const context = fakeLambdaContext({ timeoutMs: 1800 });
     const invocationEnd = Date.now() + context.getRemainingTimeInMillis();
     const { driver, requests } = recordingDriver(db);
     const worker = createPullWorker({
@@ -66,7 +66,7 @@ describe('runOnce inside a Lambda invocation', () => {
       metrics: false,
       handler: async () => sleep(60),
     });
-    // The pass ends config.lambda.deadlineMarginMs (700 ms) before the invocation does.
+    // The pass ends config.lambda.deadlineMarginMs (1000 ms) before the invocation does.
     const summary = await worker.runOnce({ context });
 
     assert.ok(context.getRemainingTimeInMillis() > 0, 'returned before the invocation ended');
@@ -74,7 +74,7 @@ describe('runOnce inside a Lambda invocation', () => {
     assert.equal(summary.claimed, summary.completed + summary.released);
     const claims = requests.filter((r) => r.kind === 'claim');
     assert.ok(claims.length > 0);
-    assert.ok(claims.every((r) => r.sentAt <= invocationEnd - 700 + CLOCK_SLACK_MS), 'no claim after the deadline');
+    assert.ok(claims.every((r) => r.sentAt <= invocationEnd - 1000 + CLOCK_SLACK_MS), 'no claim after the deadline');
     assertLeasesWithin(requests, invocationEnd);
     const rows = await readPullRows(db, 'lambda');
     assert.equal(rows.filter((r) => r.state === 'processed').length, summary.completed);

@@ -16,7 +16,7 @@ import { insertPullRows, memoryLogger, readPullRows } from './pull-fixtures.ts';
 describe("a pull worker's lease in the invocation's last second", () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase({ lambda: { deadlineMarginMs: 50 } });
+    db = await createTestDatabase({ lambda: { deadlineMarginMs: 1000 } });
   });
   after(async () => db.drop());
 
