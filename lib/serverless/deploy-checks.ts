@@ -69,11 +69,24 @@ export function hasDatabaseLocation(options: PluginOptions, config: QueueBoxConf
   return options.databaseSecretArn !== '' || options.databaseUrlParameter !== '' || config.database.urlEnv !== undefined;
 }
 
-/** Warnings for a package that may be deployed but should be looked at: public routes without authentication. */
+/**
+ * Warnings for a package that may be deployed but should be looked at: public routes without
+ * authentication; sources on a FIFO queue without `aggregateIdPath` (the receiver does not read
+ * `MessageGroupId`, so their rows have no aggregate and the queue's group order is lost).
+ */
 export function deployWarnings(config: QueueBoxConfig): string[] {
-  return Object.entries(config.inbox.sources)
+  const sources = Object.entries(config.inbox.sources);
+  const open = sources
     .filter(([, source]) => source.type === 'http' && source.auth?.type === 'none')
     .map(([name, source]) => `inbox source ${name} has auth: none: its route POST ${config.inbox.basePath}${source.path ?? ''} accepts requests from anyone`);
+  const unordered = sources
+    .filter(([, source]) => source.type === 'sqs' && source.queueName?.endsWith('.fifo') === true && source.aggregateIdPath === undefined)
+    .map(
+      ([name, source]) =>
+        `inbox source ${name} reads the FIFO queue ${source.queueName} but has no aggregateIdPath: its rows have no aggregate (MessageGroupId is not read), so they are ` +
+        `${source.consumption === 'pull' ? 'claimed by pull workers' : 'relayed and delivered'} in parallel and the queue's order per message group is lost. Set aggregateIdPath to the body field the MessageGroupId is made from`,
+    );
+  return [...open, ...unordered];
 }
 
 /** An `sqs` event of one of the service's own functions. */
