@@ -19,6 +19,7 @@ import { UsageError } from '../../lib/errors.ts';
 import { createPullClient } from '../../lib/pull/pull-client.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { adapterCases } from './adapter-cases.ts';
+import { drizzleHarness, nodePostgres } from './drizzle-harness.ts';
 
 const oldPg = createRequire(import.meta.url)('pg-8-20') as typeof pgTypes;
 
@@ -95,25 +96,4 @@ describe('queuebox/drizzle on node-postgres over pg 8.20, on every connection of
   });
 });
 
-let pool: pgTypes.Pool;
-let db: ReturnType<typeof drizzle>;
-
-adapterCases<DrizzleTransaction>('drizzle (node-postgres, pg 8.20)', {
-  async open(test) {
-    pool = new oldPg.Pool({ connectionString: test.url, max: 4 });
-    db = drizzle({ client: pool });
-  },
-  close: () => pool.end(),
-  transaction: (work) => db.transaction((tx) => work(tx as DrizzleTransaction)),
-  nested: (tx, work) => tx.transaction((inner) => work(inner)),
-  outside: () => ({ handle: db, what: 'the Drizzle database object' }),
-  async ended() {
-    let kept: DrizzleTransaction | undefined;
-    await db.transaction(async (tx) => {
-      kept = tx as DrizzleTransaction;
-    });
-    return kept!;
-  },
-  enqueue,
-  queueboxTransaction,
-});
+adapterCases('drizzle (node-postgres, pg 8.20)', drizzleHarness(nodePostgres(oldPg), { reportsEnded: true }));
