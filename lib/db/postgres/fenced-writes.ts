@@ -104,7 +104,9 @@ export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, 
  * committed, and the fence decides again. Failing it would leave rows the destination accepted
  * to the reclaim, charged an attempt and delivered again (or dead when it was their last). A
  * write that did commit changes nothing the second time: `resentText` is what is sent then (the
- * sent mark's also matches the rows sent under the same token, `outboxMarkSentUpdate`).
+ * sent mark's also matches the rows sent under the same token, `outboxMarkSentUpdate`; the relay
+ * forward's says it was sent again, and the forward then looks up what its first run did,
+ * `inboxForwardMany`).
  */
 async function singleTripPastDeadlocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: PgValues, resentText: string): Promise<pg.QueryResult<R>> {
   let attempt = 0;

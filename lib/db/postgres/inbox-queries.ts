@@ -7,12 +7,14 @@
  * `processing` + token + `lease_expires_at > clock_timestamp()`; batches settle in one statement
  * via `unnest`. The relay only ever touches `consumption = 'push'` rows.
  */
+import { randomUUID } from 'node:crypto';
 import { gaugeGateName, SKIPPED_STATS, type ClaimRef, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type InboxForwardItem, type InboxInsertResult, type InboxMessageInput, type InboxRow, type ReclaimResult, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
 import { gatedRead } from './maintenance-queries.ts';
 import { PayloadRejectedError, QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
+import type { PgNames } from './names.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
-import { claimSet, FENCE, fencedDeadMany, fencedQuery, idsChanged, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired } from './fenced-writes.ts';
+import { claimSet, FENCE, fencedDeadMany, fencedQuery, idsChanged, fencedReleaseMany, fencedRenewMany, fencedRetryMany, isConnectionLost, lockWithinLease, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -283,11 +285,17 @@ class ForwardClaimLost extends Error {}
  * One transaction: insert the outbox row (with `keyWhileOpen.key` while an open row relayed from
  * that source has it), then the fenced mark `processed`. When the mark changes
  * no row the claim was lost: the transaction rolls back (no outbox row) and the result is false.
+ *
+ * The outbox row's id is chosen here (unless the message has one), so that when the connection
+ * ends under the transaction — the answer to its COMMIT may be all that was lost — the forward
+ * can tell whether it landed (`forwardLanded`): then it counts as forwarded (true), not as an
+ * error, whose retry write would find the row no longer under its claim and count a lost claim.
  */
 export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defaults: { maxAttempts: number }): Promise<boolean> {
+  const outboxId = item.outbox.id ?? randomUUID();
   try {
     await pgTransaction(ctx.pool, async (client) => {
-      let message = item.outbox;
+      let message = { ...item.outbox, id: outboxId };
       if (item.keyWhileOpen !== undefined) {
         const { rows } = await pgQuery<{ held: boolean }>(client, `SELECT ${openRelayedRowWithKey(ctx.names.outbox, '$1', '$2')} AS held`, [item.keyWhileOpen.key, item.keyWhileOpen.source]);
         if (rows[0]?.held === true) message = { ...message, key: item.keyWhileOpen.key };
@@ -307,7 +315,32 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
     return true;
   } catch (error) {
     if (error instanceof ForwardClaimLost) return false;
+    if (isConnectionLost(error) && (await forwardLanded(ctx, item, outboxId))) return true;
     throw error;
+  }
+}
+
+/**
+ * Whether the forward of `item` committed although its connection ended under it: its row
+ * `processed` under its token, with the outbox row `outboxId` it wrote. A row another claim
+ * finished has another token; one this claim's token finished through another forward lacks that
+ * outbox row. First a wait for the row's lock, bounded by the lease as a fenced write's: a COMMIT
+ * the server is still finishing holds it, and a read before it ends would not see its outcome.
+ * False when either statement fails: the outcome stays unknown, and the forward's own error is
+ * what the caller gets.
+ */
+async function forwardLanded(ctx: PgContext, item: InboxForwardItem, outboxId: string): Promise<boolean> {
+  try {
+    await pgQuery(ctx.pool, `SELECT 1 FROM ${ctx.names.inbox} t WHERE t.id = $1 AND t.claim_token = $2 AND ${lockWithinLease('t')} FOR SHARE OF t`, [item.id, item.token]);
+    const { rows } = await pgQuery<{ landed: boolean }>(
+      ctx.pool,
+      `SELECT EXISTS (SELECT 1 FROM ${ctx.names.inbox} t WHERE t.id = $1 AND t.state = 'processed' AND t.claim_token = $2)
+          AND EXISTS (SELECT 1 FROM ${ctx.names.outbox} o WHERE o.id = $3) AS landed`,
+      [item.id, item.token, outboxId],
+    );
+    return rows[0]?.landed === true;
+  } catch {
+    return false;
   }
 }
 
@@ -319,6 +352,11 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
  * whose claim was lost get neither. Returns the ids forwarded. Any error (one row the outbox
  * refuses fails them all) changes nothing; the relay then forwards the batch row by row. The
  * server answers with the positions of the items it did not mark (as `fencedChangedIds`).
+ *
+ * The outbox rows' ids are chosen here (unless a message has one), so a statement sent again
+ * after its connection was lost (`fencedQuery`) carries the ids its first run wrote; the resent
+ * statement's answer says it was sent again, and the items it did not mark are then looked up
+ * (`forwardedEarlier`): those its first run forwarded count as forwarded, not as lost claims.
  */
 export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[], defaults: { maxAttempts: number }): Promise<string[]> {
   if (items.length === 0) return [];
@@ -329,38 +367,14 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
     if (ids.has(id)) throw new UsageError(`inboxForwardMany: inbox row ${item.id} is given twice in one batch; nothing was written`);
     ids.add(id);
   }
-  const { rows } = await fencedQuery<{ n: number }>(
+  const outboxIds = items.map((i) => i.outbox.id ?? randomUUID());
+  const statement = forwardManyStatement(ctx.names);
+  const { rows } = await fencedQuery<{ n: number; resent?: boolean }>(
     ctx.pool,
-    `WITH s AS (
-       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],
-                            $8::integer[], $9::timestamptz[], $10::double precision[], $11::jsonb[], $12::text[], $13::text[])
-                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, trace_context,
-                                     other_key, other_source, ord)
-     ),
-     marked AS (
-       UPDATE ${ctx.names.inbox} t
-          SET state = 'processed', processed_at = clock_timestamp(), updated_at = clock_timestamp(),
-              lease_expires_at = NULL, last_error = NULL
-         FROM s
-        WHERE t.id = s.id AND ${FENCE}
-    RETURNING t.id
-     ),
-     forwarded AS (
-       INSERT INTO ${ctx.names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at, trace_context)
-       SELECT COALESCE(s.outbox_id, gen_random_uuid()), s.topic,
-              CASE WHEN s.other_key IS NOT NULL AND ${openRelayedRowWithKey(ctx.names.outbox, 's.other_key', 's.other_source')}
-                   THEN s.other_key ELSE s.key END,
-              s.payload, s.headers, s.max_attempts,
-              COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')}), s.trace_context
-         FROM s JOIN marked ON marked.id = s.id
-        ORDER BY s.ord
-    RETURNING 1
-     )
-     -- the positions of the items not marked (claims lost), not the ids of those that were
-     SELECT s.ord::int AS n FROM s WHERE NOT EXISTS (SELECT 1 FROM marked m WHERE m.id = s.id)`,
+    statement.text,
     [
       ...claimArrayParams(ctx.pool, items.map((i) => i.id), items.map((i) => i.token)),
-      items.map((i) => i.outbox.id ?? null),
+      outboxIds,
       items.map((i) => i.outbox.topic),
       items.map((i) => i.outbox.key ?? null),
       items.map((i) => i.outbox.payloadText ?? JSON.stringify(i.outbox.payload)),
@@ -372,8 +386,89 @@ export async function inboxForwardMany(ctx: PgContext, items: InboxForwardItem[]
       items.map((i) => i.keyWhileOpen?.key ?? null),
       items.map((i) => i.keyWhileOpen?.source ?? null),
     ],
+    statement.resent,
   );
-  return idsChanged(items.map((i) => i.id), rows);
+  const notForwarded = rows.length > 0 && rows[0]!.resent === true ? await forwardedEarlier(ctx, items, outboxIds, rows) : rows;
+  return idsChanged(items.map((i) => i.id), notForwarded);
+}
+
+/** The batched forward's statements by table pair: as first sent, and as sent again after a lost connection (built once each). */
+const forwardManyStatements = new Map<string, { text: string; resent: string }>();
+
+/**
+ * The batched forward of `names` (bind parameters: the arrays of `inboxForwardMany`). Its answer
+ * is the positions `n` (1-based) of the items it did not mark; the resent statement's rows also
+ * carry `resent` (the same statement otherwise: the fence decides again, and its insert only
+ * follows its own mark, so the first run's rows never get a second outbox row).
+ */
+function forwardManyStatement(names: PgNames): { text: string; resent: string } {
+  const cached = forwardManyStatements.get(`${names.inbox} ${names.outbox}`);
+  if (cached !== undefined) return cached;
+  const text = (resent: boolean) => `WITH s AS (
+       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[],
+                            $8::integer[], $9::timestamptz[], $10::double precision[], $11::jsonb[], $12::text[], $13::text[])
+                WITH ORDINALITY AS s(id, token, outbox_id, topic, key, payload, headers, max_attempts, scheduled_at, delay_ms, trace_context,
+                                     other_key, other_source, ord)
+     ),
+     marked AS (
+       UPDATE ${names.inbox} t
+          SET state = 'processed', processed_at = clock_timestamp(), updated_at = clock_timestamp(),
+              lease_expires_at = NULL, last_error = NULL
+         FROM s
+        WHERE t.id = s.id AND ${FENCE}
+    RETURNING t.id
+     ),
+     forwarded AS (
+       INSERT INTO ${names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at, trace_context)
+       SELECT s.outbox_id, s.topic,
+              CASE WHEN s.other_key IS NOT NULL AND ${openRelayedRowWithKey(names.outbox, 's.other_key', 's.other_source')}
+                   THEN s.other_key ELSE s.key END,
+              s.payload, s.headers, s.max_attempts,
+              COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')}), s.trace_context
+         FROM s JOIN marked ON marked.id = s.id
+        ORDER BY s.ord
+    RETURNING 1
+     )
+     -- the positions of the items not marked (claims lost), not the ids of those that were
+     SELECT s.ord::int AS n${resent ? ', true AS resent' : ''} FROM s WHERE NOT EXISTS (SELECT 1 FROM marked m WHERE m.id = s.id)`;
+  const statement = { text: text(false), resent: text(true) };
+  forwardManyStatements.set(`${names.inbox} ${names.outbox}`, statement);
+  return statement;
+}
+
+/**
+ * `notMarked` (the resent forward's answer) less the items its earlier run forwarded: row
+ * `processed` under the item's token, with the outbox row of the item's id (chosen by this call
+ * unless the message had one, so no other forward wrote it). A row another claim finished has
+ * another token; one this claim's token finished through another forward lacks that outbox row:
+ * both stay not forwarded.
+ *
+ * A statement of its own, after the resent one: an earlier run that commits while the resent one
+ * waits for its rows' locks does so after the resent statement's snapshot (which a read within it
+ * would use), but before the resent statement ends — it waited for every row that run held — so
+ * before this read. When the read fails, `notMarked` is the answer: rows reported lost that were
+ * forwarded, as before the read existed, but nothing forwarded a second time (an error would send
+ * the relay to forward the batch again row by row).
+ */
+async function forwardedEarlier(ctx: PgContext, items: InboxForwardItem[], outboxIds: string[], notMarked: Array<{ n: number }>): Promise<Array<{ n: number }>> {
+  const at = notMarked.map((r) => r.n - 1);
+  try {
+    const { rows } = await pgQuery<{ n: number }>(
+      ctx.pool,
+      `SELECT a.n FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::int[]) AS a(id, token, outbox_id, n)
+        WHERE EXISTS (SELECT 1 FROM ${ctx.names.inbox} t WHERE t.id = a.id AND t.state = 'processed' AND t.claim_token = a.token)
+          AND EXISTS (SELECT 1 FROM ${ctx.names.outbox} o WHERE o.id = a.outbox_id)`,
+      [
+        ...claimArrayParams(ctx.pool, at.map((i) => items[i]!.id), at.map((i) => items[i]!.token)),
+        at.map((i) => outboxIds[i]!),
+        notMarked.map((r) => r.n),
+      ],
+    );
+    const earlier = new Set(rows.map((r) => r.n));
+    return notMarked.filter((r) => !earlier.has(r.n));
+  } catch {
+    return notMarked;
+  }
 }
 
 /** Fenced retry: back to `pending`, `attempt + 1`, due after `delayMs`; returns ids changed. */
