@@ -8,7 +8,10 @@
  * object, nested too deep, too many keys, text or a number PostgreSQL cannot store, a field too
  * long, a topic or outbox key the relay could not write…) is stored `dead` with the reason in the
  * same statement — it is stored, so SQS does not redeliver it, and the rest of the batch is
- * unaffected; so is a body the database itself refuses as JSON (`PayloadRejectedError`). A valid
+ * unaffected; so is a body the database itself refuses as JSON (`PayloadRejectedError`). Such a
+ * row is keyed `rejected:<MessageId>` (`deadKeyOf`), never by the `x-idempotency-key` attribute:
+ * an SQS redelivery of the record is a duplicate of it, and a corrected message sent later under
+ * the attribute's key is stored, not taken for a duplicate of the broken one. A valid
  * body is stored as lib/inbox/parse-json-body.ts describes (a leading byte order mark dropped, as
  * over HTTP). A record whose store fails otherwise is reported in
  * `batchItemFailures`; on a FIFO queue every later record of the batch is reported too, so SQS
@@ -22,7 +25,7 @@ import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
 import { columnLength, type ColumnDialect } from '../db/column-length.ts';
-import { extractMessageFields, MAX_CORRELATION_LENGTH, MAX_KEY_LENGTH } from './extract-fields.ts';
+import { extractMessageFields, MAX_CORRELATION_LENGTH } from './extract-fields.ts';
 import { parseJsonBody, storableText } from './parse-json-body.ts';
 import { InboxRejectionError, type RejectionReason } from './inbox-rejection.ts';
 import { checkRelayable } from './relay-fit.ts';
@@ -93,7 +96,7 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
         }
         if (rejection !== undefined && !result.duplicate) {
           metrics.count('inboxRejections', 1, { reason: rejection });
-          logger.warn('sqs message stored dead at receipt', { source: source.name, id: result.id, reason: message.deadReason });
+          logger.warn('sqs message stored dead at receipt', { source: source.name, id: result.id, messageId: record.messageId, idempotencyKey: message.headers?.[KEY_ATTRIBUTE], reason: message.deadReason });
         }
         metrics.count('inboxMessages', 1, { status: result.duplicate ? 'duplicate' : 'new' });
       } catch (error) {
@@ -117,7 +120,7 @@ function toMessage(name: string, source: SourceConfig, inbox: QueueBoxConfig['in
     if (bytes > inbox.maxBodyBytes) throw new InboxRejectionError('body_too_large', `body of ${bytes} bytes exceeds the limit of ${inbox.maxBodyBytes} bytes (inbox.maxBodyBytes)`);
     const body = parseJsonBody(record.body, inbox.maxBodyBytes);
     const fields = extractMessageFields(name, source, body.value, {
-      idempotencyKey: attribute(record, 'x-idempotency-key'),
+      idempotencyKey: attribute(record, KEY_ATTRIBUTE),
       correlationId: attribute(record, 'x-correlation-id'),
       fallbackIdempotencyKey: record.messageId,
     }, dialect);
@@ -134,17 +137,41 @@ function baseOf(name: string, source: SourceConfig, record: SQSRecord): Pick<Inb
   return { source: name, consumption: source.consumption, headers: {}, trace: inboundTrace(record) };
 }
 
-/** A rejected record as a `dead` row: the raw body as a JSON string, keyed so a redelivery deduplicates. */
+/** The message attribute a record's idempotency key comes from. */
+const KEY_ATTRIBUTE = 'x-idempotency-key';
+
+/**
+ * The key of a record stored dead at receipt: its SQS `MessageId`, which stays the same when SQS
+ * redelivers it, so a redelivery is a duplicate. Not the `x-idempotency-key` attribute: a
+ * corrected message sent later under that key would be taken for a duplicate of the broken one
+ * and never stored. The prefix keeps these keys apart from the keys of valid rows, which may be
+ * a MessageId: a valid row keyed (attribute or JSONPath) by the MessageId of the message it
+ * corrects would otherwise meet the dead row's key, and so would the record's own valid row
+ * (keyed by its MessageId) should a redelivery be judged otherwise than the first delivery
+ * (the configuration changed in between). Either way both rows are kept, none dropped.
+ */
+function deadKeyOf(messageId: string): string {
+  return `rejected:${messageId}`;
+}
+
+/**
+ * A rejected record as a `dead` row: the raw body as a JSON string, keyed by `deadKeyOf`; the
+ * `x-idempotency-key` attribute, when the record has one, is kept in `headers` for operators.
+ * Body, reason and attribute are stored with NUL characters and lone surrogates replaced (the
+ * reason may quote the body: JSON.parse's does).
+ */
 function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers' | 'trace'>, record: SQSRecord, reason: string, dialect: ColumnDialect): InboxMessageInput {
-  const key = storable(attribute(record, 'x-idempotency-key'), MAX_KEY_LENGTH, dialect);
+  const key = attribute(record, KEY_ATTRIBUTE);
   const correlation = storable(attribute(record, 'x-correlation-id'), MAX_CORRELATION_LENGTH, dialect);
   const body = storableText(record.body);
+  const why = storableText(reason).text;
   return {
     ...base,
-    idempotencyKey: key ?? record.messageId,
+    headers: key === undefined ? {} : { [KEY_ATTRIBUTE]: storableText(key).text },
+    idempotencyKey: deadKeyOf(record.messageId),
     correlationId: correlation ?? null,
     payload: body.text,
-    deadReason: body.replaced ? `${reason} (NUL characters and lone surrogates were replaced by U+FFFD to store the body)` : reason,
+    deadReason: body.replaced ? `${why} (NUL characters and lone surrogates were replaced by U+FFFD to store the body)` : why,
   };
 }
 

@@ -98,7 +98,7 @@ describe('body number tokens', () => {
       const result = await sqsHandler({ Records: [sqsRecord('bad-1', body, 'feed'), sqsRecord('good-1', '{"id":"good-1"}', 'feed')] }, ctx());
       assert.deepEqual(result.batchItemFailures, []);
       const stored = await rows('feed');
-      assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state]), [['bad-1', 'dead'], ['good-1', 'pending']]);
+      assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state]), [['rejected:bad-1', 'dead'], ['good-1', 'pending']]);
       assert.match(stored[0]!.last_error ?? '', reason);
     });
   }
@@ -111,7 +111,7 @@ describe('body number tokens', () => {
     ];
     const result = await sqsHandler({ Records: records }, ctx());
     assert.deepEqual(result.batchItemFailures, []);
-    assert.deepEqual((await rows('ordered')).map((r) => [r.idempotency_key, r.state]), [['f-bad', 'dead'], ['f-2', 'pending'], ['f-3', 'pending']]);
+    assert.deepEqual((await rows('ordered')).map((r) => [r.idempotency_key, r.state]), [['rejected:f-bad', 'dead'], ['f-2', 'pending'], ['f-3', 'pending']]);
   });
 
   it('valid numbers are stored with their values: beyond 2^53, 1.0, -0, exponents, and the largest PostgreSQL holds', async () => {
@@ -194,7 +194,7 @@ describe('body number tokens', () => {
       const result = await receive({ Records: [sqsRecord('r-1', '{"id":"r-1"}', 'ordered.fifo'), sqsRecord('r-2', '{"id":"r-2"}', 'ordered.fifo')] }, metrics());
       assert.deepEqual(result.batchItemFailures, []);
       const stored = await rows('ordered');
-      assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state]), [['r-1', 'dead'], ['r-2', 'dead']]);
+      assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state]), [['rejected:r-1', 'dead'], ['rejected:r-2', 'dead']]);
       assert.match(stored[0]!.last_error ?? '', /body is not valid JSON: the database refused the message's JSON/);
     });
   });

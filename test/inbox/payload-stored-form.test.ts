@@ -111,7 +111,7 @@ describe('the stored form of a payload', () => {
     const rows = await stored();
     assert.deepEqual(
       rows.map((r) => [r.idempotency_key, r.state]),
-      [['m-plain', 'dead'], ['m-exp', 'dead'], ['small', 'pending']],
+      [['rejected:m-plain', 'dead'], ['rejected:m-exp', 'dead'], ['small', 'pending']],
     );
     assert.equal(rows[0]!.last_error, `body of ${Buffer.byteLength(plain)} bytes exceeds the limit of ${limit} bytes (inbox.maxBodyBytes)`);
     assert.equal(rows[1]!.last_error, `body of ${Buffer.byteLength(grows)} bytes exceeds the limit of ${limit} bytes (inbox.maxBodyBytes)`);

@@ -146,7 +146,7 @@ describe('receipt refuses what SQS would refuse in a message attribute; what it 
     );
     assert.deepEqual(result.batchItemFailures, []);
     const rows = await inboxRows();
-    assert.deepEqual(rows.map((r) => [r.idempotency_key, r.state]), [['m-key', 'dead'], ['m-type', 'dead'], ['m-corr', 'dead'], ['evt_ok', 'pending']]);
+    assert.deepEqual(rows.map((r) => [r.idempotency_key, r.state]), [['rejected:m-key', 'dead'], ['rejected:m-type', 'dead'], ['rejected:m-corr', 'dead'], ['evt_ok', 'pending']]);
     assert.match(rows[0]!.last_error ?? '', /^idempotency key contains U\+0001, which SQS does not accept in a message attribute value/);
     assert.match(rows[1]!.last_error ?? '', /^event type .*U\+001B, which SQS does not accept in a message attribute value/);
     assert.match(rows[2]!.last_error ?? '', /^correlation id contains U\+FFFE, which SQS does not accept in a message attribute value/);

@@ -130,7 +130,7 @@ for (const outboxKey of ['aggregate', 'source-and-aggregate'] as const) {
       const result = await sqsHandler({ Records: [sqsRecord('m-1', JSON.stringify({ id: 'long', type: 'e'.repeat(255) }), 'feed'), sqsRecord('m-2', JSON.stringify({ id: 'short', type: 'created' }), 'feed')] }, ctx());
       assert.deepEqual(result.batchItemFailures, []);
       const rows = await inboxRows();
-      assert.deepEqual(rows.map((r) => [r.idempotency_key, r.state]), [['m-1', 'dead'], ['short', 'pending']]);
+      assert.deepEqual(rows.map((r) => [r.idempotency_key, r.state]), [['rejected:m-1', 'dead'], ['short', 'pending']]);
       assert.match(rows[0]!.last_error ?? '', /renders a topic of 260 characters, and a topic is at most 255/);
     });
   });

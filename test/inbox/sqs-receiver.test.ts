@@ -74,7 +74,7 @@ describe('SQS inbox receiver', () => {
     const answer = await receive({ Records: [record('m-bad', 'not json at all', 'billing-events'), record('m-arr', '[1,2]', 'billing-events')] }, metrics);
     assert.deepEqual(answer, { batchItemFailures: [] });
     const stored = await rows();
-    assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state, r.payload]), [['m-bad', 'dead', 'not json at all'], ['m-arr', 'dead', '[1,2]']]);
+    assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state, r.payload]), [['rejected:m-bad', 'dead', 'not json at all'], ['rejected:m-arr', 'dead', '[1,2]']]);
     assert.match(String(stored[0]!.last_error), /body is not valid JSON/);
     assert.match(String(stored[1]!.last_error), /body must be a JSON object/);
     assert.equal(metrics.value('inboxRejections', { reason: 'invalid_json' }), 2);

@@ -75,9 +75,10 @@ describe('queuebox inbox put and the pull worker start-up', () => {
     assert.deepEqual(JSON.parse(again.stdout), { outcome: 'duplicate', id: row.id, source: 'partner-orders', idempotencyKey: 'evt-1', consumption: 'pull' });
     const bad = await cli('inbox', 'put', '--source', 'partner-orders', '--key', 'evt-2', '--body', '[1, 2]');
     assert.equal(bad.code, 1);
-    assert.match(bad.stdout, /^stored dead: inbox row \S+ \(source partner-orders, pull, idempotency key evt-2\): /);
+    // A record stored dead at receipt is keyed by its MessageId (a corrected message sent later with evt-2 is stored).
+    assert.match(bad.stdout, /^stored dead: inbox row \S+ \(source partner-orders, pull, idempotency key rejected:[0-9a-f-]{36}\): /);
     assert.match(bad.stderr, /the partner-orders receiver stored the message dead: /);
-    assert.deepEqual((await rows('partner-orders')).map((r) => [r.idempotency_key, r.state]), [['evt-1', 'pending'], ['evt-2', 'dead']]);
+    assert.deepEqual((await rows('partner-orders')).map((r) => [r.idempotency_key.replace(/^rejected:.*/, 'rejected:…'), r.state]), [['evt-1', 'pending'], ['rejected:…', 'dead']]);
   });
 
   it('puts a message into a signed http pull source as a sender with its secret; a refused request stores nothing and exits 1', async () => {

@@ -179,7 +179,7 @@ describe('hostile senders against the real receiver handlers', () => {
     );
     assert.deepEqual(result.batchItemFailures, []);
     const stored = await rows('crawl');
-    assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state]), [['good-1', 'pending'], ['bad', 'dead'], ['good-2', 'pending']]);
+    assert.deepEqual(stored.map((r) => [r.idempotency_key, r.state]), [['good-1', 'pending'], ['rejected:bad', 'dead'], ['good-2', 'pending']]);
     assert.match(stored[1]!.last_error!, /nests deeper than 64 levels/);
   });
 
@@ -197,7 +197,7 @@ describe('hostile senders against the real receiver handlers', () => {
     const result = await sqsHandler({ Records: [sqsRecord('e1', '{"id":"e1","x":"\\ud83d"}', 'feed'), sqsRecord('e2', '{"id":"e2","x":"\uD83D raw"}', 'feed')] }, ctx());
     assert.deepEqual(result.batchItemFailures, []);
     const dead = await rows('feed');
-    assert.deepEqual(dead.map((r) => [r.idempotency_key, r.state]), [['e1', 'dead'], ['e2', 'dead']]);
+    assert.deepEqual(dead.map((r) => [r.idempotency_key, r.state]), [['rejected:e1', 'dead'], ['rejected:e2', 'dead']]);
     assert.match(dead[0]!.last_error!, /surrogate/);
     assert.match(dead[1]!.last_error!, /replaced by U\+FFFD/);
     assert.ok(dead[1]!.payload_text.includes('\uFFFD raw'));

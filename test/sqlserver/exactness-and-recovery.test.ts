@@ -203,7 +203,7 @@ describe('receivers count key lengths as the dialect\'s columns do', () => {
     const answer = await receive({ Records: [record] }, new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} }));
     assert.deepEqual(answer.batchItemFailures, []);
     assert.equal(stored.length, 1);
-    assert.equal(stored[0]!.idempotencyKey, 'm-1', 'the key that does not fit is not used');
+    assert.equal(stored[0]!.idempotencyKey, 'rejected:m-1', 'a record stored dead is keyed by its message id');
     assert.match(stored[0]!.deadReason ?? '', /at most 255 UTF-16 code units/);
   });
 });
