@@ -29,7 +29,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   [`destinations.<name>${d}.callTimeoutMs`]: 'The longest one `SendMessageBatch` call (up to 10 entries, the SDK\'s own retries included) may take, a whole number of ms from 100 to 900000: the call is then aborted and its rows are retryable, with the `last_error` `… timed out after N ms without an answer (destinations.<name>.callTimeoutMs)`. The SDK clients have no request timeout of their own, and a claimed batch is settled once all its calls answered: without this a peer that accepts the connection and never answers would hold the whole batch and its keys until the deadline ([Destinations](destinations.md#call-timeout)).',
   [`destinations.<name>${e}.type`]: 'An Amazon EventBridge bus.',
   [`destinations.<name>${e}.eventBusName`]: 'Bus name or ARN. The deploy grants `events:PutEvents` on it.',
-  [`destinations.<name>${e}.source`]: 'EventBridge `Source` of every entry.',
+  [`destinations.<name>${e}.source`]: 'EventBridge `Source` of every entry (1–256 characters); one starting with `aws.` is refused, as `PutEvents` refuses it (the prefix of AWS services\' events).',
   [`destinations.<name>${e}.region`]: 'AWS region; default the Lambda\'s `AWS_REGION`.',
   [`destinations.<name>${e}.endpoint`]: 'Endpoint override.',
   [`destinations.<name>${e}.callTimeoutMs`]: 'As for an SQS destination: the longest one `PutEvents` call may take before it is aborted, its rows retryable (100–900000 ms).',

@@ -113,8 +113,12 @@ export const eventBridgeDestinationSchema = z.strictObject({
   type: z.literal('eventbridge'),
   /** Bus name or ARN. */
   eventBusName: z.string().min(1),
-  /** EventBridge `Source` of every entry. */
-  source: z.string().min(1).max(256),
+  /** EventBridge `Source` of every entry; not in the `aws.` namespace, which PutEvents refuses for custom events. */
+  source: z
+    .string()
+    .min(1)
+    .max(256)
+    .refine((source) => !source.startsWith('aws.'), 'must not start with "aws.": EventBridge reserves that prefix for AWS services and refuses it in PutEvents'),
   ...awsCallSettings,
 });
 

@@ -2,15 +2,18 @@
  * Delivery to one EventBridge bus with `PutEvents`.
  *
  * Invariants:
- * - a call carries at most 10 entries and at most 256 KB (262,144 bytes, entry size as AWS
+ * - a call carries at most 10 entries whose sizes add up to less than 256 KB (at most 262,143
+ *   bytes: AWS's user guide says the total entry size "must be less than 256KB"; entry size as AWS
  *   documents it: Source + DetailType + Detail in UTF-8); larger batches are split into several
- *   calls, sent concurrently;
+ *   calls, sent one after another;
  * - `Source` and `EventBusName` come from config, `DetailType` is the topic, `Detail` is the
  *   envelope of `event-envelope.ts` (the row id is `detail.metadata.messageId`);
  * - the row's trace context travels as the entry's `TraceHeader` (X-Ray) and as
  *   `detail.metadata.traceparent` / `tracestate` (W3C);
- * - an entry that can never be accepted (over 256 KB, topic over 128 characters) is `permanent`
- *   + `deadNow` and is not sent; the rest of the batch still is;
+ * - an entry that can never be accepted (256 KB or more, a topic over 128 characters — Unicode
+ *   code points, as AWS's API model measures string lengths — or a `Detail` with an integer
+ *   outside the signed 64-bit range or nested deeper than 1,000 levels, `eventbridge-json-limits.ts`)
+ *   is `permanent` + `deadNow` and is not sent; the rest of the batch still is;
  * - per entry: `EventId` → `sent`; `InternalFailure` / `ThrottlingException` → `retryable`;
  *   `MalformedDetail` / `InvalidArgument` / `ValidationException` (the entry itself is wrong) →
  *   `permanent` + `deadNow`; any other code (access, authorization, KMS) → `permanent`, which
@@ -25,13 +28,17 @@ import { DEFAULT_CALL_TIMEOUT_MS } from '../config/schema.ts';
 import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelopeJson } from './event-envelope.ts';
+import { eventBridgeDetailLimitError } from './eventbridge-json-limits.ts';
 import { awsTraceHeaderOf } from '../observability/trace-context.ts';
 
-/** EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB). */
+/**
+ * EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB): the
+ * entries' total size must be less than this, so 262,143 bytes at most.
+ */
 export const EVENTBRIDGE_MAX_BYTES = 262_144;
 /** EventBridge limit of entries per `PutEvents`. */
 export const EVENTBRIDGE_MAX_BATCH_ENTRIES = 10;
-/** Longest `DetailType`, in characters. */
+/** Longest `DetailType`, in characters (Unicode code points: an emoji is one). */
 export const EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH = 128;
 
 /** Per-entry error codes that are retried while attempts remain. */
@@ -89,21 +96,25 @@ export class EventBridgeDestination implements Destination {
   async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
     return publishInCalls(
       messages,
-      { maxEntries: EVENTBRIDGE_MAX_BATCH_ENTRIES, maxBytes: EVENTBRIDGE_MAX_BYTES },
+      { maxEntries: EVENTBRIDGE_MAX_BATCH_ENTRIES, maxBytes: EVENTBRIDGE_MAX_BYTES - 1 },
       (message, index) => this.#prepare(message, index),
       (call) => this.#send(call, messages, signal),
     );
   }
 
   #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string; errorClass: string } {
-    if (message.topic.length > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH) {
-      return { error: `topic is ${message.topic.length} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}`, errorClass: 'DetailTypeTooLong' };
+    // A code point is at most two UTF-16 units: count them only when the units could exceed the limit.
+    const characters = message.topic.length > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH ? [...message.topic].length : message.topic.length;
+    if (characters > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH) {
+      return { error: `topic is ${characters} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}`, errorClass: 'DetailTypeTooLong' };
     }
     const detail = eventEnvelopeJson(message);
     const bytes = Buffer.byteLength(this.source) + Buffer.byteLength(message.topic) + Buffer.byteLength(detail);
-    if (bytes > EVENTBRIDGE_MAX_BYTES) {
-      return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows ${EVENTBRIDGE_MAX_BYTES}`, errorClass: 'EntryTooLarge' };
+    if (bytes >= EVENTBRIDGE_MAX_BYTES) {
+      return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows less than ${EVENTBRIDGE_MAX_BYTES}`, errorClass: 'EntryTooLarge' };
     }
+    const limit = eventBridgeDetailLimitError(detail);
+    if (limit !== undefined) return limit;
     return {
       index,
       bytes,

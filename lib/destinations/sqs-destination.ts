@@ -3,7 +3,7 @@
  *
  * Invariants:
  * - a call carries at most 10 entries and at most 1 MiB (body + attributes as SQS counts them);
- *   larger batches are split into several calls, sent concurrently;
+ *   larger batches are split into several calls, sent one after another;
  * - the body is the payload's JSON text as stored (`payloadText`, every digit kept); the delivery headers travel as message attributes;
  * - the row's trace context travels as the `AWSTraceHeader` system attribute and the `traceparent`
  *   (and `tracestate`) message attributes, these while the 10 attributes leave room;
@@ -12,6 +12,9 @@
  * - a row that can never be accepted (too large, too many or invalid attributes, invalid group id
  *   or characters) is `permanent` + `deadNow` and is not sent; the rest of the batch still is;
  * - per entry: success → `sent`, `SenderFault=false` → `retryable`, `SenderFault=true` → `permanent`;
+ *   a message over the queue's own `MaximumMessageSize` (`InvalidParameterValue`, "Message must
+ *   be shorter than N bytes": a queue set below 1 MiB, such as the 262,144 of queues created before
+ *   SQS raised its default) → `permanent` + `deadNow`, since no retry of the same message can fit;
  *   a whole-call error applies to every entry of that call (see `classifyCallError`);
  * - a call is aborted after `callTimeoutMs` (the SDK client has no request timeout of its own):
  *   its entries are `retryable`.
@@ -31,6 +34,9 @@ export const SQS_MAX_BYTES = 1_048_576;
 export const SQS_MAX_BATCH_ENTRIES = 10;
 /** Longest FIFO `MessageGroupId`, in characters. */
 export const SQS_MAX_GROUP_ID_LENGTH = 128;
+
+/** The per-entry failure of a message larger than the queue's `MaximumMessageSize`. */
+const QUEUE_SIZE_REFUSAL = /\bMessage must be shorter than \d+ bytes\b/;
 
 const GROUP_ID_CHARS = /^[A-Za-z0-9!"#$%&'()*+,\-./:;<=>?@[\\\]^_`{|}~]+$/;
 
@@ -144,6 +150,9 @@ export class SqsDestination implements Destination {
         if (!failure) return { id, status: 'retryable', error: 'SQS SendMessageBatch returned no result for this entry', errorClass: 'NoResult' };
         const code = failure.Code ?? 'UnknownError';
         const error = `SQS SendMessageBatch entry failed: ${code}${failure.SenderFault ? ' (sender fault)' : ''}: ${failure.Message ?? ''}`;
+        if (failure.SenderFault && code === 'InvalidParameterValue' && QUEUE_SIZE_REFUSAL.test(failure.Message ?? '')) {
+          return { id, status: 'permanent', error, errorClass: code, deadNow: true };
+        }
         return { id, status: failure.SenderFault ? 'permanent' : 'retryable', error, errorClass: code };
       });
     } catch (error) {

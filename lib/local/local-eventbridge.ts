@@ -6,9 +6,12 @@
  *
  * It answers as EventBridge does: HTTP 200 with `FailedEntryCount` and one result per entry, in
  * request order (an `EventId`, or an `ErrorCode` and `ErrorMessage`); a request with no entries,
- * more than 10 entries or over 256 KB is refused whole (`ValidationException`, HTTP 400). An entry
- * without `Source`, `DetailType` or `Detail` fails with `InvalidArgument`, a `Detail` that is not a
- * JSON object with `MalformedDetail`, an unknown bus with `ResourceNotFoundException`.
+ * more than 10 entries or entries of 256 KB or more in total (AWS: the total entry size "must be
+ * less than 256KB") is refused whole (`ValidationException`, HTTP 400). An entry without `Source`,
+ * `DetailType` or `Detail` fails with `InvalidArgument`; a `Detail` that is not a JSON object, or
+ * that breaks the JSON limits the `PutEvents` API reference states (an integer outside the signed
+ * 64-bit range, nesting deeper than 1,000 levels), with `MalformedDetail`; an unknown bus with
+ * `ResourceNotFoundException`.
  *
  * Faults for tests and demos: `failEntries(rule)` fails chosen entries with a chosen code
  * (`InternalFailure`, `ThrottlingException`, …); `failRequests(n, kind)` answers the next `n`
@@ -19,9 +22,13 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-/** Largest `PutEvents` request EventBridge accepts, in bytes (entry sizes as AWS counts them). */
+/** `PutEvents` entries must add up to less than this, in bytes (entry sizes as AWS counts them). */
 const MAX_REQUEST_BYTES = 262_144;
 const MAX_ENTRIES = 10;
+/** Deepest nesting of `Detail` processed (the API reference: "up to 1000 levels deep"; older versions said 1100). */
+const MAX_DETAIL_DEPTH = 1000;
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
 
 /** An entry as the SDK sends it. */
 export interface PutEventsEntry {
@@ -118,7 +125,7 @@ export async function startLocalEventBridge(options: LocalEventBridgeOptions = {
       return sendError(res, 400, 'ValidationException', `1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length between 1 and ${MAX_ENTRIES}`);
     }
     const size = entries.reduce((sum, e) => sum + Buffer.byteLength(e.Source ?? '') + Buffer.byteLength(e.DetailType ?? '') + Buffer.byteLength(e.Detail ?? ''), 0);
-    if (size > MAX_REQUEST_BYTES) return sendError(res, 400, 'ValidationException', `Total size of the entries in the request is over the limit (${size} > ${MAX_REQUEST_BYTES} bytes)`);
+    if (size >= MAX_REQUEST_BYTES) return sendError(res, 400, 'ValidationException', `Total size of the entries in the request is over the limit (${size} bytes; it must be less than ${MAX_REQUEST_BYTES})`);
     const results = entries.map((entry, index) => resultOf(entry, index));
     res.writeHead(200, { 'content-type': 'application/x-amz-json-1.1', 'x-amzn-requestid': randomUUID() });
     res.end(JSON.stringify({ FailedEntryCount: results.filter((r) => 'ErrorCode' in r).length, Entries: results }));
@@ -131,12 +138,19 @@ export async function startLocalEventBridge(options: LocalEventBridgeOptions = {
       return { ErrorCode: 'InvalidArgument', ErrorMessage: 'Parameters Source, DetailType and Detail are required.' };
     }
     let detail: unknown;
+    let integerOutOfRange = false;
     try {
-      detail = JSON.parse(entry.Detail);
+      detail = parseWithSource(entry.Detail, (source) => {
+        if (/^-?\d+$/.test(source) && (BigInt(source) < INT64_MIN || BigInt(source) > INT64_MAX)) integerOutOfRange = true;
+      });
     } catch {
       detail = undefined;
     }
     if (typeof detail !== 'object' || detail === null || Array.isArray(detail)) return { ErrorCode: 'MalformedDetail', ErrorMessage: 'Detail is malformed.' };
+    // What AWS answers for these two is not documented; `MalformedDetail` (the code of a Detail
+    // PutEvents cannot take) is assumed, and QueueBox refuses both before sending anyway.
+    if (integerOutOfRange) return { ErrorCode: 'MalformedDetail', ErrorMessage: 'Detail is malformed: an integer is outside the signed 64-bit range.' };
+    if (depthOf(detail) > MAX_DETAIL_DEPTH) return { ErrorCode: 'MalformedDetail', ErrorMessage: `Detail is malformed: nested deeper than ${MAX_DETAIL_DEPTH} levels.` };
     const bus = busName(entry.EventBusName);
     if (!buses.has(bus)) return { ErrorCode: 'ResourceNotFoundException', ErrorMessage: `Event bus ${bus} does not exist.` };
     const eventId = randomUUID();
@@ -173,6 +187,27 @@ export async function startLocalEventBridge(options: LocalEventBridgeOptions = {
         server.close((error) => (error ? reject(error) : resolve()));
       }),
   };
+}
+
+/** `JSON.parse` that shows `onNumber` the source text of every number (as written, every digit). */
+function parseWithSource(text: string, onNumber: (source: string) => void): unknown {
+  const parse = JSON.parse as (text: string, reviver: (key: string, value: unknown, context?: { source?: string }) => unknown) => unknown;
+  return parse(text, (_key, value, context) => {
+    if (typeof value === 'number' && context?.source !== undefined) onNumber(context.source);
+    return value;
+  });
+}
+
+/** Nesting depth of a parsed JSON value: a scalar is 0, `{}` and `[]` are 1. */
+function depthOf(value: unknown): number {
+  let deepest = 0;
+  let level = [value];
+  for (;;) {
+    const containers = level.filter((v): v is object => typeof v === 'object' && v !== null);
+    if (containers.length === 0) return deepest;
+    deepest++;
+    level = containers.flatMap((v) => Object.values(v));
+  }
 }
 
 /** The bus of an entry: a name, or the name at the end of a bus ARN; `default` when absent. */

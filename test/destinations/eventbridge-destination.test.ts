@@ -80,7 +80,7 @@ describe('EventBridge destination', () => {
     const size = (e: PutEventsRequestEntry) => Buffer.byteLength(e.Source!) + Buffer.byteLength(e.DetailType!) + Buffer.byteLength(e.Detail!);
     for (const call of delivered.entries) {
       assert.ok(call.length <= 10, `a call has ${call.length} entries`);
-      assert.ok(call.map(size).reduce((a, b) => a + b, 0) <= 262_144, 'a call stays within 256 KB');
+      assert.ok(call.map(size).reduce((a, b) => a + b, 0) < 262_144, 'a call stays below 256 KB');
     }
     const ids = delivered.entries.flat().map((e) => JSON.parse(e.Detail!).metadata.messageId);
     assert.deepEqual(ids.sort(), [...small, ...large].map((r) => r.id).sort(), 'every row is sent exactly once');
@@ -93,9 +93,71 @@ describe('EventBridge destination', () => {
     const ok = outboundMessage();
     const outcomes = await destination.publishBatch([huge, longTopic, ok]);
     assert.deepEqual(outcomes.map(statusAndDeadNow), [['permanent', true], ['permanent', true], ['sent', undefined]]);
-    assert.match((outcomes[0] as { error: string }).error, /^event entry is 262\d{3} bytes \(source, detail type and detail\); EventBridge allows 262144$/);
+    assert.match((outcomes[0] as { error: string }).error, /^event entry is 262\d{3} bytes \(source, detail type and detail\); EventBridge allows less than 262144$/);
     assert.match((outcomes[1] as { error: string }).error, /topic is 129 characters; EventBridge allows a DetailType of at most 128/);
     assert.deepEqual(delivered.entries.flat().map((e) => JSON.parse(e.Detail!).metadata.messageId), [ok.id]);
+  });
+
+  /** The size of an entry as AWS counts it (Source + DetailType + Detail, UTF-8). */
+  const entrySize = (e: PutEventsRequestEntry) => Buffer.byteLength(e.Source!) + Buffer.byteLength(e.DetailType!) + Buffer.byteLength(e.Detail!);
+
+  /** A row whose entry is exactly `bytes` bytes, as the destination builds it. */
+  function rowOfEntrySize(bytes: number) {
+    const row = outboundMessage({ payload: { blob: '' } });
+    const base = Buffer.byteLength('com.example.orders') + Buffer.byteLength(row.topic) + Buffer.byteLength(`{"metadata":${JSON.stringify({ version: 1, messageId: row.id, topic: row.topic, key: null, attempt: 0, correlationId: null, headers: {} })},"data":${row.payloadText}}`);
+    const payload = { blob: 'x'.repeat(bytes - base) };
+    return { ...row, payload, payloadText: JSON.stringify(payload) };
+  }
+
+  it('takes an entry below 262,144 bytes and refuses one of exactly 262,144 (the total "must be less than 256KB")', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const below = rowOfEntrySize(262_143);
+    const exactly = rowOfEntrySize(262_144);
+    const outcomes = await destination.publishBatch([below, exactly]);
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [['sent', undefined], ['permanent', true]]);
+    assert.equal((outcomes[1] as { error: string }).error, 'event entry is 262144 bytes (source, detail type and detail); EventBridge allows less than 262144');
+    assert.deepEqual(delivered.entries.map((call) => call.map(entrySize)), [[262_143]]);
+  });
+
+  it('splits two entries that add up to exactly 262,144 bytes into two calls', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const outcomes = await destination.publishBatch([rowOfEntrySize(131_072), rowOfEntrySize(131_072)]);
+    assert.deepEqual(outcomes.map((o) => o.status), ['sent', 'sent']);
+    assert.deepEqual(delivered.entries.map((call) => call.map(entrySize)), [[131_072], [131_072]]);
+  });
+
+  it('counts a topic\'s characters as Unicode code points: 128 emoji are a valid detail type, 129 are not', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const fits = outboundMessage({ topic: '😀'.repeat(128) });
+    const tooLong = outboundMessage({ topic: `${'😀'.repeat(128)}x` });
+    const outcomes = await destination.publishBatch([fits, tooLong]);
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [['sent', undefined], ['permanent', true]]);
+    assert.equal((outcomes[1] as { error: string; errorClass: string }).error, 'topic is 129 characters; EventBridge allows a DetailType of at most 128');
+    assert.equal((outcomes[1] as { errorClass: string }).errorClass, 'DetailTypeTooLong');
+    assert.deepEqual(delivered.entries.flat().map((e) => e.DetailType), [fits.topic]);
+  });
+
+  it('dead-letters at once a payload with an integer outside 64 bits or nested past 1,000 levels of Detail, and sends the rest with every digit', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const text = (payloadText: string) => outboundMessage({ payload: {}, payloadText });
+    const within = text('{"a": 9007199254740993, "b": -9223372036854775808, "c": 9223372036854775807, "d": 12345678901234567890.5}');
+    const big = text('{"amount": 12345678901234567890123}');
+    const negative = text('{"n": [-9223372036854775809]}');
+    let deep = '1';
+    for (let i = 0; i < 999; i++) deep = `{"d": ${deep}}`;
+    const deepest = text(deep); // 999 levels, 1,000 in the envelope
+    const tooDeep = text(`[${deep}]`); // 1,000 levels, 1,001 in the envelope
+    const outcomes = await destination.publishBatch([within, big, negative, deepest, tooDeep]);
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [['sent', undefined], ['permanent', true], ['permanent', true], ['sent', undefined], ['permanent', true]]);
+    assert.deepEqual(outcomes.map((o) => (o.status === 'sent' ? undefined : o.errorClass)), [undefined, 'IntegerOutOfRange', 'IntegerOutOfRange', undefined, 'DetailTooDeep']);
+    assert.equal(
+      (outcomes[1] as { error: string }).error,
+      'event detail has the integer 12345678901234567890123, outside the signed 64-bit range EventBridge PutEvents accepts (-9223372036854775808 to 9223372036854775807)',
+    );
+    assert.match((outcomes[4] as { error: string }).error, /^event detail nests deeper than 1000 levels/);
+    const sent = delivered.entries.flat();
+    assert.deepEqual(sent.map((e) => JSON.parse(e.Detail!).metadata.messageId), [within.id, deepest.id]);
+    assert.ok(sent[0]!.Detail!.endsWith(`"data":${within.payloadText}}`), 'the digits are sent as stored');
   });
 
   it('maps each failed entry by its error code', async () => {

@@ -166,6 +166,21 @@ describe('SQS destination (fauxqs)', () => {
     assert.equal((await drain(queueUrl)).length, 1);
   });
 
+  it('dead-letters at once a row over a queue\'s smaller MaximumMessageSize, keeping SQS\'s reason, and sends the rest', async () => {
+    for (const fifo of [false, true]) {
+      const name = `small${fifo ? '.fifo' : ''}`;
+      const { queueUrl } = server.createQueue(name, { attributes: { MaximumMessageSize: '262144', ...(fifo ? { FifoQueue: 'true' } : {}) } });
+      const destination = new SqsDestination({ name, queueUrl, client });
+      const large = outboundMessage({ key: 'k-1', payload: { blob: 'x'.repeat(300_000) } });
+      const small = outboundMessage({ key: 'k-2' });
+      const outcomes = await destination.publishBatch([large, small]);
+      assert.deepEqual(outcomes.map((o) => [o.status, o.status === 'sent' ? undefined : o.deadNow]), [['permanent', true], ['sent', undefined]], name);
+      assert.deepEqual({ ...outcomes[0], error: undefined }, { id: large.id, status: 'permanent', deadNow: true, errorClass: 'InvalidParameterValue', error: undefined });
+      assert.match((outcomes[0] as { error: string }).error, /^SQS SendMessageBatch entry failed: InvalidParameterValue \(sender fault\): .*Message must be shorter than 262144 bytes/);
+      assert.deepEqual((await drain(queueUrl)).map((m) => attributesOf(m)['X-Message-Id']), [small.id]);
+    }
+  });
+
   it('reports a missing queue as permanent for every entry, without dead-lettering at once', async () => {
     const { queueUrl } = newQueue();
     const missing = new SqsDestination({ name: 'missing', queueUrl: `${queueUrl}-gone`, client });

@@ -57,6 +57,28 @@ describe('SQS outcome mapping', () => {
     assert.deepEqual(outcomes[3], { id: rows[3]!.id, status: 'retryable', error: 'SQS SendMessageBatch returned no result for this entry', errorClass: 'NoResult' });
   });
 
+  it('dead-letters at once only the InvalidParameterValue of a message over the queue\'s MaximumMessageSize', async () => {
+    const { mock, destination } = mockedDestination();
+    mock.on(SendMessageBatchCommand).callsFake((input: { Entries: Array<{ Id: string }> }) => {
+      const [a, b, c] = input.Entries;
+      return {
+        Successful: [],
+        Failed: [
+          { Id: a!.Id, SenderFault: true, Code: 'InvalidParameterValue', Message: 'One or more parameters are invalid. Reason: Message must be shorter than 262144 bytes.' },
+          { Id: b!.Id, SenderFault: true, Code: 'InvalidParameterValue', Message: 'Value for parameter MessageGroupId is invalid.' },
+          { Id: c!.Id, SenderFault: false, Code: 'InvalidParameterValue', Message: 'Message must be shorter than 262144 bytes.' },
+        ],
+      };
+    });
+    const rows = [outboundMessage(), outboundMessage(), outboundMessage()];
+    const outcomes = await destination.publishBatch(rows);
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [['permanent', true], ['permanent', undefined], ['retryable', undefined]]);
+    assert.equal(
+      (outcomes[0] as { error: string }).error,
+      'SQS SendMessageBatch entry failed: InvalidParameterValue (sender fault): One or more parameters are invalid. Reason: Message must be shorter than 262144 bytes.',
+    );
+  });
+
   it('uses batch-local entry ids and maps them back to row ids', async () => {
     const { mock, destination } = mockedDestination();
     const seen: string[][] = [];

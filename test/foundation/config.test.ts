@@ -88,6 +88,7 @@ destinations:
     ['rows per key out of range', 'outbox:\n  rowsPerKey: 0\n', {}, 'outbox.rowsPerKey', />/],
     ['a claim ceiling below the batch size', 'outbox:\n  batchSize: 200\n  maxBatchSize: 150\n', {}, 'outbox.maxBatchSize', /below outbox.batchSize \(200\)/],
     ['a claim ceiling past 1,000', '', { QUEUEBOX_OUTBOX__MAX_BATCH_SIZE: '5000' }, 'outbox.maxBatchSize', /1000/],
+    ['an EventBridge source in the aws. namespace', 'destinations:\n  bus:\n    type: eventbridge\n    eventBusName: orders\n    source: aws.orders\n', {}, 'destinations.bus.source', /must not start with "aws\."/],
     ['an unknown auth type', 'inbox:\n  sources:\n    stripe:\n      type: http\n      path: /stripe\n      auth:\n        type: magic\n', {}, 'inbox.sources.stripe.auth.type', /./],
   ];
   for (const [what, yaml, env, key, message] of bad) {
@@ -98,6 +99,13 @@ destinations:
       assert.match(error.message, new RegExp(key.replaceAll('.', '\\.')));
     });
   }
+
+  it('takes an EventBridge source that contains aws elsewhere than as the aws. prefix', () => {
+    for (const source of ['shop.aws.orders', 'awsome.orders', 'aws']) {
+      const config = loadConfig({ path: yamlFile(`destinations:\n  bus:\n    type: eventbridge\n    eventBusName: orders\n    source: ${source}\n`), env: {} });
+      assert.equal(config.destinations.bus?.type === 'eventbridge' && config.destinations.bus.source, source);
+    }
+  });
 
   it('stops on a file that is not YAML, naming the file', () => {
     const path = yamlFile('outbox: [unclosed');

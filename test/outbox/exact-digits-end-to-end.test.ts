@@ -1,9 +1,12 @@
 /**
  * Numbers keep every digit end to end: a webhook body with a 23-digit integer and a 34-digit
  * decimal goes through the HTTP receiver handler, the relay handler and the outbox poller handler
- * (real SQS destination and SDK to fauxqs; real EventBridge destination and SDK to the local
- * PutEvents endpoint), and reaches the queue body and the event `Detail` with the digits as sent.
- * So does a row an adopter inserts with plain SQL, and a pull worker sees them in `payloadText`.
+ * (real SQS destination and SDK to fauxqs) and reaches the queue body with the digits as sent.
+ * On EventBridge (real destination and SDK to the local PutEvents endpoint) every digit of an
+ * integer within the signed 64-bit range `PutEvents` accepts (beyond 2^53 too) and of a decimal
+ * arrives in the event `Detail`; a row with an integer outside that range is dead at once, with a
+ * reason naming the limit. So does a row an adopter inserts with plain SQL, and a pull worker sees
+ * the digits in `payloadText`.
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
@@ -31,18 +34,30 @@ const env = { API_TOKEN: 'token-123-0000000' };
 const BIG = '12345678901234567890123';
 const FINE = '0.1000000000000000055511151231257827';
 const NEGATIVE = '-98765432109876543210987654321';
+/** Beyond double precision (2^53 + 1), within a signed 64-bit long. */
+const ODD = '9007199254740993';
+/** The smallest signed 64-bit long. */
+const INT64_MIN = '-9223372036854775808';
+/** The reason of an EventBridge row with `BIG` in its payload. */
+const OUT_OF_RANGE = `event detail has the integer ${BIG}, outside the signed 64-bit range EventBridge PutEvents accepts (-9223372036854775808 to 9223372036854775807)`;
 
 /** The body a sender posts; every number is beyond double precision. */
 function webhookBody(id: string): string {
   return `{"id": "${id}", "amount": ${BIG}, "ratio": ${FINE}, "nested": {"balances": [${NEGATIVE}, 1]}}`;
 }
 
+/** A body EventBridge accepts: beyond double precision, integers within 64 bits. */
+function eventBody(id: string): string {
+  return `{"id": "${id}", "amount": ${ODD}, "ratio": ${FINE}, "nested": {"balances": [${INT64_MIN}, 1]}}`;
+}
+
 /** The digits, each a whole JSON number token in `text` (not a prefix of a longer or rounded one). */
-function assertDigits(text: string, what: string): void {
-  for (const digits of [BIG, FINE, NEGATIVE]) {
+function assertDigits(text: string, what: string, numbers = [BIG, FINE, NEGATIVE]): void {
+  for (const digits of numbers) {
     assert.match(text, new RegExp(`[:\\[\\s]${digits.replace(/[.-]/g, '\\$&')}[,}\\]]`), `${what} carries ${digits} exactly: ${text}`);
   }
 }
+const assertEventDigits = (text: string, what: string) => assertDigits(text, what, [ODD, FINE, INT64_MIN]);
 
 function post(path: string, body: string): APIGatewayProxyEventV2 {
   return apiGatewayV2Event(path, body, { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' });
@@ -105,15 +120,16 @@ describe('payload numbers keep every digit from the webhook to SQS, EventBridge 
   const runPoller = () => poller({ source: 'aws.events' }, fakeLambdaContext({ timeoutMs: 2_500 }));
 
   it('relays a webhook to the outbox and delivers it to SQS (body) and EventBridge (Detail data) with the digits as sent', async () => {
-    for (const [path, id] of [['/inbox/payments', 'pay-1'], ['/inbox/ledger', 'led-1']] as const) {
-      const answer = await httpHandler(post(path, webhookBody(id)), fakeLambdaContext({ timeoutMs: 3_000 }));
+    for (const [path, body] of [['/inbox/payments', webhookBody('pay-1')], ['/inbox/ledger', eventBody('led-1')]] as const) {
+      const answer = await httpHandler(post(path, body), fakeLambdaContext({ timeoutMs: 3_000 }));
       assert.equal(answer.statusCode, 202, `${path}: ${answer.body}`);
     }
     const relayed = await relayHandler({}, fakeLambdaContext({ timeoutMs: 2_500 }));
     assert.equal(relayed.forwarded, 2);
     const stored = await db.query<{ topic: string; payload: string }>(`SELECT topic, payload::text AS payload FROM "${db.schema}".outbox ORDER BY topic`);
     assert.deepEqual(stored.map((r) => r.topic), ['eb.ledger', 'sqs.payments']);
-    for (const row of stored) assertDigits(row.payload, `outbox row ${row.topic}`);
+    assertEventDigits(stored[0]!.payload, 'outbox row eb.ledger');
+    assertDigits(stored[1]!.payload, 'outbox row sqs.payments');
 
     const summary = await runPoller();
     assert.equal(summary.sent, 2);
@@ -126,7 +142,7 @@ describe('payload numbers keep every digit from the webhook to SQS, EventBridge 
     const events = bus.events('digits-bus');
     assert.equal(events.length, 1);
     const detail = events[0]!.detailText;
-    assertDigits(detail, 'EventBridge Detail');
+    assertEventDigits(detail, 'EventBridge Detail');
     const [, dataText] = /"data":(.*)}$/s.exec(detail) ?? [];
     assert.equal(dataText, stored.find((r) => r.topic === 'eb.ledger')!.payload, 'data is the stored payload text verbatim');
     const metadata = events[0]!.detail.metadata as { topic: string; headers: Record<string, string> };
@@ -162,19 +178,41 @@ describe('payload numbers keep every digit from the webhook to SQS, EventBridge 
     for (const m of messages) assertDigits(m.Body!, 'SQS body');
   });
 
+  it('dead-letters at once a webhook whose integer is outside 64 bits for EventBridge, naming the limit, while SQS takes the same body', async () => {
+    for (const [path, id] of [['/inbox/payments', 'pay-9'], ['/inbox/ledger', 'led-9']] as const) {
+      const answer = await httpHandler(post(path, webhookBody(id)), fakeLambdaContext({ timeoutMs: 3_000 }));
+      assert.equal(answer.statusCode, 202, `${path}: ${answer.body}`);
+    }
+    assert.equal((await relayHandler({}, fakeLambdaContext({ timeoutMs: 2_500 }))).forwarded, 2);
+    const before = bus.requests;
+    const summary = await runPoller();
+    assert.deepEqual([summary.sent, summary.dead], [1, 1]);
+    const rows = await db.query<{ topic: string; state: string; attempt: number; last_error: string | null }>(
+      `SELECT topic, state, attempt, last_error FROM "${db.schema}".outbox ORDER BY topic`,
+    );
+    assert.deepEqual(rows.map((r) => [r.topic, r.state, r.attempt]), [['eb.ledger', 'dead', 0], ['sqs.payments', 'sent', 0]]);
+    assert.equal(rows[0]!.last_error, `permanent failure, not retried: destination events (EventBridge bus digits-bus): ${OUT_OF_RANGE}`);
+    assert.equal(bus.requests, before, 'the row was not sent to EventBridge');
+    const messages = await receiveAll(client, queueUrl);
+    assert.equal(messages.length, 1);
+    assertDigits(messages[0]!.Body!, 'SQS body');
+  });
+
   it('delivers a row inserted with plain SQL with exactly its digits', async () => {
     await db.query(
-      `INSERT INTO "${db.schema}".outbox (topic, payload) VALUES ('sqs.plain', $1::jsonb), ('eb.plain', $1::jsonb)`,
-      [webhookBody('plain-1')],
+      `INSERT INTO "${db.schema}".outbox (topic, payload) VALUES ('sqs.plain', $1::jsonb), ('eb.plain', $2::jsonb), ('eb.big', $1::jsonb)`,
+      [webhookBody('plain-1'), eventBody('plain-2')],
     );
     const summary = await runPoller();
-    assert.equal(summary.sent, 2);
+    assert.deepEqual([summary.sent, summary.dead], [2, 1]);
     const messages = await receiveAll(client, queueUrl);
     assert.equal(messages.length, 1);
     assertDigits(messages[0]!.Body!, 'SQS body');
     const events = bus.events('digits-bus').filter((e) => e.detailType === 'eb.plain');
     assert.equal(events.length, 1);
-    assertDigits(events[0]!.detailText, 'EventBridge Detail');
+    assertEventDigits(events[0]!.detailText, 'EventBridge Detail');
+    const [big] = await db.query<{ state: string; last_error: string }>(`SELECT state, last_error FROM "${db.schema}".outbox WHERE topic = 'eb.big'`);
+    assert.deepEqual(big, { state: 'dead', last_error: `permanent failure, not retried: destination events (EventBridge bus digits-bus): ${OUT_OF_RANGE}` });
   });
 
   it('gives a pull worker the payload text with the digits next to the parsed payload', async () => {
