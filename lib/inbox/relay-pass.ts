@@ -226,7 +226,12 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   // The failure report's `source` dimension takes only the names `inbox.sources` configures.
   const report = { logger, metrics, sources: config.inbox.sources };
 
-  options.scaleOut?.passStarted(() => summary.forwarded + summary.retried + summary.dead);
+  // Whether the latest claim took as many rows as it asked for (scale-out starts passes only then).
+  let lastClaimFull = true;
+  options.scaleOut?.passStarted(
+    () => summary.forwarded + summary.retried + summary.dead,
+    () => lastClaimFull,
+  );
   // Bounded by the pass's deadline, not the invocation's end (a slow reclaim must not keep the
   // invocation past the time the pass has); not sent at all once the deadline has passed.
   const reclaim = await withStatementBudget(
@@ -256,6 +261,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       throw error;
     });
     if (rows === undefined) break;
+    lastClaimFull = rows.length >= relay.batchSize;
     if (rows.length === 0) {
       if (options.mode === 'drain') break;
       await sleep(Math.min(idlePollDelayMs(emptyClaims++, relay), Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);

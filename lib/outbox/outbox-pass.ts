@@ -186,7 +186,14 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const memory = claimMemoryOf(driver, outbox.batchSize, maxBatchSize);
   const rowsPerCall = rowsPerCallOf(options.destinations.values());
 
-  options.scaleOut?.passStarted(() => tally.sent + tally.retried + tally.dead);
+  // Whether the latest claim sent with nothing in flight took as many rows as it asked for
+  // (scale-out starts passes only then). A pipelined claim is left out: one that comes back short
+  // because this pass holds the keys in flight says nothing of what another pass could claim.
+  let lastClaimFull = true;
+  options.scaleOut?.passStarted(
+    () => tally.sent + tally.retried + tally.dead,
+    () => lastClaimFull,
+  );
 
   // The reclaim runs beside the first claim, on its own connection, instead of before it: the
   // claim does not wait for it (a statement on a new connection, about a round trip and its
@@ -293,6 +300,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       payloadChars += row.payloadText.length;
       largestRowChars = Math.max(largestRowChars, row.payloadText.length);
     }
+    if (inFlightAtClaim === 0) lastClaimFull = rows.length >= limit;
     afterClaim(memory, {
       pipelined: inFlightAtClaim > 0,
       limit,

@@ -74,8 +74,12 @@ export function scaleOutTicket(event: unknown, worker: ScaleOutWorker): ScaleOut
 
 /** Called by a pass at its start and end (`OutboxPassOptions.scaleOut`, `RelayPassOptions.scaleOut`). */
 export interface ScaleOutHook {
-  /** The pass started; `finished()` reads the rows it has finished so far (sent, retried or dead; the relay: forwarded, retried or dead). */
-  passStarted(finished: () => number): void;
+  /**
+   * The pass started; `finished()` reads the rows it has finished so far (sent, retried or dead;
+   * the relay: forwarded, retried or dead); `lastClaimFull()`, whether its latest claim sent with
+   * nothing of its own in flight took as many rows as it asked for (true before its first claim).
+   */
+  passStarted(finished: () => number, lastClaimFull?: () => boolean): void;
   /** The pass stopped claiming: ends the check, and awaits it and its invokes if under way. */
   passEnded(): Promise<void>;
 }
@@ -85,7 +89,11 @@ export interface ScaleOutReport {
   /** `scheduled`: may start passes; `started`: a pass another started; `duplicate`: a start event whose slot was gone (no pass ran). */
   role: 'scheduled' | 'started' | 'duplicate';
   generation: number;
-  /** The check's estimate (scheduled passes that checked): due rows counted, rows this pass could still drain, passes wanted in all. */
+  /**
+   * The check's estimate (scheduled passes that checked): due rows counted, rows this pass could
+   * still drain, passes wanted in all. `due` is absent when the pass's latest claim came back short
+   * of its limit: it took every row that could move then, so no pass is wanted (`wanted` 1).
+   */
   due?: number;
   capacity?: number;
   wanted?: number;
@@ -170,7 +178,7 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
   let checking: Promise<void> | undefined;
   let ended = false;
   return {
-    passStarted(finished) {
+    passStarted(finished, lastClaimFull = () => true) {
       const started = performance.now();
       const budgetMs = deadline.remainingMs();
       const delayMs = options.checkDelayMs ?? Math.min(MAX_CHECK_DELAY_MS, budgetMs * CHECK_FRACTION);
@@ -183,7 +191,7 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
           timer = setTimeout(fire, delayMs);
           return;
         }
-        checking = check(options, report, finished(), elapsedMs).catch((error: unknown) => {
+        checking = check(options, report, finished(), elapsedMs, lastClaimFull()).catch((error: unknown) => {
           logger.warn('scale-out check failed: no pass started', { error: String(error) });
         });
       };
@@ -197,13 +205,21 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
   };
 }
 
-async function check(options: ScaleOutOptions, report: ScaleOutReport, finished: number, elapsedMs: number): Promise<void> {
+async function check(options: ScaleOutOptions, report: ScaleOutReport, finished: number, elapsedMs: number, lastClaimFull: boolean): Promise<void> {
   const { driver, worker, deadline, logger, metrics } = options;
   const max = options.maxConcurrentPasses;
   // A pass that finished nothing has no backlog to share.
   if (finished === 0 || elapsedMs <= 0) return;
   const capacity = Math.floor((finished / elapsedMs) * deadline.remainingMs());
   if (capacity < 1) return;
+  // A claim that came back short took every row that could move: the due rows past it wait behind
+  // their key's or aggregate's row in flight or retry, and a started pass would claim nothing. The
+  // count below cannot tell (it counts every due row), so it is not read.
+  if (!lastClaimFull) {
+    Object.assign(report, { capacity, wanted: 1 });
+    logger.info('scale-out check: the last claim took every row that could move, no pass started', { capacity });
+    return;
+  }
   // Enough to tell whether max passes are wanted: beyond capacity × (max − 1) the answer is max.
   const limit = Math.min(MAX_BACKLOG_COUNT, capacity * (max - 1) + 1);
   const due = worker === 'outboxPoller' ? await driver.outboxCountDue({ limit }) : await driver.inboxCountDue({ limit });

@@ -95,6 +95,21 @@ describe('inbox relay scale-out by backlog', { timeout: 120_000 }, () => {
     assert.equal(lambda.invocations.length, 0);
   });
 
+  it('due rows that wait behind their aggregate\'s row in retry start no pass: the last claim took every row that could move', async () => {
+    // The aggregate's first row waits an hour for its retry; its 3,000 later rows are due but no
+    // claim may take them. 5 rows without aggregate are what any pass can move: less than a claim.
+    await db.query(`INSERT INTO "${db.schema}".inbox (source, idempotency_key, event_type, aggregate_id, payload, attempt, scheduled_at) VALUES ('shop', 'head', 'created', 'stuck', '{}', 1, now() + interval '1 hour')`);
+    await db.query(`INSERT INTO "${db.schema}".inbox (source, idempotency_key, event_type, aggregate_id, payload) SELECT 'shop', 'stuck-' || g, 'created', 'stuck', jsonb_build_object('n', g) FROM generate_series(1, 3000) g`);
+    await storeDue(5);
+    const result = await invoke();
+    assert.equal(result.forwarded, 5);
+    assert.equal(result.scaleOut.wanted, 1, JSON.stringify(result.scaleOut));
+    assert.equal(result.scaleOut.due, undefined, 'the due rows are not counted');
+    assert.equal(result.scaleOut.started, 0);
+    assert.equal(lambda.invocations.length, 0);
+    assert.deepEqual(await slotRows(), []);
+  });
+
   it('a relay start event delivered twice runs one pass', async () => {
     await storeDue(3000);
     await invoke();

@@ -126,6 +126,22 @@ describe('outbox poller scale-out by backlog', { timeout: 180_000 }, () => {
     assert.deepEqual(await slotRows(), []);
   });
 
+  it('due rows that wait behind their key\'s row in retry start no pass: the last claim took every row that could move', async () => {
+    // The key's first row waits an hour for its retry; its 5,000 later rows are due but no claim
+    // may take them. 30 keyless rows are what any pass can move: less than one claim of 100.
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload, attempt, scheduled_at) VALUES ('orders.created', 'stuck', '{}', 1, now() + interval '1 hour')`);
+    await db.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT 'orders.created', 'stuck', jsonb_build_object('n', g) FROM generate_series(1, 5000) g`);
+    await insertDue(30);
+    const result = await invoke();
+    assert.equal(result.sent, 30);
+    assert.equal(result.scaleOut.role, 'scheduled');
+    assert.equal(result.scaleOut.wanted, 1, JSON.stringify(result.scaleOut));
+    assert.equal(result.scaleOut.due, undefined, 'the due rows are not counted');
+    assert.deepEqual([result.scaleOut.started, result.scaleOut.failed], [0, 0]);
+    assert.equal(lambda.invocations.length, 0);
+    assert.deepEqual(await slotRows(), []);
+  });
+
   it('a started pass that finds the backlog drained returns at once, starts none and frees its slot', async () => {
     const [slot] = await db.driver.scaleOutAcquire({ worker: 'outboxPoller', slots: 2, want: 1, leaseMs: 60_000 });
     const result = await invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1, slot: slot!.slot, token: slot!.token } });
