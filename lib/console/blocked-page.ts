@@ -7,7 +7,7 @@ import type { ConsoleBlockedHead } from '../db/driver.ts';
 import { attemptNumber } from './attempt-text.ts';
 import { blockedReason, duration, POISON_ATTEMPTS } from './blocked-reason.ts';
 import { html, queryString, type SafeHtml } from './html.ts';
-import { page, rowLink, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { linkable, page, rowLink, shown, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Heads listed per table; candidates read per cause; rows counted behind a head. */
 export const BLOCKED_LIMITS = { limit: 100, scanLimit: 1000, poisonAttempts: POISON_ATTEMPTS, waitingCap: 10_000 } as const;
@@ -32,13 +32,17 @@ function table(ctx: ConsoleContext, kind: TableKind, heads: ConsoleBlockedHead[]
 <th>state</th><th class="num">attempt</th><th>next scheduled_at</th><th>lease expiry</th><th class="num">waiting behind</th><th>reason</th><th>last error</th></tr></thead><tbody>
 ${heads.map((h) => {
   const reason = blockedReason(h);
-  return html`<tr data-key="${h.key}" data-cause="${reason.cause}"><td><code>${h.key}</code></td><td>${rowLink(kind, h.id)}</td><td>${h.label}</td><td>${state(h.state)}</td>
+  // A topic or source holding a masked value is not put in a link: the page links all dead rows of the table instead.
+  const deadRows = linkable(ctx, h.label)
+    ? html`<a href="/dead${queryString({ table: kind, label: h.label })}" data-dead-of-label>dead rows of ${kind === 'outbox' ? 'this topic' : 'this source'} →</a>`
+    : html`<a href="/dead${queryString({ table: kind })}" data-dead-of-table>dead ${kind} rows →</a>`;
+  return html`<tr data-key="${shown(ctx, h.key)}" data-cause="${reason.cause}"><td><code>${shown(ctx, h.key)}</code></td><td>${rowLink(kind, h.id)}</td><td>${shown(ctx, h.label)}</td><td>${state(h.state)}</td>
 <td class="num">${attemptNumber(h)}</td>
 <td>${time(h.scheduledAt)}${h.dueInMs > 0 ? html`<br><span class="muted">in ${duration(h.dueInMs)}</span>` : ''}</td>
 <td>${h.leaseExpiresAt ? html`${time(h.leaseExpiresAt)}<br><span class="muted">${h.leaseLeftMs < 0 ? `expired ${duration(-h.leaseLeftMs)} ago` : `${duration(h.leaseLeftMs)} left`}</span>` : '—'}</td>
 <td class="num">${h.waitingBehind >= cap ? `≥ ${cap}` : h.waitingBehind}</td>
 <td class="reason cause-${reason.cause}">${reason.text}<br><a href="/row/${kind}/${encodeURIComponent(h.id)}" data-head-row>${reason.cause === 'poison' || reason.cause === 'retry-backoff' ? 'failing head row' : 'head row'} →</a>
-· <a href="/dead${queryString({ table: kind, label: h.label })}" data-dead-of-label>dead rows of ${kind === 'outbox' ? 'this topic' : 'this source'} →</a></td>
+· ${deadRows}</td>
 <td>${h.lastError ? html`<pre>${ctx.redactor.text(h.lastError)}</pre>` : '—'}</td></tr>`;
 })}</tbody></table>`;
 }

@@ -15,6 +15,7 @@ import type { Driver } from '../db/driver.ts';
 import { QueueBoxError, UsageError } from '../errors.ts';
 import { blockedPage } from './blocked-page.ts';
 import { CONSOLE_CSS, CONSOLE_JS } from './console-assets.ts';
+import { DeadGroupDigests } from './dead-group.ts';
 import { deadPage } from './dead-page.ts';
 import { html, type SafeHtml } from './html.ts';
 import { page, type ConsoleContext } from './layout.ts';
@@ -22,15 +23,27 @@ import { overviewFragment, overviewPage } from './overview-page.ts';
 import { configuredSecrets, createRedactor } from './redact-row.ts';
 import { ReplayConfirmations } from './replay-confirmations.ts';
 import { replayConfirmPage, replayFormPage, replayPreviewPage } from './replay-page.ts';
-import { ACCESS_PARAM, ConsoleSessions } from './console-sessions.ts';
+import { ACCESS_PARAM, ConsoleSessions, SESSION_MAX_AGE_SECONDS } from './console-sessions.ts';
 import { RequestGuard } from './request-guard.ts';
 import { rowPage } from './row-page.ts';
 
-/** Bind addresses that only this machine can reach. */
-const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+/**
+ * Whether a bind address is one only this machine can reach: `localhost`, `::1`, or any address
+ * of 127.0.0.0/8 (Linux routes all of them to the loopback interface; a console on an address of
+ * its own, `127.x.y.z`, is a host name of its own to the browser, whose cookies no other local
+ * service on 127.0.0.1 receives).
+ */
+export function isLoopback(host: string): boolean {
+  if (host === 'localhost' || host === '::1') return true;
+  const octets = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(host);
+  return octets !== null && octets.slice(1).every((o) => Number(o) <= 255);
+}
 
 /** Largest form body accepted (a confirm of 100 ids is about 5 KB). */
 const MAX_BODY_BYTES = 64 * 1024;
+
+/** How much more of a refused (too large) body is read and dropped before the connection is closed. */
+const DROPPED_BODY_BYTES = 1024 * 1024;
 
 const SECURITY_HEADERS = {
   'content-security-policy': "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -52,7 +65,7 @@ export interface ConsoleServerOptions {
   allowActions?: boolean;
   /**
    * A secret a browser must present once (`/?access=<token>`) to get a session; required for any
-   * `host` but loopback (127.0.0.1, ::1, localhost).
+   * `host` but loopback (127.0.0.0/8, ::1, localhost).
    */
   accessToken?: string;
   /** Unexpected errors (500) are reported here; default: nowhere. */
@@ -70,7 +83,7 @@ export interface ConsoleServer {
 /** Starts the console; resolves once it listens. */
 export async function startConsoleServer(options: ConsoleServerOptions): Promise<ConsoleServer> {
   const host = options.host ?? '127.0.0.1';
-  if (!LOOPBACK.has(host) && (options.accessToken === undefined || options.accessToken.length < 16)) {
+  if (!isLoopback(host) && (options.accessToken === undefined || options.accessToken.length < 16)) {
     throw new UsageError(`console: listening on ${host} (not loopback) needs an access token of 16 characters or more; the console has no other login`);
   }
   const hosts: string[] = [];
@@ -91,7 +104,9 @@ export async function startConsoleServer(options: ConsoleServerOptions): Promise
     formToken: '',
     allowActions: options.allowActions === true,
     confirmations,
+    groups,
   });
+  const groups = new DeadGroupDigests(options.driver.dialect);
   const redactor = createRedactor(configuredSecrets(options.config, options.env ?? process.env));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -130,7 +145,7 @@ async function handle(base: ConsoleContext, request: IncomingMessage, response: 
   const sessions = base.guard.sessions;
   let session = sessions.sessionOf(request);
   if (session === undefined && sessions.requiresToken && !sessions.presentsAccessToken(request, url)) {
-    return sendText(response, 401, 'this console needs its access token: open the address it printed when it started (…/?access=…)');
+    return sendText(response, 401, `this console needs its access token: open the address it printed when it started (…/?access=…); a session ends ${SESSION_MAX_AGE_SECONDS / 3600} hours after that`);
   }
   // A POST never starts a session: its form token must be the one of the session that served the form.
   if (session === undefined && request.method !== 'POST') {
@@ -192,23 +207,38 @@ function decodePathPart(part: string): string {
   }
 }
 
+/**
+ * The body of a form POST. A body larger than `MAX_BODY_BYTES` (by its `Content-Length`, or as it
+ * arrives) is refused with a 400 at once. The rest of the body is read and dropped, up to
+ * `DROPPED_BODY_BYTES` more, then the connection is closed: closing it as soon as the answer is
+ * written, with the client still sending, resets the connection under the client, which then
+ * never reads the 400 (curl with a 20 MB form says "Broken pipe"); a client reads the 400 while it
+ * sends, stops, and closes the connection itself.
+ */
 function readForm(request: IncomingMessage): Promise<URLSearchParams> {
   const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (type !== 'application/x-www-form-urlencoded') return Promise.reject(new UsageError('expected a form (application/x-www-form-urlencoded)'));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    request.on('data', (chunk: Buffer) => {
+    const tooLarge = () => {
+      request.off('data', onData);
+      let dropped = 0;
+      request.on('data', (chunk: Buffer) => {
+        dropped += chunk.length;
+        if (dropped > DROPPED_BODY_BYTES) request.socket.destroy();
+      });
+      reject(new UsageError(`form larger than ${MAX_BODY_BYTES} bytes`));
+    };
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_BODY_BYTES) {
-        reject(new UsageError(`form larger than ${MAX_BODY_BYTES} bytes`));
-        request.destroy();
-        return;
-      }
+      if (size > MAX_BODY_BYTES) return tooLarge();
       chunks.push(chunk);
-    });
-    request.on('end', () => resolve(new URLSearchParams(Buffer.concat(chunks).toString('utf8'))));
+    };
     request.on('error', reject);
+    if (Number(request.headers['content-length'] ?? 0) > MAX_BODY_BYTES) return tooLarge();
+    request.on('data', onData);
+    request.on('end', () => resolve(new URLSearchParams(Buffer.concat(chunks).toString('utf8'))));
   });
 }
 

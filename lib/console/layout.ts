@@ -3,6 +3,7 @@
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
+import type { DeadGroupDigests } from './dead-group.ts';
 import { html, type HtmlValue, type SafeHtml } from './html.ts';
 import type { Redactor } from './redact-row.ts';
 import type { ReplayConfirmations } from './replay-confirmations.ts';
@@ -20,6 +21,8 @@ export interface ConsoleContext {
   allowActions: boolean;
   /** The replay previews a confirm may act on (each once). */
   confirmations: ReplayConfirmations;
+  /** The digests of the dead groups' links (`dead-group.ts`). */
+  groups: DeadGroupDigests;
 }
 
 /** The two tables the console reads. */
@@ -65,6 +68,20 @@ export function tableHeading(ctx: ConsoleContext, kind: TableKind, suffix = ''):
   const name = ctx.config.tables[kind];
   const title = `${kind === 'outbox' ? 'Outbox' : 'Inbox'}${suffix}`;
   return name === kind ? html`${title}` : html`${title} <span class="muted">table <code>${name}</code></span>`;
+}
+
+/**
+ * A value a sender or destination wrote (topic, key, source, aggregate id, event type…) as a page
+ * shows it: through the redactor like errors and payloads, so a configured secret in it is masked;
+ * `none` for null.
+ */
+export function shown(ctx: ConsoleContext, value: string | null | undefined, none = '—'): string {
+  return value === null || value === undefined ? none : ctx.redactor.text(value);
+}
+
+/** Whether a value may travel in a link's address: only when the page shows it as it is (nothing in it is masked). */
+export function linkable(ctx: ConsoleContext, value: string): boolean {
+  return ctx.redactor.text(value) === value;
 }
 
 /** A link to a row's page. */

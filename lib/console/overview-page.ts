@@ -8,7 +8,7 @@ import type { ConsoleClaim, ConsoleStateCounts } from '../db/driver.ts';
 import { attemptNumber } from './attempt-text.ts';
 import { duration } from './blocked-reason.ts';
 import { html, type SafeHtml } from './html.ts';
-import { count, page, rowLink, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { count, page, rowLink, shown, state, tableHeading, time, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Counts stop here: above it the page says "≥". */
 export const COUNT_CAP = 100_000;
@@ -27,7 +27,7 @@ export async function overviewFragment(ctx: ConsoleContext): Promise<SafeHtml> {
   ]);
   return html`<p class="muted">Database clock ${time(now)}. Counts stop at ${COUNT_CAP.toLocaleString('en-US')} (shown as ≥).</p>
 <div class="cards">${card(ctx, 'outbox', outbox)}${card(ctx, 'inbox', inbox)}</div>
-<h2>Claims in flight</h2>${claims('outbox', outboxClaims)}${claims('inbox', inboxClaims)}`;
+<h2>Claims in flight</h2>${claims(ctx, 'outbox', outboxClaims)}${claims(ctx, 'inbox', inboxClaims)}`;
 }
 
 /** The whole overview page. */
@@ -56,12 +56,12 @@ ${finished.map(
 )}</tbody></table></section>`;
 }
 
-function claims(kind: TableKind, rows: ConsoleClaim[]): SafeHtml {
+function claims(ctx: ConsoleContext, kind: TableKind, rows: ConsoleClaim[]): SafeHtml {
   if (rows.length === 0) return html`<p class="muted">${kind}: no row in processing.</p>`;
   return html`<table data-claims="${kind}"><thead><tr><th>${kind} row</th><th>${kind === 'outbox' ? 'topic' : 'source'}</th><th>${kind === 'outbox' ? 'key' : 'aggregate'}</th>
 <th class="num">attempt</th><th>claimed at</th><th>lease</th></tr></thead><tbody>
 ${rows.map(
-  (c) => html`<tr><td>${rowLink(kind, c.id)}</td><td>${c.label}</td><td>${c.key ?? '—'}</td><td class="num">${attemptNumber({ ...c, maxAttempts: null })}</td><td>${time(c.claimedAt)}</td>
+  (c) => html`<tr><td>${rowLink(kind, c.id)}</td><td>${shown(ctx, c.label)}</td><td>${shown(ctx, c.key)}</td><td class="num">${attemptNumber({ ...c, maxAttempts: null })}</td><td>${time(c.claimedAt)}</td>
 <td class="${c.leaseLeftMs < 0 ? 'cause-expired-lease' : ''}">${c.leaseLeftMs < 0 ? `expired ${duration(-c.leaseLeftMs)} ago` : `${duration(c.leaseLeftMs)} left`}</td></tr>`,
 )}</tbody></table>`;
 }

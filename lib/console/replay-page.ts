@@ -11,13 +11,17 @@
  * preview is confirmed at most once. One confirm moves at most `REPLAY_PAGE_CAP` rows; the page says when more match.
  */
 import { UsageError } from '../errors.ts';
-import { parseReplayRequest, previewReplay, replayTarget, type AnyReplayPreviewRow } from '../operations/replay.ts';
+import { parseReplayRequest, previewReplay, replayTarget, type AnyReplayPreviewRow, type ReplayPreview, type ReplayRequest } from '../operations/replay.ts';
+import { DEAD_GROUPS, GROUP_DIGEST, GROUP_PARAM } from './dead-group.ts';
 import { html, type SafeHtml } from './html.ts';
 import { ReplayConfirmations } from './replay-confirmations.ts';
-import { page, rowLink, state, time, tokenField, type ConsoleContext, type TableKind } from './layout.ts';
+import { page, rowLink, shown, state, time, tokenField, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Rows one preview lists and one confirm replays. */
 export const REPLAY_PAGE_CAP = 100;
+
+/** Rows a group's preview reads at most to find the group's rows among those its filters match (the oldest first). */
+export const GROUP_PREVIEW_SCAN = DEAD_GROUPS.scanLimit;
 
 const sameSet = (a: readonly string[], b: readonly string[]) => new Set(a).size === new Set(b).size && a.every((v) => b.includes(v));
 
@@ -98,9 +102,10 @@ export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchPa
     if (error instanceof UsageError) return { status: 400, body: replayFormPage(ctx, search, error.message) };
     throw error;
   }
-  let preview;
+  const group = search.get(GROUP_PARAM);
+  let preview: GroupPreview;
   try {
-    preview = await previewReplay(ctx.driver, ctx.config, request, { sampleSize: REPLAY_PAGE_CAP });
+    preview = group === null ? { ...(await previewReplay(ctx.driver, ctx.config, request, { sampleSize: REPLAY_PAGE_CAP })), complete: true } : await groupPreview(ctx, request, group);
   } catch (error) {
     if (error instanceof UsageError) return { status: 400, body: replayFormPage(ctx, search, error.message) };
     throw error;
@@ -109,6 +114,9 @@ export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchPa
   const states = request.states ?? ['dead'];
   const table = request.table ?? 'outbox';
   const verb = table === 'inbox' ? 'Requeue' : 'Replay';
+  const matched = group === null
+    ? html`<strong>${count}</strong> ${table} row${count === 1 ? '' : 's'} in state ${states.join(' or ')} match`
+    : html`<strong>${preview.complete ? '' : 'at least '}${count}</strong> dead ${table} row${count === 1 ? '' : 's'} of the group you opened (the same ${table === 'outbox' ? 'topic' : 'source and consumption'} and the same first ${DEAD_GROUPS.errorChars} characters of the last error, or no error) match`;
   const confirm = ctx.allowActions
     ? html`<form method="post" action="/replay">${tokenField(ctx)}
 <input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ table, ids: sample.map((r) => r.id), states, updatedAt: Object.fromEntries(sample.map((r) => [r.id, r.updatedAt.getTime()])) }) : ''}">
@@ -116,7 +124,11 @@ export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchPa
 ${sample.map((r) => html`<input type="hidden" name="ids" value="${r.id}">`)}${states.map((s) => html`<input type="hidden" name="states" value="${s}">`)}
 <button type="submit" class="danger" data-action="confirm">${verb} these ${sample.length} ${table === 'inbox' ? 'inbox ' : ''}rows</button></form>`
     : html`<p class="banner">Read-only console: start it with <code>--allow-actions</code> to replay from here, or run <code>queuebox replay${table === 'inbox' ? ' --table inbox' : ''}</code>.</p>`;
-  const body = html`<p class="banner" data-preview-count="${count}" data-preview-table="${table}">Dry run: <strong>${count}</strong> ${table} row${count === 1 ? '' : 's'} in state ${states.join(' or ')} match. Nothing moved.</p>
+  const body = html`<p class="banner" data-preview-count="${count}" data-preview-table="${table}"${preview.complete ? '' : html` data-preview-incomplete`}>Dry run: ${matched}. Nothing moved.</p>
+${preview.complete ? '' : html`<p class="banner" data-group-searched>The group's rows were looked for among the oldest ${GROUP_PREVIEW_SCAN.toLocaleString('en-US')} of the ${preview.searched!.toLocaleString('en-US')} dead rows its link's filters match (the ${table === 'outbox' ? 'topic' : 'source'} and the start of the error, as far as the link may carry them); more of its rows may be among the others. ${
+  count > 0 ? 'Replay these, then open the link again for more, or' : 'Replay its rows from the dead rows page (each has its own link), or'
+} use <code>queuebox replay --id</code>.</p>`}
+${group !== null && preview.complete && count === 0 ? html`<p class="note">No dead row of this group now. A group's link works in the console process that showed it: after a restart of the console, open Dead rows again.</p>` : ''}
 ${count > sample.length ? html`<p class="banner">Only the ${sample.length} oldest rows are listed, and a confirm replays exactly the listed rows (at most ${REPLAY_PAGE_CAP} at a time). Preview again afterwards for the rest, or use <code>queuebox replay</code> for a large replay.</p>` : ''}
 ${table === 'inbox' && sample.length > 0 ? html`<p class="note">Each requeued row keeps its place (its sequence): it is again the head of its aggregate, and the aggregate's pending rows wait for it. Rows of the aggregate already processed are not redone.</p>` : ''}
 ${sample.length > 0 ? html`${previewTable(ctx, table, sample)}${confirm}` : ''}
@@ -124,12 +136,33 @@ ${sample.length > 0 ? html`${previewTable(ctx, table, sample)}${confirm}` : ''}
   return { status: 200, body: page(ctx, '/replay', 'Replay preview', body) };
 }
 
+/** A preview's count and listed rows; `complete` false when the count is a lower bound (`searched`: the rows the filters matched). */
+type GroupPreview = ReplayPreview & { complete: boolean; searched?: number };
+
+/**
+ * The preview of one dead group (`dead-group.ts`): the rows the request's filters match (dead rows
+ * only, the oldest `GROUP_PREVIEW_SCAN` of them) that belong to the group the digest names, the
+ * oldest `REPLAY_PAGE_CAP` of them listed. The count is exact when the filters matched no more
+ * rows than were read.
+ */
+async function groupPreview(ctx: ConsoleContext, request: ReplayRequest, group: string): Promise<GroupPreview> {
+  if (!GROUP_DIGEST.test(group)) throw new UsageError(`${GROUP_PARAM} must be the value a dead group's link carries, not "${group}"`);
+  if ((request.states ?? ['dead']).some((s) => s !== 'dead')) throw new UsageError(`replay: a dead group's rows are dead rows; ${GROUP_PARAM} selects no sent row`);
+  const table = request.table ?? 'outbox';
+  const read = await previewReplay(ctx.driver, ctx.config, request, { sampleSize: GROUP_PREVIEW_SCAN });
+  const members = read.sample.filter(
+    (r) => ctx.groups.digest('topic' in r ? { table, label: r.topic, consumption: null, error: r.lastError } : { table, label: r.source, consumption: r.consumption, error: r.lastError }) === group,
+  );
+  const complete = read.count <= read.sample.length;
+  return { count: members.length, sample: members.slice(0, REPLAY_PAGE_CAP), complete, ...(complete ? {} : { searched: read.count }) };
+}
+
 /** The previewed rows: topic and key (outbox), or source, consumption and aggregate (inbox). */
 function previewTable(ctx: ConsoleContext, table: TableKind, sample: AnyReplayPreviewRow[]): SafeHtml {
   const head = table === 'outbox' ? html`<th>topic</th><th>key</th>` : html`<th>source</th><th>consumption</th><th>aggregate</th>`;
   return html`<table data-preview><thead><tr><th>row</th>${head}<th>state</th><th class="num">attempt</th><th>created</th><th>last error</th></tr></thead><tbody>
 ${sample.map((r) => {
-  const cells = 'topic' in r ? html`<td>${r.topic}</td><td>${r.key ?? '—'}</td>` : html`<td>${r.source}</td><td>${r.consumption}</td><td>${r.aggregateId || '—'}</td>`;
+  const cells = 'topic' in r ? html`<td>${shown(ctx, r.topic)}</td><td>${shown(ctx, r.key)}</td>` : html`<td>${shown(ctx, r.source)}</td><td>${r.consumption}</td><td>${shown(ctx, r.aggregateId || null)}</td>`;
   return html`<tr data-id="${r.id}"><td>${rowLink(table, r.id)}</td>${cells}<td>${state(r.state)}</td><td class="num">${r.attempt}</td><td>${time(r.createdAt)}</td><td>${ctx.redactor.text(r.lastError).slice(0, 200)}</td></tr>`;
 })}
 </tbody></table>`;

@@ -6,7 +6,7 @@
 import type { ConsoleRow } from '../db/driver.ts';
 import { attemptText } from './attempt-text.ts';
 import { html, type SafeHtml } from './html.ts';
-import { json, page, SHOWN_CHARS, state, time, type ConsoleContext, type TableKind } from './layout.ts';
+import { json, page, shown, SHOWN_CHARS, state, time, type ConsoleContext, type TableKind } from './layout.ts';
 import { traceView } from './trace-view.ts';
 
 /** The row page, or undefined when no such row exists (the server answers 404). */
@@ -20,11 +20,11 @@ export async function rowPage(ctx: ConsoleContext, kind: TableKind, id: string):
     `${kind} row ${row.id}`,
     html`<dl class="fields">
 <dt>state</dt><dd>${state(row.state)}</dd>
-<dt>${kind === 'outbox' ? 'topic' : 'source'}</dt><dd>${row.label}</dd>
-<dt>${kind === 'outbox' ? 'key' : 'aggregate'}</dt><dd><code>${row.key ?? '—'}</code></dd>
+<dt>${kind === 'outbox' ? 'topic' : 'source'}</dt><dd>${shown(ctx, row.label)}</dd>
+<dt>${kind === 'outbox' ? 'key' : 'aggregate'}</dt><dd><code>${shown(ctx, row.key)}</code></dd>
 <dt>attempt</dt><dd>${attemptText(row)}</dd>
 <dt>sequence</dt><dd>${row.sequence}</dd>
-${Object.entries(row.details).map(([k, v]) => html`<dt>${k}</dt><dd>${v ?? '—'}</dd>`)}
+${Object.entries(row.details).map(([k, v]) => html`<dt>${k}</dt><dd>${shown(ctx, v)}</dd>`)}
 </dl>
 <h2>History</h2><ol class="history">${history(row)}</ol>
 ${replayable ? html`<p><a href="/replay/preview?ids=${encodeURIComponent(row.id)}&amp;states=${row.state}">Preview a replay of this row</a></p>` : ''}
@@ -32,7 +32,7 @@ ${replayable ? html`<p><a href="/replay/preview?ids=${encodeURIComponent(row.id)
 <h2>Trace</h2>${trace(ctx, kind, row)}
 <h2>Payload</h2><pre data-payload>${json(ctx.redactor.value(row.payload), SHOWN_CHARS.row)}</pre>
 <h2>Headers</h2><pre>${json(ctx.redactor.value(row.headers), SHOWN_CHARS.row)}</pre>
-<p class="muted">Values under secret-named keys, URL passwords, bearer tokens and the configured secrets are shown as ***.</p>`,
+<p class="muted">Values under secret-named keys, URL passwords, bearer tokens and the configured secrets (in any field) are shown as ***.</p>`,
   );
 }
 

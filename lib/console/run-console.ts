@@ -8,14 +8,13 @@ import { loadConfig, parseConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver, resolveDatabaseUrl } from '../db/create-driver.ts';
 import { ConfigError, QueueBoxError, UsageError } from '../errors.ts';
-import { startConsoleServer, type ConsoleServer } from './console-server.ts';
+import { isLoopback, startConsoleServer, type ConsoleServer } from './console-server.ts';
+import { SESSION_MAX_AGE_SECONDS } from './console-sessions.ts';
 import { readLocalRunFile } from './local-run-file.ts';
 import { localClusterReadMark } from '../db/postgres/local-cluster.ts';
 
 /** Default TCP port of the console. */
 export const CONSOLE_DEFAULT_PORT = 8787;
-
-const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
 /** Options of `queuebox console` plus the IO and stop signal tests inject. */
 export interface RunConsoleOptions {
@@ -89,7 +88,7 @@ export async function runConsole(options: RunConsoleOptions): Promise<void> {
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? CONSOLE_DEFAULT_PORT;
   if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new UsageError(`console: --port must be a TCP port (1 to 65535), not ${port}`);
-  if (!LOOPBACK.has(host)) {
+  if (!isLoopback(host)) {
     if (options.requireToken !== true) {
       throw new UsageError(`console: --host ${host} makes the console reachable from the network; add --require-token (a browser then needs the printed access address), or keep 127.0.0.1 and use an SSH tunnel`);
     }
@@ -121,7 +120,16 @@ export async function runConsole(options: RunConsoleOptions): Promise<void> {
       onError: (error) => options.stderr(`queuebox console: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`),
     });
     options.stdout(`QueueBox console on ${server.url}/ (${options.allowActions ? 'actions allowed' : 'read-only; --allow-actions enables replay'}); Ctrl-C stops it\n`);
-    if (accessToken !== undefined) options.stdout(`open ${server.url}/?access=${accessToken} (the access token is asked for once per browser session; keep it secret)\n`);
+    if (accessToken !== undefined) {
+      options.stdout(`open ${server.url}/?access=${accessToken} (a browser presents the token once and then holds a session for ${SESSION_MAX_AGE_SECONDS / 3600} hours; keep it secret)\n`);
+      if (host === '127.0.0.1' || host === 'localhost') {
+        const [a, b, c] = randomBytes(3);
+        const own = `127.${a}.${b}.${1 + (c! % 254)}`;
+        options.stderr(
+          `note: browsers send the console's session cookie to every server on ${host}, whatever its port; on Linux, an address of the console's own keeps it from other local services: --host ${own} (any 127.x.y.z)\n`,
+        );
+      }
+    }
     options.onListening?.(server);
     if (!stop.signal.aborted) await new Promise((resolve) => stop.signal.addEventListener('abort', resolve, { once: true }));
   } finally {

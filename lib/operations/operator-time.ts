@@ -4,7 +4,10 @@
  * (`Z` or `±hh:mm`). A date alone is midnight UTC of that date. A date-time without a zone is
  * refused: JavaScript would read it as the local time of whichever machine parses it (the
  * console says UTC; the Lambda runs in UTC; a laptop may not), so the same text could select
- * different rows.
+ * different rows. A time must fall within 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z,
+ * the range both databases store (PostgreSQL has no year 0, SQL Server's `datetime2` ends with
+ * 9999): year 0000, or an offset that moves a time past either end, is refused here, not by the
+ * database.
  */
 
 /** A date alone (`2026-11-30`), read as 00:00 UTC. */
@@ -14,11 +17,17 @@ const ZONED = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+
 /** A date-time without a zone. */
 const UNZONED = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?$/;
 
+/** The first and last instants an operator time may name (ms since the epoch). */
+const EARLIEST = Date.parse('0001-01-01T00:00:00Z');
+const LATEST = Date.parse('9999-12-31T23:59:59.999Z');
+
 /** Why `text` is not an operator time (a phrase to follow the key's name), or undefined when it is one. */
 export function operatorTimeProblem(text: string): string | undefined {
   if (UNZONED.test(text)) return `has no time zone: write it in UTC with a Z (e.g. ${text.replace(' ', 'T')}Z) or with an offset such as +02:00`;
   if (!DATE_ONLY.test(text) && !ZONED.test(text)) return 'must be an ISO-8601 time with its zone, such as 2026-11-30T12:00:00Z (or a date alone, 2026-11-30, for 00:00 UTC)';
-  if (Number.isNaN(new Date(text).getTime())) return 'is not a valid time';
+  const ms = new Date(text).getTime();
+  if (Number.isNaN(ms)) return 'is not a valid time';
+  if (ms < EARLIEST || ms > LATEST) return 'is out of range: times run from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z';
   return missingDay(text);
 }
 

@@ -5,6 +5,7 @@
  * only on its own preview and only once, and start-up refuses a bad port or database in one line.
  */
 import assert from 'node:assert/strict';
+import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { createRedactor } from '../../lib/console/redact-row.ts';
@@ -34,6 +35,13 @@ describe('console: malformed input is a 400 naming the field', () => {
     ['/dead?label=a%00b', /label must not contain a NUL/],
     ['/dead?table=inbox&label=%00', /label must not contain a NUL/],
     ['/replay/preview?topics=orders%00', /topics\.0 must not contain a NUL/],
+    // Year 0000 and offsets past either end: PostgreSQL has no year 0, SQL Server's datetime2 ends with 9999.
+    ['/dead?before=0000-01-01T00:00:00Z~00000000-0000-4000-8000-000000000001', /before must be the position an &quot;Older dead rows&quot; link carries/],
+    ['/dead?from=0000-01-01T00:00:00Z', /from is out of range: times run from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z/],
+    ['/dead?to=0001-01-01T00:30:00%2B01:00', /to is out of range/],
+    ['/dead?table=inbox&to=9999-12-31T23:00:00-02:00', /to is out of range/],
+    ['/replay/preview?createdFrom=0000-06-01', /createdFrom is out of range/],
+    ['/replay/preview?table=inbox&sources=s&createdTo=0000-12-31T23:00:00Z', /createdTo is out of range/],
   ];
   for (const [path, message] of cases) {
     it(`GET ${path}`, async () => {
@@ -43,6 +51,37 @@ describe('console: malformed input is a 400 naming the field', () => {
       assert.doesNotMatch(res.body, /\n\s+at /, 'no stack trace');
     });
   }
+
+  it('the first and last times both databases store are taken', async () => {
+    for (const path of ['/dead?from=0001-01-01T00:00:00Z&to=9999-12-31T23:59:59.999Z', '/dead?table=inbox&from=0001-01-01', `/dead?before=${encodeURIComponent('0001-01-01T00:00:00Z~00000000-0000-4000-8000-000000000001')}`, '/replay/preview?createdFrom=0001-01-01T00:00:00Z&createdTo=9999-12-31T23:59:59Z']) {
+      const res = await call(server.url, { path });
+      assert.equal(res.status, 200, `${path}: ${res.body.slice(0, 300)}`);
+    }
+  });
+
+  it('a form larger than 64 KB is a 400 the client reads, not a reset — with or without a Content-Length', async () => {
+    for (const [size, chunked] of [[100 * 1024, false], [100 * 1024, true], [900 * 1024, false], [900 * 1024, true]] as const) {
+      const body = `ids=${'x'.repeat(size)}`;
+      const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const target = new URL(server.url);
+        const req = request(
+          { host: target.hostname, port: target.port, path: '/replay', method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url, ...(chunked ? {} : { 'content-length': String(body.length) }) } },
+          (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (chunk: string) => (text += chunk));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+          },
+        );
+        req.on('error', reject);
+        // Chunked: the body arrives in pieces, and the console finds it too large as it reads.
+        if (chunked) for (let at = 0; at < body.length; at += 8192) req.write(body.slice(at, at + 8192));
+        req.end(chunked ? undefined : body);
+      });
+      assert.equal(answer.status, 400, `${size} bytes, chunked: ${chunked}`);
+      assert.match(answer.body, /form larger than 65536 bytes/);
+    }
+  });
 
   it('none of them reached the 500 handler', () => {
     assert.deepEqual(errors, []);
@@ -128,6 +167,33 @@ describe('console: paging through dead rows leaves none out', () => {
       assert.equal(res.status, 400, before);
       assert.match(res.body, /before must be the position an &quot;Older dead rows&quot; link carries/);
     }
+  });
+});
+
+describe('console: bidirectional formatting characters in a row are shown, not obeyed', () => {
+  let db: TestDatabase;
+  let server: ConsoleServer;
+  withConsoleServer({}, (d, s) => {
+    db = d;
+    server = s;
+  });
+  const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+
+  it('a U+202E in a topic, key, error or payload is written as a visible \\u202e on every page that shows it, as the CLI writes it', async () => {
+    const [row] = await db.query<{ id: string }>(
+      `INSERT INTO "${db.schema}".outbox (topic, key, payload, state, attempt, last_error) VALUES ($1, $2, $3, 'dead', 4, $4) RETURNING id`,
+      ['orders.paid\u202E', 'k\u2067ey\u200F', { note: '\u202Dfdp.exe', hebrew: 'שלום' }, 'HTTP 500 \u202Elive'],
+    );
+    for (const path of ['/dead', `/row/outbox/${row!.id}`, `/replay/preview?ids=${row!.id}`]) {
+      const res = await call(server.url, { path });
+      assert.equal(res.status, 200, path);
+      assert.doesNotMatch(res.body, BIDI, `${path}: no bidirectional formatting character reaches the page`);
+      assert.ok(res.body.includes('orders.paid\\u202e'), `${path}: the topic shows where its override is`);
+      assert.ok(res.body.includes('k\\u2067ey\\u200f'), `${path}: so does the key`);
+    }
+    const page = (await call(server.url, { path: '/dead' })).body;
+    assert.ok(page.includes('HTTP 500 \\u202elive') && page.includes('\\u202dfdp.exe'), 'errors and payloads too');
+    assert.ok(page.includes('שלום'), 'right-to-left text itself is kept');
   });
 });
 

@@ -15,6 +15,7 @@ import type { ConsoleServer } from '../../lib/console/console-server.ts';
 import { escapeHtml, html } from '../../lib/console/html.ts';
 import { configuredSecrets, createRedactor } from '../../lib/console/redact-row.ts';
 import { runConsole } from '../../lib/console/run-console.ts';
+import { terminalText } from '../../lib/operations/terminal-text.ts';
 import type { ConsoleBlockedHead } from '../../lib/db/driver.ts';
 import { ConfigError, UsageError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -45,6 +46,13 @@ describe('console pieces', () => {
     assert.equal(escapeHtml(`<a href="x" onclick='y'>&\``), '&lt;a href=&quot;x&quot; onclick=&#39;y&#39;&gt;&amp;&#96;');
     const inner = html`<b>${'<i>'}</b>`;
     assert.equal(html`<p title="${'"><script>'}">${[inner, '<u>', null, false, 3]}</p>`.text, '<p title="&quot;&gt;&lt;script&gt;"><b>&lt;i&gt;</b>&lt;u&gt;3</p>');
+  });
+
+  it('html writes bidirectional formatting characters as a visible \\uXXXX (as terminalText does) and keeps right-to-left text', () => {
+    const text = 'a\u202Eb\u202Ac\u2066d\u2069e\u200Ff\u061Cg';
+    assert.equal(escapeHtml(text), 'a\\u202eb\\u202ac\\u2066d\\u2069e\\u200ff\\u061cg');
+    assert.equal(escapeHtml(text), terminalText(text), 'the console and the CLI show them alike');
+    assert.equal(html`<td>${'שלום עולם'}</td>`.text, '<td>שלום עולם</td>');
   });
 
   it('the redactor masks secret-named keys, URL passwords, bearer tokens and the configured secrets anywhere', () => {
@@ -258,6 +266,17 @@ describe('queuebox console start-up', () => {
     assert.match(run.stdout, /\nopen http:\/\/0\.0\.0\.0:\d+\/\?access=[A-Za-z0-9_-]{32}/);
     assert.match(run.body, /needs its access token/);
     assert.doesNotMatch(run.body, /Overview/);
+  });
+
+  it('with --require-token on 127.0.0.1 a note says the cookie reaches every local service and names an address of its own; on that address no network warning', async () => {
+    const env = { QUEUEBOX_DATABASE_URL: db.url, QUEUEBOX_DATABASE__SCHEMA: db.schema };
+    const shared = await serve({ env, requireToken: true });
+    assert.match(shared.stdout, /\nopen http:\/\/127\.0\.0\.1:\d+\/\?access=[A-Za-z0-9_-]{32} \(a browser presents the token once and then holds a session for 12 hours/);
+    assert.match(shared.stderr, /^note: browsers send the console's session cookie to every server on 127\.0\.0\.1, whatever its port; .* --host 127\.\d{1,3}\.\d{1,3}\.\d{1,3} \(any 127\.x\.y\.z\)\n$/);
+    const own = await serve({ env, host: '127.61.7.9', requireToken: true });
+    assert.equal(own.stderr, '', 'a 127.x.y.z address is loopback: no warning, no note');
+    assert.match(own.stdout, /\nopen http:\/\/127\.61\.7\.9:\d+\/\?access=/);
+    assert.match(own.body, /needs its access token/);
   });
 
   it('a port already in use is a UsageError naming the address', async () => {

@@ -1,12 +1,15 @@
 /**
  * The console's sessions: a form token works only with the session cookie of the browser it was
  * served to, and with an access token (required off loopback) nothing is served — no page, no
- * asset, no replay — to a client that has not presented it.
+ * asset, no replay — to a client that has not presented it. A session ends 12 hours after it was
+ * issued, and a console may listen on a loopback address of its own (a host name whose cookies no
+ * other local service receives).
  */
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
+import { request, type IncomingMessage } from 'node:http';
 import { describe, it } from 'node:test';
-import { startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
+import { isLoopback, startConsoleServer, type ConsoleServer } from '../../lib/console/console-server.ts';
+import { ConsoleSessions, SESSION_MAX_AGE_SECONDS } from '../../lib/console/console-sessions.ts';
 import { UsageError } from '../../lib/errors.ts';
 import type { TestDatabase } from '../helpers/database.ts';
 import { withConsoleServer } from './console-fixture.ts';
@@ -60,7 +63,7 @@ describe('console sessions: a form token belongs to one browser', () => {
   it('a token read from a page replays nothing from another session or without the cookie; with its own cookie it does', async () => {
     const ids = (await db.query<{ id: string }>(`INSERT INTO "${db.schema}".outbox (topic, payload, state) SELECT 'session.failed', '{}', 'dead' FROM generate_series(1, 2) RETURNING id`)).map((r) => r.id);
     const alice = await call(server.url, '/replay/preview?topics=session.failed');
-    assert.match(alice.cookie, /^queuebox_console_\d+=[0-9a-f]{32}\.[0-9a-f]{64}$/);
+    assert.match(alice.cookie, /^queuebox_console_\d+=[0-9a-f]{32}\.\d+\.[0-9a-f]{64}$/);
     const fields = confirmFields(alice.body);
     assert.ok(fields.get('token'));
     const mallory = await call(server.url, '/');
@@ -113,5 +116,69 @@ describe('console sessions: with an access token', () => {
     const db = { driver: undefined as never, config: undefined as never };
     await assert.rejects(startConsoleServer({ ...db, host: '0.0.0.0', port: 0 }), (e: unknown) => e instanceof UsageError && /not loopback\) needs an access token/.test(e.message));
     await assert.rejects(startConsoleServer({ ...db, host: '0.0.0.0', port: 0, accessToken: 'short' }), UsageError);
+  });
+});
+
+describe('console sessions: a session ends 12 hours after it was issued', () => {
+  const asRequest = (cookie: string) => ({ headers: { cookie } }) as IncomingMessage;
+
+  it('the cookie says Max-Age=43200 and the console refuses it from the 12th hour on, whatever the browser sends', () => {
+    let now = Date.parse('2026-11-30T08:00:00Z');
+    const sessions = new ConsoleSessions(8787, undefined, () => now);
+    const issued = sessions.issue();
+    assert.match(issued.setCookie, /; Max-Age=43200;/);
+    assert.equal(SESSION_MAX_AGE_SECONDS, 12 * 60 * 60);
+    const cookie = issued.setCookie.split(';')[0]!;
+    now += SESSION_MAX_AGE_SECONDS * 1000 - 1;
+    assert.equal(sessions.sessionOf(asRequest(cookie)), issued.id, 'still a session just before the end');
+    assert.ok(sessions.checkFormToken(sessions.sessionOf(asRequest(cookie)), sessions.formToken(issued.id)));
+    now += 1;
+    assert.equal(sessions.sessionOf(asRequest(cookie)), undefined, 'no session once 12 hours have passed');
+    assert.equal(sessions.checkFormToken(sessions.sessionOf(asRequest(cookie)), sessions.formToken(issued.id)), false, 'its form token acts no more');
+    const renewed = cookie.replace(/\.\d+\./, `.${now}.`);
+    assert.equal(sessions.sessionOf(asRequest(renewed)), undefined, 'the issue time is signed: a cookie cannot be made younger');
+  });
+
+  it('an access-token console sets the cookie with its lifetime; after it the browser needs the access address again', async () => {
+    const db = { driver: { dialect: 'postgres' } as never, config: {} as never };
+    const server = await startConsoleServer({ ...db, port: 0, accessToken: 'a-long-random-access-token-0123456789' });
+    try {
+      const opened = await new Promise<string[]>((resolve, reject) => {
+        const target = new URL(server.url);
+        request({ host: target.hostname, port: target.port, path: '/?access=a-long-random-access-token-0123456789' }, (res) => {
+          res.resume();
+          resolve(res.headers['set-cookie'] ?? []);
+        })
+          .on('error', reject)
+          .end();
+      });
+      assert.equal(opened.length, 1);
+      assert.match(opened[0]!, /^queuebox_console_\d+=[0-9a-f]{32}\.\d+\.[0-9a-f]{64}; Path=\/; Max-Age=43200; HttpOnly; SameSite=Strict$/);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('console on a loopback address of its own (127.x.y.z)', () => {
+  it('every 127.0.0.0/8 address is loopback: no access token is required there, and nothing else is', () => {
+    for (const host of ['127.0.0.1', '127.61.7.9', '127.255.255.254', 'localhost', '::1']) assert.equal(isLoopback(host), true, host);
+    for (const host of ['0.0.0.0', '::', '128.0.0.1', '127.256.0.1', '127.1.1', '10.0.0.127', '127.0.0.1.example.com']) assert.equal(isLoopback(host), false, host);
+  });
+
+  let server: ConsoleServer;
+  const accessToken = 'a-long-random-access-token-0123456789';
+  withConsoleServer({ host: '127.61.7.9', accessToken }, (_d, s) => {
+    server = s;
+  });
+
+  it('serves under its own address: the access address there sets the cookie, which opens the pages there', async () => {
+    assert.match(server.url, /^http:\/\/127\.61\.7\.9:\d+$/);
+    const opened = await call(server.url, `/?access=${accessToken}`);
+    assert.equal(opened.status, 303);
+    const page = await call(server.url, '/dead', { headers: { cookie: opened.cookie } });
+    assert.equal(page.status, 200);
+    assert.match(page.body, /Dead rows/);
+    assert.equal((await call(server.url, '/dead', { headers: { host: `127.0.0.2:${new URL(server.url).port}`, cookie: opened.cookie } })).status, 421, 'another host name is refused');
   });
 });
