@@ -4,14 +4,17 @@
  * counting `queuebox_cleanup_messages_deleted_total{table}`. Never touches pending/processing.
  * Every statement is bounded by the deadline (`operationBudgetMs`): a batch still running then is
  * cancelled by the database, and the run returns as incomplete before the invocation ends.
+ * The event is the schedule's, `{}` or none: it takes no options, and any other key is refused
+ * naming it before the database is reached (`parseRetentionEvent`).
  */
 import type { Context } from 'aws-lambda';
-import { runRetention, type RetentionResult } from '../lib/operations/retention.ts';
+import { parseRetentionEvent, runRetention, type RetentionResult } from '../lib/operations/retention.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { createDeadline, operationBudgetMs } from '../lib/runtime/deadline.ts';
 
-export async function handler(_event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
+export async function handler(event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
+  parseRetentionEvent(event);
   const container = await getContainer();
   const { config, driver, logger } = container;
   logger.addContext(context);

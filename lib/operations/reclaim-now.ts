@@ -7,7 +7,8 @@
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver, ReclaimResult } from '../db/driver.ts';
-import { QueueBoxError } from '../errors.ts';
+import { QueueBoxError, UsageError } from '../errors.ts';
+import { scheduledFunctionEvent, unknownKeys } from './scheduled-function-event.ts';
 
 /** Rows returned to `pending`, per table; and rows whose lease expired during their last attempt, now `dead`. */
 export interface ReclaimCounts {
@@ -25,15 +26,16 @@ export interface ReclaimNowOptions {
 }
 
 /**
- * One table's reclaim failed; the other may have committed. `counts` holds what the one that
- * answered did (0 for the failed table), so its rows are counted: the rows it made `dead` went
- * dead whatever happened to the other table.
+ * One table's reclaim failed (or both: `failed` names them; `cause` is the first one's error); the
+ * other may have committed. `counts` holds what the one that answered did (0 for a failed table),
+ * so its rows are counted: the rows it made `dead` went dead whatever happened to the other table.
  */
 export class ReclaimIncompleteError extends QueueBoxError {
   override readonly name = 'ReclaimIncompleteError';
   constructor(
     readonly counts: ReclaimCounts,
     cause: unknown,
+    readonly failed: readonly ('outbox' | 'inbox')[] = [],
   ) {
     super(`reclaim failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
   }
@@ -54,18 +56,26 @@ export async function reclaimNow(options: ReclaimNowOptions): Promise<ReclaimCou
   ]);
   const done = (r: PromiseSettledResult<ReclaimResult>) => (r.status === 'fulfilled' ? r.value : { reclaimed: 0, dead: 0 });
   const counts = { outbox: done(outbox).reclaimed, inbox: done(inbox).reclaimed, outboxDead: done(outbox).dead, inboxDead: done(inbox).dead };
-  const failed = [outbox, inbox].find((r) => r.status === 'rejected');
-  if (failed !== undefined) throw new ReclaimIncompleteError(counts, failed.reason);
+  const failed = ([['outbox', outbox], ['inbox', inbox]] as const).filter(([, r]) => r.status === 'rejected');
+  const first = failed[0]?.[1];
+  if (first?.status === 'rejected') throw new ReclaimIncompleteError(counts, first.reason, failed.map(([table]) => table));
   return counts;
 }
 
+const RECLAIM_USAGE =
+  'the reclaim event is {} or {"force": true} (reclaim now, ignoring the throttle), {"force": false} (reclaim within the throttle, as the schedule does), or the schedule\'s event';
+
 /**
- * True for an EventBridge Scheduler/rule event (`source: "aws.events"`, `detail-type:
- * "Scheduled Event"`) that does not ask for `force`. Anything else — `serverless invoke`, the
- * console's test event, `{"force": true}` — is a manual invocation.
+ * Whether the reclaim function's event asks for a throttled run. The schedule's event is
+ * throttled; `{}` or nothing (an invoke by hand) is not; `"force": true | false` says it outright,
+ * on either. Any other key, and a `force` that is not a boolean, is refused naming it before the
+ * database is reached (`{"force": "true"}` must not run throttled, nor `{"dryRun": true}` reclaim).
  */
-export function isScheduledEvent(event: unknown): boolean {
-  if (typeof event !== 'object' || event === null) return false;
-  const e = event as Record<string, unknown>;
-  return e.source === 'aws.events' && e.force !== true;
+export function reclaimEventThrottled(event: unknown): boolean {
+  const { scheduled, options } = scheduledFunctionEvent('reclaim', event, RECLAIM_USAGE);
+  const unknown = Object.keys(options).filter((key) => key !== 'force');
+  if (unknown.length > 0) throw new UsageError(`reclaim: ${unknownKeys(unknown)}: ${RECLAIM_USAGE}`);
+  const force = options.force;
+  if (force !== undefined && typeof force !== 'boolean') throw new UsageError(`reclaim: force must be true or false, got ${JSON.stringify(force).slice(0, 100)}: ${RECLAIM_USAGE}`);
+  return force === undefined ? scheduled : !force;
 }

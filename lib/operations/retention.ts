@@ -15,6 +15,8 @@
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { DeleteFinishedParams, Driver } from '../db/driver.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { UsageError } from '../errors.ts';
+import { scheduledFunctionEvent, unknownKeys } from './scheduled-function-event.ts';
 
 /** One age policy: which table, which state, how old (hours). */
 export interface RetentionPolicy {
@@ -60,6 +62,25 @@ export function replayHorizonSources(inbox: Pick<QueueBoxConfig['inbox'], 'sourc
     .filter(([, source]) => source.auth?.type === 'github')
     .map(([name]) => name)
     .sort();
+}
+
+const RETENTION_USAGE =
+  'the retention event is {} (or none, or the schedule\'s event): it deletes by the configured ages alone ' +
+  '(retention.outboxSentAfterHours, outboxDeadAfterHours, inboxProcessedAfterHours, inboxDeadAfterHours, set in the configuration file or by QUEUEBOX_RETENTION__* overrides)';
+
+/**
+ * Checks the retention function's event: the schedule's, `{}` or none. It takes no options, so
+ * any other key is refused naming it (`dryRun`, `force`, an age) rather than ignored by a run
+ * that deletes by the configured ages all the same.
+ */
+export function parseRetentionEvent(event: unknown): void {
+  const keys = Object.keys(scheduledFunctionEvent('retention', event, RETENTION_USAGE).options);
+  if (keys.length === 0) return;
+  const hints = [
+    ...(keys.includes('dryRun') ? ['retention has no dry run, here or in the CLI (`queuebox cleanup`)'] : []),
+    ...(keys.includes('force') ? ['to delete while retention.enabled is false, run `queuebox cleanup --force`'] : []),
+  ];
+  throw new UsageError(`retention: ${unknownKeys(keys)}: ${[...hints, RETENTION_USAGE].join('; ')}`);
 }
 
 /** Runs every policy once to exhaustion (or the deadline); does not check `retention.enabled`. */

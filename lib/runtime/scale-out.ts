@@ -49,6 +49,9 @@ export const MAX_GENERATION = 1;
 /** Most due rows one check counts. */
 export const MAX_BACKLOG_COUNT = 1_000_000;
 
+/** The largest slot token (microseconds since 1970): the largest 64-bit integer, as the databases read it (`bigint`, `BIGINT`). */
+const MAX_TOKEN = 2n ** 63n - 1n;
+
 /** What a start event carries. */
 export interface ScaleOutTicket {
   worker: ScaleOutWorker;
@@ -68,7 +71,8 @@ export function scaleOutTicket(event: unknown, worker: ScaleOutWorker): ScaleOut
   if (raw.worker !== worker) throw new UsageError(`${key('worker')} must be ${JSON.stringify(worker)} for this function, not ${JSON.stringify(raw.worker)}`);
   if (!Number.isInteger(raw.generation) || (raw.generation as number) < 1) throw new UsageError(`${key('generation')} must be an integer >= 1`);
   if (!Number.isInteger(raw.slot) || (raw.slot as number) < 1) throw new UsageError(`${key('slot')} must be an integer >= 1`);
-  if (typeof raw.token !== 'string' || !/^\d{1,19}$/.test(raw.token)) throw new UsageError(`${key('token')} must be the slot's token (digits)`);
+  // The database reads the token as a 64-bit integer: 19 digits may be past the largest one.
+  if (typeof raw.token !== 'string' || !/^\d{1,19}$/.test(raw.token) || BigInt(raw.token) > MAX_TOKEN) throw new UsageError(`${key('token')} must be the slot's token (digits, at most ${MAX_TOKEN})`);
   return { worker, generation: raw.generation as number, slot: { slot: raw.slot as number, token: raw.token } };
 }
 

@@ -214,4 +214,15 @@ describe('outbox poller scale-out by backlog', { timeout: 180_000 }, () => {
     await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1, slot: 0, token: '1' } }), /event\.queueboxScaleOut\.slot must be an integer >= 1/);
     await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'inboxRelay', generation: 1, slot: 1, token: '1' } }), /event\.queueboxScaleOut\.worker must be "outboxPoller"/);
   });
+
+  it('refuses a start event whose token is past the largest 64-bit integer, naming the key, as it refuses other malformed tokens', async () => {
+    // 19 digits, as a token may have, but above 9223372036854775807: the database cannot read it.
+    for (const token of ['9999999999999999999', '9223372036854775808']) {
+      await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1, slot: 1, token } }), (error: Error) => {
+        assert.equal(error.name, 'UsageError', error.message);
+        assert.match(error.message, /event\.queueboxScaleOut\.token must be the slot's token/);
+        return true;
+      });
+    }
+  });
 });
