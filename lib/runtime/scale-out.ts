@@ -46,6 +46,9 @@ export const MAX_CHECK_DELAY_MS = 5_000;
 export const CHECK_FRACTION = 0.1;
 /** Passes of this generation or later start none: only a scheduled pass (generation 0) does. */
 export const MAX_GENERATION = 1;
+
+/** The highest slot a start event may name: `maxConcurrentPasses` is at most 64, its slots 1 … 63. */
+const MAX_SLOT = 63;
 /** Most due rows one check counts. */
 export const MAX_BACKLOG_COUNT = 1_000_000;
 
@@ -69,8 +72,9 @@ export function scaleOutTicket(event: unknown, worker: ScaleOutWorker): ScaleOut
   const key = (field: string) => `event.${SCALE_OUT_EVENT_KEY}.${field}`;
   if (typeof raw !== 'object' || raw === null) throw new UsageError(`event.${SCALE_OUT_EVENT_KEY} must be an object`);
   if (raw.worker !== worker) throw new UsageError(`${key('worker')} must be ${JSON.stringify(worker)} for this function, not ${JSON.stringify(raw.worker)}`);
-  if (!Number.isInteger(raw.generation) || (raw.generation as number) < 1) throw new UsageError(`${key('generation')} must be an integer >= 1`);
-  if (!Number.isInteger(raw.slot) || (raw.slot as number) < 1) throw new UsageError(`${key('slot')} must be an integer >= 1`);
+  // A started pass carries generation 1 (`MAX_GENERATION`) and a slot below `maxConcurrentPasses` (at most 64).
+  if (!Number.isInteger(raw.generation) || (raw.generation as number) < 1 || (raw.generation as number) > MAX_GENERATION) throw new UsageError(`${key('generation')} must be an integer from 1 to ${MAX_GENERATION}`);
+  if (!Number.isInteger(raw.slot) || (raw.slot as number) < 1 || (raw.slot as number) > MAX_SLOT) throw new UsageError(`${key('slot')} must be an integer from 1 to ${MAX_SLOT}`);
   // The database reads the token as a 64-bit integer: 19 digits may be past the largest one.
   if (typeof raw.token !== 'string' || !/^\d{1,19}$/.test(raw.token) || BigInt(raw.token) > MAX_TOKEN) throw new UsageError(`${key('token')} must be the slot's token (digits, at most ${MAX_TOKEN})`);
   return { worker, generation: raw.generation as number, slot: { slot: raw.slot as number, token: raw.token } };

@@ -211,7 +211,10 @@ describe('outbox poller scale-out by backlog', { timeout: 180_000 }, () => {
   });
 
   it('refuses a start event of the wrong shape, naming the key', async () => {
-    await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1, slot: 0, token: '1' } }), /event\.queueboxScaleOut\.slot must be an integer >= 1/);
+    await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1, slot: 0, token: '1' } }), /event\.queueboxScaleOut\.slot must be an integer from 1 to 63/);
+    await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1, slot: 1e300, token: '1' } }), /event\.queueboxScaleOut\.slot must be an integer from 1 to 63/);
+    await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 2, slot: 1, token: '1' } }), /event\.queueboxScaleOut\.generation must be an integer from 1 to 1/);
+    await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'outboxPoller', generation: 1e300, slot: 1, token: '1' } }), /event\.queueboxScaleOut\.generation must be an integer from 1 to 1/);
     await assert.rejects(invoke({ [SCALE_OUT_EVENT_KEY]: { worker: 'inboxRelay', generation: 1, slot: 1, token: '1' } }), /event\.queueboxScaleOut\.worker must be "outboxPoller"/);
   });
 
