@@ -20,11 +20,20 @@
  * `statement_timeout` is set for the statement's own implicit transaction in that same round trip
  * (`boundedSingleTrip`), which bounds what the statement itself cannot: the wait for a lock on
  * the table (a migration's `ALTER TABLE`, `VACUUM FULL`), taken before it executes.
+ *
+ * The server applies that timeout only while it answers. Inside a pass the client bounds the rest
+ * itself, for a server that has gone silent (a network partition, a failover that leaves the
+ * connection open): the wait for a pooled connection, a new one's start-up included, ends with the
+ * budget (`checkOut`: `InvocationEndedError`, nothing was sent), and a statement not answered by
+ * its budget plus `NO_ANSWER_GRACE_MS` fails on the client, its connection closed and never
+ * reused (`answerWithin`). Outside a pass (no budget) neither applies.
  */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { QueueBoxConfig } from '../../config/schema.ts';
-import { requireStatementBudgetMs, statementBudgetMs } from '../statement-budget.ts';
+import { InvocationEndedError, requireStatementBudgetMs, statementBudgetMs } from '../statement-budget.ts';
+import { MAX_TIMER_MS } from '../../runtime/timer-limit.ts';
+import { ANSWER_GRACE_MS } from '../../runtime/deadline.ts';
 import { mapPgError } from './error-map.ts';
 import { QueueBoxError } from '../../errors.ts';
 
@@ -44,7 +53,7 @@ const valuesNow = (values: PgValues): unknown[] => (typeof values === 'function'
  * as `pool.query` does.
  */
 async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
+  const client = await checkOut(pool);
   const lost = watchCheckedOut(client);
   try {
     const result = await run(client);
@@ -56,6 +65,124 @@ async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Pr
     client.release(error instanceof Error ? error : true);
     throw error;
   }
+}
+
+/**
+ * Checks a client out of `pool`. Inside a pass the wait — for a connection another statement
+ * holds, or for a new connection's start-up — ends with the budget, when that comes before
+ * `database.connectTimeoutMs` (the pool's `connectionTimeoutMillis`): `pg-pool` reads that option
+ * when `connect()` is called, for the timer of a wait in its queue and for the one that ends a new
+ * connection still starting up, so it is lowered to the budget for this call alone (and put back
+ * before anything else runs). A wait the budget ended throws `InvocationEndedError`: no statement
+ * was sent, as when the invocation has no time left to send one; a connection still starting up
+ * then is closed, not left to finish after the invocation.
+ */
+async function checkOut(pool: pg.Pool): Promise<pg.PoolClient> {
+  const budget = requireStatementBudgetMs();
+  const options = pool.options as { connectionTimeoutMillis?: number };
+  const configured = options.connectionTimeoutMillis;
+  if (budget === undefined || (configured !== undefined && configured > 0 && configured <= budget)) return pool.connect();
+  let connecting: Promise<pg.PoolClient>;
+  options.connectionTimeoutMillis = Math.min(Math.max(1, budget), MAX_TIMER_MS);
+  try {
+    connecting = pool.connect();
+  } finally {
+    options.connectionTimeoutMillis = configured;
+  }
+  try {
+    return await connecting;
+  } catch (error) {
+    // `pg-pool`'s and `pg`'s messages for a wait or a start-up cut by that timeout.
+    if (error instanceof Error && /timeout/i.test(error.message)) throw new InvocationEndedError();
+    throw error;
+  }
+}
+
+/**
+ * How long past its budget a statement's answer is still awaited on the client (ms). The server
+ * cancels a statement at its budget (`statement_timeout`) and says so at once; an answer still
+ * missing this much later means the server is not answering at all. Well under the least
+ * `lambda.deadlineMarginMs` (1 s), the time a receiver keeps back to answer after its store
+ * was cut at the deadline.
+ */
+export const NO_ANSWER_GRACE_MS = 250;
+
+/** Clients whose connection `answerWithin` closed: nothing more is sent on them (no `ROLLBACK`). */
+const cutClients = new WeakSet<object>();
+
+/**
+ * Sends a statement on `client` (`send`) and waits for its answer; inside a pass, no longer than
+ * `budgetMs` (the time left when it is sent) plus `NO_ANSWER_GRACE_MS`. Past that the server is
+ * silent: the connection is closed (`cutConnection`) and the statement fails with SQLSTATE 08006
+ * (connection failure; `mapPgError` makes it a `TransientDatabaseError`), whose outcome is
+ * unknown, as for any connection lost under a statement: the callers' handling of a lost
+ * connection applies. One timer per statement at a time; none without a budget.
+ *
+ * A process frozen past the limit (a Lambda container between invocations) finds its timer due at
+ * once when it is thawed, while the server may have answered meanwhile: the answers already
+ * received are read first (the timer gives up only after one more turn of the event loop, once its
+ * I/O is read), and a timer that fired late by more than the grace — the process was frozen or
+ * held up — waits `ANSWER_GRACE_MS` more for answers still on their way, as a pass waits for its
+ * statements' answers after a freeze (`answerWaitMs`).
+ */
+function answerWithin<T>(client: PgQueryable, send: () => Promise<T>, budgetMs: number | undefined = statementBudgetMs()): Promise<T> {
+  if (budgetMs === undefined || client instanceof pg.Pool) return send();
+  const limitMs = Math.max(0, budgetMs) + NO_ANSWER_GRACE_MS;
+  if (!(limitMs < MAX_TIMER_MS)) return send();
+  return new Promise<T>((resolve, reject) => {
+    let done = false;
+    const giveUp = () =>
+      setImmediate(() => {
+        if (done) return;
+        done = true;
+        cutConnection(client);
+        reject(Object.assign(new Error(`no answer from the database within the statement's time (${budgetMs} ms, what was left of the invocation) and ${NO_ANSWER_GRACE_MS} ms more: the connection was closed; whether the statement took effect is unknown`), { code: '08006' }));
+      });
+    const armedAt = performance.now();
+    let timer = setTimeout(() => {
+      if (performance.now() - armedAt > limitMs + NO_ANSWER_GRACE_MS) timer = setTimeout(giveUp, ANSWER_GRACE_MS);
+      else giveUp();
+    }, limitMs);
+    const finish = (settle: () => void) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      settle();
+    };
+    let sent: Promise<T>;
+    try {
+      sent = send();
+    } catch (error) {
+      finish(() => reject(error));
+      return;
+    }
+    sent.then(
+      (value) => finish(() => resolve(value)),
+      (error: unknown) => finish(() => reject(error)),
+    );
+  });
+}
+
+/**
+ * Closes the connection of a `pg` client whose statement got no answer, so it is never used
+ * again: `end()` first, which makes the client report the close as asked for (no `'error'`
+ * event, which on a client nobody listens to would end the process; a pool removes an ended
+ * client when it is released), then its socket destroyed (`end()` alone waits for a pipelined
+ * client's answers). The statements waiting on it fail. A client of another kind (`pg-native`)
+ * is left to its pool, which ends it when it is released with the error.
+ */
+function cutConnection(client: PgQueryable): void {
+  const c = client as { end?: () => unknown; connection?: { stream?: { destroy?: () => void } } };
+  const stream = c.connection?.stream;
+  if (typeof stream?.destroy !== 'function') return;
+  cutClients.add(client);
+  try {
+    const ended = c.end?.();
+    if (ended instanceof Promise) ended.catch(() => {});
+  } catch {
+    // ending a client that is already closing
+  }
+  stream.destroy();
 }
 
 /**
@@ -138,7 +265,7 @@ const TIMEOUT_REFRESH_MS = 50;
 export async function pgSetTransactionTimeout(client: pg.PoolClient, settings: string): Promise<void> {
   const budget = requireStatementBudgetMs();
   const ms = budget === undefined ? 0 : Math.max(1, Math.floor(budget));
-  await client.query(`SET LOCAL statement_timeout = ${ms}; ${settings}`);
+  await answerWithin(client, () => client.query(`SET LOCAL statement_timeout = ${ms}; ${settings}`), budget);
   if (budget !== undefined) boundedClients.set(client, { timeoutMs: ms });
 }
 
@@ -166,7 +293,7 @@ async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQuerya
   }
   const bounded = boundedClients.get(db);
   if (bounded !== undefined && budget < bounded.timeoutMs - TIMEOUT_REFRESH_MS) {
-    await db.query(setLocalTimeout(budget));
+    await answerWithin(db, () => db.query(setLocalTimeout(budget)), budget);
     bounded.timeoutMs = budget;
   }
   return undefined;
@@ -195,8 +322,10 @@ async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;
-    if (typeof values === 'function' && db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>(text, values()));
-    return await db.query<R>(text, valuesNow(values));
+    if (db instanceof pg.Pool && (typeof values === 'function' || statementBudgetMs() !== undefined)) {
+      return await onConnection(db, (client) => answerWithin(client, () => client.query<R>(text, valuesNow(values))));
+    }
+    return await answerWithin(db, () => db.query<R>(text, valuesNow(values)));
   } catch (error) {
     throw mapPgError(error);
   }
@@ -212,7 +341,8 @@ export async function pgSimpleQuery(db: PgQueryable, text: string): Promise<pg.Q
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgSimpleQuery(client, text))) as pg.QueryResult | pg.QueryResult[];
-    return (await (db as pg.Pool).query(text)) as pg.QueryResult | pg.QueryResult[];
+    if (db instanceof pg.Pool && statementBudgetMs() !== undefined) return (await onConnection(db, (client) => answerWithin(client, () => client.query(text)))) as pg.QueryResult | pg.QueryResult[];
+    return (await answerWithin(db, () => (db as pg.Pool).query(text))) as pg.QueryResult | pg.QueryResult[];
   } catch (error) {
     throw mapPgError(error);
   }
@@ -233,12 +363,16 @@ export async function pgSingleTrip<R extends pg.QueryResultRow>(db: PgQueryable,
       return await onConnection(db, (client) => {
         // The budget when the statement is sent (after any wait for a connection).
         const budget = statementBudgetMs();
-        return budget !== undefined && budget < poolStatementTimeoutMs(db) ? boundedSingleTrip<R>(client, text, valuesNow(values), budget) : client.query<R>(text, valuesNow(values));
+        return answerWithin(
+          client,
+          () => (budget !== undefined && budget < poolStatementTimeoutMs(db) ? boundedSingleTrip<R>(client, text, valuesNow(values), budget) : client.query<R>(text, valuesNow(values))),
+          budget,
+        );
       });
     }
     // A client inside a QueueBox transaction: its `statement_timeout` follows the budget as usual.
     await boundStatement(db);
-    return await db.query<R>(text, valuesNow(values));
+    return await answerWithin(db, () => db.query<R>(text, valuesNow(values)));
   } catch (error) {
     throw mapPgError(error);
   }
@@ -344,8 +478,10 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared))) as pg.QueryResult<R>;
-    if (typeof values === 'function' && db instanceof pg.Pool) return await onConnection(db, (client) => client.query<R>({ name: statementName(text), text, values: values() }));
-    return await db.query<R>({ name: statementName(text), text, values: valuesNow(values) });
+    if (db instanceof pg.Pool && (typeof values === 'function' || statementBudgetMs() !== undefined)) {
+      return await onConnection(db, (client) => answerWithin(client, () => client.query<R>({ name: statementName(text), text, values: valuesNow(values) })));
+    }
+    return await answerWithin(db, () => db.query<R>({ name: statementName(text), text, values: valuesNow(values) }));
   } catch (error) {
     throw mapPgError(error);
   }
@@ -358,7 +494,7 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg
 export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: { signal?: AbortSignal } = {}): Promise<T> {
   let client: pg.PoolClient;
   try {
-    client = await pool.connect();
+    client = await checkOut(pool);
   } catch (error) {
     throw mapPgError(error);
   }
@@ -390,10 +526,10 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     let begun: pg.QueryResult | pg.QueryResult[];
     if (budget !== undefined && budget < ceilingMs) {
       // One round trip: BEGIN and the timeout for the transaction's first statement.
-      begun = await client.query(`BEGIN; ${setLocalTimeout(budget)}${pidQuery}`);
+      begun = await answerWithin(client, () => client.query(`BEGIN; ${setLocalTimeout(budget)}${pidQuery}`), budget);
       boundedClients.set(client, { timeoutMs: budget });
     } else {
-      begun = await client.query(`BEGIN${pidQuery}`);
+      begun = await answerWithin(client, () => client.query(`BEGIN${pidQuery}`), budget);
       if (budget !== undefined) boundedClients.set(client, { timeoutMs: ceilingMs });
     }
     if (signal !== undefined) {
@@ -405,13 +541,20 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     const result = await work(client);
     // Given up while the work ran: its transaction must not commit.
     if (ended) throw new QueueBoxError('transaction ended: the work it was for was given up');
-    await client.query('COMMIT');
+    // Sent whatever the time left (not committing is no way to end in time), bounded like any
+    // statement: by the budget, none left counting as 0, plus `NO_ANSWER_GRACE_MS`.
+    await answerWithin(client, () => client.query('COMMIT'));
     return result;
   } catch (error) {
-    try {
-      await client.query('ROLLBACK');
-    } catch {
-      broken = true;
+    // A connection closed for want of an answer takes its transaction with it (the server rolls
+    // it back when it notices): no ROLLBACK is sent on it.
+    if (cutClients.has(client)) broken = true;
+    else {
+      try {
+        await answerWithin(client, () => client.query('ROLLBACK'));
+      } catch {
+        broken = true;
+      }
     }
     throw mapPgError(error);
   } finally {
