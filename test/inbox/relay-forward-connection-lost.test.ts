@@ -11,7 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import net from 'node:net';
+import type net from 'node:net';
 import pg from 'pg';
 import type { Driver, InboxForwardItem, InboxRow } from '../../lib/db/driver.ts';
 import { createPgPool } from '../../lib/db/postgres/pg-pool.ts';
@@ -20,6 +20,7 @@ import { forwardItemOf, relayMessage, runRelayPass, type RelaySummary } from '..
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { createDeadline } from '../../lib/runtime/deadline.ts';
+import { startStallProxy } from '../helpers/stall-proxy.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
@@ -129,25 +130,11 @@ describe('inbox relay: a forward whose answer was lost after it committed', () =
   it('batched: the connection is cut while the forward waits on the server, whose first run then commits; the run sent again waits behind it and counts the row as forwarded', async () => {
     // A TCP proxy between the pool and the server, so the connection can be cut as a proxy
     // restart or a network reset cuts it: the first run goes on waiting on the server.
-    const sockets = new Set<net.Socket>();
-    const proxy = net.createServer((inbound) => {
-      const url = new URL(db.url);
-      const outbound = net.connect(Number(url.port || 5432), url.hostname);
-      sockets.add(inbound).add(outbound);
-      inbound.pipe(outbound).pipe(inbound);
-      const close = () => {
-        inbound.destroy();
-        outbound.destroy();
-      };
-      for (const socket of [inbound, outbound]) socket.on('error', close).on('close', close);
-    });
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-    const proxied = new URL(db.url);
-    proxied.hostname = '127.0.0.1';
-    proxied.port = String((proxy.address() as net.AddressInfo).port);
-    const pool = createPgPool(db.config.database, proxied.toString());
+    const proxy = await startStallProxy(db.url);
+    const proxied = proxy.through(db.url);
+    const pool = createPgPool(db.config.database, proxied);
     pool.on('error', () => {});
-    const driver = new PostgresDriver({ config: db.config, url: proxied.toString(), pool });
+    const driver = new PostgresDriver({ config: db.config, url: proxied, pool });
     const app = new pg.Client({ connectionString: db.url });
     try {
       const ids = await store(['A', 'B']);
@@ -160,7 +147,7 @@ describe('inbox relay: a forward whose answer was lost after it committed', () =
       const waiting = async () =>
         (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%marked AS (%' AND query LIKE $1`, [`%${db.schema}%`]))[0]!.n;
       for (let i = 0; i < 250 && (await waiting()) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 20));
-      for (const socket of sockets) socket.destroy();
+      proxy.endAll();
       // The run sent again waits behind the first, which still waits on the server.
       for (let i = 0; i < 250 && (await waiting()) < 2; i++) await new Promise((resolve) => setTimeout(resolve, 20));
       assert.equal(await waiting(), 2, 'both runs wait for the row');
@@ -175,7 +162,7 @@ describe('inbox relay: a forward whose answer was lost after it committed', () =
       await app.end().catch(() => {});
       await driver.close();
       await pool.end().catch(() => {});
-      await new Promise((resolve) => proxy.close(resolve));
+      await proxy.close();
     }
   });
 
