@@ -31,7 +31,7 @@ const NO_PASS: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, c
 export function createInboxRelay(options: InboxRelayOptions = {}): (event: unknown, context: Context) => Promise<InboxRelayResult> {
   const invoke = options.invoke ?? lambdaInvoker();
   return async function inboxRelay(event, context) {
-    const container = await getContainer();
+    const container = await getContainer(context);
     container.logger.addContext(context);
     const metrics = passMetrics(container);
     const deadline = createDeadline(context, container.config.lambda.deadlineMarginMs);

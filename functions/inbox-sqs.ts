@@ -13,7 +13,7 @@ import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 const receiverOf = perContainer(createSqsReceiver);
 
 export async function handler(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {
-  const container = await getContainer();
+  const container = await getContainer(context);
   container.logger.addContext(context);
   const receive = receiverOf(container);
   const metrics = passMetrics(container);

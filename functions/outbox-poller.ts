@@ -48,7 +48,7 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
   });
 
   return async function outboxPoller(event, context) {
-    const container = await getContainer();
+    const container = await getContainer(context);
     const { destinations, router } = dependencies(container);
     const metrics = passMetrics(container);
     const logger = container.logger;

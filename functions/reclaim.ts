@@ -23,7 +23,7 @@ import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 
 export async function handler(event: unknown, context: Context): Promise<ReclaimCounts & { throttled: boolean }> {
   const throttled = reclaimEventThrottled(event);
-  const container = await getContainer();
+  const container = await getContainer(context);
   container.logger.addContext(context);
   const metrics = passMetrics(container);
   const count = (counts: ReclaimCounts) => {

@@ -15,7 +15,7 @@ import { parseReplayCommand, runReplayCommand } from '../lib/operations/replay.t
 import { getContainer } from '../lib/runtime/container.ts';
 
 export async function handler(event: unknown, context: Context): Promise<Awaited<ReturnType<typeof runReplayCommand>>> {
-  const container = await getContainer();
+  const container = await getContainer(context);
   container.logger.addContext(context);
   const command = parseReplayCommand(event);
   // Bounded by the deadline: a replay still running then is cancelled (and rolled back) by the

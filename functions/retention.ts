@@ -15,7 +15,7 @@ import { createDeadline, operationBudgetMs } from '../lib/runtime/deadline.ts';
 
 export async function handler(event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
   parseRetentionEvent(event);
-  const container = await getContainer();
+  const container = await getContainer(context);
   const { config, driver, logger } = container;
   logger.addContext(context);
   if (!config.retention.enabled) {

@@ -7,9 +7,12 @@ import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
+import { TransientDatabaseError } from '../errors.ts';
 import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
 import { createTracer, type Tracer } from '../observability/tracing.ts';
+import type { RemainingTime } from './deadline.ts';
 import { memoizeByObject } from './memo.ts';
 import { isDatabaseLoginFailure, SECRET_REREAD_TIMEOUT_MS, withDatabaseUrl, withinMs } from './secrets.ts';
 import { loadSourceSecrets, type SecretLookup } from './source-secrets.ts';
@@ -41,18 +44,67 @@ let minRefetchMs = 30_000;
  * Builds (once) and returns the container's dependencies; start-up fails on bad config or schema.
  * A database secret older than `secrets.maxAgeSeconds` is read again first; when it changed, the
  * container is rebuilt, so every new connection uses the new credentials.
+ *
+ * `context`: the invocation that asks. A start-up it begins (a cold container, or one rebuilt
+ * after a rotation) ends by its deadline — the invocation's end less `lambda.deadlineMarginMs`
+ * (the least margin, 1 s, until the configuration is read; half the invocation when it is shorter
+ * than two margins) — as the invocation's own statements do: the database secret's read, the wait
+ * for the first connection and the schema check. A database that does not answer then fails the
+ * start-up with a `TransientDatabaseError` (the inbox answers 503) or `InvocationEndedError` in
+ * time to answer, instead of holding the invocation until it times out.
  */
-export function getContainer(): Promise<Container> {
+export function getContainer(context?: RemainingTime): Promise<Container> {
   if (current !== undefined && databaseSecret !== undefined && Date.now() - databaseSecret.readAt >= databaseSecret.maxAgeMs) {
     databaseSecret.readAt = Date.now();
-    current = reconnectIfRotated(current, databaseSecret.url);
+    current = reconnectIfRotated(current, databaseSecret.url, context);
   }
-  current ??= buildContainer();
+  current ??= buildContainer(context);
   return current;
 }
 
+/** The least margin (`lambda.deadlineMarginMs`), used for a start-up's budget until the configuration is read. */
+const START_UP_MARGIN_MS = 1000;
+
+/** What a start-up keeps back from its invocation; the configured margin once known (`set`). */
+interface StartUpBudget {
+  /** Milliseconds left for the start-up's statements and reads (never negative). */
+  remainingMs(): number;
+  /** The margin of the configuration read. */
+  setMarginMs(ms: number): void;
+}
+
+function startUpBudget(context: RemainingTime): StartUpBudget {
+  const total = context.getRemainingTimeInMillis();
+  let marginMs = START_UP_MARGIN_MS;
+  return {
+    remainingMs: () => Math.max(0, context.getRemainingTimeInMillis() - (total > 2 * marginMs ? marginMs : total / 2)),
+    setMarginMs: (ms) => void (marginMs = ms),
+  };
+}
+
+/** `build()`, its statements bounded by `budget` when there is one. */
+function withinStartUp<T>(budget: StartUpBudget | undefined, build: () => Promise<T>): Promise<T> {
+  return budget === undefined ? build() : withStatementBudget(budget.remainingMs, build);
+}
+
+/**
+ * `read` (of the secret stores: `what`), or a `TransientDatabaseError` once the start-up's time is
+ * gone: without its secrets the container cannot reach the database. The read is abandoned.
+ */
+function readWithin<T>(budget: StartUpBudget | undefined, what: string, read: Promise<T>): Promise<T> {
+  if (budget === undefined) return read;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new TransientDatabaseError(`${what} not read from the secret store before the invocation's deadline`, undefined)),
+      budget.remainingMs(),
+    );
+  });
+  return Promise.race([read, late]).finally(() => clearTimeout(timer));
+}
+
 /** `previous`, or a new container when the database secret no longer holds `url`; a read that fails or gets no answer within `SECRET_REREAD_TIMEOUT_MS` keeps `previous`. */
-async function reconnectIfRotated(previous: Promise<Container>, url: string): Promise<Container> {
+async function reconnectIfRotated(previous: Promise<Container>, url: string, context: RemainingTime | undefined): Promise<Container> {
   const container = await previous;
   let fresh: string | undefined;
   try {
@@ -64,7 +116,7 @@ async function reconnectIfRotated(previous: Promise<Container>, url: string): Pr
   if (fresh === undefined || fresh === url) return container;
   container.logger.info('database secret changed: reconnecting with the new one');
   await container.driver.close().catch(() => {});
-  return buildContainer();
+  return buildContainer(context);
 }
 
 /**
@@ -74,7 +126,8 @@ async function reconnectIfRotated(previous: Promise<Container>, url: string): Pr
  * Either read bypasses the cache at most once per `secrets.minRefetchSeconds`, so a wrong
  * password cannot turn every invocation into a Secrets Manager call.
  */
-function buildContainer(): Promise<Container> {
+function buildContainer(context?: RemainingTime): Promise<Container> {
+  const budget = typeof context?.getRemainingTimeInMillis === 'function' ? startUpBudget(context) : undefined;
   const forceNow = () => {
     if (Date.now() - lastForcedRead < minRefetchMs) return false;
     lastForcedRead = Date.now();
@@ -82,26 +135,27 @@ function buildContainer(): Promise<Container> {
   };
   const build = async () => {
     try {
-      return await buildWithSecrets(refetchSecrets && forceNow());
+      return await buildWithSecrets(refetchSecrets && forceNow(), budget);
     } catch (error) {
       if (!isDatabaseLoginFailure(error) || !forceNow()) throw error;
-      return await buildWithSecrets(true);
+      return await buildWithSecrets(true, budget);
     } finally {
       refetchSecrets = false;
     }
   };
-  return build().catch((error: unknown) => {
+  return withinStartUp(budget, build).catch((error: unknown) => {
     current = undefined; // a later invocation retries the start-up
     throw error;
   });
 }
 
-async function buildWithSecrets(forceFetch: boolean): Promise<Container> {
-  const withUrl = await withDatabaseUrl(process.env, { forceFetch });
+async function buildWithSecrets(forceFetch: boolean, budget: StartUpBudget | undefined): Promise<Container> {
+  const withUrl = await readWithin(budget, 'the database connection string was', withDatabaseUrl(process.env, { forceFetch }));
   const config = loadConfig({ env: withUrl });
+  budget?.setMarginMs(config.lambda.deadlineMarginMs);
   minRefetchMs = config.secrets.minRefetchSeconds * 1000;
   const logger = createLogger({ serviceName: config.observability.serviceName, logLevel: config.observability.logLevel });
-  const secrets = await loadSourceSecrets({ env: withUrl, config, logger });
+  const secrets = await readWithin(budget, "the inbox sources' secrets were", loadSourceSecrets({ env: withUrl, config, logger }));
   const built = await createDriver(config, withUrl);
   try {
     await built.schemaVerify();

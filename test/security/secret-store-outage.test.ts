@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { handler as httpHandler } from '../../functions/inbox-http.ts';
 import { handler as reclaimHandler } from '../../functions/reclaim.ts';
 import { createHttpReceiver } from '../../lib/inbox/http-receiver.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
@@ -77,6 +78,30 @@ describe('a secret store that does not answer', () => {
       assert.equal(store.calls.filter((c) => c.endsWith('/slow/CRM_TOKEN')).length, 2, 'the cold-start read and one re-read');
     } finally {
       store.delayMs = 0;
+    }
+  });
+
+  it("a cold start whose database secret gets no answer: the HTTP receiver answers 503 before the invocation's end", { timeout: 30_000 }, async () => {
+    store.hang = true;
+    delete process.env.QUEUEBOX_DATABASE_URL;
+    delete process.env.DATABASE_URL;
+    Object.assign(process.env, { QUEUEBOX_DATABASE_SECRET_ID: 'outage/cold-db', QUEUEBOX_DATABASE__SCHEMA: db.schema, QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS: '1000' });
+    setContainer(undefined);
+    try {
+      const context = fakeLambdaContext({ timeoutMs: 3000 });
+      let timer: NodeJS.Timeout | undefined;
+      const ended = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), context.getRemainingTimeInMillis())));
+      const answered = await Promise.race([httpHandler(apiGatewayV2Event('/inbox/crm', '{}', { authorization: `Bearer ${TOKEN}` }), context).then((response) => ({ response, remainingMs: context.getRemainingTimeInMillis() })), ended]);
+      clearTimeout(timer);
+      assert.ok(answered !== undefined, 'answered before the invocation ended');
+      assert.ok(answered.remainingMs > 0, `answered with ${answered.remainingMs} ms left`);
+      assert.equal(answered.response.statusCode, 503, 'the sender is told to retry');
+      assert.equal(store.calls.filter((c) => c.endsWith(':outage/cold-db')).length, 1, 'the secret was asked for once');
+    } finally {
+      store.hang = false;
+      for (const key of ['QUEUEBOX_DATABASE_SECRET_ID', 'QUEUEBOX_DATABASE__SCHEMA', 'QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS']) delete process.env[key];
+      process.env.DATABASE_URL = saved.DATABASE_URL;
+      setContainer(undefined);
     }
   });
 
