@@ -136,9 +136,7 @@ interface PgClientLike {
  * nothing the caller sends can come between them: a write not awaited before the caller's
  * `ROLLBACK` ends with that transaction, and behind a pool the server refuses the savepoint and
  * runs nothing. An object whose `query` forwards gets the same as one simple query, the values
- * written into it as literals (`checkedSimpleQuery`), when `uuidValues` says every bind value of
- * the statement is a UUID (or null) compared with a `uuid` column; otherwise (`enqueue`'s values
- * are text of any kind) the check is a query of its own, as for `I`.
+ * written into it as literals (`checkedSimpleQuery`).
  *
  * A `pg.Pool` and TypeORM's objects are refused before any statement. What has no `query` (an
  * `mssql` Transaction given to `complete`) is handed to `work` as it is.
@@ -148,7 +146,6 @@ export async function writeInsidePgTransaction<H extends CallerTransaction, T>(
   operation: string,
   work: (db: H extends { query: unknown } ? Pick<H, 'query'> : H) => Promise<T>,
   written: (result: T) => string,
-  options: { uuidValues?: boolean } = {},
 ): Promise<T> {
   const run = work as (db: unknown) => Promise<T>;
   if (isCallerExecutor(tx)) return insideExecutorTransaction(tx, operation, run, written);
@@ -167,7 +164,7 @@ export async function writeInsidePgTransaction<H extends CallerTransaction, T>(
         "await client.query('BEGIN'); … pass client …; await client.query('COMMIT')",
     );
   if (status !== 'T' && status !== 'E') {
-    const checked = reports ? undefined : (checkedPgQuery(client) ?? (options.uuidValues === true ? checkedSimpleQuery(client) : undefined));
+    const checked = reports ? undefined : (checkedPgQuery(client) ?? checkedSimpleQuery(client));
     if (checked !== undefined) {
       // The check goes with the statement; nothing to ask afterwards either.
       try {
@@ -287,18 +284,35 @@ export function checkedPgQuery(client: unknown): ((text: string, values: unknown
     });
 }
 
-/** What PostgreSQL reads as a `uuid` is written in these characters only (hex digits, hyphens, braces): quoted, such a value is a literal and nothing else. */
-const UUID_CHARACTERS = /^[0-9A-Fa-f{}-]+$/;
-
 /** A bind parameter `$n` of a statement of QueueBox's, outside its quoted literals, quoted names and comments. */
 const PARAMETER = /'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|(?<![\w$])\$(\d+)(?!\d)/g;
 
 /**
- * `text` with each `$n` replaced by value `n` as a literal: `NULL`, or a value written in the
- * characters of a UUID, quoted. Undefined when a value is anything else or a `$n` has no value.
+ * `value` as a literal PostgreSQL reads as it reads the same value bound as a text parameter of
+ * unknown type (what `pg` sends): `NULL`, or its text quoted. A string is quoted as `pg`'s
+ * `escapeLiteral` does — quotes doubled, and with a backslash in it, backslashes doubled in an
+ * `E'…'` string — which reads the same whatever `standard_conforming_strings` says. Undefined for a
+ * value of any other kind, and for text holding NUL (the simple protocol ends a query's text at a
+ * NUL; a bound value holding one is refused by the server anyway).
  */
-function withUuidLiterals(text: string, values: readonly unknown[]): string | undefined {
-  const literals = values.map((value) => (value === null || value === undefined ? 'NULL' : typeof value === 'string' && UUID_CHARACTERS.test(value) ? `'${value}'` : undefined));
+function literalOf(value: unknown): string | undefined {
+  if (value === null || value === undefined) return 'NULL';
+  let text: string;
+  if (typeof value === 'string') text = value;
+  else if (typeof value === 'number' && Number.isFinite(value)) text = String(value);
+  else if (typeof value === 'boolean') text = String(value);
+  else return undefined;
+  if (text.includes('\0')) return undefined;
+  const quoted = `'${text.replaceAll("'", "''").replaceAll('\\', '\\\\')}'`;
+  return text.includes('\\') ? `E${quoted}` : quoted;
+}
+
+/**
+ * `text` with each `$n` replaced by value `n` as a literal (`literalOf`). Undefined when a value
+ * cannot be written so, or a `$n` has no value.
+ */
+function withLiterals(text: string, values: readonly unknown[]): string | undefined {
+  const literals = values.map(literalOf);
   if (literals.includes(undefined)) return undefined;
   let complete = true;
   const written = text.replace(PARAMETER, (match, n: string | undefined) => {
@@ -312,20 +326,18 @@ function withUuidLiterals(text: string, values: readonly unknown[]): string | un
 
 /**
  * For an object whose `query` forwards to a client or a pool: no `pg` connection to send the
- * check on ahead of the statement in the extended protocol (`checkedPgQuery`), so the check
- * and a statement whose values are UUIDs or null (pull `complete`'s id and token, compared with
- * `uuid` columns) go as one simple query — `SAVEPOINT`, `RELEASE SAVEPOINT`, then the statement
- * with its values written in as literals (`withUuidLiterals`), sent with no values, so the simple
- * protocol runs them in order and stops at the first refusal: outside a transaction block
- * PostgreSQL refuses the savepoint (SQLSTATE 25P01, a query of several statements is an implicit
- * block, not one of the caller's), and the statement never runs. Answers the statement's result
- * (the last of the three). A value that is not written in the characters of a UUID cannot be read
- * as one, so the server refuses that statement wherever it runs: the check is then a query of its
- * own ahead of it, as before.
+ * check on ahead of the statement in the extended protocol (`checkedPgQuery`), so the check and
+ * the statement go as one simple query — `SAVEPOINT`, `RELEASE SAVEPOINT`, then the statement with
+ * its values written in as literals (`withLiterals`), sent with no values, so the simple protocol
+ * runs them in order and stops at the first refusal: outside a transaction block PostgreSQL
+ * refuses the savepoint (SQLSTATE 25P01, a query of several statements is an implicit block, not
+ * one of the caller's), and the statement never runs. Answers the statement's result (the last of
+ * the three). A value that cannot be written as a literal (not text, a number, a boolean or null;
+ * text holding NUL) makes the check a query of its own ahead of the statement.
  */
 function checkedSimpleQuery(client: PgClientLike): (text: string, values: unknown[]) => Promise<unknown> {
   return async (text, values) => {
-    const written = withUuidLiterals(text, values);
+    const written = withLiterals(text, values);
     if (written === undefined) {
       await client.query(CHECK_TEXT);
       return client.query(text, values);

@@ -90,11 +90,10 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
     // Refused outside the caller's transaction: a completion that commits on its own would mark
     // the message processed even if the handler's change rolls back. Through a handle that cannot
     // report its transaction, the check goes in the same round trip as the UPDATE (`db`), so a
-    // completion not awaited before the caller's ROLLBACK ends with that transaction; its values,
-    // the id and the token, are UUIDs (`uuidValues`).
+    // completion not awaited before the caller's ROLLBACK ends with that transaction.
     complete: async (tx, claim) => {
       const write = (db: unknown) => driver.pullComplete(db as CallerTransaction, { id: claim.id, token: claim.token });
-      return fenced(writeInsidePgTransaction(tx, 'complete', write, () => `the completion of inbox row ${claim.id}`, { uuidValues: true }));
+      return fenced(writeInsidePgTransaction(tx, 'complete', write, () => `the completion of inbox row ${claim.id}`));
     },
     // Checked here, as the worker's own delays are at creation: NaN, Infinity or a delay past
     // `MAX_TIMER_MS` reached the database as an interval or integer out of range.

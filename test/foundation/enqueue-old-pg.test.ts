@@ -123,6 +123,66 @@ describe('enqueue on a client of pg 8.20 (no getTransactionStatus)', () => {
     assert.deepEqual(await db.query(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [message!.id]), [{ state: 'processed' }]);
   });
 
+  describe('through an object whose query forwards to a client', () => {
+    /** A wrapper of a client of pg 8.20, and of one of the current pg: what it was sent, in order. */
+    for (const which of ['pg 8.20', 'current pg'] as const) {
+      const open = async () => {
+        const client = which === 'pg 8.20' ? await pool.connect() : await db.pool.connect();
+        const sent: { text: string; values: unknown[] | undefined }[] = [];
+        const query = client.query.bind(client) as (text: string, values?: unknown[]) => Promise<unknown>;
+        const wrapper = { query: (text: string, values?: unknown[]) => (sent.push({ text, values }), query(text, values)) };
+        return { client, wrapper, sent };
+      };
+
+      it(`${which}: leaves no row of an enqueue not awaited before ROLLBACK`, async () => {
+        const { client, wrapper } = await open();
+        try {
+          await client.query('BEGIN');
+          const pending = enqueue(wrapper, { topic: 'wrap.not-awaited', key: 'k', payload: {} }, options());
+          await client.query('ROLLBACK');
+          await pending;
+        } finally {
+          client.release();
+        }
+        assert.equal(await rows('wrap.not-awaited'), 0, 'the INSERT ended with the transaction it was sent in');
+      });
+
+      it(`${which}: sends the check and the INSERT as one query, every value stored exactly as given`, async () => {
+        const { client, wrapper, sent } = await open();
+        const key = `it's \\ $1 $2 -- /* é 東 */ ''`;
+        const payload = { text: "quote ' backslash \\ \\' dollar $9 E'x'", n: 12.5, list: ['--', '/*', '$$'] };
+        const headers = { 'x-note': "a'b\\c", 'x-dollar': '$1' };
+        try {
+          await client.query('BEGIN');
+          // Backslashes are written in E'' strings, read the same under either setting.
+          await client.query('SET LOCAL standard_conforming_strings = off');
+          const id = await enqueue(wrapper, { topic: 'wrap.exact', key, payload, headers, delayMs: 1500 }, { ...options(), maxAttempts: 7 });
+          await client.query('COMMIT');
+          assert.equal(sent.length, 1, `one query: ${JSON.stringify(sent.map((q) => q.text.slice(0, 60)))}`);
+          assert.equal(sent[0]!.values, undefined, 'a simple query: no bind values');
+          assert.match(sent[0]!.text, /^SAVEPOINT (\w+); RELEASE SAVEPOINT \1; INSERT /);
+          const [row] = await db.query<{ key: string; payload: unknown; headers: unknown; max_attempts: number; late: boolean }>(
+            `SELECT key, payload, headers, max_attempts, scheduled_at > created_at + interval '1 second' AS late FROM "${db.schema}".outbox WHERE id = $1`,
+            [id],
+          );
+          assert.deepEqual(row, { key, payload, headers, max_attempts: 7, late: true });
+        } finally {
+          client.release();
+        }
+      });
+
+      it(`${which}: refuses it without BEGIN, writing nothing`, async () => {
+        const { client, wrapper } = await open();
+        try {
+          await assert.rejects(enqueue(wrapper, { topic: 'wrap.no-begin', key: "a'b", payload: { x: '\\' } }, options()), outside);
+        } finally {
+          client.release();
+        }
+        assert.equal(await rows('wrap.no-begin'), 0);
+      });
+    }
+  });
+
   it('refuses an object whose query forwards to a pool (the server is asked), writing nothing', async () => {
     const wrapper = { query: (text: string, values?: unknown[]) => db.pool.query(text, values) };
     await assert.rejects(enqueue(wrapper, { topic: 'old.wrapper', payload: {} }, options()), outside);
