@@ -2,8 +2,10 @@
  * Checks that span several keys of a parsed configuration, run when it loads so that a mistake
  * stops start-up instead of failing messages later: duplicate HTTP paths and SQS queue names,
  * every JSONPath, every topic template, auth on every HTTP source, and table names that stay
- * valid identifiers once QueueBox adds its suffixes.
+ * valid identifiers once QueueBox adds its suffixes and under which no two of QueueBox's objects
+ * share a name (`lib/db/derived-names.ts`).
  */
+import { tableNameCollisions, type NameCollision } from '../db/derived-names.ts';
 import { jsonPathProblem } from './json-path-syntax.ts';
 
 /** The longest suffix QueueBox appends to a table name (an index name); a derived name must fit in 63 characters. */
@@ -81,7 +83,22 @@ export function crossCheckConfig(config: CheckedConfig): CrossCheckIssue[] {
       });
     }
   }
+  for (const collision of tableNameCollisions(config.tables)) issues.push({ path: ['tables', collision.key], message: collisionMessage(config.tables, collision) });
   return issues;
+}
+
+/**
+ * Two of QueueBox's objects under one name: a schema holds one object of a name, and every
+ * migration statement is guarded by its name, so `migrate` would skip the second one and report
+ * success (the relay claim then read the whole inbox without its index), or drop or take the
+ * other's object.
+ */
+function collisionMessage(tables: CheckedConfig['tables'], c: NameCollision): string {
+  const table = tables[c.key];
+  const names = c.names.map((n) => `${n.name} (${n.mine} and ${n.theirs})`).join(', ');
+  const opening =
+    c.other === undefined ? `${table} is a name QueueBox gives its own objects: ${names}` : `${table} and tables.${c.other} ${tables[c.other]} give two of QueueBox's objects one name: ${names}`;
+  return `${opening}. A schema holds one object of a name and migrate creates each only while its name is free: it would skip one of them without a word, or fail. Choose table names none of which is another one followed by _… (QueueBox appends _pending_idx, _push_pending_idx, _pkey and the like) nor one of QueueBox's own (queuebox_migrations)`;
 }
 
 /**

@@ -77,8 +77,8 @@ export async function missingColumns(db: PgQueryable, n: PgNames): Promise<strin
   return statements;
 }
 
-/** A migration's line that creates an index (its name), and one that drops an index. */
-const CREATE_INDEX_LINE = /^CREATE (?:UNIQUE )?INDEX IF NOT EXISTS "([^"]+)" /;
+/** A migration's line that creates an index (its name and its table, qualified), and one that drops an index. */
+const CREATE_INDEX_LINE = /^CREATE (?:UNIQUE )?INDEX IF NOT EXISTS "([^"]+)" ON (\S+) /;
 const DROP_INDEX_LINE = /^DROP INDEX IF EXISTS "[^"]+"\."([^"]+)";$/;
 
 const TYPE_NAMES: Record<string, string> = { timestamptz: 'timestamp with time zone' };
@@ -90,12 +90,16 @@ function catalogType(type: string): string {
 
 /**
  * What the recorded migrations created that is no longer as they left it: an index (with its
- * `CREATE INDEX`) or a named constraint that is missing, a column of another type, nullability or
- * without its default (with the `ALTER TABLE`). Only what migrations in `done` create counts, less
- * the indexes any migration drops; a missing table or column is `missingColumns`'s.
+ * `CREATE INDEX`) or a named constraint that is missing or sits on another table than its
+ * migration's, a column of another type, nullability or without its default (with the `ALTER
+ * TABLE`). Only what migrations in `done` create counts, less the indexes any migration drops; a
+ * missing table or column is `missingColumns`'s. An index is looked up by name and by the table it
+ * belongs to: an index of the name on another table (the table names shared derived names before
+ * the configuration refused them, or it was made by hand) took the name, and the migration's
+ * `CREATE INDEX IF NOT EXISTS` skipped the table's own.
  */
 export async function changedObjects(db: PgQueryable, n: PgNames, done: ReadonlySet<number>): Promise<string[]> {
-  const indexes = new Map<string, string>();
+  const indexes = new Map<string, { ddl: string; table: string }>();
   const constraints = new Map<string, { table: string; version: number }>();
   // An index a later migration drops is not required either, applied or not (it goes anyway).
   for (const migration of pgMigrations) {
@@ -104,7 +108,7 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
     for (const line of migration.sql(n).split('\n')) {
       table = /^CREATE TABLE IF NOT EXISTS (\S+) \($/.exec(line)?.[1] ?? table;
       const created = CREATE_INDEX_LINE.exec(line);
-      if (created && applied) indexes.set(created[1]!, line);
+      if (created && applied) indexes.set(created[1]!, { ddl: line, table: created[2]! });
       const dropped = DROP_INDEX_LINE.exec(line);
       if (dropped) indexes.delete(dropped[1]!);
       const constraint = /^ {2}CONSTRAINT "([^"]+)" /.exec(line);
@@ -112,24 +116,42 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
     }
   }
   const { rows } = await pgQuery<{ kind: string; name: string; table_name: string; type: string; not_null: boolean; has_default: boolean }>(db,
-    `SELECT 'index' AS kind, c.relname AS name, '' AS table_name, '' AS type, false AS not_null, false AS has_default
-       FROM pg_class c WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'i' AND c.relname = ANY($2::text[])
+    `SELECT 'index' AS kind, c.relname AS name, t.relname AS table_name, '' AS type, false AS not_null, false AS has_default
+       FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid
+      WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'i' AND c.relname = ANY($2::text[])
      UNION ALL
-     SELECT 'constraint', con.conname, '', '', false, false
-       FROM pg_constraint con WHERE con.connamespace = to_regnamespace($1) AND con.conname = ANY($3::text[])
+     SELECT 'constraint', con.conname, COALESCE(t.relname, ''), '', false, false
+       FROM pg_constraint con LEFT JOIN pg_class t ON t.oid = con.conrelid
+      WHERE con.connamespace = to_regnamespace($1) AND con.conname = ANY($3::text[])
      UNION ALL
      SELECT 'column', a.attname, c.relname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef
        FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
       WHERE c.relnamespace = to_regnamespace($1) AND c.relkind IN ('r', 'p') AND c.relname = ANY($4::text[]) AND a.attnum > 0 AND NOT a.attisdropped`,
     [quoteIdent(n.schema), [...indexes.keys()], [...constraints.keys()], [n.outboxTable, n.inboxTable, n.maintenanceTable]],
   );
-  const found = (kind: string) => new Set(rows.filter((r) => r.kind === kind).map((r) => r.name));
+  // The qualified names the migrations write, and the table each names; another table's, as the catalog spells it.
+  const tableOf: Record<string, string> = { [n.outbox]: n.outboxTable, [n.inbox]: n.inboxTable, [n.maintenance]: n.maintenanceTable };
+  const qualified = (table: string) => `${quoteIdent(n.schema)}."${table.replaceAll('"', '""')}"`;
+  /** The tables an object of `name` of `kind` is on. */
+  const on = (kind: string, name: string) => rows.filter((r) => r.kind === kind && r.name === name).map((r) => r.table_name);
   const problems: string[] = [];
-  const foundIndexes = found('index');
-  for (const [name, ddl] of indexes) if (!foundIndexes.has(name)) problems.push(`index ${quoteIdent(n.schema)}.${quoteIdent(name)} is missing: ${ddl}`);
-  const foundConstraints = found('constraint');
+  for (const [name, { ddl, table }] of indexes) {
+    const tables = on('index', name);
+    if (tables.length === 0) {
+      problems.push(`index ${quoteIdent(n.schema)}.${quoteIdent(name)} is missing: ${ddl}`);
+    } else if (!tables.includes(tableOf[table] ?? table)) {
+      problems.push(
+        `index ${quoteIdent(n.schema)}.${quoteIdent(name)} is on table ${qualified(tables[0]!)}, not ${table}: its migration found the name taken and skipped the index of ${table}, which goes without it; rename or drop that index (ALTER INDEX ${quoteIdent(n.schema)}.${quoteIdent(name)} RENAME TO …), then: ${ddl}`,
+      );
+    }
+  }
   for (const [name, { table, version }] of constraints) {
-    if (!foundConstraints.has(name)) problems.push(`constraint ${quoteIdent(name)} of table ${table} is missing (migration ${version} creates it)`);
+    const tables = on('constraint', name);
+    if (tables.length === 0) {
+      problems.push(`constraint ${quoteIdent(name)} of table ${table} is missing (migration ${version} creates it)`);
+    } else if (!tables.includes(tableOf[table] ?? table)) {
+      problems.push(`constraint ${quoteIdent(name)} of table ${table} is on table ${tables.map((t) => (t === '' ? 'none (a constraint of a domain)' : qualified(t))).join(', ')} instead (migration ${version} creates it on ${table}): ${table} goes without it`);
+    }
   }
   const columns = new Map(rows.filter((r) => r.kind === 'column').map((r) => [`${r.table_name}.${r.name}`, r]));
   for (const table of pgExpectedColumns(n)) {
