@@ -374,8 +374,9 @@ export interface Driver extends ConsoleReads {
   /**
    * Claims up to `limit` due rows, keyless rows freely, ordered by `scheduled_at, sequence`; of a
    * key, its head by `sequence` and — with `rowsPerKey` above 1 (PostgreSQL; unset: the driver's configuration, default `DEFAULT_ROWS_PER_KEY`) — up to
-   * `rowsPerKey - 1` of the rows right after it, all due and pending, under the head's claim
-   * token. Another claim never holds rows of a key meanwhile. SQL Server takes the head only.
+   * `rowsPerKey - 1` of the rows right after it, all due and pending and none past a keyless row
+   * the claim left out, under the head's claim token. Another claim never holds rows of a key
+   * meanwhile. SQL Server takes the head only.
    */
   outboxClaimMany(params: { limit: number; leaseMs: number; rowsPerKey?: number }): Promise<OutboxClaimedRows>;
   /** Fenced lease renewal; returns ids renewed. */

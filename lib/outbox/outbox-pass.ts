@@ -186,9 +186,12 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const memory = claimMemoryOf(driver, outbox.batchSize, maxBatchSize);
   const rowsPerCall = rowsPerCallOf(options.destinations.values());
 
-  // Whether the latest claim sent with nothing in flight took as many rows as it asked for
-  // (scale-out starts passes only then). A pipelined claim is left out: one that comes back short
-  // because this pass holds the keys in flight says nothing of what another pass could claim.
+  // Whether the latest claim sent with nothing in flight took as many heads of keys (and keyless
+  // rows) as it asked for (scale-out starts passes only then). The heads, not the rows: the limit
+  // bounds the heads, and the followers of their keys (`outbox.rowsPerKey`) only fill the room
+  // they leave, so a claim of 12 keys' heads and 88 of their followers took every row that could
+  // move, and a started pass would claim nothing. A pipelined claim is left out: one that comes
+  // back short because this pass holds the keys in flight says nothing of what another pass could claim.
   let lastClaimFull = true;
   options.scaleOut?.passStarted(
     () => tally.sent + tally.retried + tally.dead,
@@ -300,7 +303,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       payloadChars += row.payloadText.length;
       largestRowChars = Math.max(largestRowChars, row.payloadText.length);
     }
-    if (inFlightAtClaim === 0) lastClaimFull = rows.length >= limit;
+    if (inFlightAtClaim === 0) lastClaimFull = rows.length >= limit && headsOf(rows) >= limit;
     afterClaim(memory, {
       pipelined: inFlightAtClaim > 0,
       limit,
@@ -397,7 +400,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   return summary;
 }
 
-/** Rows of a claim that are the first of their key in it, or keyless (`learnCeiling`). */
+/** Rows of a claim that are the first of their key in it, or keyless (`learnCeiling`, and whether the claim was full). */
 function headsOf(rows: readonly OutboxRow[]): number {
   const keys = new Set<string>();
   let keyless = 0;

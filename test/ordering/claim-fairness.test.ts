@@ -77,12 +77,14 @@ describe('outbox claim: keyless rows and cold keys are not starved by a hot key 
     await db.query(`INSERT INTO ${table()} (topic, key, payload) SELECT 't', k, '{}' FROM (VALUES ${values}) v(k)`, rows);
   };
 
-  it('a hot key with its head in flight and a long backlog, keyless rows and cold keys behind it, six new keys before every claim of four', async (t) => {
+  // rowsPerKey 1: heads only; 10: the pass's default on PostgreSQL (`outbox.rowsPerKey`), heads and their followers.
+  for (const rowsPerKey of [1, 10]) it(`a hot key with its head in flight and a long backlog, keyless rows and cold keys behind it, six new keys before every claim of four (rowsPerKey ${rowsPerKey})`, async (t) => {
     const LIMIT = 4;
+    await db.query(`TRUNCATE ${table()}`);
     const driver = db.newDriver();
     // Hot key h: 40 rows; its head goes in flight and stays there (a slow destination).
     await insert(Array.from({ length: 40 }, () => 'h'));
-    const [hot] = await driver.outboxClaimMany({ limit: 1, leaseMs: LEASE });
+    const [hot] = await driver.outboxClaimMany({ limit: 1, leaseMs: LEASE, rowsPerKey });
     assert.equal(hot?.key, 'h');
     await insert(['cold-1', null, 'cold-2', null, null, 'cold-3', null]);
     const watched = await db.query<{ sequence: string; key: string | null }>(
@@ -95,7 +97,7 @@ describe('outbox claim: keyless rows and cold keys are not starved by a hot key 
     const queued = Number((await db.query<{ n: string }>(`SELECT count(*) AS n FROM ${table()} WHERE state = 'pending'`))[0]!.n);
     const bound = outboxClaimBound(queued, LIMIT);
     for (let claim = 1; claim <= bound && claimedIn.size < watched.length + 100; claim++) {
-      const rows = await driver.outboxClaimMany({ limit: LIMIT, leaseMs: LEASE });
+      const rows = await driver.outboxClaimMany({ limit: LIMIT, leaseMs: LEASE, rowsPerKey });
       for (const r of rows) claimedIn.set(r.sequence, claim);
       const done = rows.filter((r) => r.key !== 'h');
       await driver.outboxMarkSentMany({ claims: done.map((r) => ({ id: r.id, token: r.claimToken })) });
@@ -110,6 +112,82 @@ describe('outbox claim: keyless rows and cold keys are not starved by a hot key 
       const passedBy = [...claimedIn].filter(([sequence, claim]) => BigInt(sequence) > BigInt(w.sequence) && claim < claimedIn.get(w.sequence)!);
       assert.deepEqual(passedBy, [], `keyless row ${w.sequence} (claim ${claimedIn.get(w.sequence)}) passed by later rows`);
     }
+    await driver.close();
+  });
+
+  /**
+   * Claims of `limit` with `rowsPerKey` until every row of `rows` but those of key `g` is claimed,
+   * `g`'s first row held in flight throughout (another pass's, as above): `rows` are inserted in
+   * one statement (one `scheduled_at`, `sequence` in list order), and a claim's rows are settled
+   * one claim later (their keys stay in flight meanwhile). Answers each row's claim number by
+   * sequence, and the rows' sequences and keys.
+   */
+  const claimAllBut = async (rows: Array<string | null>, limit: number, rowsPerKey: number) => {
+    await db.query(`TRUNCATE ${table()}`);
+    await insert(rows);
+    const all = await db.query<{ sequence: string; key: string | null }>(`SELECT sequence, key FROM ${table()} ORDER BY sequence`);
+    await db.query(
+      `UPDATE ${table()} SET state = 'processing', claim_token = gen_random_uuid(), key_first = true, lease_expires_at = now() + interval '1 hour'
+        WHERE sequence = (SELECT min(sequence) FROM ${table()} WHERE key = 'g')`,
+    );
+    const driver = db.newDriver();
+    const claimedIn = new Map<string, number>();
+    const wanted = all.filter((r) => r.key !== 'g').length;
+    let settle: Array<{ id: string; token: string }> = [];
+    for (let claim = 1; claim <= 200 && claimedIn.size < wanted; claim++) {
+      const claimed = await driver.outboxClaimMany({ limit, leaseMs: LEASE, rowsPerKey });
+      for (const r of claimed) claimedIn.set(r.sequence, claim);
+      await driver.outboxMarkSentMany({ claims: settle });
+      settle = claimed.filter((r) => r.key !== 'g').map((r) => ({ id: r.id, token: r.claimToken }));
+    }
+    await driver.close();
+    return { claimedIn, all, wanted };
+  };
+
+  /** The rows claimed before keyless row `w` although they come after it (`scheduled_at` is the same: by sequence). */
+  const passing = (claimedIn: Map<string, number>, w: { sequence: string }) =>
+    [...claimedIn].filter(([sequence, claim]) => BigInt(sequence) > BigInt(w.sequence) && claim < claimedIn.get(w.sequence)!).map(([sequence, claim]) => `#${sequence} in claim ${claim}`);
+
+  it('a keyless row past a window held by a key in flight is not passed by the later rows of a key whose head is in the window (rowsPerKey 10)', async (t) => {
+    // h's head, then 21 rows of g (its head in flight: the window of a claim of 4, 12 rows, holds
+    // h's head and 11 rows of g), the keyless row, and 9 more rows of h, written after it.
+    const rows = ['h', ...Array.from({ length: 21 }, () => 'g'), null, ...Array.from({ length: 9 }, () => 'h')];
+    const { claimedIn, all, wanted } = await claimAllBut(rows, 4, 10);
+    assert.equal(claimedIn.size, wanted, 'every row but g\'s claimed');
+    const keyless = all.find((r) => r.key === null)!;
+    t.diagnostic(`claims: ${all.filter((r) => r.key !== 'g').map((r) => `${r.key ?? 'keyless'}#${r.sequence}:${claimedIn.get(r.sequence)}`).join(' ')}`);
+    assert.deepEqual(passing(claimedIn, keyless), [], `keyless row #${keyless.sequence} (claim ${claimedIn.get(keyless.sequence)}) passed by later rows`);
+  });
+
+  it('with no keyless row behind the window, a key whose head is in the window still takes its later rows as followers (rowsPerKey 10)', async () => {
+    const rows = ['h', ...Array.from({ length: 21 }, () => 'g'), ...Array.from({ length: 9 }, () => 'h')];
+    const { claimedIn, all } = await claimAllBut(rows, 4, 10);
+    const h = all.filter((r) => r.key === 'h').map((r) => claimedIn.get(r.sequence));
+    // The first claim: h's head and three followers past the window (a claim of 4); then 4 and 2.
+    assert.deepEqual(h, [1, 1, 1, 1, 3, 3, 3, 3, 5, 5]);
+  });
+
+  // Seeded mixes of a few keys and keyless rows behind the key in flight g, claims of 4 whose rows
+  // stay in flight for one more claim: no keyless row is passed by a later row, whatever took it.
+  for (const rowsPerKey of [1, 10]) it(`a keyless row is never passed by a later row: 30 seeded mixes of keys and keyless rows behind a key in flight (rowsPerKey ${rowsPerKey})`, async () => {
+    const failures: string[] = [];
+    for (let seed = 1; seed <= 30; seed++) {
+      let state = seed * 7919;
+      const random = () => ((state = (state * 1103515245 + 12345) % 2147483648) / 2147483648);
+      const rows: Array<string | null> = [];
+      for (let i = 0; i < 60; i++) {
+        const r = random();
+        rows.push(r < 0.35 ? 'g' : r < 0.5 ? null : ['a', 'b', 'c', 'd'][Math.floor(random() * 4)]!);
+      }
+      if (!rows.includes('g')) rows.unshift('g');
+      const { claimedIn, all, wanted } = await claimAllBut(rows, 4, rowsPerKey);
+      if (claimedIn.size < wanted) failures.push(`seed ${seed}: ${wanted - claimedIn.size} rows never claimed`);
+      for (const w of all.filter((r) => r.key === null && claimedIn.has(r.sequence))) {
+        const passedBy = passing(claimedIn, w);
+        if (passedBy.length > 0) failures.push(`seed ${seed}: keyless #${w.sequence} (claim ${claimedIn.get(w.sequence)}) passed by ${passedBy.join(', ')}`);
+      }
+    }
+    assert.deepEqual(failures, []);
   });
 });
 

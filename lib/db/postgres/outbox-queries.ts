@@ -215,7 +215,8 @@ export const LOOK_AHEAD = 1;
  * that can move — keyless, or the head of a key with nothing in flight — is claimed within this
  * many claims of one poller (claims filled by due retries aside), `queued` being the number of due
  * pending rows at the moment it can move; rows that arrive after it do not count. A keyless row is,
- * besides, never passed by a later first attempt.
+ * besides, never passed by a later first attempt, the rows a claim takes after its heads
+ * (`outbox.rowsPerKey`) included: they stop before a keyless row the claim left out (`claimFollowers`).
  *
  * Why: a claim that does not take the row either takes at least half a batch of rows due before it
  * (the window; the merged heads and keyless rows, in claim order) or moves the sweep position on
