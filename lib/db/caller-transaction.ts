@@ -136,7 +136,7 @@ interface PgClientLike {
  * nothing the caller sends can come between them: a write not awaited before the caller's
  * `ROLLBACK` ends with that transaction, and behind a pool the server refuses the savepoint and
  * runs nothing. An object whose `query` forwards gets the same as one simple query, the values
- * written into it as literals (`checkedSimpleQuery`).
+ * written into it as dollar-quoted literals (`checkedSimpleQuery`).
  *
  * A `pg.Pool` and TypeORM's objects are refused before any statement. What has no `query` (an
  * `mssql` Transaction given to `complete`) is handed to `work` as it is.
@@ -289,11 +289,14 @@ const PARAMETER = /'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|(?<![\w$])\$(\d+)(?!\d
 
 /**
  * `value` as a literal PostgreSQL reads as it reads the same value bound as a text parameter of
- * unknown type (what `pg` sends): `NULL`, or its text quoted. A string is quoted as `pg`'s
- * `escapeLiteral` does — quotes doubled, and with a backslash in it, backslashes doubled in an
- * `E'…'` string — which reads the same whatever `standard_conforming_strings` says. Undefined for a
- * value of any other kind, and for text holding NUL (the simple protocol ends a query's text at a
- * NUL; a bound value holding one is refused by the server anyway).
+ * unknown type (what `pg` sends): `NULL`, or its text between dollar quotes whose tag the text
+ * does not hold (`$q$…$q$`, `$qq$…$qq$`, …). Nothing inside dollar quotes is an escape — not a
+ * quote, not a backslash — whatever `standard_conforming_strings`, `backslash_quote` or the
+ * session's `client_encoding` say: in the multibyte client encodings PostgreSQL accepts (GBK,
+ * BIG5, SJIS, UHC, GB18030) a character's later bytes can be a backslash but never a `$`, so
+ * no byte of the text can end the literal early. Undefined for a value of any other kind, and for
+ * text holding NUL (the simple protocol ends a query's text at a NUL; a bound value holding one
+ * is refused by the server anyway).
  */
 function literalOf(value: unknown): string | undefined {
   if (value === null || value === undefined) return 'NULL';
@@ -303,8 +306,10 @@ function literalOf(value: unknown): string | undefined {
   else if (typeof value === 'boolean') text = String(value);
   else return undefined;
   if (text.includes('\0')) return undefined;
-  const quoted = `'${text.replaceAll("'", "''").replaceAll('\\', '\\\\')}'`;
-  return text.includes('\\') ? `E${quoted}` : quoted;
+  let tag = '$q$';
+  // The literal ends at the first tag after the opening one: the text followed by the tag must hold it only at its end.
+  while ((text + tag).indexOf(tag) !== text.length) tag = `$${'q'.repeat(tag.length - 1)}$`;
+  return `${tag}${text}${tag}`;
 }
 
 /**
@@ -343,8 +348,30 @@ function checkedSimpleQuery(client: PgClientLike): (text: string, values: unknow
       return client.query(text, values);
     }
     const results = await client.query(`${CHECK_TEXT}; ${written}`);
-    return Array.isArray(results) ? results[results.length - 1] : results;
+    if (Array.isArray(results)) return results[results.length - 1];
+    return isReadableResult(results) ? results : unreadableResult();
   };
+}
+
+/** Whether `result` is read as `pg`'s result of one statement (it has its `rows`). */
+function isReadableResult(result: unknown): boolean {
+  return typeof result === 'object' && result !== null && Array.isArray((result as { rows?: unknown }).rows);
+}
+
+/**
+ * The answer of an object whose `query` did not return `pg`'s array of results for a query of
+ * several statements (it read `rows` of the array, say): the statement ran, in the caller's
+ * transaction, but its result is lost. Reading the result throws a `UsageError` that says so;
+ * `enqueue`, which chose its row's id itself, does not read it.
+ */
+function unreadableResult(): unknown {
+  const refuse = (): never => {
+    throw new UsageError(
+      "the object passed as the transaction answered a query of several statements without pg's array of results, so the statement's result cannot be read; the statement ran in your transaction: roll it back. " +
+        'Make its query return what the pg client returns.',
+    );
+  };
+  return Object.defineProperties({}, { rows: { get: refuse }, rowCount: { get: refuse } });
 }
 
 /**

@@ -7,7 +7,7 @@ import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
 import type { Driver } from '../db/driver.ts';
-import { withStatementBudget } from '../db/statement-budget.ts';
+import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { TransientDatabaseError } from '../errors.ts';
 import { createLogger, type Logger } from '../observability/logger.ts';
 import { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -53,13 +53,42 @@ let minRefetchMs = 30_000;
  * start-up with a `TransientDatabaseError` (the inbox answers 503) or `InvocationEndedError` in
  * time to answer, instead of holding the invocation until it times out.
  */
-export function getContainer(context?: RemainingTime): Promise<Container> {
-  if (current !== undefined && databaseSecret !== undefined && Date.now() - databaseSecret.readAt >= databaseSecret.maxAgeMs) {
-    databaseSecret.readAt = Date.now();
-    current = reconnectIfRotated(current, databaseSecret.url, context);
+export async function getContainer(context?: RemainingTime): Promise<Container> {
+  // A start-up is shared by the invocations that ask while it runs (several at once in one
+  // environment: Lambda Managed Instances, the local runner). One that joins is held to its own
+  // deadline, not the starter's; and when the start-up ends at the starter's deadline while the
+  // one that joined still has time, it starts up again itself. Bounded: a retry is a start-up of
+  // its own, never joined again.
+  for (let attempt = 0; ; attempt += 1) {
+    if (current !== undefined && databaseSecret !== undefined && Date.now() - databaseSecret.readAt >= databaseSecret.maxAgeMs) {
+      databaseSecret.readAt = Date.now();
+      current = reconnectIfRotated(current, databaseSecret.url, context);
+    }
+    const joined = current !== undefined;
+    current ??= buildContainer(context);
+    const build = current;
+    if (!joined || !hasBudget(context)) return build;
+    try {
+      return await withinOwnDeadline(build, context);
+    } catch (error) {
+      const cutShort = error instanceof InvocationEndedError || error instanceof TransientDatabaseError;
+      if (attempt === 0 && cutShort && current !== build && startUpBudget(context).remainingMs() > 0) continue;
+      throw error;
+    }
   }
-  current ??= buildContainer(context);
-  return current;
+}
+
+function hasBudget(context: RemainingTime | undefined): context is RemainingTime {
+  return typeof context?.getRemainingTimeInMillis === 'function';
+}
+
+/** `build`, or `InvocationEndedError` when `context`'s start-up budget ends first (the start-up goes on for the others). */
+function withinOwnDeadline(build: Promise<Container>, context: RemainingTime): Promise<Container> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new InvocationEndedError()), startUpBudget(context).remainingMs());
+  });
+  return Promise.race([build, late]).finally(() => clearTimeout(timer));
 }
 
 /** The least margin (`lambda.deadlineMarginMs`), used for a start-up's budget until the configuration is read. */
@@ -127,7 +156,7 @@ async function reconnectIfRotated(previous: Promise<Container>, url: string, con
  * password cannot turn every invocation into a Secrets Manager call.
  */
 function buildContainer(context?: RemainingTime): Promise<Container> {
-  const budget = typeof context?.getRemainingTimeInMillis === 'function' ? startUpBudget(context) : undefined;
+  const budget = hasBudget(context) ? startUpBudget(context) : undefined;
   const forceNow = () => {
     if (Date.now() - lastForcedRead < minRefetchMs) return false;
     lastForcedRead = Date.now();

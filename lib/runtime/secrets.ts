@@ -26,6 +26,11 @@ export const SECRET_MAX_AGE_SECONDS = 300;
  */
 export const SECRET_REREAD_TIMEOUT_MS = 2_000;
 
+/** How long the secret stores' SDK clients wait for a connection (ms). */
+export const SECRET_CONNECT_TIMEOUT_MS = 1_000;
+/** How long the secret stores' SDK clients wait for one request's answer (ms) before ending it (the SDK then retries, up to 3 attempts). */
+export const SECRET_REQUEST_TIMEOUT_MS = 5_000;
+
 /** `read`, or a rejection once it has taken `ms` (the read itself is abandoned, not cancelled). */
 export function withinMs<T>(read: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -49,9 +54,13 @@ export interface SecretStores {
 let defaultStores: Promise<SecretStores> | undefined;
 /** The Powertools providers, loaded on first use: a function whose secrets are all in its environment never loads the SDK clients. */
 export function secretStores(): Promise<SecretStores> {
+  // A request the store does not answer is ended by the SDK: a read that QueueBox stopped waiting
+  // for (a re-read past SECRET_REREAD_TIMEOUT_MS, a start-up past its deadline) must not keep its
+  // socket, or the client's 50 would fill up and every later read wait for one.
+  const clientConfig = { requestHandler: { connectionTimeout: SECRET_CONNECT_TIMEOUT_MS, requestTimeout: SECRET_REQUEST_TIMEOUT_MS, throwOnRequestTimeout: true } };
   defaultStores ??= Promise.all([import('@aws-lambda-powertools/parameters/secrets'), import('@aws-lambda-powertools/parameters/ssm')]).then(([secrets, ssm]) => ({
-    secrets: new secrets.SecretsProvider(),
-    ssm: new ssm.SSMProvider(),
+    secrets: new secrets.SecretsProvider({ clientConfig }),
+    ssm: new ssm.SSMProvider({ clientConfig }),
   }));
   return defaultStores;
 }

@@ -171,6 +171,66 @@ describe('enqueue on a client of pg 8.20 (no getTransactionStatus)', () => {
         }
       });
 
+      it(`${which}: a value holding the literal's own quotes, or a backslash a multibyte client encoding reads into a character, is stored as a plain client stores it, never run`, async () => {
+        // In GBK and BIG5 the UTF-8 bytes of 中 (E4 B8 AD) read as [E4 B8] [AD 5C]: the byte after
+        // them, a backslash, becomes part of a character. Escaped with backslashes, the quote after
+        // it would end the literal and the rest run as SQL.
+        const injected = "中\\'::text, (SELECT jsonb_build_object($$injected$$, current_user)), $${}$$::jsonb, 5, --";
+        const keys = [injected, 'ends in $q', '$q$ inside $qq$ and $qqq', "$$'\\"];
+        const store = async (handle: 'wrapper' | 'client', encoding: string, backslashQuote: string, key: string) => {
+          const { client, wrapper } = await open();
+          try {
+            await client.query('BEGIN');
+            await client.query(`SET LOCAL backslash_quote = ${backslashQuote}`);
+            await client.query(`SET LOCAL client_encoding = '${encoding}'`);
+            const outcome = await enqueue(handle === 'wrapper' ? wrapper : client, { topic: 'wrap.encoding', key, payload: { real: 'payload' } }, options()).then(
+              async (id) => {
+                await client.query('RESET client_encoding');
+                const [row] = (await client.query(`SELECT encode(convert_to(key, 'UTF8'), 'hex') AS key, payload FROM "${db.schema}".outbox WHERE id = $1`, [id])).rows;
+                return { row };
+              },
+              (error: unknown) => ({ error: (error as { code?: string }).code ?? String(error) }),
+            );
+            await client.query('ROLLBACK');
+            return outcome;
+          } finally {
+            client.release(true);
+          }
+        };
+        for (const encoding of ['UTF8', 'GBK', 'BIG5', 'SJIS']) {
+          for (const backslashQuote of ['on', 'safe_encoding']) {
+            for (const key of keys) {
+              const plain = await store('client', encoding, backslashQuote, key);
+              const wrapped = await store('wrapper', encoding, backslashQuote, key);
+              assert.deepEqual(wrapped, plain, `${encoding}, backslash_quote ${backslashQuote}, key ${JSON.stringify(key)}`);
+              if ('row' in wrapped) assert.deepEqual(wrapped.row.payload, { real: 'payload' });
+            }
+          }
+        }
+      });
+
+      it(`${which}: a forwarding object that answers with the rows of one statement only: enqueue stores its row and returns its id; complete refuses, naming what the object must return`, async () => {
+        const { client } = await open();
+        const query = client.query.bind(client) as (text: string, values?: unknown[]) => Promise<{ rows: unknown[]; rowCount: number | null }>;
+        // Reads `rows` of what pg answered: for a query of several statements, an array, so undefined.
+        const rowsOnly = { query: async (text: string, values?: unknown[]) => { const r = await query(text, values); return { rows: r.rows, rowCount: r.rowCount }; } };
+        try {
+          await client.query('BEGIN');
+          const id = await enqueue(rowsOnly, { topic: 'wrap.rows-only', payload: { n: 1 } }, options());
+          await client.query('COMMIT');
+          assert.deepEqual(await db.query(`SELECT topic, payload FROM "${db.schema}".outbox WHERE id = $1`, [id]), [{ topic: 'wrap.rows-only', payload: { n: 1 } }]);
+          const pull = createPullClient(db.driver);
+          await db.driver.inboxInsert({ source: 'rows-only', idempotencyKey: `rows-only-${which}`, aggregateId: which, payload: {}, consumption: 'pull' });
+          const [message] = await pull.claim('rows-only', { batch: 1, leaseMs: 60_000 });
+          await client.query('BEGIN');
+          await assert.rejects(pull.complete(rowsOnly as unknown as pgTypes.ClientBase, message!.claim), (error: unknown) => error instanceof UsageError && /array of results/.test(error.message) && /roll it back/.test(error.message));
+          await client.query('ROLLBACK');
+          assert.deepEqual(await db.query(`SELECT state FROM "${db.schema}".inbox WHERE id = $1`, [message!.id]), [{ state: 'processing' }]);
+        } finally {
+          client.release(true);
+        }
+      });
+
       it(`${which}: refuses it without BEGIN, writing nothing`, async () => {
         const { client, wrapper } = await open();
         try {

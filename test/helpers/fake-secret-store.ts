@@ -16,6 +16,8 @@ export class FakeSecretStore {
   hang = false;
   /** Milliseconds to wait before answering. */
   delayMs = 0;
+  /** For each request held unanswered (`hang`) that the client ended: how long it was held (ms). */
+  readonly endedByClient: number[] = [];
   #held = new Set<ServerResponse>();
   #server: Server = createServer((req, res) => {
     let body = '';
@@ -27,6 +29,10 @@ export class FakeSecretStore {
       this.calls.push(`${target}:${name}`);
       if (this.hang) {
         this.#held.add(res);
+        const heldAt = Date.now();
+        res.on('close', () => {
+          if (this.#held.delete(res)) this.endedByClient.push(Date.now() - heldAt);
+        });
         return;
       }
       if (this.delayMs > 0) {

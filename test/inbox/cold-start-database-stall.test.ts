@@ -113,6 +113,30 @@ describe('a cold start facing a database that does not answer ends by the deadli
     assert.equal(rows[0]!.n, 2, 'the redelivered record is stored');
   });
 
+  it('invocations sharing one start-up are each held to their own deadline: a longer one that joined starts up again when the first one runs out', async () => {
+    await closeContainer();
+    proxy.set('stall');
+    setTimeout(() => proxy.set('pass'), 1600);
+    const short = fakeLambdaContext({ timeoutMs: 2200 });
+    const long = fakeLambdaContext({ timeoutMs: 30_000 });
+    const [a, b] = await Promise.all([httpHandler(apiGatewayV2Event('/inbox/shop', '{"n":"a"}'), short), httpHandler(apiGatewayV2Event('/inbox/shop', '{"n":"b"}'), long)]);
+    assert.equal(a.statusCode, 503, 'the invocation that began the start-up ran out of time');
+    assert.equal(b.statusCode, 202, 'the one that joined had the time to wait for the database');
+    built = await getContainer();
+    await closeContainer();
+    proxy.set('stall');
+    const t0 = Date.now();
+    const starter = httpHandler(apiGatewayV2Event('/inbox/shop', '{"n":"c"}'), fakeLambdaContext({ timeoutMs: 20_000 }));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const joiner = fakeLambdaContext({ timeoutMs: TIMEOUT_MS });
+    const answer = await httpHandler(apiGatewayV2Event('/inbox/shop', '{"n":"d"}'), joiner);
+    assert.equal(answer.statusCode, 503);
+    assert.ok(joiner.getRemainingTimeInMillis() > 0, `the invocation that joined answered within its own ${TIMEOUT_MS} ms (${Date.now() - t0} ms after the first began)`);
+    proxy.set('pass');
+    assert.equal((await starter).statusCode, 202, 'the start-up went on for the invocation that began it');
+    built = await getContainer();
+  });
+
   it('outbox poller: the invocation fails before it ends instead of holding it to its timeout', async () => {
     const result = await coldInvocation((context) => pollerHandler({}, context));
     assert.ok(result !== undefined, 'settled before the invocation ended');

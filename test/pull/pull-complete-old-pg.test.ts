@@ -149,7 +149,7 @@ describe('pull complete on a handle that cannot report its transaction', () => {
     assert.equal(sent.length, 1, `one round trip, not ${sent.length}`);
     assert.equal(sent[0]!.values, undefined, 'a simple query: no bind values');
     assert.match(sent[0]!.text, /^SAVEPOINT (\w+); RELEASE SAVEPOINT \1; WITH written AS \(UPDATE /);
-    assert.ok(sent[0]!.text.includes(`'${message.claim.token}'`), 'the token written in as a literal');
+    assert.ok(sent[0]!.text.includes(`$q$${message.claim.token}$q$`), 'the token written in as a literal');
     assert.equal(await state(message.id), 'processed');
   });
 

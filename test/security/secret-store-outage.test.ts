@@ -12,11 +12,13 @@ import { createHttpReceiver } from '../../lib/inbox/http-receiver.ts';
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
+import { SECRET_REQUEST_TIMEOUT_MS } from '../../lib/runtime/secrets.ts';
 import { loadSourceSecrets } from '../../lib/runtime/source-secrets.ts';
 import { apiGatewayV2Event } from '../helpers/api-gateway-event.ts';
 import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
 import { FakeSecretStore } from '../helpers/fake-secret-store.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
+import { waitUntil } from '../helpers/wait.ts';
 
 const TOKEN = 'held-crm-token-00001';
 
@@ -97,6 +99,11 @@ describe('a secret store that does not answer', () => {
       assert.ok(answered.remainingMs > 0, `answered with ${answered.remainingMs} ms left`);
       assert.equal(answered.response.statusCode, 503, 'the sender is told to retry');
       assert.equal(store.calls.filter((c) => c.endsWith(':outage/cold-db')).length, 1, 'the secret was asked for once');
+      // The read QueueBox stopped waiting for is ended by the SDK client, not left holding one of
+      // its 50 sockets: 50 such cold starts would leave every later read waiting for a socket.
+      const endedBefore = store.endedByClient.length;
+      await waitUntil('the client ended the unanswered request', () => store.endedByClient.length > endedBefore, SECRET_REQUEST_TIMEOUT_MS + 3000);
+      assert.ok(store.endedByClient.at(-1)! <= SECRET_REQUEST_TIMEOUT_MS + 1000, `held ${store.endedByClient.at(-1)} ms`);
     } finally {
       store.hang = false;
       for (const key of ['QUEUEBOX_DATABASE_SECRET_ID', 'QUEUEBOX_DATABASE__SCHEMA', 'QUEUEBOX_LAMBDA__DEADLINE_MARGIN_MS']) delete process.env[key];
