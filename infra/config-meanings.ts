@@ -9,9 +9,9 @@ const auth = 'inbox.sources.<name>.auth';
 
 export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'database.type': 'Database dialect.',
-  'database.url': 'Connection string. SQL Server: `mssql://user:pass@host:1433/db?encrypt=true`. Prefer `urlEnv` or `QUEUEBOX_DATABASE_URL` for secrets.',
-  'database.urlEnv': 'Name of an environment variable holding the connection string (e.g. filled from SSM at deploy time).',
-  'database.schema': 'Schema of the QueueBox tables; default `public` (PostgreSQL) or `dbo` (SQL Server).',
+  'database.url': 'Connection string: `postgres://user:pass@host:5432/db` or `postgresql://…` (a `socket:` URL or a socket directory path works too). SQL Server: `mssql://user:pass@host:1433/db?encrypt=true` or an ADO connection string. Refused at load, naming the key (or the variable it came from) and never the password: a string that is not such a URL (`postgres//…`), another scheme (`postgress://`, `mysql://`, `mssql://` with `type: postgres`), white space around it. Not together with `urlEnv`. Prefer `urlEnv` or `QUEUEBOX_DATABASE_URL` for secrets.',
+  'database.urlEnv': 'Name of an environment variable holding the connection string (e.g. filled from SSM at deploy time); its value is checked as `url` is when the driver is made, the error naming this key and the variable. Setting both `url` and `urlEnv` is refused at load.',
+  'database.schema': 'Schema of the QueueBox tables; default `public` (PostgreSQL) or `dbo` (SQL Server). A schema the database reserves is refused at load: `pg_*` (`pg_catalog`, `pg_temp`…) and `information_schema` on PostgreSQL, `sys` and `information_schema` on SQL Server. `migrate` creates the schema only when it does not exist, so the schema\'s owner needs no `CREATE` on the database (docs/security.md, "Schema ownership").',
   'database.poolMax': 'Connections per container. Lambda: 1–2; behind RDS Proxy / PgBouncer the proxy pools.',
   'database.statementTimeoutMs': 'Upper bound of any statement (also bounded by the time left in the invocation, except renewals and fenced writes: one round trip each, their lock wait bounded by the lease).',
   'database.idleInTransactionTimeoutMs': 'PostgreSQL `idle_in_transaction_session_timeout`.',
@@ -19,7 +19,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'database.preparedStatements': 'PostgreSQL: run the claim statements as named prepared statements, planned once per connection — the relay and pull claims too (the outbox claims gain no more than with `claimFunctions`). Direct connections or PgBouncer 1.21+ only (RDS Proxy pins such sessions; older PgBouncer in transaction mode fails them).',
   'database.requestTimeoutMs': 'SQL Server driver request timeout; must exceed the 10 s applock wait.',
   'database.connectTimeoutMs': 'Connection timeout.',
-  'tables.outbox': 'Outbox table name. One schema holds one QueueBox table set: another configuration with other `tables.*` needs its own `database.schema` (docs/upgrading.md, "One table set per schema"); `migrate` refuses a second set.',
+  'tables.outbox': 'Outbox table name. One schema holds one QueueBox table set: another configuration with other `tables.*` needs its own `database.schema` (docs/upgrading.md, "One table set per schema"); `migrate` refuses a second set. Table names under which two of QueueBox\'s objects would share a name (`tables.inbox: app` with `tables.outbox: app_push`; `queuebox_migrations`; another table\'s `outbox_pending_idx`) are refused at load.',
   'tables.inbox': 'Inbox table name.',
   'tables.maintenance': 'Table of shared throttles (reclaim gates) kept across invocations, and of each scheduled function\'s last finished pass (`queuebox status`).',
   [`destinations.<name>${d}.type`]: 'An Amazon SQS queue (standard or FIFO).',

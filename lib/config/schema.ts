@@ -21,6 +21,52 @@ const identifier = z
   .string()
   .regex(IDENTIFIER_PATTERN, 'must be a lower-case SQL identifier: letters, digits and _ (at most 63), not starting with a digit');
 
+/**
+ * Why `schema` cannot hold QueueBox's tables on `type`, or undefined: PostgreSQL refuses to create
+ * a schema named `pg_*` (`pg_catalog`, `pg_temp`, `pg_toast` are its own) and keeps its catalog
+ * views in `information_schema`; SQL Server keeps its own in `sys` and `INFORMATION_SCHEMA`.
+ */
+export function reservedSchemaProblem(schema: string, type: 'postgres' | 'sqlserver'): string | undefined {
+  if (type === 'postgres' && (schema.startsWith('pg_') || schema === 'information_schema')) {
+    return `is "${schema}", a schema name PostgreSQL reserves (pg_* for its own schemas, information_schema for its catalog views): choose another, such as queuebox`;
+  }
+  if (type === 'sqlserver' && (schema === 'sys' || schema === 'information_schema')) {
+    return `is "${schema}", a schema SQL Server reserves for its catalog views: choose another, such as dbo or queuebox`;
+  }
+  return undefined;
+}
+
+const URL_SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//;
+
+/** True when `url` parses as pg parses it (pg-connection-string: spaces encoded, an empty host after `@` allowed). */
+function parsesAsPgUrl(url: string): boolean {
+  const text = / |%[^a-f0-9]|%[a-f0-9][^a-f0-9]/i.test(url) ? encodeURI(url).replace(/%25(\d\d)/g, '%$1') : url;
+  return URL.canParse(text) || URL.canParse(text.replace('@/', '@___DUMMY___/'));
+}
+
+/**
+ * Why `url` is not a connection string of `type`, or undefined. Never quotes the URL (it may hold a
+ * password): at most its scheme. PostgreSQL takes what `pg` connects with: a `postgres://` or
+ * `postgresql://` URL (an empty host uses the socket or `?host=`), a `socket:` URL, or a socket
+ * directory path; SQL Server an `mssql://` or `sqlserver://` URL or an ADO connection string
+ * (checked when the pool is made).
+ */
+export function databaseUrlProblem(url: string, type: 'postgres' | 'sqlserver'): string | undefined {
+  if (url.trim() !== url) return 'starts or ends with white space (a space or line break copied with it?): remove it';
+  const scheme = URL_SCHEME.exec(url)?.[1]?.toLowerCase();
+  const invalid = 'is not a valid URL: check it, and percent-encode @ : / ? # in the user name and password (%40 %3A %2F %3F %23)';
+  if (type === 'sqlserver') {
+    if (scheme === undefined) return undefined;
+    if (scheme === 'mssql' || scheme === 'sqlserver') return URL.canParse(url) ? undefined : invalid;
+    return `is a ${scheme}:// URL, but database.type is sqlserver: give an mssql://user:password@host:port/database URL or an ADO connection string (Server=…;Database=…)`;
+  }
+  if (url.startsWith('/') || /^socket:/i.test(url)) return undefined;
+  if (scheme === 'postgres' || scheme === 'postgresql') return parsesAsPgUrl(url) ? undefined : invalid;
+  if (scheme === 'mssql' || scheme === 'sqlserver') return `is a ${scheme}:// URL (SQL Server), but database.type is postgres: set database.type: sqlserver, or give a postgres:// URL`;
+  if (scheme !== undefined) return `is a ${scheme}:// URL: a PostgreSQL URL starts with postgres:// or postgresql:// (postgres://user:password@host:5432/database)`;
+  return 'is not a PostgreSQL connection URL: it must start with postgres:// or postgresql:// (postgres://user:password@host:5432/database)';
+}
+
 const positiveInt = z.number().int().positive();
 const nonNegativeInt = z.number().int().nonnegative();
 const TIMER_LIMIT = `must be at most ${MAX_TIMER_MS} ms (about 24.8 days): the longest delay a timer or a database timeout takes`;
@@ -31,11 +77,14 @@ const positiveMs = positiveInt.max(MAX_TIMER_MS, TIMER_LIMIT);
 export const databaseSchema = z
   .strictObject({
     type: z.enum(['postgres', 'sqlserver']).default('postgres'),
-    /** Connection string. For SQL Server: `mssql://user:pass@host:1433/db?encrypt=true`. */
+    /**
+     * Connection string: `postgres://` or `postgresql://` (`databaseUrlProblem`). For SQL Server:
+     * `mssql://user:pass@host:1433/db?encrypt=true`. Not together with `urlEnv`.
+     */
     url: z.string().min(1).optional(),
-    /** Name of an environment variable holding the connection string (e.g. from SSM/Secrets Manager). */
+    /** Name of an environment variable holding the connection string (e.g. from SSM/Secrets Manager). Not together with `url`. */
     urlEnv: envName.optional(),
-    /** Schema holding QueueBox's tables. Default `public` (PostgreSQL) or `dbo` (SQL Server). */
+    /** Schema holding QueueBox's tables. Default `public` (PostgreSQL) or `dbo` (SQL Server); not one the database reserves (`reservedSchemaProblem`). */
     schema: identifier.optional(),
     /** Connections per container. Lambda: keep 1–2; behind RDS Proxy the proxy pools. */
     poolMax: positiveInt.max(50).default(2),
@@ -390,6 +439,18 @@ export const configSchema = z
         ctx.addIssue({ code: 'custom', path: ['inbox', 'sources', name, 'queueName'], message: `is only for sqs sources: an http source receives POST ${config.inbox.basePath}${source.path ?? '<path>'}` });
       }
     }
+    const database = config.database;
+    const schemaProblem = database.schema === undefined ? undefined : reservedSchemaProblem(database.schema, database.type);
+    if (schemaProblem !== undefined) ctx.addIssue({ code: 'custom', path: ['database', 'schema'], message: schemaProblem });
+    if (database.url !== undefined && database.urlEnv !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['database', 'url'],
+        message: 'is set together with database.urlEnv: set one of them (url is the connection string itself, urlEnv the name of the variable that holds it)',
+      });
+    }
+    const urlProblem = database.url === undefined ? undefined : databaseUrlProblem(database.url, database.type);
+    if (urlProblem !== undefined) ctx.addIssue({ code: 'custom', path: ['database', 'url'], message: urlProblem });
     for (const issue of crossCheckConfig(config)) ctx.addIssue({ code: 'custom', ...issue });
     if (config.database.type === 'sqlserver' && (config.outbox.rowsPerKey ?? 1) > 1) {
       ctx.addIssue({

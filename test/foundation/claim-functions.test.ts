@@ -326,7 +326,7 @@ describe('claim functions (PostgreSQL)', () => {
   });
 
   it('migrate by another role: nothing to change is no error; stale functions it may not drop are left in place and reported', async () => {
-    // (CREATE on the database: migrate runs CREATE SCHEMA IF NOT EXISTS)
+    // (CREATE on the database: migrate creates the schema when it is missing)
     const other = await runtimeRole(db, 'migrator', `GRANT CREATE ON DATABASE "${new URL(db.url).pathname.slice(1)}" TO %R; GRANT CREATE ON SCHEMA "${db.schema}" TO %R; GRANT ALL ON ALL TABLES IN SCHEMA "${db.schema}" TO %R; GRANT ALL ON ALL SEQUENCES IN SCHEMA "${db.schema}" TO %R`);
     const drivers: PostgresDriver[] = [];
     try {

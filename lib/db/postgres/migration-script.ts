@@ -4,10 +4,11 @@
  *
  * The script does what `migrate` does, in the same order, and leaves the same bookkeeping, so a
  * later `queuebox migrate` or `queuebox migrate --check` agrees with it: the migrate lock, the
- * schema, the refusal of a schema other roles may create in (or of objects they own under
- * QueueBox's names), the refusal of a schema whose `queuebox_migrations` records another table
- * set's migrations and of an index of a migration left invalid (`migration-check.ts`), each
- * numbered migration not yet recorded in `queuebox_migrations` (guarded by its row, so a second
+ * schema (created only when missing), the refusal of a schema other roles may create in (or of
+ * objects they own under QueueBox's names), the refusal of a schema whose `queuebox_migrations`
+ * records another table set's migrations (`migration-check.ts`), of a relation of a table's name
+ * that is not QueueBox's (`foreign-tables.ts`) and of an index of a migration left invalid
+ * (`migration-check.ts`), each numbered migration not yet recorded in `queuebox_migrations` (guarded by its row, so a second
  * run changes nothing), then the claim functions of `outbox.batchSize`.
  * It does not drop claim functions of other batch sizes or releases (`migrate` does; they are
  * never called). Run it in one transaction: the lock is transaction-scoped, and a failure then
@@ -16,6 +17,7 @@
  */
 import type { ClaimStatement } from './claim-functions.ts';
 import { claimFunctionDdl, claimFunctionName } from './claim-functions.ts';
+import { FOREIGN_TABLE_SQL, foreignTableValues } from './foreign-tables.ts';
 import { INVALID_INDEX_SQL, invalidIndexValues, tableSetSql, tableSetValues } from './migration-check.ts';
 import { pgMigrations } from './migrations.ts';
 import { quoteIdent, type PgNames } from './names.ts';
@@ -23,6 +25,24 @@ import { SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
 
 /** The statement that serializes `migrate` runs (transaction-scoped: released at COMMIT). */
 export const PG_MIGRATE_LOCK_SQL = `SELECT pg_advisory_xact_lock(hashtext('queuebox.migrate'))`;
+
+/** Whether schema `$1` exists (`migrate` creates it only when not: see `createSchemaBlock`). */
+export const PG_SCHEMA_EXISTS_SQL = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS found`;
+
+/**
+ * The schema, created only when it is missing: `CREATE SCHEMA IF NOT EXISTS` alone checks CREATE
+ * on the database before it looks for the schema, and the schema's owner that docs/security.md
+ * recommends migrating as usually has none (a DBA created the schema for it).
+ */
+function createSchemaBlock(n: PgNames): string {
+  return `DO $queuebox_schema$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ${literal(n.schema)}) THEN
+    CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)};
+  END IF;
+END
+$queuebox_schema$;`;
+}
 
 /** `CREATE TABLE` of the bookkeeping table (`queuebox_migrations`). */
 export function pgMigrationsTableSql(n: PgNames): string {
@@ -48,14 +68,18 @@ function withLiterals(sql: string, [first, ...arrays]: readonly [string, ...Arra
 }
 
 /**
- * `migrate`'s refusals of a schema whose bookkeeping records another table set's migrations and
- * of an invalid index of a migration, as a block that raises the same lines.
+ * `migrate`'s refusals of a schema whose bookkeeping records another table set's migrations, of a
+ * relation of a table's name that is not QueueBox's table (before migration 1 is recorded) and of
+ * an invalid index of a migration, as a block that raises the same lines.
  */
 function refusalBlock(n: PgNames): string {
   return `DO $queuebox_refusals$
 DECLARE refusals text;
 BEGIN
   SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(tableSetSql(n), tableSetValues(n))}) other_set;
+  IF refusals IS NULL AND NOT EXISTS (SELECT 1 FROM ${n.migrations} WHERE version = 1) THEN
+    SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(FOREIGN_TABLE_SQL, foreignTableValues(n))}) foreign_tables;
+  END IF;
   IF refusals IS NULL THEN
     SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(INVALID_INDEX_SQL, invalidIndexValues(n))}) invalid;
   END IF;
@@ -87,7 +111,7 @@ export function pgMigrationScript(n: PgNames, statements: readonly ClaimStatemen
   const parts = [
     ...header.map((line) => `-- ${line}`),
     `DO $queuebox_lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('queuebox.migrate')); END $queuebox_lock$;`,
-    `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)};`,
+    createSchemaBlock(n),
     trustCheckBlock(n, statements.map(claimFunctionName)),
     `${pgMigrationsTableSql(n)};`,
     refusalBlock(n),

@@ -16,7 +16,8 @@ import { pgNames, quoteIdent, type PgNames } from './names.ts';
 import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
 import { checkClaimFunctions, installClaimFunctions } from './claim-function-install.ts';
 import { missingColumns, pgInvalidIndexProblems, pgMigrateCheck, pgTableSetProblem } from './migration-check.ts';
-import { PG_MIGRATE_LOCK_SQL, pgMigrationsTableSql } from './migration-script.ts';
+import { pgForeignTableProblems, pgForeignTableProblemsBeforeMigration } from './foreign-tables.ts';
+import { PG_MIGRATE_LOCK_SQL, PG_SCHEMA_EXISTS_SQL, pgMigrationsTableSql } from './migration-script.ts';
 import { pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgSetTransactionTimeout, poolStatementTimeoutMs, pgSimpleQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
@@ -106,8 +107,9 @@ export class PostgresDriver implements Driver {
    * Applies the numbered migrations not yet recorded, then the claim functions. Refuses
    * (`SchemaTrustError`, nothing changed) a schema other roles may create in, and objects of
    * QueueBox's names that another role owns (`schema-trust.ts`); refuses (`QueueBoxError`, nothing
-   * changed) a schema whose bookkeeping records another table set's migrations, and an index of a
-   * migration left invalid (`migration-check.ts`).
+   * changed) a schema whose bookkeeping records another table set's migrations, a relation of a
+   * table's name that is not QueueBox's table (`foreign-tables.ts`), and an index of a migration
+   * left invalid (`migration-check.ts`).
    */
   async migrate(): Promise<MigrateResult> {
     // The pool's statement timeout (`database.statementTimeoutMs` on QueueBox's own pool) bounds its lock waits.
@@ -140,7 +142,10 @@ export class PostgresDriver implements Driver {
       await pgSetTransactionTimeout(client, `SET LOCAL lock_timeout = ${Number.isFinite(lockWaitMs) ? lockWaitMs : 0}`);
       // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.
       await pgSimpleQuery(client, PG_MIGRATE_LOCK_SQL);
-      await pgSimpleQuery(client, `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)}`);
+      // Only when missing: `CREATE SCHEMA IF NOT EXISTS` checks CREATE on the database before it
+      // looks for the schema, which the schema's owner (docs/security.md) usually lacks.
+      const { rows: schema } = await pgQuery<{ found: boolean }>(client, PG_SCHEMA_EXISTS_SQL, [n.schema]);
+      if (!schema[0]!.found) await pgSimpleQuery(client, `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(n.schema)}`);
       const problems = await pgSchemaTrustProblems(client, n, statements.map(claimFunctionName));
       if (problems.length > 0) throw new SchemaTrustError(n.schema, problems);
       await pgSimpleQuery(client, pgMigrationsTableSql(n));
@@ -151,6 +156,9 @@ export class PostgresDriver implements Driver {
       // would leave this configuration without tables, asking for `migrate` for ever.
       const otherSet = done.size > 0 ? await pgTableSetProblem(client, n) : undefined;
       if (otherSet !== undefined) throw new QueueBoxError(`migrate refused, nothing changed: ${otherSet}`);
+      // A relation of a table's name that migration 1 would skip and then fail on (an application's own `outbox`).
+      const foreign = done.has(1) ? [] : await pgForeignTableProblems(client, n);
+      if (foreign.length > 0) throw new QueueBoxError(`migrate refused, nothing changed:\n${foreign.map((p) => `- ${p}`).join('\n')}`);
       // `CREATE INDEX IF NOT EXISTS` would take an invalid index (a failed concurrent build) for
       // built; migrate refuses instead of rebuilding it the blocking way (see INVALID_INDEX_SQL).
       const invalid = await pgInvalidIndexProblems(client, n);
@@ -168,14 +176,24 @@ export class PostgresDriver implements Driver {
     });
   }
 
-  /** What `migrate` would still change, one line each (none: up to date); changes nothing. */
+  /**
+   * What `migrate` would still change, one line each (none: up to date); changes nothing. A
+   * relation in the way of a table migration 1 creates (`pgForeignTableProblems`) is that line (and
+   * the trust problems): `migrate` refuses it, so the rest would only ask for `migrate` again.
+   */
   async migrateCheck(): Promise<string[]> {
-    return pgMigrateCheck(this.ctx.pool, this.ctx.names, this.claimStatements(), this.#outboxBatchSize);
+    const statements = this.claimStatements();
+    const problems = await pgMigrateCheck(this.ctx.pool, this.ctx.names, statements, this.#outboxBatchSize);
+    if (problems.length === 0) return problems;
+    const foreign = await pgForeignTableProblemsBeforeMigration(this.ctx.pool, this.ctx.names);
+    if (foreign.length === 0) return problems;
+    return [...(await pgSchemaTrustProblems(this.ctx.pool, this.ctx.names, statements.map(claimFunctionName))), ...foreign];
   }
 
   /**
    * Start-up check (once per container): refuses a schema other roles may create in
-   * (`SchemaTrustError`), then throws `SchemaMismatchError` with the DDL of missing columns. A
+   * (`SchemaTrustError`), and a relation in the way of a table `migrate` has not created yet
+   * (`QueueBoxError`: `pgForeignTableProblems`), then throws `SchemaMismatchError` with the DDL of missing columns. A
    * table missing while the schema's bookkeeping records migrations adds the line that says
    * `migrate` would not create it (another table set's migrations: `pgTableSetProblem`).
    */
@@ -185,6 +203,10 @@ export class PostgresDriver implements Driver {
     if (problems.length > 0) throw new SchemaTrustError(n.schema, problems);
     const statements = await missingColumns(this.ctx.pool, n);
     if (statements.length === 0) return;
+    // Only on the failure path: a relation in the way of a table (`migrate` would refuse it, so
+    // "run migrate" would loop).
+    const foreign = await pgForeignTableProblemsBeforeMigration(this.ctx.pool, n);
+    if (foreign.length > 0) throw new QueueBoxError(`a relation is in the way of a QueueBox table, which \`queuebox migrate\` therefore refuses to create:\n${foreign.map((p) => `- ${p}`).join('\n')}`);
     // Only on the failure path: two more catalog reads when a table is missing. Without this
     // line the error says "run migrate", which would change nothing.
     if (statements.some((s) => s.startsWith('-- table '))) {
