@@ -155,7 +155,7 @@ See docs/upgrading.md.`,
           // its migration (a dropped index, a default) is not re-created by it: its line gives the SQL.
           if (problems.length > 0) {
             throw new QueueBoxError(
-              `the database is behind this release and configuration: run \`queuebox migrate\` for migrations and claim functions not applied; a line that gives SQL names an object changed by hand after its migration, which \`queuebox migrate\` does not restore: run that SQL\n${problems.map((p) => `- ${p}`).join('\n')}`,
+              `the database does not match this release and configuration: run \`queuebox migrate\` for migrations and claim functions not applied; a line that gives SQL names an object changed by hand after its migration, which \`queuebox migrate\` does not restore: run that SQL; a line that names a table in the way says which key to change instead\n${problems.map((p) => `- ${p}`).join('\n')}`,
             );
           }
           io.stdout('schema is up to date\n');
