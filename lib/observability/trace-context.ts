@@ -3,7 +3,8 @@
  *
  * `enqueue` records the caller's context with the outbox row: the W3C `traceparent` (and
  * `tracestate`) of OpenTelemetry's active span when `@opentelemetry/api` is installed (an
- * optional peer, loaded on the first `enqueue` and never when absent), else the X-Ray trace
+ * optional peer, loaded on the first `enqueue` and never when absent; in a bundle, where it cannot
+ * be looked up, read from the API's process-wide registration), else the X-Ray trace
  * header of the Lambda invocation (`_X_AMZN_TRACE_ID`, read at each call: it changes per
  * invocation). The inbox receivers record the sender's header (`traceparent`, `X-Amzn-Trace-Id`,
  * SQS `AWSTraceHeader`) with the inbox row, and the relay copies it to the outbox row it writes.
@@ -147,20 +148,30 @@ export function awsTraceHeaderOf(trace: TraceContext | null | undefined): string
   return `Root=1-${traceId!.slice(0, 8)}-${traceId!.slice(8)};Parent=${parentId};Sampled=${sampled}`;
 }
 
+/** What `captureTraceContext` reads of an OpenTelemetry span context. */
+interface SpanContextLike {
+  traceId?: unknown;
+  spanId?: unknown;
+  traceFlags?: unknown;
+  traceState?: { serialize?(): unknown };
+}
+
 /** What `captureTraceContext` needs of `@opentelemetry/api`. */
 interface OpenTelemetryApi {
   context: { active(): unknown };
-  trace: { getSpanContext(context: never): { traceId: string; spanId: string; traceFlags: number; traceState?: { serialize(): string } } | undefined };
+  trace: { getSpanContext(context: never): SpanContextLike | undefined };
 }
 
-/** `@opentelemetry/api` once looked up: the module, null when not installed, undefined before the first look. */
+/** `@opentelemetry/api` once looked up: the module, null when not found, undefined before the first look. */
 let openTelemetry: OpenTelemetryApi | null | undefined;
 
 /**
- * `@opentelemetry/api` when the application has it installed, else null; loaded on the first call,
- * synchronously: `enqueue` sends its INSERT in the same turn it is called, so a caller that does
- * not await it before `COMMIT` still writes the row inside its transaction. The API keeps its
+ * `@opentelemetry/api` when it can be looked up from this module, else null; loaded on the first
+ * call, synchronously: `enqueue` sends its INSERT in the same turn it is called, so a caller that
+ * does not await it before `COMMIT` still writes the row inside its transaction. The API keeps its
  * context manager in a process-wide global, so this copy sees the context the application set.
+ * A bundled application has no `node_modules` next to the bundle (and a CJS bundle no
+ * `import.meta.url`): the look-up fails there, and `registeredSpanContext` reads that global itself.
  */
 function loadOpenTelemetry(): OpenTelemetryApi | null {
   if (openTelemetry === undefined) {
@@ -171,6 +182,47 @@ function loadOpenTelemetry(): OpenTelemetryApi | null {
     }
   }
   return openTelemetry;
+}
+
+/**
+ * Where every copy of `@opentelemetry/api` 1.x keeps what the application registered
+ * (`{ version, context: ContextManager, trace: TracerProvider, … }`; `src/internal/global-utils.ts`),
+ * and the context key of the active span (`src/trace/context-utils.ts`). A bundle inlines its own
+ * copy of the API, which registers here like any other.
+ */
+const OPENTELEMETRY_GLOBAL = Symbol.for('opentelemetry.js.api.1');
+const OPENTELEMETRY_SPAN_KEY = Symbol.for('OpenTelemetry Context Key SPAN');
+
+/** The span context of the active span of the context manager the application registered, if any. */
+function registeredSpanContext(): SpanContextLike | undefined {
+  const registration = (globalThis as Record<symbol, unknown>)[OPENTELEMETRY_GLOBAL] as { context?: { active?: unknown } } | null | undefined;
+  const manager = registration?.context;
+  if (typeof manager?.active !== 'function') return undefined;
+  const active = (manager.active as () => unknown).call(manager) as { getValue?: unknown } | null | undefined;
+  if (typeof active?.getValue !== 'function') return undefined;
+  const span = (active.getValue as (key: symbol) => unknown).call(active, OPENTELEMETRY_SPAN_KEY) as { spanContext?: unknown } | null | undefined;
+  if (typeof span?.spanContext !== 'function') return undefined;
+  return (span.spanContext as () => SpanContextLike | undefined).call(span) ?? undefined;
+}
+
+/** The active span's context: through `@opentelemetry/api` when it loads, else through its global registration. */
+function activeSpanContext(): SpanContextLike | undefined {
+  const api = loadOpenTelemetry();
+  return api !== null ? api.trace.getSpanContext(api.context.active() as never) : registeredSpanContext();
+}
+
+/** The trace context of OpenTelemetry's active span, or null; never throws (a broken tracer setup only loses the context). */
+function openTelemetryTraceContext(): TraceContext | null {
+  try {
+    const span = activeSpanContext();
+    if (span === undefined || span === null || typeof span.traceId !== 'string' || typeof span.spanId !== 'string' || typeof span.traceFlags !== 'number') return null;
+    const flags = (span.traceFlags & 0xff).toString(16).padStart(2, '0');
+    const traceState = span.traceState;
+    const tracestate = typeof traceState?.serialize === 'function' ? traceState.serialize() : undefined;
+    return traceContextOf({ traceparent: `00-${span.traceId}-${span.spanId}-${flags}`, tracestate });
+  } catch {
+    return null;
+  }
 }
 
 /** The X-Ray trace header of the current invocation (the runtime's invoke store, else the environment). */
@@ -184,12 +236,5 @@ function invocationXrayHeader(): string | undefined {
  * is one, else the X-Ray trace header of the Lambda invocation; null when neither is there.
  */
 export function captureTraceContext(): TraceContext | null {
-  const api = loadOpenTelemetry();
-  const span = api?.trace.getSpanContext(api.context.active() as never);
-  if (span !== undefined) {
-    const flags = (span.traceFlags & 0xff).toString(16).padStart(2, '0');
-    const fromSpan = traceContextOf({ traceparent: `00-${span.traceId}-${span.spanId}-${flags}`, tracestate: span.traceState?.serialize() });
-    if (fromSpan !== null) return fromSpan;
-  }
-  return traceContextOf({ awsTraceHeader: invocationXrayHeader() });
+  return openTelemetryTraceContext() ?? traceContextOf({ awsTraceHeader: invocationXrayHeader() });
 }
