@@ -93,8 +93,10 @@ export async function withDatabaseUrl(env: Env, options: { forceFetch?: boolean;
   }
   if (parameter !== undefined) {
     const value = await store.ssm.get(parameter, { ...fetchOptions, decrypt: true });
-    if (typeof value !== 'string' || value === '') throw new Error(`SSM parameter ${parameter} holds no connection string`);
-    return { ...env, QUEUEBOX_DATABASE_URL: value };
+    // Without the white space around it, as a secret's: a parameter written from a file ends in a line break.
+    const text = typeof value === 'string' ? value.trim() : '';
+    if (text === '') throw new Error(`SSM parameter ${parameter} holds no connection string`);
+    return { ...env, QUEUEBOX_DATABASE_URL: text };
   }
   return env;
 }

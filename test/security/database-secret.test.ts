@@ -12,7 +12,7 @@ import { handler as reclaimHandler } from '../../functions/reclaim.ts';
 import { setContainer } from '../../lib/runtime/container.ts';
 import { secretEnvNames, withDatabaseUrl } from '../../lib/runtime/secrets.ts';
 import { loadSourceSecrets } from '../../lib/runtime/source-secrets.ts';
-import { parseConfig } from '../../lib/config/load-config.ts';
+import { loadConfig, parseConfig } from '../../lib/config/load-config.ts';
 import { createTestDatabase, testDatabaseUrl, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { FakeSecretStore } from '../helpers/fake-secret-store.ts';
@@ -70,6 +70,16 @@ describe('database and source secrets at run time', () => {
     assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_SECRET_ID: 'rds/app' })).QUEUEBOX_DATABASE_URL, 'postgres://app:p%40ss%2Fword@db.internal:5432/orders');
     assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_URL_PARAMETER: '/queuebox/test/database-url' })).QUEUEBOX_DATABASE_URL, 'postgres://app:x@db.internal:5432/orders');
     assert.equal((await withDatabaseUrl({ QUEUEBOX_DATABASE_URL: 'postgres://local', QUEUEBOX_DATABASE_SECRET_ID: 'rds/app' })).QUEUEBOX_DATABASE_URL, 'postgres://local');
+  });
+
+  it('takes a stored connection string without the white space around it (a line break a file gave the parameter), from SSM as from Secrets Manager', async () => {
+    store.values.set('/queuebox/test/url-with-newline', 'postgres://app:x@db.internal:5432/orders\r\n');
+    store.values.set('plain/with-newline', ' postgres://app:x@db.internal:5432/orders\n');
+    for (const env of [{ QUEUEBOX_DATABASE_URL_PARAMETER: '/queuebox/test/url-with-newline' }, { QUEUEBOX_DATABASE_SECRET_ID: 'plain/with-newline' }]) {
+      const url = (await withDatabaseUrl(env)).QUEUEBOX_DATABASE_URL;
+      assert.equal(url, 'postgres://app:x@db.internal:5432/orders', JSON.stringify(env));
+      assert.equal(loadConfig({ env: { ...env, QUEUEBOX_DATABASE_URL: url } }).database.url, url, 'the configuration takes it');
+    }
   });
 
   it('the migrate function reads the connection string from the SSM parameter or the secret, as the other functions do', async () => {
