@@ -42,6 +42,19 @@ const DESCRIPTIONS: Record<string, string> = {
 
 type Dict = Record<string, unknown>;
 
+/**
+ * A pattern that excludes every file, spelled unlike any of the service's `package.patterns`: osls
+ * merges a function's patterns after the service's through a Set, so a function-level `'!**'` equal
+ * to the service's would be dropped, and the service's includes that follow it would reach the
+ * function's zip. `**`, with `/**` appended any number of times, matches every path (dotfiles too) for osls.
+ */
+export function excludeAllAfter(servicePatterns: readonly string[]): string {
+  const taken = new Set(servicePatterns);
+  let pattern = '!**';
+  while (taken.has(pattern)) pattern += '/**';
+  return pattern;
+}
+
 /** The part of the osls `serverless` object the plugin uses. */
 interface Serverless {
   serviceDir: string;
@@ -167,7 +180,7 @@ export default class QueueBoxServerlessPlugin {
       layers: [],
       ...(this.options.vpc ? { vpc: this.options.vpc } : {}),
       environment,
-      package: { individually: true, patterns: ['!**', `${BUILD_DIR}/${fn.name}/**`, `${BUILD_DIR}/queuebox.yml`] },
+      package: { individually: true, patterns: [excludeAllAfter(this.serverless.service.package?.patterns ?? []), `${BUILD_DIR}/${fn.name}/**`, `${BUILD_DIR}/queuebox.yml`] },
       events,
     };
   }

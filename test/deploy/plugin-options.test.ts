@@ -202,6 +202,15 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.deepEqual(serverless.service.package.patterns, ['!.queuebox/**'], 'the service\'s own package leaves the bundles out');
   });
 
+  it('spells each QueueBox function\'s exclude-all unlike every service pattern, which osls would merge it into', async () => {
+    const { serverless, hook } = pluginFor({ config: 'queuebox.yml' });
+    serverless.service.package.patterns = ['!**', '!**/**', 'src/**'];
+    await hook('initialize');
+    const poller = serverless.service.functions.queueboxOutboxPoller!;
+    assert.deepEqual(poller.package, { individually: true, patterns: ['!**/**/**', '.queuebox/outboxPoller/**', '.queuebox/queuebox.yml'] });
+    assert.deepEqual(serverless.service.package.patterns, ['!**', '!**/**', 'src/**', '!.queuebox/**']);
+  });
+
   it('keeps provider.tracing off QueueBox\'s functions when observability.tracing is off (their roles grant no X-Ray)', async () => {
     const traced = pluginFor({});
     traced.serverless.service.provider.tracing = { lambda: true };

@@ -193,4 +193,28 @@ describe('plugins: [queuebox/serverless] in a scratch service', { timeout: 600_0
     assert.notEqual(refused.code, 0, explain(refused));
     assert.match(refused.stdout + refused.stderr, /stage dev has no database location: set custom\.queuebox\.databaseSecretArn .* or custom\.queuebox\.databaseUrlParameter .*custom\.queuebox\.allowMissingDatabase: true/s);
   });
+
+  // Last: packaging with other configurations removes .serverless/, which the tests above read.
+  it('ships each QueueBox function only its own bundle when the service\'s patterns also start with \'!**\'', async () => {
+    // osls merges service and function patterns through a Set: a function-level '!**' equal to the
+    // service's is dropped, and the service's includes would then come after it.
+    mkdirSync(join(service, 'src'), { recursive: true });
+    writeFileSync(join(service, 'src', 'tool.py'), 'X = 1\n');
+    for (const [name, patterns] of [
+      ['src', "['!**', 'src/**']"],
+      ['modules', "['!**', 'src/**', 'node_modules/**']"],
+    ] as const) {
+      const config = `serverless.${name}.yml`;
+      writeFileSync(join(service, config), SERVICE_YML.replace("patterns: ['!node_modules/**']", `patterns: ${patterns}`));
+      const out = join(work, `${name}-package`);
+      const result = await osls(['package', '--stage', 'test', '--config', config, '--package', out]);
+      assert.equal(result.code, 0, explain(result));
+      for (const fn of FUNCTIONS) {
+        const shipped = zipEntries(join(out, `${functionKey(fn.name)}.zip`));
+        assert.deepEqual(shipped.filter((f) => !f.startsWith(`.queuebox/${fn.name}/`)), ['.queuebox/queuebox.yml'], `${name}: ${fn.name} ships none of the service's files`);
+        assert.ok(shipped.includes(`.queuebox/${fn.name}/index.js`), `${name}: ${fn.name} ships its bundle`);
+      }
+      assert.ok(zipEntries(join(out, 'shop.zip')).includes('src/tool.py'), `${name}: the service's own package keeps its includes`);
+    }
+  });
 });
