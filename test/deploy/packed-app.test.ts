@@ -11,6 +11,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { build, type BuildOptions } from 'esbuild';
 import pg from 'pg';
 import { testDatabaseUrl } from '../helpers/database.ts';
 import { explain, npmInstall, packedTarball, run } from '../helpers/packed-package.ts';
@@ -85,6 +86,34 @@ const summary = await worker.runOnce({ deadline: createDeadline({ getRemainingTi
 await driver.close();
 console.log(JSON.stringify({ seen, completed: summary.completed }));
 `;
+
+/**
+ * The application's own Lambda handler (docs/deploy.md, "Your own functions that import
+ * queuebox"), bundled with esbuild as such handlers are; run from a folder without node_modules.
+ */
+const HANDLER_TS = `import pg from 'pg';
+import { enqueue } from 'queuebox';
+
+const pool = new pg.Pool({ connectionString: process.env.APP_DATABASE_URL, max: 1 });
+export const handler = async (event: { orderId: string }) => {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const id = await enqueue(client, { topic: 'order.paid', key: event.orderId, payload: { orderId: event.orderId } }, { schema: process.env.APP_SCHEMA });
+    await client.query('COMMIT');
+    return { id };
+  } catch (error) {
+    await client.query('ROLLBACK');
+    throw error;
+  } finally {
+    client.release();
+  }
+};
+`;
+
+/** Calls the bundled handler as Lambda would, then ends the pool's idle connection by exiting. */
+const INVOKE = (bundle: string, orderId: string) =>
+  `import(${JSON.stringify(bundle)}).then((m) => m.handler({ orderId: ${JSON.stringify(orderId)} })).then((r) => { console.log(JSON.stringify(r)); process.exit(0); }, (e) => { console.error(e); process.exit(1); });`;
 
 /** One tsconfig per module resolution; all strict and without skipLibCheck. */
 const TSCONFIGS: Record<string, Record<string, unknown>> = {
@@ -184,5 +213,29 @@ describe('the packed package, installed into an application', { timeout: 600_000
     assert.deepEqual(JSON.parse(result.stdout.trim().split('\n').at(-1)!), { seen: ['k-1'], completed: 1 });
     const rows = await admin.query<{ state: string }>(`SELECT state FROM "${schema}".inbox WHERE idempotency_key = 'k-1'`);
     assert.deepEqual(rows.rows, [{ state: 'processed' }]);
+  });
+
+  it('an application bundles its own handler that enqueues with esbuild, no mssql installed nor marked external: one ESM file and CommonJS both run', async () => {
+    writeFileSync(join(app, 'handler.ts'), HANDLER_TS);
+    const out = join(work, 'lambda');
+    mkdirSync(out);
+    // The settings docs/deploy.md gives: none for QueueBox; ESM output gets the usual `require` banner for CommonJS dependencies (pg).
+    const common = { entryPoints: [join(app, 'handler.ts')], bundle: true, platform: 'node', target: 'node24', logLevel: 'silent' } satisfies BuildOptions;
+    const builds = [
+      { ...common, format: 'esm', outfile: join(out, 'esm.mjs'), banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" } },
+      { ...common, format: 'cjs', outfile: join(out, 'cjs.cjs') },
+    ] satisfies BuildOptions[];
+    for (const options of builds) {
+      const built = await build(options).then((r) => ({ errors: r.errors.map((e) => e.text) }), (e: { errors?: Array<{ text: string }> }) => ({ errors: (e.errors ?? [{ text: String(e) }]).map((x) => x.text) }));
+      assert.deepEqual(built.errors, [], `${options.format} bundle builds`);
+    }
+    assert.equal(existsSync(join(out, 'node_modules')), false);
+    for (const [bundle, orderId] of [['./esm.mjs', 'o-esm'], ['./cjs.cjs', 'o-cjs']] as const) {
+      const result = await run(process.execPath, ['--input-type=module', '-e', INVOKE(bundle, orderId)], { cwd: out, env });
+      assert.equal(result.code, 0, `${bundle}: ${explain(result)}`);
+      const { id } = JSON.parse(result.stdout) as { id: string };
+      const rows = await admin.query<{ key: string; state: string }>(`SELECT key, state FROM "${schema}".outbox WHERE id = $1`, [id]);
+      assert.deepEqual(rows.rows, [{ key: orderId, state: 'pending' }], bundle);
+    }
   });
 });

@@ -5,6 +5,10 @@ import { SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts';
 import { TransientDatabaseError, UsageError } from '../../lib/errors.ts';
 import { defaultTransactionRunner } from '../../lib/pull/transaction-runner.ts';
 import type { Driver } from '../../lib/db/driver.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 describe('the default transaction runner of a pull worker', () => {
   it('opens an mssql transaction on the SQL Server driver pool (a closed port gives a transient error, not a usage error)', async () => {

@@ -21,6 +21,10 @@ import { inboxClaimPushMany } from '../../lib/db/sqlserver/inbox-claim.ts';
 import { outboxClaimMany } from '../../lib/db/sqlserver/outbox-claim.ts';
 import { mapMssqlError } from '../../lib/db/sqlserver/error-map.ts';
 import { mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 /** Every read of a QueueBox table in `text`: the alias and its table hints (INDEX(…) included). */
 function tableReadsOf(text: string): Array<{ read: string; alias: string; hints: string }> {

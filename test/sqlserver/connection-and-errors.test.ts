@@ -9,6 +9,10 @@ import { APPLOCK_NOT_GRANTED, mapMssqlError } from '../../lib/db/sqlserver/error
 import { APPLOCK_WAIT_MS, mssqlPoolConfig } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { mssqlNames, quoteMssqlIdent } from '../../lib/db/sqlserver/names.ts';
 import { createDriver } from '../../lib/db/create-driver.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const database = (over: Record<string, unknown> = {}) => parseConfig({ database: { type: 'sqlserver', url: 'mssql://x@h/db', ...over } }).database;
 

@@ -9,6 +9,10 @@ import { traceView } from '../../lib/console/trace-view.ts';
 import { buildBlockedHeads, buildClaimsInFlight, buildDeadGroups, buildDeadSearch, buildRowGet, buildStatsByState, inboxRowGet, outboxRowGet } from '../../lib/db/sqlserver/console-queries.ts';
 import type { MssqlRunner, MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { names, SENTINELS } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const blocked = { limit: 50, scanLimit: 500, poisonAttempts: 3, waitingCap: 1000 };
 

@@ -19,6 +19,10 @@ import { DEADLOCK_ATTEMPTS, mssqlPoolConfig, retryDeadlocks } from '../../lib/db
 import { buildOutboxClaim, outboxClaimMany } from '../../lib/db/sqlserver/outbox-claim.ts';
 import { pullClaimMany } from '../../lib/db/sqlserver/pull-queries.ts';
 import { names } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 type Answer = { recordset?: unknown[]; recordsets?: unknown[][] } | { error: unknown };
 

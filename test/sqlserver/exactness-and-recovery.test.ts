@@ -33,6 +33,10 @@ import { buildPullClaim, PULL_LEASE_FLOOR_MS } from '../../lib/db/sqlserver/pull
 import { buildOutboxReplayPreview } from '../../lib/db/sqlserver/replay-preview.ts';
 import { MIGRATE_REQUEST_TIMEOUT_MS, SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts';
 import { names } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 type Answer = { recordset?: unknown[]; recordsets?: unknown[][] } | { error: unknown } | ((inputs: Map<string, unknown>) => { recordset: unknown[] });
 

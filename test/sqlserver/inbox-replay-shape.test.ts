@@ -8,6 +8,10 @@ import { describe, it } from 'node:test';
 import { buildInboxReplay, buildInboxReplayBounded, inboxReplayConditions } from '../../lib/db/sqlserver/inbox-replay.ts';
 import { UsageError } from '../../lib/errors.ts';
 import { allStatements, names, SENTINELS } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 describe('SQL Server inbox requeue shape', () => {
   it('moves dead rows only, in chunks of 500 in sequence order, keeping id and sequence', () => {

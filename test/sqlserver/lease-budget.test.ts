@@ -15,6 +15,10 @@ import { outboxRenewMany } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { buildPullClaim, pullClaimMany, pullRenew } from '../../lib/db/sqlserver/pull-queries.ts';
 import { scaleOutAcquire, scaleOutStart } from '../../lib/db/sqlserver/scale-out-queries.ts';
 import { names, SENTINELS } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const LEASE = 30_000;
 const claim = { id: SENTINELS.id, token: SENTINELS.token };

@@ -24,6 +24,10 @@ import type { SqlServerDriver } from '../../lib/db/sqlserver/sqlserver-driver.ts
 import { createSqlServerTarget } from '../conformance/sqlserver-target.ts';
 import type { ConformanceTarget } from '../conformance/driver-conformance.ts';
 import { formatAccesses, planAccesses, planProblems } from './showplan.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const url = process.env.QUEUEBOX_MSSQL_URL;
 const skip = url ? false : 'QUEUEBOX_MSSQL_URL is not set: no SQL Server on this machine (npm run test:sqlserver starts one in Docker)';

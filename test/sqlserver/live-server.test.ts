@@ -15,6 +15,10 @@ import { buildOutboxClaim } from '../../lib/db/sqlserver/outbox-claim.ts';
 import { createMssqlPool, runStatement, statementText } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { createSqlServerTarget } from '../conformance/sqlserver-target.ts';
 import { enqueueRows, type ConformanceTarget } from '../conformance/driver-conformance.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const url = process.env.QUEUEBOX_MSSQL_URL;
 const skip = url ? false : 'QUEUEBOX_MSSQL_URL is not set: no SQL Server on this machine';

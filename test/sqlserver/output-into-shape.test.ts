@@ -13,6 +13,10 @@ import { buildDeleteFinished } from '../../lib/db/sqlserver/maintenance-queries.
 import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
 import { buildOutboxReplayBounded } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { allStatements, names, SENTINELS } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const s = SENTINELS;
 

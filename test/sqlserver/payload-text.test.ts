@@ -10,6 +10,10 @@ import { buildInboxInsert } from '../../lib/db/sqlserver/inbox-queries.ts';
 import { toInboxRow } from '../../lib/db/sqlserver/inbox-rows.ts';
 import { buildOutboxInsert } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { names } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 const TEXT = '{"id":"e-1","amount":12345678901234567890123,"ratio":0.1000000000000000055511151231257827}';
 const parsed = JSON.parse(TEXT) as Record<string, unknown>;

@@ -12,6 +12,10 @@ import type { InboxForwardItem } from '../../lib/db/driver.ts';
 import { buildOpenRelayedKeyProbe, inboxForward } from '../../lib/db/sqlserver/inbox-queries.ts';
 import { forwardItemOf } from '../../lib/inbox/relay-pass.ts';
 import { names, SENTINELS } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 interface Sent {
   text: string;

@@ -7,6 +7,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { buildOutboxReplayBounded } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { names, SENTINELS } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 describe('SQL Server bounded replay shape', () => {
   const statement = buildOutboxReplayBounded(names, { topics: [SENTINELS.topic], states: ['dead'], createdFrom: new Date(0) }, 100);

@@ -11,6 +11,10 @@ import { parseConfig } from '../../lib/config/load-config.ts';
 import { createMssqlPool } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { quoteMssqlIdent } from '../../lib/db/sqlserver/names.ts';
 import { dryRunner, execCommand, parseLiveArgs, runLive, type LiveRunner } from './live-runner.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 /** A pool of one connection to the URL's database, for the set-up statements. */
 async function connect(url: string): Promise<sql.ConnectionPool> {

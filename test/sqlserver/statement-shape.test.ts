@@ -11,6 +11,10 @@ import { MIGRATE_LOCK_SQL, migrationsTableSql, mssqlExpectedColumns, mssqlMigrat
 import { buildInboxInsert } from '../../lib/db/sqlserver/inbox-queries.ts';
 import { buildOutboxInsert } from '../../lib/db/sqlserver/outbox-queries.ts';
 import { allStatements, fencedStatements, names, SENTINELS } from './statement-shapes.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 /** Named arguments of system procedures (not variables). */
 const PROC_ARGUMENTS = new Set(['@Resource', '@LockMode', '@LockOwner', '@LockTimeout']);

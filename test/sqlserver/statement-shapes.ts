@@ -22,6 +22,10 @@ import { buildPullClaim, buildPullFenced } from '../../lib/db/sqlserver/pull-que
 import { buildOutboxReplayPreview } from '../../lib/db/sqlserver/replay-preview.ts';
 import { buildCountDue, buildScaleOutAcquire, buildScaleOutRelease, buildScaleOutStart } from '../../lib/db/sqlserver/scale-out-queries.ts';
 import { buildStats } from '../../lib/db/sqlserver/table-stats.ts';
+import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+
+// The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
+await loadMssql();
 
 export const names = mssqlNames('dbo', { outbox: 'outbox', inbox: 'inbox', maintenance: 'queuebox_maintenance' });
 

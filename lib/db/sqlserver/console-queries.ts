@@ -6,7 +6,7 @@
  * rows come from the filtered indexes of the claim path, `TOP (@p_scan)` each, and head checks
  * probe the key-head indexes.
  */
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import { deadGroupQuery } from '../dead-groups.ts';
 import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
 import { lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -42,7 +42,7 @@ SELECT ${pending} AS pending, ${capped(t, `state = N'processing'`)} AS processin
          WHERE state = N'pending'${outbox ? '' : ` AND consumption = N'push'`} AND scheduled_at <= @v_now) AS oldest_ms,
        ${recent(finished, 'hour')} AS h_${finished}, ${recent('dead', 'hour')} AS h_dead,
        ${recent(finished, 'minute')} AS m_${finished}, ${recent('dead', 'minute')} AS m_dead;`,
-    params: [param('p_cap', sql.Int, cap)],
+    params: [param('p_cap', mssql().Int, cap)],
   };
 }
 
@@ -77,7 +77,7 @@ export function buildClaimsInFlight(names: MssqlNames, table: 'outbox' | 'inbox'
 SELECT TOP (@p_limit) id, ${l.label} AS label, ${l.key} AS [key], attempt, claimed_at, lease_expires_at,
        DATEDIFF_BIG(millisecond, @v_now, lease_expires_at) AS lease_left_ms
   FROM ${names[table]} WHERE state = N'processing' ORDER BY lease_expires_at;`,
-    params: [param('p_limit', sql.Int, limit)],
+    params: [param('p_limit', mssql().Int, limit)],
   };
 }
 
@@ -151,10 +151,10 @@ SELECT TOP (@p_limit) r.id, r.${l.label} AS label, r.${l.key} AS [key], r.state,
    AND NOT EXISTS (SELECT 1 FROM ${t} e WHERE ${open('e')} AND e.[sequence] < r.[sequence])
  ORDER BY w.waiting DESC, r.scheduled_at, r.[sequence];`,
     params: [
-      param('p_limit', sql.Int, p.limit),
-      param('p_scan', sql.Int, p.scanLimit),
-      param('p_poison', sql.Int, p.poisonAttempts),
-      param('p_waiting', sql.Int, p.waitingCap),
+      param('p_limit', mssql().Int, p.limit),
+      param('p_scan', mssql().Int, p.scanLimit),
+      param('p_poison', mssql().Int, p.poisonAttempts),
+      param('p_waiting', mssql().Int, p.waitingCap),
     ],
   };
 }
@@ -249,7 +249,7 @@ function toRow(r: RowDbRow, table: 'outbox' | 'inbox'): ConsoleRow {
 
 /** One row by id, every column the console shows. */
 export function buildRowGet(names: MssqlNames, table: 'outbox' | 'inbox', id: string): MssqlStatement {
-  return { text: `SELECT ${COLUMNS[table]} FROM ${names[table]} r WHERE r.id = @p_id;`, params: [param('p_id', sql.UniqueIdentifier, id)] };
+  return { text: `SELECT ${COLUMNS[table]} FROM ${names[table]} r WHERE r.id = @p_id;`, params: [param('p_id', mssql().UniqueIdentifier, id)] };
 }
 
 async function rowGet(runner: MssqlRunner, names: MssqlNames, table: 'outbox' | 'inbox', id: string): Promise<ConsoleRow | undefined> {
@@ -287,13 +287,13 @@ OUTER APPLY (SELECT ${COLUMNS[table]}, CONVERT(VARCHAR(27), r.${time}, 126) + 'Z
               WHERE r.id IN (SELECT TOP (@p_limit) id FROM hit ORDER BY t DESC, id DESC)) p
 ORDER BY p.${time} DESC, p.id DESC;`,
     params: [
-      param('p_scan', sql.Int, q.scanLimit),
-      param('p_from', sql.DateTime2(7), q.from ?? null),
-      param('p_to', sql.DateTime2(7), q.to ?? null),
-      param('p_label', sql.NVarChar(255), q.label ?? null),
-      param('p_limit', sql.Int, q.limit),
-      param('p_before_at', sql.VarChar(30), q.before ? q.before.at.replace(/Z$/, '') : null),
-      param('p_before_id', sql.UniqueIdentifier, q.before?.id ?? null),
+      param('p_scan', mssql().Int, q.scanLimit),
+      param('p_from', mssql().DateTime2(7), q.from ?? null),
+      param('p_to', mssql().DateTime2(7), q.to ?? null),
+      param('p_label', mssql().NVarChar(255), q.label ?? null),
+      param('p_limit', mssql().Int, q.limit),
+      param('p_before_at', mssql().VarChar(30), q.before ? q.before.at.replace(/Z$/, '') : null),
+      param('p_before_id', mssql().UniqueIdentifier, q.before?.id ?? null),
     ],
   };
 }
@@ -335,7 +335,7 @@ export function buildDeadGroups(names: MssqlNames, table: 'outbox' | 'inbox', in
 SELECT TOP (@p_limit) label, consumption, error, COUNT(*) AS n, MAX(t) AS latest FROM scan
  GROUP BY label, label_bytes, consumption, error ORDER BY COUNT(*) DESC, MAX(t) DESC, label;
 SELECT COUNT(*) AS scanned FROM (SELECT TOP (@p_scan) 1 AS x FROM ${names[table]} WHERE state = N'dead') c;`,
-    params: [param('p_scan', sql.Int, q.scanLimit), param('p_limit', sql.Int, q.limit)],
+    params: [param('p_scan', mssql().Int, q.scanLimit), param('p_limit', mssql().Int, q.limit)],
   };
 }
 

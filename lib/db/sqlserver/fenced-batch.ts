@@ -7,7 +7,7 @@
  * once an application adds an enabled trigger for that action to the table: see "Triggers" in
  * "OUTPUT clause (Transact-SQL)", learn.microsoft.com/sql/t-sql/queries/output-clause-transact-sql.
  */
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { ClaimRef } from '../driver.ts';
 import { dbNowPlusMs, leaseParam, lowerUuid, msValue, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 
@@ -46,7 +46,7 @@ export function buildFencedBatch(
   const params = [
     param(
       'p_items',
-      sql.NVarChar(sql.MAX),
+      mssql().NVarChar(mssql().MAX),
       JSON.stringify(items.map((i) => ({ id: i.id, token: i.token, delayMs: msValue('delayMs', i.delayMs ?? 0, true), error: i.error ?? null }))),
     ),
   ];
@@ -72,6 +72,6 @@ SELECT id FROM @v_changed;`,
  */
 export async function runFencedBatch(runner: MssqlRunner, statement: MssqlStatement): Promise<string[]> {
   const run = async () => (await runStatement<{ id: string }>(runner, statement)).recordset.map((r) => lowerUuid(r.id));
-  return runner instanceof sql.ConnectionPool ? retryDeadlocks(run) : run();
+  return runner instanceof mssql().ConnectionPool ? retryDeadlocks(run) : run();
 }
 

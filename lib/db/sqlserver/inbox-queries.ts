@@ -7,7 +7,8 @@
  * (SQL Server's `=` ignores trailing spaces). The relay only ever touches `consumption = 'push'` rows.
  */
 import { randomUUID } from 'node:crypto';
-import sql from 'mssql';
+import type sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import { gaugeGateName, SKIPPED_STATS, type ClaimRef, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type InboxForwardItem, type InboxInsertResult, type InboxMessageInput, type ReclaimResult, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
 import { PayloadRejectedError, UsageError, ValidationError } from '../../errors.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
@@ -48,19 +49,19 @@ SELECT @p_id, @p_source, @p_idempotency_key, @p_aggregate_id, @p_event_type, @p_
 SELECT id, CAST(CASE WHEN id = @p_id THEN 0 ELSE 1 END AS BIT) AS duplicate
   FROM ${names.inbox} WHERE ${SAME_KEY};`,
     params: [
-      param('p_id', sql.UniqueIdentifier, id),
-      param('p_source', sql.NVarChar(255), m.source),
-      param('p_idempotency_key', sql.NVarChar(255), m.idempotencyKey),
-      param('p_aggregate_id', sql.NVarChar(255), m.aggregateId ?? null),
-      param('p_event_type', sql.NVarChar(255), m.eventType ?? null),
-      param('p_payload', sql.NVarChar(sql.MAX), m.payloadText ?? JSON.stringify(m.payload ?? null)),
-      param('p_headers', sql.NVarChar(sql.MAX), JSON.stringify(m.headers ?? {})),
-      param('p_correlation_id', sql.NVarChar(128), m.correlationId ?? null),
-      param('p_consumption', sql.NVarChar(10), m.consumption),
-      param('p_state', sql.NVarChar(50), dead ? 'dead' : 'pending'),
-      param('p_last_error', sql.NVarChar(sql.MAX), dead ? m.deadReason : null),
-      param('p_delay_ms', sql.BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
-      param('p_trace_context', sql.NVarChar(1024), serializeTraceContext(m.trace)),
+      param('p_id', mssql().UniqueIdentifier, id),
+      param('p_source', mssql().NVarChar(255), m.source),
+      param('p_idempotency_key', mssql().NVarChar(255), m.idempotencyKey),
+      param('p_aggregate_id', mssql().NVarChar(255), m.aggregateId ?? null),
+      param('p_event_type', mssql().NVarChar(255), m.eventType ?? null),
+      param('p_payload', mssql().NVarChar(mssql().MAX), m.payloadText ?? JSON.stringify(m.payload ?? null)),
+      param('p_headers', mssql().NVarChar(mssql().MAX), JSON.stringify(m.headers ?? {})),
+      param('p_correlation_id', mssql().NVarChar(128), m.correlationId ?? null),
+      param('p_consumption', mssql().NVarChar(10), m.consumption),
+      param('p_state', mssql().NVarChar(50), dead ? 'dead' : 'pending'),
+      param('p_last_error', mssql().NVarChar(mssql().MAX), dead ? m.deadReason : null),
+      param('p_delay_ms', mssql().BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
+      param('p_trace_context', mssql().NVarChar(1024), serializeTraceContext(m.trace)),
     ],
   };
 }
@@ -118,7 +119,7 @@ export async function inboxInsert(runner: MssqlRunner, names: MssqlNames, m: Inb
   const statement = buildInboxInsert(names, m, randomUUID());
   const attempt = async () => (await runStatement<{ id: string; duplicate: boolean }>(runner, statement).catch(payloadRefused)).recordset[0];
   for (let i = 0; i < INSERT_ATTEMPTS; i += 1) {
-    const row = runner instanceof sql.ConnectionPool ? await retryDeadlocks(attempt) : await attempt();
+    const row = runner instanceof mssql().ConnectionPool ? await retryDeadlocks(attempt) : await attempt();
     if (row) return { id: lowerUuid(row.id), duplicate: row.duplicate };
   }
   throw new UsageError(`inbox insert of ${m.source}/${m.idempotencyKey} neither inserted nor found a row after ${INSERT_ATTEMPTS} attempts`);
@@ -155,7 +156,7 @@ export function buildOpenRelayedKeyProbe(names: Pick<MssqlNames, 'outbox'>, keyW
  WHERE [key] = @p_key AND [key] IS NOT NULL AND DATALENGTH([key]) = DATALENGTH(@p_key)
    AND state IN (N'pending', N'processing')
    AND ${X_SOURCE} COLLATE ${KEY_COLLATION} = @p_source AND DATALENGTH(${X_SOURCE}) = DATALENGTH(@p_source);`,
-    params: [param('p_key', sql.NVarChar(255), keyWhileOpen.key), param('p_source', sql.NVarChar(255), keyWhileOpen.source)],
+    params: [param('p_key', mssql().NVarChar(255), keyWhileOpen.key), param('p_source', mssql().NVarChar(255), keyWhileOpen.source)],
   };
 }
 
@@ -212,7 +213,7 @@ export function buildInboxReclaim(names: MssqlNames, throttleMs: number | undefi
     `reclaim:${names.inboxTable}`,
     throttleMs,
     reclaimUpdateSql(names.inbox, { maxAttempts: '@p_max_attempts', call: 'forward' }, ` AND consumption = N'push'`),
-    [param('p_max_attempts', sql.Int, maxAttempts)],
+    [param('p_max_attempts', mssql().Int, maxAttempts)],
   );
 }
 export async function inboxReclaimExpired(runner: MssqlRunner, names: MssqlNames, p: { throttleMs?: number; maxAttempts: number }): Promise<ReclaimResult> {
@@ -228,7 +229,7 @@ export async function inboxStats(runner: MssqlRunner, names: MssqlNames, scope: 
 export function buildInboxDeadList(names: MssqlNames, limit: number): MssqlStatement {
   return {
     text: `SELECT TOP (@p_limit) id, source, last_error, updated_at FROM ${names.inbox} WHERE state = N'dead' ORDER BY updated_at DESC;`,
-    params: [param('p_limit', sql.Int, limit)],
+    params: [param('p_limit', mssql().Int, limit)],
   };
 }
 export async function inboxDeadList(runner: MssqlRunner, names: MssqlNames, p: { limit: number }): Promise<DeadRowSummary[]> {
@@ -246,7 +247,7 @@ export function buildInboxDeleteFinished(names: MssqlNames, p: DeleteFinishedPar
   return buildDeleteFinished(names.inbox, p.state, 'created_at', p.limit, p.olderThanMs, {
     condition: `
      AND (source NOT IN (SELECT value FROM OPENJSON(@p_keep_sources) WITH (value NVARCHAR(255) '$')) OR created_at < ${dbNowPlusMs('-@p_keep_older_than_ms')})`,
-    params: [param('p_keep_sources', sql.NVarChar(sql.MAX), JSON.stringify(p.keep.sources)), param('p_keep_older_than_ms', sql.BigInt, msValue('keep.olderThanMs', p.keep.olderThanMs))],
+    params: [param('p_keep_sources', mssql().NVarChar(mssql().MAX), JSON.stringify(p.keep.sources)), param('p_keep_older_than_ms', mssql().BigInt, msValue('keep.olderThanMs', p.keep.olderThanMs))],
   });
 }
 export async function inboxDeleteFinished(runner: MssqlRunner, names: MssqlNames, p: DeleteFinishedParams): Promise<number> {

@@ -9,7 +9,7 @@
  * thousands of rows would escalate to a table lock that blocks every receipt); the bounded move is
  * one transaction under update locks held to its end.
  */
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { InboxReplayFilter, InboxReplayPreviewRow } from '../driver.ts';
 import { ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
@@ -23,18 +23,18 @@ export function inboxReplayConditions(f: InboxReplayFilter): { where: string[]; 
   const params: MssqlParam[] = [];
   if (f.ids?.length) {
     where.push(`id IN (SELECT value FROM OPENJSON(@p_ids) WITH (value UNIQUEIDENTIFIER '$'))`);
-    params.push(param('p_ids', sql.NVarChar(sql.MAX), JSON.stringify(f.ids)));
+    params.push(param('p_ids', mssql().NVarChar(mssql().MAX), JSON.stringify(f.ids)));
   }
   if (f.sources?.length) {
     where.push(exactlyOneOf('source', 'p_sources'));
-    params.push(param('p_sources', sql.NVarChar(sql.MAX), JSON.stringify(f.sources)));
+    params.push(param('p_sources', mssql().NVarChar(mssql().MAX), JSON.stringify(f.sources)));
   }
   replayCommonConditions(f, where, params);
   if (where.length === 0) throw new UsageError('replay needs at least one filter (ids, sources, created range, last error)');
   if (f.consumption !== undefined) {
     if (f.consumption !== 'push' && f.consumption !== 'pull') throw new UsageError(`replay: consumption must be push or pull, not ${String(f.consumption)}`);
     where.push('consumption = @p_consumption');
-    params.push(param('p_consumption', sql.NVarChar(10), f.consumption));
+    params.push(param('p_consumption', mssql().NVarChar(10), f.consumption));
   }
   return { where: [`state = N'dead'`, ...where], params };
 }
@@ -52,7 +52,7 @@ export function buildInboxReplay(names: MssqlNames, f: InboxReplayFilter): Mssql
 /** The bounded requeue in one transaction (`boundedReplayText`). */
 export function buildInboxReplayBounded(names: MssqlNames, f: InboxReplayFilter, max: number): MssqlStatement {
   const { where, params } = inboxReplayConditions(f);
-  return { text: boundedReplayText(names.inbox, where, REQUEUE_SET, replaySeekHint(names.inboxTable, f)), params: [...params, param('p_max', sql.Int, max)] };
+  return { text: boundedReplayText(names.inbox, where, REQUEUE_SET, replaySeekHint(names.inboxTable, f)), params: [...params, param('p_max', mssql().Int, max)] };
 }
 
 /** Moves the matching dead rows back to `pending`; returns how many moved (`ReplayLimitError` past `maxRows`). */
@@ -70,7 +70,7 @@ export async function inboxReplay(runner: MssqlRunner, names: MssqlNames, f: Inb
 /** The count and sample statement of an inbox requeue preview. */
 export function buildInboxReplayPreview(names: MssqlNames, f: InboxReplayFilter, limit: number): MssqlStatement {
   const { where, params } = inboxReplayConditions(f);
-  params.push(param('p_limit', sql.Int, Math.max(0, Math.floor(limit))));
+  params.push(param('p_limit', mssql().Int, Math.max(0, Math.floor(limit))));
   const condition = where.join('\n   AND ');
   const table = `${names.inbox}${withHints(replaySeekHint(names.inboxTable, f))}`;
   return {

@@ -10,7 +10,7 @@
  * an existing one is advanced by an UPDATE whose condition is re-checked under the row's update
  * lock, so of two concurrent callers only one opens the gate.
  */
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { PassFinished, PassWorker, ReclaimResult } from '../driver.ts';
 import { DEADLOCK_ATTEMPTS } from '../deadlock-victim.ts';
 import { readInTurn } from '../gated-read.ts';
@@ -66,8 +66,8 @@ BEGIN
 END;
 SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS ran, @v_reclaimed AS reclaimed, @v_dead AS dead;`,
     params: [
-      param('p_gate_name', sql.NVarChar(255), gateName),
-      param('p_throttle_ms', sql.BigInt, throttleMs === undefined ? null : msValue('throttleMs', throttleMs)),
+      param('p_gate_name', mssql().NVarChar(255), gateName),
+      param('p_throttle_ms', mssql().BigInt, throttleMs === undefined ? null : msValue('throttleMs', throttleMs)),
       ...params,
     ],
   };
@@ -151,7 +151,7 @@ BEGIN
 END;
 SELECT CAST(CASE WHEN @v_gate_rows > 0 THEN 1 ELSE 0 END AS BIT) AS opened,
        CONVERT(VARCHAR(27), @v_taken, 121) AS taken, CONVERT(VARCHAR(27), @v_previous, 121) AS previous;`,
-    params: [param('p_gate_name', sql.NVarChar(255), gateName), param('p_every_ms', sql.BigInt, msValue('everyMs', everyMs))],
+    params: [param('p_gate_name', mssql().NVarChar(255), gateName), param('p_every_ms', mssql().BigInt, msValue('everyMs', everyMs))],
   };
 }
 
@@ -173,7 +173,7 @@ export function buildGateGiveBack(names: MssqlNames, gateName: string, turn: Gat
 ELSE
   UPDATE ${m} SET last_run_at = CONVERT(DATETIME2(7), @p_previous, 121)
    WHERE name = @p_gate_name AND last_run_at = CONVERT(DATETIME2(7), @p_taken, 121);`,
-    params: [param('p_gate_name', sql.NVarChar(255), gateName), param('p_taken', sql.VarChar(27), turn.taken), param('p_previous', sql.VarChar(27), turn.previous)],
+    params: [param('p_gate_name', mssql().NVarChar(255), gateName), param('p_taken', mssql().VarChar(27), turn.taken), param('p_previous', mssql().VarChar(27), turn.previous)],
   };
 }
 
@@ -226,7 +226,7 @@ BEGIN
   SET @v_deleted = @v_deleted + @v_chunk;
 END;
 SELECT @v_deleted AS deleted;`,
-    params: [param('p_limit', sql.Int, limit), param('p_older_than_ms', sql.BigInt, msValue('olderThanMs', olderThanMs)), ...extra.params],
+    params: [param('p_limit', mssql().Int, limit), param('p_older_than_ms', mssql().BigInt, msValue('olderThanMs', olderThanMs)), ...extra.params],
   };
 }
 
@@ -248,7 +248,7 @@ SELECT @p_pass_name, SYSUTCDATETIME()
  WHERE NOT EXISTS (SELECT 1 FROM ${m} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p_pass_name);
 IF @@ROWCOUNT = 0
   UPDATE ${m} SET last_run_at = SYSUTCDATETIME() WHERE name = @p_pass_name;`,
-    params: [param('p_pass_name', sql.NVarChar(255), passRowName(worker, names.outboxTable))],
+    params: [param('p_pass_name', mssql().NVarChar(255), passRowName(worker, names.outboxTable))],
   };
 }
 
@@ -259,7 +259,7 @@ export function buildPassListFinished(names: MssqlNames): MssqlStatement {
     text: `SELECT name, last_run_at, DATEDIFF_BIG(millisecond, last_run_at, SYSUTCDATETIME()) AS age_ms
   FROM ${names.maintenance}
  WHERE name IN (${rowNames.map((_, i) => `@p_pass_name_${i}`).join(', ')});`,
-    params: rowNames.map((name, i) => param(`p_pass_name_${i}`, sql.NVarChar(255), name)),
+    params: rowNames.map((name, i) => param(`p_pass_name_${i}`, mssql().NVarChar(255), name)),
   };
 }
 

@@ -5,7 +5,8 @@
  * Connection strings: the URL form `mssql://user:pass@host:1433/db?encrypt=true&trustServerCertificate=true`
  * (also `sqlserver://`), or an ADO string `Server=host,1433;Database=db;User Id=…;Password=…;Encrypt=true`.
  */
-import sql from 'mssql';
+import type sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { ConfigError, TransientDatabaseError, UsageError } from '../../errors.ts';
 import { leaseWithinBudget, requireStatementBudgetMs } from '../statement-budget.ts';
@@ -88,7 +89,7 @@ export function param(name: string, type: MssqlParam['type'], value: unknown): M
  * lease asked for; the request binds it capped to the invocation's time left (`MssqlParam.lease`).
  */
 export function leaseParam(name: string, leaseMs: number): MssqlParam {
-  return { ...param(name, sql.BigInt, msValue('leaseMs', leaseMs)), lease: true };
+  return { ...param(name, mssql().BigInt, msValue('leaseMs', leaseMs)), lease: true };
 }
 
 /**
@@ -158,7 +159,7 @@ function parseAdo(connectionString: string): sql.config {
   }
   let config: sql.config;
   try {
-    config = sql.ConnectionPool.parseConnectionString(connectionString);
+    config = mssql().ConnectionPool.parseConnectionString(connectionString);
   } catch (error) {
     throw new ConfigError([{ key: 'database.url', message: `is neither an mssql:// URL nor an ADO connection string (${String(error)})` }]);
   }
@@ -170,7 +171,7 @@ function parseAdo(connectionString: string): sql.config {
 
 /** Creates the container's pool (connects lazily on first use). */
 export function createMssqlPool(database: QueueBoxConfig['database'], url: string): sql.ConnectionPool {
-  const pool = new sql.ConnectionPool(mssqlPoolConfig(database, url));
+  const pool = new (mssql().ConnectionPool)(mssqlPoolConfig(database, url));
   // A dropped idle connection emits 'error'; without a listener the process would crash.
   pool.on('error', () => {});
   return pool;
@@ -188,7 +189,7 @@ export async function ensureConnected(pool: sql.ConnectionPool, state: { connect
 
 /** True when `runner` is QueueBox's own: the pool or a transaction `mssqlTransaction` opened. */
 function isOwnRunner(runner: MssqlRunner): boolean {
-  return runner instanceof sql.ConnectionPool || OWN_TRANSACTIONS.has(runner);
+  return runner instanceof mssql().ConnectionPool || OWN_TRANSACTIONS.has(runner);
 }
 
 /**
@@ -197,7 +198,7 @@ function isOwnRunner(runner: MssqlRunner): boolean {
  */
 export function statementText(runner: MssqlRunner, statement: MssqlStatement): string {
   if (!isOwnRunner(runner)) return statement.text;
-  return `${SESSION_SETTINGS}${transactionGuard(runner instanceof sql.ConnectionPool ? 0 : 1)}${statement.text}`;
+  return `${SESSION_SETTINGS}${transactionGuard(runner instanceof mssql().ConnectionPool ? 0 : 1)}${statement.text}`;
 }
 
 /** Statements never run a second time after a dead socket (`runOnceOnly`). */
@@ -248,7 +249,7 @@ function idlePastReap(pool: sql.ConnectionPool): boolean {
  * with its connection.
  */
 export async function runStatement<R>(runner: MssqlRunner, statement: MssqlStatement): Promise<sql.IResult<R>> {
-  if (!(runner instanceof sql.ConnectionPool)) return runOnce<R>(runner, statement);
+  if (!(runner instanceof mssql().ConnectionPool)) return runOnce<R>(runner, statement);
   const stale = !ONCE_ONLY.has(statement) && idlePastReap(runner);
   const attempts = 1 + (stale ? Math.max(1, (runner as { config?: sql.config }).config?.pool?.max ?? 1) : 0);
   try {
@@ -283,7 +284,7 @@ async function runOnce<R>(runner: MssqlRunner, statement: MssqlStatement): Promi
 
 /** The request timeout of the pool a runner belongs to (a transaction's parent pool). */
 function poolRequestTimeoutMs(runner: MssqlRunner): number {
-  const pool = (runner instanceof sql.Transaction ? (runner as unknown as { parent: sql.ConnectionPool }).parent : runner) as { config?: sql.config };
+  const pool = (runner instanceof mssql().Transaction ? (runner as unknown as { parent: sql.ConnectionPool }).parent : runner) as { config?: sql.config };
   return pool.config?.requestTimeout ?? MIN_REQUEST_TIMEOUT_MS;
 }
 
@@ -296,7 +297,7 @@ export async function mssqlTransaction<T>(pool: sql.ConnectionPool, work: (tx: s
   const tx = (pool as unknown as { transaction(overrides?: { requestTimeout: number }): sql.Transaction }).transaction(overrides);
   OWN_TRANSACTIONS.add(tx);
   try {
-    await tx.begin(sql.ISOLATION_LEVEL.READ_COMMITTED);
+    await tx.begin(mssql().ISOLATION_LEVEL.READ_COMMITTED);
   } catch (error) {
     throw mapMssqlError(error);
   }

@@ -6,7 +6,7 @@
  * and settles a whole batch in one statement via `OPENJSON(@p_items)`.
  */
 import { randomUUID } from 'node:crypto';
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import { gaugeGateName, SKIPPED_STATS, type ClaimRef, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type OutboxMessageInput, type ReclaimResult, type ReplayFilter, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
 import { QueueBoxError, ReplayLimitError, UsageError } from '../../errors.ts';
 import { replayMaxRows } from '../replay-bound.ts';
@@ -29,15 +29,15 @@ export function buildOutboxInsert(names: Pick<MssqlNames, 'outbox'>, m: OutboxMe
       text: `INSERT INTO ${names.outbox} (id, topic, [key], payload, headers, max_attempts, scheduled_at, trace_context)
 VALUES (@p_id, @p_topic, @p_key, @p_payload, @p_headers, @p_max_attempts, COALESCE(@p_scheduled_at, ${dbNowPlusMs('@p_delay_ms')}), @p_trace_context);`,
       params: [
-        param('p_id', sql.UniqueIdentifier, id),
-        param('p_topic', sql.NVarChar(255), m.topic),
-        param('p_key', sql.NVarChar(255), m.key ?? null),
-        param('p_payload', sql.NVarChar(sql.MAX), m.payloadText ?? JSON.stringify(m.payload)),
-        param('p_headers', sql.NVarChar(sql.MAX), JSON.stringify(m.headers ?? {})),
-        param('p_max_attempts', sql.Int, m.maxAttempts ?? defaults.maxAttempts),
-        param('p_scheduled_at', sql.DateTime2(7), m.scheduledAt ?? null),
-        param('p_delay_ms', sql.BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
-        param('p_trace_context', sql.NVarChar(1024), serializeTraceContext(m.trace)),
+        param('p_id', mssql().UniqueIdentifier, id),
+        param('p_topic', mssql().NVarChar(255), m.topic),
+        param('p_key', mssql().NVarChar(255), m.key ?? null),
+        param('p_payload', mssql().NVarChar(mssql().MAX), m.payloadText ?? JSON.stringify(m.payload)),
+        param('p_headers', mssql().NVarChar(mssql().MAX), JSON.stringify(m.headers ?? {})),
+        param('p_max_attempts', mssql().Int, m.maxAttempts ?? defaults.maxAttempts),
+        param('p_scheduled_at', mssql().DateTime2(7), m.scheduledAt ?? null),
+        param('p_delay_ms', mssql().BigInt, msValue('delayMs', m.delayMs ?? 0, true)),
+        param('p_trace_context', mssql().NVarChar(1024), serializeTraceContext(m.trace)),
       ],
     },
   };
@@ -96,7 +96,7 @@ export async function outboxStats(runner: MssqlRunner, names: MssqlNames, scope:
 export function buildOutboxDeadList(names: MssqlNames, limit: number): MssqlStatement {
   return {
     text: `SELECT TOP (@p_limit) id, topic, last_error, updated_at FROM ${names.outbox} WHERE state = N'dead' ORDER BY updated_at DESC;`,
-    params: [param('p_limit', sql.Int, limit)],
+    params: [param('p_limit', mssql().Int, limit)],
   };
 }
 export async function outboxDeadList(runner: MssqlRunner, names: MssqlNames, p: { limit: number }): Promise<DeadRowSummary[]> {
@@ -123,7 +123,7 @@ export function buildOutboxReplayTopics(names: MssqlNames, states: string[]): Ms
   return {
     text: `SELECT DISTINCT topic COLLATE ${KEY_COLLATION} AS topic, DATALENGTH(topic) AS topic_bytes
   FROM ${names.outbox} WHERE state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'));`,
-    params: [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))],
+    params: [param('p_states', mssql().NVarChar(mssql().MAX), JSON.stringify(states))],
   };
 }
 
@@ -137,7 +137,7 @@ export const LAST_ERROR_STARTS_WITH = `DATALENGTH(last_error) >= DATALENGTH(@p_l
 /** The parameter of `LAST_ERROR_STARTS_WITH`; an empty prefix is refused. */
 export function lastErrorPrefixParam(prefix: string): MssqlParam {
   if (prefix === '') throw new UsageError('replay: lastErrorPrefix must not be empty');
-  return param('p_last_error_prefix', sql.NVarChar(sql.MAX), prefix);
+  return param('p_last_error_prefix', mssql().NVarChar(mssql().MAX), prefix);
 }
 
 /**
@@ -150,7 +150,7 @@ export const AS_READ = `EXISTS (SELECT 1 FROM OPENJSON(@p_as_read) WITH (r_id UN
 /** The parameter of `AS_READ`; an empty list is refused (it never widens a replay). */
 export function asReadParam(asRead: NonNullable<ReplayFilter['asRead']>): MssqlParam {
   if (asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
-  return param('p_as_read', sql.NVarChar(sql.MAX), JSON.stringify(asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) }))));
+  return param('p_as_read', mssql().NVarChar(mssql().MAX), JSON.stringify(asRead.map((r) => ({ id: r.id, ms: Math.trunc(r.updatedAtMs) }))));
 }
 
 /** The filters an outbox replay and an inbox requeue share (created range, last error, as read), added to `where` and `params`. */
@@ -161,11 +161,11 @@ export function replayCommonConditions(
 ): void {
   if (f.createdFrom) {
     where.push('created_at >= @p_created_from');
-    params.push(param('p_created_from', sql.DateTime2(7), f.createdFrom));
+    params.push(param('p_created_from', mssql().DateTime2(7), f.createdFrom));
   }
   if (f.createdTo) {
     where.push('created_at < @p_created_to');
-    params.push(param('p_created_to', sql.DateTime2(7), f.createdTo));
+    params.push(param('p_created_to', mssql().DateTime2(7), f.createdTo));
   }
   if (f.lastErrorPrefix !== undefined) {
     where.push(LAST_ERROR_STARTS_WITH);
@@ -209,18 +209,18 @@ export function withHints(...hints: string[]): string {
 export function replayConditions(f: ReplayFilter, matchedTopics?: string[]): { where: string[]; params: MssqlParam[] } {
   const states = replayStates(f);
   const where = [`state IN (SELECT value FROM OPENJSON(@p_states) WITH (value NVARCHAR(50) '$'))`];
-  const params: MssqlParam[] = [param('p_states', sql.NVarChar(sql.MAX), JSON.stringify(states))];
+  const params: MssqlParam[] = [param('p_states', mssql().NVarChar(mssql().MAX), JSON.stringify(states))];
   if (f.ids?.length) {
     where.push(`id IN (SELECT value FROM OPENJSON(@p_ids) WITH (value UNIQUEIDENTIFIER '$'))`);
-    params.push(param('p_ids', sql.NVarChar(sql.MAX), JSON.stringify(f.ids)));
+    params.push(param('p_ids', mssql().NVarChar(mssql().MAX), JSON.stringify(f.ids)));
   }
   if (f.topics?.length) {
     where.push(exactlyOneOf('topic', 'p_topics'));
-    params.push(param('p_topics', sql.NVarChar(sql.MAX), JSON.stringify(f.topics)));
+    params.push(param('p_topics', mssql().NVarChar(mssql().MAX), JSON.stringify(f.topics)));
   }
   if (f.topicPatterns?.length) {
     where.push(exactlyOneOf('topic', 'p_matched_topics'));
-    params.push(param('p_matched_topics', sql.NVarChar(sql.MAX), JSON.stringify(matchedTopics ?? [])));
+    params.push(param('p_matched_topics', mssql().NVarChar(mssql().MAX), JSON.stringify(matchedTopics ?? [])));
   }
   replayCommonConditions(f, where, params);
   return { where, params };
@@ -321,7 +321,7 @@ SELECT @v_matched AS matched, @v_replayed AS replayed;`;
 /** A bounded outbox replay (`boundedReplayText`); `matchedTopics` as for `buildOutboxReplay`. */
 export function buildOutboxReplayBounded(names: MssqlNames, f: ReplayFilter, max: number, matchedTopics?: string[]): MssqlStatement {
   const { where, params } = replayConditions(f, matchedTopics);
-  return { text: boundedReplayText(names.outbox, where, REPLAY_SET, replaySeekHint(names.outboxTable, f)), params: [...params, param('p_max', sql.Int, max)] };
+  return { text: boundedReplayText(names.outbox, where, REPLAY_SET, replaySeekHint(names.outboxTable, f)), params: [...params, param('p_max', mssql().Int, max)] };
 }
 
 /** Deletes at most `limit` rows of one finished state older than `olderThanMs` (by `updated_at`). */

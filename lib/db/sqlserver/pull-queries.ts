@@ -10,7 +10,8 @@
  * Every other write is fenced on id + `processing` + token + `lease_expires_at > SYSUTCDATETIME()`
  * (and `consumption = 'pull'`) and reports true only when exactly one row changed.
  */
-import sql from 'mssql';
+import type sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { inClaimTransaction, pullLockExpression } from './claim-locks.ts';
 import { CLAIM_SET, DECLARE_PICKED, looseIndexScan, orderedBranch, priorityOf, viaIndex } from './claim-order.ts';
@@ -126,8 +127,8 @@ OUTPUT ${INBOX_COLUMNS.map((c) => `inserted.${c}`).join(', ')}, p.claim_priority
       `SELECT ${INBOX_COLUMNS.join(', ')} FROM @v_claimed ORDER BY claim_priority, scheduled_at, created_at, id;`,
     ),
     params: [
-      param('p_source', sql.NVarChar(255), p.source),
-      param('p_limit', sql.Int, p.limit),
+      param('p_source', mssql().NVarChar(255), p.source),
+      param('p_limit', mssql().Int, p.limit),
       leaseParam('p_lease_ms', p.leaseMs),
       // capped as a lease too, so the floor never lifts the lease above the invocation's time left
       leaseParam('p_lease_floor_ms', Math.min(msValue('leaseMs', p.leaseMs), PULL_LEASE_FLOOR_MS)),

@@ -5,7 +5,7 @@
  * SQL Server has no regex: topic patterns are matched in the caller over the distinct topics of
  * replayable rows, as `outboxReplay` does.
  */
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { ReplayFilter, ReplayPreviewRow } from '../driver.ts';
 import { lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import type { MssqlNames } from './names.ts';
@@ -14,7 +14,7 @@ import { replayConditions, replayMatchedTopics, replaySeekHint, withHints } from
 /** The count and sample statement; `matchedTopics` are the topics the route patterns matched. */
 export function buildOutboxReplayPreview(names: MssqlNames, f: ReplayFilter, limit: number, matchedTopics?: string[]): MssqlStatement {
   const { where, params } = replayConditions(f, matchedTopics);
-  params.push(param('p_limit', sql.Int, Math.max(0, Math.floor(limit))));
+  params.push(param('p_limit', mssql().Int, Math.max(0, Math.floor(limit))));
   const condition = where.join('\n   AND ');
   // Rows listed by id are read by a seek each, not by a scan of the outbox.
   const table = `${names.outbox}${withHints(replaySeekHint(names.outboxTable, f))}`;

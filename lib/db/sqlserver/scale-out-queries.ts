@@ -8,7 +8,7 @@
  * under UPDLOCK/HOLDLOCK (a key-range lock: two callers cannot both insert it); an existing one is
  * taken by an UPDATE whose expiry condition is re-checked under the row's update lock.
  */
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { ScaleOutSlot, ScaleOutWorker } from '../driver.ts';
 import { scaleOutSlotName, scaleOutSlotNumber, scaleOutSlotPrefix } from '../scale-out-slot-name.ts';
 import { dbNowPlusMs, leaseParam, msValue, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -23,7 +23,7 @@ export function buildCountDue(table: string, limit: number, filter = ''): MssqlS
     text: `SELECT COUNT_BIG(*) AS n FROM (
   SELECT TOP (@p_limit) 1 AS one FROM ${table} WHERE state = N'pending'${filter} AND scheduled_at <= SYSUTCDATETIME()
 ) due;`,
-    params: [param('p_limit', sql.Int, limit)],
+    params: [param('p_limit', mssql().Int, limit)],
   };
 }
 
@@ -62,10 +62,10 @@ BEGIN
 END;
 SELECT name, ${token('last_run_at')} AS token FROM @v_taken;`,
     params: [
-      param('p_prefix', sql.NVarChar(255), scaleOutSlotPrefix(p.worker, names.outboxTable)),
-      param('p_slots', sql.Int, p.slots),
-      param('p_want', sql.Int, p.want),
-      param('p_lease_ms', sql.BigInt, msValue('leaseMs', p.leaseMs)),
+      param('p_prefix', mssql().NVarChar(255), scaleOutSlotPrefix(p.worker, names.outboxTable)),
+      param('p_slots', mssql().Int, p.slots),
+      param('p_want', mssql().Int, p.want),
+      param('p_lease_ms', mssql().BigInt, msValue('leaseMs', p.leaseMs)),
     ],
   };
 }
@@ -88,8 +88,8 @@ OUTPUT inserted.last_run_at INTO @v_started (last_run_at)
  WHERE name = @p_slot_name AND last_run_at > SYSUTCDATETIME() AND ${token('last_run_at')} = @p_token;
 SELECT ${token('last_run_at')} AS token FROM @v_started;`,
     params: [
-      param('p_slot_name', sql.NVarChar(255), scaleOutSlotName(p.worker, names.outboxTable, p.slot.slot)),
-      param('p_token', sql.NVarChar(20), p.slot.token),
+      param('p_slot_name', mssql().NVarChar(255), scaleOutSlotName(p.worker, names.outboxTable, p.slot.slot)),
+      param('p_token', mssql().NVarChar(20), p.slot.token),
       // the started pass's own invocation: its lease ends with it (the acquire's start window does not)
       leaseParam('p_lease_ms', p.leaseMs),
     ],
@@ -107,7 +107,7 @@ export function buildScaleOutRelease(names: MssqlNames, p: { worker: ScaleOutWor
   return {
     text: `DELETE FROM ${names.maintenance} WHERE name = @p_slot_name AND ${token('last_run_at')} = @p_token;
 SELECT @@ROWCOUNT AS released;`,
-    params: [param('p_slot_name', sql.NVarChar(255), scaleOutSlotName(p.worker, names.outboxTable, p.slot.slot)), param('p_token', sql.NVarChar(20), p.slot.token)],
+    params: [param('p_slot_name', mssql().NVarChar(255), scaleOutSlotName(p.worker, names.outboxTable, p.slot.slot)), param('p_token', mssql().NVarChar(20), p.slot.token)],
   };
 }
 

@@ -4,7 +4,8 @@
  * One `mssql` ConnectionPool per driver (create one driver per container), connected lazily.
  * The request timeout (≥ 30 s) stays above the 10 s claim-lock wait (spec §8).
  */
-import sql from 'mssql';
+import type sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import type { QueueBoxConfig } from '../../config/schema.ts';
 import { QueueBoxError, SchemaMismatchError } from '../../errors.ts';
 import { isCallerExecutor } from '../caller-transaction.ts';
@@ -80,7 +81,7 @@ export class SqlServerDriver implements Driver {
         for (const statement of migration.statements(n)) await runBatch(tx, statement);
         await runStatement(tx, {
           text: `INSERT INTO ${n.migrations} (version, name) VALUES (@p_version, @p_name);`,
-          params: [param('p_version', sql.Int, migration.version), param('p_name', sql.NVarChar(255), migration.name)],
+          params: [param('p_version', mssql().Int, migration.version), param('p_name', mssql().NVarChar(255), migration.name)],
         });
         versions.push(migration.version);
       }
@@ -114,10 +115,10 @@ export class SqlServerDriver implements Driver {
  WHERE TABLE_SCHEMA = @p_schema AND TABLE_NAME IN (@p_outbox, @p_inbox, @p_maintenance);
 ${COMPATIBILITY_LEVEL_SQL}`,
       params: [
-        param('p_schema', sql.NVarChar(128), n.schema),
-        param('p_outbox', sql.NVarChar(128), n.outboxTable),
-        param('p_inbox', sql.NVarChar(128), n.inboxTable),
-        param('p_maintenance', sql.NVarChar(128), n.maintenanceTable),
+        param('p_schema', mssql().NVarChar(128), n.schema),
+        param('p_outbox', mssql().NVarChar(128), n.outboxTable),
+        param('p_inbox', mssql().NVarChar(128), n.inboxTable),
+        param('p_maintenance', mssql().NVarChar(128), n.maintenanceTable),
       ],
     });
     const [columns = [], levels = []] = recordsets as unknown as [Array<{ table_name: string; column_name: string }>?, Array<{ level: number }>?];

@@ -15,7 +15,7 @@
  * does not grow with the number of open groups. See `claim-order.ts` for the pick-then-update
  * shape and its locks.
  */
-import sql from 'mssql';
+import { mssql } from './mssql-module.ts';
 import { inClaimTransaction, lockNameLiteral } from './claim-locks.ts';
 import { CLAIM_SET, DECLARE_PICKED, OLDEST_WINDOW, orderedBranch, viaIndex } from './claim-order.ts';
 import { leaseParam, param, type MssqlStatement } from './mssql-pool.ts';
@@ -129,6 +129,6 @@ OUTPUT ${shape.columns.map((c) => `inserted.${c}`).join(', ')}${priority}
           WHERE ${shape.lowerOpen('h', target)}));`;
   return {
     text: inClaimTransaction(lockNameLiteral(shape.lockName), claim, `SELECT ${shape.columns.join(', ')} FROM @v_claimed ORDER BY [sequence];`),
-    params: [param('p_limit', sql.Int, p.limit), leaseParam('p_lease_ms', p.leaseMs)],
+    params: [param('p_limit', mssql().Int, p.limit), leaseParam('p_lease_ms', p.leaseMs)],
   };
 }
