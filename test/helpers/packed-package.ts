@@ -71,7 +71,12 @@ export async function packedTarball(): Promise<string> {
     const dir = join(tmpdir(), `queuebox-pack-${sourcesKey()}`);
     const made = existsSync(dir) ? readdirSync(dir).find((f) => f.endsWith('.tgz')) : undefined;
     if (made !== undefined) return join(dir, made);
-    for (const old of readdirSync(tmpdir()).filter((f) => f.startsWith('queuebox-pack-'))) rmSync(join(tmpdir(), old), { recursive: true, force: true });
+    // Packages of other sources are removed once an hour old: another checkout on this machine
+    // (a second clone, a CI run beside a developer's) may be installing its own meanwhile.
+    for (const old of readdirSync(tmpdir()).filter((f) => f.startsWith('queuebox-pack-'))) {
+      const path = join(tmpdir(), old);
+      if (Date.now() - statSync(path).mtimeMs > 3_600_000) rmSync(path, { recursive: true, force: true });
+    }
     mkdirSync(dir);
     const packed = await run('npm', ['pack', '--pack-destination', dir, '--json'], { cwd: process.cwd() });
     if (packed.code !== 0) throw new Error(`npm pack failed: ${explain(packed)}`);
