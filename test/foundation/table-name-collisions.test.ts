@@ -23,19 +23,13 @@ import { mssqlMigrations } from '../../lib/db/sqlserver/migrations.ts';
 import { mssqlNames } from '../../lib/db/sqlserver/names.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { refusal } from '../helpers/config-refusal.ts';
 
 type Key = 'outbox' | 'inbox' | 'maintenance';
 const KEYS: readonly Key[] = ['outbox', 'inbox', 'maintenance'];
 
-function refusal(input: ConfigInput): ConfigError {
-  try {
-    parseConfig(input);
-  } catch (error) {
-    if (error instanceof ConfigError) return error;
-    throw error;
-  }
-  assert.fail(`accepted: ${JSON.stringify(input)}`);
-}
+/** The `ConfigError` `input` is refused with. */
+const refused = (input: ConfigInput): ConfigError => refusal(() => parseConfig(input));
 
 /** The suffixes each table's names get in the migrations' own text (PostgreSQL and SQL Server), found here independently of lib/. */
 function migrationSuffixes(): Record<Key, Set<string>> {
@@ -56,10 +50,10 @@ function migrationSuffixes(): Record<Key, Set<string>> {
 
 describe('table names whose derived names coincide', () => {
   it('tables.inbox app with tables.outbox app_push or app_pull is refused, naming both keys and the shared index names', () => {
-    const push = refusal({ tables: { inbox: 'app', outbox: 'app_push' } });
+    const push = refused({ tables: { inbox: 'app', outbox: 'app_push' } });
     assert.equal(push.key, 'tables.outbox');
     for (const name of ['app_push_pending_idx', 'app_push_retry_idx', 'app_push_keyless_idx', 'tables.inbox']) assert.ok(push.message.includes(name), `${name} in ${push.message}`);
-    const pull = refusal({ tables: { inbox: 'app', outbox: 'app_pull' } });
+    const pull = refused({ tables: { inbox: 'app', outbox: 'app_pull' } });
     assert.equal(pull.key, 'tables.outbox');
     for (const name of ['app_pull_retry_idx', 'app_pull_keyless_idx', 'tables.inbox']) assert.ok(pull.message.includes(name), `${name} in ${pull.message}`);
   });
@@ -79,7 +73,7 @@ describe('table names whose derived names coincide', () => {
     }
     assert.ok(cases.length > 50, `${cases.length} cases`);
     for (const tables of cases) {
-      const error = refusal({ tables });
+      const error = refused({ tables });
       assert.match(error.key, /^tables\.(outbox|inbox|maintenance)$/, JSON.stringify(tables));
     }
   });
@@ -97,7 +91,7 @@ describe('table names whose derived names coincide', () => {
       [{ inbox: 'outbox_claim_0123456789ab' }, 'inbox', 'outbox_claim_0123456789ab'],
     ];
     for (const [tables, key, name] of cases) {
-      const error = refusal({ tables });
+      const error = refused({ tables });
       assert.equal(error.key, `tables.${key}`, JSON.stringify(tables));
       assert.ok(error.message.includes(name), error.message);
     }
