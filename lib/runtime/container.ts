@@ -32,6 +32,8 @@ export interface Container {
 }
 
 let current: Promise<Container> | undefined;
+/** Start-ups that have ended with a container: a warm invocation takes it without a race against its deadline. */
+const built = new WeakSet<Promise<Container>>();
 /** Set when a database login failed: the next build fetches the secret again, bypassing the cache. */
 let refetchSecrets = false;
 /** The database secret of the current container when it came from Secrets Manager or SSM: what it gave, when it was read. */
@@ -62,12 +64,12 @@ export async function getContainer(context?: RemainingTime): Promise<Container> 
   for (let attempt = 0; ; attempt += 1) {
     if (current !== undefined && databaseSecret !== undefined && Date.now() - databaseSecret.readAt >= databaseSecret.maxAgeMs) {
       databaseSecret.readAt = Date.now();
-      current = reconnectIfRotated(current, databaseSecret.url, context);
+      current = remembered(reconnectIfRotated(current, databaseSecret.url, context));
     }
     const joined = current !== undefined;
-    current ??= buildContainer(context);
+    current ??= remembered(buildContainer(context));
     const build = current;
-    if (!joined || !hasBudget(context)) return build;
+    if (!joined || built.has(build) || !hasBudget(context)) return build;
     try {
       return await withinOwnDeadline(build, context);
     } catch (error) {
@@ -78,17 +80,19 @@ export async function getContainer(context?: RemainingTime): Promise<Container> 
   }
 }
 
+/** `start`, marked as built once it resolves. */
+function remembered(start: Promise<Container>): Promise<Container> {
+  start.then(() => built.add(start), () => {});
+  return start;
+}
+
 function hasBudget(context: RemainingTime | undefined): context is RemainingTime {
   return typeof context?.getRemainingTimeInMillis === 'function';
 }
 
 /** `build`, or `InvocationEndedError` when `context`'s start-up budget ends first (the start-up goes on for the others). */
 function withinOwnDeadline(build: Promise<Container>, context: RemainingTime): Promise<Container> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new InvocationEndedError()), startUpBudget(context).remainingMs());
-  });
-  return Promise.race([build, late]).finally(() => clearTimeout(timer));
+  return withinMs(build, startUpBudget(context).remainingMs(), () => new InvocationEndedError());
 }
 
 /** The least margin (`lambda.deadlineMarginMs`), used for a start-up's budget until the configuration is read. */
@@ -122,14 +126,7 @@ function withinStartUp<T>(budget: StartUpBudget | undefined, build: () => Promis
  */
 function readWithin<T>(budget: StartUpBudget | undefined, what: string, read: Promise<T>): Promise<T> {
   if (budget === undefined) return read;
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new TransientDatabaseError(`${what} not read from the secret store before the invocation's deadline`, undefined)),
-      budget.remainingMs(),
-    );
-  });
-  return Promise.race([read, late]).finally(() => clearTimeout(timer));
+  return withinMs(read, budget.remainingMs(), () => new TransientDatabaseError(`${what} not read from the secret store before the invocation's deadline`, undefined));
 }
 
 /** `previous`, or a new container when the database secret no longer holds `url`; a read that fails or gets no answer within `SECRET_REREAD_TIMEOUT_MS` keeps `previous`. */
@@ -223,7 +220,7 @@ function discardOnLoginFailure(driver: Driver): Driver {
 
 /** Replaces the container (tests, local runner). `undefined` resets it. */
 export function setContainer(container: Container | undefined): void {
-  current = container === undefined ? undefined : Promise.resolve(container);
+  current = container === undefined ? undefined : remembered(Promise.resolve(container));
   databaseSecret = undefined;
   lastForcedRead = Number.NEGATIVE_INFINITY;
 }

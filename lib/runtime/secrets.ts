@@ -31,13 +31,16 @@ export const SECRET_CONNECT_TIMEOUT_MS = 1_000;
 /** How long the secret stores' SDK clients wait for one request's answer (ms) before ending it (the SDK then retries, up to 3 attempts). */
 export const SECRET_REQUEST_TIMEOUT_MS = 5_000;
 
-/** `read`, or a rejection once it has taken `ms` (the read itself is abandoned, not cancelled). */
-export function withinMs<T>(read: Promise<T>, ms: number, what: string): Promise<T> {
+/**
+ * `read`, or a rejection once it has taken `ms` (the read itself is abandoned, not cancelled):
+ * with `late()`'s error, or one naming `late` as what was read.
+ */
+export function withinMs<T>(read: Promise<T>, ms: number, late: string | (() => Error)): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  const tooLate = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(typeof late === 'string' ? new Error(`${late}: no answer within ${ms} ms`) : late()), ms);
   });
-  return Promise.race([read, late]).finally(() => clearTimeout(timer));
+  return Promise.race([read, tooLate]).finally(() => clearTimeout(timer));
 }
 
 /** Environment variables that say where secrets are (names, never values). */

@@ -145,4 +145,21 @@ describe('a cold start facing a database that does not answer ends by the deadli
     assert.ok(result.settled.error instanceof InvocationEndedError || result.settled.error instanceof TransientDatabaseError, String(result.settled.error));
   });
 
+  it('a warm container is handed to each invocation as it is: no timer, no race against its deadline', async () => {
+    built ??= await getContainer(fakeLambdaContext({ timeoutMs: 30_000 }));
+    const warm = await getContainer(fakeLambdaContext({ timeoutMs: 30_000 }));
+    assert.equal(warm, built);
+    const realSetTimeout = globalThis.setTimeout;
+    let timers = 0;
+    globalThis.setTimeout = ((...args: Parameters<typeof setTimeout>) => {
+      timers += 1;
+      return realSetTimeout(...args);
+    }) as typeof setTimeout;
+    try {
+      for (let i = 0; i < 50; i += 1) assert.equal(await getContainer(fakeLambdaContext({ timeoutMs: 30_000 })), built);
+    } finally {
+      globalThis.setTimeout = realSetTimeout;
+    }
+    assert.equal(timers, 0, 'timers started by 50 warm invocations');
+  });
 });
