@@ -9,12 +9,11 @@ import { isCallerExecutor, refusePool, writeInsidePgTransaction, type CallerExec
 import type { CallerTransaction, EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { importOptional } from '../optional-package.ts';
 import { pgNames } from '../db/postgres/names.ts';
-import { pgQuery } from '../db/postgres/pg-pool.ts';
 import { pgOutboxInsertStatement } from '../db/postgres/caller-statements.ts';
+import { outboxInsert } from '../db/postgres/outbox-queries.ts';
 import { mssqlNames } from '../db/sqlserver/names.ts';
 import { sqlServerCallerOutboxInsert } from '../db/sqlserver/caller-statements.ts';
 import type { PgQueryable } from '../db/postgres/pg-pool.ts';
-import { randomUUID } from 'node:crypto';
 import { mapOutboxIdConflict } from '../db/postgres/error-map.ts';
 import { QueueBoxError, UsageError, ValidationError } from '../errors.ts';
 import { checkFiniteNumbers, checkMaxAttempts, validateOutboxMessage } from './validate-message.ts';
@@ -61,19 +60,6 @@ async function enqueueThrough(tx: CallerExecutor, m: OutboxMessageInput, where: 
     return String(rows[0]!.id);
   };
   return writeInsidePgTransaction(tx, 'enqueue', (db) => insert(db).catch(idConflict(m)), (id) => `outbox row ${id}`);
-}
-
-/**
- * The INSERT of `enqueue` on a `pg` client, with the row's id chosen here — the message's own, else
- * a random UUID, as the column's default (`gen_random_uuid()`) would give — so the id is known
- * without reading the answer: an object whose `query` forwards may not hand back the answer of the
- * query that carries the transaction check with the INSERT.
- */
-async function insertWithOwnId(names: ReturnType<typeof pgNames>, db: PgQueryable, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
-  const id = (m.id ?? randomUUID()).toLowerCase();
-  const { text, values } = pgOutboxInsertStatement(names, { ...m, id }, defaults);
-  await pgQuery(db, text, values);
-  return id;
 }
 
 /** Rethrows a duplicate `message.id` as the error that names it (`mapOutboxIdConflict`), any other error as it is. */
@@ -126,7 +112,7 @@ export async function enqueue(tx: CallerTransaction, message: EnqueueMessage, op
     'enqueue',
     // `db` is `tx`, or a handle that sends the transaction check with the INSERT (pg < 8.21, an
     // object whose query forwards).
-    (db) => insertWithOwnId(names, db as PgQueryable, m, defaults).catch(idConflict(m)),
+    (db) => outboxInsert(names, db as PgQueryable, m, defaults).catch(idConflict(m)),
     (id) => `outbox row ${id}`,
   );
 }

@@ -20,6 +20,7 @@ import { withLazyPayload } from '../lazy-payload.ts';
 import { binder, replayMove, replayWhere } from './replay-preview.ts';
 import { pgOutboxInsertStatement } from './caller-statements.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
+import { randomUUID } from 'node:crypto';
 import { claimArrayParams } from './uuid-array.ts';
 
 
@@ -59,11 +60,18 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
   });
 }
 
-/** Inserts one outbox row through `db` (the caller's transaction or a relay transaction). */
+/**
+ * Inserts one outbox row through `db` (the caller's transaction or a relay transaction) and returns
+ * its id. The id is chosen here — the message's own, else a random UUID, as the column's default
+ * (`gen_random_uuid()`) would give — so it is known without reading the answer: an object whose
+ * `query` forwards may not hand back the answer of a query that carries a transaction check with
+ * the INSERT (`enqueue` through such an object).
+ */
 export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
-  const { text, values } = pgOutboxInsertStatement(names, m, defaults);
-  const { rows } = await pgQuery<{ id: string }>(db, text, values);
-  return rows[0]!.id;
+  const id = (m.id ?? randomUUID()).toLowerCase();
+  const { text, values } = pgOutboxInsertStatement(names, { ...m, id }, defaults);
+  await pgQuery(db, text, values);
+  return id;
 }
 
 /** Keyless: no key, or the empty key. */
