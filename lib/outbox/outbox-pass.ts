@@ -303,13 +303,15 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       payloadChars += row.payloadText.length;
       largestRowChars = Math.max(largestRowChars, row.payloadText.length);
     }
-    if (inFlightAtClaim === 0) lastClaimFull = rows.length >= limit && headsOf(rows) >= limit;
+    // Counted once, and only when needed: a claim as long as its limit, or one that says it was exhausted.
+    const heads = rows.length >= limit || rows.exhausted === true ? headsOf(rows) : 0;
+    if (inFlightAtClaim === 0) lastClaimFull = rows.length >= limit && heads >= limit;
     afterClaim(memory, {
       pipelined: inFlightAtClaim > 0,
       limit,
       rows: rows.length,
       exhausted: rows.exhausted,
-      heads: rows.exhausted === true ? headsOf(rows) : undefined,
+      heads: rows.exhausted === true ? heads : undefined,
       base: outbox.batchSize,
       max: maxBatchSize,
       largestRowChars,
