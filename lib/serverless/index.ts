@@ -55,6 +55,24 @@ export function excludeAllAfter(servicePatterns: readonly string[]): string {
   return pattern;
 }
 
+/**
+ * A service pattern that names the plugin's build folder, or `undefined`. osls merges each
+ * function's patterns after the service's through a Set: a service pattern equal to one of a
+ * QueueBox function's includes would take that include's place, before the plugin's
+ * `!.queuebox/**`, and leave the file out of the function's zip; and no service file belongs
+ * there. `!.queuebox/**` itself (what the plugin adds) is allowed.
+ */
+export function ownedPatternProblem(servicePatterns: readonly string[]): string | undefined {
+  for (const pattern of servicePatterns) {
+    if (pattern === `!${BUILD_DIR}/**`) continue;
+    const path = pattern.replace(/^!/, '').replace(/^(\.\/)+/, '');
+    if (path === BUILD_DIR || path.startsWith(`${BUILD_DIR}/`)) {
+      return `package.patterns: '${pattern}' names ${BUILD_DIR}/, the folder QueueBox's plugin builds its functions into and packages for them alone; remove the pattern (the service's own package leaves ${BUILD_DIR}/ out already)`;
+    }
+  }
+  return undefined;
+}
+
 /** The part of the osls `serverless` object the plugin uses. */
 interface Serverless {
   serviceDir: string;
@@ -137,6 +155,8 @@ export default class QueueBoxServerlessPlugin {
     service.functions ??= {};
     // The bundles belong to QueueBox's packages only, never to the service's own artifact.
     service.package ??= {};
+    const owned = ownedPatternProblem(service.package.patterns ?? []);
+    if (owned !== undefined) throw new Error(owned);
     service.package.patterns = [...(service.package.patterns ?? []), `!${BUILD_DIR}/**`];
     for (const fn of FUNCTIONS) {
       const key = functionKey(fn.name);

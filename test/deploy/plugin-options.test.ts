@@ -211,6 +211,18 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     assert.deepEqual(serverless.service.package.patterns, ['!**', '!**/**', 'src/**', '!.queuebox/**']);
   });
 
+  it('stops on a service pattern that names the build folder, which would take a QueueBox function\'s include from its zip', async () => {
+    for (const pattern of ['.queuebox/outboxPoller/**', '!.queuebox/queuebox.yml', './.queuebox/**', '.queuebox']) {
+      const { serverless, hook } = pluginFor({ config: 'queuebox.yml' });
+      serverless.service.package.patterns = ['src/**', pattern];
+      await assert.rejects(hook('initialize'), (error: Error) => error.message.startsWith(`QueueBox: package.patterns: '${pattern}' names .queuebox/`), pattern);
+    }
+    const { serverless, hook } = pluginFor({ config: 'queuebox.yml' });
+    serverless.service.package.patterns = ['src/**', '!.queuebox/**', '.queueboxes/**'];
+    await hook('initialize');
+    assert.deepEqual(serverless.service.package.patterns, ['src/**', '!.queuebox/**', '.queueboxes/**', '!.queuebox/**']);
+  });
+
   it('keeps provider.tracing off QueueBox\'s functions when observability.tracing is off (their roles grant no X-Ray)', async () => {
     const traced = pluginFor({});
     traced.serverless.service.provider.tracing = { lambda: true };
