@@ -4,7 +4,9 @@
  * app, as its docs show). Each example of docs/data-layers.md, unchanged, is type-checked (strict,
  * `nodenext`, `skipLibCheck` off) and run with Node.js (its type stripping) against a fresh
  * database, then run again with the transaction rolled back: committed → one pending row, rolled
- * back → none. A second app installs the package alone: every subpath imports without its library.
+ * back → none. A CommonJS application on `node10` resolution (`types`/`typesVersions`, not
+ * `exports`) type-checks its imports of the root and of every typed subpath. A second app installs
+ * the package alone: every subpath imports without its library.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -18,10 +20,11 @@ import { parseConfig } from '../../lib/config/load-config.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { dataLayerExamples } from '../data-layers/docs-examples.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
+import { packedTarball } from '../helpers/packed-package.ts';
 
 const TSC = resolve('node_modules/typescript/bin/tsc');
 const PRISMA = resolve('node_modules/prisma/build/index.js');
-const manifest = JSON.parse(readFileSync('package.json', 'utf8')) as { devDependencies: Record<string, string> };
+const manifest = JSON.parse(readFileSync('package.json', 'utf8')) as { devDependencies: Record<string, string>; exports: Record<string, { types?: string }> };
 
 interface Run {
   code: number;
@@ -89,6 +92,45 @@ for (const name of ${JSON.stringify(Object.values(LIBRARIES).map((l) => l.subpat
 console.log(JSON.stringify(refused));
 `;
 
+/**
+ * A CommonJS application on `node10` resolution: the root and each typed subpath, one export of
+ * each used where a missing declaration is an error (no implicit any); each `@ts-expect-error`
+ * holds only while the adapter's parameter is its library's own type (not `any`).
+ */
+const NODE10_APP = `import { enqueue, type EnqueueOptions, type OutboxMessageInput } from 'queuebox';
+import { enqueue as enqueueKysely } from 'queuebox/kysely';
+import { enqueue as enqueueDrizzle, type DrizzleTransaction } from 'queuebox/drizzle';
+import { enqueue as enqueueKnex } from 'queuebox/knex';
+import { enqueue as enqueuePostgresJs, type PostgresJsTransaction } from 'queuebox/postgres-js';
+import { enqueue as enqueueTypeorm } from 'queuebox/typeorm';
+import { enqueue as enqueuePrisma, type PrismaTransactionClient } from 'queuebox/prisma';
+import { enqueue as enqueueMikroOrm } from 'queuebox/mikro-orm';
+import { enqueue as enqueueSequelize } from 'queuebox/sequelize';
+import QueueBoxServerlessPlugin, { BUILD_DIR } from 'queuebox/serverless';
+
+const message: OutboxMessageInput = { topic: 'order.paid', key: 'o-1', payload: { orderId: 'o-1' } };
+const options: EnqueueOptions = { schema: 'app' };
+export const buildDir: '.queuebox' = BUILD_DIR;
+export const hooks = (plugin: QueueBoxServerlessPlugin): Record<string, () => Promise<void>> => plugin.hooks;
+export const viaDrizzle = (tx: DrizzleTransaction): Promise<string> => enqueueDrizzle(tx, message, options);
+export const viaPostgresJs = (tx: PostgresJsTransaction): Promise<string> => enqueuePostgresJs(tx, message, options);
+export const viaPrisma = (tx: PrismaTransactionClient): Promise<string> => enqueuePrisma(tx, message, options);
+export async function refused(): Promise<void> {
+  // @ts-expect-error a pg client in a transaction, not a plain object
+  await enqueue({}, message, options);
+  // @ts-expect-error a Kysely transaction
+  await enqueueKysely({}, message, options);
+  // @ts-expect-error a Knex transaction
+  await enqueueKnex({}, message, options);
+  // @ts-expect-error a TypeORM EntityManager or QueryRunner
+  await enqueueTypeorm({}, message, options);
+  // @ts-expect-error a MikroORM EntityManager
+  await enqueueMikroOrm({}, message, options);
+  // @ts-expect-error a Sequelize transaction
+  await enqueueSequelize({}, message, options);
+}
+`;
+
 const slug = (heading: string) => heading.replace(/[^A-Za-z]+/g, '-').replace(/-+$/, '').toLowerCase();
 
 describe('the data-layer subpaths of the packed package, installed into an application', () => {
@@ -107,9 +149,7 @@ describe('the data-layer subpaths of the packed package, installed into an appli
     work = mkdtempSync(join(tmpdir(), 'qb-packed-dl-'));
     app = join(work, 'app');
     bare = join(work, 'bare');
-    const packed = await run('npm', ['pack', '--pack-destination', work, '--json'], { cwd: process.cwd() });
-    assert.equal(packed.code, 0, explain(packed));
-    const tarball = join(work, (JSON.parse(packed.stdout.slice(packed.stdout.indexOf('['))) as Array<{ filename: string }>)[0]!.filename);
+    const tarball = await packedTarball();
     const libraries = Object.values(LIBRARIES).flatMap((l) => l.packages.map((name) => `${name}@${manifest.devDependencies[name]}`));
     for (const [dir, packages] of [
       [app, [tarball, ...libraries]],
@@ -173,6 +213,21 @@ describe('the data-layer subpaths of the packed package, installed into an appli
     // @mikro-orm/postgresql) declares a method returning Temporal.Duration, a type TypeScript 5.9's
     // libraries do not have yet.
     for (const file of errorFiles) assert.match(file, /^node_modules\/(drizzle-orm|postgres-interval)\//, `${file}: ${explain(checked)}`);
+    assert.ok(checked.code === 0 || errorFiles.size > 0, explain(checked));
+  });
+
+  it('type-checks the root and every typed subpath in a CommonJS application under node10 resolution (typesVersions), strict, skipLibCheck off', async () => {
+    const imported = [...NODE10_APP.matchAll(/^import .* from '(queuebox[^']*)';$/gm)].map((m) => m[1]!.replace(/^queuebox/, '.'));
+    const typed = Object.entries(manifest.exports).filter(([, entry]) => entry.types !== undefined).map(([key]) => key);
+    assert.deepEqual(imported, typed, 'the application imports the root and every subpath that has types');
+    writeFileSync(join(app, 'node10.ts'), NODE10_APP);
+    // As `tsc --init` writes a CommonJS project (esModuleInterop), with nothing skipped.
+    const compilerOptions = { target: 'es2022', module: 'commonjs', moduleResolution: 'node10', esModuleInterop: true, strict: true, noImplicitAny: true, skipLibCheck: false, types: ['node'], noEmit: true };
+    writeFileSync(join(app, 'tsconfig.node10.json'), JSON.stringify({ compilerOptions, files: ['node10.ts'] }));
+    const checked = await run(process.execPath, [TSC, '-p', 'tsconfig.node10.json'], { cwd: app });
+    const errorFiles = new Set([...checked.stdout.matchAll(/^([^\s(]+)\(\d+,\d+\): error/gm)].map((m) => m[1]!));
+    // Only drizzle-orm's own declarations, as under nodenext above (drizzle-orm#5187).
+    for (const file of errorFiles) assert.match(file, /^node_modules\/drizzle-orm\//, `${file}: ${explain(checked)}`);
     assert.ok(checked.code === 0 || errorFiles.size > 0, explain(checked));
   });
 
