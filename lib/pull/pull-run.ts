@@ -9,6 +9,12 @@
  * by the next claim (with a large `batch` and a short lease, rows were dead-lettered that no
  * handler ever ran on).
  *
+ * A handler given up on (the drain timed out, or `handlerTimeoutMs`) may still hold a business
+ * transaction open. The run's transaction runner ends it (the default PostgreSQL runner terminates
+ * its connection) and reports the promise of that ending (`onForcedEnd`); the run returns only once
+ * those ended, up to `answerWaitMs` (`FORCED_END_WAIT_MS` when that is unbounded), so that no
+ * transaction, and none of its row locks, outlives a Lambda invocation frozen after it returned.
+ *
  * `start()` and `runOnce()` are the same loop with a different `PullRunPolicy`.
  */
 import { claimKey } from '../claims/claim-key.ts';
@@ -20,6 +26,13 @@ import { sleep } from '../runtime/deadline.ts';
 import { handlePullMessage, type HandleContext, type HandleResult, type PullHandler, type PullLogger, type PullRetryPolicy } from './handle-pull-message.ts';
 import type { PullClient, PullMessage } from './pull-client.ts';
 import type { TransactionRunner } from './transaction-runner.ts';
+
+/**
+ * How long a run without an answer bound (`start()`'s, at `stop()`) waits for the transactions of
+ * handlers it gave up on to be ended (ms): a runner that cannot reach its database (a partition)
+ * does not hold the stop forever.
+ */
+export const FORCED_END_WAIT_MS = 5000;
 
 /** Counts of one run (`runOnce`) or of a worker's whole life (`stop`). */
 export interface PullRunSummary {
@@ -50,7 +63,11 @@ export interface PullRunPolicy {
   exitWhenIdle: boolean;
   /** How long to wait for running handlers once the loop ends. */
   drainTimeoutMs(): number;
-  /** How long to wait for statements already sent (a renewal) once the run ends; undefined: until they end. */
+  /**
+   * How long to wait for statements already sent (a renewal) once the run ends, and for the ending
+   * of transactions of handlers given up on; undefined: renewals until they end, endings up to
+   * `FORCED_END_WAIT_MS`.
+   */
   answerWaitMs(): number | undefined;
   /** Told of each claim's answer: called with the error when the claim statement failed, without one when it answered. */
   onClaimAnswered?(...failure: [] | [error: unknown]): void;
@@ -90,11 +107,23 @@ export class PullRun<Tx> {
   readonly #handlerTimers = new Set<NodeJS.Timeout>();
   /** Resolves when a stop is requested (one listener for the whole run). */
   readonly #stopped: Promise<void>;
+  /** The transaction runner handed to handlers: the settings' one, told where to report a forced ending. */
+  readonly #transactions: TransactionRunner<Tx>;
+  /** Forced endings of handlers' transactions (`onForcedEnd`) still under way; each leaves the set when it settles. */
+  readonly #endings = new Set<Promise<void>>();
 
   constructor(settings: PullRunSettings<Tx>, policy: PullRunPolicy) {
     this.#stopped = new Promise((resolve) => this.#stop.signal.addEventListener('abort', () => resolve(), { once: true }));
     this.#s = settings;
     this.#policy = policy;
+    this.#transactions = (work, options) =>
+      settings.transactions(work, {
+        ...options,
+        onForcedEnd: (ended) => {
+          this.#trackEnding(ended);
+          options?.onForcedEnd?.(ended);
+        },
+      });
     this.#keeper = new LeaseKeeper({
       leaseMs: settings.leaseMs,
       nextLeaseMs: () => (policy.renewalLeaseMs ? policy.renewalLeaseMs() : policy.leaseMs()),
@@ -128,11 +157,15 @@ export class PullRun<Tx> {
     for (const timer of this.#handlerTimers) clearTimeout(timer);
     this.#handlerTimers.clear();
     // A renewal under way ends before the run returns (a Lambda container is frozen as soon as
-    // the handler returns; a renewal cut from its answer would be lost with it).
+    // the handler returns; a renewal cut from its answer would be lost with it). So do the
+    // endings of the transactions of handlers given up on: one still open when the container is
+    // frozen would hold its row locks until the container thaws or dies.
     const closing = this.#keeper.close();
     const answerMs = this.#policy.answerWaitMs();
     const timer = new AbortController();
-    await (answerMs === undefined ? closing : Promise.race([closing, sleep(answerMs, timer.signal)]));
+    const ending = this.#endings.size === 0 ? undefined : Promise.race([Promise.all(this.#endings), sleep(answerMs ?? FORCED_END_WAIT_MS, timer.signal)]);
+    const closed = Promise.all([closing, ending]);
+    await (answerMs === undefined ? closed : Promise.race([closed, sleep(answerMs, timer.signal)]));
     timer.abort();
     this.summary.durationMs = Date.now() - started;
     if (failure) throw failure.error;
@@ -200,7 +233,7 @@ export class PullRun<Tx> {
     const context: HandleContext<Tx> = {
       client: this.#s.client,
       handler: this.#s.handler,
-      transactions: this.#s.transactions,
+      transactions: this.#transactions,
       retry: this.#s.retry,
       keeper: this.#keeper,
       leaseSignal: this.#signals.get(key)!,
@@ -250,6 +283,16 @@ export class PullRun<Tx> {
     this.#active.add(task);
   }
 
+  /** Keeps a forced ending reported by the runner until it settles (fulfilled or not). */
+  #trackEnding(ended: PromiseLike<unknown>): void {
+    const settled = Promise.resolve(ended).then(
+      () => {},
+      () => {},
+    );
+    this.#endings.add(settled);
+    void settled.then(() => this.#endings.delete(settled));
+  }
+
   #count(result: HandleResult): void {
     const key = ({ completed: 'completed', retried: 'retried', dead: 'dead', lost: 'claimsLost', abandoned: 'abandoned' } as const)[result];
     this.summary[key] += 1;
@@ -292,7 +335,10 @@ export class PullRun<Tx> {
     }
   }
 
-  /** Waits for running handlers up to the drain timeout, then aborts them (nothing more is written). */
+  /**
+   * Waits for running handlers up to the drain timeout, then aborts them (nothing more is
+   * written); the runner ends their open transactions, and `run` waits for that.
+   */
   async #drain(): Promise<void> {
     if (this.#active.size === 0) return;
     const timer = new AbortController();

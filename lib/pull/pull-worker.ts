@@ -11,6 +11,8 @@
  *   `min(leaseMs, context.getRemainingTimeInMillis())`, so no lease outlives the invocation.
  * - `stop()`: stops claiming, releases claimed rows no handler started (no attempt spent), waits
  *   for running handlers up to `shutdownTimeoutMs`, then aborts them and completes nothing more.
+ *   `runOnce` at its deadline ends the same way; both return only once the transaction runner
+ *   ended the transactions those handlers still had open (bounded: `PullRun`).
  * Defaults come from `config.pull` (batch 10, lease 30000 ms, concurrency 1, poll 1000 ms, retry
  * 5 attempts, 1000 ms × 2^attempt capped at 300000 ms, 20 % jitter).
  *
@@ -385,6 +387,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         exitWhenIdle: true,
         // Running handlers may use the margin, never time past the invocation.
         drainTimeoutMs: () => Math.min(drainMs(), deadline?.invocationRemainingMs() ?? Infinity),
+        // Also bounds the wait for the ending of the transactions of handlers given up on.
         answerWaitMs: () => (deadline === undefined ? undefined : answerWaitMs(deadline)),
       }));
       return deadline === undefined ? start() : withStatementBudget(() => deadline.invocationRemainingMs(), start);

@@ -20,16 +20,29 @@ export interface MssqlPoolSource {
 
 /**
  * Runs `work(tx)` in a transaction: commit on resolve, rollback (and rethrow) on throw. The worker
- * passes `signal`, which fires when it stops waiting for the handler (a forced shutdown): a
- * runner may then end the transaction at once (the worker writes nothing more to the row, and its
- * completion would be refused); one that ignores it leaves the transaction to the handler.
+ * passes `signal`, which fires when it stops waiting for the handler (a forced shutdown, the
+ * deadline of `runOnce`, `handlerTimeoutMs`): a runner may then end the transaction at once (the
+ * worker writes nothing more to the row, and its completion would be refused); one that ignores
+ * it leaves the transaction to the handler.
+ *
+ * A runner that ends the transaction tells the worker when it is over: it calls `onForcedEnd`,
+ * from the signal's abort event, with a promise that settles once the transaction is ended on the
+ * server (rolled back, its locks freed). The worker's `runOnce` and `stop()` return only after
+ * those promises settled (bounded: see `PullRun`), so no transaction of a handler they gave up on
+ * outlives them (a Lambda container is frozen as soon as the invocation returns). The option is
+ * optional on both sides: a runner may ignore it (the worker then does not wait), and a runner
+ * called without it must work as before.
  */
-export type TransactionRunner<Tx> = <T>(work: (tx: Tx) => Promise<T>, options?: { signal?: AbortSignal }) => Promise<T>;
+export type TransactionRunner<Tx> = <T>(
+  work: (tx: Tx) => Promise<T>,
+  options?: { signal?: AbortSignal; onForcedEnd?: (ended: PromiseLike<unknown>) => void },
+) => Promise<T>;
 
 /**
  * A runner on a `pg` pool: one pooled client per transaction, released afterwards. When `signal`
  * fires while the transaction is open, its connection is terminated (`pg_terminate_backend`), so
- * the server rolls it back and frees its locks, whatever the handler is doing.
+ * the server rolls it back and frees its locks, whatever the handler is doing; `onForcedEnd`
+ * gets the promise of that termination (settled once the server process is gone).
  */
 export function pgTransactionRunner(pool: pg.Pool): TransactionRunner<pg.PoolClient> {
   return (work, options) => pgTransaction(pool, work, options);

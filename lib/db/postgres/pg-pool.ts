@@ -490,8 +490,14 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg
 /**
  * Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so.
  * Inside a pass, each statement `work` sends through `pgQuery` is bounded by the time left then.
+ *
+ * `signal` fired while the transaction is open ends it at once (below); `onForcedEnd`, given,
+ * is then called, in the signal's abort event, with a promise that settles once the transaction
+ * is over on the server (its process terminated and gone, or, when the signal came before the
+ * BEGIN answered, rolled back), so that the caller can wait for that before it returns (a
+ * Lambda container is frozen as soon as the invocation's handler returns).
  */
-export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: { signal?: AbortSignal } = {}): Promise<T> {
+export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: { signal?: AbortSignal; onForcedEnd?: (ended: Promise<void>) => void } = {}): Promise<T> {
   let client: pg.PoolClient;
   try {
     client = await checkOut(pool);
@@ -507,14 +513,20 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   // The transaction is named by its process and its start (`now()`): a terminate that arrives
   // after the transaction ended (a COMMIT already on its way) matches nothing, even when the
   // pooler has handed the process to another client meanwhile.
-  const { signal } = options;
+  const { signal, onForcedEnd } = options;
   let server: { pid: number; startedAt: string } | undefined;
   let ended = false;
   let terminating: Promise<void> | undefined;
+  // Settles when the connection goes back to the pool (rolled back, or terminated): the transaction is over by then.
+  let released!: () => void;
+  const over = new Promise<void>((resolve) => (released = resolve));
   const end = () => {
     broken = true;
     ended = true;
     if (server !== undefined) terminating = terminateBackend(pool, server.pid, server.startedAt);
+    // Before the BEGIN answered there is no process to terminate: the answer makes the
+    // transaction roll back (below), without running `work`.
+    onForcedEnd?.(terminating ?? over);
   };
   signal?.addEventListener('abort', end, { once: true });
   try {
@@ -563,23 +575,38 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     await terminating;
     boundedClients.delete(client);
     lost.stop();
+    released();
     client.release(broken || lost.error !== undefined);
   }
 }
+
+/** How long `terminateBackend` waits for a terminated process to be gone (ms). */
+const TERMINATED_EXIT_WAIT_MS = 5000;
 
 /**
  * Terminates the server process `pid` while it still runs the transaction that began at
  * `startedAt`, from a connection of its own (not the pool's: every pooled
  * connection may be busy with the very work being ended). The server rolls back its open
  * transaction and frees its locks at once, even while a statement runs or the connection sits
- * idle in the transaction. A failure (no right to signal the process) is logged to stderr, not
- * thrown: the transaction then ends when its work does.
+ * idle in the transaction. `pg_terminate_backend` only signals the process: the promise resolves
+ * once it is gone from `pg_stat_activity` (it rolled back and freed its locks before), checked
+ * every 10 ms for up to `TERMINATED_EXIT_WAIT_MS` (the two-argument form that waits is
+ * PostgreSQL 14's). A failure (no right to signal the process) is logged to stderr, not thrown:
+ * the transaction then ends when its work does.
  */
 async function terminateBackend(pool: PgPool, pid: number, startedAt: string): Promise<void> {
   const admin = new pg.Client((pool as unknown as { options: pg.ClientConfig }).options);
   try {
     await admin.connect();
-    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FROM xact_start) * 1000000)::bigint = $2::bigint', [pid, startedAt]);
+    const { rows } = await admin.query<{ signalled: boolean }>(
+      'SELECT pg_terminate_backend(pid) AS signalled FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FROM xact_start) * 1000000)::bigint = $2::bigint',
+      [pid, startedAt],
+    );
+    if (rows[0]?.signalled !== true) return;
+    const until = performance.now() + TERMINATED_EXIT_WAIT_MS;
+    while ((await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount !== 0 && performance.now() < until) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
   } catch (error) {
     console.error(JSON.stringify({ level: 'WARN', message: 'could not end an abandoned transaction; it ends when its work does', pid, error: String(error) }));
   } finally {
