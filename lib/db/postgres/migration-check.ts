@@ -15,10 +15,11 @@ import { pgSchemaTrustProblems } from './schema-trust.ts';
  * recorded in `queuebox_migrations`, a missing table or column (with its `ALTER TABLE`), a claim
  * function of the configuration missing, another role's, or not QueueBox's definition, and what
  * changed by hand since a recorded migration ran: an index or named constraint missing, a column
- * of another type, nullability or without its default (`changedObjects`), an index of a
- * migration left invalid (`pgInvalidIndexProblems`). A schema whose bookkeeping records
- * another table set's migrations (`pgTableSetProblem`) is that one line (and the trust
- * problems): `migrate` refuses it, so the rest would only mislead.
+ * of another type, nullability or without its default (`changedObjects`), the name of an index
+ * of a migration held by another table's index (or another relation: `pgIndexNameTakenProblems`,
+ * which `migrate` refuses), an index of a migration left invalid (`pgInvalidIndexProblems`). A
+ * schema whose bookkeeping records another table set's migrations (`pgTableSetProblem`) is that
+ * one line (and the trust problems): `migrate` refuses it, so the rest would only mislead.
  * Migrations recorded by a newer release are not differences (expand, then contract:
  * docs/upgrading.md).
  */
@@ -43,6 +44,7 @@ export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: re
   }
   for (const line of await missingColumns(db, n)) problems.push(line.startsWith('-- ') ? line.slice(3) : `a column is missing: ${line}`);
   problems.push(...(await changedObjects(db, n, done)));
+  problems.push(...(await pgIndexNameTakenProblems(db, n, done)));
   problems.push(...(await pgInvalidIndexProblems(db, n)));
   const verdicts = await checkClaimFunctions(db, n, statements);
   for (const [index, verdict] of verdicts.entries()) {
@@ -89,17 +91,16 @@ function catalogType(type: string): string {
 }
 
 /**
- * What the recorded migrations created that is no longer as they left it: an index (with its
- * `CREATE INDEX`) or a named constraint that is missing or sits on another table than its
+ * What the recorded migrations created that is no longer as they left it: an index missing (with
+ * its `CREATE INDEX`), a named constraint that is missing or sits on another table than its
  * migration's, a column of another type, nullability or without its default (with the `ALTER
  * TABLE`). Only what migrations in `done` create counts, less the indexes any migration drops; a
- * missing table or column is `missingColumns`'s. An index is looked up by name and by the table it
- * belongs to: an index of the name on another table (the table names shared derived names before
- * the configuration refused them, or it was made by hand) took the name, and the migration's
- * `CREATE INDEX IF NOT EXISTS` skipped the table's own.
+ * missing table or column is `missingColumns`'s. An index whose name another table's index (or
+ * another relation) holds is not missing but taken: `pgIndexNameTakenProblems` names it, as
+ * `migrate` refuses it.
  */
 export async function changedObjects(db: PgQueryable, n: PgNames, done: ReadonlySet<number>): Promise<string[]> {
-  const indexes = new Map<string, { ddl: string; table: string }>();
+  const indexes = new Map<string, string>();
   const constraints = new Map<string, { table: string; version: number }>();
   // An index a later migration drops is not required either, applied or not (it goes anyway).
   for (const migration of pgMigrations) {
@@ -108,7 +109,7 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
     for (const line of migration.sql(n).split('\n')) {
       table = /^CREATE TABLE IF NOT EXISTS (\S+) \($/.exec(line)?.[1] ?? table;
       const created = CREATE_INDEX_LINE.exec(line);
-      if (created && applied) indexes.set(created[1]!, { ddl: line, table: created[2]! });
+      if (created && applied) indexes.set(created[1]!, line);
       const dropped = DROP_INDEX_LINE.exec(line);
       if (dropped) indexes.delete(dropped[1]!);
       const constraint = /^ {2}CONSTRAINT "([^"]+)" /.exec(line);
@@ -116,9 +117,9 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
     }
   }
   const { rows } = await pgQuery<{ kind: string; name: string; table_name: string; type: string; not_null: boolean; has_default: boolean }>(db,
-    `SELECT 'index' AS kind, c.relname AS name, t.relname AS table_name, '' AS type, false AS not_null, false AS has_default
-       FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid
-      WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'i' AND c.relname = ANY($2::text[])
+    `SELECT 'index' AS kind, c.relname AS name, COALESCE(t.relname, '') AS table_name, '' AS type, false AS not_null, false AS has_default
+       FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid LEFT JOIN pg_class t ON t.oid = i.indrelid
+      WHERE c.relnamespace = to_regnamespace($1) AND c.relname = ANY($2::text[])
      UNION ALL
      SELECT 'constraint', con.conname, COALESCE(t.relname, ''), '', false, false
        FROM pg_constraint con LEFT JOIN pg_class t ON t.oid = con.conrelid
@@ -135,15 +136,9 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
   /** The tables an object of `name` of `kind` is on. */
   const on = (kind: string, name: string) => rows.filter((r) => r.kind === kind && r.name === name).map((r) => r.table_name);
   const problems: string[] = [];
-  for (const [name, { ddl, table }] of indexes) {
-    const tables = on('index', name);
-    if (tables.length === 0) {
-      problems.push(`index ${quoteIdent(n.schema)}.${quoteIdent(name)} is missing: ${ddl}`);
-    } else if (!tables.includes(tableOf[table] ?? table)) {
-      problems.push(
-        `index ${quoteIdent(n.schema)}.${quoteIdent(name)} is on table ${qualified(tables[0]!)}, not ${table}: its migration found the name taken and skipped the index of ${table}, which goes without it; rename or drop that index (ALTER INDEX ${quoteIdent(n.schema)}.${quoteIdent(name)} RENAME TO …), then: ${ddl}`,
-      );
-    }
+  // A relation of the name (another table's index, a table…) is the taken name of `pgIndexNameTakenProblems`, not a missing index.
+  for (const [name, ddl] of indexes) {
+    if (on('index', name).length === 0) problems.push(`index ${quoteIdent(n.schema)}.${quoteIdent(name)} is missing: ${ddl}`);
   }
   for (const [name, { table, version }] of constraints) {
     const tables = on('constraint', name);
@@ -170,16 +165,24 @@ export async function changedObjects(db: PgQueryable, n: PgNames, done: Readonly
   return problems;
 }
 
+/** An index a migration creates: the `CREATE INDEX IF NOT EXISTS` line, the table's name (unqualified) and the migration's version. */
+interface MigrationIndex {
+  ddl: string;
+  table: string;
+  version: number;
+}
+
 /**
  * Every index the migrations leave once all of them ran (created, and not dropped by a later
- * one), by name: the `CREATE INDEX IF NOT EXISTS` line that creates it.
+ * one), by name.
  */
-function migrationIndexes(n: PgNames): Map<string, string> {
-  const indexes = new Map<string, string>();
+function migrationIndexes(n: PgNames): Map<string, MigrationIndex> {
+  const tableOf: Record<string, string> = { [n.outbox]: n.outboxTable, [n.inbox]: n.inboxTable, [n.maintenance]: n.maintenanceTable };
+  const indexes = new Map<string, MigrationIndex>();
   for (const migration of pgMigrations) {
     for (const line of migration.sql(n).split('\n')) {
       const created = CREATE_INDEX_LINE.exec(line);
-      if (created) indexes.set(created[1]!, line);
+      if (created) indexes.set(created[1]!, { ddl: line, table: tableOf[created[2]!] ?? created[2]!, version: migration.version });
       const dropped = DROP_INDEX_LINE.exec(line);
       if (dropped) indexes.delete(dropped[1]!);
     }
@@ -214,13 +217,78 @@ export const INVALID_INDEX_SQL = `SELECT 'index "' || $1 || '"."' || want.name |
 /** The values of `INVALID_INDEX_SQL`'s parameters: the migrations' indexes and, for each, the concurrent `DROP` and `CREATE`. */
 export function invalidIndexValues(n: PgNames): [string, string[], string[]] {
   const indexes = [...migrationIndexes(n)];
-  const fixes = indexes.map(([name, ddl]) => `DROP INDEX CONCURRENTLY IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(name)}; ${ddl.replace(' INDEX IF NOT EXISTS ', ' INDEX CONCURRENTLY IF NOT EXISTS ')}`);
+  const fixes = indexes.map(([name, { ddl }]) => `DROP INDEX CONCURRENTLY IF EXISTS ${quoteIdent(n.schema)}.${quoteIdent(name)}; ${ddl.replace(' INDEX IF NOT EXISTS ', ' INDEX CONCURRENTLY IF NOT EXISTS ')}`);
   return [n.schema, indexes.map(([name]) => name), fixes];
 }
 
 /** Runs `INVALID_INDEX_SQL` (one round trip): an invalid index of a migration, one line each (none: all valid or absent). */
 export async function pgInvalidIndexProblems(db: PgQueryable, n: PgNames): Promise<string[]> {
   const { rows } = await pgQuery<{ problem: string }>(db, INVALID_INDEX_SQL, invalidIndexValues(n));
+  return rows.map((r) => r.problem);
+}
+
+/**
+ * SQL: one row (`problem`) per index of a migration whose name another relation of the schema
+ * holds: an index on another table than the migration's, or a table, view, sequence… of the name.
+ * PostgreSQL names indexes per schema, and the migration's `CREATE INDEX IF NOT EXISTS` skips the
+ * index when any relation has its name, leaving the migration's table without it (a claim without
+ * its index reads far more rows). Such a name is left by hand, or by a schema migrated under a
+ * configuration whose table names shared derived names (`tables.inbox: app` with
+ * `tables.outbox: app_push`), refused at load since. `migrate` (and the `--sql` script) refuse to
+ * run while one is there, and `--check` names it, with the same line: the relation to rename or
+ * drop, then, when the index's migration is still to run, migrate again, or, when it is recorded
+ * (`migrate` does not run it again), the `CREATE INDEX` to run too. `$1` the schema, `$2` the
+ * index names, `$3` the table each belongs to, `$4` the version of the migration that creates
+ * each, `$5` each one's `CREATE INDEX`, `$6` the versions `queuebox_migrations` records
+ * (`indexNameTakenValues`; the `--sql` script reads them from the table instead).
+ * SQL Server names an index per table, so another table's index of the name takes nothing from
+ * QueueBox's table there: this check is PostgreSQL's only.
+ */
+export const INDEX_NAME_TAKEN_SQL = `SELECT CASE WHEN t.oid IS NOT NULL
+              THEN 'index "' || $1 || '"."' || want.name || '" is on table "' || $1 || '"."' || replace(t.relname, '"', '""') || '", not '
+              ELSE 'relation "' || $1 || '"."' || want.name || '" is a ' || holder.kind || ', not an index of ' END
+       || own.qualified || ': migration ' || want.version
+       || CASE WHEN own.recorded THEN ' found the name taken and skipped the index of ' || own.qualified || ', which goes without it'
+               ELSE ' would find the name taken and skip the index of ' || own.qualified || ', which would go without it' END
+       || '; rename or drop that ' || holder.kind || ' (ALTER ' || holder.keyword || ' "' || $1 || '"."' || want.name || '" RENAME TO …), then '
+       || CASE WHEN own.recorded THEN 'create the index (migration ' || want.version || ' is recorded, so migrate does not run it again) and migrate again: ' || want.ddl
+               ELSE 'migrate again' END AS problem
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS want(name, table_name, version, ddl, ord)
+  JOIN pg_namespace ns ON ns.nspname = $1
+  JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = want.name
+  LEFT JOIN pg_index i ON i.indexrelid = c.oid
+  LEFT JOIN pg_class t ON t.oid = i.indrelid
+  CROSS JOIN LATERAL (SELECT '"' || $1 || '"."' || want.table_name || '"' AS qualified, want.version = ANY($6::text[]) AS recorded) own
+  CROSS JOIN LATERAL (SELECT CASE c.relkind WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'v' THEN 'view'
+                                            WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'composite type' ELSE 'relation' END AS kind,
+                             CASE c.relkind WHEN 'i' THEN 'INDEX' WHEN 'I' THEN 'INDEX' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'S' THEN 'SEQUENCE'
+                                            WHEN 'f' THEN 'FOREIGN TABLE' WHEN 'c' THEN 'TYPE' ELSE 'TABLE' END AS keyword) holder
+ WHERE t.relname IS DISTINCT FROM want.table_name
+ ORDER BY want.ord`;
+
+/**
+ * The values of `INDEX_NAME_TAKEN_SQL`'s parameters: the migrations' indexes, each with its table,
+ * migration and `CREATE INDEX`, and `recorded`, the versions `queuebox_migrations` records.
+ */
+export function indexNameTakenValues(n: PgNames, recorded: ReadonlySet<number>): [string, string[], string[], string[], string[], string[]] {
+  const indexes = [...migrationIndexes(n)];
+  return [
+    n.schema,
+    indexes.map(([name]) => name),
+    indexes.map(([, index]) => index.table),
+    indexes.map(([, index]) => String(index.version)),
+    indexes.map(([, index]) => index.ddl),
+    [...recorded].map(String),
+  ];
+}
+
+/**
+ * Runs `INDEX_NAME_TAKEN_SQL` (one round trip): an index of a migration whose name another
+ * relation holds, one line each (none: every name free or the migration's own); `recorded` the
+ * versions `queuebox_migrations` records.
+ */
+export async function pgIndexNameTakenProblems(db: PgQueryable, n: PgNames, recorded: ReadonlySet<number>): Promise<string[]> {
+  const { rows } = await pgQuery<{ problem: string }>(db, INDEX_NAME_TAKEN_SQL, indexNameTakenValues(n, recorded));
   return rows.map((r) => r.problem);
 }
 

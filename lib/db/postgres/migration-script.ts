@@ -7,8 +7,9 @@
  * schema (created only when missing), the refusal of a schema other roles may create in (or of
  * objects they own under QueueBox's names), the refusal of a schema whose `queuebox_migrations`
  * records another table set's migrations (`migration-check.ts`), of a relation of a table's name
- * that is not QueueBox's (`foreign-tables.ts`) and of an index of a migration left invalid
- * (`migration-check.ts`), each numbered migration not yet recorded in `queuebox_migrations` (guarded by its row, so a second
+ * that is not QueueBox's (`foreign-tables.ts`), of an index name of a migration that another
+ * relation holds and of an index of a migration left invalid (`migration-check.ts`), each
+ * numbered migration not yet recorded in `queuebox_migrations` (guarded by its row, so a second
  * run changes nothing), then the claim functions of `outbox.batchSize`.
  * It does not drop claim functions of other batch sizes or releases (`migrate` does; they are
  * never called). Run it in one transaction: the lock is transaction-scoped, and a failure then
@@ -18,7 +19,7 @@
 import type { ClaimStatement } from './claim-functions.ts';
 import { claimFunctionDdl, claimFunctionName } from './claim-functions.ts';
 import { FOREIGN_TABLE_SQL, foreignTableValues } from './foreign-tables.ts';
-import { INVALID_INDEX_SQL, invalidIndexValues, tableSetSql, tableSetValues } from './migration-check.ts';
+import { INDEX_NAME_TAKEN_SQL, INVALID_INDEX_SQL, indexNameTakenValues, invalidIndexValues, tableSetSql, tableSetValues } from './migration-check.ts';
 import { pgMigrations } from './migrations.ts';
 import { quoteIdent, type PgNames } from './names.ts';
 import { SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
@@ -69,16 +70,23 @@ function withLiterals(sql: string, [first, ...arrays]: readonly [string, ...Arra
 
 /**
  * `migrate`'s refusals of a schema whose bookkeeping records another table set's migrations, of a
- * relation of a table's name that is not QueueBox's table (before migration 1 is recorded) and of
- * an invalid index of a migration, as a block that raises the same lines.
+ * relation of a table's name that is not QueueBox's table (before migration 1 is recorded), of an
+ * index name of a migration that another relation holds and of an invalid index of a migration,
+ * as a block that raises the same lines.
  */
 function refusalBlock(n: PgNames): string {
+  // `migrate` binds the versions it read from queuebox_migrations; the script reads them there.
+  const [schema, names, tables, versions, ddl] = indexNameTakenValues(n, new Set());
+  const taken = withLiterals(INDEX_NAME_TAKEN_SQL.replaceAll('$6::text[]', `ARRAY(SELECT version::text FROM ${n.migrations})`), [schema, names, tables, versions, ddl]);
   return `DO $queuebox_refusals$
 DECLARE refusals text;
 BEGIN
   SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(tableSetSql(n), tableSetValues(n))}) other_set;
   IF refusals IS NULL AND NOT EXISTS (SELECT 1 FROM ${n.migrations} WHERE version = 1) THEN
     SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(FOREIGN_TABLE_SQL, foreignTableValues(n))}) foreign_tables;
+  END IF;
+  IF refusals IS NULL THEN
+    SELECT string_agg(problem, E'\\n') INTO refusals FROM (${taken}) taken;
   END IF;
   IF refusals IS NULL THEN
     SELECT string_agg(problem, E'\\n') INTO refusals FROM (${withLiterals(INVALID_INDEX_SQL, invalidIndexValues(n))}) invalid;

@@ -15,7 +15,7 @@ import { pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent, type PgNames } from './names.ts';
 import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
 import { checkClaimFunctions, installClaimFunctions } from './claim-function-install.ts';
-import { missingColumns, pgInvalidIndexProblems, pgMigrateCheck, pgTableSetProblem } from './migration-check.ts';
+import { missingColumns, pgIndexNameTakenProblems, pgInvalidIndexProblems, pgMigrateCheck, pgTableSetProblem } from './migration-check.ts';
 import { pgForeignTableProblems, pgForeignTableProblemsBeforeMigration } from './foreign-tables.ts';
 import { PG_MIGRATE_LOCK_SQL, PG_SCHEMA_EXISTS_SQL, pgMigrationsTableSql } from './migration-script.ts';
 import { pgSchemaTrustProblems } from './schema-trust.ts';
@@ -108,7 +108,8 @@ export class PostgresDriver implements Driver {
    * (`SchemaTrustError`, nothing changed) a schema other roles may create in, and objects of
    * QueueBox's names that another role owns (`schema-trust.ts`); refuses (`QueueBoxError`, nothing
    * changed) a schema whose bookkeeping records another table set's migrations, a relation of a
-   * table's name that is not QueueBox's table (`foreign-tables.ts`), and an index of a migration
+   * table's name that is not QueueBox's table (`foreign-tables.ts`), the name of an index of a
+   * migration held by another table's index or another relation, and an index of a migration
    * left invalid (`migration-check.ts`).
    */
   async migrate(): Promise<MigrateResult> {
@@ -159,6 +160,11 @@ export class PostgresDriver implements Driver {
       // A relation of a table's name that migration 1 would skip and then fail on (an application's own `outbox`).
       const foreign = done.has(1) ? [] : await pgForeignTableProblems(client, n);
       if (foreign.length > 0) throw new QueueBoxError(`migrate refused, nothing changed:\n${foreign.map((p) => `- ${p}`).join('\n')}`);
+      // `CREATE INDEX IF NOT EXISTS` skips an index whose name another table's index (or another
+      // relation) holds, leaving its table without it (see INDEX_NAME_TAKEN_SQL); one a recorded
+      // migration skipped is refused too, with the `CREATE INDEX` to run once the name is free.
+      const taken = await pgIndexNameTakenProblems(client, n, done);
+      if (taken.length > 0) throw new QueueBoxError(`migrate refused, nothing changed:\n${taken.map((p) => `- ${p}`).join('\n')}`);
       // `CREATE INDEX IF NOT EXISTS` would take an invalid index (a failed concurrent build) for
       // built; migrate refuses instead of rebuilding it the blocking way (see INVALID_INDEX_SQL).
       const invalid = await pgInvalidIndexProblems(client, n);
