@@ -9,7 +9,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { createPullWorker } from '../../lib/index.ts';
+import type { PoolClient } from 'pg';
+import { createPullWorker, type PullHandler } from '../../lib/index.ts';
 import { sleep } from '../../lib/runtime/deadline.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
@@ -28,6 +29,22 @@ describe('runOnce at its deadline: the abandoned handler\'s transaction is ended
     outsideCalls.abort();
     await db.drop();
   });
+
+  /**
+   * A handler that writes its business row, records its transaction's server process in `pids`,
+   * opens `gate`, then awaits a slow outside call (no database statement) that outlasts the
+   * invocation, deaf to its signal.
+   */
+  function holdingHandler(pids: number[], gate?: { open(): void }): PullHandler<PoolClient> {
+    return async (message, { transaction }) => {
+      await transaction(async (tx) => {
+        await tx.query(`INSERT INTO "${db.schema}".orders_paid VALUES ($1)`, [message.idempotencyKey]);
+        pids.push((await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
+        gate?.open();
+        await sleep(120_000, outsideCalls.signal);
+      });
+    };
+  }
 
   /** The server processes of `pids` still there, with their state. */
   const sessions = (pids: number[]) => db.query<{ pid: number; state: string | null }>(`SELECT pid, state FROM pg_stat_activity WHERE pid = ANY($1::int[])`, [pids]);
@@ -65,15 +82,7 @@ describe('runOnce at its deadline: the abandoned handler\'s transaction is ended
         shutdownTimeoutMs,
         logger: memoryLogger(),
         metrics: false,
-        handler: async (message, { transaction }) => {
-          await transaction(async (tx) => {
-            await tx.query(`INSERT INTO "${db.schema}".orders_paid VALUES ($1)`, [message.idempotencyKey]);
-            pids.push((await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
-            inTransaction.open();
-            // A slow outside call (no database statement) that outlasts the invocation, deaf to its signal.
-            await sleep(120_000, outsideCalls.signal);
-          });
-        },
+        handler: holdingHandler(pids, inTransaction),
       });
       // Deadline 1000 ms before the invocation's end (config.lambda.deadlineMarginMs).
       const context = fakeLambdaContext({ timeoutMs: 3000 });
@@ -103,14 +112,7 @@ describe('runOnce at its deadline: the abandoned handler\'s transaction is ended
       concurrency: 1,
       logger: memoryLogger(),
       metrics: false,
-      handler: async (message, { transaction }) => {
-        await transaction(async (tx) => {
-          await tx.query(`INSERT INTO "${db.schema}".orders_paid VALUES ($1)`, [message.idempotencyKey]);
-          pids.push((await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
-          inTransaction.open();
-          await sleep(120_000, outsideCalls.signal);
-        });
-      },
+      handler: holdingHandler(pids, inTransaction),
     });
     await worker.start();
     await inTransaction.wait();
@@ -133,13 +135,7 @@ describe('runOnce at its deadline: the abandoned handler\'s transaction is ended
       handlerTimeoutMs: 300,
       logger: memoryLogger(),
       metrics: false,
-      handler: async (message, { transaction }) => {
-        await transaction(async (tx) => {
-          await tx.query(`INSERT INTO "${db.schema}".orders_paid VALUES ($1)`, [message.idempotencyKey]);
-          pids.push((await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
-          await sleep(120_000, outsideCalls.signal);
-        });
-      },
+      handler: holdingHandler(pids),
     });
     // Ends when nothing is claimable any more, long before its deadline.
     const summary = await worker.runOnce({ context: fakeLambdaContext({ timeoutMs: 30_000 }) });
