@@ -73,6 +73,19 @@ export function ownedPatternProblem(servicePatterns: readonly string[]): string 
   return undefined;
 }
 
+/**
+ * A warning when the service bundles its own functions with serverless-esbuild without
+ * `package.individually: true`: serverless-esbuild then zips its whole build folder as the
+ * service's one package, having copied into it the files of every function's `package.patterns`,
+ * QueueBox's too, so each of the service's functions would carry every QueueBox bundle.
+ */
+export function serverlessEsbuildWarning(service: { plugins?: unknown; package?: { individually?: unknown } }, ownFunctions: readonly string[]): string | undefined {
+  const plugins = Array.isArray(service.plugins) ? service.plugins : (service.plugins as { modules?: unknown } | undefined)?.modules;
+  if (!Array.isArray(plugins) || !plugins.includes('serverless-esbuild')) return undefined;
+  if (service.package?.individually === true || ownFunctions.length === 0) return undefined;
+  return `serverless-esbuild is among the plugins and package.individually is not true: serverless-esbuild zips its whole build folder as the service's one package, and copies into it every function's package.patterns, QueueBox's too, so ${ownFunctions.join(', ')} would each carry every QueueBox bundle (${BUILD_DIR}/); set package.individually: true`;
+}
+
 /** The part of the osls `serverless` object the plugin uses. */
 interface Serverless {
   serviceDir: string;
@@ -81,7 +94,8 @@ interface Serverless {
     provider: Dict & { compiledCloudFormationTemplate: Template; logRetentionInDays?: number };
     functions: Record<string, Dict & { events?: Dict[] }>;
     custom?: Dict;
-    package?: { patterns?: string[] };
+    package?: { patterns?: string[]; individually?: boolean };
+    plugins?: string[] | { modules?: string[] };
     resources?: { Resources?: Dict; Parameters?: Dict; Conditions?: Dict };
   };
   getProvider(name: 'aws'): { getStage(): string; getRegion?(): string };
@@ -226,6 +240,9 @@ export default class QueueBoxServerlessPlugin {
       if (!hasDatabaseLocation(this.options, this.config)) {
         this.log.warning(`QueueBox: stage ${this.deployment.stage} has no database location (allowMissingDatabase): these functions cannot reach a database`);
       }
+      const ours = new Set(FUNCTIONS.map((f) => functionKey(f.name)));
+      const esbuildWarning = serverlessEsbuildWarning(this.serverless.service, Object.keys(this.serverless.service.functions).filter((key) => !ours.has(key)));
+      if (esbuildWarning !== undefined) this.log.warning(`QueueBox: ${esbuildWarning}`);
     }
     const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
     const capWarnings = (['outboxPoller', 'inboxRelay'] as const).flatMap((name) => scaleOutCap(this.config, name, this.options.functions[name].reservedConcurrency).warning ?? []);

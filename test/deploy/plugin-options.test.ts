@@ -13,7 +13,7 @@ import { parseConfig } from '../../lib/config/load-config.ts';
 import { loadEsbuild } from '../../lib/serverless/bundle.ts';
 import { deployRefusal, deployWarnings } from '../../lib/serverless/deploy-checks.ts';
 import { FUNCTIONS, functionKey } from '../../lib/serverless/functions.ts';
-import QueueBoxServerlessPlugin from '../../lib/serverless/index.ts';
+import QueueBoxServerlessPlugin, { serverlessEsbuildWarning } from '../../lib/serverless/index.ts';
 import { parsePluginOptions, pluginOptionsJsonSchema, pluginOptionsSchema } from '../../lib/serverless/options.ts';
 
 const service = mkdtempSync(join(tmpdir(), 'qb-plugin-options-'));
@@ -221,6 +221,15 @@ describe('the Serverless plugin without packaging', { timeout: 30_000 }, () => {
     serverless.service.package.patterns = ['src/**', '!.queuebox/**', '.queueboxes/**'];
     await hook('initialize');
     assert.deepEqual(serverless.service.package.patterns, ['src/**', '!.queuebox/**', '.queueboxes/**', '!.queuebox/**']);
+  });
+
+  it('warns when serverless-esbuild packages the service\'s own functions without package.individually', () => {
+    const warning = serverlessEsbuildWarning({ plugins: ['queuebox/serverless', 'serverless-esbuild'] }, ['hello']);
+    assert.match(warning ?? '', /^serverless-esbuild is among the plugins and package\.individually is not true: .* hello would each carry every QueueBox bundle \(\.queuebox\/\); set package\.individually: true$/);
+    assert.equal(serverlessEsbuildWarning({ plugins: { modules: ['serverless-esbuild'] } }, ['hello']), warning, 'plugins.modules too');
+    assert.equal(serverlessEsbuildWarning({ plugins: ['serverless-esbuild'], package: { individually: true } }, ['hello']), undefined);
+    assert.equal(serverlessEsbuildWarning({ plugins: ['serverless-esbuild'] }, []), undefined, 'no function of the service\'s own');
+    assert.equal(serverlessEsbuildWarning({ plugins: ['queuebox/serverless'] }, ['hello']), undefined);
   });
 
   it('keeps provider.tracing off QueueBox\'s functions when observability.tracing is off (their roles grant no X-Ray)', async () => {
