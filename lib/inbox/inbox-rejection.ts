@@ -12,7 +12,9 @@ export type RejectionReason =
   | 'unauthorized'
   | 'invalid_json'
   | 'missing_idempotency_key'
-  | 'invalid_field';
+  | 'invalid_field'
+  /** SQS only: a key of the form the receiver gives records it stores dead (`rejected:…`). */
+  | 'reserved_idempotency_key';
 
 /** HTTP status of each reason (spec §5; docs/inbox.md lists the same table). */
 export const REJECTION_STATUS: Readonly<Record<RejectionReason, number>> = {
@@ -23,6 +25,8 @@ export const REJECTION_STATUS: Readonly<Record<RejectionReason, number>> = {
   invalid_json: 400,
   missing_idempotency_key: 400,
   invalid_field: 400,
+  // Never answered: the HTTP receiver stores nothing on refusal, so it reserves no key.
+  reserved_idempotency_key: 400,
 };
 
 /** A message refused at receipt; nothing is stored for it (HTTP) or it is stored `dead` (SQS). */

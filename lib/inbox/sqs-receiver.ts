@@ -11,7 +11,9 @@
  * unaffected; so is a body the database itself refuses as JSON (`PayloadRejectedError`). Such a
  * row is keyed `rejected:<MessageId>` (`deadKeyOf`), never by the `x-idempotency-key` attribute:
  * an SQS redelivery of the record is a duplicate of it, and a corrected message sent later under
- * the attribute's key is stored, not taken for a duplicate of the broken one. A valid
+ * the attribute's key is stored, not taken for a duplicate of the broken one. The prefix is
+ * reserved: a record whose key (attribute, JSONPath or MessageId) starts with `rejected:` is
+ * stored dead as well (`reserved_idempotency_key`), so no valid row meets a dead row's key. A valid
  * body is stored as lib/inbox/parse-json-body.ts describes (a leading byte order mark dropped, as
  * over HTTP). A record whose store fails otherwise is reported in
  * `batchItemFailures`; on a FIFO queue every later record of the batch is reported too, so SQS
@@ -26,6 +28,7 @@ import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { traceContextOf, type TraceContext } from '../observability/trace-context.ts';
 import { columnLength, type ColumnDialect } from '../db/column-length.ts';
 import { extractMessageFields, MAX_CORRELATION_LENGTH } from './extract-fields.ts';
+import { jsonPathText } from './json-path-value.ts';
 import { parseJsonBody, storableText } from './parse-json-body.ts';
 import { InboxRejectionError, type RejectionReason } from './inbox-rejection.ts';
 import { checkRelayable } from './relay-fit.ts';
@@ -119,11 +122,18 @@ function toMessage(name: string, source: SourceConfig, inbox: QueueBoxConfig['in
     const bytes = Buffer.byteLength(record.body);
     if (bytes > inbox.maxBodyBytes) throw new InboxRejectionError('body_too_large', `body of ${bytes} bytes exceeds the limit of ${inbox.maxBodyBytes} bytes (inbox.maxBodyBytes)`);
     const body = parseJsonBody(record.body, inbox.maxBodyBytes);
+    const keyAttribute = attribute(record, KEY_ATTRIBUTE);
     const fields = extractMessageFields(name, source, body.value, {
-      idempotencyKey: attribute(record, KEY_ATTRIBUTE),
+      idempotencyKey: keyAttribute,
       correlationId: attribute(record, 'x-correlation-id'),
       fallbackIdempotencyKey: record.messageId,
     }, dialect);
+    if (fields.idempotencyKey.startsWith(DEAD_KEY_PREFIX)) {
+      throw new InboxRejectionError(
+        'reserved_idempotency_key',
+        `idempotency key ${JSON.stringify(fields.idempotencyKey)} (from ${keyOrigin(source, body.value, keyAttribute)}) starts with "${DEAD_KEY_PREFIX}", which is reserved for the keys of records stored dead at receipt`,
+      );
+    }
     checkRelayable(name, source, inbox, fields, dialect);
     return { message: { ...base, payload: body.value, payloadText: body.text, ...fields } };
   } catch (error) {
@@ -140,6 +150,9 @@ function baseOf(name: string, source: SourceConfig, record: SQSRecord): Pick<Inb
 /** The message attribute a record's idempotency key comes from. */
 const KEY_ATTRIBUTE = 'x-idempotency-key';
 
+/** The prefix of the keys of records stored dead at receipt; no valid row of an SQS source has a key starting with it. */
+const DEAD_KEY_PREFIX = 'rejected:';
+
 /**
  * The key of a record stored dead at receipt: its SQS `MessageId`, which stays the same when SQS
  * redelivers it, so a redelivery is a duplicate. Not the `x-idempotency-key` attribute: a
@@ -148,10 +161,21 @@ const KEY_ATTRIBUTE = 'x-idempotency-key';
  * a MessageId: a valid row keyed (attribute or JSONPath) by the MessageId of the message it
  * corrects would otherwise meet the dead row's key, and so would the record's own valid row
  * (keyed by its MessageId) should a redelivery be judged otherwise than the first delivery
- * (the configuration changed in between). Either way both rows are kept, none dropped.
+ * (the configuration changed in between). The prefix is reserved: a valid record whose key
+ * starts with it is itself stored dead (`reserved_idempotency_key`), so a sender's key can
+ * neither take a dead row's key before the broken record arrives nor be taken for a duplicate
+ * of a dead row. Either way both rows are kept, none dropped.
  */
 function deadKeyOf(messageId: string): string {
-  return `rejected:${messageId}`;
+  return `${DEAD_KEY_PREFIX}${messageId}`;
+}
+
+/** Where a record's key came from: the attribute, the source's JSONPath, else the MessageId. */
+function keyOrigin(source: SourceConfig, body: unknown, keyAttribute: string | undefined): string {
+  if (keyAttribute !== undefined) return `the ${KEY_ATTRIBUTE} message attribute`;
+  const path = source.idempotencyKeyPath;
+  if (path !== undefined && jsonPathText(body, path, 'idempotencyKeyPath') !== undefined) return `idempotencyKeyPath ${path}`;
+  return 'the SQS MessageId';
 }
 
 /**
