@@ -76,7 +76,9 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
       if (!Number.isFinite(leaseMs) || leaseMs < MIN_LEASE_MS) throw new UsageError(`pull leaseMs must be at least ${MIN_LEASE_MS}, got ${leaseMs}`);
       checkLeaseLimit(leaseMs);
       const rows = await driver.pullClaimMany({ source, limit: batch, leaseMs: Math.floor(leaseMs) });
-      return rows.map((row) => ({ ...row, claim: { id: row.id, token: row.claimToken } }));
+      // Added to the row, not spread into a copy: a spread would parse every payload now (`payload`
+      // is parsed on first read), each a handler may never read.
+      return rows.map((row) => Object.assign(row, { claim: { id: row.id, token: row.claimToken } }));
     },
     // A lease under the least one a claim gets (0, negative, a fraction of a ms) answered `ok`
     // while it had already ended, and NaN reached the database as an error of its own.

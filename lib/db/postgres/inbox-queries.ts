@@ -10,6 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import { gaugeGateName, SKIPPED_STATS, type ClaimRef, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type InboxForwardItem, type InboxInsertResult, type InboxMessageInput, type InboxRow, type ReclaimResult, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
 import { gatedRead } from './maintenance-queries.ts';
+import { copyKeepingPayloadLazy, withLazyPayload } from '../lazy-payload.ts';
 import { PayloadRejectedError, QueueBoxError, UsageError } from '../../errors.ts';
 import { msInterval, type PgContext } from './context.ts';
 import type { PgNames } from './names.ts';
@@ -42,15 +43,18 @@ export interface InboxDbRow {
   trace_context: unknown;
 }
 
-/** Maps a claimed inbox row to the driver's `InboxRow`. */
+/**
+ * Maps a claimed inbox row to the driver's `InboxRow`. Its `payload` is parsed on first read
+ * (`withLazyPayload`): the relay forwards the text, and a claim of large bodies parsed up front
+ * took many times their text's memory.
+ */
 export function toInboxRow(r: InboxDbRow): InboxRow {
-  return {
+  return withLazyPayload({
     id: r.id,
     source: r.source,
     idempotencyKey: r.idempotency_key,
     aggregateId: r.aggregate_id,
     eventType: r.event_type,
-    payload: JSON.parse(r.payload_text) as unknown,
     payloadText: r.payload_text,
     headers: r.headers,
     correlationId: r.correlation_id,
@@ -59,7 +63,7 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     claimToken: r.claim_token,
     leaseExpiresAt: r.lease_expires_at,
     trace: parseStoredTraceContext(r.trace_context),
-  };
+  });
 }
 
 /**
@@ -295,10 +299,11 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
   const outboxId = item.outbox.id ?? randomUUID();
   try {
     await pgTransaction(ctx.pool, async (client) => {
-      let message = { ...item.outbox, id: outboxId };
+      // Copies that leave the relay's lazy payload unparsed: the text is what is written.
+      let message = copyKeepingPayloadLazy(item.outbox, { id: outboxId });
       if (item.keyWhileOpen !== undefined) {
         const { rows } = await pgQuery<{ held: boolean }>(client, `SELECT ${openRelayedRowWithKey(ctx.names.outbox, '$1', '$2')} AS held`, [item.keyWhileOpen.key, item.keyWhileOpen.source]);
-        if (rows[0]?.held === true) message = { ...message, key: item.keyWhileOpen.key };
+        if (rows[0]?.held === true) message = copyKeepingPayloadLazy(message, { key: item.keyWhileOpen.key });
       }
       await outboxInsert(ctx.names, client, message, defaults);
       const { rowCount } = await pgQuery(
@@ -495,7 +500,7 @@ export async function inboxReclaimExpired(ctx: PgContext, p: { throttleMs?: numb
   return reclaimExpired(ctx, ctx.names.inbox, `reclaim:${ctx.names.inboxTable}`, p.throttleMs, { maxAttempts: '$3::int', call: 'forward' }, `t.consumption = 'push'`, [p.maxAttempts]);
 }
 
-/** Counts per state (push and pull) and the age in seconds of the oldest due pending push row. */
+/** Counts per state and the age in seconds of the oldest due pending row (push and pull); `pendingOnly` (the relay's gauge): push rows only. */
 export async function inboxStats(ctx: PgContext, scope: StatsScope = {}): Promise<TableStats> {
   const read = () => tableStats(ctx.pool, ctx.names.inbox, ['pending', 'processing', 'processed', 'dead'], `consumption = 'push'`, scope);
   if (scope.onceEveryMs === undefined) return read();

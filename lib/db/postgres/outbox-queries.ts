@@ -16,7 +16,7 @@ import { claimFollowers } from './outbox-claim-followers.ts';
 import { claimSet, FENCE, fencedChangedIds, fencedDeadMany, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired, type WholeClaim } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
 import { deadList, tableStats } from './table-reads.ts';
-import { withLazyPayload } from '../lazy-payload.ts';
+import { copyKeepingPayloadLazy, withLazyPayload } from '../lazy-payload.ts';
 import { binder, replayMove, replayWhere } from './replay-preview.ts';
 import { pgOutboxInsertStatement } from './caller-statements.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
@@ -69,7 +69,8 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
  */
 export async function outboxInsert(names: PgNames, db: PgQueryable, m: OutboxMessageInput, defaults: { maxAttempts: number }): Promise<string> {
   const id = (m.id ?? randomUUID()).toLowerCase();
-  const { text, values } = pgOutboxInsertStatement(names, { ...m, id }, defaults);
+  // Not a spread: it would parse a lazy payload (the relay's messages), whose text is what is written.
+  const { text, values } = pgOutboxInsertStatement(names, copyKeepingPayloadLazy(m, { id }), defaults);
   await pgQuery(db, text, values);
   return id;
 }

@@ -11,6 +11,7 @@ import type sql from 'mssql';
 import { mssql } from './mssql-module.ts';
 import { gaugeGateName, SKIPPED_STATS, type ClaimRef, type DeadItem, type DeadRowSummary, type DeleteFinishedParams, type InboxForwardItem, type InboxInsertResult, type InboxMessageInput, type ReclaimResult, type RetryItem, type StatsScope, type TableStats } from '../driver.ts';
 import { PayloadRejectedError, UsageError, ValidationError } from '../../errors.ts';
+import { copyKeepingPayloadLazy } from '../lazy-payload.ts';
 import { buildFencedBatch, runFencedBatch } from './fenced-batch.ts';
 import { buildDeleteFinished, buildGatedReclaim, gatedRead, reclaimUpdateSql, runDeleteFinished, runGatedReclaim } from './maintenance-queries.ts';
 import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
@@ -176,9 +177,10 @@ export async function inboxForward(pool: sql.ConnectionPool, names: MssqlNames, 
         let message = item.outbox;
         if (item.keyWhileOpen !== undefined) {
           const { recordset } = await runStatement<{ held: number }>(tx, buildOpenRelayedKeyProbe(names, item.keyWhileOpen));
-          if (recordset.length > 0) message = { ...message, key: item.keyWhileOpen.key };
+          if (recordset.length > 0) message = copyKeepingPayloadLazy(message, { key: item.keyWhileOpen.key });
         }
-        message = { ...message, key: sqlServerRelayOutboxKey(message.key) };
+        // Copies that leave the relay's lazy payload unparsed: the text is what is written.
+        message = copyKeepingPayloadLazy(message, { key: sqlServerRelayOutboxKey(message.key) });
         await outboxInsert(names, tx, message, defaults);
         const changed = await runFencedBatch(tx, buildFencedBatch(names.inbox, 'processed', [item]));
         if (changed.length !== 1) throw new ForwardClaimLost();

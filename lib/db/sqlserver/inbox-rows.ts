@@ -2,6 +2,7 @@
  * An inbox row as the SQL Server relay and pull claims return it, and its mapping to `InboxRow`.
  */
 import type { InboxRow } from '../driver.ts';
+import { withLazyPayload } from '../lazy-payload.ts';
 import { lowerUuid } from './mssql-pool.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 
@@ -36,15 +37,17 @@ export interface InboxDbRow {
   trace_context?: string | null;
 }
 
-/** Maps a returned row: JSON parsed, UUIDs lower-case. */
+/**
+ * Maps a returned row: headers parsed, the payload on first read (`withLazyPayload`: the relay
+ * forwards the text, and a parsed body can take many times its text's memory), UUIDs lower-case.
+ */
 export function toInboxRow(r: InboxDbRow): InboxRow {
-  return {
+  return withLazyPayload({
     id: lowerUuid(r.id),
     source: r.source,
     idempotencyKey: r.idempotency_key,
     aggregateId: r.aggregate_id,
     eventType: r.event_type,
-    payload: JSON.parse(r.payload) as unknown,
     payloadText: r.payload,
     headers: JSON.parse(r.headers) as Record<string, string>,
     correlationId: r.correlation_id,
@@ -53,5 +56,5 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     claimToken: lowerUuid(r.claim_token),
     leaseExpiresAt: r.lease_expires_at,
     trace: parseStoredTraceContext(r.trace_context),
-  };
+  });
 }
