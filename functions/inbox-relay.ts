@@ -4,12 +4,17 @@
  * heartbeat: `pass-heartbeat.ts`) and returns the pass summary. With
  * `inbox.relay.scaleOut.maxConcurrentPasses` above 1, a pass that sees more due rows than it can
  * forward before its deadline starts more passes of this function (`lib/runtime/scale-out.ts`).
+ *
+ * The pass's counts are written before the steps after it (heartbeat stamp, scale-out release),
+ * which are bounded by the deadline or a short slice past it (`closingBudgetMs`), so the handler
+ * returns before the invocation ends, with its metrics written, whatever the database does; the
+ * scale-out start is bounded by the deadline.
  */
 import type { Context } from 'aws-lambda';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { runRelayPass, type RelaySummary } from '../lib/inbox/relay-pass.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
-import { createDeadline } from '../lib/runtime/deadline.ts';
+import { closingBudgetMs, createDeadline } from '../lib/runtime/deadline.ts';
 import { hasTimeToClaim, recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
 import { lambdaInvoker, selfInvokeTarget, type InvokeAsync } from '../lib/runtime/self-invoke.ts';
@@ -39,7 +44,7 @@ export function createInboxRelay(options: InboxRelayOptions = {}): (event: unkno
     const timeToClaim = hasTimeToClaim({ deadlineMs: deadline.remainingMs(), invocationMs: deadline.invocationRemainingMs(), marginMs: container.config.lambda.deadlineMarginMs, worker: 'inboxRelay', logger: container.logger });
     try {
       // A start event of scale-out takes its slot over (or finds it gone: no pass runs).
-      const scaleOut = await withStatementBudget(deadline.invocationRemainingMs, () =>
+      const scaleOut = await withStatementBudget(deadline.remainingMs, () =>
         joinScaleOut({
           worker: 'inboxRelay',
           driver: container.driver,
@@ -55,12 +60,15 @@ export function createInboxRelay(options: InboxRelayOptions = {}): (event: unkno
       if (!scaleOut.runPass) return { ...NO_PASS, scaleOut: scaleOut.report };
       try {
         const summary = await runRelayPass({ ...container, metrics, deadline, mode: scaleOut.mode, scaleOut: scaleOut.hook });
-        if (timeToClaim) await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'inboxRelay', remainingMs: deadline.invocationRemainingMs });
+        if (timeToClaim) await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'inboxRelay', remainingMs: closingBudgetMs(deadline) });
         container.logger.info('inbox relay pass', { ...summary, scaleOut: scaleOut.report });
         return { ...summary, scaleOut: scaleOut.report };
       } finally {
+        // What the pass counted is written before the release, which may wait on the database
+        // (a pass that threw did not reach its own flush).
+        metrics.flush();
         await scaleOut.hook.passEnded();
-        await withStatementBudget(deadline.invocationRemainingMs, () => scaleOut.end());
+        await withStatementBudget(closingBudgetMs(deadline), () => scaleOut.end());
       }
     } finally {
       metrics.flush();

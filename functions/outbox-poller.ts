@@ -6,6 +6,11 @@
  * finished (the heartbeat: `pass-heartbeat.ts`), flushes its EMF metrics, logs the summary and
  * returns it. Nothing keeps running after it returns. With
  * `observability.tracing` on, the pass and each destination call are X-Ray subsegments.
+ *
+ * The pass's counts are written before the steps after it (heartbeat stamp, scale-out release),
+ * which are bounded by the deadline or a short slice past it (`closingBudgetMs`), so the handler
+ * returns before the invocation ends, with its metrics written, whatever the database does; the
+ * scale-out start is bounded by the deadline.
  */
 import type { Context } from 'aws-lambda';
 import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
@@ -13,7 +18,7 @@ import { OutboxPassError, runOutboxPass, type OutboxPassSummary } from '../lib/o
 import { traceClient, tracedDestination, traceInvocation } from '../lib/observability/tracing.ts';
 import { createRouter, type Router } from '../lib/outbox/routes.ts';
 import { getContainer, passMetrics, perContainer, type Container } from '../lib/runtime/container.ts';
-import { createDeadline } from '../lib/runtime/deadline.ts';
+import { closingBudgetMs, createDeadline } from '../lib/runtime/deadline.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { hasTimeToClaim, recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 import { joinScaleOut, type ScaleOutReport } from '../lib/runtime/scale-out.ts';
@@ -58,7 +63,7 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     const timeToClaim = hasTimeToClaim({ deadlineMs: deadline.remainingMs(), invocationMs: deadline.invocationRemainingMs(), marginMs: container.config.lambda.deadlineMarginMs, worker: 'outboxPoller', logger: logger });
     try {
       // A start event of scale-out takes its slot over (or finds it gone: no pass runs).
-      const scaleOut = await withStatementBudget(deadline.invocationRemainingMs, () =>
+      const scaleOut = await withStatementBudget(deadline.remainingMs, () =>
         joinScaleOut({
           worker: 'outboxPoller',
           driver: container.driver,
@@ -84,12 +89,15 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
           mode: scaleOut.mode,
           scaleOut: scaleOut.hook,
         }));
-        if (timeToClaim) await recordPassFinished({ driver: container.driver, metrics, logger, worker: 'outboxPoller', remainingMs: deadline.invocationRemainingMs });
+        if (timeToClaim) await recordPassFinished({ driver: container.driver, metrics, logger, worker: 'outboxPoller', remainingMs: closingBudgetMs(deadline) });
         logger.info('outbox pass finished', { summary, scaleOut: scaleOut.report });
         return { ...summary, scaleOut: scaleOut.report };
       } finally {
+        // What the pass counted is written before the release, which may wait on the database
+        // (a pass that threw did not reach its own flush).
+        metrics.flush();
         await scaleOut.hook.passEnded();
-        await withStatementBudget(deadline.invocationRemainingMs, () => scaleOut.end());
+        await withStatementBudget(closingBudgetMs(deadline), () => scaleOut.end());
       }
     } catch (error) {
       if (error instanceof OutboxPassError) logger.error('outbox pass failed', { summary: error.summary, error: String(error.cause) });

@@ -11,13 +11,15 @@
  * When one table's reclaim fails the other's rows are counted all the same (they went back or
  * dead), then the invocation fails. Every statement is bounded by the deadline
  * (`operationBudgetMs`), so none runs on after the invocation; a reclaim cancelled there fails
- * saying so (`reclaimCutAtDeadline`), not as a statement timeout.
+ * saying so (`reclaimCutAtDeadline`), not as a statement timeout. The counts are written as soon
+ * as the reclaim answered, before the heartbeat's stamp, which is bounded by the deadline or a
+ * short slice past it (`closingBudgetMs`): the handler returns before the invocation ends.
  */
 import type { Context } from 'aws-lambda';
 import { cutAtDeadline, reclaimCutAtDeadline } from '../lib/operations/deadline-cut.ts';
 import { ReclaimIncompleteError, reclaimEventThrottled, reclaimNow, type ReclaimCounts } from '../lib/operations/reclaim-now.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
-import { operationBudgetMs } from '../lib/runtime/deadline.ts';
+import { closingBudgetMs, operationDeadline } from '../lib/runtime/deadline.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 
@@ -37,7 +39,8 @@ export async function handler(event: unknown, context: Context): Promise<Reclaim
     if (counts.inboxDead > 0) container.logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: counts.inboxDead });
   };
   const marginMs = container.config.lambda.deadlineMarginMs;
-  const budget = operationBudgetMs(context, marginMs);
+  const deadline = operationDeadline(context, marginMs);
+  const budget = () => deadline.remainingMs();
   const hadMs = budget();
   try {
     return await withStatementBudget(budget, async () => {
@@ -50,7 +53,8 @@ export async function handler(event: unknown, context: Context): Promise<Reclaim
         throw cutAtDeadline(error, budget()) ? reclaimCutAtDeadline(error, { dialect: container.driver.dialect, hadMs, marginMs }) : error;
       }
       count(counts);
-      await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'reclaim', remainingMs: () => context.getRemainingTimeInMillis() });
+      // Writes the counts before its stamp, which may wait on the database (the dead-message alarms watch them).
+      await recordPassFinished({ driver: container.driver, metrics, logger: container.logger, worker: 'reclaim', remainingMs: closingBudgetMs(deadline) });
       container.logger.info('reclaim finished', { ...counts, throttled });
       return { ...counts, throttled };
     });

@@ -1,10 +1,16 @@
 /**
  * The time left for database statements: a pass runs inside `withStatementBudget(remainingMs,
  * work)`, and every statement the drivers send for it — claims, renewals, settles, forwards, the
- * pull worker's business transactions — is bounded by the time left in the invocation at the
- * moment it is sent (PostgreSQL: `statement_timeout` set for the statement's own transaction;
- * SQL Server: the request timeout). A statement cannot commit a claim for an invocation that has
+ * pull worker's business transactions — is bounded by the time its budget has left at the moment
+ * it is sent (PostgreSQL: `statement_timeout` set for the statement's own transaction; SQL
+ * Server: the request timeout). A statement cannot commit a claim for an invocation that has
  * ended, and a lease measured from the statement's start ends with the invocation.
+ *
+ * Two bounds travel together: the statement's (`remainingMs`) and the lease's (`leaseRemainingMs`,
+ * by default the same). A scheduled pass runs its claims, reclaim, backlog reads and scale-out
+ * statements up to its deadline (the invocation's end less `lambda.deadlineMarginMs`), while the
+ * leases those claims grant still run to the invocation's end; only its finishing writes and
+ * renewals are bounded by the invocation's end itself (the margin is theirs).
  *
  * The budget travels with the pass's asynchronous context (`AsyncLocalStorage`), so timers the
  * pass starts (lease renewals) carry it too; work outside a pass has no budget and keeps the
@@ -13,28 +19,40 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { QueueBoxError } from '../errors.ts';
 
-const budget = new AsyncLocalStorage<() => number>();
+interface Budget {
+  /** Milliseconds a statement sent now may run. */
+  statementMs: () => number;
+  /** Milliseconds a lease granted now may last at most. */
+  leaseMs: () => number;
+}
 
-/** Runs `work` with every statement it sends bounded by `remainingMs()` (the invocation's time left). */
-export function withStatementBudget<T>(remainingMs: () => number, work: () => Promise<T>): Promise<T> {
-  return budget.run(remainingMs, work);
+const budget = new AsyncLocalStorage<Budget>();
+
+/**
+ * Runs `work` with every statement it sends bounded by `remainingMs()`, and every lease it grants
+ * or renews by `leaseRemainingMs()` (default `remainingMs`: the same bound). A pass's claims run
+ * with its deadline as `remainingMs` and the invocation's time left as `leaseRemainingMs`.
+ */
+export function withStatementBudget<T>(remainingMs: () => number, work: () => Promise<T>, leaseRemainingMs: () => number = remainingMs): Promise<T> {
+  return budget.run({ statementMs: remainingMs, leaseMs: leaseRemainingMs }, work);
 }
 
 /** Milliseconds a statement sent now may run, or `undefined` outside a bounded pass. */
 export function statementBudgetMs(): number | undefined {
   const remaining = budget.getStore();
-  return remaining === undefined ? undefined : Math.floor(remaining());
+  return remaining === undefined ? undefined : Math.floor(remaining.statementMs());
 }
 
 /**
  * A lease to grant or renew with a statement sent now: `leaseMs`, but no longer than the time left
- * in the invocation. The drivers apply it as late as they can, since the caller sized `leaseMs` a
- * moment earlier: PostgreSQL when the statement's parameters are bound, after waiting for a
- * connection; SQL Server when the request's inputs are bound, before `mssql` takes a connection.
+ * in the invocation (the budget's lease bound). The drivers apply it as late as they can, since the
+ * caller sized `leaseMs` a moment earlier: PostgreSQL when the statement's parameters are bound,
+ * after waiting for a connection; SQL Server when the request's inputs are bound, before `mssql`
+ * takes a connection.
  */
 export function leaseWithinBudget(leaseMs: number): number {
-  const ms = statementBudgetMs();
-  return ms === undefined ? leaseMs : Math.max(1, Math.min(leaseMs, ms));
+  const remaining = budget.getStore();
+  return remaining === undefined ? leaseMs : Math.max(1, Math.min(leaseMs, Math.floor(remaining.leaseMs())));
 }
 
 /** A statement was not sent because the invocation it belongs to has no time left. */

@@ -7,6 +7,11 @@
  * mid-invocation is relayed within about `maxPollIntervalMs`, not at the next schedule.
  * `mode: 'drain'` returns at the first empty claim instead.
  *
+ * A claim asks for `inbox.relay.batchSize` rows, fewer when they are large: it holds about 32 MiB
+ * of payload text (`relay-claim-size.ts`), and the payloads stay text — checked on the text,
+ * forwarded as the text, parsed only when the text cannot tell (`relayMessage`) — so a pass's
+ * memory follows the size of the bodies as stored, not of their parse (many times larger).
+ *
  * A claimed batch is forwarded at once (`driver.inboxForwardMany`, one statement; PostgreSQL):
  * for every row whose claim holds, the outbox row (topic from the template, key from source and
  * aggregate id as `inbox.relay.outboxKey` says, `outbox-key.ts`; headers of spec §5) and the
@@ -21,6 +26,14 @@
  * Each write that retries or dead-letters rows logs one `inbox forward failed` line per source and
  * error class and counts the rows in `queuebox_inbox_failed_messages_total{source,status}`
  * (`relay-failure-report.ts`).
+ *
+ * Statements: the reclaim, the claims, the scale-out check's and the backlog read are bounded by
+ * the deadline (`lambda.deadlineMarginMs` before the invocation's end; the leases the claims grant
+ * still run to the invocation's end); only the finishing writes (forward, retry, dead, release)
+ * and the renewals may use the margin, up to the invocation's end (`finishing`). The counts of a
+ * write that made rows dead are written at once; every count of the pass is written before the
+ * pass's closing steps (the scale-out check's end, the backlog read: `closingBudgetMs`), which may
+ * wait on the database.
  */
 import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
@@ -31,6 +44,8 @@ import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ColumnDialect } from '../db/column-length.ts';
+import { withLazyPayload } from '../db/lazy-payload.ts';
+import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
 import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
@@ -40,9 +55,10 @@ import type { Logger } from '../observability/logger.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
 import type { Deadline } from '../runtime/deadline.ts';
-import { answerWaitMs, sleep } from '../runtime/deadline.ts';
+import { answerWaitMs, closingBudgetMs, sleep } from '../runtime/deadline.ts';
 import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { reportRelayFailures, type RelayFailure } from './relay-failure-report.ts';
+import { relayClaimed, relayClaimLimit } from './relay-claim-size.ts';
 import { checkTopicTemplate, renderTopic } from './topic-template.ts';
 
 export interface RelayPassOptions {
@@ -99,14 +115,33 @@ export function relayMessage(
   headers['x-idempotency-key'] = row.idempotencyKey;
   if (row.correlationId !== null && row.correlationId !== '') headers['X-Correlation-Id'] = row.correlationId;
   try {
-    // The object is validated; the stored text is what the outbox row gets, so no digit is lost,
-    // and the sender's trace context goes with it.
-    const message = validateOutboxMessage({ topic: rendered.topic, key: relayOutboxKey(row.source, row.aggregateId, keyMode), payload: row.payload, headers }, dialect);
-    return { message: { ...message, payloadText: row.payloadText, trace: row.trace ?? null } };
+    // The stored text is what the outbox row gets, so no digit is lost, and the sender's trace
+    // context goes with it. The payload is checked on its text when the text shows it passes (a
+    // JSON object, nothing unstorable): parsed, a body can take many times its text's memory. Any
+    // other payload is parsed here, for this check alone, so its error is the one the object gets.
+    const payload = payloadTextPasses(row.payloadText) ? {} : (JSON.parse(row.payloadText) as unknown);
+    const message = validateOutboxMessage({ topic: rendered.topic, key: relayOutboxKey(row.source, row.aggregateId, keyMode), payload, headers }, dialect);
+    // `payload` is the parse of the text, on first read (`withLazyPayload`); the forward reads only the text.
+    return { message: withLazyPayload({ topic: message.topic, key: message.key, payloadText: row.payloadText, headers: message.headers, trace: row.trace ?? null }) };
   } catch (error) {
     if (error instanceof ValidationError) return { error: `cannot be forwarded to the outbox: ${error.message}`, errorClass: error.name };
     throw error;
   }
+}
+
+/** The start of a JSON object's text: JSON whitespace, then `{`. */
+const JSON_OBJECT_START = /^[ \t\n\r]*\{/;
+
+/**
+ * Whether `validateOutboxMessage` passes the payload of the stored JSON text `text`, told without
+ * parsing it: a JSON object (its first character past whitespace is `{`) with no NUL and no lone
+ * surrogate, raw or as an escape (`unstorableText`, `unstorableJsonText`). It may say false of a
+ * payload that passes (an escaped surrogate pair counts as unstorable here), never true of one
+ * that fails: a NUL or a lone surrogate in the parsed value is a `\u` escape in the text, or a
+ * raw surrogate. A payload it says false of is checked on its parse.
+ */
+export function payloadTextPasses(text: string): boolean {
+  return JSON_OBJECT_START.test(text) && unstorableText(text) === undefined && unstorableJsonText(text) === undefined;
 }
 
 const claimOf = (row: InboxRow): ClaimRef => ({ id: row.id, token: row.claimToken });
@@ -171,10 +206,12 @@ export function byJsonSize<T extends { message: OutboxMessageInput }>(items: rea
 
 /**
  * Runs one relay pass and returns its summary; never runs past `deadline`. Every statement of the
- * pass is bounded by the time left in the invocation (`withStatementBudget`).
+ * pass is bounded by its deadline (`withStatementBudget`), and every lease by the invocation's
+ * end; the finishing writes and renewals by the invocation's end (the margin is theirs).
  */
 export function runRelayPass(options: RelayPassOptions): Promise<RelaySummary> {
-  return withStatementBudget(() => options.deadline.invocationRemainingMs(), () => relayPass(options));
+  const { deadline } = options;
+  return withStatementBudget(() => deadline.remainingMs(), () => relayPass(options), () => deadline.invocationRemainingMs());
 }
 
 async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
@@ -189,6 +226,22 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   // Claims (`claimKey`: id and token) lost in this pass; a later claim of the same row is another claim.
   const lost = new Set<string>();
   let flushQueued = false;
+  /** Writes the counts so far right after the step that counted them (once per burst), not only at the end of the pass. */
+  const flushSoon = () => {
+    if (flushQueued) return;
+    flushQueued = true;
+    queueMicrotask(() => {
+      flushQueued = false;
+      // Not the pass's own step: a sink that throws here must not end the process.
+      try {
+        metrics.flush();
+      } catch (error) {
+        logger.error('metrics not written', { error: String(error) });
+      }
+    });
+  };
+  /** A finishing write (forward, retry, dead, release) or a renewal: it may use the margin, up to the invocation's end. */
+  const finishing = <T>(write: () => Promise<T>): Promise<T> => withStatementBudget(() => deadline.invocationRemainingMs(), write);
   const loseClaim = (claim: ClaimRef, during: string) => {
     const key = claimKey(claim);
     if (lost.has(key)) return;
@@ -196,13 +249,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     summary.claimsLost++;
     metrics.count('claimsLost', 1, { component: 'inbox' });
     logger.error('inbox relay lost its claim; the row is left to its new owner', { id: claim.id, during });
-    // Emitted right after the step that counted it (once per burst), not only at the end of the pass.
-    if (flushQueued) return;
-    flushQueued = true;
-    queueMicrotask(() => {
-      flushQueued = false;
-      metrics.flush();
-    });
+    flushSoon();
   };
   const isLost = (claim: ClaimRef) => lost.size > 0 && lost.has(claimKey(claim));
   // Claims (`claimKey`) a finishing write was sent for; the rest of a batch the pass stopped
@@ -256,12 +303,15 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
     if (leaseMs === 0) break;
     // A claim not sent because the invocation ended (a freeze past its end) claimed nothing: the pass ends.
-    const rows = await driver.inboxClaimPushMany({ limit: relay.batchSize, leaseMs }).catch((error: unknown) => {
+    // Fewer rows than `batchSize` when they are large: a claim holds about 32 MiB of payload text.
+    const limit = relayClaimLimit(driver, relay.batchSize, config.inbox.maxBodyBytes);
+    const rows = await driver.inboxClaimPushMany({ limit, leaseMs }).catch((error: unknown) => {
       if (error instanceof InvocationEndedError) return undefined;
       throw error;
     });
     if (rows === undefined) break;
-    lastClaimFull = rows.length >= relay.batchSize;
+    relayClaimed(driver, rows);
+    lastClaimFull = rows.length >= limit;
     if (rows.length === 0) {
       if (options.mode === 'drain') break;
       await sleep(Math.min(idlePollDelayMs(emptyClaims++, relay), Math.max(0, deadline.remainingMs() - MIN_LEASE_MS)), signal);
@@ -272,7 +322,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     keeper = new LeaseKeeper({
       leaseMs,
       nextLeaseMs: () => renewalLeaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs()),
-      renew: (claims, ms) => driver.inboxRenewMany({ claims, leaseMs: ms }),
+      renew: (claims, ms) => finishing(() => driver.inboxRenewMany({ claims, leaseMs: ms })),
       onLost: (claim) => loseClaim(claim, 'renewal'),
     });
     // Rows already claimed are forwarded while the invocation lasts (a shutdown or a shortened
@@ -296,8 +346,9 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       const closing = keeper.close();
       const release = closing.then(async () => {
         if (unwritten.length === 0 || driver.inboxReleaseMany === undefined) return;
+        const releaseMany = driver.inboxReleaseMany.bind(driver);
         try {
-          released += (await driver.inboxReleaseMany({ claims: unwritten })).length;
+          released += (await finishing(() => releaseMany({ claims: unwritten }))).length;
         } catch (error) {
           logger.warn('inbox release of rows never forwarded failed; they are reclaimed after their lease', { rows: unwritten.length, error: redactError(error) });
         }
@@ -307,13 +358,16 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     }
     await waitAnswers(keeper.close());
   }
+  // The pass's counts are written now, before the steps below wait on anything (the scale-out
+  // check's statements and invokes, the backlog read): a handler cut off after this keeps them.
+  metrics.flush();
   await options.scaleOut?.passEnded();
   summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost - released;
   // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver, and in all (the database gate): the
-  // read counts the pending rows.
+  // read counts the pending rows. A closing step: up to the deadline, or a short slice past it.
   if (backlogGaugeDue(driver, 'inbox')) {
     try {
-      const stats = await driver.inboxStats({ pendingOnly: true, onceEveryMs: BACKLOG_GAUGE_INTERVAL_MS });
+      const stats = await withStatementBudget(closingBudgetMs(deadline), () => driver.inboxStats({ pendingOnly: true, onceEveryMs: BACKLOG_GAUGE_INTERVAL_MS }));
       backlogGaugeRead(driver, 'inbox');
       if (stats.skipped !== true) metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
     } catch (error) {
@@ -352,9 +406,11 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     markWritten(items.map((f) => claimOf(f.row)));
     let forwarded: readonly string[];
     try {
-      forwarded = await forwardMany(
-        items.map((f) => forwardItemOf(f.row, f.message, relay.outboxKey)),
-        { maxAttempts: relayMaxAttempts },
+      forwarded = await finishing(() =>
+        forwardMany(
+          items.map((f) => forwardItemOf(f.row, f.message, relay.outboxKey)),
+          { maxAttempts: relayMaxAttempts },
+        ),
       );
     } catch (error) {
       // A row stayed locked by another transaction until its lease ended: nothing changed, and
@@ -394,7 +450,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     if (isLost(claim) || closed) return;
     markWritten([claim]);
     try {
-      if (await driver.inboxForward(forwardItemOf(row, message, relay.outboxKey), { maxAttempts: relayMaxAttempts })) countForwarded(1);
+      if (await finishing(() => driver.inboxForward(forwardItemOf(row, message, relay.outboxKey), { maxAttempts: relayMaxAttempts }))) countForwarded(1);
       else loseClaim(claim, 'forward');
     } catch (error) {
       if (closed) return;
@@ -408,7 +464,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `gave up after ${row.attempt + 1} of ${relayMaxAttempts} attempts: ${reason}`, row, errorClass, topic: message.topic }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
-      const changed = await driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] });
+      const changed = await finishing(() => driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] }));
       if (changed.length === 0) return loseClaim(claim, 'retry');
       summary.retried++;
       metrics.count('inboxMessages', 1, { status: 'retried' });
@@ -428,7 +484,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     markWritten(writes);
     let changed: Set<string>;
     try {
-      changed = new Set(await driver.inboxMarkDeadMany({ items: writes }));
+      changed = new Set(await finishing(() => driver.inboxMarkDeadMany({ items: writes })));
     } catch (deadError) {
       if (deadError instanceof FencedLockTimeoutError) return writes.forEach((w) => loseClaim(w, 'dead'));
       logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: deadError as Error });
@@ -445,6 +501,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     summary.dead += failures.length;
     metrics.count('inboxMessages', failures.length, { status: 'dead' });
     reportRelayFailures(report, 'dead', failures);
+    // The dead-message alarms watch these: written now, not only at the end of the pass.
+    if (failures.length > 0) flushSoon();
   }
 
   /** Waits for statements already sent to end, while the invocation lasts (`answerWaitMs`). */

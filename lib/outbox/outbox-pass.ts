@@ -32,11 +32,20 @@
  *    settle already sent are awaited to their end (each one statement, one round trip) while the
  *    invocation lasts (`answerWaitMs`), so the pass leaves no statement running and `abandoned`
  *    counts only rows whose settle did not land.
+ *    The pass's counts (sent, retried, dead, reclaimed, lost) are then written (`metrics.flush()`)
+ *    before any later step, which may wait on the database; a settle that made rows dead writes
+ *    its counts at once, as a lost claim does.
  * 5. Gauges: pending count and oldest pending age from `outboxStats({ pendingOnly: true })`, which
  *    reads the pending rows only (the table's finished rows are not counted at every pass), at
  *    most once per `BACKLOG_GAUGE_INTERVAL_MS` in all: a driver that read them (or found them read)
  *    within it does not ask (`backlog-gauge-gate.ts`), and the read opens a gate row in the
- *    database first (`onceEveryMs`), so passes side by side count the backlog once, not each.
+ *    database first (`onceEveryMs`), so passes side by side count the backlog once, not each. The
+ *    read is a closing step (`closingBudgetMs`): bounded by the deadline, or a short slice past it.
+ *
+ * Statements: the claims, the reclaim, the scale-out check's and the backlog read are bounded by
+ * the deadline (`lambda.deadlineMarginMs` before the invocation's end); only the finishing writes
+ * (settles: sent, retry, dead, release) and the renewals may use the margin, up to the
+ * invocation's end. A lease still runs to the invocation's end (`withStatementBudget`'s lease bound).
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
@@ -50,7 +59,7 @@ import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
-import { answerWaitMs, type Deadline } from '../runtime/deadline.ts';
+import { answerWaitMs, closingBudgetMs, type Deadline } from '../runtime/deadline.ts';
 import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { CallLimiter } from './call-limiter.ts';
 import { afterClaim, claimLimitFor, claimLimitRung, claimMemoryOf, claimTimed, mayPipeline, pipelineHoldMs, rowsPerCallOf, rowsPublishableBefore } from './claim-size.ts';
@@ -108,10 +117,12 @@ export class OutboxPassError extends QueueBoxError {
 
 /**
  * Runs one pass; resolves with its summary, or rejects with `OutboxPassError` after settling what it can.
- * Every statement of the pass is bounded by the time left in the invocation (`withStatementBudget`).
+ * Every statement of the pass is bounded by its deadline (`withStatementBudget`), and every lease
+ * by the invocation's end; the settles and renewals by the invocation's end (the margin is theirs).
  */
 export function runOutboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
-  return withStatementBudget(() => options.deadline.invocationRemainingMs(), () => outboxPass(options));
+  const { deadline } = options;
+  return withStatementBudget(() => deadline.remainingMs(), () => outboxPass(options), () => deadline.invocationRemainingMs());
 }
 
 async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary> {
@@ -134,7 +145,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     keeper: new LeaseKeeper({
       leaseMs: Math.max(firstLeaseMs, 1),
       nextLeaseMs: () => renewalLeaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs()),
-      renew: (claims, leaseMs) => driver.outboxRenewMany({ claims, leaseMs }),
+      // A renewal may use the margin: it keeps the claims of work that is finishing.
+      renew: (claims, leaseMs) => withStatementBudget(() => deadline.invocationRemainingMs(), () => driver.outboxRenewMany({ claims, leaseMs })),
       onLost: (claim, reason, error) => {
         ctx.lost.add(claimKey(claim));
         tally.claimsLost++;
@@ -149,6 +161,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     }),
     metrics,
     logger,
+    finishingBudgetMs: () => deadline.invocationRemainingMs(),
     retryBaseDelayMs: outbox.retryBaseDelayMs,
     random: options.random ?? Math.random,
     calls,
@@ -162,7 +175,12 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       flushQueued = true;
       queueMicrotask(() => {
         flushQueued = false;
-        metrics.flush();
+        // A sink that throws fails the pass, as it does at the pass's other flushes (not the process).
+        try {
+          metrics.flush();
+        } catch (error) {
+          failure ??= error;
+        }
       });
     },
     tally,
@@ -292,7 +310,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey });
       claimTimed(memory, performance.now() - claimStarted);
     } catch (error) {
-      // The invocation ended while the claim was on its way (a freeze past its end): nothing was
+      // The deadline passed while the claim was on its way (a freeze past it): nothing was
       // claimed, and the pass has reached its deadline.
       if (!(error instanceof InvocationEndedError)) failure = error;
       break;
@@ -352,7 +370,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       });
     inFlight.push(entry);
   }
-  // The reclaim, one statement bounded by the invocation, ends before anything else is waited for.
+  // The reclaim, one statement bounded by the deadline, ends before anything else is waited for.
   await reclaiming;
   if (failure !== undefined) stoppedBecause = 'error';
   // The check stops now; its invokes (each bounded by the deadline) are awaited after the
@@ -379,6 +397,13 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const keeperClosed = ctx.keeper.close();
   const answered = keeperClosed.then(() => Promise.allSettled(unfinished.map((settle) => settle())));
   await waitAny([Promise.allSettled([keeperClosed, answered, ...ctx.settling])], answerWaitMs(deadline));
+  // The pass's counts are written now, before the steps below wait on anything (the scale-out
+  // check's statements and invokes, the backlog read): a handler cut off after this keeps them.
+  try {
+    metrics.flush();
+  } catch (error) {
+    failure ??= error;
+  }
   await scaleOutEnded;
   // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
   const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost - tally.released;
@@ -387,7 +412,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });
   if (backlogGaugeDue(driver, 'outbox')) {
     try {
-      const stats = await driver.outboxStats({ pendingOnly: true, onceEveryMs: BACKLOG_GAUGE_INTERVAL_MS });
+      // A closing step: up to the deadline, or a short slice past it, never into the margin's end.
+      const stats = await withStatementBudget(closingBudgetMs(deadline), () => driver.outboxStats({ pendingOnly: true, onceEveryMs: BACKLOG_GAUGE_INTERVAL_MS }));
       backlogGaugeRead(driver, 'outbox');
       if (stats.skipped !== true) {
         metrics.gauge('outboxPending', stats.counts.pending ?? 0);
@@ -397,6 +423,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       logger.warn('outbox stats failed; pending gauges not emitted this pass', { error: String(error) });
     }
   }
+  // A failure may have come after the loop (a metrics flush).
+  if (failure !== undefined) stoppedBecause = 'error';
   const summary: OutboxPassSummary = { ...tally, reclaimRan, abandoned, durationMs: Math.round(performance.now() - started), stoppedBecause };
   if (failure !== undefined) throw new OutboxPassError(summary, failure);
   return summary;

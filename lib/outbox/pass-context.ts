@@ -51,6 +51,11 @@ export interface PassContext {
   keeper: LeaseKeeper;
   metrics: QueueBoxMetrics;
   logger: PassLogger;
+  /**
+   * The time left for a finishing write (a settle) sent now: the invocation's, not the pass's
+   * deadline (`settleBatch`). Absent: the writes keep the budget they are sent in.
+   */
+  finishingBudgetMs?: () => number;
   retryBaseDelayMs: number;
   /** Jitter source for retry delays. */
   random: () => number;

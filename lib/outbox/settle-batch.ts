@@ -19,6 +19,7 @@ import { claimKey } from '../claims/claim-key.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, DeadItem, OutboxRow, RetryItem } from '../db/driver.ts';
 import type { Destination, EntryOutcome } from '../destinations/destination.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError } from '../errors.ts';
 import { destinationLabel, reportFailures, type FailureNote } from './failure-report.ts';
 import type { PassContext } from './pass-context.ts';
@@ -98,8 +99,17 @@ export class SettlePlan {
  * `FencedLockTimeoutError`): a lost `sent` is logged as an error (the destination holds the message
  * and the new owner will publish it again), a lost retry or dead as a warning; each counts in
  * `queuebox_claims_lost_total{component="outbox"}` and the row is left to its new owner.
+ *
+ * The writes are finishing writes: bounded by the invocation's end (`ctx.finishingBudgetMs`), not
+ * the pass's deadline. Rows made dead are counted and written at once (`ctx.flushMetrics`), so the
+ * dead-message alarms see them even when a later step of the pass is cut off.
  */
-export async function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[] = [], ordered = false): Promise<void> {
+export function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[] = [], ordered = false): Promise<void> {
+  const budget = ctx.finishingBudgetMs;
+  return budget === undefined ? settleWrites(ctx, plan, unstarted, ordered) : withStatementBudget(budget, () => settleWrites(ctx, plan, unstarted, ordered));
+}
+
+async function settleWrites(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[], ordered: boolean): Promise<void> {
   // allSettled, not all: when one statement fails (a dropped connection), the others may have
   // written; each write that answered is counted (its lost claims too) before the error is thrown.
   const releaseMany = ctx.driver.outboxReleaseMany?.bind(ctx.driver);
@@ -160,6 +170,8 @@ function record(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: Cl
 function recordChanged(ctx: PassContext, status: 'sent' | 'retried' | 'dead', asked: ClaimRef[], changed: string[], error?: string): void {
   ctx.tally[status] += changed.length;
   ctx.metrics.count('outboxMessages', changed.length, { status });
+  // Written right after this settle (once per burst, with its failure counts), as lost claims are.
+  if (status === 'dead' && changed.length > 0) ctx.flushMetrics();
   if (changed.length === asked.length) return;
   const done = new Set(changed);
   const lostIds = asked.filter((c) => !done.has(c.id)).map((c) => c.id);

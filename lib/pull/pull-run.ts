@@ -71,6 +71,12 @@ export interface PullRunPolicy {
   answerWaitMs(): number | undefined;
   /** Told of each claim's answer: called with the error when the claim statement failed, without one when it answered. */
   onClaimAnswered?(...failure: [] | [error: unknown]): void;
+  /**
+   * Runs a claim statement within the run's bound for claims (`runOnce`: its deadline, while the
+   * completions may use the margin, up to the invocation's end); absent: the claim keeps the
+   * budget it is sent in.
+   */
+  boundClaim?<T>(claim: () => Promise<T>): Promise<T>;
 }
 
 export interface PullRunSettings<Tx> {
@@ -205,11 +211,12 @@ export class PullRun<Tx> {
   async #claim(batch: number, leaseMs: number): Promise<PullMessage[] | undefined> {
     let rows: PullMessage[];
     try {
-      rows = await this.#s.client.claim(this.#s.source, { batch, leaseMs });
+      const claim = () => this.#s.client.claim(this.#s.source, { batch, leaseMs });
+      rows = await (this.#policy.boundClaim ? this.#policy.boundClaim(claim) : claim());
       this.#policy.onClaimAnswered?.();
     } catch (error) {
       this.#policy.onClaimAnswered?.(error);
-      // Not sent because the invocation ended (a freeze past its end): nothing claimed, the run ends.
+      // Not sent because the deadline passed (a freeze past it): nothing claimed, the run ends.
       if (error instanceof InvocationEndedError) return [];
       if (this.#policy.exitWhenIdle) throw error;
       this.#s.logger.error('pull claim failed; polling again', { source: this.#s.source, error: String(error) });

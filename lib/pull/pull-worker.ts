@@ -377,8 +377,9 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
     // Async, so a misuse (already running, a bad context) is a rejected promise, as the type says.
     async runOnce(options = {}) {
       const deadline = options.deadline ?? (options.context ? createDeadline(options.context, settings.deadlineMarginMs) : undefined);
-      // Inside an invocation every statement of the run — claims, renewals, the business
-      // transactions' completions — is bounded by the time left in it.
+      // Inside an invocation every statement of the run — renewals, the business transactions'
+      // completions — is bounded by the time left in it; a claim by the deadline (its lease still
+      // by the invocation's end), so a claim stuck behind a lock leaves the margin to the handlers.
       const start = () => begin((drainMs) => ({
         leaseMs: () => leaseMsFor(settings.leaseMs, deadline?.invocationRemainingMs()),
         renewalLeaseMs: () => renewalLeaseMsFor(settings.leaseMs, deadline?.invocationRemainingMs()),
@@ -389,6 +390,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         drainTimeoutMs: () => Math.min(drainMs(), deadline?.invocationRemainingMs() ?? Infinity),
         // Also bounds the wait for the ending of the transactions of handlers given up on.
         answerWaitMs: () => (deadline === undefined ? undefined : answerWaitMs(deadline)),
+        ...(deadline === undefined ? {} : { boundClaim: <T>(claim: () => Promise<T>) => withStatementBudget(() => deadline.remainingMs(), claim, () => deadline.invocationRemainingMs()) }),
       }));
       return deadline === undefined ? start() : withStatementBudget(() => deadline.invocationRemainingMs(), start);
     },

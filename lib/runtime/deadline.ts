@@ -35,9 +35,44 @@ export function createDeadline(context: RemainingTime, marginMs: number): Deadli
  * invocation shorter than twice the margin, up to its middle.
  */
 export function operationBudgetMs(context: RemainingTime, marginMs: number): () => number {
+  const deadline = operationDeadline(context, marginMs);
+  return () => deadline.remainingMs();
+}
+
+/** The deadline of a one-off operation: `operationBudgetMs` as a `Deadline` (for `closingBudgetMs`). */
+export function operationDeadline(context: RemainingTime, marginMs: number): Deadline {
   const total = context.getRemainingTimeInMillis();
-  const reserve = total > 2 * marginMs ? marginMs : total / 2;
-  return () => Math.max(0, context.getRemainingTimeInMillis() - reserve);
+  return createDeadline(context, total > 2 * marginMs ? marginMs : total / 2);
+}
+
+/**
+ * The most a pass's closing steps — its backlog read (gauges), the heartbeat's stamp, a started
+ * pass's scale-out release — take past its deadline (ms), when the pass ended at or near it.
+ */
+export const CLOSING_SLICE_MS = 1000;
+
+/** The end of each deadline's closing window, as the invocation's time left then (`closingBudgetMs`). */
+const closingFloors = new WeakMap<Deadline, number>();
+
+/**
+ * The time left for the closing steps of a pass (for `withStatementBudget`): its backlog read, the
+ * heartbeat's stamp and the scale-out release, which come after its work and are not finishing
+ * writes, so they do not get the margin. They share one window, fixed when the first of them asks:
+ * up to the deadline, or — for a pass that ended at its deadline or less than `CLOSING_SLICE_MS`
+ * before it — `CLOSING_SLICE_MS` from then, never more than half of the invocation's time left
+ * then. So the handler returns with at least that other half (less `NO_ANSWER_GRACE_MS` of a
+ * database that stopped answering) to write its metrics, and one whose settles took the margin to
+ * the invocation's end skips these steps (not sent: `InvocationEndedError`, logged).
+ */
+export function closingBudgetMs(deadline: Deadline): () => number {
+  let floor = closingFloors.get(deadline);
+  if (floor === undefined) {
+    const left = deadline.invocationRemainingMs();
+    floor = left - Math.max(deadline.remainingMs(), Math.min(CLOSING_SLICE_MS, left / 2));
+    closingFloors.set(deadline, floor);
+  }
+  const until = floor;
+  return () => Math.max(0, deadline.invocationRemainingMs() - until);
 }
 
 /**

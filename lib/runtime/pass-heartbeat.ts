@@ -6,6 +6,13 @@
  *
  * A failed stamp is logged, not thrown: the pass did finish, and its metric says so. A function
  * that fails at start, throws, or is never invoked records nothing, so its alarm fires.
+ *
+ * The metric is written (with every count recorded before it) before the stamp is sent: the stamp
+ * may wait on the database (a lock on the maintenance table, a stalled network) until its bound,
+ * and what the alarms watch must not wait with it. The stamp is a closing step: its bound is the
+ * caller's `remainingMs`, the deadline or a short slice past it (`closingBudgetMs`), never the
+ * invocation's end. A stamp cut off there (or not sent: no time left) only leaves `queuebox
+ * status` showing an earlier pass; the heartbeat alarms read the metric, which was written.
  */
 import { MIN_TIME_TO_CLAIM_MS } from '../claims/lease.ts';
 import type { Driver, PassWorker } from '../db/driver.ts';
@@ -18,14 +25,15 @@ export interface PassHeartbeatOptions {
   metrics: QueueBoxMetrics;
   logger: Pick<PassLogger, 'warn'>;
   worker: PassWorker;
-  /** Time left in the invocation (ms): bounds the stamp's statement, as every statement of a pass. */
+  /** Time left for the stamp's statement (ms): the pass's closing window (`closingBudgetMs`). */
   remainingMs: () => number;
 }
 
-/** Counts the finished pass (flushed with the pass's metrics) and stamps its time in the database. */
+/** Counts the finished pass, writes the metrics recorded so far, then stamps its time in the database. */
 export async function recordPassFinished(options: PassHeartbeatOptions): Promise<void> {
   const { driver, metrics, logger, worker } = options;
   metrics.count('passesFinished', 1, { function: worker });
+  metrics.flush();
   try {
     await withStatementBudget(options.remainingMs, () => driver.passRecordFinished({ worker }));
   } catch (error) {

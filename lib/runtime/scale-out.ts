@@ -27,13 +27,17 @@
  *   after its in-flight work; an invoke is bounded by the pass's deadline (the invocation's time
  *   left less `lambda.deadlineMarginMs`), so one that hangs leaves the margin for the rest. An invoke that fails frees its slot, is
  *   logged and counted (`queuebox_scale_out_passes_total{outcome="failed"}`), and never fails
- *   the pass; so does a failed check.
+ *   the pass; so does a failed check. The check's statements run in the pass's budget (its
+ *   deadline); the release of a failed invoke's slot, which may come at the deadline, in the
+ *   pass's closing window (`closingBudgetMs`), as a started pass's own release does in its
+ *   handler.
  */
 import type { Driver, ScaleOutSlot, ScaleOutWorker } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import type { PassLogger } from '../outbox/pass-context.ts';
-import type { Deadline } from './deadline.ts';
+import { withStatementBudget } from '../db/statement-budget.ts';
+import { closingBudgetMs, type Deadline } from './deadline.ts';
 import type { InvokeAsync } from './self-invoke.ts';
 
 /** The key of a start event: `{ "queueboxScaleOut": { worker, generation, slot, token } }`. */
@@ -248,7 +252,8 @@ async function check(options: ScaleOutOptions, report: ScaleOutReport, finished:
         report.failed++;
         metrics.count('scaleOutPasses', 1, { function: worker, outcome: 'failed' });
         logger.error('scale-out invoke failed: the pass goes on without it', { function: options.functionName, slot: slot.slot, error: String(error) });
-        await driver.scaleOutRelease({ worker, slot }).catch((releaseError: unknown) => {
+        // An invoke that hung gave up at the deadline: the release is a closing step (`closingBudgetMs`).
+        await withStatementBudget(closingBudgetMs(deadline), () => driver.scaleOutRelease({ worker, slot })).catch((releaseError: unknown) => {
           logger.warn('scale-out slot not freed: it frees itself when its lease ends', { slot: slot.slot, error: String(releaseError) });
         });
       }
