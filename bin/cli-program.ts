@@ -336,7 +336,7 @@ the body) or sets idempotency: none or body-digest.`,
   program
     .command('local')
     .description('run the scheduled functions locally against the database (embedded PostgreSQL when none is configured)')
-    .option('--demo', 'run the demo: SQS emulator, demo queues and bus, demo orders and webhooks (the default without a config file)')
+    .option('--demo', 'run the demo: SQS emulator, demo queues and bus, demo orders and webhooks (the default without a config file; refused with a config file that names destinations or routes)')
     .option('--no-demo', 'run only your functions, destinations and sources against your database (the default with --config or $QUEUEBOX_CONFIG)')
     .option('--messages <n>', 'enqueue this many demo messages first (demo only)', positive)
     .option('--exit-when-drained', 'stop when every row is finished: with the demo after --messages N, without it once the backlog is drained; exit 1 if any row became dead')

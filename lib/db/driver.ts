@@ -436,7 +436,7 @@ export interface Driver extends ConsoleReads {
   inboxReleaseMany?(params: { claims: ClaimRef[] }): Promise<string[]>;
   /** `outboxReclaimExpired` for push rows; `maxAttempts` is the relay's (rows carry none). */
   inboxReclaimExpired(params: { throttleMs?: number; maxAttempts: number }): Promise<ReclaimResult>;
-  /** Counts per state; the oldest age and, with `pendingOnly`, the count are of push rows (the relay's backlog). */
+  /** Counts per state and the oldest due pending age, push and pull rows alike (status); with `pendingOnly`, both of push rows only (the relay's backlog). */
   inboxStats(scope?: StatsScope): Promise<TableStats>;
   inboxDeadList(params: { limit: number }): Promise<DeadRowSummary[]>;
   inboxDeleteFinished(params: DeleteFinishedParams): Promise<number>;

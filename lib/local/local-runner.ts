@@ -20,7 +20,9 @@
  *
  * Stopping (Ctrl-C, SIGTERM, `signal`, or `exitWhenDrained` once the fed messages are all
  * finished: no outbox row pending or processing, and — with the demo inbox — no inbox row pending
- * or processing either) stops the feed and brings each running invocation's end forward to
+ * or processing either) stops the feed and the schedules — from then on no invocation starts, not
+ * even a scale-out pass a running one asks for (its slot is freed), nor a first one when the stop
+ * comes during start-up — and brings each running invocation's end forward to
  * `now + deadline margin + MIN_CLAIM_WINDOW_MS − 1 ms`: like a Lambda near its timeout, the pass
  * claims nothing more, finishes what it holds and returns. Then the emulator and the embedded
  * database stop and `runLocal` resolves. The embedded database runs in a process group of its own
@@ -35,7 +37,10 @@
  * Without the demo (`demo: false`, the default when a config file is given: `configPath` or
  * `QUEUEBOX_CONFIG`) the run is for your own work: the scheduled functions run against the
  * database and the destinations and sources of your configuration, and nothing else — no emulator,
- * no demo queues, bus, table, orders or webhooks, no stand-in AWS credentials. `exitWhenDrained`
+ * no demo queues, bus, table, orders or webhooks, no stand-in AWS credentials. The demo is refused
+ * with a configuration that names destinations or routes (its fake orders would go to them); its
+ * own destinations are the emulator's, and their clients sign with stand-in credentials, never
+ * the environment's. `exitWhenDrained`
  * then stops once the outbox holds no row pending or processing (and the inbox none either, when
  * the configuration has push sources and no pull source: pull rows wait for your workers) — the
  * backlog found, plus what your application writes meanwhile. With the demo, `exitWhenDrained`
@@ -62,7 +67,7 @@ import { setContainer } from '../runtime/container.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
 import { createInvocationContext } from '../runtime/invocation-context.ts';
-import { DEMO_PAYMENTS_DEFAULT_SECRET, DEMO_PAYMENTS_SECRET_ENV, demoSource, localConfig } from './local-config.ts';
+import { DEMO_CREDENTIALS, DEMO_PAYMENTS_DEFAULT_SECRET, DEMO_PAYMENTS_SECRET_ENV, demoSource, localConfig, refuseDemoWithOwnDestinations } from './local-config.ts';
 import { DemoFeed } from './local-demo-feed.ts';
 import { DemoWebhooks, type WebhookTally } from './local-demo-webhooks.ts';
 import { DEFAULT_SCHEDULE, LOCAL_FUNCTIONS, readSchedules, type Schedule, type ScheduledHandler } from './local-schedules.ts';
@@ -70,7 +75,8 @@ import { startLocalSqsEmulator, type LocalSqsEmulator } from './local-sqs-emulat
 import { refuseExistingRows } from './local-existing-rows.ts';
 import { DeadRowWatch } from './local-dead-rows.ts';
 import { UsageError } from '../errors.ts';
-import { SCALE_OUT_EVENT_KEY } from '../runtime/scale-out.ts';
+import { SCALE_OUT_EVENT_KEY, scaleOutTicket } from '../runtime/scale-out.ts';
+import type { ScaleOutWorker } from '../db/driver.ts';
 import type { InvokeAsync } from '../runtime/self-invoke.ts';
 
 const redactUrl = (url: string) => url.replace(/:[^:@/]*@/, ':***@');
@@ -95,7 +101,8 @@ export const DEMO_REFUSALS_NOTE =
 export interface LocalRunOptions {
   /**
    * Run the demo (emulator, demo queues and bus, demo orders and webhooks). Default: true, unless
-   * a config file is given (`configPath` or `QUEUEBOX_CONFIG`): then only your functions run.
+   * a config file is given (`configPath` or `QUEUEBOX_CONFIG`): then only your functions run. Refused
+   * with a configuration that names destinations or routes: the demo publishes to the emulator only.
    */
   demo?: boolean;
   /** Enqueue exactly this many demo messages, then stop feeding; default: a continuous stream. Demo only. */
@@ -201,6 +208,8 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
   const invocations = await createInvocationScope();
   try {
     const base = loadConfig({ ...(options.configPath !== undefined ? { path: options.configPath } : {}), env });
+    // Before anything starts: the demo's fake orders never go to destinations of yours.
+    if (demo) refuseDemoWithOwnDestinations(base);
     // Embedded only when the configuration names no database at all; a database.urlEnv whose
     // variable is unset is a configuration error (as for every other command), not a fallback.
     let url: string;
@@ -214,13 +223,10 @@ export async function runLocal(options: LocalRunOptions = {}): Promise<LocalRunS
     if (!demo && Object.keys(base.destinations).length === 0) {
       throw new UsageError('this run has no demo (--no-demo, the default with a config file), and the configuration names no destinations for the outbox poller: add `destinations` and `outbox.routes`, or pass --demo');
     }
-    if (demo) {
-      emulator = options.emulator ?? (await startLocalSqsEmulator());
-      // The SDK's default credential chain needs some credentials; the emulator accepts any.
-      // Only for the demo: your own destinations get your credentials or none.
-      env.AWS_ACCESS_KEY_ID ??= 'local';
-      env.AWS_SECRET_ACCESS_KEY ??= 'local';
-    }
+    // The demo's destination clients sign with stand-in credentials (`DEMO_CREDENTIALS`, given to
+    // the poller when its handler is built), never the environment's; without the demo your own
+    // destinations get your credentials or none.
+    if (demo) emulator = options.emulator ?? (await startLocalSqsEmulator());
     const { config, demoInbox } = localConfig(base, url, emulator, options.schema);
     if (demoInbox && !env[DEMO_PAYMENTS_SECRET_ENV]) env[DEMO_PAYMENTS_SECRET_ENV] = DEMO_PAYMENTS_DEFAULT_SECRET;
     driver = await createDriver(config, env);
@@ -294,7 +300,8 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   const margin = config.lambda.deadlineMarginMs;
   const schedules = readSchedules();
   const running = new Set<Promise<void>>();
-  const stopAt: { at?: number } = {};
+  // `begun`: no invocation starts from then on; `at`: the point every running invocation's end is brought forward to.
+  const stopAt: { begun?: boolean; at?: number } = {};
   let invocations = 0;
   let scaleOutPasses = 0;
   let claimsLost = 0;
@@ -305,7 +312,11 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   const sources = Object.values(config.inbox.sources);
   const inboxDrains = webhooks !== undefined || (emulator === undefined && sources.some((s) => s.consumption === 'push') && !sources.some((s) => s.consumption === 'pull'));
 
+  // Once stopping has begun no invocation starts: the stop point would leave it no time to claim,
+  // and its handler would log that as a timeout too short for lambda.deadlineMarginMs.
+  const stopping = () => stop.aborted || stopAt.begun === true;
   const invoke = (name: string, handler: ScheduledHandler, schedule: Schedule, event: unknown = SCHEDULED_EVENT) => {
+    if (stopping()) return decline(name, event);
     invocations++;
     if (typeof event === 'object' && event !== null && SCALE_OUT_EVENT_KEY in event) scaleOutPasses++;
     const timeoutMs = Math.max(margin + 5000, Math.round(schedule.timeoutMs / speed));
@@ -321,6 +332,25 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
       .finally(() => running.delete(work));
     running.add(work);
   };
+  // A scale-out start declined while stopping frees the slot its pass took for it (else the slot
+  // would stay taken until its lease ends); the stop waits for that as for a running invocation.
+  const decline = (name: string, event: unknown) => {
+    let ticket: ReturnType<typeof scaleOutTicket>;
+    try {
+      ticket = scaleOutTicket(event, name as ScaleOutWorker);
+    } catch {
+      return;
+    }
+    if (ticket === undefined) return;
+    const release = driver
+      .scaleOutRelease({ worker: ticket.worker, slot: ticket.slot })
+      .then(
+        () => {},
+        () => {}, // it frees itself when its lease ends
+      )
+      .finally(() => running.delete(release));
+    running.add(release);
+  };
 
   const feeding = feedDemo(feed, webhooks, options, stop, out);
   if (options.messages !== undefined) {
@@ -335,7 +365,9 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
     invoke(fn.name, fn.handler, fn.schedule, event);
   });
   for (const fn of LOCAL_FUNCTIONS) {
-    const handler = await fn.load(startPass);
+    // Stopped while starting up (Ctrl-C, `| head` closing the output): no schedule starts.
+    if (stop.aborted) break;
+    const handler = await fn.load({ invoke: startPass, ...(emulator !== undefined ? { credentials: DEMO_CREDENTIALS } : {}) });
     const schedule = schedules.get(fn.name) ?? DEFAULT_SCHEDULE;
     loaded.set(localFunctionName(fn.name), { name: fn.name, handler, schedule });
     out(`${fn.name}: ${schedule.expression}, timeout ${schedule.timeoutMs / 1000} s${speed !== 1 ? ` (speed ×${speed})` : ''}`);
@@ -380,9 +412,14 @@ async function runScheduler(input: SchedulerInput): Promise<LocalRunSummary> {
   } finally {
     for (const timer of timers) clearInterval(timer);
     feeding.stop();
+    stopAt.begun = true;
+    // An invocation started just before reads its time left at its start in its first steps, which
+    // wait on no I/O: one turn of the event loop lets it, so it starts with its own time and is
+    // then cut short like a Lambda near its timeout, instead of starting with no time to claim.
+    await new Promise((resolve) => setImmediate(resolve));
     stopAt.at = Date.now() + margin + MIN_CLAIM_WINDOW_MS - 1;
     out('stopping: no new invocations; waiting for the running ones to finish…');
-    // A pass may still start a scale-out pass while it ends (its time is short now: it claims nothing).
+    // A pass may still ask for a scale-out pass while it ends: declined (no invocation starts now).
     while (running.size > 0) await Promise.all(running);
     await feeding.finished;
   }

@@ -9,6 +9,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import type { Context } from 'aws-lambda';
 import type { QueueBoxConfig } from '../config/schema.ts';
+import { createDestinations, type ClientOverrides } from '../destinations/create-destinations.ts';
+import { traceClient } from '../observability/tracing.ts';
 import { parse as parseYaml } from 'yaml';
 import type { InvokeAsync } from '../runtime/self-invoke.ts';
 import { pluginOptionsSchema } from '../serverless/options.ts';
@@ -16,13 +18,24 @@ import { pluginOptionsSchema } from '../serverless/options.ts';
 /** A scheduled Lambda handler as the runner calls it. */
 export type ScheduledHandler = (event: unknown, context: Context) => Promise<unknown>;
 
+/** What a local function's handler is built with. */
+export interface LocalFunctionOptions {
+  /** Starts the passes its scale-out asks for. */
+  invoke: InvokeAsync;
+  /**
+   * Static credentials for the destination clients instead of the default provider chain (the
+   * demo: stand-ins for its emulator, never the environment's keys).
+   */
+  credentials?: ClientOverrides['credentials'];
+}
+
 /**
- * A function the local runner schedules: its `serverless.yml` name, how to load its handler
- * (`invoke` starts the passes its scale-out asks for), and the setting that turns that on.
+ * A function the local runner schedules: its `serverless.yml` name, how to load its handler, and
+ * the setting that turns scale-out on.
  */
 export interface LocalFunction {
   name: string;
-  load: (invoke: InvokeAsync) => Promise<ScheduledHandler>;
+  load: (options: LocalFunctionOptions) => Promise<ScheduledHandler>;
   maxConcurrentPasses: (config: QueueBoxConfig) => number;
 }
 
@@ -30,12 +43,19 @@ export interface LocalFunction {
 export const LOCAL_FUNCTIONS: readonly LocalFunction[] = [
   {
     name: 'outboxPoller',
-    load: async (invoke) => (await import('../../functions/outbox-poller.ts')).createOutboxPoller({ invoke }),
+    load: async ({ invoke, credentials }) =>
+      (await import('../../functions/outbox-poller.ts')).createOutboxPoller({
+        invoke,
+        ...(credentials !== undefined
+          ? { buildDestinations: (container) => createDestinations(container.config, { clientOverrides: { credentials }, wrapClient: (client) => traceClient(container.tracer, client) }) }
+          : {}),
+      }),
     maxConcurrentPasses: (config) => config.outbox.scaleOut.maxConcurrentPasses,
   },
   {
     name: 'inboxRelay',
-    load: async (invoke) => (await import('../../functions/inbox-relay.ts')).createInboxRelay({ invoke }),
+    // The relay writes to the outbox only: no AWS client.
+    load: async ({ invoke }) => (await import('../../functions/inbox-relay.ts')).createInboxRelay({ invoke }),
     maxConcurrentPasses: (config) => config.inbox.relay.scaleOut.maxConcurrentPasses,
   },
 ];

@@ -9,13 +9,15 @@ import { pgQuery, pgSimpleQuery, type PgQueryable } from './pg-pool.ts';
 
 /**
  * Rows per state (every state in `states` present, 0 when empty) and the age in seconds of the
- * oldest due `pending` row matching `pendingCondition` (SQL on the table's columns). With
- * `pendingOnly`, only the pending rows matching `pendingCondition` are read (through the partial
- * pending index: the cost follows the backlog, not the table with its finished rows).
+ * oldest due `pending` row among those counted: every pending row (`queuebox status`: the inbox's
+ * push and pull rows alike, as its pending count). With `pendingOnly` (the backlog gauge of a
+ * pass), only the pending rows matching `backlogCondition` (SQL on the table's columns: the
+ * relay's push rows) are counted and aged, through the partial pending index: the cost follows
+ * the backlog, not the table with its finished rows.
  */
-export async function tableStats(db: PgQueryable, table: string, states: readonly string[], pendingCondition = 'TRUE', scope: StatsScope = {}): Promise<TableStats> {
+export async function tableStats(db: PgQueryable, table: string, states: readonly string[], backlogCondition = 'TRUE', scope: StatsScope = {}): Promise<TableStats> {
   if (scope.pendingOnly === true) {
-    const result = await pgSimpleQuery(db, pendingStatsSql(table, pendingCondition));
+    const result = await pgSimpleQuery(db, pendingStatsSql(table, backlogCondition));
     const rows = (Array.isArray(result) ? result[result.length - 1]! : result).rows as Array<{ n: string; oldest: number | null }>;
     return { counts: { pending: Number(rows[0]!.n) }, oldestPendingAgeSeconds: Math.max(0, rows[0]!.oldest ?? 0) };
   }
@@ -23,7 +25,7 @@ export async function tableStats(db: PgQueryable, table: string, states: readonl
     db,
     `SELECT state, count(*) AS n,
             EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at)
-              FILTER (WHERE state = 'pending' AND (${pendingCondition}) AND scheduled_at <= clock_timestamp()))::float8 AS oldest
+              FILTER (WHERE state = 'pending' AND scheduled_at <= clock_timestamp()))::float8 AS oldest
        FROM ${table} GROUP BY state`,
   );
   const counts: Record<string, number> = Object.fromEntries(states.map((s) => [s, 0]));

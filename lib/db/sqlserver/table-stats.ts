@@ -5,21 +5,23 @@ import type { StatsScope, TableStats } from '../driver.ts';
 import { runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 
 /**
- * Per-state counts and the age in ms of the oldest due pending row of `table`; `pendingFilter`
- * narrows "pending". With `pendingOnly`, only pending rows are read (one row, state `pending`).
+ * Per-state counts and the age in ms of the oldest due pending row of `table` among those counted:
+ * every pending row (`queuebox status`: the inbox's push and pull rows alike). With `pendingOnly`
+ * (the backlog gauge of a pass), only the pending rows `backlogFilter` keeps (the relay's push
+ * rows) are counted and aged (one row, state `pending`).
  */
-export function buildStats(table: string, pendingFilter = '', scope: StatsScope = {}): MssqlStatement {
+export function buildStats(table: string, backlogFilter = '', scope: StatsScope = {}): MssqlStatement {
   if (scope.pendingOnly === true) {
     return {
       text: `SELECT N'pending' AS state, COUNT_BIG(*) AS n,
        DATEDIFF_BIG(millisecond, MIN(CASE WHEN scheduled_at <= SYSUTCDATETIME() THEN scheduled_at END), SYSUTCDATETIME()) AS oldest_ms
-  FROM ${table} WHERE state = N'pending'${pendingFilter};`,
+  FROM ${table} WHERE state = N'pending'${backlogFilter};`,
       params: [],
     };
   }
   return {
     text: `SELECT state, COUNT_BIG(*) AS n,
-       DATEDIFF_BIG(millisecond, MIN(CASE WHEN state = N'pending'${pendingFilter} AND scheduled_at <= SYSUTCDATETIME() THEN scheduled_at END), SYSUTCDATETIME()) AS oldest_ms
+       DATEDIFF_BIG(millisecond, MIN(CASE WHEN state = N'pending' AND scheduled_at <= SYSUTCDATETIME() THEN scheduled_at END), SYSUTCDATETIME()) AS oldest_ms
   FROM ${table} GROUP BY state;`,
     params: [],
   };
