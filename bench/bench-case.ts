@@ -29,6 +29,9 @@ export interface CaseContext {
   settings?: CaseSettings;
 }
 
+/** The schema a case's warm-up drains from (`case-child.ts`), next to the case's own. */
+export const warmSchema = (schema: string): string => `${schema}_warm`;
+
 /** Tunables of one case, by name (each case documents its own). */
 export type CaseSettings = Record<string, number | string | boolean>;
 

@@ -5,9 +5,8 @@
  * Round trips are counted only during `drain`; RSS is sampled every 50 ms during `drain` and
  * `maxRSS` (whole child lifetime) is reported too.
  */
-import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
-import type { BenchCase, CaseContext, CaseSettings } from './bench-case.ts';
+import { warmSchema, type BenchCase, type CaseContext, type CaseSettings } from './bench-case.ts';
 import { loadCase } from './cases.ts';
 import { installQueryCounter, queryCount, uncountedClient } from './query-counter.ts';
 import { cpuSample, postgresSeconds } from './server-cpu.ts';
@@ -16,6 +15,8 @@ import type { Workload } from './workloads.ts';
 export interface ChildInput {
   caseName: string;
   url: string;
+  /** The case's schema, named by the parent (`child-runner.ts`), which drops it on Ctrl-C. */
+  schema: string;
   workload: Workload;
   workers: number;
   timeLimitMs: number;
@@ -64,7 +65,7 @@ export interface CaseResult {
  * Lambda container — and not JIT start-up, which weighs heavily in a half-second drain.
  */
 async function warmUp(c: BenchCase, ctx: CaseContext, messages: number): Promise<void> {
-  const warm: CaseContext = { ...ctx, schema: `${ctx.schema}_warm`, workload: { name: `${ctx.workload.name}-warmup`, seed: messages, drain: messages, keys: Math.min(ctx.workload.keys, messages), ...(ctx.workload.hot ? { hot: true } : {}) } };
+  const warm: CaseContext = { ...ctx, schema: warmSchema(ctx.schema), workload: { name: `${ctx.workload.name}-warmup`, seed: messages, drain: messages, keys: Math.min(ctx.workload.keys, messages), ...(ctx.workload.hot ? { hot: true } : {}) } };
   try {
     await c.prepare(warm);
     await c.drain(warm);
@@ -129,7 +130,7 @@ async function main(): Promise<void> {
   const probe = await uncountedClient(input.url);
   const ctx: CaseContext = {
     url: input.url,
-    schema: `qb_bench_${randomBytes(4).toString('hex')}`,
+    schema: input.schema,
     workload: input.workload,
     workers: input.workers,
     timeLimitMs: input.timeLimitMs,

@@ -3,11 +3,14 @@
  * `npm run bench:sweep`).
  */
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { LAMBDA_NODE_TARGET } from '../lib/serverless/bundle.ts';
+import { childProcess, createdSchema } from '../test/helpers/drop-on-signal.ts';
+import { warmSchema } from './bench-case.ts';
 import type { CaseResult, ChildInput } from './case-child.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -39,12 +42,19 @@ export async function buildChild(name = 'queuebox-bench'): Promise<string> {
   return join(outdir, 'case-child.mjs');
 }
 
-/** Runs one case in a child process; resolves with its result line. */
-export function runChild(script: string, input: ChildInput): Promise<CaseResult> {
-  return new Promise((resolve, reject) => {
+/**
+ * Runs one case in a child process; resolves with its result line. The case's schemas are named
+ * here (`qb_bench_<random>` and its warm-up's `…_warm`), so that on Ctrl-C this process, which
+ * kills the child, drops them (`drop-on-signal.ts`).
+ */
+export function runChild(script: string, options: Omit<ChildInput, 'schema'>): Promise<CaseResult> {
+  const input: ChildInput = { ...options, schema: `qb_bench_${randomBytes(4).toString('hex')}` };
+  const forget = [createdSchema(input.url, input.schema), createdSchema(input.url, warmSchema(input.schema))];
+  return new Promise<CaseResult>((resolve, reject) => {
     const child = spawn(process.execPath, ['--enable-source-maps', script, JSON.stringify(input)], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    childProcess(child);
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -55,7 +65,7 @@ export function runChild(script: string, input: ChildInput): Promise<CaseResult>
       if (code === 0 && last.startsWith('{')) resolve(JSON.parse(last) as CaseResult);
       else reject(new Error(`case ${input.caseName}/${input.workload.name} exited ${code}: ${err.trim().slice(0, 1500)}`));
     });
-  });
+  }).finally(() => forget.forEach((f) => f()));
 }
 
 /** The run with the median throughput (lower middle for an even count), with every run's rate attached. */

@@ -9,7 +9,9 @@
 import { outboxClaimStatements } from '../lib/db/postgres/outbox-queries.ts';
 import { pgNames } from '../lib/db/postgres/names.ts';
 import { createTestDatabase } from '../test/helpers/database.ts';
+import { dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 
+dropSchemasOnSignal();
 const db = await createTestDatabase({});
 try {
   const table = `"${db.schema}".outbox`;

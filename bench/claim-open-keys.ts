@@ -20,6 +20,7 @@ import { quoteIdent } from '../lib/db/postgres/names.ts';
 import { outboxClaimStatements } from '../lib/db/postgres/outbox-queries.ts';
 import { CLAIM_FUNCTION_SETTINGS, type ClaimStatement } from '../lib/db/postgres/claim-functions.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 
 const LIMIT = 100;
 const HOT_BACKLOG = 1_000;
@@ -52,6 +53,7 @@ async function measure(client: pg.Client, statement: ClaimStatement, runs: numbe
 }
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({ options: { keys: { type: 'string', default: '1000,10000,50000' }, runs: { type: 'string', default: '15' } } });
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedDatabase();
   const url = process.env.DATABASE_URL ?? embedded!.url;
@@ -60,6 +62,7 @@ async function main(): Promise<void> {
   try {
     for (const keys of values.keys.split(',').map(Number)) {
       const schema = `qb_open_keys_${Math.random().toString(36).slice(2, 10)}`;
+      const forget = createdSchema(url, schema);
       const config = parseConfig({ database: { url, schema } });
       const driver = new PostgresDriver({ config, url });
       try {
@@ -83,6 +86,7 @@ async function main(): Promise<void> {
       } finally {
         await driver.close();
         await client.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`);
+        forget();
       }
     }
   } finally {

@@ -22,6 +22,7 @@ import { claimFunctionName } from '../lib/db/postgres/claim-functions.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { pullClaimMany } from '../lib/db/postgres/pull-queries.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 
 type Kind = 'outbox' | 'relay' | 'pull';
 
@@ -46,6 +47,7 @@ async function claimText(ctx: PgContext, kind: Kind, limit: number): Promise<{ t
 }
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({
     options: {
       kind: { type: 'string', default: 'outbox' },
@@ -64,6 +66,7 @@ async function main(): Promise<void> {
   const url = process.env.DATABASE_URL;
   if (!url) throw new Error('DATABASE_URL is required');
   const schema = `qb_plans_${randomBytes(4).toString('hex')}`;
+  const forget = createdSchema(url, schema);
   const driver = new PostgresDriver({ config: parseConfig({ database: { url, schema } }), url });
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
@@ -113,6 +116,7 @@ async function main(): Promise<void> {
   } finally {
     await admin.query('ROLLBACK').catch(() => {});
     await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`);
+    forget();
     await admin.end();
     await driver.close();
   }

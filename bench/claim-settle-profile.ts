@@ -21,6 +21,7 @@ import type { CaseContext } from './bench-case.ts';
 import { floorClaimSql, floorSettleText } from './floor-case.ts';
 import { benchConfig, dropSchema, outboxTable, seedOutbox } from './outbox-table.ts';
 import { installQueryCounter, queryCount, uncountedClient } from './query-counter.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 
 interface Side {
   name: string;
@@ -41,6 +42,7 @@ const cpuNow = () => {
 };
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({ options: { messages: { type: 'string', default: '20000' }, limit: { type: 'string', default: '100' }, keys: { type: 'string', default: '0' } } });
   const [messages, limit, keys] = [values.messages, values.limit, values.keys].map(Number) as [number, number, number];
   if (![messages, limit].every((n) => Number.isInteger(n) && n > 0) || !Number.isInteger(keys) || keys < 0) throw new Error('--messages and --limit are positive integers, --keys a non-negative one');
@@ -55,6 +57,7 @@ async function main(): Promise<void> {
   const ctxFor = (tag: string): CaseContext => ({ url: url!, schema: `qb_bench_profile_${tag}_${randomBytes(3).toString('hex')}`, workload: { name: keys > 0 ? `keys-${keys}` : 'unkeyed', seed: messages, drain: messages, keys }, workers: 1, timeLimitMs: 600_000, probe });
   const floorCtx = ctxFor('floor');
   const qbCtx = ctxFor('qb');
+  const forget = [createdSchema(url, floorCtx.schema), createdSchema(url, qbCtx.schema)];
   const floorClient = new pg.Client({ connectionString: url });
   let driver: PostgresDriver | undefined;
   try {
@@ -126,6 +129,7 @@ async function main(): Promise<void> {
     await floorClient.end().catch(() => {});
     await dropSchema(probe, floorCtx.schema);
     await dropSchema(probe, qbCtx.schema);
+    forget.forEach((f) => f());
     await probe.end();
     await embedded?.stop();
   }

@@ -19,6 +19,7 @@ import { parseConfig } from '../lib/config/load-config.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 import { keyExpression } from './workloads.ts';
 
 const LIMIT = 100;
@@ -141,6 +142,7 @@ async function drainRate(url: string, t: string, sql: string, target: number): P
 }
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({ options: {
       plans: { type: 'boolean', default: false },
       backlog: { type: 'string', default: '1000000' },
@@ -169,6 +171,7 @@ async function main(): Promise<void> {
     for (const s of scenarios.filter((x) => !values.scenarios || values.scenarios.split(',').some((p) => x.name.startsWith(p)))) {
       for (const [name, build] of pickedVariants) {
         const schema = `qb_claim_${Math.random().toString(36).slice(2, 10)}`;
+        const forget = createdSchema(url, schema);
         try {
           const t = await seed(url, schema, s.rows, s.keys);
           await s.prepare(admin, t);
@@ -182,6 +185,7 @@ async function main(): Promise<void> {
           if (values.plans) process.stdout.write(`${e.plan}\n\n`);
         } finally {
           await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`);
+          forget();
         }
       }
     }

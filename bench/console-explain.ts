@@ -18,10 +18,13 @@ import * as reads from '../lib/db/postgres/console-queries.ts';
 import type { PgContext } from '../lib/db/postgres/context.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 
+dropSchemasOnSignal();
 const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedDatabase();
 const url = process.env.DATABASE_URL ?? embedded!.url;
 const schema = `qb_console_explain_${randomBytes(4).toString('hex')}`;
+const forget = createdSchema(url, schema);
 const config = parseConfig({ database: { url, schema } });
 const driver = new PostgresDriver({ config, url });
 const pool = new pg.Pool({ connectionString: url, max: 2 });
@@ -88,7 +91,7 @@ try {
     console.log(`### ${name} — ${time} ms\n\n\`\`\`\n${plan.split('\n').filter((l) => !/^\s*(Buffers|Planning:|Heap Fetches)/.test(l)).join('\n')}\n\`\`\`\n`);
   }
 } finally {
-  await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
+  await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).then(forget, () => {});
   await pool.end();
   await driver.close();
   await embedded?.stop();

@@ -40,6 +40,7 @@ import { createRouter } from '../lib/outbox/routes.ts';
 import { createDeadline, sleep } from '../lib/runtime/deadline.ts';
 import { createInvocationContext } from '../lib/runtime/invocation-context.ts';
 import { createCountedDatabase, type CountedDatabase } from '../test/helpers/transaction-count.ts';
+import { dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 import { installQueryCounter, queryCount } from './query-counter.ts';
 import { serverInfo } from './server-info.ts';
 import { startSqsEmulator } from './sqs-emulator.ts';
@@ -210,6 +211,9 @@ async function lightLoad(bench: Bench, writer: pg.Client, driver: PostgresDriver
 }
 
 async function main(): Promise<void> {
+  // Ctrl-C (or SIGTERM): the bench's database (`createCountedDatabase`) is dropped, with its
+  // connections, before the process exits.
+  dropSchemasOnSignal();
   const { values } = parseArgs({
     options: {
       quick: { type: 'boolean', default: false },
@@ -273,8 +277,6 @@ async function main(): Promise<void> {
       await sqs.stop();
       await embedded?.stop();
     })());
-  // Ctrl-C: the bench's database is dropped (with its connections) before the process exits.
-  process.once('SIGINT', () => void cleanUp().finally(() => process.exit(130)));
   try {
     process.stderr.write(`${await serverInfo(serverUrl)}\n`);
     report(await idleInvocation(bench, idleSeconds));

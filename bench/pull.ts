@@ -20,6 +20,7 @@ import { parseConfig } from '../lib/config/load-config.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 import { seedInbox } from './inbox-table.ts';
 import { serverInfo } from './server-info.ts';
 
@@ -27,6 +28,7 @@ const BATCH = 50;
 
 async function drainOnce(url: string, admin: pg.Client, seed: number, drain: number, aggregates: number, workers: number): Promise<number> {
   const schema = `qb_bench_${randomBytes(4).toString('hex')}`;
+  const forget = createdSchema(url, schema);
   const config = parseConfig({ database: { url, schema, poolMax: workers + 2 } });
   const driver = new PostgresDriver({ config, url });
   const t = `${quoteIdent(schema)}.${quoteIdent('inbox')}`;
@@ -60,10 +62,12 @@ async function drainOnce(url: string, admin: pg.Client, seed: number, drain: num
   } finally {
     await driver.close();
     await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`);
+    forget();
   }
 }
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({
     options: {
       sizes: { type: 'string', default: '20000,200000' },

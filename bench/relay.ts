@@ -24,6 +24,7 @@ import { runRelayPass } from '../lib/inbox/relay-pass.ts';
 import { createLogger } from '../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../lib/observability/metrics.ts';
 import { createDeadline } from '../lib/runtime/deadline.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 import { withBenchDatabase } from './bench-database.ts';
 import { count, markdownTable, median, ratio } from './bench-report.ts';
 import { seedInbox } from './inbox-table.ts';
@@ -43,6 +44,7 @@ interface RelayResult {
 
 async function drainOnce(url: string, admin: pg.Client, messages: number, aggregates: number, mode: Mode): Promise<number> {
   const schema = `qb_bench_${randomBytes(4).toString('hex')}`;
+  const forget = createdSchema(url, schema);
   const config = parseConfig({ database: { url, schema, poolMax: 6 }, inbox: { sources: { shop: { type: 'http', path: '/shop', auth: { type: 'none' } } } } });
   const driver = new PostgresDriver({ config, url });
   const t = `${quoteIdent(schema)}.${quoteIdent('inbox')}`;
@@ -74,10 +76,12 @@ async function drainOnce(url: string, admin: pg.Client, messages: number, aggreg
   } finally {
     await driver.close();
     await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`);
+    forget();
   }
 }
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({
     options: { messages: { type: 'string', default: '20000' }, aggregates: { type: 'string', default: '0,100' }, rounds: { type: 'string', default: '3' }, modes: { type: 'string', default: 'row-by-row,batched' } },
   });

@@ -35,12 +35,14 @@ import { startSqsEmulator, type SqsEmulator } from './sqs-emulator.ts';
 import { FULL_SIZES, QUICK_SIZES, isBacklog, parseSizes, workloads } from './workloads.ts';
 import { formatSummary, formatTable, type RatedResult } from './format-table.ts';
 import { serverInfo } from './server-info.ts';
+import { dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 
 /** Cases whose drain is capped by `--peer-seconds` (slow by nature) rather than by the generous default. */
 const PEERS = new Set(['pg-boss', 'graphile-worker', 'queuebox-sqs', 'queuebox-rows-1-sqs']);
 const DEFAULT_CAP_MS = 300_000;
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({
     options: {
       quick: { type: 'boolean', default: false },

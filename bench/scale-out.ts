@@ -24,6 +24,7 @@ import pg from 'pg';
 import { parseConfig } from '../lib/config/load-config.ts';
 import { quoteIdent } from '../lib/db/postgres/names.ts';
 import { PostgresDriver } from '../lib/db/postgres/postgres-driver.ts';
+import { childProcess, createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 import { withBenchDatabase } from './bench-database.ts';
 import { count, markdownTable, median, ratio } from './bench-report.ts';
 import { runMain } from './run-main.ts';
@@ -72,6 +73,7 @@ async function seed(url: string, admin: pg.Client, schema: string, rows: number,
 /** A pass process: connected and waiting for `go()`; `line` is its summary; it closes on `release()`. */
 function startPass(args: string[]): { ready: Promise<void>; go(): void; line: Promise<PassLine>; release(): Promise<void> } {
   const child = spawn(process.execPath, ['--import', 'tsx', 'bench/scale-out-pass.ts', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  childProcess(child);
   let stdout = '';
   let stderr = '';
   let markReady: () => void = () => {};
@@ -107,6 +109,7 @@ async function measure(
   o: { rows: number; keys: number; passes: number; seconds: number; publishMs: number },
 ): Promise<{ rate: number; dbCores: number; machineBusy: number; load1: number; drained: boolean }> {
   const schema = `qb_scale_${randomBytes(4).toString('hex')}`;
+  const forget = createdSchema(url, schema);
   try {
     await seed(url, admin, schema, o.rows, o.keys);
     const load1 = loadavg()[0]!;
@@ -130,10 +133,12 @@ async function measure(
     };
   } finally {
     await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`);
+    forget();
   }
 }
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({
     options: {
       rows: { type: 'string', default: '200000' },

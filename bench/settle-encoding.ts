@@ -19,6 +19,7 @@ import { changedIdsStatement } from '../lib/db/postgres/fenced-writes.ts';
 import { outboxMarkSentUpdate } from '../lib/db/postgres/outbox-queries.ts';
 import { binaryUuidArray } from '../lib/db/postgres/uuid-array.ts';
 import { startEmbeddedDatabase } from '../lib/local/embedded-database.ts';
+import { createdSchema, dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 
 const ENCODINGS = ['text', 'binary'] as const;
 type Encoding = (typeof ENCODINGS)[number];
@@ -27,6 +28,7 @@ type Encoding = (typeof ENCODINGS)[number];
 const literal = (xs: string[]): number => 4 + xs.join('","').length;
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({ options: { rows: { type: 'string', default: '1000' }, runs: { type: 'string', default: '60' } } });
   const rows = Number(values.rows);
   const runs = Number(values.runs);
@@ -35,6 +37,7 @@ async function main(): Promise<void> {
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedDatabase();
   const url = process.env.DATABASE_URL ?? embedded!.url;
   const schema = `bench_settle_${process.pid}`;
+  const forget = createdSchema(url, schema);
   const config = parseConfig({ database: { url, schema } });
   const driver = new PostgresDriver({ config, url });
   const client = new pg.Client({ connectionString: url });
@@ -73,7 +76,7 @@ async function main(): Promise<void> {
       console.log(`| ${encoding} | ${median(s.ms).toFixed(2)} | ${(s.cpuMs / s.ms.length).toFixed(3)} | ${s.bytes.toLocaleString('en-US')} |`);
     }
   } finally {
-    await client.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`).catch(() => {});
+    await client.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`).then(forget, () => {});
     await client.end();
     await driver.close();
     await embedded?.stop();

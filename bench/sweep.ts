@@ -23,6 +23,7 @@ import type { CaseSettings } from './bench-case.ts';
 import { BEST_SETTINGS_PATH, writeBestSettings, type BestSettings } from './best-settings.ts';
 import type { CaseResult } from './case-child.ts';
 import { buildChild, medianRun, runChild } from './child-runner.ts';
+import { dropSchemasOnSignal } from '../test/helpers/drop-on-signal.ts';
 import { FULL_SIZES, parseSizes, workloads } from './workloads.ts';
 import { orderKept } from './order-check.ts';
 
@@ -41,6 +42,7 @@ const label = (s: CaseSettings) =>
     .join(' ');
 
 async function main(): Promise<void> {
+  dropSchemasOnSignal();
   const { values } = parseArgs({
     options: {
       cases: { type: 'string', default: SWEPT.join(',') },

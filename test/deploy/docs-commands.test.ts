@@ -58,10 +58,10 @@ describe('the docs’ shell blocks run as written', { timeout: 1_200_000 }, () =
 
 /** The fixture blocks: what the runner must run, and what it must fail. */
 function runnerItself(runner: DocsRunner): void {
-  const [service, interrupted, environment, failing, unclean, notInCi] = fixture;
+  const [service, interrupted, environment, failing, unclean, notInCi, leavesSchema] = fixture;
 
   it('reads each fixture block with its plan and serverless.yml', () => {
-    assert.equal(fixture.length, 6);
+    assert.equal(fixture.length, 7);
     assert.deepEqual(service!.plan, { kind: 'run', context: 'service', env: [] });
     assert.match(service!.serviceFiles['serverless.yml'] ?? '', /^service: docs-runner-fixture$/m);
     assert.deepEqual(environment!.plan, { kind: 'run', context: 'app', env: [{ name: 'QUEUEBOX_DATABASE_URL', value: undefined }, { name: 'GREETING', value: 'hello' }] });
@@ -87,5 +87,8 @@ function runnerItself(runner: DocsRunner): void {
   });
   it('fails a run: ci block that .ci/run does not run', async () => {
     await assert.rejects(runner.run(notInCi!), /\.ci\/run does not run `npm run not-in-ci` after `npm ci`/);
+  });
+  it('fails an interrupted command that leaves a new schema in its database', { timeout: 120_000 }, async () => {
+    await assert.rejects(runner.run(leavesSchema!), /docs-runner\.md:\d+ \(run: clone\) left schema\(s\) left_behind in its database:/);
   });
 }

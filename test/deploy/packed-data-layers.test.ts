@@ -18,7 +18,7 @@ import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { parseConfig } from '../../lib/config/load-config.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
-import { dataLayerExamples } from '../data-layers/docs-examples.ts';
+import { dataLayerExamples, dataLayerPrismaSchema } from '../data-layers/docs-examples.ts';
 import { testDatabaseUrl } from '../helpers/database.ts';
 import { packedTarball } from '../helpers/packed-package.ts';
 
@@ -55,16 +55,6 @@ const LIBRARIES: Record<string, { subpath: string; packages: string[] }> = {
 };
 
 /** Prisma's schema in the app: no models (the adapter writes raw SQL); the client where the docs' example imports it. */
-const PRISMA_SCHEMA = `generator client {
-  provider = "prisma-client"
-  output   = "../generated/prisma"
-}
-
-datasource db {
-  provider = "postgresql"
-}
-`;
-
 /** The example with its transaction rolled back: it enqueues \`order.rolled-back\` for \`key\`, then throws inside the callback. */
 function rolledBack(example: string, key: string): string {
   const enqueueLine = /^(\s*)await enqueue\((\w+), \{ topic: 'order\.paid', key: 'o-1', payload: \{ orderId: 'o-1' \} \}\);$/m;
@@ -162,9 +152,10 @@ describe('the data-layer subpaths of the packed package, installed into an appli
     }
     // `prisma generate` with the prisma-client generator runs no engine; the CLI still looks for its
     // schema engine at start-up and would download it (no access here): a stand-in is named.
+    // The schema the Prisma example shows, where `npx prisma generate` looks for it.
     mkdirSync(join(app, 'prisma'));
-    writeFileSync(join(app, 'prisma', 'schema.prisma'), PRISMA_SCHEMA);
-    const generated = await run(process.execPath, [PRISMA, 'generate', '--schema', 'prisma/schema.prisma'], {
+    writeFileSync(join(app, 'prisma', 'schema.prisma'), dataLayerPrismaSchema());
+    const generated = await run(process.execPath, [PRISMA, 'generate'], {
       cwd: app,
       env: { ...process.env, PRISMA_SCHEMA_ENGINE_BINARY: '/bin/false', PRISMA_HIDE_UPDATE_MESSAGE: '1', CHECKPOINT_DISABLE: '1' },
     });

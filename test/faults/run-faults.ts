@@ -9,11 +9,14 @@
  * (`default`, `short-lease`, `frozen-pull`; see fault-profiles.ts).
  * Arguments: `--messages N`, `--seed N`, `--profile NAME`, `--rows-per-key N` (`outbox.rowsPerKey`;
  * FAULTS_ROWS_PER_KEY) override the environment.
+ *
+ * Ctrl-C (SIGINT) or SIGTERM drops the run's schema before the process exits (130 / 143).
  */
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../lib/local/embedded-database.ts';
 import type { FaultProfile } from './fault-profiles.ts';
 import { runFaults } from './fault-run.ts';
 import { formatFaultTable } from './format-fault-table.ts';
+import { dropSchemasOnSignal } from '../helpers/drop-on-signal.ts';
 
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
@@ -29,6 +32,7 @@ if (!['default', 'short-lease', 'frozen-pull'].includes(profile)) {
   console.error(`unknown fault profile ${profile}: use default, short-lease or frozen-pull`);
   process.exit(2);
 }
+dropSchemasOnSignal();
 let embedded: EmbeddedDatabase | undefined;
 if (!process.env.DATABASE_URL) {
   embedded = await startEmbeddedDatabase();

@@ -7,6 +7,7 @@ import pg from 'pg';
 import { parseConfig } from '../../lib/config/load-config.ts';
 import type { ConfigInput, QueueBoxConfig } from '../../lib/config/schema.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
+import { createdSchema } from './drop-on-signal.ts';
 
 export interface TestDatabase {
   url: string;
@@ -32,6 +33,8 @@ export function testDatabaseUrl(): string {
 export async function createTestDatabase(overrides: ConfigInput = {}): Promise<TestDatabase> {
   const url = testDatabaseUrl();
   const schema = `qb_test_${randomBytes(5).toString('hex')}`;
+  // A runner that drops its schemas on Ctrl-C (npm run test:faults) drops this one too.
+  const forget = createdSchema(url, schema);
   const config = parseConfig({ ...overrides, database: { ...(overrides.database ?? {}), url, schema } });
   const drivers: PostgresDriver[] = [];
   const newDriver = () => {
@@ -56,6 +59,7 @@ export async function createTestDatabase(overrides: ConfigInput = {}): Promise<T
     async drop() {
       await Promise.all(drivers.map((d) => d.close().catch(() => {})));
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      forget();
       await pool.end();
     },
   };

@@ -11,7 +11,7 @@
  * - `<!-- run: ci -->`: `.ci/run` runs exactly these commands after `npm ci`.
  * - `<!-- not run: <reason> -->`: not run (the reason says what it needs, e.g. an AWS account).
  * - `<!-- file: NAME -->` before a block (```yaml for `serverless.yml`, `queuebox.yml`): a file of
- *   the service context, written for the shell blocks after it in the same file.
+ *   the service context (or of the app context), written for the shell blocks after it in the same file.
  */
 
 /** Languages whose fenced blocks are shell commands a user types. */
@@ -35,7 +35,7 @@ export interface ShellBlock {
   plan: BlockPlan;
   /** The `## ` heading the block is under ('' before the first). */
   section: string;
-  /** The service context's files: for each name, the closest preceding block annotated `<!-- file: NAME -->` in the same file. */
+  /** The service (or app) context's files: for each name, the closest preceding block annotated `<!-- file: NAME -->` in the same file. */
   serviceFiles: Record<string, string>;
 }
 

@@ -6,12 +6,16 @@
  *   uncommitted changes and new files git does not ignore), after the quick start's install
  *   (`npm ci`). Blocks share it, in the order they run.
  * - `app/` — the app context: `npm init -y`, then `npm install` of the package packed from the clone
- *   (`queuebox-<version>.tgz`, the one a `npm pack` block made, or packed here).
+ *   (`queuebox-<version>.tgz`, the one a `npm pack` block made, or packed here). A block after
+ *   `<!-- file: NAME -->` blocks (the app's `queuebox.yml`) runs in a copy of it for its Markdown
+ *   file, with those files.
  * - `service/` — the service context: like `app/`, plus osls and esbuild at this repository's
  *   versions, and the block's serverless.yml.
  *
  * Each block runs with `userEnvironment()` plus the variables of its `with` modifiers; a
- * `…DATABASE_URL` variable names a fresh database (one per Markdown file) on the test server.
+ * `…DATABASE_URL` variable names a fresh database (one per Markdown file) on the test server. An
+ * interrupted command (Ctrl-C) must leave no new schema in that database: the docs say Ctrl-C
+ * stops a run, and a run that leaves its tables behind has not stopped cleanly.
  */
 import { randomBytes } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
@@ -27,6 +31,18 @@ const SETUP_TIMEOUT_MS = 240_000;
 const BLOCK_TIMEOUT_MS = 180_000;
 /** How long an interrupted command may take to stop after SIGINT. */
 const STOP_GRACE_MS = 30_000;
+
+/** The schemas of the database at `url`, but the system's. */
+async function schemas(url: string): Promise<string[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ nspname: string }>(`SELECT nspname FROM pg_namespace WHERE nspname !~ '^(pg_|information_schema$)' ORDER BY 1`);
+    return rows.map((r) => r.nspname);
+  } finally {
+    await client.end();
+  }
+}
 
 /** Runs doc blocks against one repository; `close()` removes everything it made. */
 export class DocsRunner {
@@ -61,11 +77,15 @@ export class DocsRunner {
       if (result.code !== 0) throw new Error(`${where} failed:\n${describeResult(block.code, result)}`);
       output = result.output;
     } else {
+      const database = Object.entries(env).find(([name]) => name.endsWith('DATABASE_URL'))?.[1];
       for (const command of blockCommands(block.code)) {
         const timeoutMs = interruptAfterText === undefined ? interruptAfterMs + STOP_GRACE_MS : BLOCK_TIMEOUT_MS;
+        const before = database === undefined ? [] : await schemas(database);
         const result = await runShell(command, { cwd, env, interruptAfterMs, interruptAfterText, timeoutMs });
         const clean = result.code === 0 || (result.interrupted && (result.code === 130 || result.signal === 'SIGINT'));
         if (!clean || result.timedOut) throw new Error(`${where} did not exit cleanly:\n${describeResult(command, result)}`);
+        const left = database === undefined ? [] : (await schemas(database)).filter((s) => !before.includes(s));
+        if (left.length > 0) throw new Error(`${where} left schema(s) ${left.join(', ')} in its database:\n${describeResult(command, result)}`);
         output += result.output;
       }
     }
@@ -99,19 +119,26 @@ export class DocsRunner {
     const tarball = await this.tarball();
     if (context === 'app') {
       await this.once('app', () => this.makeApp(this.app, [tarball]));
-      return this.app;
+      return Object.keys(block.serviceFiles).length === 0 ? this.app : this.withFiles(this.app, 'app', block);
     }
     // A service's files are those its doc showed so far (an install comes before serverless.yml).
     const dev = this.manifest.devDependencies;
     await this.once('service', () => this.makeApp(this.service, [tarball, `osls@${dev.osls}`, `esbuild@${dev.esbuild}`]));
-    // One service directory per Markdown file (files run at once, each writing its own
-    // serverless.yml), sharing the one install.
-    const dir = join(this.root, `service-${block.file.replace(/[^A-Za-z0-9]+/g, '-')}`);
+    return this.withFiles(this.service, 'service', block);
+  }
+
+  /**
+   * The directory of `block`'s Markdown file for a context: one per file (files run at once, each
+   * writing its own serverless.yml or queuebox.yml), sharing the context's one install, with the
+   * files the doc showed so far.
+   */
+  private withFiles(installed: string, context: string, block: ShellBlock): string {
+    const dir = join(this.root, `${context}-${block.file.replace(/[^A-Za-z0-9]+/g, '-')}`);
     if (!existsSync(dir)) {
       mkdirSync(dir);
       // A hard-linked copy (fast, and a real tree: npx does not see packages through a symlink).
-      execFileSync('cp', ['-al', join(this.service, 'node_modules'), join(dir, 'node_modules')]);
-      for (const file of ['package.json', 'package-lock.json']) cpSync(join(this.service, file), join(dir, file));
+      execFileSync('cp', ['-al', join(installed, 'node_modules'), join(dir, 'node_modules')]);
+      for (const file of ['package.json', 'package-lock.json']) cpSync(join(installed, file), join(dir, file));
     }
     for (const [name, text] of Object.entries(block.serviceFiles)) writeFileSync(join(dir, name), text);
     return dir;

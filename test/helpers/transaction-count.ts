@@ -14,6 +14,7 @@ import { parseConfig } from '../../lib/config/load-config.ts';
 import type { ConfigInput, QueueBoxConfig } from '../../lib/config/schema.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { testDatabaseUrl } from './database.ts';
+import { createdDatabase } from './drop-on-signal.ts';
 
 export interface CountedDatabase {
   config: QueueBoxConfig;
@@ -38,6 +39,8 @@ export interface CountedDatabase {
  */
 export async function createCountedDatabase(overrides: ConfigInput = {}, serverUrl = testDatabaseUrl()): Promise<CountedDatabase> {
   const name = `qb_count_${randomBytes(5).toString('hex')}`;
+  // A runner that drops what it created on Ctrl-C (npm run bench:latency) drops this database too.
+  const forget = createdDatabase(serverUrl, name);
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
   const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
@@ -87,6 +90,7 @@ export async function createCountedDatabase(overrides: ConfigInput = {}, serverU
     },
     async drop() {
       await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      forget();
       await admin.end();
     },
   };

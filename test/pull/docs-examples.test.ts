@@ -3,8 +3,9 @@
  * schema, as an application would), with `queuebox.yml` from `QUEUEBOX_CONFIG` and the database
  * from `QUEUEBOX_DATABASE_URL`; messages go in with `queuebox inbox put`:
  *
- * - the README's "Pull workers" block, in a process of its own: it writes its `shipments` row,
- *   then SIGTERM stops it and the process exits 0;
+ * - the README's "Pull workers" block, in a process of its own, with the source and the table the
+ *   README shows before it (its ```yaml and ```sql blocks): it writes its `shipments` row, then
+ *   SIGTERM stops it and the process exits 0;
  * - docs/pull-workers.md shows docs/examples/pull-worker-*.ts verbatim, every block of it; the
  *   long-running process (pull-worker-service.ts) runs like the README's, and lives through the
  *   server ending its idle pooled connections (a failover, a proxy's idle timeout); the Lambda
@@ -19,18 +20,18 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { runCli } from '../../bin/cli-program.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { ORDERS_PAID_DDL } from '../../docs/examples/pull-worker-example.ts';
 
-/** The ```ts block under the README's `### Pull workers` heading. */
-function readmePullWorker(): string {
+/** The ```<lang> block under the README's `### Pull workers` heading: the worker (ts), its source (yaml) and table (sql). */
+function readmePullWorker(lang = 'ts'): string {
   const readme = readFileSync('README.md', 'utf8');
   const section = readme.slice(readme.indexOf('### Pull workers'), readme.indexOf('\n## ', readme.indexOf('### Pull workers')));
-  const block = /```ts\n([\s\S]*?)```/.exec(section);
-  assert.ok(block, 'the README shows a pull worker');
+  const block = new RegExp('```' + lang + '\\n([\\s\\S]*?)```').exec(section);
+  assert.ok(block, `the README shows the pull worker's ${lang} block`);
   return block[1]!;
 }
 
@@ -43,7 +44,7 @@ describe('pull worker examples of the README and docs/pull-workers.md', () => {
   before(async () => {
     database = await createScratchDatabase('qb_pull_docs_');
     pool = new pg.Pool({ connectionString: database.url, max: 2 });
-    await pool.query('CREATE TABLE shipments (order_id text PRIMARY KEY)');
+    await pool.query(readmePullWorker('sql'));
     await pool.query(ORDERS_PAID_DDL);
     // Inside the repository, so that `queuebox` resolves through its tsconfig.json.
     dir = mkdtempSync(join(resolve('test/pull'), '.docs-run-'));
@@ -54,7 +55,7 @@ describe('pull worker examples of the README and docs/pull-workers.md', () => {
         observability: { logLevel: 'SILENT' },
         inbox: {
           sources: {
-            'partner-orders': { type: 'sqs', consumption: 'pull', aggregateIdPath: '$.orderId' },
+            ...(parse(readmePullWorker('yaml')) as { inbox: { sources: Record<string, unknown> } }).inbox.sources,
             orders: { type: 'sqs', consumption: 'pull' },
           },
         },
