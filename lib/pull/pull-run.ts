@@ -69,6 +69,11 @@ export interface PullRunPolicy {
    * `FORCED_END_WAIT_MS`.
    */
   answerWaitMs(): number | undefined;
+  /**
+   * How long to wait for the ending of transactions of handlers given up on, when it differs from
+   * `answerWaitMs` (a bounded run keeps time back to return).
+   */
+  forcedEndWaitMs?(): number | undefined;
   /** Told of each claim's answer: called with the error when the claim statement failed, without one when it answered. */
   onClaimAnswered?(...failure: [] | [error: unknown]): void;
   /**
@@ -169,7 +174,8 @@ export class PullRun<Tx> {
     const closing = this.#keeper.close();
     const answerMs = this.#policy.answerWaitMs();
     const timer = new AbortController();
-    const ending = this.#endings.size === 0 ? undefined : Promise.race([Promise.all(this.#endings), sleep(answerMs ?? FORCED_END_WAIT_MS, timer.signal)]);
+    const endingMs = this.#policy.forcedEndWaitMs?.() ?? answerMs ?? FORCED_END_WAIT_MS;
+    const ending = this.#endings.size === 0 ? undefined : Promise.race([Promise.all(this.#endings), sleep(endingMs, timer.signal)]);
     const closed = Promise.all([closing, ending]);
     await (answerMs === undefined ? closed : Promise.race([closed, sleep(answerMs, timer.signal)]));
     timer.abort();

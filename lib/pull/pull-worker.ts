@@ -330,6 +330,21 @@ function powertoolsPullLogger(config: QueueBoxConfig): PullLogger {
   };
 }
 
+/** What `runOnce` keeps back from its invocation when it waits for the ending of transactions it gave up on (ms). */
+export const FORCED_END_RESERVE_MS = 250;
+
+/**
+ * How long `runOnce` waits for the ending of the transactions of handlers it gave up on: until
+ * `FORCED_END_RESERVE_MS` before the invocation's end, so that a terminate that cannot reach the
+ * database (a partition) does not turn the invocation into a timeout. Handlers given up on at the
+ * invocation's end itself (the default `shutdownTimeoutMs`) leave no such time: the wait is then
+ * `answerWaitMs`'s (the invocation times out either way).
+ */
+function forcedEndWaitMs(deadline: Deadline): number {
+  const left = deadline.invocationRemainingMs();
+  return left > FORCED_END_RESERVE_MS ? left - FORCED_END_RESERVE_MS : answerWaitMs(deadline);
+}
+
 /** Creates a pull worker; nothing runs until `start()` or `runOnce()`. */
 export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<Tx>): PullWorker {
   const settings = resolveSettings(options);
@@ -390,6 +405,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         drainTimeoutMs: () => Math.min(drainMs(), deadline?.invocationRemainingMs() ?? Infinity),
         // Also bounds the wait for the ending of the transactions of handlers given up on.
         answerWaitMs: () => (deadline === undefined ? undefined : answerWaitMs(deadline)),
+        forcedEndWaitMs: () => (deadline === undefined ? undefined : forcedEndWaitMs(deadline)),
         ...(deadline === undefined ? {} : { boundClaim: <T>(claim: () => Promise<T>) => withStatementBudget(() => deadline.remainingMs(), claim, () => deadline.invocationRemainingMs()) }),
       }));
       return deadline === undefined ? start() : withStatementBudget(() => deadline.invocationRemainingMs(), start);

@@ -15,6 +15,8 @@ import { sleep } from '../../lib/runtime/deadline.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 import { createGate } from '../helpers/wait.ts';
+import { startStallProxy } from '../helpers/stall-proxy.ts';
+import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { insertPullRows, memoryLogger, readPullRows } from './pull-fixtures.ts';
 
 describe('runOnce at its deadline: the abandoned handler\'s transaction is ended before it returns', () => {
@@ -144,5 +146,45 @@ describe('runOnce at its deadline: the abandoned handler\'s transaction is ended
     assert.equal(summary.abandoned, 1);
     assert.deepEqual(left, [], `the handler's transaction (server process ${pids[0]}) is over when runOnce returns`);
     await writeSameRow('order-timeout');
+  });
+
+  it('a database that stops answering while a handler\'s transaction is open: runOnce still returns before the invocation ends', { timeout: 60_000 }, async () => {
+    await insertPullRows(db, 'partitioned', [{ key: 'order-partition' }]);
+    const proxy = await startStallProxy(db.url);
+    const driver = new PostgresDriver({ config: db.config, url: proxy.through(db.url) });
+    // The handler's outside call, ended before the pool is closed (which waits for its client).
+    const outsideCall = new AbortController();
+    try {
+      const worker = createPullWorker({
+        driver,
+        config: db.config,
+        source: 'partitioned',
+        concurrency: 1,
+        leaseMs: 30_000,
+        // Given up on 200 ms after the deadline, well before the invocation's end.
+        shutdownTimeoutMs: 200,
+        logger: memoryLogger(),
+        metrics: false,
+        handler: async (_message, { transaction }) => {
+          await transaction(async (tx) => {
+            await tx.query('SELECT 1');
+            // The database stops answering: the runner's terminate, from a new connection, cannot reach it either.
+            proxy.set('stall');
+            await sleep(120_000, outsideCall.signal);
+          });
+        },
+      });
+      const context = fakeLambdaContext({ timeoutMs: 4000 });
+      const summary = await worker.runOnce({ context });
+      const left = context.getRemainingTimeInMillis();
+      assert.equal(summary.abandoned, 1);
+      assert.ok(left > 0, `runOnce returned with ${left} ms of the invocation left`);
+    } finally {
+      outsideCall.abort();
+      proxy.set('pass');
+      proxy.endAll();
+      await driver.close().catch(() => {});
+      await proxy.close().catch(() => {});
+    }
   });
 });
