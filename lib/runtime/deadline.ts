@@ -64,12 +64,15 @@ const closingFloors = new WeakMap<Deadline, number>();
  * database that stopped answering) to write its metrics, and one whose settles took the margin to
  * the invocation's end skips these steps (not sent: `InvocationEndedError`, logged).
  */
-export function closingBudgetMs(deadline: Deadline): () => number {
-  let floor = closingFloors.get(deadline);
+export function closingBudgetMs(deadline: Deadline, options: { shared?: boolean } = {}): () => number {
+  let floor = options.shared === false ? undefined : closingFloors.get(deadline);
   if (floor === undefined) {
     const left = deadline.invocationRemainingMs();
     floor = left - Math.max(deadline.remainingMs(), Math.min(CLOSING_SLICE_MS, left / 2));
-    closingFloors.set(deadline, floor);
+    // A step that may come before the pass's end (the release of a slot whose invoke failed)
+    // takes a window of its own (`shared: false`): fixing the shared one then would leave the
+    // pass's own closing steps none once it runs to its deadline.
+    if (options.shared !== false) closingFloors.set(deadline, floor);
   }
   const until = floor;
   return () => Math.max(0, deadline.invocationRemainingMs() - until);

@@ -253,7 +253,7 @@ async function check(options: ScaleOutOptions, report: ScaleOutReport, finished:
         metrics.count('scaleOutPasses', 1, { function: worker, outcome: 'failed' });
         logger.error('scale-out invoke failed: the pass goes on without it', { function: options.functionName, slot: slot.slot, error: String(error) });
         // An invoke that hung gave up at the deadline: the release is a closing step (`closingBudgetMs`).
-        await withStatementBudget(closingBudgetMs(deadline), () => driver.scaleOutRelease({ worker, slot })).catch((releaseError: unknown) => {
+        await withStatementBudget(closingBudgetMs(deadline, { shared: false }), () => driver.scaleOutRelease({ worker, slot })).catch((releaseError: unknown) => {
           logger.warn('scale-out slot not freed: it frees itself when its lease ends', { slot: slot.slot, error: String(releaseError) });
         });
       }
