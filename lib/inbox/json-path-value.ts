@@ -5,7 +5,9 @@
  * Every step selects JSON values only, as RFC 9535 defines them: a name (`.a`, `['a']`) selects a
  * member of an object, an index (`[0]`) an element of an array, `*` every member or element, and
  * `..` applies the step to a node and every node below it (the node first, then its members or
- * elements in order, each followed by the nodes below it). Applied to anything else a step
+ * elements in order, each followed by the nodes below it). An object's members come in
+ * `Object.values` order: names that are whole numbers first, in numeric order, then the others as
+ * written (docs/inbox.md says so). Applied to anything else a step
  * selects nothing: `$.refs[0]` on the string `"order-1"` is not its first character, and
  * `$.refs.length` (on a string or an array) is not a length — a character or a length is no
  * value of the message, and taking one would give different messages the same key.
