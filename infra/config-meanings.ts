@@ -50,7 +50,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'inbox.basePath': 'Path prefix of the HTTP receiver routes.',
   'inbox.maxBodyBytes': 'Largest accepted body: HTTP 413 above it, an SQS record above it is stored `dead` with the reason.',
   'inbox.topicTemplate': 'Topic of relayed outbox rows; `{{ source }}` and `{{ eventType }}` are replaced.',
-  'inbox.relay.batchSize': 'Rows per relay claim.',
+  'inbox.relay.batchSize': 'Rows per relay claim, at most. A claim takes fewer when its rows are large, so that it holds about 32 MiB of payload text (remembered per container; the first claim of a new container counts each row as `inbox.maxBodyBytes`).',
   'inbox.relay.concurrency': 'Row-by-row forwards in flight at once within one invocation, when a batched forward failed and its rows are forwarded one by one (and always on SQL Server).',
   'inbox.relay.pollIntervalMs': 'Pause after a claim that found nothing; it doubles with each further empty claim, up to `inbox.relay.maxPollIntervalMs`, and starts again once a claim finds rows.',
   'inbox.relay.maxPollIntervalMs': 'Longest pause between the claims of an idle pass (never below `pollIntervalMs`): about one claim a second while idle, and a row committed meanwhile is claimed within about that long. See [Performance](performance.md#idle-cost-and-commit-to-publish-latency).',
