@@ -69,3 +69,16 @@ export function requireStatementBudgetMs(): number | undefined {
   if (ms !== undefined && ms <= 0) throw new InvocationEndedError();
   return ms;
 }
+
+/**
+ * Whether `error` ended a statement that a pass's deadline bounded (a claim): `InvocationEndedError`
+ * (not sent), or, once the deadline has passed (`expired`), the database's cancellation by the
+ * statement's timeout (PostgreSQL `57014`, `mssql` `ETIMEOUT`). Such a claim claimed nothing (its
+ * transaction rolled back): the pass has reached its deadline, which is no failure.
+ */
+export function endedAtDeadline(error: unknown, expired: boolean): boolean {
+  if (error instanceof InvocationEndedError) return true;
+  if (!expired || typeof error !== 'object' || error === null) return false;
+  const code = (error as { code?: unknown }).code;
+  return code === '57014' || code === 'ETIMEOUT';
+}

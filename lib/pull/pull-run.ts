@@ -20,7 +20,7 @@
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper, type RenewAnswer } from '../claims/lease-keeper.ts';
 import type { ClaimRef, Driver } from '../db/driver.ts';
-import { InvocationEndedError } from '../db/statement-budget.ts';
+import { endedAtDeadline } from '../db/statement-budget.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
 import { sleep } from '../runtime/deadline.ts';
 import { handlePullMessage, type HandleContext, type HandleResult, type PullHandler, type PullLogger, type PullRetryPolicy } from './handle-pull-message.ts';
@@ -222,8 +222,9 @@ export class PullRun<Tx> {
       this.#policy.onClaimAnswered?.();
     } catch (error) {
       this.#policy.onClaimAnswered?.(error);
-      // Not sent because the deadline passed (a freeze past it): nothing claimed, the run ends.
-      if (error instanceof InvocationEndedError) return [];
+      // Not sent because the deadline passed (a freeze past it), or cancelled at the deadline that
+      // bounds it: nothing claimed, the run ends.
+      if (endedAtDeadline(error, !this.#policy.mayStart())) return [];
       if (this.#policy.exitWhenIdle) throw error;
       this.#s.logger.error('pull claim failed; polling again', { source: this.#s.source, error: String(error) });
       await sleep(this.#s.pollMs, this.#stop.signal);
