@@ -52,7 +52,7 @@ import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import { errorClassOf } from '../observability/failure-log.ts';
 import type { Logger } from '../observability/logger.ts';
-import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { flushSoonOf, type QueueBoxMetrics } from '../observability/metrics.ts';
 import { validateOutboxMessage } from '../outbox/validate-message.ts';
 import type { Deadline } from '../runtime/deadline.ts';
 import { answerWaitMs, closingBudgetMs, sleep } from '../runtime/deadline.ts';
@@ -225,21 +225,9 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const summary: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, abandoned: 0, durationMs: 0 };
   // Claims (`claimKey`: id and token) lost in this pass; a later claim of the same row is another claim.
   const lost = new Set<string>();
-  let flushQueued = false;
   /** Writes the counts so far right after the step that counted them (once per burst), not only at the end of the pass. */
-  const flushSoon = () => {
-    if (flushQueued) return;
-    flushQueued = true;
-    queueMicrotask(() => {
-      flushQueued = false;
-      // Not the pass's own step: a sink that throws here must not end the process.
-      try {
-        metrics.flush();
-      } catch (error) {
-        logger.error('metrics not written', { error: String(error) });
-      }
-    });
-  };
+  // Not the pass's own step: a sink that throws here is logged, not the pass's failure.
+  const flushSoon = flushSoonOf(metrics, (error) => logger.error('metrics not written', { error: String(error) }));
   /** A finishing write (forward, retry, dead, release) or a renewal: it may use the margin, up to the invocation's end. */
   const finishing = <T>(write: () => Promise<T>): Promise<T> => withStatementBudget(() => deadline.invocationRemainingMs(), write);
   const loseClaim = (claim: ClaimRef, during: string) => {

@@ -159,3 +159,26 @@ export class QueueBoxMetrics {
     this.#entries.clear();
   }
 }
+
+/**
+ * A flush of `metrics` queued for the end of the current microtask queue, once per burst (a
+ * renewal that loses many claims counts each, and writes them once), right after the step that
+ * counted — so that an invocation killed later does not take the counts with it. A sink that
+ * throws is handed to `onError` (the caller chooses: fail its pass, or log), never thrown into
+ * the microtask, which would end the process.
+ */
+export function flushSoonOf(metrics: Pick<QueueBoxMetrics, 'flush'>, onError: (error: unknown) => void): () => void {
+  let queued = false;
+  return () => {
+    if (queued) return;
+    queued = true;
+    queueMicrotask(() => {
+      queued = false;
+      try {
+        metrics.flush();
+      } catch (error) {
+        onError(error);
+      }
+    });
+  };
+}

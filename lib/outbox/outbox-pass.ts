@@ -58,7 +58,7 @@ import { InvocationEndedError, withStatementBudget } from '../db/statement-budge
 import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
-import type { QueueBoxMetrics } from '../observability/metrics.ts';
+import { flushSoonOf, type QueueBoxMetrics } from '../observability/metrics.ts';
 import { answerWaitMs, closingBudgetMs, type Deadline } from '../runtime/deadline.ts';
 import type { ScaleOutHook } from '../runtime/scale-out.ts';
 import { CallLimiter } from './call-limiter.ts';
@@ -134,7 +134,6 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const slowest = new Map<string, number>();
   const claimWindowMs = () => Math.max(MIN_CLAIM_WINDOW_MS, 2 * Math.max(0, ...slowest.values()));
   let closed = false;
-  let flushQueued = false;
   let failure: unknown;
   const firstLeaseMs = leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs());
   const ctx: PassContext = {
@@ -169,20 +168,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     lost: new Set(),
     settling: new Set(),
     unfinished: new Set(),
-    flushMetrics: () => {
-      // Once per burst (a renewal that loses many claims), right after the step that counted.
-      if (flushQueued) return;
-      flushQueued = true;
-      queueMicrotask(() => {
-        flushQueued = false;
-        // A sink that throws fails the pass, as it does at the pass's other flushes (not the process).
-        try {
-          metrics.flush();
-        } catch (error) {
-          failure ??= error;
-        }
-      });
-    },
+    // A sink that throws fails the pass, as it does at the pass's other flushes (not the process).
+    flushMetrics: flushSoonOf(metrics, (error) => (failure ??= error)),
     tally,
     publishTimed: (type, ms) => slowest.set(type, Math.max(slowest.get(type) ?? 0, ms)),
     callFitsBeforeDeadline: () => deadline.remainingMs() >= claimWindowMs(),
