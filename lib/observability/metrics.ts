@@ -132,31 +132,34 @@ export class QueueBoxMetrics {
   /**
    * Writes every recorded metric as EMF and clears the buffer; what Powertools'
    * `publishStoredMetrics` does, one line per dimension set. A pass calls it after a step whose
-   * counts must not be lost with a killed invocation (reclaim, lost claims), and at its end.
+   * counts must not be lost with a killed invocation (reclaim, lost claims), and at its end. A
+   * line leaves the buffer once its `write` returned: a sink that throws part-way keeps the lines
+   * it did not write, and the next flush writes those only, never a written line again.
    */
   flush(): void {
-    const groups = new Map<string, Entry[]>();
+    const groups = new Map<string, Array<[string, Entry]>>();
     for (const [id, entry] of this.#entries) {
-      if (entry.kind === 'count') this.#flushed.set(id, (this.#flushed.get(id) ?? 0) + entry.value);
-    }
-    for (const entry of this.#entries.values()) {
-      const id = JSON.stringify(Object.entries(entry.dimensions).sort());
-      const group = groups.get(id) ?? [];
-      group.push(entry);
-      groups.set(id, group);
+      const group = JSON.stringify(Object.entries(entry.dimensions).sort());
+      const entries = groups.get(group) ?? [];
+      entries.push([id, entry]);
+      groups.set(group, entries);
     }
     const write = this.#options.write ?? ((line: string) => process.stdout.write(`${line}\n`));
     for (const entries of groups.values()) {
       const emitter = new PowertoolsMetrics({ namespace: this.#options.namespace, serviceName: this.#options.serviceName });
-      emitter.addDimensions(entries[0]!.dimensions);
-      for (const entry of entries) {
+      emitter.addDimensions(entries[0]![1].dimensions);
+      for (const [, entry] of entries) {
         const unit = METRICS[entry.key].unit === 'Seconds' ? MetricUnit.Seconds : MetricUnit.Count;
         emitter.addMetric(METRICS[entry.key].name, unit, entry.value);
       }
-      write(JSON.stringify(emitter.serializeMetrics()));
+      const line = JSON.stringify(emitter.serializeMetrics());
       emitter.clearMetrics();
+      write(line);
+      for (const [id, entry] of entries) {
+        if (entry.kind === 'count') this.#flushed.set(id, (this.#flushed.get(id) ?? 0) + entry.value);
+        this.#entries.delete(id);
+      }
     }
-    this.#entries.clear();
   }
 }
 

@@ -1,4 +1,7 @@
 /**
+ * A flush whose sink throws part-way writes no line twice: the next flush writes what was not
+ * written, so CloudWatch's sums and `value()` stay the counts recorded.
+ *
  * `flushSoonOf`: the flush the outbox and relay passes queue right after a step that counted (a
  * lost claim, a dead row), so that an invocation killed later keeps the counts. A burst of counts
  * is written once, after the burst; a sink that throws reaches the caller's `onError`, never the
@@ -6,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { flushSoonOf } from '../../lib/observability/metrics.ts';
+import { flushSoonOf, QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
@@ -46,5 +49,34 @@ describe('flushSoonOf', () => {
       errors.map((e) => (e as Error).message),
       ['sink down 1', 'sink down 2'],
     );
+  });
+});
+
+describe('QueueBoxMetrics.flush with a sink that throws part-way', () => {
+  it('writes each line once: the next flush writes only the lines the failed one did not', () => {
+    const written: string[] = [];
+    let refuse = 1;
+    const metrics = new QueueBoxMetrics({
+      namespace: 'NS',
+      serviceName: 'svc',
+      write: (line) => {
+        // The second line of the first flush is refused; every other line is taken.
+        if (written.length === 1 && refuse-- > 0) throw new Error('EAGAIN: sink busy');
+        written.push(line);
+      },
+    });
+    metrics.count('outboxMessages', 5, { status: 'sent' });
+    metrics.count('claimsLost', 1, { component: 'outbox' });
+    assert.throws(() => metrics.flush(), /EAGAIN/);
+    assert.equal(written.length, 1);
+    metrics.count('claimsLost', 2, { component: 'outbox' });
+    metrics.flush();
+    metrics.flush();
+    const sum = (name: string) => written.map((l) => JSON.parse(l) as Record<string, unknown>).reduce((n, line) => n + (typeof line[name] === 'number' ? (line[name] as number) : 0), 0);
+    assert.equal(written.length, 2, 'one line per dimension set, none written twice');
+    assert.equal(sum('queuebox_outbox_messages_total'), 5);
+    assert.equal(sum('queuebox_claims_lost_total'), 3);
+    assert.equal(metrics.value('outboxMessages', { status: 'sent' }), 5);
+    assert.equal(metrics.value('claimsLost', { component: 'outbox' }), 3);
   });
 });
