@@ -82,3 +82,21 @@ export function endedAtDeadline(error: unknown, expired: boolean): boolean {
   const code = (error as { code?: unknown }).code;
   return code === '57014' || code === 'ETIMEOUT';
 }
+
+/**
+ * Runs `statement`, a claim or reclaim bounded by a pass's deadline, and resolves `undefined` when
+ * it ended at that deadline (`endedAtDeadline`, with the deadline read when it failed): it took
+ * nothing, and the pass has reached its deadline, which ends it as any deadline does — with its
+ * summary, not an error. `onCancelled` hears of a statement the database cancelled there (not of
+ * one never sent), which waited the pass's whole time: behind a lock held across the deadline, or
+ * slow. Any other error is thrown as it came.
+ */
+export async function unlessEndedAtDeadline<T>(statement: () => Promise<T>, deadline: { expired(): boolean }, onCancelled?: (error: unknown) => void): Promise<T | undefined> {
+  try {
+    return await statement();
+  } catch (error) {
+    if (!endedAtDeadline(error, deadline.expired())) throw error;
+    if (!(error instanceof InvocationEndedError)) onCancelled?.(error);
+    return undefined;
+  }
+}

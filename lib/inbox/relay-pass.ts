@@ -33,7 +33,11 @@
  * and the renewals may use the margin, up to the invocation's end (`finishing`). The counts of a
  * write that made rows dead are written at once; every count of the pass is written before the
  * pass's closing steps (the scale-out check's end, the backlog read: `closingBudgetMs`), which may
- * wait on the database.
+ * wait on the database. A claim or the reclaim that ends at the deadline — not sent once it has
+ * passed, or cancelled there by the database (a lock held across it: PostgreSQL 57014, `mssql`
+ * ETIMEOUT) — took nothing (its transaction rolled back): the pass ends as at any deadline, its
+ * summary returned and its counts written, not with an error (`unlessEndedAtDeadline`); any other
+ * error of a claim or the reclaim fails the pass.
  */
 import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
@@ -47,7 +51,7 @@ import type { ColumnDialect } from '../db/column-length.ts';
 import { withLazyPayload } from '../db/lazy-payload.ts';
 import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
+import { unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import { errorClassOf } from '../observability/failure-log.ts';
@@ -268,14 +272,18 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     () => lastClaimFull,
   );
   // Bounded by the pass's deadline, not the invocation's end (a slow reclaim must not keep the
-  // invocation past the time the pass has); not sent at all once the deadline has passed.
-  const reclaim = await withStatementBudget(
+  // invocation past the time the pass has); not sent at all once the deadline has passed, and
+  // cancelled there it returned no row (its transaction rolled back): either way it did not run,
+  // and the pass, at its deadline, returns its summary (no claim starts), not an error.
+  const reclaim = (await withStatementBudget(
     () => deadline.remainingMs(),
-    () => retryingDeadlockVictim(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), { pauseMs: jitteredPause }),
-  ).catch((error: unknown) => {
-    if (error instanceof InvocationEndedError) return { ran: false, reclaimed: 0, dead: 0 };
-    throw error;
-  });
+    () =>
+      unlessEndedAtDeadline(
+        () => retryingDeadlockVictim(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), { pauseMs: jitteredPause }),
+        deadline,
+        (error) => logger.warn('inbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: redactError(error) }),
+      ),
+  )) ?? { ran: false, reclaimed: 0, dead: 0 };
   summary.reclaimed = reclaim.reclaimed;
   // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).
   // The reclaim statement (shared with the outbox, in both dialects) returns counts, not the rows'
@@ -290,13 +298,14 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   while (canStart()) {
     const leaseMs = leaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs());
     if (leaseMs === 0) break;
-    // A claim not sent because the invocation ended (a freeze past its end) claimed nothing: the pass ends.
     // Fewer rows than `batchSize` when they are large: a claim holds about 32 MiB of payload text.
     const limit = relayClaimLimit(driver, relay.batchSize, config.inbox.maxBodyBytes);
-    const rows = await driver.inboxClaimPushMany({ limit, leaseMs }).catch((error: unknown) => {
-      if (error instanceof InvocationEndedError) return undefined;
-      throw error;
-    });
+    // A claim not sent because the deadline passed (a freeze past it), or cancelled at the deadline
+    // that bounds it (a lock held across it), claimed nothing (its transaction rolled back): the
+    // pass has reached its deadline and ends with its summary, not an error.
+    const rows = await unlessEndedAtDeadline(() => driver.inboxClaimPushMany({ limit, leaseMs }), deadline, (error) =>
+      logger.warn('inbox claim cancelled at the pass deadline (a lock held across it?): it claimed nothing; the pass ends', { error: redactError(error) }),
+    );
     if (rows === undefined) break;
     relayClaimed(driver, rows);
     lastClaimFull = rows.length >= limit;

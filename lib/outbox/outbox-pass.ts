@@ -46,6 +46,11 @@
  * the deadline (`lambda.deadlineMarginMs` before the invocation's end); only the finishing writes
  * (settles: sent, retry, dead, release) and the renewals may use the margin, up to the
  * invocation's end. A lease still runs to the invocation's end (`withStatementBudget`'s lease bound).
+ * A claim or the reclaim that ends at the deadline — not sent once it has passed, or cancelled
+ * there by the database (a lock held across it: PostgreSQL 57014, `mssql` ETIMEOUT) — took
+ * nothing (its transaction rolled back): the pass ends as at any deadline (`stoppedBecause:
+ * 'deadline'`, its summary returned, its counts written), not with an error (`unlessEndedAtDeadline`).
+ * Any other error of a claim or the reclaim fails the pass.
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
@@ -54,7 +59,7 @@ import { leaseMsFor, MIN_CLAIM_WINDOW_MS, reclaimThrottleMs, renewalLeaseMsFor }
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
-import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
+import { unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
@@ -221,14 +226,18 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     try {
       // Bounded by the pass's deadline, not the invocation's end: a slow reclaim must not keep the
       // invocation past the time the pass has (it skips rows others hold locked, so it waits on
-      // none). Not sent at all once the deadline has passed.
-      const reclaim = await withStatementBudget(
+      // none). Not sent at all once the deadline has passed; cancelled at the deadline, it
+      // returned no row (its transaction rolled back): either way it did not run, and the pass
+      // ends at its deadline, not with an error.
+      const reclaim = (await withStatementBudget(
         () => deadline.remainingMs(),
-        () => retryingDeadlockVictim(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), { pauseMs: jitteredPause }),
-      ).catch((error: unknown) => {
-        if (error instanceof InvocationEndedError) return { ran: false, reclaimed: 0, dead: 0 };
-        throw error;
-      });
+        () =>
+          unlessEndedAtDeadline(
+            () => retryingDeadlockVictim(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), { pauseMs: jitteredPause }),
+            deadline,
+            (error) => logger.warn('outbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: String(error) }),
+          ),
+      )) ?? { ran: false, reclaimed: 0, dead: 0 };
       reclaimRan = reclaim.ran;
       tally.reclaimed = reclaim.reclaimed;
       if (reclaim.reclaimed > 0) wakeAfterReclaim();
@@ -294,12 +303,20 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       );
       limit = bounded === memory.size ? bounded : claimLimitRung(bounded, outbox.batchSize, maxBatchSize);
       const claimStarted = performance.now();
-      rows = await driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey });
-      claimTimed(memory, performance.now() - claimStarted);
+      rows = await unlessEndedAtDeadline(() => driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey }), deadline, (error) =>
+        logger.warn('outbox claim cancelled at the pass deadline (a lock held across it?): it claimed nothing; the pass ends', { error: String(error) }),
+      );
+      // A claim cut off at the deadline says nothing of how long a claim takes.
+      if (rows !== undefined) claimTimed(memory, performance.now() - claimStarted);
     } catch (error) {
-      // The deadline passed while the claim was on its way (a freeze past it): nothing was
-      // claimed, and the pass has reached its deadline.
-      if (!(error instanceof InvocationEndedError)) failure = error;
+      failure = error;
+      break;
+    }
+    if (rows === undefined) {
+      // Not sent because the deadline passed while it was on its way (a freeze past it), or
+      // cancelled at the deadline that bounds it (a lock held across it): nothing was claimed
+      // (its transaction rolled back), and the pass has reached its deadline, which is no failure.
+      stoppedBecause = 'deadline';
       break;
     }
     let payloadChars = 0;

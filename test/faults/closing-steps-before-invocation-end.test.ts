@@ -4,8 +4,9 @@
  * "Statements end with the invocation"). Each case runs a real handler with a Lambda context that
  * counts down (5 s, `lambda.deadlineMarginMs` 2 s: the deadline 3 s in) while another session
  * holds a lock on the table a statement of the pass needs: the maintenance table under the
- * heartbeat's stamp, the inbox table under the relay's backlog read, the outbox table under the
- * poller's backlog read or its claims, the inbox table under a pull worker's claims.
+ * heartbeat's stamp, the inbox table under the relay's backlog read or its claims, the outbox table
+ * under the poller's backlog read or its claims, the inbox table under a pull worker's claims. A
+ * claim cancelled at the deadline took nothing: the pass ends there with its summary, not an error.
  *
  * Only the finishing writes and renewals may use the margin; the claims, the backlog reads, the
  * heartbeat's stamp and the scale-out statements are bounded by the deadline (the steps after the
@@ -195,15 +196,49 @@ describe('scheduled handlers return before the invocation ends, their counts wri
     assert.ok(remainingMs > 0, `the handler settled with ${remainingMs} ms of the invocation left`);
   });
 
-  it('outbox poller: a claim behind a lock on the outbox table is cancelled at the deadline; the handler fails before the invocation ends', { timeout: 60_000 }, async () => {
-    await insertOutboxRows(db, [{ topic: 'orders.paid', key: 'a', payload: { n: 1 } }]);
+  it('outbox poller: a claim behind a lock on the outbox table is cancelled at the deadline; the pass ends there with its summary, before the invocation ends', { timeout: 60_000 }, async () => {
+    const [id] = await insertOutboxRows(db, [{ topic: 'orders.paid', key: 'a', payload: { n: 1 } }]);
+    // The reclaim beside the claim waits on the lock too, and is cancelled at the deadline with it.
     await lockTable('outbox');
     useDriver();
-    const poller = createOutboxPoller({ buildDestinations: () => new Map([['main', new RecordingDestination()]]), invoke: async () => {} });
-    const { error, remainingMs } = await settle(poller({ source: 'aws.events' }, context));
-    assert.match(String(error), /statement timeout/);
-    assert.ok(remainingMs > 0, `the handler settled with ${remainingMs} ms of the invocation left`);
+    const destination = new RecordingDestination();
+    const poller = createOutboxPoller({ buildDestinations: () => new Map([['main', destination]]), invoke: async () => {} });
+    const { result, error, remainingMs } = await settle(poller({ source: 'aws.events' }, context));
+    // Cancelled at the deadline that bounds it, the claim took nothing: the pass reached its
+    // deadline, which is no failure (before, the handler failed: a retry and the Errors alarm).
+    assert.equal(error, undefined);
+    assert.equal(result!.stoppedBecause, 'deadline');
+    assert.deepEqual([result!.claimed, result!.sent, result!.reclaimRan], [0, 0, false]);
+    assert.equal(inTime(METRICS.passesFinished.name, { function: 'outboxPoller' }), 1, 'the heartbeat metric is written');
     assert.deepEqual(late(), []);
+    assert.ok(remainingMs > 0, `the handler settled with ${remainingMs} ms of the invocation left`);
+    await locker!.query('ROLLBACK');
+    const [row] = await db.query<{ state: string; attempt: number; claimed_at: Date | null }>(`SELECT state, attempt, claimed_at FROM "${db.schema}".outbox WHERE id = $1`, [id]);
+    assert.deepEqual([row!.state, row!.attempt, row!.claimed_at], ['pending', 0, null], 'the row is untouched');
+    // The next invocation claims it and sends it.
+    context = fakeLambdaContext({ timeoutMs: TIMEOUT_MS });
+    const next = await poller({ source: 'aws.events' }, context);
+    assert.deepEqual([next.claimed, next.sent], [1, 1]);
+  });
+
+  it('inbox relay: a claim behind a lock on the inbox table is cancelled at the deadline; the pass ends there with its summary, before the invocation ends', { timeout: 60_000 }, async () => {
+    const { id } = await db.driver.inboxInsert({ source: 'shop', idempotencyKey: 'k1', aggregateId: 'A1', eventType: 'created', payload: { n: 1 }, consumption: 'push' });
+    // Locked once the reclaim has run: the claim is what waits.
+    useDriver({ method: 'inboxClaimPushMany', table: db.config.tables.inbox });
+    const relay = createInboxRelay({ invoke: async () => {} });
+    const { result, error, remainingMs } = await settle(relay({ source: 'aws.events' }, context));
+    assert.equal(error, undefined);
+    assert.deepEqual([result!.claimed, result!.forwarded], [0, 0]);
+    assert.equal(inTime(METRICS.passesFinished.name, { function: 'inboxRelay' }), 1, 'the heartbeat metric is written');
+    assert.deepEqual(late(), []);
+    assert.ok(remainingMs > 0, `the handler settled with ${remainingMs} ms of the invocation left`);
+    await locker!.query('ROLLBACK');
+    const [row] = await db.query<{ state: string; attempt: number }>(`SELECT state, attempt FROM "${db.schema}".${db.config.tables.inbox} WHERE id = $1`, [id]);
+    assert.deepEqual([row!.state, row!.attempt], ['pending', 0], 'the row is untouched');
+    // The next invocation claims it and forwards it.
+    context = fakeLambdaContext({ timeoutMs: TIMEOUT_MS });
+    const next = await relay({ source: 'aws.events' }, context);
+    assert.deepEqual([next.claimed, next.forwarded], [1, 1]);
   });
 
   it('pull runOnce: a claim behind a lock on the inbox table is cancelled at the deadline; the run ends there with its summary, before the invocation ends', { timeout: 60_000 }, async () => {

@@ -401,6 +401,44 @@ describe('inbox relay pass', () => {
     assert.deepEqual(await db.query(`SELECT * FROM ${inbox} ORDER BY sequence`), before);
   });
 
+  it('end the pass with its summary when a claim is cancelled at the deadline that bounds it (57014, ETIMEOUT); fail it when the cancellation comes before the deadline', async () => {
+    await store('cancelled-1');
+    /** A pass whose claims wait until the deadline and are cancelled there with `error` (the deadline passes with them unless `inTime`). */
+    const cancelledClaim = (error: Error, inTime = false) => {
+      let passed = false;
+      let claims = 0;
+      const driver: Driver = Object.create(db.newDriver(), {
+        inboxClaimPushMany: {
+          value: async () => {
+            claims++;
+            if (!inTime) passed = true;
+            throw error;
+          },
+        },
+      });
+      const deadline = {
+        remainingMs: () => (passed ? 0 : 10_000),
+        invocationRemainingMs: () => (passed ? 1000 : 11_000),
+        expired: () => passed,
+      };
+      const run = runRelayPass({ config: db.config, driver, logger, metrics: newMetrics(), deadline });
+      return { run, claims: () => claims };
+    };
+    for (const error of [new TransientDatabaseError('canceling statement due to statement timeout', '57014'), Object.assign(new Error('Timeout: Request failed to complete in 9000ms'), { code: 'ETIMEOUT' })]) {
+      const cancelled = cancelledClaim(error);
+      // Before, the cancelled claim failed the pass (the handler threw: a retry and the Errors alarm).
+      const summary = await cancelled.run;
+      assert.equal(cancelled.claims(), 1, 'no claim after the one cancelled at the deadline');
+      assert.deepEqual([summary.claimed, summary.forwarded, summary.abandoned], [0, 0, 0], String(error));
+    }
+    assert.deepEqual((await db.query<{ state: string; attempt: number }>(`SELECT state, attempt FROM ${inbox}`)).map((r) => ({ ...r })), [{ state: 'pending', attempt: 0 }]);
+    // The configured statement timeout (the deadline still ahead) is a failure, as any other claim error.
+    await assert.rejects(cancelledClaim(new TransientDatabaseError('canceling statement due to statement timeout', '57014'), true).run, /statement timeout/);
+    // The next pass claims and forwards the row.
+    const next = await pass(db.driver);
+    assert.deepEqual([next.claimed, next.forwarded], [1, 1]);
+  });
+
   it('claim nothing when the invocation has too little time left', async () => {
     await store('late-1');
     const summary = await pass(db.driver, newMetrics(), 1500);
