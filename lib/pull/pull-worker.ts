@@ -11,8 +11,9 @@
  *   `min(leaseMs, context.getRemainingTimeInMillis())`, so no lease outlives the invocation.
  * - `stop()`: stops claiming, releases claimed rows no handler started (no attempt spent), waits
  *   for running handlers up to `shutdownTimeoutMs`, then aborts them and completes nothing more.
- *   `runOnce` at its deadline ends the same way; both return only once the transaction runner
- *   ended the transactions those handlers still had open (bounded: `PullRun`).
+ *   `runOnce` at its deadline ends the same way, giving up on its handlers no later than
+ *   `GIVE_UP_BEFORE_END_MS` before the invocation's end; both return only once the transaction
+ *   runner ended the transactions those handlers still had open (bounded: `PullRun`).
  * Defaults come from `config.pull` (batch 10, lease 30000 ms, concurrency 1, poll 1000 ms, retry
  * 5 attempts, 1000 ms × 2^attempt capped at 300000 ms, 20 % jitter).
  *
@@ -334,11 +335,30 @@ function powertoolsPullLogger(config: QueueBoxConfig): PullLogger {
 export const FORCED_END_RESERVE_MS = 250;
 
 /**
+ * What the forced end of the transactions of handlers given up on needs (ms): a new connection to
+ * the database, the terminate of their server processes and the wait until those are gone
+ * (`terminateBackend`, polled every 10 ms). About 40–70 ms against a server on the same host, of
+ * which the connection is 15 ms; a TLS handshake and the round trips to a database in the same
+ * region add some tens of ms. Kept at a few times that: every ms more is taken from the handlers.
+ */
+export const FORCED_END_MS = 250;
+
+/**
+ * How long before the invocation's end `runOnce` gives up on handlers still running (ms), whatever
+ * `shutdownTimeoutMs`: the forced end of their transactions (`FORCED_END_MS`), then
+ * `FORCED_END_RESERVE_MS` to return. Given up on at the invocation's end itself, the forced end
+ * ran past it, and a handler that returns after its invocation's end is a timed-out invocation.
+ */
+export const GIVE_UP_BEFORE_END_MS = FORCED_END_MS + FORCED_END_RESERVE_MS;
+
+/**
  * How long `runOnce` waits for the ending of the transactions of handlers it gave up on: until
  * `FORCED_END_RESERVE_MS` before the invocation's end, so that a terminate that cannot reach the
- * database (a partition) does not turn the invocation into a timeout. Handlers given up on at the
- * invocation's end itself (the default `shutdownTimeoutMs`) leave no such time: the wait is then
- * `answerWaitMs`'s (the invocation times out either way).
+ * database (a partition) does not turn the invocation into a timeout. The handlers are given up on
+ * `GIVE_UP_BEFORE_END_MS` before that end, which leaves `FORCED_END_MS` for the wait; a run that
+ * comes to its drain with less than `FORCED_END_RESERVE_MS` left (an explicit `deadline` with a
+ * smaller margin, a freeze) has no such time: the wait is then `answerWaitMs`'s (the invocation
+ * times out either way).
  */
 function forcedEndWaitMs(deadline: Deadline): number {
   const left = deadline.invocationRemainingMs();
@@ -401,8 +421,9 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         mayStart: () => deadline === undefined || !deadline.expired(),
         msUntilEnd: () => deadline?.remainingMs(),
         exitWhenIdle: true,
-        // Running handlers may use the margin, never time past the invocation.
-        drainTimeoutMs: () => Math.min(drainMs(), deadline?.invocationRemainingMs() ?? Infinity),
+        // Running handlers may use the margin, but are given up on early enough that the forced
+        // end of their transactions, and the return, fit in the invocation.
+        drainTimeoutMs: () => Math.min(drainMs(), deadline === undefined ? Infinity : Math.max(0, deadline.invocationRemainingMs() - GIVE_UP_BEFORE_END_MS)),
         // Also bounds the wait for the ending of the transactions of handlers given up on.
         answerWaitMs: () => (deadline === undefined ? undefined : answerWaitMs(deadline)),
         forcedEndWaitMs: () => (deadline === undefined ? undefined : forcedEndWaitMs(deadline)),
