@@ -17,7 +17,7 @@ export const METRICS = {
     dimensions: ['destination_type'],
     help: 'Duration of the slowest destination call of a pass (a call is one batch of up to 10 entries, answered or thrown), by destination type: one sample per pass and type it called, written at the end of the pass (Maximum over a period: the slowest call in it). Calls the pass stopped waiting for are not timed.',
   },
-  outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered, by destination name and outcome: sent, retryable, permanent.' },
+  outboxDestinationMessages: { name: 'queuebox_outbox_destination_messages_total', unit: 'Count', dimensions: ['destination', 'outcome'], help: 'Entries a destination answered while the pass waited, by destination name and outcome: sent, retryable, permanent. A call answered after the pass stopped waiting for it is not counted (its rows stay processing until the reclaim).' },
   outboxFailedMessages: {
     name: 'queuebox_outbox_failed_messages_total',
     unit: 'Count',
