@@ -123,6 +123,8 @@ export function renderMetricsDoc(): string {
     '(`observability.serviceName`, default `queuebox`), which Powertools adds; dashboards and alarms must',
     'query exactly `service` plus the dimensions below, or they match nothing.',
     'Counters are published per pass (Sum over a period is the total); gauges are the value at the end of a pass (use Maximum).',
+    "Powertools' own switch turns the lines off, as it does for its `Metrics`: `POWERTOOLS_METRICS_DISABLED=true`, or",
+    '`POWERTOOLS_DEV=true` while `POWERTOOLS_METRICS_DISABLED` is unset. The alarms then see no data, and the heartbeat alarms fire.',
     '',
     '| Metric | Unit | Dimensions | Meaning |',
     '| --- | --- | --- | --- |',

@@ -21,7 +21,11 @@ interface Entry {
 export interface MetricsOptions {
   namespace: string;
   serviceName: string;
-  /** Receives each EMF JSON line; default: standard output. */
+  /**
+   * Receives each EMF JSON line; default: standard output — unless Powertools' own switch turns
+   * its metrics off (`POWERTOOLS_METRICS_DISABLED=true`, or `POWERTOOLS_DEV=true` without it), as it
+   * would for `Metrics` of its own. A `write` given here is the caller's choice, and always writes.
+   */
   write?: (line: string) => void;
 }
 
@@ -86,6 +90,13 @@ function checkedId(key: MetricKey, value: unknown, dimensions: Dimensions): stri
   return entryId(key, dimensions);
 }
 
+/** Powertools' serializer, with its own reading of its environment switch (`isDisabled`, protected). */
+class Emitter extends PowertoolsMetrics {
+  get switchedOff(): boolean {
+    return this.isDisabled();
+  }
+}
+
 /** Collects metrics of one pass; `flush()` emits them. Not shared across invocations. */
 export class QueueBoxMetrics {
   readonly #entries = new Map<string, Entry>();
@@ -146,7 +157,9 @@ export class QueueBoxMetrics {
     }
     const write = this.#options.write ?? ((line: string) => process.stdout.write(`${line}\n`));
     for (const entries of groups.values()) {
-      const emitter = new PowertoolsMetrics({ namespace: this.#options.namespace, serviceName: this.#options.serviceName });
+      const emitter = new Emitter({ namespace: this.#options.namespace, serviceName: this.#options.serviceName });
+      // Switched off by Powertools' environment: counted (`value`), not written.
+      const quiet = this.#options.write === undefined && emitter.switchedOff;
       emitter.addDimensions(entries[0]![1].dimensions);
       for (const [, entry] of entries) {
         const unit = METRICS[entry.key].unit === 'Seconds' ? MetricUnit.Seconds : MetricUnit.Count;
@@ -154,7 +167,7 @@ export class QueueBoxMetrics {
       }
       const line = JSON.stringify(emitter.serializeMetrics());
       emitter.clearMetrics();
-      write(line);
+      if (!quiet) write(line);
       for (const [id, entry] of entries) {
         if (entry.kind === 'count') this.#flushed.set(id, (this.#flushed.get(id) ?? 0) + entry.value);
         this.#entries.delete(id);
