@@ -70,7 +70,11 @@ export interface HandleContext<Tx> {
   logger: PullLogger;
 }
 
-/** How one message ended. `abandoned`: the run gave up on its handler (shutdown forced, or its time ran out), row left to its lease. */
+/**
+ * How one message ended. `abandoned`: the run gave up on its handler (shutdown forced, or its time
+ * ran out), row left to its lease. `lost`: the claim was lost (at a renewal, or a fenced write
+ * changed no row), also when the run gave up on the handler afterwards or before it learnt it.
+ */
 export type HandleResult = 'completed' | 'retried' | 'dead' | 'lost' | 'abandoned';
 
 export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullMessage): Promise<HandleResult> {
@@ -126,7 +130,9 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
       throw error;
     }
   };
-  const ended = (): HandleResult => (c.forceSignal.aborted && !fenced ? 'abandoned' : 'lost');
+  // A claim lost (fenced, or at a renewal: `leaseSignal`) is lost, whether or not the run gave up
+  // on the handler too (`PullRun` counts each claim once, at the first of these it learns).
+  const ended = (): HandleResult => (c.forceSignal.aborted && !fenced && !c.leaseSignal.aborted ? 'abandoned' : 'lost');
 
   try {
     if (signal.aborted) return ended();

@@ -42,9 +42,18 @@ export interface PullRunSummary {
   dead: number;
   /** Claimed rows no handler started (a stop came while their claim was under way), returned to `pending` without spending an attempt. */
   released: number;
-  /** Rows whose claim was lost (fenced write changed no row, or renewal failed). */
+  /**
+   * Claims lost: a fenced write changed no row, or a renewal changed no row or failed. One lost at
+   * a renewal counts here when the loss is known, whether or not its handler has returned (one
+   * still running when the run returns, or given up on later, is not also `abandoned`).
+   */
   claimsLost: number;
-  /** Rows left to their lease because a shutdown stopped waiting for their handler, or their handler ran past `handlerTimeoutMs`. */
+  /**
+   * Rows left to their lease because a shutdown stopped waiting for their handler (still running
+   * when the run returned), or their handler ran past `handlerTimeoutMs`; a claim lost before
+   * counts in `claimsLost` instead. Each claim counts once: `claimed = completed + retried + dead
+   * + released + claimsLost + abandoned`.
+   */
   abandoned: number;
   durationMs: number;
 }
@@ -114,6 +123,8 @@ export class PullRun<Tx> {
   readonly #signals = new Map<string, AbortSignal>();
   /** One per handler slot taken: settles when the handler's message is settled, or when its handler timed out. */
   readonly #active = new Set<Promise<void>>();
+  /** The handlers holding a slot, per claim (`claimKey`), each with whether its claim is in the summary yet. */
+  readonly #running = new Map<string, HandlerRun>();
   /** The `handlerTimeoutMs` timers of running handlers; those left when the run returns are cleared. */
   readonly #handlerTimers = new Set<NodeJS.Timeout>();
   /** Resolves when a stop is requested (one listener for the whole run). */
@@ -139,9 +150,15 @@ export class PullRun<Tx> {
       leaseMs: settings.leaseMs,
       nextLeaseMs: () => (policy.renewalLeaseMs ? policy.renewalLeaseMs() : policy.leaseMs()),
       renew: (claims, leaseMs) => renewClaims(settings.driver, claims, leaseMs),
-      // Counted here in the metric; the handler's run, aborted, counts it in the summary.
+      // Counted here, in the metric and in the summary, once: the handler's run, aborted, may end
+      // after the run returned (it reacts to its signal when it can), or be given up on later (a
+      // forced stop, `handlerTimeoutMs`), and its end then counts nothing more. A claim no handler
+      // started yet (queued at a stop; no renewal reaches it before its release) is counted by the
+      // release, whose fenced write finds it lost.
       onLost: (claim, reason, error) => {
         settings.metrics?.count('claimsLost', 1, { component: 'pull' });
+        const run = this.#running.get(claimKey(claim));
+        if (run) this.#count(run, 'lost');
         settings.logger.warn('pull claim lost at renewal; its handler is aborted', { messageId: claim.id, reason, error: error === undefined ? undefined : String(error) });
       },
     });
@@ -180,10 +197,12 @@ export class PullRun<Tx> {
     await (answerMs === undefined ? closed : Promise.race([closed, sleep(answerMs, timer.signal)]));
     timer.abort();
     this.summary.durationMs = Date.now() - started;
+    // What this run did when it returned: handlers still running (a shutdown stopped waiting for
+    // them) are abandoned, but for those whose claim was lost before (counted in `claimsLost`:
+    // each claim counts once); their later end changes nothing.
+    for (const run of this.#running.values()) this.#count(run, 'abandoned');
     if (failure) throw failure.error;
-    // What this run did when it returned: handlers still running (a shutdown stopped waiting
-    // for them) are abandoned, and their later end does not change the summary handed out.
-    return { ...this.summary, abandoned: this.summary.abandoned + this.#active.size };
+    return { ...this.summary };
   }
 
   #mayContinue(): boolean {
@@ -243,7 +262,8 @@ export class PullRun<Tx> {
     const key = claimKey(message.claim);
     const timeoutMs = this.#s.handlerTimeoutMs;
     const timeout = timeoutMs === undefined ? undefined : new AbortController();
-    let timedOut = false;
+    const run: HandlerRun = { counted: false };
+    this.#running.set(key, run);
     const context: HandleContext<Tx> = {
       client: this.#s.client,
       handler: this.#s.handler,
@@ -257,10 +277,9 @@ export class PullRun<Tx> {
       logger: this.#s.logger,
     };
     const handled = handlePullMessage(context, message).then(
-      (result) => {
-        // A handler that timed out was counted when the run gave it up, not again when it ends.
-        if (!timedOut) this.#count(result);
-      },
+      // A claim lost at a renewal, or a handler given up on (timed out, or still running when the
+      // run returned), was counted then, not again when the handler ends.
+      (result) => this.#count(run, result),
       (error: unknown) => {
         // A settle statement failed (database error): the row keeps its claim until the lease ends.
         this.#s.logger.error('pull message could not be settled; it is retried after its lease', { messageId: message.id, error: String(error) });
@@ -272,11 +291,11 @@ export class PullRun<Tx> {
       const givenUp = new Promise<void>((resolve) => {
         timer = setTimeout(() => {
           this.#handlerTimers.delete(timer!);
-          timedOut = true;
           // No more renewals: the lease ends, and the next claim of the row charges this run's attempt.
           this.#keeper.release(message.claim);
           timeout.abort(new Error(`pull handler did not finish within handlerTimeoutMs (${timeoutMs} ms)`));
-          this.summary.abandoned += 1;
+          // Unless its claim was lost before (counted in `claimsLost` then).
+          this.#count(run, 'abandoned');
           this.#s.logger.warn('pull handler ran past handlerTimeoutMs; its signal is aborted and its row left to its lease', { messageId: message.id, handlerTimeoutMs: timeoutMs });
           resolve();
         }, timeoutMs);
@@ -292,6 +311,7 @@ export class PullRun<Tx> {
     }
     const task = slot.finally(() => {
       this.#signals.delete(key);
+      this.#running.delete(key);
       this.#active.delete(task);
     });
     this.#active.add(task);
@@ -307,7 +327,10 @@ export class PullRun<Tx> {
     void settled.then(() => this.#endings.delete(settled));
   }
 
-  #count(result: HandleResult): void {
+  /** Counts a handler's claim in the summary (and its settle in the metric), the first time only: each claim counts once. */
+  #count(run: HandlerRun, result: HandleResult): void {
+    if (run.counted) return;
+    run.counted = true;
     const key = ({ completed: 'completed', retried: 'retried', dead: 'dead', lost: 'claimsLost', abandoned: 'abandoned' } as const)[result];
     this.summary[key] += 1;
     if (key === 'completed' || key === 'retried' || key === 'dead') this.#s.metrics?.count('pullMessages', 1, { status: key });
@@ -362,6 +385,11 @@ export class PullRun<Tx> {
     this.#force.abort(new Error('pull worker stopped before the handler finished'));
     this.#s.logger.warn('pull worker stopped with handlers still running; their rows are reclaimable after their leases', { running: this.#active.size });
   }
+}
+
+/** A handler holding a slot: `counted` once its claim is in the summary (lost, given up on, or settled). */
+interface HandlerRun {
+  counted: boolean;
 }
 
 /**
