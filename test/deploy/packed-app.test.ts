@@ -14,6 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import { build, type BuildOptions } from 'esbuild';
 import pg from 'pg';
 import { testDatabaseUrl } from '../helpers/database.ts';
+import { ENQUEUE_HANDLER_TS } from '../helpers/app-handler.ts';
 import { explain, npmInstall, packedTarball, run } from '../helpers/packed-package.ts';
 
 const TSC = resolve('node_modules/typescript/bin/tsc');
@@ -87,29 +88,6 @@ await driver.close();
 console.log(JSON.stringify({ seen, completed: summary.completed }));
 `;
 
-/**
- * The application's own Lambda handler (docs/deploy.md, "Your own functions that import
- * queuebox"), bundled with esbuild as such handlers are; run from a folder without node_modules.
- */
-const HANDLER_TS = `import pg from 'pg';
-import { enqueue } from 'queuebox';
-
-const pool = new pg.Pool({ connectionString: process.env.APP_DATABASE_URL, max: 1 });
-export const handler = async (event: { orderId: string }) => {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    const id = await enqueue(client, { topic: 'order.paid', key: event.orderId, payload: { orderId: event.orderId } }, { schema: process.env.APP_SCHEMA });
-    await client.query('COMMIT');
-    return { id };
-  } catch (error) {
-    await client.query('ROLLBACK');
-    throw error;
-  } finally {
-    client.release();
-  }
-};
-`;
 
 /** Calls the bundled handler as Lambda would, then ends the pool's idle connection by exiting. */
 const INVOKE = (bundle: string, orderId: string) =>
@@ -216,7 +194,7 @@ describe('the packed package, installed into an application', { timeout: 600_000
   });
 
   it('an application bundles its own handler that enqueues with esbuild, no mssql installed nor marked external: one ESM file and CommonJS both run', async () => {
-    writeFileSync(join(app, 'handler.ts'), HANDLER_TS);
+    writeFileSync(join(app, 'handler.ts'), ENQUEUE_HANDLER_TS);
     const out = join(work, 'lambda');
     mkdirSync(out);
     // The settings docs/deploy.md gives: none for QueueBox; ESM output gets the usual `require` banner for CommonJS dependencies (pg).
