@@ -20,6 +20,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { inflateRawSync } from 'node:zlib';
 import { FUNCTIONS, functionKey, functionLogicalId } from '../../lib/serverless/functions.ts';
+import { ENQUEUE_HANDLER_TS } from '../helpers/app-handler.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { explain, npmInstall, packedTarball, run } from '../helpers/packed-package.ts';
 import { OSLS, QUIET_OSLS_ENV } from '../helpers/repo-service.ts';
@@ -34,26 +35,6 @@ outbox:
     - { topicPattern: '**', destination: events }
 `;
 
-/** The service's own handler: enqueue in its pg transaction. */
-const HANDLER_TS = `import pg from 'pg';
-import { enqueue } from 'queuebox';
-
-const pool = new pg.Pool({ connectionString: process.env.APP_DATABASE_URL, max: 1 });
-export const handler = async (event: { orderId: string }) => {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    const id = await enqueue(client, { topic: 'order.paid', key: event.orderId, payload: { orderId: event.orderId } }, { schema: process.env.APP_SCHEMA });
-    await client.query('COMMIT');
-    return { id };
-  } catch (error) {
-    await client.query('ROLLBACK');
-    throw error;
-  } finally {
-    client.release();
-  }
-};
-`;
 
 /** The same on SQL Server: enqueue in the handler's own mssql transaction. */
 const SQL_HANDLER_TS = `import sql from 'mssql';
@@ -134,6 +115,11 @@ function filesUnder(dir: string, base: string): string[] {
 const INVOKE = (bundle: string, orderId: string) =>
   `import(${JSON.stringify(bundle)}).then((m) => m.handler({ orderId: ${JSON.stringify(orderId)} })).then((r) => { console.log(JSON.stringify(r)); process.exit(0); }, (e) => { console.error(e); process.exit(1); });`;
 
+/** The variables a shell passes npm for the network: certificates and proxies (none on most machines). */
+const NETWORK_ENV = Object.fromEntries(
+  Object.entries(process.env).filter(([name]) => /^(NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|HTTPS?_PROXY|NO_PROXY|https?_proxy|no_proxy|npm_config_(cafile|ca|proxy|https_proxy|noproxy|registry|strict_ssl))$/.test(name)),
+);
+
 type LambdaFunction = { Properties: { Handler: string; Code: { S3Key: string } } };
 
 describe('a service bundling its own functions with serverless-esbuild next to plugins: [queuebox/serverless]', { timeout: 600_000 }, () => {
@@ -149,14 +135,16 @@ describe('a service bundling its own functions with serverless-esbuild next to p
     mkdirSync(join(service, 'src'), { recursive: true });
     writeFileSync(join(service, 'package.json'), JSON.stringify({ name: 'shop', private: true }));
     writeFileSync(join(service, 'queuebox.yml'), QUEUEBOX_YML);
-    writeFileSync(join(service, 'src/handler.ts'), HANDLER_TS);
+    writeFileSync(join(service, 'src/handler.ts'), ENQUEUE_HANDLER_TS);
     writeFileSync(join(service, 'src/sql-handler.ts'), SQL_HANDLER_TS);
     // queuebox and mssql are the service's dependencies (serverless-esbuild reads mssql's version there).
     await npmInstall(service, [await packedTarball(), `mssql@${devDependencies.mssql}`]);
     for (const tool of ['esbuild', 'serverless-esbuild']) symlinkSync(resolve('node_modules', tool), join(service, 'node_modules', tool));
     db = await createTestDatabase();
-    // Only what a shell gives, and npm (serverless-esbuild's packager) from its cache where it can.
-    env = { PATH: process.env.PATH, HOME: process.env.HOME, ...QUIET_OSLS_ENV, AWS_ACCESS_KEY_ID: 'local', AWS_SECRET_ACCESS_KEY: 'local', npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false' };
+    // Only what a shell gives — with the certificates and proxies npm needs on a machine behind a
+    // proxy or a private CA — and npm (serverless-esbuild's packager) from its cache where it can:
+    // its `npm ci` of the externals fetches what the cache lacks.
+    env = { PATH: process.env.PATH, HOME: process.env.HOME, ...NETWORK_ENV, ...QUIET_OSLS_ENV, AWS_ACCESS_KEY_ID: 'local', AWS_SECRET_ACCESS_KEY: 'local', npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false' };
   }, { timeout: 300_000 });
   after(async () => {
     await db?.drop();
