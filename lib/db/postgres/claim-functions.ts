@@ -58,9 +58,9 @@ export const CLAIM_FUNCTION_COMMENT = 'QueueBox claim statement (created by queu
  * join, or a materialized inner side (a full index scan kept and rescanned per candidate): the
  * claim's shape — ordered index scans, index probes per key, lookups by id — is what it picks on
  * a large table anyway, and it is cheap on a small one. The claim's `UPDATE` takes its rows by id
- * array (`= ANY (ARRAY(…))`), and the full claim locks its free heads by id in a lateral probe,
- * not by joins whose order would follow the estimates (a plan cached on an empty table scanned
- * the pending-rows index once per head: 6 s per claim).
+ * array (`= ANY (ARRAY(…))`), and the full claim joins its free heads back by ctid (a TID scan
+ * per head, in the one nested loop these settings leave), not by id, whose join a plan cached on
+ * an empty table ran as a scan of the pending-rows index per head (6 s per claim).
  *
  * And no JIT compilation: PostgreSQL compiles a plan whose estimated cost passes
  * `jit_above_cost` (100,000 by default, `jit` on since PostgreSQL 12) at every execution, and a

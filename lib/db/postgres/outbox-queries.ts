@@ -290,10 +290,10 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
      ),
      -- the head of each of those keys that can move: due, first attempt, nothing of its key in flight
      key_heads AS (
-       SELECT h.id, h.scheduled_at, h.sequence, open_keys.key
+       SELECT h.id, h.ctid, h.scheduled_at, h.sequence, open_keys.key
          FROM open_keys
          CROSS JOIN LATERAL (
-           SELECT o.id, o.state, o.attempt, o.scheduled_at, o.sequence FROM ${t} o
+           SELECT o.id, o.ctid, o.state, o.attempt, o.scheduled_at, o.sequence FROM ${t} o
             WHERE o.key = open_keys.key AND o.state IN ('pending', 'processing')
             ORDER BY o.sequence LIMIT 1) h
         WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= statement_timestamp()
@@ -306,13 +306,13 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
      -- turns it into an anti join, which a plan kept from a small table runs as a scan of the
      -- whole key-head index per row (14,751 buffers instead of about 2,000 at 20,000 rows)
      ahead_heads AS (
-       SELECT c.id, a.scheduled_at, a.sequence FROM ${firstOfKeyIn('ahead')} a
+       SELECT c.id, c.ctid, a.scheduled_at, a.sequence FROM ${firstOfKeyIn('ahead')} a
          JOIN ${t} c ON c.ctid = a.ctid
         WHERE c.state = 'pending' AND c.attempt = 0 AND c.key > '' AND (${KEYLESS} OR (${freeHead}))
           AND c.id NOT IN (SELECT id FROM oldest)
      ),
      keyless AS (
-       SELECT c.id, c.scheduled_at, c.sequence FROM ${t} c
+       SELECT c.id, c.ctid, c.scheduled_at, c.sequence FROM ${t} c
         WHERE c.state = 'pending' AND c.attempt = 0 AND ${KEYLESS}
           AND c.scheduled_at <= statement_timestamp()
           AND c.id NOT IN (SELECT id FROM oldest) AND ${room}
@@ -320,27 +320,32 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
         LIMIT ${limit}
         FOR UPDATE SKIP LOCKED
      ),
-     -- the heads and the keyless rows merged in claim order (counted too: did the claim take them all)
+     -- the heads and the keyless rows (counted too: did the claim take them all)
      merged AS (
-       SELECT id, scheduled_at, sequence FROM ahead_heads
+       SELECT id, ctid, scheduled_at, sequence FROM ahead_heads
        UNION
-       SELECT id, scheduled_at, sequence FROM key_heads
+       SELECT id, ctid, scheduled_at, sequence FROM key_heads
        UNION ALL
-       SELECT id, scheduled_at, sequence FROM keyless
-       ORDER BY scheduled_at, sequence
+       SELECT id, ctid, scheduled_at, sequence FROM keyless
      ),
-     -- … each locked by its id in a lateral probe (heads a concurrent claim holds are skipped)
-     -- until the batch is full
+     -- … locked in claim order, joined back by ctid as the window is, until the batch is full:
+     -- a row a concurrent claim holds is skipped, and so is one changed since this statement's
+     -- snapshot (its ctid recheck fails): taken by a concurrent claim, or taken and given back
+     -- (released, or retried with its backoff) — left to the next claim. One lock step over the ordered rows,
+     -- not a locking probe per row: a probe inside a lateral subquery ends its recheck state at
+     -- every row, and the next row that needs a recheck starts it again, which sets up every
+     -- subplan of this statement — about 0.25 ms a row, so that a claim meeting the 1,000 heads
+     -- another pass had just taken ran for 300 ms, keeping that pass's sent mark waiting on the
+     -- rows it locked and skipped (docs/performance.md)
      taken AS (
        SELECT m.id, m.scheduled_at, m.sequence
          FROM merged m
-         CROSS JOIN LATERAL (
-           -- the state written so that no partial index's predicate matches it: a plan made on
-           -- an empty table would otherwise scan the pending rows' index for the id
-           SELECT c.id FROM ${t} c
-            WHERE c.id = m.id AND (c.state || '') = 'pending'
-              FOR UPDATE SKIP LOCKED) c
+         JOIN ${t} c ON c.ctid = m.ctid
+        -- the state written so that no partial index's predicate matches it: the ctid is the way in
+        WHERE (c.state || '') = 'pending'
+        ORDER BY m.scheduled_at, m.sequence
         LIMIT GREATEST(0, ${limit} - (SELECT count(*) FROM retried) - (SELECT count(*) FROM oldest))
+          FOR UPDATE OF c SKIP LOCKED
      ),
      -- where the next full claim reads on: unchanged when the window did not leave room; the last
      -- row taken when the batch filled before the end of the look-ahead (never back); the start
