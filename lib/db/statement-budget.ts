@@ -18,6 +18,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { QueueBoxError } from '../errors.ts';
+import { jitteredPause, retryingDeadlockVictim } from './deadlock-victim.ts';
 
 interface Budget {
   /** Milliseconds a statement sent now may run. */
@@ -99,4 +100,30 @@ export async function unlessEndedAtDeadline<T>(statement: () => Promise<T>, dead
     if (!(error instanceof InvocationEndedError)) onCancelled?.(error);
     return undefined;
   }
+}
+
+/**
+ * Runs `reclaim`, the reclaim step of a pass (outbox poller, inbox relay), as both passes run it:
+ *
+ * - bounded by the pass's deadline (`deadline.remainingMs`), not by the invocation's end: a slow
+ *   reclaim must not keep the invocation past the time the pass has (it skips rows others hold
+ *   locked, so it waits on none), and it grants no lease, so the margin is not its;
+ * - sent again when the database ended it as a deadlock victim (`retryingDeadlockVictim`, with a
+ *   jittered pause): it may run again, as its own rules say;
+ * - `undefined` when it ended at that deadline (`unlessEndedAtDeadline`): not sent once the
+ *   deadline has passed, or cancelled there by the database, it returned no row (its transaction
+ *   rolled back), so it did not run, and the pass ends at its deadline with its summary, not an
+ *   error. `onCancelled` hears of a cancellation (the caller logs it, its error redacted).
+ *
+ * Any other error is thrown as it came (it fails the pass).
+ */
+export function reclaimWithinDeadline<T>(
+  reclaim: () => Promise<T>,
+  deadline: { remainingMs(): number; expired(): boolean },
+  onCancelled?: (error: unknown) => void,
+): Promise<T | undefined> {
+  return withStatementBudget(
+    () => deadline.remainingMs(),
+    () => unlessEndedAtDeadline(() => retryingDeadlockVictim(reclaim, { pauseMs: jitteredPause }), deadline, onCancelled),
+  );
 }

@@ -36,10 +36,10 @@
  * wait on the database. A claim or the reclaim that ends at the deadline — not sent once it has
  * passed, or cancelled there by the database (a lock held across it: PostgreSQL 57014, `mssql`
  * ETIMEOUT) — took nothing (its transaction rolled back): the pass ends as at any deadline, its
- * summary returned and its counts written, not with an error (`unlessEndedAtDeadline`); any other
- * error of a claim or the reclaim fails the pass.
+ * summary returned and its counts written, not with an error (`unlessEndedAtDeadline`; the reclaim
+ * through `reclaimWithinDeadline`, which also sends it again as a deadlock victim); any other error
+ * of a claim or the reclaim fails the pass.
  */
-import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
 import { claimKey } from '../claims/claim-key.ts';
@@ -51,7 +51,7 @@ import type { ColumnDialect } from '../db/column-length.ts';
 import { withLazyPayload } from '../db/lazy-payload.ts';
 import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
+import { reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import { errorClassOf } from '../observability/failure-log.ts';
@@ -271,19 +271,13 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     () => summary.forwarded + summary.retried + summary.dead,
     () => lastClaimFull,
   );
-  // Bounded by the pass's deadline, not the invocation's end (a slow reclaim must not keep the
-  // invocation past the time the pass has); not sent at all once the deadline has passed, and
-  // cancelled there it returned no row (its transaction rolled back): either way it did not run,
-  // and the pass, at its deadline, returns its summary (no claim starts), not an error.
-  const reclaim = (await withStatementBudget(
-    () => deadline.remainingMs(),
-    () =>
-      unlessEndedAtDeadline(
-        () => retryingDeadlockVictim(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), { pauseMs: jitteredPause }),
-        deadline,
-        (error) => logger.warn('inbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: redactError(error) }),
-      ),
-  )) ?? { ran: false, reclaimed: 0, dead: 0 };
+  // Bounded by the pass's deadline, retried as a deadlock victim, and ended quietly at the
+  // deadline (`reclaimWithinDeadline`): a reclaim that ended there did not run, and the pass, at
+  // its deadline, returns its summary (no claim starts), not an error.
+  const reclaim =
+    (await reclaimWithinDeadline(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), deadline, (error) =>
+      logger.warn('inbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: redactError(error) }),
+    )) ?? { ran: false, reclaimed: 0, dead: 0 };
   summary.reclaimed = reclaim.reclaimed;
   // A lease that expired during a row's last forward made it dead (the reclaim counted the attempt).
   // The reclaim statement (shared with the outbox, in both dialects) returns counts, not the rows'
@@ -368,7 +362,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       backlogGaugeRead(driver, 'inbox');
       if (stats.skipped !== true) metrics.gauge('inboxOldestPendingAge', stats.oldestPendingAgeSeconds);
     } catch (error) {
-      logger.warn('inbox stats failed; oldest-pending gauge not emitted this pass', { error: String(error) });
+      logger.warn('inbox stats failed; oldest-pending gauge not emitted this pass', { error: redactError(error) });
     }
   }
   summary.durationMs = Date.now() - started;

@@ -49,17 +49,18 @@
  * A claim or the reclaim that ends at the deadline — not sent once it has passed, or cancelled
  * there by the database (a lock held across it: PostgreSQL 57014, `mssql` ETIMEOUT) — took
  * nothing (its transaction rolled back): the pass ends as at any deadline (`stoppedBecause:
- * 'deadline'`, its summary returned, its counts written), not with an error (`unlessEndedAtDeadline`).
+ * 'deadline'`, its summary returned, its counts written), not with an error (`unlessEndedAtDeadline`;
+ * the reclaim through `reclaimWithinDeadline`, which also sends it again as a deadlock victim).
  * Any other error of a claim or the reclaim fails the pass.
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { idlePollDelayMs } from '../claims/backoff.ts';
 import { leaseMsFor, MIN_CLAIM_WINDOW_MS, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
+import { redactError } from '../claims/redact.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
-import { jitteredPause, retryingDeadlockVictim } from '../db/deadlock-victim.ts';
-import { unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
+import { reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
@@ -159,7 +160,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
         logger.warn('outbox claim lost at renewal: its publish is aborted and the row is left to its new owner', {
           id: claim.id,
           reason,
-          ...(error !== undefined ? { error: String(error) } : {}),
+          ...(error !== undefined ? { error: redactError(error) } : {}),
         });
       },
     }),
@@ -224,20 +225,13 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   // failure, as anything else that fails in the pass.
   const reclaiming = (async () => {
     try {
-      // Bounded by the pass's deadline, not the invocation's end: a slow reclaim must not keep the
-      // invocation past the time the pass has (it skips rows others hold locked, so it waits on
-      // none). Not sent at all once the deadline has passed; cancelled at the deadline, it
-      // returned no row (its transaction rolled back): either way it did not run, and the pass
+      // Bounded by the pass's deadline, retried as a deadlock victim, and ended quietly at the
+      // deadline (`reclaimWithinDeadline`): a reclaim that ended there did not run, and the pass
       // ends at its deadline, not with an error.
-      const reclaim = (await withStatementBudget(
-        () => deadline.remainingMs(),
-        () =>
-          unlessEndedAtDeadline(
-            () => retryingDeadlockVictim(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), { pauseMs: jitteredPause }),
-            deadline,
-            (error) => logger.warn('outbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: String(error) }),
-          ),
-      )) ?? { ran: false, reclaimed: 0, dead: 0 };
+      const reclaim =
+        (await reclaimWithinDeadline(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), deadline, (error) =>
+          logger.warn('outbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: redactError(error) }),
+        )) ?? { ran: false, reclaimed: 0, dead: 0 };
       reclaimRan = reclaim.ran;
       tally.reclaimed = reclaim.reclaimed;
       if (reclaim.reclaimed > 0) wakeAfterReclaim();
@@ -304,7 +298,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       limit = bounded === memory.size ? bounded : claimLimitRung(bounded, outbox.batchSize, maxBatchSize);
       const claimStarted = performance.now();
       rows = await unlessEndedAtDeadline(() => driver.outboxClaimMany({ limit, leaseMs, rowsPerKey: outbox.rowsPerKey }), deadline, (error) =>
-        logger.warn('outbox claim cancelled at the pass deadline (a lock held across it?): it claimed nothing; the pass ends', { error: String(error) }),
+        logger.warn('outbox claim cancelled at the pass deadline (a lock held across it?): it claimed nothing; the pass ends', { error: redactError(error) }),
       );
       // A claim cut off at the deadline says nothing of how long a claim takes.
       if (rows !== undefined) claimTimed(memory, performance.now() - claimStarted);
@@ -424,7 +418,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
         metrics.gauge('outboxOldestPendingAge', stats.oldestPendingAgeSeconds);
       }
     } catch (error) {
-      logger.warn('outbox stats failed; pending gauges not emitted this pass', { error: String(error) });
+      logger.warn('outbox stats failed; pending gauges not emitted this pass', { error: redactError(error) });
     }
   }
   // A failure may have come after the loop (a metrics flush).
