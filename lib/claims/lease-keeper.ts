@@ -70,6 +70,8 @@ export class LeaseKeeper {
   #size = 0;
   #timer: NodeJS.Timeout | undefined;
   #renewing: Promise<void> | undefined;
+  /** Set while `close({ reportLost: true })` waits for the renewal under way: no renewal starts. */
+  #closing = false;
 
   constructor(options: LeaseKeeperOptions) {
     this.#options = options;
@@ -155,6 +157,7 @@ export class LeaseKeeper {
   /** Renews every tracked claim now (also used by tests). */
   async renewNow(): Promise<void> {
     if (this.#renewing) return this.#renewing;
+    if (this.#closing) return;
     this.#renewing = this.#renew().finally(() => {
       this.#renewing = undefined;
     });
@@ -207,7 +210,7 @@ export class LeaseKeeper {
   #add(group: Group<unknown>): void {
     addToSlots(this.#groups, group);
     this.#size += group.items.length;
-    if (this.#timer === undefined && this.#size > 0) {
+    if (this.#timer === undefined && this.#size > 0 && !this.#closing) {
       this.#timer = setInterval(() => void this.renewNow(), renewalIntervalMs(this.#options.leaseMs));
       this.#timer.unref();
     }
@@ -233,10 +236,27 @@ export class LeaseKeeper {
    * Stops the timer (as `stop`), then resolves once a renewal already under way has ended. A
    * worker awaits this before it returns: a renewal still running when a Lambda handler's promise
    * settles would be frozen with the container, its statement cut from its answer.
+   *
+   * By default the claims are dropped at once, so a loss that renewal finds is not reported. With
+   * `reportLost`, they stay watched until it has answered (no renewal starts meanwhile, and a
+   * `release` still ends a claim's watch): `onLost` (and the claim's own callback) runs for each
+   * claim it finds lost, as for any renewal. A pull run uses it: its handlers given up on at the
+   * end still hold their claims, and a loss found then is one to count.
    */
-  async close(): Promise<void> {
-    this.stop();
-    await this.#renewing?.catch(() => {});
+  async close(options: { reportLost?: boolean } = {}): Promise<void> {
+    if (options.reportLost !== true) {
+      this.stop();
+      await this.#renewing?.catch(() => {});
+      return;
+    }
+    this.#closing = true;
+    this.#clear();
+    try {
+      await this.#renewing?.catch(() => {});
+    } finally {
+      this.#closing = false;
+      this.stop();
+    }
   }
 
   #clear(): void {

@@ -45,14 +45,18 @@ export interface PullRunSummary {
   /**
    * Claims lost: a fenced write changed no row, or a renewal changed no row or failed. One lost at
    * a renewal counts here when the loss is known, whether or not its handler has returned (one
-   * still running when the run returns, or given up on later, is not also `abandoned`).
+   * still running when the run returns, or given up on later, is not also `abandoned`); so does
+   * one the renewal under way when the run ends finds lost, if it answers before the run returns.
    */
   claimsLost: number;
   /**
    * Rows left to their lease because a shutdown stopped waiting for their handler (still running
    * when the run returned), or their handler ran past `handlerTimeoutMs`; a claim lost before
-   * counts in `claimsLost` instead. Each claim counts once: `claimed = completed + retried + dead
-   * + released + claimsLost + abandoned`.
+   * counts in `claimsLost` instead. A handler given up on at `handlerTimeoutMs` whose completion,
+   * retry or dead-letter lands all the same (its write was already under way, or its transaction
+   * runner does not end the transaction) counts as that settle instead, when it lands before the
+   * run returns (after: in the metric only). Each claim counts once: `claimed = completed +
+   * retried + dead + released + claimsLost + abandoned`.
    */
   abandoned: number;
   durationMs: number;
@@ -133,6 +137,8 @@ export class PullRun<Tx> {
   readonly #transactions: TransactionRunner<Tx>;
   /** Forced endings of handlers' transactions (`onForcedEnd`) still under way; each leaves the set when it settles. */
   readonly #endings = new Set<Promise<void>>();
+  /** Set once `run` returned (or threw): what it returned is final, later outcomes count in the metrics only. */
+  #returned = false;
 
   constructor(settings: PullRunSettings<Tx>, policy: PullRunPolicy) {
     this.#stopped = new Promise((resolve) => this.#stop.signal.addEventListener('abort', () => resolve(), { once: true }));
@@ -154,7 +160,9 @@ export class PullRun<Tx> {
       // after the run returned (it reacts to its signal when it can), or be given up on later (a
       // forced stop, `handlerTimeoutMs`), and its end then counts nothing more. A claim no handler
       // started yet (queued at a stop; no renewal reaches it before its release) is counted by the
-      // release, whose fenced write finds it lost.
+      // release, whose fenced write finds it lost. Also reached from the renewal under way when the
+      // run closes the keeper (`close({ reportLost })`): a handler the drain gave up on is still
+      // in `#running` until the run returns, so its loss counts in `claimsLost`, not `abandoned`.
       onLost: (claim, reason, error) => {
         settings.metrics?.count('claimsLost', 1, { component: 'pull' });
         const run = this.#running.get(claimKey(claim));
@@ -188,7 +196,7 @@ export class PullRun<Tx> {
     // the handler returns; a renewal cut from its answer would be lost with it). So do the
     // endings of the transactions of handlers given up on: one still open when the container is
     // frozen would hold its row locks until the container thaws or dies.
-    const closing = this.#keeper.close();
+    const closing = this.#keeper.close({ reportLost: true });
     const answerMs = this.#policy.answerWaitMs();
     const timer = new AbortController();
     const endingMs = this.#policy.forcedEndWaitMs?.() ?? answerMs ?? FORCED_END_WAIT_MS;
@@ -201,6 +209,7 @@ export class PullRun<Tx> {
     // them) are abandoned, but for those whose claim was lost before (counted in `claimsLost`:
     // each claim counts once); their later end changes nothing.
     for (const run of this.#running.values()) this.#count(run, 'abandoned');
+    this.#returned = true;
     if (failure) throw failure.error;
     return { ...this.summary };
   }
@@ -262,7 +271,7 @@ export class PullRun<Tx> {
     const key = claimKey(message.claim);
     const timeoutMs = this.#s.handlerTimeoutMs;
     const timeout = timeoutMs === undefined ? undefined : new AbortController();
-    const run: HandlerRun = { counted: false };
+    const run: HandlerRun = { messageId: message.id, counted: undefined };
     this.#running.set(key, run);
     const context: HandleContext<Tx> = {
       client: this.#s.client,
@@ -294,9 +303,12 @@ export class PullRun<Tx> {
           // No more renewals: the lease ends, and the next claim of the row charges this run's attempt.
           this.#keeper.release(message.claim);
           timeout.abort(new Error(`pull handler did not finish within handlerTimeoutMs (${timeoutMs} ms)`));
-          // Unless its claim was lost before (counted in `claimsLost` then).
+          // Unless its claim was lost before (counted in `claimsLost` then): its row is no longer
+          // this run's to leave to a lease (another worker may hold it already).
+          const lostBefore = run.counted === 'lost';
           this.#count(run, 'abandoned');
-          this.#s.logger.warn('pull handler ran past handlerTimeoutMs; its signal is aborted and its row left to its lease', { messageId: message.id, handlerTimeoutMs: timeoutMs });
+          if (lostBefore) this.#s.logger.warn('pull handler ran past handlerTimeoutMs after its claim was lost (counted in claimsLost); nothing more is written for its row', { messageId: message.id, handlerTimeoutMs: timeoutMs });
+          else this.#s.logger.warn('pull handler ran past handlerTimeoutMs; its signal is aborted and its row left to its lease', { messageId: message.id, handlerTimeoutMs: timeoutMs });
           resolve();
         }, timeoutMs);
         this.#handlerTimers.add(timer);
@@ -327,13 +339,37 @@ export class PullRun<Tx> {
     void settled.then(() => this.#endings.delete(settled));
   }
 
-  /** Counts a handler's claim in the summary (and its settle in the metric), the first time only: each claim counts once. */
+  /**
+   * Counts a handler's claim in the summary (and its settle in the metric), the first time only:
+   * each claim counts once. One exception: a settle that landed after the run gave up on its
+   * handler (`abandoned`: its write was already sent when the run gave up, or its transaction
+   * runner does not end the transaction at the signal) is what the database holds. It counts in
+   * the metric, and it replaces `abandoned` in the summary unless the run has returned it.
+   */
   #count(run: HandlerRun, result: HandleResult): void {
-    if (run.counted) return;
-    run.counted = true;
+    if (run.counted !== undefined) {
+      if (run.counted === 'abandoned' && isSettle(result)) this.#settledAfterAll(run, result);
+      return;
+    }
+    run.counted = result;
     const key = ({ completed: 'completed', retried: 'retried', dead: 'dead', lost: 'claimsLost', abandoned: 'abandoned' } as const)[result];
     this.summary[key] += 1;
-    if (key === 'completed' || key === 'retried' || key === 'dead') this.#s.metrics?.count('pullMessages', 1, { status: key });
+    if (isSettle(result)) this.#s.metrics?.count('pullMessages', 1, { status: result });
+  }
+
+  /** A handler given up on whose settle landed after all: the metric counts it, and the summary while the run has not returned it. */
+  #settledAfterAll(run: HandlerRun, result: 'completed' | 'retried' | 'dead'): void {
+    run.counted = result;
+    this.#s.metrics?.count('pullMessages', 1, { status: result });
+    if (!this.#returned) {
+      this.summary.abandoned -= 1;
+      this.summary[result] += 1;
+    }
+    this.#s.logger.warn('pull handler the worker gave up on settled its message after all (its write was already under way, or its transaction was not ended)', {
+      messageId: run.messageId,
+      status: result,
+      inSummary: !this.#returned,
+    });
   }
 
   /** Waits until a handler finishes, a stop is requested, the policy's end arrives, or `maxMs` passes. */
@@ -387,9 +423,15 @@ export class PullRun<Tx> {
   }
 }
 
-/** A handler holding a slot: `counted` once its claim is in the summary (lost, given up on, or settled). */
+/** A handler holding a slot: `counted` says how its claim is in the summary (lost, given up on, or settled), once it is. */
 interface HandlerRun {
-  counted: boolean;
+  messageId: string;
+  counted: HandleResult | undefined;
+}
+
+/** An outcome whose fenced write changed the row (the metric `pullMessages` counts these). */
+function isSettle(result: HandleResult): result is 'completed' | 'retried' | 'dead' {
+  return result === 'completed' || result === 'retried' || result === 'dead';
 }
 
 /**
