@@ -8,7 +8,9 @@
  *   reachable) and rejects, with the loop stopped, when that claim fails.
  * - `runOnce({ context })`: claims until nothing is claimable or the deadline passes, then returns
  *   a summary. Inside a Lambda every lease granted or renewed is
- *   `min(leaseMs, context.getRemainingTimeInMillis())`, so no lease outlives the invocation.
+ *   `min(leaseMs, context.getRemainingTimeInMillis())`, so no lease outlives the invocation. One
+ *   that starts with no time to claim (its deadline passed: a timeout at or below
+ *   `lambda.deadlineMarginMs`) returns an empty summary and logs a warning saying what to change.
  * - `stop()`: stops claiming, releases claimed rows no handler started (no attempt spent), waits
  *   for running handlers up to `shutdownTimeoutMs`, then aborts them and completes nothing more.
  *   `runOnce` at its deadline ends the same way, giving up on its handlers no later than
@@ -34,7 +36,7 @@
  * `QueueBoxMetrics`, it counts into that one and the caller flushes; `metrics: false` turns them off.
  */
 import type pg from 'pg';
-import { leaseMsFor, renewalLeaseMsFor } from '../claims/lease.ts';
+import { leaseMsFor, MIN_LEASE_MS, renewalLeaseMsFor } from '../claims/lease.ts';
 import { parseConfig } from '../config/load-config.ts';
 import { pullSchema, type QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
@@ -365,6 +367,40 @@ function forcedEndWaitMs(deadline: Deadline): number {
   return left > FORCED_END_RESERVE_MS ? left - FORCED_END_RESERVE_MS : answerWaitMs(deadline);
 }
 
+/**
+ * Whether a `runOnce` bounded by `deadline` can claim when it starts: its deadline ahead, and a
+ * lease to grant (`leaseMsFor`: at least `MIN_LEASE_MS` left in the invocation), the two checks
+ * its run makes before each claim. Time only runs down, so a run that starts without it claims
+ * nothing at all.
+ */
+function hasTimeToClaimAtStart(deadline: Deadline, leaseMs: number): boolean {
+  return !deadline.expired() && leaseMsFor(leaseMs, deadline.invocationRemainingMs()) > 0;
+}
+
+/**
+ * Says why a `runOnce` with no time to claim (`hasTimeToClaimAtStart`) returns an empty summary,
+ * naming what to change, as a scheduled pass does (`hasTimeToClaim`). A warning, not an error
+ * nor a throw: an invocation whose function did other work before `runOnce` may leave it no time
+ * now and then, while a timeout at or below `lambda.deadlineMarginMs` says so in every invocation.
+ * Packaging checks only QueueBox's own functions' timeouts; a pull worker runs in the
+ * application's own function, so only this warning tells.
+ */
+function warnNoTimeToClaim(logger: PullLogger, source: string, deadline: Deadline, marginMs: number | undefined): void {
+  const invocationMs = Math.floor(deadline.invocationRemainingMs());
+  if (marginMs !== undefined) {
+    logger.warn(
+      `the invocation leaves the pull worker's runOnce no time to claim: ${invocationMs} ms left at its start, lambda.deadlineMarginMs ${marginMs}; raise the function's timeout above the margin + the time its handlers need (and what the function does before runOnce), or lower lambda.deadlineMarginMs (nothing is claimed)`,
+      { source, invocationRemainingMs: invocationMs, deadlineMarginMs: marginMs },
+    );
+    return;
+  }
+  const deadlineMs = Math.floor(deadline.remainingMs());
+  logger.warn(
+    `the deadline given to the pull worker's runOnce leaves it no time to claim: ${invocationMs} ms left in the invocation at its start, ${deadlineMs} ms of them before the deadline; raise the function's timeout, or give runOnce a later deadline (a smaller margin in createDeadline); a claim needs the deadline ahead and ${MIN_LEASE_MS} ms left in the invocation (nothing is claimed)`,
+    { source, invocationRemainingMs: invocationMs, deadlineRemainingMs: deadlineMs },
+  );
+}
+
 /** Creates a pull worker; nothing runs until `start()` or `runOnce()`. */
 export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<Tx>): PullWorker {
   const settings = resolveSettings(options);
@@ -429,7 +465,13 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         forcedEndWaitMs: () => (deadline === undefined ? undefined : forcedEndWaitMs(deadline)),
         ...(deadline === undefined ? {} : { boundClaim: <T>(claim: () => Promise<T>) => withStatementBudget(() => deadline.remainingMs(), claim, () => deadline.invocationRemainingMs()) }),
       }));
-      return deadline === undefined ? start() : withStatementBudget(() => deadline.invocationRemainingMs(), start);
+      if (deadline === undefined) return start();
+      // Read before the run starts: a run that starts without time to claim ends at once, empty.
+      const timeToClaim = hasTimeToClaimAtStart(deadline, settings.leaseMs);
+      const done = withStatementBudget(() => deadline.invocationRemainingMs(), start);
+      // After `begin`, which refuses a worker already running without this warning.
+      if (!timeToClaim) warnNoTimeToClaim(settings.logger, settings.source, deadline, options.deadline === undefined ? settings.deadlineMarginMs : undefined);
+      return done;
     },
     async stop({ timeoutMs } = {}) {
       const state = current;
