@@ -11,6 +11,7 @@ import { deadGroupQuery } from '../dead-groups.ts';
 import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
+import { DATE_LIMIT_MS, oldestDueFromSql, pgTime, type PgTime } from './table-reads.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -18,6 +19,19 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const capped = (table: string, where: string) => `(SELECT count(*) FROM (SELECT 1 FROM ${table} WHERE ${where} LIMIT $1) c)::int`;
 
 const AGE = (expr: string) => `EXTRACT(EPOCH FROM ${expr})::float8`;
+
+/**
+ * SQL: ms from the time `now` to the timestamptz `at` (NULL when `at` is). `at` may be `infinity`
+ * or `-infinity` (plain SQL writes them; subtracting one is an error): read as ±Infinity (`finiteMs`).
+ */
+const MS_UNTIL = (at: string, now: string) =>
+  `CASE WHEN isfinite(${at}) THEN ${AGE(`${at} - ${now}`)} * 1000 WHEN ${at} = 'infinity' THEN 'Infinity'::float8 WHEN ${at} = '-infinity' THEN '-Infinity'::float8 END`;
+
+/** A `MS_UNTIL` as a number of ms: ±Infinity is the span to the latest or earliest `Date` (`pgTime`). */
+const finiteMs = (ms: number | null) => Math.round(Math.max(-DATE_LIMIT_MS, Math.min(DATE_LIMIT_MS, Number(ms ?? 0))));
+
+/** `pgTime` of a column that may be NULL. */
+const pgTimeOrNull = (value: PgTime | null) => (value === null ? null : pgTime(value));
 
 type Counts = Record<string, number | null>;
 
@@ -36,7 +50,7 @@ export async function outboxStatsByState(ctx: PgContext, p: { countCap: number }
             ${capped(t, `state = 'processing'`)} AS processing,
             ${capped(t, `state = 'sent'`)} AS sent,
             ${capped(t, `state = 'dead'`)} AS dead,
-            (SELECT ${AGE('clock_timestamp() - min(scheduled_at)')} FROM ${t} WHERE state = 'pending' AND scheduled_at <= clock_timestamp()) AS oldest,
+            ${AGE(`clock_timestamp() - ${oldestDueFromSql(t)}`)} AS oldest,
             ${since('sent', '1 hour')} AS h_sent, ${since('dead', '1 hour')} AS h_dead,
             ${since('sent', '1 minute')} AS m_sent, ${since('dead', '1 minute')} AS m_dead`,
     [p.countCap],
@@ -67,8 +81,7 @@ export async function inboxStatsByState(ctx: PgContext, p: { countCap: number })
             ${capped(t, `state = 'processing'`)} AS processing,
             ${capped(t, `state = 'processed'`)} AS processed,
             ${capped(t, `state = 'dead'`)} AS dead,
-            (SELECT ${AGE('clock_timestamp() - min(scheduled_at)')} FROM ${t}
-              WHERE state = 'pending' AND consumption = 'push' AND scheduled_at <= clock_timestamp()) AS oldest,
+            ${AGE(`clock_timestamp() - ${oldestDueFromSql(t, `consumption = 'push'`)}`)} AS oldest,
             ${since('processed', '1 hour')} AS h_processed, ${since('dead', '1 hour')} AS h_dead,
             ${since('processed', '1 minute')} AS m_processed, ${since('dead', '1 minute')} AS m_dead`,
     [p.countCap],
@@ -88,8 +101,8 @@ interface ClaimDbRow {
   label: string;
   key: string | null;
   attempt: number;
-  claimed_at: Date | null;
-  lease_expires_at: Date | null;
+  claimed_at: PgTime | null;
+  lease_expires_at: PgTime | null;
   lease_left_ms: number | null;
 }
 
@@ -98,16 +111,16 @@ const toClaim = (r: ClaimDbRow): ConsoleClaim => ({
   label: r.label,
   key: r.key,
   attempt: r.attempt,
-  claimedAt: r.claimed_at,
-  leaseExpiresAt: r.lease_expires_at,
-  leaseLeftMs: Math.round(Number(r.lease_left_ms ?? 0)),
+  claimedAt: pgTimeOrNull(r.claimed_at),
+  leaseExpiresAt: pgTimeOrNull(r.lease_expires_at),
+  leaseLeftMs: finiteMs(r.lease_left_ms),
 });
 
 async function claimsInFlight(ctx: PgContext, table: string, label: string, key: string, limit: number): Promise<ConsoleClaim[]> {
   const { rows } = await pgQuery<ClaimDbRow>(
     ctx.pool,
     `SELECT id, ${label} AS label, ${key} AS key, attempt, claimed_at, lease_expires_at,
-            ${AGE('lease_expires_at - clock_timestamp()')} * 1000 AS lease_left_ms
+            ${MS_UNTIL('lease_expires_at', 'clock_timestamp()')} AS lease_left_ms
        FROM ${table} WHERE state = 'processing' ORDER BY lease_expires_at LIMIT $1`,
     [limit],
   );
@@ -122,10 +135,10 @@ export const inboxClaimsInFlight = (ctx: PgContext, p: { limit: number }) => cla
 interface BlockedDbRow extends ClaimDbRow {
   state: string;
   max_attempts: number | null;
-  scheduled_at: Date;
+  scheduled_at: PgTime;
   due_in_ms: number;
   last_error: string | null;
-  updated_at: Date;
+  updated_at: PgTime;
   waiting: number;
 }
 
@@ -133,10 +146,10 @@ const toBlocked = (r: BlockedDbRow): ConsoleBlockedHead => ({
   ...toClaim(r),
   state: r.state,
   maxAttempts: r.max_attempts,
-  scheduledAt: r.scheduled_at,
-  dueInMs: Math.round(Number(r.due_in_ms)),
+  scheduledAt: pgTime(r.scheduled_at),
+  dueInMs: finiteMs(r.due_in_ms),
   lastError: r.last_error,
-  updatedAt: r.updated_at,
+  updatedAt: pgTime(r.updated_at),
   waitingBehind: Number(r.waiting),
 });
 
@@ -156,7 +169,7 @@ const STUCK = `(r.state = 'processing' AND r.lease_expires_at <= n.t
         OR r.state = 'pending' AND (r.attempt >= $3 OR r.attempt > 0 AND r.scheduled_at > n.t OR r.scheduled_at > n.t AND w.waiting > 0))`;
 
 const BLOCKED_COLUMNS = `r.id, r.state, r.attempt, r.scheduled_at, r.claimed_at, r.lease_expires_at, r.last_error, r.updated_at, w.waiting,
-       ${AGE('r.scheduled_at - n.t')} * 1000 AS due_in_ms, ${AGE('r.lease_expires_at - n.t')} * 1000 AS lease_left_ms`;
+       ${MS_UNTIL('r.scheduled_at', 'n.t')} AS due_in_ms, ${MS_UNTIL('r.lease_expires_at', 'n.t')} AS lease_left_ms`;
 
 /** Heads of outbox keys that are not moving, most rows waiting first. */
 export async function outboxBlockedKeys(ctx: PgContext, p: BlockedParams): Promise<ConsoleBlockedHead[]> {
@@ -227,14 +240,14 @@ interface RowDbRow {
   payload: unknown;
   headers: Record<string, string>;
   sequence: string;
-  scheduled_at: Date;
-  created_at: Date;
-  updated_at: Date;
-  claimed_at: Date | null;
-  lease_expires_at: Date | null;
+  scheduled_at: PgTime;
+  created_at: PgTime;
+  updated_at: PgTime;
+  claimed_at: PgTime | null;
+  lease_expires_at: PgTime | null;
   last_error: string | null;
   replay_count: number | null;
-  processed_at: Date | null;
+  processed_at: PgTime | null;
   details: Record<string, string | null>;
   trace_context: unknown;
 }
@@ -249,14 +262,14 @@ const toRow = (r: RowDbRow): ConsoleRow => ({
   payload: r.payload,
   headers: r.headers,
   sequence: r.sequence,
-  scheduledAt: r.scheduled_at,
-  createdAt: r.created_at,
-  updatedAt: r.updated_at,
-  claimedAt: r.claimed_at,
-  leaseExpiresAt: r.lease_expires_at,
+  scheduledAt: pgTime(r.scheduled_at),
+  createdAt: pgTime(r.created_at),
+  updatedAt: pgTime(r.updated_at),
+  claimedAt: pgTimeOrNull(r.claimed_at),
+  leaseExpiresAt: pgTimeOrNull(r.lease_expires_at),
   lastError: r.last_error,
   replayCount: r.replay_count,
-  processedAt: r.processed_at,
+  processedAt: pgTimeOrNull(r.processed_at),
   details: r.details,
   traceContext: r.trace_context ?? null,
 });

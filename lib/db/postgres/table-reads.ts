@@ -3,9 +3,47 @@
  * pending age, and the latest dead rows.
  *
  * `table` is a quoted, qualified name from `PgNames`; `label` is an unquoted column of it.
+ *
+ * `scheduled_at` may be `-infinity` or `infinity` (timestamptz takes both, and plain SQL is a way
+ * to write rows), and subtracting either from a time is an error (22008), so no age here is taken
+ * from an infinite `scheduled_at`: a row at `infinity` is never due and has no age; a row at
+ * `-infinity` is due since forever and is aged from when it was written (`INFINITE_PAST_DUE_FROM`).
  */
 import type { DeadRowSummary, StatsScope, TableStats } from '../driver.ts';
 import { pgQuery, pgSimpleQuery, type PgQueryable } from './pg-pool.ts';
+
+/**
+ * SQL: when a row scheduled at `-infinity` counts as due from, for the backlog age: when it was
+ * written (`created_at`). It could not be delivered before it existed, so its age is the time it
+ * has waited — it breaches the backlog alarm when it waits too long, as any row does, and not the
+ * moment it is written. A `created_at` that is not finite either (plain SQL again) is the
+ * earliest time a timestamptz holds: how long the row waited is unknown, so it is aged as the
+ * longest wait there can be, a finite one.
+ */
+const INFINITE_PAST_DUE_FROM = `CASE WHEN isfinite(created_at) THEN created_at ELSE '4714-11-24 00:00:00+00 BC'::timestamptz END`;
+
+/**
+ * SQL: when a pending row counts as due from, for its age (`scheduled_at`, or
+ * `INFINITE_PAST_DUE_FROM` at `-infinity`), for a read that visits every row (`queuebox status`):
+ * of the rows at `-infinity` it takes the earliest `created_at`, where the index probes of
+ * `oldestDueFromSql` take the earliest written by `sequence` (the same row unless plain SQL wrote
+ * `created_at` too).
+ */
+const DUE_FROM = `CASE WHEN scheduled_at = '-infinity' THEN ${INFINITE_PAST_DUE_FROM} ELSE scheduled_at END`;
+
+/**
+ * SQL: a timestamptz, when the oldest pending row of `table` matching `condition` counts as due
+ * from — later than now when none is due yet, NULL when none is pending or all are at `infinity`
+ * (never due). Two probes of a pending index on `(scheduled_at, sequence)` (the outbox's, the
+ * relay's push index for the inbox's push rows): its first finite entry, and its first
+ * `-infinity` entry (the earliest written of them, by `sequence`: one row read however many sit
+ * at `-infinity`), of which `LEAST` takes the earlier (it skips a NULL).
+ */
+export function oldestDueFromSql(table: string, condition = 'TRUE'): string {
+  return `LEAST(
+              (SELECT min(scheduled_at) FROM ${table} WHERE state = 'pending' AND (${condition}) AND scheduled_at > '-infinity' AND scheduled_at < 'infinity'),
+              (SELECT ${INFINITE_PAST_DUE_FROM} FROM ${table} WHERE state = 'pending' AND (${condition}) AND scheduled_at = '-infinity' ORDER BY sequence LIMIT 1))`;
+}
 
 /**
  * Rows per state (every state in `states` present, 0 when empty) and the age in seconds of the
@@ -24,7 +62,7 @@ export async function tableStats(db: PgQueryable, table: string, states: readonl
   const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
     db,
     `SELECT state, count(*) AS n,
-            EXTRACT(EPOCH FROM clock_timestamp() - min(scheduled_at)
+            EXTRACT(EPOCH FROM clock_timestamp() - min(${DUE_FROM})
               FILTER (WHERE state = 'pending' AND scheduled_at <= clock_timestamp()))::float8 AS oldest
        FROM ${table} GROUP BY state`,
   );
@@ -42,9 +80,9 @@ export async function tableStats(db: PgQueryable, table: string, states: readonl
  * query of two statements (no bind values, `pgSimpleQuery`), so one round trip.
  *
  * The count reads no column (no clock call per row: a per-row `FILTER` on `clock_timestamp()`
- * made the count of 1,000,000 pending rows 1.5x slower), and the oldest is the first entry of the
- * pending index. The earliest pending row is due exactly when any is: an age below zero (nothing
- * due yet) is 0, as no due row is.
+ * made the count of 1,000,000 pending rows 1.5x slower), and the oldest is two probes of the
+ * pending index (`oldestDueFromSql`). The earliest pending row is due exactly when any is: an age
+ * below zero (nothing due yet) is 0, as no due row is.
  *
  * The count runs in the backend alone (`max_parallel_workers_per_gather = 0` for this statement's
  * transaction only: the statements of one query string share an implicit transaction). On a large
@@ -56,15 +94,31 @@ export async function tableStats(db: PgQueryable, table: string, states: readonl
 export function pendingStatsSql(table: string, pendingCondition = 'TRUE'): string {
   return `SET LOCAL max_parallel_workers_per_gather = 0;
      SELECT (SELECT count(*) FROM ${table} WHERE state = 'pending' AND (${pendingCondition})) AS n,
-            date_part('epoch', clock_timestamp() - (SELECT min(scheduled_at) FROM ${table} WHERE state = 'pending' AND (${pendingCondition}))) AS oldest`;
+            date_part('epoch', clock_timestamp() - ${oldestDueFromSql(table, pendingCondition)}) AS oldest`;
 }
 
 /** The latest `limit` dead rows, newest first; `label` (topic or source) becomes `topicOrSource`. */
 export async function deadList(db: PgQueryable, table: string, label: 'topic' | 'source', limit: number): Promise<DeadRowSummary[]> {
-  const { rows } = await pgQuery<{ id: string; label: string; last_error: string | null; updated_at: Date }>(
+  const { rows } = await pgQuery<{ id: string; label: string; last_error: string | null; updated_at: PgTime }>(
     db,
     `SELECT id, ${label} AS label, last_error, updated_at FROM ${table} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
     [limit],
   );
-  return rows.map((r) => ({ id: r.id, topicOrSource: r.label, lastError: r.last_error, updatedAt: r.updated_at }));
+  return rows.map((r) => ({ id: r.id, topicOrSource: r.label, lastError: r.last_error, updatedAt: pgTime(r.updated_at) }));
+}
+
+/** A timestamptz as node-pg reads it: a `Date`, or the number `Infinity` / `-Infinity` for `infinity` / `-infinity`. */
+export type PgTime = Date | number;
+
+/** The latest and earliest time a JavaScript `Date` holds, in ms: ±100,000,000 days from 1970. */
+export const DATE_LIMIT_MS = 8.64e15;
+
+/**
+ * A read timestamptz as a `Date` that can be shown (`toISOString`) and compared: `infinity` is the
+ * latest time a `Date` holds (+275760-09-13), `-infinity` the earliest (-271821-04-20). A `Date`
+ * cannot be infinite, and the number node-pg gives makes `toISOString` throw.
+ */
+export function pgTime(value: PgTime): Date {
+  if (value instanceof Date) return value;
+  return new Date(Math.sign(value) * DATE_LIMIT_MS);
 }
