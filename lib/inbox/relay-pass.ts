@@ -38,7 +38,10 @@
  * ETIMEOUT) — took nothing (its transaction rolled back): the pass ends as at any deadline, its
  * summary returned and its counts written, not with an error (`unlessEndedAtDeadline`; the reclaim
  * through `reclaimWithinDeadline`, which also sends it again as a deadlock victim); any other error
- * of a claim or the reclaim fails the pass.
+ * of a claim or the reclaim fails the pass. A finishing write not sent because the invocation has
+ * no time left (`InvocationEndedError`: a pass frozen or held past its end) did not run: its rows
+ * stay `processing` for the reclaim, counted in `outOfTime`, with one warning; no other write is
+ * tried for them (no row-by-row forward, no retry).
  */
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { backoffDelayMs, idlePollDelayMs, OUTBOX_BACKOFF_CAP_MS } from '../claims/backoff.ts';
@@ -51,7 +54,7 @@ import type { ColumnDialect } from '../db/column-length.ts';
 import { withLazyPayload } from '../db/lazy-payload.ts';
 import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
+import { InvocationEndedError, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import { errorClassOf } from '../observability/failure-log.ts';
@@ -91,6 +94,12 @@ export interface RelaySummary {
   reclaimed: number;
   /** Claimed rows whose write did not land before the pass returned; they stay `processing` until reclaimed. */
   abandoned: number;
+  /**
+   * Rows of `abandoned` whose finishing write (forward, retry, dead, release) was not sent because
+   * the invocation had no time left (a pass frozen or held past its end): it did not run, so nothing
+   * of it is half-done. Set by every pass; absent only when none ran.
+   */
+  outOfTime?: number;
   durationMs: number;
 }
 
@@ -226,7 +235,9 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   for (const [name, source] of Object.entries(config.inbox.sources)) {
     if (source.topicTemplate !== undefined) checkTopicTemplate(source.topicTemplate, `inbox.sources.${name}.topicTemplate`);
   }
-  const summary: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, abandoned: 0, durationMs: 0 };
+  const summary: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, abandoned: 0, outOfTime: 0, durationMs: 0 };
+  // Rows whose finishing write was not sent: the invocation had no time left (`InvocationEndedError`).
+  let outOfTime = 0;
   // Claims (`claimKey`: id and token) lost in this pass; a later claim of the same row is another claim.
   const lost = new Set<string>();
   /** Writes the counts so far right after the step that counted them (once per burst), not only at the end of the pass. */
@@ -341,6 +352,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
         try {
           released += (await finishing(() => releaseMany({ claims: unwritten }))).length;
         } catch (error) {
+          if (error instanceof InvocationEndedError) return void (outOfTime += unwritten.length);
           logger.warn('inbox release of rows never forwarded failed; they are reclaimed after their lease', { rows: unwritten.length, error: redactError(error) });
         }
       });
@@ -354,6 +366,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   metrics.flush();
   await options.scaleOut?.passEnded();
   summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost - released;
+  summary.outOfTime = outOfTime;
+  if (outOfTime > 0) logger.warn('inbox relay pass ran out of invocation time before writing rows: their finishing writes were not sent; they stay processing until the reclaim returns them after their lease', { outOfTime });
   // At most once per BACKLOG_GAUGE_INTERVAL_MS per driver, and in all (the database gate): the
   // read counts the pending rows. A closing step: up to the deadline, or a short slice past it.
   if (backlogGaugeDue(driver, 'inbox')) {
@@ -410,6 +424,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
         for (const f of items) loseClaim(claimOf(f.row), 'forward');
         return;
       }
+      // Not sent, for lack of time: nothing ran, and no write of another form could be sent either.
+      if (error instanceof InvocationEndedError) return void (outOfTime += items.length);
       // The statement changed nothing: forward row by row, so one row the outbox refuses cannot
       // hold the others.
       logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: items.length, error: redactError(error) });
@@ -444,6 +460,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       if (await finishing(() => driver.inboxForward(forwardItemOf(row, message, relay.outboxKey), { maxAttempts: relayMaxAttempts }))) countForwarded(1);
       else loseClaim(claim, 'forward');
     } catch (error) {
+      // Not sent (or its transaction rolled back), for lack of time: nothing ran, and no retry can be sent.
+      if (error instanceof InvocationEndedError) return void outOfTime++;
       if (closed) return;
       await settleFailure(row, message, claim, error);
     }
@@ -462,6 +480,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       reportRelayFailures(report, 'retried', [{ row, topic: message.topic, errorClass, error: reason }]);
     } catch (retryError) {
       if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
+      if (retryError instanceof InvocationEndedError) return void outOfTime++;
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });
     }
   }
@@ -478,6 +497,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
       changed = new Set(await finishing(() => driver.inboxMarkDeadMany({ items: writes })));
     } catch (deadError) {
       if (deadError instanceof FencedLockTimeoutError) return writes.forEach((w) => loseClaim(w, 'dead'));
+      if (deadError instanceof InvocationEndedError) return void (outOfTime += writes.length);
       logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: deadError as Error });
       return;
     }

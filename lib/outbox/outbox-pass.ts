@@ -51,7 +51,12 @@
  * nothing (its transaction rolled back): the pass ends as at any deadline (`stoppedBecause:
  * 'deadline'`, its summary returned, its counts written), not with an error (`unlessEndedAtDeadline`;
  * the reclaim through `reclaimWithinDeadline`, which also sends it again as a deadlock victim).
- * Any other error of a claim or the reclaim fails the pass.
+ * Any other error of a claim or the reclaim fails the pass. A finishing write not sent because
+ * the invocation has no time left (a pass frozen or held past its end, `settleInTime` in
+ * `deliver-batch.ts`) did not run either: its rows stay `processing` for the reclaim, counted in
+ * `abandoned` and `outOfTime`, with a warning naming those the destination accepted (delivered
+ * again after their lease); the pass ends with its summary. A finishing write sent and failed
+ * fails the pass.
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
@@ -88,6 +93,12 @@ export interface OutboxPassSummary extends PassTally {
    * they stay `processing` until reclaimed. A settle already sent is awaited, not abandoned.
    */
   abandoned: number;
+  /**
+   * Rows of `abandoned` whose finishing write (sent, retry, dead, release) was not sent because
+   * the invocation had no time left (a pass frozen or held past its end): it did not run, so the
+   * pass ends with its summary, not an error. Set by every pass; absent only when none ran.
+   */
+  outOfTime?: number;
   durationMs: number;
   stoppedBecause: StopReason;
 }
@@ -141,6 +152,12 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   const claimWindowMs = () => Math.max(MIN_CLAIM_WINDOW_MS, 2 * Math.max(0, ...slowest.values()));
   let closed = false;
   let failure: unknown;
+  // Rows whose finishing write was not sent for lack of time, and those of them the destination accepted.
+  const notSent = { rows: 0, delivered: 0 };
+  const countNotSent = (rows: number, delivered: number) => {
+    notSent.rows += rows;
+    notSent.delivered += delivered;
+  };
   const firstLeaseMs = leaseMsFor(outbox.claimTimeoutMs, deadline.invocationRemainingMs());
   const ctx: PassContext = {
     driver,
@@ -358,7 +375,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     tally.claimed += rows.length;
     tally.batches++;
     const entry = { work: Promise.resolve(), rows: rows.length, startedAt: performance.now() };
-    entry.work = deliverBatch(ctx, rows)
+    entry.work = deliverBatch(ctx, rows, countNotSent)
       .catch((error: unknown) => {
         failure ??= error;
       })
@@ -405,6 +422,12 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   await scaleOutEnded;
   // Every claimed row is settled (sent, retried, dead), lost, or neither: abandoned.
   const abandoned = tally.claimed - tally.sent - tally.retried - tally.dead - tally.claimsLost - tally.released;
+  if (notSent.rows > 0) {
+    logger.warn('outbox pass ran out of invocation time before marking rows: their finishing writes were not sent; they stay processing until the reclaim returns them after their lease, and the rows the destination accepted are delivered again', {
+      outOfTime: notSent.rows,
+      deliveredNotMarked: notSent.delivered,
+    });
+  }
   if (abandoned > 0) logger.warn('outbox pass stopped with rows in flight: they stay processing until the reclaim step recovers them', { abandoned });
 
   for (const [type, ms] of slowest) metrics.gauge('outboxPublishDuration', ms / 1000, { destination_type: type });
@@ -423,7 +446,7 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
   }
   // A failure may have come after the loop (a metrics flush).
   if (failure !== undefined) stoppedBecause = 'error';
-  const summary: OutboxPassSummary = { ...tally, reclaimRan, abandoned, durationMs: Math.round(performance.now() - started), stoppedBecause };
+  const summary: OutboxPassSummary = { ...tally, reclaimRan, abandoned, outOfTime: notSent.rows, durationMs: Math.round(performance.now() - started), stoppedBecause };
   if (failure !== undefined) throw new OutboxPassError(summary, failure);
   return summary;
 }
