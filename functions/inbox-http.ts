@@ -8,6 +8,7 @@
  * a 503 — never a row committed after the invocation has answered or timed out.
  */
 import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
+import { redactError, throwingRedacted } from '../lib/claims/redact.ts';
 import { TransientDatabaseError } from '../lib/errors.ts';
 import { createHttpReceiver, unavailable } from '../lib/inbox/http-receiver.ts';
 import type { ApiGatewayEvent } from '../lib/inbox/http-request.ts';
@@ -17,13 +18,14 @@ import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 
 const receiverOf = perContainer(createHttpReceiver);
 
-export async function handler(event: ApiGatewayEvent, context?: Context): Promise<APIGatewayProxyStructuredResultV2> {
+/** The deployed handler; what it throws leaves it redacted (`throwingRedacted`): the runtime logs a thrown error's message and stack. */
+export const handler = throwingRedacted(async function httpInbox(event: ApiGatewayEvent, context?: Context): Promise<APIGatewayProxyStructuredResultV2> {
   let container: Container;
   try {
     container = await getContainer(context);
   } catch (error) {
     if (!(error instanceof TransientDatabaseError || error instanceof InvocationEndedError)) throw error;
-    console.error(JSON.stringify({ level: 'ERROR', message: 'inbox receiver cannot reach the database at start-up; answering 503', error: error.message }));
+    console.error(JSON.stringify({ level: 'ERROR', message: 'inbox receiver cannot reach the database at start-up; answering 503', error: redactError(error) }));
     return unavailable();
   }
   if (context) container.logger.addContext(context);
@@ -35,4 +37,4 @@ export async function handler(event: ApiGatewayEvent, context?: Context): Promis
   } finally {
     metrics.flush();
   }
-}
+});

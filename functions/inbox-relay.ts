@@ -11,6 +11,7 @@
  * scale-out start is bounded by the deadline.
  */
 import type { Context } from 'aws-lambda';
+import { throwingRedacted } from '../lib/claims/redact.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { runRelayPass, type RelaySummary } from '../lib/inbox/relay-pass.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
@@ -35,7 +36,8 @@ const NO_PASS: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, c
 /** Builds a relay handler; the module's `handler` is the one deployed. */
 export function createInboxRelay(options: InboxRelayOptions = {}): (event: unknown, context: Context) => Promise<InboxRelayResult> {
   const invoke = options.invoke ?? lambdaInvoker();
-  return async function inboxRelay(event, context) {
+  // What it throws leaves it redacted: the runtime logs a thrown error's message and stack.
+  return throwingRedacted(async function inboxRelay(event, context) {
     const container = await getContainer(context);
     container.logger.addContext(context);
     const metrics = passMetrics(container);
@@ -73,7 +75,7 @@ export function createInboxRelay(options: InboxRelayOptions = {}): (event: unkno
     } finally {
       metrics.flush();
     }
-  };
+  });
 }
 
 /** The deployed handler (`functions/inbox-relay.handler`). */

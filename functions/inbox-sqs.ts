@@ -5,6 +5,7 @@
  * SQS delivers it again — never a row committed after the invocation has ended.
  */
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { throwingRedacted } from '../lib/claims/redact.ts';
 import { createSqsReceiver } from '../lib/inbox/sqs-receiver.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { getContainer, passMetrics, perContainer } from '../lib/runtime/container.ts';
@@ -12,7 +13,8 @@ import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 
 const receiverOf = perContainer(createSqsReceiver);
 
-export async function handler(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {
+/** The deployed handler; what it throws leaves it redacted (`throwingRedacted`): the runtime logs a thrown error's message and stack. */
+export const handler = throwingRedacted(async function sqsInbox(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {
   const container = await getContainer(context);
   container.logger.addContext(context);
   const receive = receiverOf(container);
@@ -22,4 +24,4 @@ export async function handler(event: SQSEvent, context: Context): Promise<SQSBat
   } finally {
     metrics.flush();
   }
-}
+});

@@ -7,6 +7,7 @@
  * this function fixes.
  */
 import type { Context } from 'aws-lambda';
+import { throwingRedacted } from '../lib/claims/redact.ts';
 import { loadConfig } from '../lib/config/load-config.ts';
 import { createDriver } from '../lib/db/create-driver.ts';
 import type { Driver, MigrateResult } from '../lib/db/driver.ts';
@@ -39,7 +40,8 @@ export function isCheckEvent(event: unknown): boolean {
   return check === true;
 }
 
-export async function handler(event: unknown, context: Context): Promise<MigrateResult | MigrateCheckResult> {
+/** The deployed handler; what it throws leaves it redacted (`throwingRedacted`): the runtime logs a thrown error's message and stack. */
+export const handler = throwingRedacted(async function migrate(event: unknown, context: Context): Promise<MigrateResult | MigrateCheckResult> {
   const check = isCheckEvent(event);
   // The connection string from Secrets Manager or SSM when the stage names one, as the other
   // functions read it (`custom.queuebox.databaseSecretArn` / `databaseUrlParameter`).
@@ -56,7 +58,7 @@ export async function handler(event: unknown, context: Context): Promise<Migrate
   } finally {
     await driver.close();
   }
-}
+});
 
 async function run(check: boolean, driver: Driver, logger: Logger): Promise<MigrateResult | MigrateCheckResult> {
   if (check) {

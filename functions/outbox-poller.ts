@@ -13,6 +13,7 @@
  * scale-out start is bounded by the deadline.
  */
 import type { Context } from 'aws-lambda';
+import { redactError, throwingRedacted } from '../lib/claims/redact.ts';
 import { createDestinations, type Destinations } from '../lib/destinations/create-destinations.ts';
 import { OutboxPassError, runOutboxPass, type OutboxPassSummary } from '../lib/outbox/outbox-pass.ts';
 import { traceClient, tracedDestination, traceInvocation } from '../lib/observability/tracing.ts';
@@ -52,7 +53,8 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
     return { destinations, router: createRouter(container.config.outbox.routes, Object.fromEntries(destinations)) };
   });
 
-  return async function outboxPoller(event, context) {
+  // What it throws leaves it redacted: the runtime logs a thrown error's message and stack.
+  return throwingRedacted(async function outboxPoller(event, context) {
     const container = await getContainer(context);
     const { destinations, router } = dependencies(container);
     const metrics = passMetrics(container);
@@ -100,12 +102,12 @@ export function createOutboxPoller(options: OutboxPollerOptions = {}): (event: u
         await withStatementBudget(closingBudgetMs(deadline), () => scaleOut.end());
       }
     } catch (error) {
-      if (error instanceof OutboxPassError) logger.error('outbox pass failed', { summary: error.summary, error: String(error.cause) });
+      if (error instanceof OutboxPassError) logger.error('outbox pass failed', { summary: error.summary, error: redactError(error.cause) });
       throw error;
     } finally {
       metrics.flush();
     }
-  };
+  });
 }
 
 /** The summary of an invocation that ran no pass (a duplicate scale-out start event). */

@@ -16,6 +16,7 @@
  * short slice past it (`closingBudgetMs`): the handler returns before the invocation ends.
  */
 import type { Context } from 'aws-lambda';
+import { throwingRedacted } from '../lib/claims/redact.ts';
 import { cutAtDeadline, reclaimCutAtDeadline } from '../lib/operations/deadline-cut.ts';
 import { ReclaimIncompleteError, reclaimEventThrottled, reclaimNow, type ReclaimCounts } from '../lib/operations/reclaim-now.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
@@ -23,7 +24,8 @@ import { closingBudgetMs, operationDeadline } from '../lib/runtime/deadline.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { recordPassFinished } from '../lib/runtime/pass-heartbeat.ts';
 
-export async function handler(event: unknown, context: Context): Promise<ReclaimCounts & { throttled: boolean }> {
+/** The deployed handler; what it throws leaves it redacted (`throwingRedacted`): the runtime logs a thrown error's message and stack. */
+export const handler = throwingRedacted(async function reclaim(event: unknown, context: Context): Promise<ReclaimCounts & { throttled: boolean }> {
   const throttled = reclaimEventThrottled(event);
   const container = await getContainer(context);
   container.logger.addContext(context);
@@ -61,4 +63,4 @@ export async function handler(event: unknown, context: Context): Promise<Reclaim
   } finally {
     metrics.flush();
   }
-}
+});

@@ -8,13 +8,15 @@
  * invocation's deadline cancelled fails saying so and what moved (`replayCutAtDeadline`).
  */
 import type { Context } from 'aws-lambda';
+import { throwingRedacted } from '../lib/claims/redact.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { operationBudgetMs } from '../lib/runtime/deadline.ts';
 import { cutAtDeadline, replayCutAtDeadline } from '../lib/operations/deadline-cut.ts';
 import { parseReplayCommand, runReplayCommand } from '../lib/operations/replay.ts';
 import { getContainer } from '../lib/runtime/container.ts';
 
-export async function handler(event: unknown, context: Context): Promise<Awaited<ReturnType<typeof runReplayCommand>>> {
+/** The deployed handler; what it throws leaves it redacted (`throwingRedacted`): the runtime logs a thrown error's message and stack. */
+export const handler = throwingRedacted(async function replay(event: unknown, context: Context): Promise<Awaited<ReturnType<typeof runReplayCommand>>> {
   const container = await getContainer(context);
   container.logger.addContext(context);
   const command = parseReplayCommand(event);
@@ -28,4 +30,4 @@ export async function handler(event: unknown, context: Context): Promise<Awaited
   });
   container.logger.info(command.dryRun ? 'replay preview' : 'replay finished', { ...('moved' in result ? result : { count: result.count }), filter: command.request });
   return result;
-}
+});

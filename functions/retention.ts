@@ -8,12 +8,14 @@
  * naming it before the database is reached (`parseRetentionEvent`).
  */
 import type { Context } from 'aws-lambda';
+import { throwingRedacted } from '../lib/claims/redact.ts';
 import { parseRetentionEvent, runRetention, type RetentionResult } from '../lib/operations/retention.ts';
 import { getContainer, passMetrics } from '../lib/runtime/container.ts';
 import { withStatementBudget } from '../lib/db/statement-budget.ts';
 import { createDeadline, operationBudgetMs } from '../lib/runtime/deadline.ts';
 
-export async function handler(event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
+/** The deployed handler; what it throws leaves it redacted (`throwingRedacted`): the runtime logs a thrown error's message and stack. */
+export const handler = throwingRedacted(async function retention(event: unknown, context: Context): Promise<RetentionResult & { enabled: boolean }> {
   parseRetentionEvent(event);
   const container = await getContainer(context);
   const { config, driver, logger } = container;
@@ -33,4 +35,4 @@ export async function handler(event: unknown, context: Context): Promise<Retenti
   } finally {
     metrics.flush();
   }
-}
+});

@@ -20,6 +20,7 @@
  * `eventTypePath` reads one from the body) only when it has the shape of an event name.
  */
 import type { APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import { redactedError } from '../claims/redact.ts';
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
 import { PayloadRejectedError, TransientDatabaseError } from '../errors.ts';
@@ -94,7 +95,7 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     } catch (error) {
       if (!(error instanceof InboxRejectionError)) throw error;
       metrics.count('inboxRejections', 1, { reason: error.reason });
-      logger.info('inbox request refused', { reason: error.reason, detail: error.message, path });
+      logger.info('inbox request refused', { reason: error.reason, detail: redactedError(error).message, path });
       return json(error.status, { error: error.message }, error.reason === 'method_not_allowed' ? { allow: 'POST' } : {});
     }
   };
@@ -117,7 +118,7 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     } catch (error) {
       // The database refused the body's JSON although the checks above passed it: an invalid body.
       if (error instanceof PayloadRejectedError) throw new InboxRejectionError('invalid_json', `body is not valid JSON: ${error.message}`);
-      logger.error('inbox store failed', { source: source.name, error: error as Error });
+      logger.error('inbox store failed', { source: source.name, error: redactedError(error) });
       // A store cancelled at the invocation's deadline, or not sent for lack of time, stored nothing.
       if (error instanceof TransientDatabaseError || error instanceof InvocationEndedError) return unavailable();
       return json(500, { error: 'the message could not be stored' });

@@ -49,7 +49,7 @@ import { claimKey } from '../claims/claim-key.ts';
 import { otherRelayOutboxKey, relayOutboxKey, type RelayOutboxKeyMode } from './outbox-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { leaseMsFor, MIN_LEASE_MS, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
-import { redactError } from '../claims/redact.ts';
+import { redactedError, redactError } from '../claims/redact.ts';
 import type { ColumnDialect } from '../db/column-length.ts';
 import { withLazyPayload } from '../db/lazy-payload.ts';
 import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
@@ -242,7 +242,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   const lost = new Set<string>();
   /** Writes the counts so far right after the step that counted them (once per burst), not only at the end of the pass. */
   // Not the pass's own step: a sink that throws here is logged, not the pass's failure.
-  const flushSoon = flushSoonOf(metrics, (error) => logger.error('metrics not written', { error: String(error) }));
+  const flushSoon = flushSoonOf(metrics, (error) => logger.error('metrics not written', { error: redactError(error) }));
   /** A finishing write (forward, retry, dead, release) or a renewal: it may use the margin, up to the invocation's end. */
   const finishing = <T>(write: () => Promise<T>): Promise<T> => withStatementBudget(() => deadline.invocationRemainingMs(), write);
   const loseClaim = (claim: ClaimRef, during: string) => {
@@ -481,7 +481,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     } catch (retryError) {
       if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
       if (retryError instanceof InvocationEndedError) return void outOfTime++;
-      logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: retryError as Error });
+      logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: redactedError(retryError) });
     }
   }
 
@@ -498,7 +498,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     } catch (deadError) {
       if (deadError instanceof FencedLockTimeoutError) return writes.forEach((w) => loseClaim(w, 'dead'));
       if (deadError instanceof InvocationEndedError) return void (outOfTime += writes.length);
-      logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: deadError as Error });
+      logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: redactedError(deadError) });
       return;
     }
     const failures: RelayFailure[] = [];

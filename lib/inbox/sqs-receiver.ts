@@ -21,6 +21,7 @@
  * message attribute) is stored with the row when valid and ignored otherwise.
  */
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import { redactedError, redactError } from '../claims/redact.ts';
 import type { QueueBoxConfig, SourceConfig } from '../config/schema.ts';
 import type { Driver, InboxMessageInput } from '../db/driver.ts';
 import type { Logger } from '../observability/logger.ts';
@@ -103,7 +104,7 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
         }
         metrics.count('inboxMessages', 1, { status: result.duplicate ? 'duplicate' : 'new' });
       } catch (error) {
-        logger.error('inbox store failed; SQS will redeliver the record', { source: source.name, messageId: record.messageId, error: error as Error });
+        logger.error('inbox store failed; SQS will redeliver the record', { source: source.name, messageId: record.messageId, error: redactedError(error) });
         failures.push({ itemIdentifier: record.messageId });
         failedFifo ||= fifo;
       }
@@ -182,13 +183,15 @@ function keyOrigin(source: SourceConfig, body: unknown, keyAttribute: string | u
  * A rejected record as a `dead` row: the raw body as a JSON string, keyed by `deadKeyOf`; the
  * `x-idempotency-key` attribute, when the record has one, is kept in `headers` for operators.
  * Body, reason and attribute are stored with NUL characters and lone surrogates replaced (the
- * reason may quote the body: JSON.parse's does).
+ * reason may quote the body: JSON.parse's does). The reason is redacted and bounded as every
+ * `last_error` is (`redactError`): it is shown and logged (`sqs message stored dead at receipt`)
+ * where the body is not; the body is stored as it came.
  */
 function deadMessage(base: Pick<InboxMessageInput, 'source' | 'consumption' | 'headers' | 'trace'>, record: SQSRecord, reason: string, dialect: ColumnDialect): InboxMessageInput {
   const key = attribute(record, KEY_ATTRIBUTE);
   const correlation = storable(attribute(record, 'x-correlation-id'), MAX_CORRELATION_LENGTH, dialect);
   const body = storableText(record.body);
-  const why = storableText(reason).text;
+  const why = storableText(redactError(reason)).text;
   return {
     ...base,
     headers: key === undefined ? {} : { [KEY_ATTRIBUTE]: storableText(key).text },

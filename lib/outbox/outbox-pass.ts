@@ -62,7 +62,7 @@ import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper } from '../claims/lease-keeper.ts';
 import { idlePollDelayMs } from '../claims/backoff.ts';
 import { leaseMsFor, MIN_CLAIM_WINDOW_MS, reclaimThrottleMs, renewalLeaseMsFor } from '../claims/lease.ts';
-import { redactError } from '../claims/redact.ts';
+import { redactedError, redactError } from '../claims/redact.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
 import { reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
@@ -121,14 +121,18 @@ export interface OutboxPassOptions {
   scaleOut?: ScaleOutHook;
 }
 
-/** A pass that failed (database error); `summary` is what it did before and while stopping. */
+/**
+ * A pass that failed (database error); `summary` is what it did before and while stopping. Its
+ * message quotes the cause's redacted (`redactedError`): it is logged wherever it goes (the
+ * handler's runtime logs a thrown error's message and stack). `cause` is the error itself.
+ */
 export class OutboxPassError extends QueueBoxError {
   override readonly name = 'OutboxPassError';
   constructor(
     readonly summary: OutboxPassSummary,
     cause: unknown,
   ) {
-    super(`outbox pass failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    super(`outbox pass failed: ${redactedError(cause).message}`, { cause });
   }
 }
 

@@ -3,6 +3,7 @@
  * database driver (one small pool) and the logger. Handlers call `getContainer()` at the start
  * of every invocation; the first call builds, later calls reuse.
  */
+import { redactedError } from '../claims/redact.ts';
 import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { createDriver } from '../db/create-driver.ts';
@@ -136,7 +137,7 @@ async function reconnectIfRotated(previous: Promise<Container>, url: string, con
   try {
     fresh = (await withinMs(withDatabaseUrl(process.env, { forceFetch: true }), SECRET_REREAD_TIMEOUT_MS, 'database secret')).QUEUEBOX_DATABASE_URL;
   } catch (error) {
-    container.logger.warn('database secret could not be read again; the connection string held is kept', { error: error as Error });
+    container.logger.warn('database secret could not be read again; the connection string held is kept', { error: redactedError(error) });
     return container;
   }
   if (fresh === undefined || fresh === url) return container;

@@ -15,6 +15,7 @@
  * status` showing an earlier pass; the heartbeat alarms read the metric, which was written.
  */
 import { MIN_TIME_TO_CLAIM_MS } from '../claims/lease.ts';
+import { redactError } from '../claims/redact.ts';
 import type { Driver, PassWorker } from '../db/driver.ts';
 import { withStatementBudget } from '../db/statement-budget.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -37,7 +38,7 @@ export async function recordPassFinished(options: PassHeartbeatOptions): Promise
   try {
     await withStatementBudget(options.remainingMs, () => driver.passRecordFinished({ worker }));
   } catch (error) {
-    logger.warn('the finished pass was not recorded in the database: queuebox status shows an earlier one', { worker, error: String(error) });
+    logger.warn('the finished pass was not recorded in the database: queuebox status shows an earlier one', { worker, error: redactError(error) });
   }
 }
 

@@ -32,6 +32,7 @@
  *   pass's closing window (`closingBudgetMs`), as a started pass's own release does in its
  *   handler.
  */
+import { redactError } from '../claims/redact.ts';
 import type { Driver, ScaleOutSlot, ScaleOutWorker } from '../db/driver.ts';
 import { UsageError } from '../errors.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -173,7 +174,7 @@ export async function joinScaleOut(options: ScaleOutOptions): Promise<ScaleOutIn
         try {
           await driver.scaleOutRelease({ worker, slot: held });
         } catch (error) {
-          logger.warn('scale-out slot not freed: it frees itself when its lease ends', { slot: held.slot, error: String(error) });
+          logger.warn('scale-out slot not freed: it frees itself when its lease ends', { slot: held.slot, error: redactError(error) });
         }
       },
     };
@@ -204,7 +205,7 @@ function backlogCheck(options: ScaleOutOptions, report: ScaleOutReport): ScaleOu
           return;
         }
         checking = check(options, report, finished(), elapsedMs, lastClaimFull()).catch((error: unknown) => {
-          logger.warn('scale-out check failed: no pass started', { error: String(error) });
+          logger.warn('scale-out check failed: no pass started', { error: redactError(error) });
         });
       };
       timer = setTimeout(fire, delayMs);
@@ -251,10 +252,10 @@ async function check(options: ScaleOutOptions, report: ScaleOutReport, finished:
       } catch (error) {
         report.failed++;
         metrics.count('scaleOutPasses', 1, { function: worker, outcome: 'failed' });
-        logger.error('scale-out invoke failed: the pass goes on without it', { function: options.functionName, slot: slot.slot, error: String(error) });
+        logger.error('scale-out invoke failed: the pass goes on without it', { function: options.functionName, slot: slot.slot, error: redactError(error) });
         // An invoke that hung gave up at the deadline: the release is a closing step (`closingBudgetMs`).
         await withStatementBudget(closingBudgetMs(deadline, { shared: false }), () => driver.scaleOutRelease({ worker, slot })).catch((releaseError: unknown) => {
-          logger.warn('scale-out slot not freed: it frees itself when its lease ends', { slot: slot.slot, error: String(releaseError) });
+          logger.warn('scale-out slot not freed: it frees itself when its lease ends', { slot: slot.slot, error: redactError(releaseError) });
         });
       }
     }),

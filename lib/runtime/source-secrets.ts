@@ -10,6 +10,7 @@
  * per interval. A read again that fails, or gets no answer within `SECRET_REREAD_TIMEOUT_MS`,
  * keeps the value held. There is no grace window: once the new value is read, only it verifies.
  */
+import { redactedError } from '../claims/redact.ts';
 import { shownVariable } from '../config/looks-like-secret.ts';
 import { ConfigError } from '../errors.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
@@ -99,7 +100,7 @@ export async function loadSourceSecrets(options: SourceSecretsOptions): Promise<
     entry.reading = withinMs(answer, SECRET_REREAD_TIMEOUT_MS, `SSM parameter for ${name}`)
       .then(() => entry.value)
       .catch((error: unknown) => {
-        options.logger?.warn('source secret could not be read again; the value held is kept', { secret: name, error: error as Error });
+        options.logger?.warn('source secret could not be read again; the value held is kept', { secret: name, error: redactedError(error) });
         return entry.value;
       })
       .finally(() => {
