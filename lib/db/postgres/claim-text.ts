@@ -18,7 +18,10 @@ export function oncePerNames(build: (names: PgNames) => string): (names: PgNames
  * (`database.preparedStatements`) with `LIMIT $1` is planned again at every execution, because
  * PostgreSQL rates a generic plan with an unknown LIMIT as too costly and keeps custom plans;
  * with the literal it switches to the generic plan after five executions and plans no more.
- * The literal costs nothing unprepared (every execution is planned anyway).
+ * The literal costs nothing unprepared (every execution is planned anyway). A bound LIMIT is no
+ * guarantee of custom plans, though: on a few rows the pull claim's generic plan (`LIMIT $2`)
+ * costs no more than its custom plans, and PostgreSQL keeps it. Every prepared claim is planned
+ * under `PINNED_CLAIM_PLAN`, so that whichever plan PostgreSQL keeps serves a backlog.
  */
 export function oncePerNamesAndLimit<T = string>(build: (names: PgNames, limit: number) => T): (names: PgNames, limit: number) => T {
   const textsOf = memoizeByObject((_names: PgNames) => new Map<number, T>());

@@ -15,6 +15,7 @@ import { PayloadRejectedError, QueueBoxError, UsageError } from '../../errors.ts
 import { msInterval, type PgContext } from './context.ts';
 import type { PgNames } from './names.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
+import { PINNED_CLAIM_PLAN } from './claim-functions.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedQuery, idsChanged, fencedReleaseMany, fencedRenewMany, fencedRetryMany, isConnectionLost, lockWithinLease, reclaimExpired } from './fenced-writes.ts';
 import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
@@ -154,7 +155,7 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
   const rows = await claimRetryingInFlight(() =>
     pgTransaction(ctx.pool, async (client) => {
       await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-      return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared)).rows;
+      return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
     }),
   );
   return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
@@ -195,10 +196,10 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
        ),
        -- the head of each aggregate that can move: due, first attempt, nothing of it in flight
        heads AS (
-         SELECT h.id, h.scheduled_at, h.sequence
+         SELECT h.id, h.ctid, h.scheduled_at, h.sequence
            FROM open_aggregates a
            CROSS JOIN LATERAL (
-             SELECT i.id, i.state, i.attempt, i.scheduled_at, i.sequence FROM ${t} i
+             SELECT i.id, i.ctid, i.state, i.attempt, i.scheduled_at, i.sequence FROM ${t} i
               WHERE i.source = a.source AND i.aggregate_id = a.aggregate_id
                 AND ${open('i')}
               ORDER BY i.sequence LIMIT 1) h
@@ -238,32 +239,35 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
          UNION ALL
          -- past the window: the heads that can move and the rows without aggregate, in one claim
          -- order (a row without aggregate never waits for younger heads, nor a head for younger
-         -- keyless rows: the wait of a row that can move is bounded, see docs/inbox.md)
+         -- keyless rows: the wait of a row that can move is bounded, see docs/inbox.md), joined
+         -- back by ctid as the window is: joined by id, a plan kept from a few rows drove the join
+         -- from a scan of the whole table and read the heads again for every row
          SELECT id FROM (
            SELECT c.id FROM (
-               (SELECT heads.id, heads.scheduled_at, heads.sequence FROM heads
+               (SELECT heads.ctid, heads.scheduled_at, heads.sequence FROM heads
                  WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
                  ORDER BY heads.scheduled_at, heads.sequence
                  LIMIT ${limit})
                UNION ALL
-               (SELECT k.id, k.scheduled_at, k.sequence FROM ${t} k
+               (SELECT k.ctid, k.scheduled_at, k.sequence FROM ${t} k
                  WHERE k.state = 'pending' AND k.consumption = 'push' AND k.attempt = 0
                    AND (k.aggregate_id IS NULL OR k.aggregate_id = '')
                    AND k.scheduled_at <= clock_timestamp()
                    AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
                  ORDER BY k.scheduled_at, k.sequence
                  LIMIT ${limit})) m
-             JOIN ${t} c ON c.id = m.id
-            WHERE c.state = 'pending'
+             JOIN ${t} c ON c.ctid = m.ctid
+            -- the state written so that no partial index's predicate matches it: the ctid is the way in
+            WHERE (c.state || '') = 'pending'
             ORDER BY m.scheduled_at, m.sequence
             LIMIT ${limit}
             FOR UPDATE OF c SKIP LOCKED) AS beyond_window
          LIMIT ${limit}
        )
+       -- by id from the array of candidates, not a join (see the outbox claim)
        UPDATE ${t} i
           SET ${claimSet('$1')}
-         FROM candidates
-        WHERE i.id = candidates.id
+        WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
               i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at, i.trace_context`;
 });

@@ -11,7 +11,7 @@ import { msInterval, type PgContext } from './context.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, type PgQueryable } from './pg-pool.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
-import { runClaimStatement, type ClaimStatement } from './claim-functions.ts';
+import { PINNED_CLAIM_PLAN, runClaimStatement, type ClaimStatement } from './claim-functions.ts';
 import { claimFollowers } from './outbox-claim-followers.ts';
 import { claimSet, FENCE, fencedChangedIds, fencedDeadMany, fencedReleaseMany, fencedRenewMany, fencedRetryMany, reclaimExpired, type WholeClaim } from './fenced-writes.ts';
 import type { PgNames } from './names.ts';
@@ -506,7 +506,7 @@ export async function outboxClaimMany(ctx: PgContext, p: { limit: number; leaseM
     (
       await claimRetryingInFlight(() =>
         runClaimStatement(ctx.names, ctx.claimFunctionLimit === undefined || ctx.claimFunctionLimit === p.limit ? ctx.claimFunctions : undefined, statement, (text) =>
-          pgClaimQuery<OutboxDbRow & { window_rows: number } & Partial<SweepRow>>(ctx.pool, text, values, ctx.prepared),
+          pgClaimQuery<OutboxDbRow & { window_rows: number } & Partial<SweepRow>>(ctx.pool, text, values, ctx.prepared, PINNED_CLAIM_PLAN),
         ),
       )
     ).rows;

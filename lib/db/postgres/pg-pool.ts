@@ -5,7 +5,8 @@
  * connection (no `SET` after connecting, so the pool works behind RDS Proxy or PgBouncer in
  * transaction mode; PgBouncer must be told to ignore the two, and the role then carries them:
  * docs/operations.md, `test/foundation/pgbouncer.test.ts`). Statements are unnamed (no prepared-statement names), unless
- * `database.preparedStatements` opts the claim statements in (`pgClaimQuery`).
+ * `database.preparedStatements` opts the claim statements in (`pgClaimQuery`), each sent with its
+ * plan settings for its own transaction (`preludeQuery`), not set on the session.
  *
  * Inside a pass (`withStatementBudget`), a statement whose budget — the time left in the
  * invocation — is below the connection's `statement_timeout` runs in a transaction of its own
@@ -378,82 +379,120 @@ export async function pgSingleTrip<R extends pg.QueryResultRow>(db: PgQueryable,
   }
 }
 
-/** The part of a `pg` connection (`client.connection`) a bounded single trip writes to. */
+/** The part of a `pg` connection (`client.connection`) a statement with a prelude writes to. */
 interface PgWire {
-  parse(query: { text: string }): void;
+  parse(query: { text: string; name?: string }): void;
   bind(config: object): void;
   execute(config: object): void;
+  /** Named statements whose Parse was sent and not yet answered (`pg` keeps it: 8.x). */
+  submittedNamedStatements?: Record<string, string>;
   stream?: { cork?: () => void; uncork?: () => void };
 }
 
 /** `pg`'s query class (a "submittable"): the client hands it the connection when its turn comes, then the server's answers. */
-type PgQueryClass = new (config: { text: string; values: unknown[]; queryMode: 'extended' }, values: undefined, callback: (error: Error | null, result: unknown) => void) => {
-  submit(connection: PgWire): Error | null | undefined;
+type PgQueryClass = new (config: { text: string; values: unknown[]; name?: string; queryMode: 'extended' }, values: undefined, callback: (error: Error | null, result: unknown) => void) => {
+  readonly text: string;
+  readonly name?: string;
+  /** Writes the statement's messages (Parse unless its name is prepared on the connection, Bind, Describe, Execute, Sync): `submit` calls it, corked. */
+  prepare(connection: PgWire): void;
+  hasBeenParsed(connection: PgWire): boolean;
   handleDataRow(message: unknown): void;
   handleCommandComplete(message: unknown, connection: PgWire): void;
 };
 
-/** The subclass of each `pg` copy's query class (`Client.Query`) that sends the timeout ahead of its statement. */
-const boundedQueryClasses = new WeakMap<PgQueryClass, new (timeoutMs: number, text: string, values: unknown[], callback: (error: Error | null, result: unknown) => void) => object>();
+/** A statement for `preludeQuery`: its text and values, and its name when it is a named prepared statement. */
+interface PgStatement {
+  text: string;
+  values: unknown[];
+  name?: string;
+}
 
-function boundedQueryClass(Query: PgQueryClass) {
-  let Bounded = boundedQueryClasses.get(Query);
-  if (Bounded === undefined) {
-    Bounded = class extends Query {
-      /** Answers still to come from the timeout's `SELECT` (its row, its completion): not part of the statement's result. */
-      #setting = 2;
-      readonly #timeoutMs: number;
-      constructor(timeoutMs: number, text: string, values: unknown[], callback: (error: Error | null, result: unknown) => void) {
-        super({ text, values, queryMode: 'extended' }, undefined, callback);
-        this.#timeoutMs = timeoutMs;
+type PreludeQueryClass = new (prelude: string, statement: PgStatement, callback: (error: Error | null, result: unknown) => void) => object;
+
+/** The subclass of each `pg` copy's query class (`Client.Query`) that sends a prelude ahead of its statement. */
+const preludeQueryClasses = new WeakMap<PgQueryClass, PreludeQueryClass>();
+
+function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
+  let Prelude = preludeQueryClasses.get(Query);
+  if (Prelude === undefined) {
+    Prelude = class extends Query {
+      /** Answers still to come from the prelude (its row, its completion): not part of the statement's result. */
+      #preluding = 2;
+      readonly #prelude: string;
+      constructor(prelude: string, statement: PgStatement, callback: (error: Error | null, result: unknown) => void) {
+        super({ ...statement, queryMode: 'extended' }, undefined, callback);
+        this.#prelude = prelude;
       }
-      override submit(connection: PgWire): Error | null | undefined {
-        connection.stream?.cork?.();
-        try {
-          // Transaction-local: it ends with the implicit transaction at the Sync, nothing stays on the session.
-          connection.parse({ text: `SELECT set_config('statement_timeout', '${this.#timeoutMs}', true) IS NULL` });
-          connection.bind({});
-          connection.execute({});
-          // The statement, then the one Sync that ends the round trip.
-          return super.submit(connection);
-        } finally {
-          connection.stream?.uncork?.();
+      override prepare(connection: PgWire): void {
+        // A named statement new to this connection is parsed before the prelude: `pg` credits every
+        // ParseComplete of the round trip to this query's name, so the first one must be the
+        // statement's own (a failed Parse then leaves the name unprepared, as it is on the server).
+        // Parse plans nothing: the plan is made at the statement's Bind, after the prelude ran.
+        if (this.name !== undefined && !this.hasBeenParsed(connection)) {
+          connection.parse({ text: this.text, name: this.name });
+          if (connection.submittedNamedStatements !== undefined) connection.submittedNamedStatements[this.name] = this.text;
         }
+        connection.parse({ text: this.#prelude });
+        connection.bind({});
+        connection.execute({});
+        // The statement (its Parse too when unnamed), then the one Sync that ends the round trip.
+        super.prepare(connection);
       }
       override handleDataRow(message: unknown): void {
-        if (this.#setting === 2) return;
+        if (this.#preluding === 2) return;
         super.handleDataRow(message);
       }
       override handleCommandComplete(message: unknown, connection: PgWire): void {
-        if (this.#setting > 0) {
-          this.#setting = 0;
+        if (this.#preluding > 0) {
+          this.#preluding = 0;
           return;
         }
         super.handleCommandComplete(message, connection);
       }
     };
-    boundedQueryClasses.set(Query, Bounded);
+    preludeQueryClasses.set(Query, Prelude);
   }
-  return Bounded;
+  return Prelude;
+}
+
+/**
+ * `statement` on `client` in one round trip, after `prelude` — a `SELECT` of one row, written by
+ * QueueBox, typically of `set_config(…, true)` calls: in the extended protocol, with a single Sync,
+ * so both run in one transaction — the implicit transaction of the round trip, or the
+ * transaction `client` is in — and a setting the prelude makes is that transaction's alone (no
+ * `SET` left on the session: safe behind a pooler in transaction mode). A client of another
+ * kind (`pg-native`, or a `pg` whose query class lacks what this writes through) sends the
+ * statement alone.
+ */
+function preludeQuery<R extends pg.QueryResultRow>(client: pg.PoolClient, prelude: string, statement: PgStatement): Promise<pg.QueryResult<R>> {
+  const Query = (client.constructor as { Query?: unknown }).Query;
+  const wire = (client as unknown as { connection?: Partial<PgWire> }).connection;
+  const proto = (Query as { prototype?: Partial<InstanceType<PgQueryClass>> } | undefined)?.prototype;
+  if (
+    typeof Query !== 'function' ||
+    typeof proto?.prepare !== 'function' ||
+    typeof proto.hasBeenParsed !== 'function' ||
+    typeof wire?.parse !== 'function' ||
+    typeof wire.bind !== 'function' ||
+    typeof wire.execute !== 'function'
+  ) {
+    return client.query<R>(statement);
+  }
+  const Prelude = preludeQueryClass(Query as PgQueryClass);
+  return new Promise((resolve, reject) => {
+    const query = new Prelude(prelude, statement, (error, result) => (error ? reject(error) : resolve(result as pg.QueryResult<R>)));
+    (client as unknown as { query(submittable: object): unknown }).query(query);
+  });
 }
 
 /**
  * One statement on `client` in one round trip, bounded by `budgetMs` (a whole number of ms, at
- * least 1): in the extended protocol, `SELECT set_config('statement_timeout', …, true)` and then
- * the statement, with a single Sync, so both run in one implicit transaction and the timeout is
- * that transaction's alone (no `SET` left on the session: safe behind a pooler in transaction
- * mode). The timeout counts from each message of the statement, its wait for the table's lock at
- * Parse included. A client of another kind (`pg-native`) sends the statement alone.
+ * least 1): `SELECT set_config('statement_timeout', …, true)` as the prelude of the statement
+ * (`preludeQuery`), so the timeout is the statement's implicit transaction's alone. The timeout
+ * counts from each message of the statement, its wait for the table's lock at Parse included.
  */
 function boundedSingleTrip<R extends pg.QueryResultRow>(client: pg.PoolClient, text: string, values: unknown[], budgetMs: number): Promise<pg.QueryResult<R>> {
-  const Query = (client.constructor as { Query?: unknown }).Query;
-  const wire = (client as unknown as { connection?: Partial<PgWire> }).connection;
-  if (typeof Query !== 'function' || typeof wire?.parse !== 'function' || typeof wire.bind !== 'function' || typeof wire.execute !== 'function') return client.query<R>(text, values);
-  const Bounded = boundedQueryClass(Query as PgQueryClass);
-  return new Promise((resolve, reject) => {
-    const query = new Bounded(Math.max(1, Math.floor(budgetMs)), text, values, (error, result) => (error ? reject(error) : resolve(result as pg.QueryResult<R>)));
-    (client as unknown as { query(submittable: object): unknown }).query(query);
-  });
+  return preludeQuery<R>(client, `SELECT set_config('statement_timeout', '${Math.max(1, Math.floor(budgetMs))}', true) IS NULL`, { text, values });
 }
 
 const statementNames = new Map<string, string>();
@@ -470,18 +509,35 @@ function statementName(text: string): string {
 
 /**
  * Runs a claim statement: unnamed by default; with `prepared`, as a named prepared statement
- * that each connection parses and plans once (`pg` prepares it on first use per connection).
- * `text` must be the same string object or content on every call (the claim builders memoize it).
+ * that each connection parses once (`pg` prepares it on first use per connection), and that —
+ * when its text carries its batch size — PostgreSQL plans for the values of its first five
+ * executions and then plans no more, keeping a generic plan until the table's statistics change
+ * (or the connection's plan cache is reset). `text` must be the same string object or content on
+ * every call (the claim builders memoize it).
+ *
+ * `planSettings` (sent only with `prepared`): a `SELECT` of `set_config(…, true)` calls, sent
+ * ahead of the claim in its round trip (`preludeQuery`), so that every plan PostgreSQL makes for
+ * it — made at the claim's Bind, after them — is made under them: the claim functions' plan
+ * settings (`PINNED_CLAIM_PLAN`), which keep a plan made on a few rows right for a backlog. No
+ * round trip more; they hold for the claim's transaction alone — its implicit one, or the
+ * QueueBox transaction it ends (the relay and pull claims, a claim bounded by the time left) —
+ * and leave nothing on the session. Unprepared, the statement is planned for its values at every
+ * execution, as any unnamed statement is, and the settings are not sent.
  */
-export async function pgClaimQuery<R extends pg.QueryResultRow>(db: pg.Pool | pg.PoolClient, text: string, values: PgValues, prepared: boolean | undefined): Promise<pg.QueryResult<R>> {
+export async function pgClaimQuery<R extends pg.QueryResultRow>(
+  db: pg.Pool | pg.PoolClient,
+  text: string,
+  values: PgValues,
+  prepared: boolean | undefined,
+  planSettings: string,
+): Promise<pg.QueryResult<R>> {
   if (prepared !== true) return pgQuery<R>(db, text, values);
   try {
     const bounded = await boundStatement(db);
-    if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared))) as pg.QueryResult<R>;
-    if (db instanceof pg.Pool && (typeof values === 'function' || statementBudgetMs() !== undefined)) {
-      return await onConnection(db, (client) => answerWithin(client, () => client.query<R>({ name: statementName(text), text, values: valuesNow(values) })));
-    }
-    return await answerWithin(db, () => db.query<R>({ name: statementName(text), text, values: valuesNow(values) }));
+    if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared, planSettings))) as pg.QueryResult<R>;
+    const send = (client: pg.PoolClient) =>
+      answerWithin(client, () => preludeQuery<R>(client, planSettings, { name: statementName(text), text, values: valuesNow(values) }));
+    return await (db instanceof pg.Pool ? onConnection(db, send) : send(db));
   } catch (error) {
     throw mapPgError(error);
   }

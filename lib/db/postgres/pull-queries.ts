@@ -16,6 +16,7 @@
 import type { ClaimRef, DeadItem, InboxRow, RetryItem } from '../driver.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
+import { PINNED_CLAIM_PLAN } from './claim-functions.ts';
 import { claimSet, fencedQuery, fencedWriteCount, LEASE_START, lockWithinLease } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
@@ -41,7 +42,7 @@ const FENCE = pullFence(lockWithinLease(''));
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const rows = await pgTransaction(ctx.pool, async (client) => {
     await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source]);
-    return (await pgClaimQuery<InboxDbRow>(client, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared)).rows;
+    return (await pgClaimQuery<InboxDbRow>(client, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
   });
   return rows.map(toInboxRow);
 }
@@ -91,10 +92,10 @@ const pullClaimText = oncePerNames((names) => {
             ORDER BY k.aggregate_id LIMIT 1) n
      ),
      heads AS (
-       SELECT h.id, h.scheduled_at, h.created_at
+       SELECT h.id, h.ctid, h.scheduled_at, h.created_at
          FROM open_aggregates a
          CROSS JOIN LATERAL (
-           SELECT i.id, i.state, i.attempt, i.scheduled_at, i.created_at, i.lease_expires_at FROM ${t} i
+           SELECT i.id, i.ctid, i.state, i.attempt, i.scheduled_at, i.created_at, i.lease_expires_at FROM ${t} i
             WHERE ${open('i')} AND i.aggregate_id = a.aggregate_id
             ORDER BY i.sequence LIMIT 1) h
         WHERE h.attempt = 0 AND ${CLAIMABLE('h')}
@@ -129,32 +130,36 @@ const pullClaimText = oncePerNames((names) => {
        UNION ALL
        -- past the window: the heads that can move and the rows without aggregate, in one claim
        -- order (a row without aggregate never waits for younger heads, nor a head for younger
-       -- keyless rows: the wait of a row that can move is bounded, see docs/pull-workers.md)
+       -- keyless rows: the wait of a row that can move is bounded, see docs/pull-workers.md), joined
+       -- back by ctid as the window is: joined by id, a plan kept from a few rows drove the join
+       -- from a scan of the source's index and read the heads again for every row
        SELECT id FROM (
          SELECT c.id FROM (
-             (SELECT heads.id, heads.scheduled_at, heads.created_at FROM heads
+             (SELECT heads.id, heads.ctid, heads.scheduled_at, heads.created_at FROM heads
                WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
                ORDER BY heads.scheduled_at, heads.created_at, heads.id
                LIMIT $2)
              UNION ALL
-             (SELECT k.id, k.scheduled_at, k.created_at FROM ${t} k
+             (SELECT k.id, k.ctid, k.scheduled_at, k.created_at FROM ${t} k
                WHERE ${open('k')} AND k.attempt = 0 AND (k.aggregate_id IS NULL OR k.aggregate_id = '') AND ${CLAIMABLE('k')}
                  AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
                ORDER BY k.scheduled_at, k.created_at, k.id
                LIMIT $2)) m
-           JOIN ${t} c ON c.id = m.id
-          WHERE ${open('c')} AND ${CLAIMABLE('c')}
+           JOIN ${t} c ON c.ctid = m.ctid
+          -- still claimable, tested in an OR no index serves (the source and the consumption,
+          -- which never change, are not tested again): the ctid is the way in
+          WHERE ${CLAIMABLE('c')}
           ORDER BY m.scheduled_at, m.created_at, m.id
           LIMIT $2
           FOR UPDATE OF c SKIP LOCKED) AS beyond_window
        LIMIT $2
      ),
+     -- by id from the array of candidates, not a join (see the outbox claim)
      claimed AS (
      UPDATE ${t} i
         SET ${claimSet('$3')},
             ${LOST_LEASE_SET}
-       FROM candidates
-      WHERE i.id = candidates.id
+      WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
   RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
             i.correlation_id, i.attempt, i.created_at, i.scheduled_at, i.claim_token,
             i.lease_expires_at, i.trace_context)
