@@ -5,6 +5,7 @@
  * workers use, so a scheduled reclaim never adds load beyond one reclaim per `claimTimeoutMs / 5`);
  * a manual run ignores it and reclaims now.
  */
+import { redactedError } from '../claims/redact.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Driver, ReclaimResult } from '../db/driver.ts';
 import { QueueBoxError, UsageError } from '../errors.ts';
@@ -37,7 +38,7 @@ export class ReclaimIncompleteError extends QueueBoxError {
     cause: unknown,
     readonly failed: readonly ('outbox' | 'inbox')[] = [],
   ) {
-    super(`reclaim failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    super(`reclaim failed: ${redactedError(cause).message}`, { cause });
   }
 }
 

@@ -19,6 +19,7 @@
  */
 import { claimKey } from '../claims/claim-key.ts';
 import { LeaseKeeper, type RenewAnswer } from '../claims/lease-keeper.ts';
+import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, Driver } from '../db/driver.ts';
 import { endedAtDeadline } from '../db/statement-budget.ts';
 import type { QueueBoxMetrics } from '../observability/metrics.ts';
@@ -167,7 +168,7 @@ export class PullRun<Tx> {
         settings.metrics?.count('claimsLost', 1, { component: 'pull' });
         const run = this.#running.get(claimKey(claim));
         if (run) this.#count(run, 'lost');
-        settings.logger.warn('pull claim lost at renewal; its handler is aborted', { messageId: claim.id, reason, error: error === undefined ? undefined : String(error) });
+        settings.logger.warn('pull claim lost at renewal; its handler is aborted', { messageId: claim.id, reason, error: error === undefined ? undefined : redactError(error) });
       },
     });
   }
@@ -254,7 +255,7 @@ export class PullRun<Tx> {
       // bounds it: nothing claimed, the run ends.
       if (endedAtDeadline(error, !this.#policy.mayStart())) return [];
       if (this.#policy.exitWhenIdle) throw error;
-      this.#s.logger.error('pull claim failed; polling again', { source: this.#s.source, error: String(error) });
+      this.#s.logger.error('pull claim failed; polling again', { source: this.#s.source, error: redactError(error) });
       await sleep(this.#s.pollMs, this.#stop.signal);
       return undefined;
     }
@@ -291,7 +292,7 @@ export class PullRun<Tx> {
       (result) => this.#count(run, result),
       (error: unknown) => {
         // A settle statement failed (database error): the row keeps its claim until the lease ends.
-        this.#s.logger.error('pull message could not be settled; it is retried after its lease', { messageId: message.id, error: String(error) });
+        this.#s.logger.error('pull message could not be settled; it is retried after its lease', { messageId: message.id, error: redactError(error) });
       },
     );
     let slot = handled;
@@ -404,7 +405,7 @@ export class PullRun<Tx> {
         this.#s.metrics?.count('pullMessages', 1, { status: 'released' });
       } else this.summary.claimsLost += 1;
     } catch (error) {
-      this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: String(error) });
+      this.#s.logger.error('pull release failed; the row is reclaimable after its lease', { messageId: message.id, error: redactError(error) });
     }
   }
 

@@ -37,6 +37,7 @@
  */
 import type pg from 'pg';
 import { leaseMsFor, MIN_LEASE_MS, renewalLeaseMsFor } from '../claims/lease.ts';
+import { redactError } from '../claims/redact.ts';
 import { parseConfig } from '../config/load-config.ts';
 import { pullSchema, type QueueBoxConfig } from '../config/schema.ts';
 import type { Driver } from '../db/driver.ts';
@@ -437,7 +438,7 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
         answerWaitMs: () => undefined,
         onClaimAnswered: (...failure) => answered(failure.length > 0 ? { failed: true, error: failure[0] } : { failed: false }),
       }));
-      done.catch((error: unknown) => settings.logger.error('pull worker loop failed', { source: settings.source, error: String(error) }));
+      done.catch((error: unknown) => settings.logger.error('pull worker loop failed', { source: settings.source, error: redactError(error) }));
       // Resolves at the first claim's answer, or when the loop ends before one (stopped at once).
       const outcome = await Promise.race([firstClaim, done.then((): Outcome => ({ failed: false }), (error: unknown): Outcome => ({ failed: true, error }))]);
       if (outcome.failed) {

@@ -36,6 +36,7 @@
  * of 100 read 405,646 buffers, 13.6 s, at 100,000 rows).
  */
 import { createHash } from 'node:crypto';
+import { redactError } from '../../claims/redact.ts';
 import { quoteIdent, type PgNames } from './names.ts';
 
 /** A claim statement that may run as a function. */
@@ -319,7 +320,7 @@ export async function runClaimStatement<T>(
     if (!claimFunctionUnusable(error, name)) throw error;
     state.verified.delete(statement);
     state.missing.set(statement, state.now());
-    state.warn?.({ function: name, code: String(errorCode(error)), error: String((error as { message?: unknown }).message ?? error) });
+    state.warn?.({ function: name, code: String(errorCode(error)), error: redactError(error) });
     return run(statement.text);
   }
 }
