@@ -11,7 +11,8 @@ import { deadGroupQuery } from '../dead-groups.ts';
 import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
-import { DATE_LIMIT_MS, oldestDueFromSql, pgTime, type PgTime } from './table-reads.ts';
+import { oldestDueFromSql } from './table-reads.ts';
+import { DATE_LIMIT_MS, epochMs, epochTime, epochTimeOrNull, type EpochMs } from './epoch-time.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -27,11 +28,8 @@ const AGE = (expr: string) => `EXTRACT(EPOCH FROM ${expr})::float8`;
 const MS_UNTIL = (at: string, now: string) =>
   `CASE WHEN isfinite(${at}) THEN ${AGE(`${at} - ${now}`)} * 1000 WHEN ${at} = 'infinity' THEN 'Infinity'::float8 WHEN ${at} = '-infinity' THEN '-Infinity'::float8 END`;
 
-/** A `MS_UNTIL` as a number of ms: ±Infinity is the span to the latest or earliest `Date` (`pgTime`). */
+/** A `MS_UNTIL` as a number of ms: ±Infinity is the span to the latest or earliest `Date` (`epochTime`). */
 const finiteMs = (ms: number | null) => Math.round(Math.max(-DATE_LIMIT_MS, Math.min(DATE_LIMIT_MS, Number(ms ?? 0))));
-
-/** `pgTime` of a column that may be NULL. */
-const pgTimeOrNull = (value: PgTime | null) => (value === null ? null : pgTime(value));
 
 type Counts = Record<string, number | null>;
 
@@ -101,8 +99,8 @@ interface ClaimDbRow {
   label: string;
   key: string | null;
   attempt: number;
-  claimed_at: PgTime | null;
-  lease_expires_at: PgTime | null;
+  claimed_ms: EpochMs | null;
+  lease_expires_ms: EpochMs | null;
   lease_left_ms: number | null;
 }
 
@@ -111,15 +109,15 @@ const toClaim = (r: ClaimDbRow): ConsoleClaim => ({
   label: r.label,
   key: r.key,
   attempt: r.attempt,
-  claimedAt: pgTimeOrNull(r.claimed_at),
-  leaseExpiresAt: pgTimeOrNull(r.lease_expires_at),
+  claimedAt: epochTimeOrNull(r.claimed_ms),
+  leaseExpiresAt: epochTimeOrNull(r.lease_expires_ms),
   leaseLeftMs: finiteMs(r.lease_left_ms),
 });
 
 async function claimsInFlight(ctx: PgContext, table: string, label: string, key: string, limit: number): Promise<ConsoleClaim[]> {
   const { rows } = await pgQuery<ClaimDbRow>(
     ctx.pool,
-    `SELECT id, ${label} AS label, ${key} AS key, attempt, claimed_at, lease_expires_at,
+    `SELECT id, ${label} AS label, ${key} AS key, attempt, ${epochMs('claimed_at')} AS claimed_ms, ${epochMs('lease_expires_at')} AS lease_expires_ms,
             ${MS_UNTIL('lease_expires_at', 'clock_timestamp()')} AS lease_left_ms
        FROM ${table} WHERE state = 'processing' ORDER BY lease_expires_at LIMIT $1`,
     [limit],
@@ -135,10 +133,10 @@ export const inboxClaimsInFlight = (ctx: PgContext, p: { limit: number }) => cla
 interface BlockedDbRow extends ClaimDbRow {
   state: string;
   max_attempts: number | null;
-  scheduled_at: PgTime;
+  scheduled_ms: EpochMs;
   due_in_ms: number;
   last_error: string | null;
-  updated_at: PgTime;
+  updated_ms: EpochMs;
   waiting: number;
 }
 
@@ -146,10 +144,10 @@ const toBlocked = (r: BlockedDbRow): ConsoleBlockedHead => ({
   ...toClaim(r),
   state: r.state,
   maxAttempts: r.max_attempts,
-  scheduledAt: pgTime(r.scheduled_at),
+  scheduledAt: epochTime(r.scheduled_ms),
   dueInMs: finiteMs(r.due_in_ms),
   lastError: r.last_error,
-  updatedAt: pgTime(r.updated_at),
+  updatedAt: epochTime(r.updated_ms),
   waitingBehind: Number(r.waiting),
 });
 
@@ -168,7 +166,8 @@ interface BlockedParams {
 const STUCK = `(r.state = 'processing' AND r.lease_expires_at <= n.t
         OR r.state = 'pending' AND (r.attempt >= $3 OR r.attempt > 0 AND r.scheduled_at > n.t OR r.scheduled_at > n.t AND w.waiting > 0))`;
 
-const BLOCKED_COLUMNS = `r.id, r.state, r.attempt, r.scheduled_at, r.claimed_at, r.lease_expires_at, r.last_error, r.updated_at, w.waiting,
+const BLOCKED_COLUMNS = `r.id, r.state, r.attempt, ${epochMs('r.scheduled_at')} AS scheduled_ms, ${epochMs('r.claimed_at')} AS claimed_ms,
+       ${epochMs('r.lease_expires_at')} AS lease_expires_ms, r.last_error, ${epochMs('r.updated_at')} AS updated_ms, w.waiting,
        ${MS_UNTIL('r.scheduled_at', 'n.t')} AS due_in_ms, ${MS_UNTIL('r.lease_expires_at', 'n.t')} AS lease_left_ms`;
 
 /** Heads of outbox keys that are not moving, most rows waiting first. */
@@ -240,14 +239,14 @@ interface RowDbRow {
   payload: unknown;
   headers: Record<string, string>;
   sequence: string;
-  scheduled_at: PgTime;
-  created_at: PgTime;
-  updated_at: PgTime;
-  claimed_at: PgTime | null;
-  lease_expires_at: PgTime | null;
+  scheduled_ms: EpochMs;
+  created_ms: EpochMs;
+  updated_ms: EpochMs;
+  claimed_ms: EpochMs | null;
+  lease_expires_ms: EpochMs | null;
   last_error: string | null;
   replay_count: number | null;
-  processed_at: PgTime | null;
+  processed_ms: EpochMs | null;
   details: Record<string, string | null>;
   trace_context: unknown;
 }
@@ -262,21 +261,22 @@ const toRow = (r: RowDbRow): ConsoleRow => ({
   payload: r.payload,
   headers: r.headers,
   sequence: r.sequence,
-  scheduledAt: pgTime(r.scheduled_at),
-  createdAt: pgTime(r.created_at),
-  updatedAt: pgTime(r.updated_at),
-  claimedAt: pgTimeOrNull(r.claimed_at),
-  leaseExpiresAt: pgTimeOrNull(r.lease_expires_at),
+  scheduledAt: epochTime(r.scheduled_ms),
+  createdAt: epochTime(r.created_ms),
+  updatedAt: epochTime(r.updated_ms),
+  claimedAt: epochTimeOrNull(r.claimed_ms),
+  leaseExpiresAt: epochTimeOrNull(r.lease_expires_ms),
   lastError: r.last_error,
   replayCount: r.replay_count,
-  processedAt: pgTimeOrNull(r.processed_at),
+  processedAt: epochTimeOrNull(r.processed_ms),
   details: r.details,
   traceContext: r.trace_context ?? null,
 });
 
-const COMMON = 'r.id, r.state, r.attempt, r.payload, r.headers, r.sequence, r.scheduled_at, r.created_at, r.updated_at, r.claimed_at, r.lease_expires_at, r.last_error, r.trace_context';
-const OUTBOX_COLUMNS = `${COMMON}, r.topic AS label, r.key, r.max_attempts, r.replay_count, NULL::timestamptz AS processed_at, '{}'::jsonb AS details`;
-const INBOX_COLUMNS = `${COMMON}, r.source AS label, r.aggregate_id AS key, NULL::int AS max_attempts, NULL::int AS replay_count, r.processed_at,
+const COMMON = `r.id, r.state, r.attempt, r.payload, r.headers, r.sequence, ${epochMs('r.scheduled_at')} AS scheduled_ms, ${epochMs('r.created_at')} AS created_ms,
+  ${epochMs('r.updated_at')} AS updated_ms, ${epochMs('r.claimed_at')} AS claimed_ms, ${epochMs('r.lease_expires_at')} AS lease_expires_ms, r.last_error, r.trace_context`;
+const OUTBOX_COLUMNS = `${COMMON}, r.topic AS label, r.key, r.max_attempts, r.replay_count, NULL::numeric AS processed_ms, '{}'::jsonb AS details`;
+const INBOX_COLUMNS = `${COMMON}, r.source AS label, r.aggregate_id AS key, NULL::int AS max_attempts, NULL::int AS replay_count, ${epochMs('r.processed_at')} AS processed_ms,
   jsonb_build_object('idempotency key', r.idempotency_key, 'event type', r.event_type, 'correlation id', r.correlation_id, 'consumption', r.consumption) AS details`;
 
 async function rowGet(ctx: PgContext, table: string, columns: string, id: string): Promise<ConsoleRow | undefined> {
@@ -337,19 +337,20 @@ export const inboxDeadSearch = (ctx: PgContext, q: ConsoleDeadQuery) => deadSear
  */
 async function deadGroups(ctx: PgContext, table: string, label: string, consumption: string, time: string, input: ConsoleDeadGroupQuery): Promise<ConsoleDeadGroups> {
   const q = deadGroupQuery(input);
-  const { rows } = await pgQuery<{ label: string | null; consumption: 'push' | 'pull' | null; error: string | null; n: number; latest: Date | null; scanned: number }>(
+  const { rows } = await pgQuery<{ label: string | null; consumption: 'push' | 'pull' | null; error: string | null; n: number; latest_ms: EpochMs | null; scanned: number }>(
     ctx.pool,
     `WITH scan AS (
        SELECT ${label} AS label, ${consumption} AS consumption, left(last_error, $2) AS error, ${time} AS t FROM ${table}
         WHERE state = 'dead' ORDER BY ${time} DESC LIMIT $1),
      g AS (SELECT label, consumption, error, count(*)::int AS n, max(t) AS latest FROM scan
             GROUP BY label, consumption, error ORDER BY n DESC, latest DESC, label LIMIT $3)
-     SELECT g.*, (SELECT count(*) FROM scan)::int AS scanned FROM (SELECT 1) one LEFT JOIN g ON true`,
+     SELECT g.label, g.consumption, g.error, g.n, ${epochMs('g.latest')} AS latest_ms, (SELECT count(*) FROM scan)::int AS scanned
+       FROM (SELECT 1) one LEFT JOIN g ON true`,
     [q.scanLimit, q.errorChars, q.limit],
   );
   const scanned = rows[0]?.scanned ?? 0;
   return {
-    groups: rows.filter((r) => r.label !== null).map((r) => ({ label: r.label!, consumption: r.consumption, error: r.error, count: r.n, latest: r.latest! })),
+    groups: rows.filter((r) => r.label !== null).map((r) => ({ label: r.label!, consumption: r.consumption, error: r.error, count: r.n, latest: epochTime(r.latest_ms!) })),
     scanned,
     scanCapped: scanned >= q.scanLimit,
   };

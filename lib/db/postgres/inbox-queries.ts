@@ -21,6 +21,7 @@ import { outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
+import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
 import { parseStoredTraceContext, serializeTraceContext } from '../../observability/trace-context.ts';
 import { claimArrayParams } from './uuid-array.ts';
 
@@ -38,9 +39,10 @@ export interface InboxDbRow {
   correlation_id: string | null;
   attempt: number;
   sequence: string;
-  created_at: Date;
+  /** `created_at` and `lease_expires_at` as ms since the epoch (`epochMs`): `pg` parses no other `DateStyle` than ISO. */
+  created_ms: EpochMs;
   claim_token: string;
-  lease_expires_at: Date;
+  lease_expires_ms: EpochMs;
   trace_context: unknown;
 }
 
@@ -60,9 +62,9 @@ export function toInboxRow(r: InboxDbRow): InboxRow {
     headers: r.headers,
     correlationId: r.correlation_id,
     attempt: r.attempt,
-    createdAt: r.created_at,
+    createdAt: epochTime(r.created_ms),
     claimToken: r.claim_token,
-    leaseExpiresAt: r.lease_expires_at,
+    leaseExpiresAt: epochTime(r.lease_expires_ms),
     trace: parseStoredTraceContext(r.trace_context),
   });
 }
@@ -269,7 +271,8 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
           SET ${claimSet('$1')}
         WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
-              i.correlation_id, i.attempt, i.sequence, i.created_at, i.claim_token, i.lease_expires_at, i.trace_context`;
+              i.correlation_id, i.attempt, i.sequence, ${epochMs('i.created_at')} AS created_ms, i.claim_token,
+              ${epochMs('i.lease_expires_at')} AS lease_expires_ms, i.trace_context`;
 });
 
 /** Fenced lease renewal; returns the ids renewed. */

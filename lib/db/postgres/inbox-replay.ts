@@ -13,6 +13,7 @@ import type { InboxReplayFilter, InboxReplayPreviewRow } from '../driver.ts';
 import { UsageError } from '../../errors.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
+import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
 import { asReadCondition, binder, lastErrorStartsWith, replayMove } from './replay-preview.ts';
 
 /** The WHERE condition of an inbox requeue (dead rows only); throws `UsageError` on an empty filter. */
@@ -53,9 +54,9 @@ export async function inboxReplayPreview(ctx: PgContext, p: { filter: InboxRepla
   const counted = await pgQuery<{ n: string }>(ctx.pool, `SELECT count(*) AS n FROM ${ctx.names.inbox} WHERE ${where}`, values);
   const limit = Math.max(0, Math.floor(p.limit));
   if (limit === 0) return { count: Number(counted.rows[0]!.n), sample: [] };
-  const { rows } = await pgQuery<{ id: string; source: string; aggregate_id: string | null; consumption: 'push' | 'pull'; attempt: number; last_error: string | null; created_at: Date; updated_at: Date }>(
+  const { rows } = await pgQuery<{ id: string; source: string; aggregate_id: string | null; consumption: 'push' | 'pull'; attempt: number; last_error: string | null; created_ms: EpochMs; updated_ms: EpochMs }>(
     ctx.pool,
-    `SELECT id, source, aggregate_id, consumption, attempt, last_error, created_at, updated_at
+    `SELECT id, source, aggregate_id, consumption, attempt, last_error, ${epochMs('created_at')} AS created_ms, ${epochMs('updated_at')} AS updated_ms
        FROM ${ctx.names.inbox} WHERE ${where}
       ORDER BY created_at, id LIMIT ${bind(limit)}`,
     values,
@@ -70,8 +71,8 @@ export async function inboxReplayPreview(ctx: PgContext, p: { filter: InboxRepla
       state: 'dead',
       attempt: r.attempt,
       lastError: r.last_error,
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
+      createdAt: epochTime(r.created_ms),
+      updatedAt: epochTime(r.updated_ms),
     })),
   };
 }

@@ -22,6 +22,7 @@ import { pgOutboxInsertStatement } from './caller-statements.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 import { randomUUID } from 'node:crypto';
 import { claimArrayParams } from './uuid-array.ts';
+import { epochTime } from './epoch-time.ts';
 
 
 interface OutboxDbRow {
@@ -35,7 +36,10 @@ interface OutboxDbRow {
   max_attempts: number;
   sequence: string;
   replay_count: number;
-  /** Epoch milliseconds (a float8 parses faster than a timestamptz, twice per claimed row). */
+  /**
+   * Epoch milliseconds (a float8 parses faster than a timestamptz, twice per claimed row, and
+   * reads the same in every DateStyle), to the microsecond the float holds: `epochTime`.
+   */
   created_ms: number;
   claim_token: string;
   lease_expires_ms: number;
@@ -53,9 +57,9 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
     maxAttempts: r.max_attempts,
     sequence: r.sequence,
     replayCount: r.replay_count,
-    createdAt: new Date(r.created_ms),
+    createdAt: epochTime(r.created_ms),
     claimToken: r.claim_token,
-    leaseExpiresAt: new Date(r.lease_expires_ms),
+    leaseExpiresAt: epochTime(r.lease_expires_ms),
     trace: parseStoredTraceContext(r.trace_context),
   });
 }

@@ -11,6 +11,7 @@ import type { PgContext } from './context.ts';
 import * as inbox from './inbox-queries.ts';
 import { inboxReplay, inboxReplayPreview } from './inbox-replay.ts';
 import { passListFinished, passRecordFinished } from './maintenance-queries.ts';
+import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
 import { pgMigrations } from './migrations.ts';
 import { pgNames, quoteIdent, type PgNames } from './names.ts';
 import { claimFunctionName, newClaimFunctionState, type ClaimFunctionVerdict, type ClaimStatement } from './claim-functions.ts';
@@ -224,8 +225,8 @@ export class PostgresDriver implements Driver {
   }
 
   async clockNow(): Promise<Date> {
-    const { rows } = await pgQuery<{ now: Date }>(this.ctx.pool, 'SELECT clock_timestamp() AS now');
-    return rows[0]!.now;
+    const { rows } = await pgQuery<{ now_ms: EpochMs }>(this.ctx.pool, `SELECT ${epochMs('clock_timestamp()')} AS now_ms`);
+    return epochTime(rows[0]!.now_ms);
   }
 
   async close(): Promise<void> {

@@ -19,6 +19,7 @@ import { oncePerNames, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { PINNED_CLAIM_PLAN } from './claim-functions.ts';
 import { claimSet, fencedQuery, fencedWriteCount, LEASE_START, lockWithinLease } from './fenced-writes.ts';
 import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
+import { epochMs } from './epoch-time.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
@@ -164,8 +165,11 @@ const pullClaimText = oncePerNames((names) => {
             i.correlation_id, i.attempt, i.created_at, i.scheduled_at, i.claim_token,
             i.lease_expires_at, i.trace_context)
      -- UPDATE … RETURNING does not keep the candidates' order; restore the claim order here,
-     -- in the database, where timestamps keep their microseconds.
-     SELECT * FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;
+     -- in the database, where timestamps keep their microseconds. Times are read as ms since
+     -- the epoch: pg parses timestamps in no other DateStyle than ISO (epoch-time.ts).
+     SELECT id, source, idempotency_key, aggregate_id, event_type, payload_text, headers, correlation_id, attempt,
+            ${epochMs('created_at')} AS created_ms, claim_token, ${epochMs('lease_expires_at')} AS lease_expires_ms, trace_context
+       FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;
 });
 
 /** Fenced lease renewal: the lease becomes the statement's start (`LEASE_START`, db clock) + `leaseMs`. */

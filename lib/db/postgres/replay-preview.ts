@@ -10,6 +10,7 @@ import { replayMaxRows } from '../replay-bound.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
+import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
 
 /**
  * The WHERE condition of a replay over `sent`/`dead` rows; pushes its values through `bind`.
@@ -38,8 +39,8 @@ export function lastErrorStartsWith(prefix: string, bind: (value: unknown) => st
 }
 
 /**
- * The `asRead` condition: each listed row only while its `updated_at` is the one read (`pg` reads
- * a timestamp truncated to the millisecond; date_trunc compares the same way).
+ * The `asRead` condition: each listed row only while its `updated_at` is the one read (a preview
+ * reads it to the millisecond, rounded down: `epochMs`; date_trunc compares the same way).
  */
 export function asReadCondition(asRead: NonNullable<ReplayFilter['asRead']>, bind: (value: unknown) => string): string {
   if (asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
@@ -66,16 +67,16 @@ export async function outboxReplayPreview(ctx: PgContext, p: { filter: ReplayFil
   const counted = await pgQuery<{ n: string }>(ctx.pool, `SELECT count(*) AS n FROM ${ctx.names.outbox} WHERE ${where}`, values);
   const limit = Math.max(0, Math.floor(p.limit));
   if (limit === 0) return { count: Number(counted.rows[0]!.n), sample: [] };
-  const { rows } = await pgQuery<{ id: string; topic: string; key: string | null; state: 'sent' | 'dead'; attempt: number; last_error: string | null; created_at: Date; updated_at: Date }>(
+  const { rows } = await pgQuery<{ id: string; topic: string; key: string | null; state: 'sent' | 'dead'; attempt: number; last_error: string | null; created_ms: EpochMs; updated_ms: EpochMs }>(
     ctx.pool,
-    `SELECT id, topic, key, state, attempt, last_error, created_at, updated_at
+    `SELECT id, topic, key, state, attempt, last_error, ${epochMs('created_at')} AS created_ms, ${epochMs('updated_at')} AS updated_ms
        FROM ${ctx.names.outbox} WHERE ${where}
       ORDER BY created_at, id LIMIT ${bind(limit)}`,
     values,
   );
   return {
     count: Number(counted.rows[0]!.n),
-    sample: rows.map((r) => ({ id: r.id, topic: r.topic, key: r.key, state: r.state, attempt: r.attempt, lastError: r.last_error, createdAt: r.created_at, updatedAt: r.updated_at })),
+    sample: rows.map((r) => ({ id: r.id, topic: r.topic, key: r.key, state: r.state, attempt: r.attempt, lastError: r.last_error, createdAt: epochTime(r.created_ms), updatedAt: epochTime(r.updated_ms) })),
   };
 }
 

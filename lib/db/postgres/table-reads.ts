@@ -11,6 +11,7 @@
  */
 import type { DeadRowSummary, StatsScope, TableStats } from '../driver.ts';
 import { pgQuery, pgSimpleQuery, type PgQueryable } from './pg-pool.ts';
+import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
 
 /**
  * SQL: when a row scheduled at `-infinity` counts as due from, for the backlog age: when it was
@@ -99,26 +100,10 @@ export function pendingStatsSql(table: string, pendingCondition = 'TRUE'): strin
 
 /** The latest `limit` dead rows, newest first; `label` (topic or source) becomes `topicOrSource`. */
 export async function deadList(db: PgQueryable, table: string, label: 'topic' | 'source', limit: number): Promise<DeadRowSummary[]> {
-  const { rows } = await pgQuery<{ id: string; label: string; last_error: string | null; updated_at: PgTime }>(
+  const { rows } = await pgQuery<{ id: string; label: string; last_error: string | null; updated_ms: EpochMs }>(
     db,
-    `SELECT id, ${label} AS label, last_error, updated_at FROM ${table} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
+    `SELECT id, ${label} AS label, last_error, ${epochMs('updated_at')} AS updated_ms FROM ${table} WHERE state = 'dead' ORDER BY updated_at DESC LIMIT $1`,
     [limit],
   );
-  return rows.map((r) => ({ id: r.id, topicOrSource: r.label, lastError: r.last_error, updatedAt: pgTime(r.updated_at) }));
-}
-
-/** A timestamptz as node-pg reads it: a `Date`, or the number `Infinity` / `-Infinity` for `infinity` / `-infinity`. */
-export type PgTime = Date | number;
-
-/** The latest and earliest time a JavaScript `Date` holds, in ms: ±100,000,000 days from 1970. */
-export const DATE_LIMIT_MS = 8.64e15;
-
-/**
- * A read timestamptz as a `Date` that can be shown (`toISOString`) and compared: `infinity` is the
- * latest time a `Date` holds (+275760-09-13), `-infinity` the earliest (-271821-04-20). A `Date`
- * cannot be infinite, and the number node-pg gives makes `toISOString` throw.
- */
-export function pgTime(value: PgTime): Date {
-  if (value instanceof Date) return value;
-  return new Date(Math.sign(value) * DATE_LIMIT_MS);
+  return rows.map((r) => ({ id: r.id, topicOrSource: r.label, lastError: r.last_error, updatedAt: epochTime(r.updated_ms) }));
 }

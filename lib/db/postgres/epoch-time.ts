@@ -1,0 +1,55 @@
+/**
+ * How QueueBox reads a `timestamptz` from PostgreSQL: as a number of milliseconds since the epoch
+ * (`epochMs` in the SQL, `epochTime` on the answer), never as the column itself.
+ *
+ * Why: the server writes a `timestamptz` as text in the session's `DateStyle`, and `pg` (its
+ * `pg-types` parser) understands only the ISO style: under `SQL`, `German` or `Postgres` — set on
+ * the database or the role, or by a connection's `options` — it gives `null` for every time it
+ * reads. The session may not be QueueBox's to set: a pull worker given `pool` claims through the
+ * application's pool, and behind PgBouncer or RDS Proxy a session `SET` is not ours to keep. A
+ * number means the same whatever the session's `DateStyle`, `TimeZone` or `IntervalStyle`, and
+ * whatever type parsers the application installed for timestamps; `epochMs`'s whole numeric is
+ * also untouched by `extra_float_digits`. (The outbox claim reads a float8 `date_part` instead:
+ * its text is in its claim functions, which `migrate` installs; it holds the microsecond under the
+ * default `extra_float_digits`.)
+ */
+
+/** The latest and earliest time a JavaScript `Date` holds, in ms: ±100,000,000 days from 1970. */
+export const DATE_LIMIT_MS = 8.64e15;
+
+/**
+ * A time as the answer carries it: `epochMs`'s numeric arrives as text (a float8 on PostgreSQL 13,
+ * whose `extract` gives one, as a number), the outbox claim's `date_part` float8 as a number.
+ */
+export type EpochMs = number | string;
+
+/**
+ * SQL: the timestamptz expression `at` as whole milliseconds since the epoch, rounded down, as
+ * `pg` rounds the ISO text it parses (so `date_trunc('milliseconds', at)` is the same instant);
+ * `Infinity` / `-Infinity` for `infinity` / `-infinity`, NULL for NULL. Exact: `extract` is a
+ * numeric from PostgreSQL 14 on; on 13 its float8 seconds are first rounded to the microsecond
+ * they hold. The result is a numeric (text on the wire, whole: no float output setting rounds it).
+ */
+export function epochMs(at: string): string {
+  return `floor(round(extract(epoch FROM ${at}) * 1000000) / 1000)`;
+}
+
+/**
+ * A read time as a `Date` that can be shown (`toISOString`) and compared. `infinity` is the latest
+ * time a `Date` holds (+275760-09-13), `-infinity` the earliest (-271821-04-20), and so is a time
+ * past either (a `Date` cannot be infinite, nor reach PostgreSQL's latest year, 294276). A
+ * fractional value (the outbox claim's float8 `date_part`, whose last digit can fall just below a
+ * whole millisecond from 2038 on: 2147552167.127 s × 1000 is 2147552167126.9998) is first rounded
+ * to the microsecond it stands for, then down to the millisecond, as `epochMs` is.
+ */
+export function epochTime(value: EpochMs): Date {
+  const ms = Number(value);
+  if (!Number.isFinite(ms)) return new Date(Math.sign(ms) * DATE_LIMIT_MS);
+  const whole = Number.isInteger(ms) ? ms : Math.floor(Math.round(ms * 1000) / 1000);
+  return new Date(Math.max(-DATE_LIMIT_MS, Math.min(DATE_LIMIT_MS, whole)));
+}
+
+/** `epochTime` of a column that may be NULL. */
+export function epochTimeOrNull(value: EpochMs | null): Date | null {
+  return value === null ? null : epochTime(value);
+}
