@@ -50,10 +50,21 @@ const metrics = () => new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 
 const deadline = () => createDeadline(fakeLambdaContext({ timeoutMs: 60_000 }), 1000);
 const failing = () => Promise.reject(leakyError());
 
+/** A promise `fired` that `fire()` resolves. */
+function signal(): { fired: Promise<void>; fire(): void } {
+  let fire!: () => void;
+  const fired = new Promise<void>((resolve) => (fire = resolve));
+  return { fired, fire };
+}
+
 describe('scale-out, heartbeat and secret reads log their errors redacted', () => {
   it('scale-out: an invoke that fails and the release of its slot that fails are logged redacted', async () => {
+    const check = signal();
     const driver: ScaleOutDriver = {
-      outboxCountDue: async () => 1_000_000,
+      outboxCountDue: async () => {
+        check.fire();
+        return 1_000_000;
+      },
       inboxCountDue: async () => 0,
       scaleOutAcquire: async () => [{ slot: 1, token: '1' }],
       scaleOutStart: async () => undefined,
@@ -61,8 +72,10 @@ describe('scale-out, heartbeat and secret reads log their errors redacted', () =
     };
     const { result: report, lines } = await logged(async (logger) => {
       const joined = await joinScaleOut({ worker: 'outboxPoller', driver, maxConcurrentPasses: 2, functionName: 'poller', event: {}, deadline: deadline(), metrics: metrics(), logger, invoke: failing, checkDelayMs: 1 });
-      joined.hook.passStarted(() => 100);
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      // One row finished however soon the check runs: a rate that cannot drain 1,000,000 rows by the deadline, so a pass is wanted.
+      joined.hook.passStarted(() => 1);
+      // The check runs once its delay has passed; `passEnded` waits for a check under way, not for one to come.
+      await check.fired;
       await joined.hook.passEnded();
       return joined.report;
     });
@@ -72,11 +85,22 @@ describe('scale-out, heartbeat and secret reads log their errors redacted', () =
   });
 
   it('scale-out: a check that fails is logged redacted', async () => {
-    const driver: ScaleOutDriver = { outboxCountDue: failing, inboxCountDue: failing, scaleOutAcquire: failing, scaleOutStart: failing, scaleOutRelease: failing };
+    const check = signal();
+    const driver: ScaleOutDriver = {
+      outboxCountDue: () => {
+        check.fire();
+        return failing();
+      },
+      inboxCountDue: failing,
+      scaleOutAcquire: failing,
+      scaleOutStart: failing,
+      scaleOutRelease: failing,
+    };
     const { lines } = await logged(async (logger) => {
       const joined = await joinScaleOut({ worker: 'outboxPoller', driver, maxConcurrentPasses: 2, functionName: 'poller', event: {}, deadline: deadline(), metrics: metrics(), logger, invoke: failing, checkDelayMs: 1 });
       joined.hook.passStarted(() => 100);
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      // The check runs once its delay has passed; `passEnded` waits for a check under way, not for one to come.
+      await check.fired;
       await joined.hook.passEnded();
     });
     assertRedactedText(lines, 'scale-out check failed: no pass started');
