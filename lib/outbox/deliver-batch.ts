@@ -10,7 +10,7 @@
  * topic matches no route is dead at once, in the same dead statement as the rest of the batch.
  *
  * A settle whose writes were not sent because the invocation had no time left (a pass frozen or
- * held past the invocation's end: `settleInTime`) did nothing: its rows stay `processing` for the
+ * held past the invocation's end: `settleBatch`) did nothing: its rows stay `processing` for the
  * reclaim, and the batch reports them to the pass (`NotSent`) instead of failing it.
  *
  * Per-row work is kept to what each row needs: the lease keeper watches each call's rows as one
@@ -21,11 +21,9 @@
  */
 import { claimKey } from '../claims/claim-key.ts';
 import type { ClaimRef, OutboxRow } from '../db/driver.ts';
-import { InvocationEndedError } from '../db/statement-budget.ts';
 import type { Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
-import { FencedLockTimeoutError } from '../errors.ts';
 import type { AbortableCall, OpenCalls } from './open-calls.ts';
-import type { OutboxPassDriver, PassContext } from './pass-context.ts';
+import type { PassContext } from './pass-context.ts';
 import { NO_ROUTE } from './failure-report.ts';
 import { SettlePlan, settleBatch } from './settle-batch.ts';
 import type { TraceContext } from '../observability/trace-context.ts';
@@ -73,7 +71,7 @@ const claimOf = (row: OutboxRow): ClaimRef => ({ id: row.id, token: row.claimTok
 
 /**
  * Told of the rows of a settle whose finishing writes were not sent because the invocation had no
- * time left (`settleInTime`): `rows` of them, `delivered` of which the destination had accepted
+ * time left (`settleBatch`'s `OutOfTime`): `rows` of them, `delivered` of which the destination had accepted
  * (their sent mark was not sent: they are delivered again after their lease).
  */
 export type NotSent = (rows: number, delivered: number) => void;
@@ -279,60 +277,10 @@ async function deliverPipelined(ctx: PassContext, lanes: OutboxRow[][], rows: Ou
   }
 }
 
-/** The finishing writes of a settle, by what they do. */
-type SettleWrite = 'sent' | 'retry' | 'dead' | 'release';
-
-/**
- * `settleBatch`, its writes told apart by whether they were sent. A write refused before it was
- * sent because the invocation had no time left (`InvocationEndedError`: the check before sending,
- * or the wait for a connection, found none — a pass frozen or held past the invocation's end) did
- * not run: nothing of it is half-done, and its rows stay `processing` until the reclaim returns
- * them after their lease (the destination's `sent` answers among them are delivered again). Such
- * rows, and those of the later writes of an ordered settle that stopped there, go to `notSent`,
- * and the settle resolves: the pass ends with its summary, not an error. A write that was sent and
- * failed fails the settle as before, whatever else was not sent.
- *
- * `settleBatch` rejects with the first failure only, so the writes are watched on their way to the
- * driver (`watched`), which the settle alone uses.
- */
+/** `settleBatch`, the rows it did not write for lack of time told to `notSent`. */
 async function settleInTime(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[], ordered: boolean, notSent: NotSent): Promise<void> {
-  // Writes the database answered (a fenced lock wait that reached the lease's end included).
-  const answered = new Set<SettleWrite>();
-  let failed: { error: unknown } | undefined;
-  const watch = <R>(write: SettleWrite, send: () => Promise<R>): Promise<R> =>
-    send().then(
-      (result) => {
-        answered.add(write);
-        return result;
-      },
-      (error: unknown) => {
-        if (error instanceof FencedLockTimeoutError) answered.add(write);
-        else if (!(error instanceof InvocationEndedError)) failed ??= { error };
-        throw error;
-      },
-    );
-  const driver = ctx.driver;
-  const release = driver.outboxReleaseMany?.bind(driver);
-  const watched: OutboxPassDriver = {
-    outboxClaimMany: (p) => driver.outboxClaimMany(p),
-    outboxRenewMany: (p) => driver.outboxRenewMany(p),
-    outboxReclaimExpired: (p) => driver.outboxReclaimExpired(p),
-    outboxStats: (scope) => driver.outboxStats(scope),
-    outboxMarkSentMany: (p) => watch('sent', () => driver.outboxMarkSentMany(p)),
-    outboxRetryMany: (p) => watch('retry', () => driver.outboxRetryMany(p)),
-    outboxMarkDeadMany: (p) => watch('dead', () => driver.outboxMarkDeadMany(p)),
-    ...(release === undefined ? {} : { outboxReleaseMany: (p: { claims: ClaimRef[] }) => watch('release', () => release(p)) }),
-  };
-  try {
-    await settleBatch({ ...ctx, driver: watched }, plan, unstarted, ordered);
-  } catch (error) {
-    if (failed !== undefined) throw failed.error;
-    if (!(error instanceof InvocationEndedError)) throw error;
-    const rowsOf: Record<SettleWrite, number> = { sent: plan.sent.length, retry: plan.retry.length, dead: plan.dead.length, release: release === undefined ? 0 : unstarted.length };
-    let rows = 0;
-    for (const write of ['sent', 'retry', 'dead', 'release'] as const) if (!answered.has(write)) rows += rowsOf[write];
-    notSent(rows, answered.has('sent') ? 0 : plan.sent.length);
-  }
+  const outOfTime = await settleBatch(ctx, plan, unstarted, ordered);
+  if (outOfTime.rows > 0) notSent(outOfTime.rows, outOfTime.delivered);
 }
 
 /** One round of `deliverPipelined`: at most one row per key, every call at once; resolves when all answered. */

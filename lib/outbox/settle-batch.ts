@@ -19,7 +19,7 @@ import { claimKey } from '../claims/claim-key.ts';
 import { redactError } from '../claims/redact.ts';
 import type { ClaimRef, DeadItem, OutboxRow, RetryItem } from '../db/driver.ts';
 import type { Destination, EntryOutcome } from '../destinations/destination.ts';
-import { withStatementBudget } from '../db/statement-budget.ts';
+import { InvocationEndedError, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError } from '../errors.ts';
 import { destinationLabel, reportFailures, type FailureNote } from './failure-report.ts';
 import type { PassContext } from './pass-context.ts';
@@ -103,13 +103,34 @@ export class SettlePlan {
  * The writes are finishing writes: bounded by the invocation's end (`ctx.finishingBudgetMs`), not
  * the pass's deadline. Rows made dead are counted and written at once (`ctx.flushMetrics`), so the
  * dead-message alarms see them even when a later step of the pass is cut off.
+ *
+ * A write refused before it was sent because the invocation had no time left
+ * (`InvocationEndedError`: the check before sending, or the wait for a connection, found none — a
+ * pass frozen or held past the invocation's end) did not run: nothing of it is half-done, and its
+ * rows stay `processing` until the reclaim returns them after their lease (the destination's
+ * `sent` answers among them are delivered again). It fails nothing: the settle resolves with those
+ * rows (`OutOfTime`, the later writes of an ordered settle that stopped there included), and the
+ * pass ends with its summary. A write that was sent and failed rejects the settle as before,
+ * whatever else was not sent.
  */
-export function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[] = [], ordered = false): Promise<void> {
+export async function settleBatch(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[] = [], ordered = false): Promise<OutOfTime> {
   const budget = ctx.finishingBudgetMs;
-  return budget === undefined ? settleWrites(ctx, plan, unstarted, ordered) : withStatementBudget(budget, () => settleWrites(ctx, plan, unstarted, ordered));
+  try {
+    return await (budget === undefined ? settleWrites(ctx, plan, unstarted, ordered) : withStatementBudget(budget, () => settleWrites(ctx, plan, unstarted, ordered)));
+  } catch (error) {
+    // Refused before any write was asked for.
+    if (!(error instanceof InvocationEndedError)) throw error;
+    return { rows: plan.size + (ctx.driver.outboxReleaseMany === undefined ? 0 : unstarted.length), delivered: plan.sent.length };
+  }
 }
 
-async function settleWrites(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[], ordered: boolean): Promise<void> {
+/** Rows a settle did not write because the invocation had no time left: `rows`, `delivered` of which the destination had accepted. */
+export interface OutOfTime {
+  rows: number;
+  delivered: number;
+}
+
+async function settleWrites(ctx: PassContext, plan: SettlePlan, unstarted: ClaimRef[], ordered: boolean): Promise<OutOfTime> {
   // allSettled, not all: when one statement fails (a dropped connection), the others may have
   // written; each write that answered is counted (its lost claims too) before the error is thrown.
   const releaseMany = ctx.driver.outboxReleaseMany?.bind(ctx.driver);
@@ -127,7 +148,20 @@ async function settleWrites(ctx: PassContext, plan: SettlePlan, unstarted: Claim
   // A release that changed no row: the claim was lost meanwhile, and the row is its new owner's.
   if (released.status === 'fulfilled') ctx.tally.released += released.value.length;
   reportFailures(ctx, plan.notes, retried.status === 'fulfilled' ? retried.value : [], dead.status === 'fulfilled' ? dead.value : []);
-  for (const result of [sent, retried, dead, released]) if (result.status === 'rejected' && !(result.reason instanceof FencedLockTimeoutError)) throw result.reason;
+  const writes: Array<[Settled, number]> = [
+    [sent, plan.sent.length],
+    [retried, plan.retry.length],
+    [dead, plan.dead.length],
+    [released, releaseMany === undefined ? 0 : unstarted.length],
+  ];
+  const outOfTime = { rows: 0, delivered: 0 };
+  for (const [result, rows] of writes) {
+    if (result.status === 'fulfilled' || result.reason instanceof FencedLockTimeoutError) continue;
+    if (!(result.reason instanceof InvocationEndedError)) throw result.reason;
+    outOfTime.rows += rows;
+  }
+  if (sent.status === 'rejected' && sent.reason instanceof InvocationEndedError) outOfTime.delivered = plan.sent.length;
+  return outOfTime;
 }
 
 type Settled = PromiseSettledResult<string[]>;
