@@ -243,8 +243,23 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   /** Writes the counts so far right after the step that counted them (once per burst), not only at the end of the pass. */
   // Not the pass's own step: a sink that throws here is logged, not the pass's failure.
   const flushSoon = flushSoonOf(metrics, (error) => logger.error('metrics not written', { error: redactError(error) }));
-  /** A finishing write (forward, retry, dead, release) or a renewal: it may use the margin, up to the invocation's end. */
-  const finishing = <T>(write: () => Promise<T>): Promise<T> => withStatementBudget(() => deadline.invocationRemainingMs(), write);
+  /** A renewal: it may use the margin, up to the invocation's end. */
+  const toInvocationEnd = <T>(write: () => Promise<T>): Promise<T> => withStatementBudget(() => deadline.invocationRemainingMs(), write);
+  /**
+   * A finishing write (forward, retry, dead, release) of `rows` rows: it may use the margin, up to
+   * the invocation's end. Refused for lack of time (`InvocationEndedError`: not sent, or its
+   * transaction rolled back), it did nothing and no other write of those rows can be sent either:
+   * they count in `outOfTime`, and the write gives `undefined`.
+   */
+  const finishing = async <T>(rows: number, write: () => Promise<T>): Promise<T | undefined> => {
+    try {
+      return await toInvocationEnd(write);
+    } catch (error) {
+      if (!(error instanceof InvocationEndedError)) throw error;
+      outOfTime += rows;
+      return undefined;
+    }
+  };
   const loseClaim = (claim: ClaimRef, during: string) => {
     const key = claimKey(claim);
     if (lost.has(key)) return;
@@ -324,7 +339,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     keeper = new LeaseKeeper({
       leaseMs,
       nextLeaseMs: () => renewalLeaseMsFor(relay.claimTimeoutMs, deadline.invocationRemainingMs()),
-      renew: (claims, ms) => finishing(() => driver.inboxRenewMany({ claims, leaseMs: ms })),
+      renew: (claims, ms) => toInvocationEnd(() => driver.inboxRenewMany({ claims, leaseMs: ms })),
       onLost: (claim) => loseClaim(claim, 'renewal'),
     });
     // Rows already claimed are forwarded while the invocation lasts (a shutdown or a shortened
@@ -350,9 +365,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
         if (unwritten.length === 0 || driver.inboxReleaseMany === undefined) return;
         const releaseMany = driver.inboxReleaseMany.bind(driver);
         try {
-          released += (await finishing(() => releaseMany({ claims: unwritten }))).length;
+          released += (await finishing(unwritten.length, () => releaseMany({ claims: unwritten })))?.length ?? 0;
         } catch (error) {
-          if (error instanceof InvocationEndedError) return void (outOfTime += unwritten.length);
           logger.warn('inbox release of rows never forwarded failed; they are reclaimed after their lease', { rows: unwritten.length, error: redactError(error) });
         }
       });
@@ -409,9 +423,9 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     items = items.filter((f) => !isLost(claimOf(f.row)));
     if (items.length === 0 || closed) return;
     markWritten(items.map((f) => claimOf(f.row)));
-    let forwarded: readonly string[];
+    let forwarded: readonly string[] | undefined;
     try {
-      forwarded = await finishing(() =>
+      forwarded = await finishing(items.length, () =>
         forwardMany(
           items.map((f) => forwardItemOf(f.row, f.message, relay.outboxKey)),
           { maxAttempts: relayMaxAttempts },
@@ -424,14 +438,13 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
         for (const f of items) loseClaim(claimOf(f.row), 'forward');
         return;
       }
-      // Not sent, for lack of time: nothing ran, and no write of another form could be sent either.
-      if (error instanceof InvocationEndedError) return void (outOfTime += items.length);
       // The statement changed nothing: forward row by row, so one row the outbox refuses cannot
       // hold the others.
       logger.warn('inbox batched forward failed; forwarding its rows one by one', { rows: items.length, error: redactError(error) });
       await forwardOneByOne(items);
       return;
     }
+    if (forwarded === undefined) return;
     countForwarded(forwarded.length);
     const changed = new Set(forwarded);
     for (const f of items) if (!changed.has(f.row.id)) loseClaim(claimOf(f.row), 'forward');
@@ -457,11 +470,10 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     if (isLost(claim) || closed) return;
     markWritten([claim]);
     try {
-      if (await finishing(() => driver.inboxForward(forwardItemOf(row, message, relay.outboxKey), { maxAttempts: relayMaxAttempts }))) countForwarded(1);
-      else loseClaim(claim, 'forward');
+      const forwarded = await finishing(1, () => driver.inboxForward(forwardItemOf(row, message, relay.outboxKey), { maxAttempts: relayMaxAttempts }));
+      if (forwarded === true) countForwarded(1);
+      else if (forwarded === false) loseClaim(claim, 'forward');
     } catch (error) {
-      // Not sent (or its transaction rolled back), for lack of time: nothing ran, and no retry can be sent.
-      if (error instanceof InvocationEndedError) return void outOfTime++;
       if (closed) return;
       await settleFailure(row, message, claim, error);
     }
@@ -473,14 +485,14 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     if (row.attempt + 1 >= relayMaxAttempts) return markDead([{ claim, reason: `gave up after ${row.attempt + 1} of ${relayMaxAttempts} attempts: ${reason}`, row, errorClass, topic: message.topic }]);
     const delayMs = backoffDelayMs(row.attempt, { baseMs: relay.retryBaseDelayMs, capMs: OUTBOX_BACKOFF_CAP_MS, jitter: 0.25 }, options.random);
     try {
-      const changed = await finishing(() => driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] }));
+      const changed = await finishing(1, () => driver.inboxRetryMany({ items: [{ ...claim, delayMs, error: reason }] }));
+      if (changed === undefined) return;
       if (changed.length === 0) return loseClaim(claim, 'retry');
       summary.retried++;
       metrics.count('inboxMessages', 1, { status: 'retried' });
       reportRelayFailures(report, 'retried', [{ row, topic: message.topic, errorClass, error: reason }]);
     } catch (retryError) {
       if (retryError instanceof FencedLockTimeoutError) return loseClaim(claim, 'retry');
-      if (retryError instanceof InvocationEndedError) return void outOfTime++;
       logger.error('inbox retry write failed; the row is reclaimed after its lease', { id: row.id, error: redactedError(retryError) });
     }
   }
@@ -494,10 +506,11 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     markWritten(writes);
     let changed: Set<string>;
     try {
-      changed = new Set(await finishing(() => driver.inboxMarkDeadMany({ items: writes })));
+      const dead = await finishing(writes.length, () => driver.inboxMarkDeadMany({ items: writes }));
+      if (dead === undefined) return;
+      changed = new Set(dead);
     } catch (deadError) {
       if (deadError instanceof FencedLockTimeoutError) return writes.forEach((w) => loseClaim(w, 'dead'));
-      if (deadError instanceof InvocationEndedError) return void (outOfTime += writes.length);
       logger.error('inbox dead write failed; the rows are reclaimed after their lease', { ids: writes.map((w) => w.id), error: redactedError(deadError) });
       return;
     }

@@ -35,9 +35,11 @@ describe('inbox relay pass: a forward not sent because the invocation has no tim
 
   /**
    * A drain pass whose invocation (20 s) is frozen for 60 s as `write` is called, before it reaches
-   * the driver; `withoutBatch`: a driver without the batched forward (row by row, as on SQL Server).
+   * the driver; `withoutBatch`: a driver without the batched forward (row by row, as on SQL Server);
+   * `failing`: a row forward that fails (a refused write) before the frozen write, with the relay's
+   * `maxAttempts` (1: the failure makes the row dead; more: it is retried).
    */
-  async function frozenAt(write: 'inboxForwardMany' | 'inboxForward', withoutBatch = false) {
+  async function frozenAt(write: 'inboxForwardMany' | 'inboxForward' | 'inboxRetryMany' | 'inboxMarkDeadMany', withoutBatch = false, failing?: { maxAttempts: number }) {
     const ends = Date.now() + 20_000;
     let frozenMs = 0;
     const context = { getRemainingTimeInMillis: () => Math.max(0, ends - Date.now() - frozenMs) };
@@ -50,11 +52,13 @@ describe('inbox relay pass: a forward not sent because the invocation has no tim
         },
       },
       ...(withoutBatch ? { inboxForwardMany: { value: undefined } } : {}),
+      ...(failing === undefined ? {} : { inboxForward: { value: () => Promise.reject(new Error('the outbox refused the row')) } }),
     });
+    const config = failing === undefined ? db.config : { ...db.config, inbox: { ...db.config.inbox, relay: { ...db.config.inbox.relay, maxAttempts: failing.maxAttempts } } };
     const logger = createLogger({ serviceName: 'queuebox', logLevel: 'INFO' });
     const metrics = new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
     const { result: summary, lines } = await captureStdout(
-      () => runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(context, db.config.lambda.deadlineMarginMs), mode: 'drain' }),
+      () => runRelayPass({ config, driver, logger, metrics, deadline: createDeadline(context, db.config.lambda.deadlineMarginMs), mode: 'drain' }),
       { stderr: true },
     );
     const logged = lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: string; message: string; [field: string]: unknown });
@@ -88,4 +92,18 @@ describe('inbox relay pass: a forward not sent because the invocation has no tim
     assert.deepEqual(logged.filter((l) => l.message.startsWith(OUT_OF_TIME)).map((l) => l.outOfTime), [5]);
     assert.deepEqual(logged.filter((l) => l.level === 'ERROR').map((l) => l.message), [], 'no "inbox retry write failed"');
   });
+
+  for (const [write, maxAttempts] of [['inboxRetryMany', 5], ['inboxMarkDeadMany', 1]] as const) {
+    it(`a ${write === 'inboxRetryMany' ? 'retry' : 'dead'} write after a failed forward: each row not written is counted once, and nothing is logged as failed`, { timeout: 60_000 }, async () => {
+      const { summary, logged, rows, outboxRows } = await frozenAt(write, true, { maxAttempts });
+      assert.deepEqual(
+        { claimed: summary.claimed, forwarded: summary.forwarded, retried: summary.retried, dead: summary.dead, abandoned: summary.abandoned, outOfTime: summary.outOfTime },
+        { claimed: 5, forwarded: 0, retried: 0, dead: 0, abandoned: 5, outOfTime: 5 },
+      );
+      assert.deepEqual(rows, rows.map(() => ({ state: 'processing', attempt: 0 })), 'neither retried nor dead: the reclaim returns them');
+      assert.equal(outboxRows, 0);
+      assert.deepEqual(logged.filter((l) => l.message.startsWith(OUT_OF_TIME)).map((l) => l.outOfTime), [5]);
+      assert.deepEqual(logged.filter((l) => l.level === 'ERROR').map((l) => l.message), [], 'no "inbox retry write failed" or "inbox dead write failed"');
+    });
+  }
 });
