@@ -35,8 +35,15 @@ export function blockedReason(head: ConsoleBlockedHead): BlockedReason {
   return { cause: 'scheduled', text: `scheduled in the future: first attempt in ${duration(head.dueInMs)}` };
 }
 
-/** `850 ms`, `42 s`, `5 min 3 s`, `2 h 10 min`, `3 d 4 h`. */
+/**
+ * Past this a span reaches a time at `infinity` or `-infinity` (or past the year 275760, where a
+ * `Date` ends): about 250,000 years, shown as `∞`.
+ */
+const UNBOUNDED_MS = 8e15;
+
+/** `850 ms`, `42 s`, `5 min 3 s`, `2 h 10 min`, `3 d 4 h`; `∞` for a span to `infinity` or from `-infinity`. */
 export function duration(ms: number): string {
+  if (!(Math.abs(ms) < UNBOUNDED_MS) && !Number.isNaN(ms)) return '∞';
   const abs = Math.max(0, Math.round(ms));
   if (abs < 1000) return `${abs} ms`;
   const s = Math.floor(abs / 1000);

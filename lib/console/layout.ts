@@ -45,9 +45,19 @@ export function page(ctx: ConsoleContext, path: string, title: string, body: Htm
 <main><h1>${title}</h1>${body}</main><script src="/assets/console.js"></script></body></html>`;
 }
 
-/** `2026-11-30 16:05:09.123Z`, or an em dash for null. */
+/** The latest time a `Date` holds (ECMAScript's limit, +275760-09-13), and minus it the earliest. */
+const DATE_LIMIT_MS = 8.64e15;
+
+/**
+ * `2026-11-30 16:05:09.123Z`, or an em dash for null. PostgreSQL's `infinity` and `-infinity` are
+ * read as the latest and earliest times a `Date` holds (so is a time past either, after the year
+ * 275760): shown as `infinity` and `-infinity`, not as those dates.
+ */
 export function time(value: Date | null | undefined): string {
-  return value ? value.toISOString().replace('T', ' ') : '—';
+  if (!value) return '—';
+  const ms = value.getTime();
+  if (Math.abs(ms) === DATE_LIMIT_MS) return ms > 0 ? 'infinity' : '-infinity';
+  return Number.isNaN(ms) ? 'an invalid time' : value.toISOString().replace('T', ' ');
 }
 
 /** A count that may have reached its cap: `≥ 100,000`. */
