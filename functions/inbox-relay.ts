@@ -31,7 +31,7 @@ export interface InboxRelayResult extends RelaySummary {
 }
 
 /** The summary of an invocation that ran no pass (a duplicate scale-out start event). */
-const NO_PASS: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, abandoned: 0, durationMs: 0 };
+const NO_PASS: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, released: 0, reclaimed: 0, abandoned: 0, durationMs: 0 };
 
 /** Builds a relay handler; the module's `handler` is the one deployed. */
 export function createInboxRelay(options: InboxRelayOptions = {}): (event: unknown, context: Context) => Promise<InboxRelayResult> {

@@ -91,6 +91,11 @@ export interface RelaySummary {
   retried: number;
   dead: number;
   claimsLost: number;
+  /**
+   * Claimed rows never forwarded, put back to `pending` with no attempt spent: those the pass
+   * reached only after its deadline, or had not started when it stopped waiting for a batch.
+   */
+  released: number;
   reclaimed: number;
   /** Claimed rows whose write did not land before the pass returned; they stay `processing` until reclaimed. */
   abandoned: number;
@@ -235,7 +240,7 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   for (const [name, source] of Object.entries(config.inbox.sources)) {
     if (source.topicTemplate !== undefined) checkTopicTemplate(source.topicTemplate, `inbox.sources.${name}.topicTemplate`);
   }
-  const summary: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, reclaimed: 0, abandoned: 0, outOfTime: 0, durationMs: 0 };
+  const summary: RelaySummary = { claimed: 0, forwarded: 0, retried: 0, dead: 0, claimsLost: 0, released: 0, reclaimed: 0, abandoned: 0, outOfTime: 0, durationMs: 0 };
   // Rows whose finishing write was not sent: the invocation had no time left (`InvocationEndedError`).
   let outOfTime = 0;
   // Claims (`claimKey`: id and token) lost in this pass; a later claim of the same row is another claim.
@@ -350,35 +355,36 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
     const work = relayBatch(rows);
     const finished = await waitBounded(work);
     if (!finished) closed = true;
-    // No write starts once `closed` is set: the rows no write was sent for are final now.
-    const unwritten = finished ? [] : rows.map(claimOf).filter((c) => !written.has(claimKey(c)) && !isLost(c));
+    // The rows no write was sent for, final now: no write starts once `closed` is set, and a batch
+    // that finished skipped only rows it reached after the pass's deadline. Never forwarded, they
+    // are released (back to `pending`, no attempt spent) rather than left to the reclaim, which
+    // would charge each an attempt (at `maxAttempts: 1`, dead without a forward).
+    const unwritten = rows.map(claimOf).filter((c) => !written.has(claimKey(c)) && !isLost(c));
     // Nothing the pass started may outlive it (a Lambda container is frozen as soon as the
     // handler returns): the renewal under way is awaited, and so are the writes already sent
     // (`closed` starts no other; each is one statement that ends on the server), with no time
     // bound but the invocation's end (`answerWaitMs`), so the summary counts what they did even
     // after a freeze past the deadline.
-    if (!finished) {
-      // One wait for both, so the pass never waits past the invocation's end twice over.
-      // The release after the keeper stopped (a renewal and a release lock rows in different orders).
-      const closing = keeper.close();
-      const release = closing.then(async () => {
-        if (unwritten.length === 0 || driver.inboxReleaseMany === undefined) return;
-        const releaseMany = driver.inboxReleaseMany.bind(driver);
-        try {
-          released += (await finishing(unwritten.length, () => releaseMany({ claims: unwritten })))?.length ?? 0;
-        } catch (error) {
-          logger.warn('inbox release of rows never forwarded failed; they are reclaimed after their lease', { rows: unwritten.length, error: redactError(error) });
-        }
-      });
-      await waitAnswers(Promise.allSettled([closing, release, work]));
-      break;
-    }
-    await waitAnswers(keeper.close());
+    // One wait for all, so the pass never waits past the invocation's end twice over.
+    // The release after the keeper stopped (a renewal and a release lock rows in different orders).
+    const closing = keeper.close();
+    const release = closing.then(async () => {
+      if (unwritten.length === 0 || driver.inboxReleaseMany === undefined) return;
+      const releaseMany = driver.inboxReleaseMany.bind(driver);
+      try {
+        released += (await finishing(unwritten.length, () => releaseMany({ claims: unwritten })))?.length ?? 0;
+      } catch (error) {
+        logger.warn('inbox release of rows never forwarded failed; they are reclaimed after their lease', { rows: unwritten.length, error: redactError(error) });
+      }
+    });
+    await waitAnswers(Promise.allSettled([closing, release, work]));
+    if (!finished) break;
   }
   // The pass's counts are written now, before the steps below wait on anything (the scale-out
   // check's statements and invokes, the backlog read): a handler cut off after this keeps them.
   metrics.flush();
   await options.scaleOut?.passEnded();
+  summary.released = released;
   summary.abandoned = summary.claimed - summary.forwarded - summary.retried - summary.dead - summary.claimsLost - released;
   summary.outOfTime = outOfTime;
   if (outOfTime > 0) logger.warn('inbox relay pass ran out of invocation time before writing rows: their finishing writes were not sent; they stay processing until the reclaim returns them after their lease', { outOfTime });

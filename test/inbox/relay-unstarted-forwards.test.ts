@@ -64,4 +64,48 @@ describe('relay rows whose forward never started when the pass stopped', () => {
     );
     await base.close?.();
   });
+
+  it('a batch that reaches the pass deadline between its forwards releases the rows it did not reach (maxAttempts 1: not dead)', async () => {
+    const inbox = `"${db.schema}".inbox`;
+    await db.query(`TRUNCATE ${inbox}`);
+    const rows: Array<{ id: string }> = [];
+    for (const n of [1, 2, 3]) rows.push(await db.driver.inboxInsert({ source: 'shop', idempotencyKey: `late-${n}`, aggregateId: `L${n}`, eventType: 'created', payload: { n }, consumption: 'push' }));
+    // An invocation of 20 s, with a deadline margin of 1 s, whose clock jumps to 600 ms before its
+    // end while the first forward runs: the pass deadline has passed, the invocation has time left.
+    const ends = Date.now() + 20_000;
+    let skippedMs = 0;
+    const context = { getRemainingTimeInMillis: () => Math.max(0, ends - Date.now() - skippedMs) };
+    const forwarded: string[] = [];
+    const base = db.newDriver();
+    // One by one, one at a time: the worker checks the pass deadline before each row.
+    const driver = Object.create(base, {
+      inboxForwardMany: { value: undefined },
+      inboxForward: {
+        value: async (...args: Parameters<Driver['inboxForward']>) => {
+          forwarded.push(args[0].id);
+          skippedMs = Math.max(0, ends - Date.now() - 600);
+          return base.inboxForward(...args);
+        },
+      },
+    }) as Driver;
+    const logger = createLogger({ serviceName: 'test', logLevel: 'SILENT' });
+    const metrics = new QueueBoxMetrics({ namespace: 'QueueBox', serviceName: 'test', write: () => {} });
+    const summary = await runRelayPass({ config: db.config, driver, logger, metrics, deadline: createDeadline(context, 1000), mode: 'drain' });
+    assert.deepEqual(forwarded, [rows[0]!.id], 'the pass deadline passed after the first forward');
+    assert.deepEqual(
+      { claimed: summary.claimed, forwarded: summary.forwarded, released: summary.released, abandoned: summary.abandoned, outOfTime: summary.outOfTime },
+      { claimed: 3, forwarded: 1, released: 2, abandoned: 0, outOfTime: 0 },
+    );
+    const now = await db.query<{ id: string; state: string; attempt: number }>(`SELECT id, state, attempt FROM ${inbox} ORDER BY sequence`);
+    assert.deepEqual(
+      now.map((r) => [r.state, r.attempt]),
+      [
+        ['processed', 0],
+        ['pending', 0],
+        ['pending', 0],
+      ],
+      'rows 2 and 3 are back to pending at once, no attempt spent: no reclaim can make them dead',
+    );
+    await base.close?.();
+  });
 });
