@@ -379,10 +379,21 @@ describe('SQL Server claim statements', () => {
   it('inbox retention keeps the replay-horizon sources (bound as one JSON list) until they are older than the horizon', () => {
     const statement = allStatements()['inbox delete finished with a replay horizon']!;
     assert.ok(statement.text.includes(`WHERE state = N'dead' AND created_at < @v_cutoff`));
-    assert.match(statement.text, /AND \(source NOT IN \(SELECT value FROM OPENJSON\(@p_keep_sources\) WITH \(value NVARCHAR\(255\) '\$'\)\) OR created_at < DATEADD/);
+    // `source` is binary-collated: the list's values are compared in that collation (a plain
+    // `NOT IN` against an OPENJSON column is a collation conflict, error 468) and by byte length.
+    assert.match(
+      statement.text,
+      /AND \(NOT EXISTS \(SELECT 1 FROM OPENJSON\(@p_keep_sources\) WITH \(value NVARCHAR\(255\) '\$'\) AS f\s+WHERE f\.value = source COLLATE Latin1_General_100_BIN2 AND DATALENGTH\(f\.value\) = DATALENGTH\(source\)\) OR created_at < DATEADD/,
+    );
     assert.equal(statement.params.find((p) => p.name === 'p_keep_sources')!.value, JSON.stringify([SENTINELS.source]));
     assert.equal(statement.params.find((p) => p.name === 'p_keep_older_than_ms')!.value, 2000);
     assert.doesNotMatch(allStatements()['inbox delete finished']!.text, /p_keep_sources/, 'no horizon, no extra condition');
+  });
+
+  it('no statement compares a key, topic or source with a list of texts by IN: the columns are binary-collated, the list is not', () => {
+    for (const [name, statement] of Object.entries(allStatements())) {
+      assert.doesNotMatch(statement.text, /\bIN\s*\(\s*SELECT\s+value\s+FROM\s+OPENJSON\([^)]*\)\s+WITH\s*\(\s*value\s+NVARCHAR\(255\)/i, name);
+    }
   });
 
   it('reclaim moves expired rows back in autocommitted chunks far below lock escalation, and counts them all', () => {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import sql from 'mssql';
 import { parseConfig } from '../../lib/config/load-config.ts';
-import { QueueBoxError, TransientDatabaseError, UsageError } from '../../lib/errors.ts';
+import { FencedLockTimeoutError, QueueBoxError, TransientDatabaseError, UsageError } from '../../lib/errors.ts';
 import { assertCompatibilityLevel, COMPATIBILITY_LEVEL_SQL } from '../../lib/db/sqlserver/compatibility-check.ts';
 import { CLAIM_IN_OPEN_TRANSACTION, mapMssqlError } from '../../lib/db/sqlserver/error-map.ts';
 import { buildFencedBatch, runFencedBatch } from '../../lib/db/sqlserver/fenced-batch.ts';
@@ -94,6 +94,12 @@ describe('SQL Server deadlock retry', () => {
       TransientDatabaseError,
     );
     assert.equal(calls, 1);
+  });
+
+  it('a fenced write whose row stayed locked past the lock timeout (1222) changed nothing: FencedLockTimeoutError at once, as on PostgreSQL', async () => {
+    const { pool, texts } = standInPool([{ error: { number: 1222, message: 'Lock request time out period exceeded.' } }, { recordset: [{ id: 'ABC' }] }]);
+    await assert.rejects(runFencedBatch(pool, statement), (e: unknown) => e instanceof FencedLockTimeoutError && /stayed locked by another transaction for the lock timeout \(10000 ms\); nothing was written/.test(e.message));
+    assert.equal(texts.length, 1, 'not sent again');
   });
 });
 

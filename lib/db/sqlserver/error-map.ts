@@ -26,6 +26,9 @@ export const LEFTOVER_TRANSACTION = 51002;
  */
 export const SNAPSHOT_UPDATE_CONFLICT = 3960;
 
+/** A lock waited for past the session's `LOCK_TIMEOUT` (the statement ended, the transaction goes on). */
+export const LOCK_TIMEOUT_EXCEEDED = 1222;
+
 /** SQL Server error numbers that are expected to pass when retried later. */
 const TRANSIENT_NUMBERS = new Set([
   APPLOCK_NOT_GRANTED,

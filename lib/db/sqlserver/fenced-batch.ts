@@ -9,7 +9,9 @@
  */
 import { mssql } from './mssql-module.ts';
 import type { ClaimRef } from '../driver.ts';
-import { dbNowPlusMs, leaseParam, lowerUuid, msValue, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
+import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
+import { LOCK_TIMEOUT_EXCEEDED } from './error-map.ts';
+import { dbNowPlusMs, leaseParam, LOCK_WAIT_MS, lowerUuid, msValue, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 
 /** The four fence conditions (seed: the claim fence) on alias `r`, with the batch row `s(id, token)`. */
 export const FENCE = `r.id = s.id AND r.state = N'processing' AND r.claim_token = s.token AND r.lease_expires_at > SYSUTCDATETIME()`;
@@ -69,9 +71,21 @@ SELECT id FROM @v_changed;`,
  * (1205) runs again: the statement was rolled back whole and the fence decides again, so a
  * deadlock never turns a landed `sent` into a lost claim and a duplicate publish. Inside a
  * transaction the deadlock ended the transaction, and its owner decides.
+ *
+ * A row lock waited for past `LOCK_TIMEOUT` (1222: another transaction kept a row of the batch
+ * locked) ended the statement, which changed nothing: `FencedLockTimeoutError`, as on PostgreSQL
+ * (where the wait is bounded by the lease): the workers count the batch's claims as lost and leave
+ * the rows to the reclaim, rather than failing their pass.
  */
 export async function runFencedBatch(runner: MssqlRunner, statement: MssqlStatement): Promise<string[]> {
   const run = async () => (await runStatement<{ id: string }>(runner, statement)).recordset.map((r) => lowerUuid(r.id));
-  return runner instanceof mssql().ConnectionPool ? retryDeadlocks(run) : run();
+  try {
+    return await (runner instanceof mssql().ConnectionPool ? retryDeadlocks(run) : run());
+  } catch (error) {
+    if (error instanceof TransientDatabaseError && error.code === String(LOCK_TIMEOUT_EXCEEDED)) {
+      throw new FencedLockTimeoutError(`fenced write: a row stayed locked by another transaction for the lock timeout (${LOCK_WAIT_MS} ms); nothing was written`, { cause: error });
+    }
+    throw error;
+  }
 }
 

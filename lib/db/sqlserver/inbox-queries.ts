@@ -17,7 +17,7 @@ import { buildDeleteFinished, buildGatedReclaim, gatedRead, reclaimUpdateSql, ru
 import { dbNowPlusMs, lowerUuid, msValue, mssqlTransaction, param, retryDeadlocks, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { KEY_COLLATION } from './migration-ddl.ts';
 import type { MssqlNames } from './names.ts';
-import { outboxInsert } from './outbox-queries.ts';
+import { exactlyOneOf, outboxInsert } from './outbox-queries.ts';
 import { sqlServerRelayOutboxKey } from './caller-statements.ts';
 import { buildStats, runStats } from './table-stats.ts';
 import { serializeTraceContext } from '../../observability/trace-context.ts';
@@ -247,8 +247,11 @@ export function buildInboxDeleteFinished(names: MssqlNames, p: DeleteFinishedPar
   if (p.state !== 'processed' && p.state !== 'dead') throw new UsageError(`inbox retention deletes only processed or dead rows, not ${p.state}`);
   if (p.keep === undefined || p.keep.sources.length === 0) return buildDeleteFinished(names.inbox, p.state, 'created_at', p.limit, p.olderThanMs);
   return buildDeleteFinished(names.inbox, p.state, 'created_at', p.limit, p.olderThanMs, {
+    // Compared as `exactlyOneOf` compares: `source` is binary-collated, and an OPENJSON column
+    // takes the database's default collation, so a plain `NOT IN` would not compile (error 468,
+    // a collation conflict); `=` alone would also ignore trailing spaces.
     condition: `
-     AND (source NOT IN (SELECT value FROM OPENJSON(@p_keep_sources) WITH (value NVARCHAR(255) '$')) OR created_at < ${dbNowPlusMs('-@p_keep_older_than_ms')})`,
+     AND (NOT ${exactlyOneOf('source', 'p_keep_sources')} OR created_at < ${dbNowPlusMs('-@p_keep_older_than_ms')})`,
     params: [param('p_keep_sources', mssql().NVarChar(mssql().MAX), JSON.stringify(p.keep.sources)), param('p_keep_older_than_ms', mssql().BigInt, msValue('keep.olderThanMs', p.keep.olderThanMs))],
   });
 }

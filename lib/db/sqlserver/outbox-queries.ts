@@ -297,24 +297,34 @@ export async function outboxReplay(runner: MssqlRunner, names: MssqlNames, f: Re
 
 /**
  * A bounded requeue of `table` in one transaction (one batch), shared by the outbox replay and the
- * inbox requeue: counts at most `max + 1` matching rows under update locks held to the end
- * (UPDLOCK, HOLDLOCK), and moves them only when there are no more than `max`; selects `matched`
- * (capped at `max + 1`) and `replayed`. Binds `@p_max`.
+ * inbox requeue: moves at most `max + 1` matching rows, and rolls the move back when it moved more
+ * than `max`; selects `matched` (capped at `max + 1`) and `replayed`. Binds `@p_max`.
+ *
+ * The update itself is the count: at READ COMMITTED it holds locks on the rows it changed only
+ * (a row it read and left is unlocked at once), so the requeue locks at most `max + 1` rows, as
+ * PostgreSQL's does. A count under `UPDLOCK, HOLDLOCK` before it would hold a range lock on every
+ * row it read, matching or not: every filter but `ids` and `asRead` scans the table, and at most
+ * `max` rows match, so `TOP` never ends the scan early, and the whole table would stay locked
+ * (enqueues blocked, claims finding nothing) until the requeue commits.
  */
 export function boundedReplayText(table: string, where: string[], set: string, seekHint = ''): string {
   return `SET XACT_ABORT ON;
-BEGIN TRANSACTION;
-DECLARE @v_matched INT = (SELECT COUNT(*) FROM (SELECT TOP (@p_max + 1) 1 AS x FROM ${table}${withHints('UPDLOCK', 'ROWLOCK', 'HOLDLOCK', seekHint)}
-   WHERE ${where.join('\n     AND ')}) c);
+DECLARE @v_matched INT;
 DECLARE @v_replayed INT = 0;
-IF @v_matched <= @p_max
+BEGIN TRANSACTION;
+UPDATE TOP (@p_max + 1) ${table}${withHints('ROWLOCK', seekHint)}
+   ${set}
+ WHERE ${where.join('\n   AND ')};
+SET @v_matched = @@ROWCOUNT;
+IF @v_matched > @p_max
 BEGIN
-  UPDATE TOP (@p_max) ${table}${withHints('ROWLOCK', seekHint)}
-     ${set}
-   WHERE ${where.join('\n     AND ')};
-  SET @v_replayed = @@ROWCOUNT;
+  ROLLBACK TRANSACTION;
+END
+ELSE
+BEGIN
+  SET @v_replayed = @v_matched;
+  COMMIT TRANSACTION;
 END;
-COMMIT TRANSACTION;
 SELECT @v_matched AS matched, @v_replayed AS replayed;`;
 }
 
