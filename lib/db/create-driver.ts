@@ -1,5 +1,7 @@
 /**
- * Builds the driver the configuration names. Call once per container (outside the handler).
+ * Builds the driver the configuration names. Call once per container (outside the handler). A
+ * PostgreSQL driver runs the start-up check (`schemaVerify`) before its first claim, unless it
+ * passed already.
  */
 import { databaseUrlProblem, type QueueBoxConfig } from '../config/schema.ts';
 import { requireSecret } from '../config/load-config.ts';
@@ -31,5 +33,8 @@ export async function createDriver(config: QueueBoxConfig, env: Readonly<Record<
     const { SqlServerDriver } = await importOptional('mssql', 'database.type: sqlserver', () => import('./sqlserver/sqlserver-driver.ts'));
     return new SqlServerDriver({ config, url });
   }
-  return new PostgresDriver({ config, url });
+  // An application's own claims (a pull worker on this driver) refuse what the functions refuse at
+  // start-up (`schemaVerify`: the encoding, the schema's trust, row-level security), once, before
+  // the first claim; a start-up that ran `schemaVerify` already is not checked again.
+  return new PostgresDriver({ config, url, verifyBeforeClaims: true });
 }

@@ -284,7 +284,9 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
   }
   if (driver === undefined) {
     if (options.pool === undefined) throw new UsageError('a pull worker needs `driver` or `pool`');
-    driver = new PostgresDriver({ config, url: '', pool: options.pool });
+    // The start-up check of QueueBox's functions (`schemaVerify`: encoding, schema trust, row-level
+    // security), before the first claim: `start()` and `runOnce()` reject with its error.
+    driver = new PostgresDriver({ config, url: '', pool: options.pool, verifyBeforeClaims: true });
   }
   if (!options.source) throw new UsageError('a pull worker needs `source`');
   if (typeof options.source !== 'string') throw new UsageError(`pull worker source must be a string, got ${described(options.source)}`);

@@ -45,7 +45,7 @@ describe('reclaim function: counts under a partial failure', () => {
     // skips rows others hold locked, so a held row no longer makes it wait).
     await db.query(`CREATE FUNCTION "${db.schema}".slow_reclaim() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
-        IF current_query() LIKE '%lease_expires_at <= statement_timestamp()%' THEN PERFORM pg_sleep(3); END IF;
+        IF current_query() LIKE '%lease_expires_at <= pg_catalog.statement_timestamp()%' THEN PERFORM pg_sleep(3); END IF;
         RETURN NULL;
       END $$`);
     await db.query(`CREATE TRIGGER slow_reclaim BEFORE UPDATE ON ${inbox} FOR EACH STATEMENT EXECUTE FUNCTION "${db.schema}".slow_reclaim()`);

@@ -107,7 +107,7 @@ describe('the outbox claim sends its window claim first while the window fills b
     pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
       const first = args[0] as string | { text?: string };
       const text = typeof first === 'string' ? first : (first?.text ?? '');
-      if (text.includes('claim_token = gen_random_uuid()') && text.includes(`"${db.schema}"."outbox"`)) sent.push(text.includes('sweep_next') ? 'full' : 'window');
+      if (text.includes('claim_token = pg_catalog.gen_random_uuid()') && text.includes(`"${db.schema}"."outbox"`)) sent.push(text.includes('sweep_next') ? 'full' : 'window');
       return (query as (...a: unknown[]) => unknown).apply(this, args);
     } as typeof query;
   });

@@ -102,7 +102,7 @@ describe('the reclaim: locked rows skipped, bounded by the pass deadline', () =>
   async function slowReclaim(table: 'outbox' | 'inbox', seconds: number): Promise<void> {
     await db.query(`CREATE OR REPLACE FUNCTION "${db.schema}".slow_reclaim() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
-        IF current_query() LIKE '%lease_expires_at <= statement_timestamp()%' THEN PERFORM pg_sleep(${seconds}); END IF;
+        IF current_query() LIKE '%lease_expires_at <= pg_catalog.statement_timestamp()%' THEN PERFORM pg_sleep(${seconds}); END IF;
         RETURN NULL;
       END $$`);
     await db.query(`CREATE TRIGGER slow_reclaim BEFORE UPDATE ON "${db.schema}".${table} FOR EACH STATEMENT EXECUTE FUNCTION "${db.schema}".slow_reclaim()`);

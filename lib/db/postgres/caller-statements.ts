@@ -22,8 +22,8 @@ export interface PgStatement {
 export function pgOutboxInsertStatement(names: Pick<PgNames, 'outbox'>, m: OutboxMessageInput, defaults: { maxAttempts: number }): PgStatement {
   return {
     text: `INSERT INTO ${names.outbox} (id, topic, key, payload, headers, max_attempts, scheduled_at, trace_context)
-     VALUES (COALESCE($1::text::uuid, gen_random_uuid()), $2::text, $3::text, $4::text::jsonb, $5::text::jsonb, $6::integer,
-             COALESCE($7::text::timestamptz, clock_timestamp() + ${msInterval('$8')}), $9::text::jsonb)
+     VALUES (COALESCE($1::text::uuid, pg_catalog.gen_random_uuid()), $2::text, $3::text, $4::text::jsonb, $5::text::jsonb, $6::integer,
+             COALESCE($7::text::timestamptz, pg_catalog.clock_timestamp() + ${msInterval('$8')}), $9::text::jsonb)
      RETURNING id::text AS id`,
     values: outboxInsertValues(m, defaults),
   };

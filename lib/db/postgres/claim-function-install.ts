@@ -3,8 +3,9 @@
  *
  * A function is QueueBox's own when its owner is trusted (`schema-trust.ts`) and its definition
  * is exactly the one `claimFunctionDdl` creates: the body (`prosrc`), PL/pgSQL, `SECURITY INVOKER`,
- * `VOLATILE`, a set-returning plain function, the argument types, and the plan settings and no
- * other (`proconfig`: a `search_path` there would change what the body's names mean). The comment
+ * `VOLATILE`, a set-returning plain function, the argument types, and the plan settings and the
+ * `search_path` of `claimFunctionDdl` and no other (`proconfig`: another `search_path` there would
+ * change what the body's names mean). The comment
  * proves nothing — anyone may comment a function they own — and is not read here.
  */
 import { SchemaTrustError } from '../../errors.ts';

@@ -85,6 +85,17 @@ const PLAN_SHAPE = `SET enable_seqscan = off
   SET enable_material = off
   SET jit = off`;
 
+/**
+ * The `search_path` a claim function runs with, whatever the caller's: the system catalog, then
+ * the session's temporary schema (last, so that a temporary table or view never takes the place
+ * of a name). Every QueueBox object in a claim statement is schema-qualified (`PgNames`), so the
+ * path only resolves PostgreSQL's own types, functions and operators, and it holds no schema that
+ * another role may create in: an operator or function planted where a caller's path looks cannot
+ * run inside the function with QueueBox's rights. Part of the definition (and of the name's
+ * digest): a function installed before it had none, and `migrate` installs the new one.
+ */
+const FUNCTION_SEARCH_PATH = 'SET search_path = pg_catalog, pg_temp';
+
 const functionNames = new WeakMap<ClaimStatement, string>();
 
 /**
@@ -94,7 +105,7 @@ const functionNames = new WeakMap<ClaimStatement, string>();
 export function claimFunctionName(statement: ClaimStatement): string {
   let name = functionNames.get(statement);
   if (name === undefined) {
-    const digest = createHash('sha256').update(`${statement.params.join(',')}\n${statement.returns}\n${PLAN_SHAPE}\n${statement.text}`).digest('hex');
+    const digest = createHash('sha256').update(`${statement.params.join(',')}\n${statement.returns}\n${PLAN_SHAPE}\n${FUNCTION_SEARCH_PATH}\n${statement.text}`).digest('hex');
     name = `${statement.table}_claim_${digest.slice(0, 12)}`;
     functionNames.set(statement, name);
   }
@@ -105,11 +116,20 @@ function qualifiedName(names: PgNames, statement: ClaimStatement): string {
   return `${quoteIdent(names.schema)}.${quoteIdent(claimFunctionName(statement))}`;
 }
 
+/** `SET name = value` lines as PostgreSQL stores them in `pg_proc.proconfig` (`name=value`). */
+function storedSettings(lines: string): string[] {
+  return lines.split('\n').map((line) => line.trim().replace(/^SET (\w+) = (.+)$/, '$1=$2'));
+}
+
+/** The plan settings alone, as stored: what a prepared claim sets for its transaction too (`PINNED_CLAIM_PLAN`). */
+const PLAN_SETTINGS: readonly string[] = storedSettings(PLAN_SHAPE);
+
 /**
  * The settings each function carries (`pg_proc.proconfig`), as PostgreSQL stores them: what a
- * function of QueueBox's must have, exactly (a `search_path` or any other setting is not ours).
+ * function of QueueBox's must have, exactly — the plan settings and its `search_path`; any other
+ * setting, or another path, is not ours.
  */
-export const CLAIM_FUNCTION_SETTINGS: readonly string[] = PLAN_SHAPE.split('\n').map((line) => line.trim().replace(/^SET (\w+) = (\w+)$/, '$1=$2'));
+export const CLAIM_FUNCTION_SETTINGS: readonly string[] = [...PLAN_SETTINGS, ...storedSettings(FUNCTION_SEARCH_PATH)];
 
 /**
  * The same plan settings as one statement that sets each for the current transaction only
@@ -124,7 +144,7 @@ export const CLAIM_FUNCTION_SETTINGS: readonly string[] = PLAN_SHAPE.split('\n')
  * the session: behind PgBouncer 1.21+ in transaction mode a session `SET` would stay on a server
  * connection that other clients get next, and would not follow this client to another.
  */
-export const PINNED_CLAIM_PLAN = `SELECT ${CLAIM_FUNCTION_SETTINGS.map((setting) => {
+export const PINNED_CLAIM_PLAN = `SELECT ${PLAN_SETTINGS.map((setting) => {
   const [name, value] = setting.split('=');
   return `set_config('${name}', '${value}', true)`;
 }).join(', ')}`;
@@ -149,6 +169,7 @@ export function claimFunctionDdl(names: PgNames, statement: ClaimStatement): str
   RETURNS TABLE (${statement.returns})
   LANGUAGE plpgsql VOLATILE SECURITY INVOKER
   ${PLAN_SHAPE}
+  ${FUNCTION_SEARCH_PATH}
 AS $queuebox$${body}$queuebox$;
 COMMENT ON FUNCTION ${fn}(${statement.params.join(', ')}) IS '${CLAIM_FUNCTION_COMMENT}';`;
 }

@@ -35,10 +35,10 @@ export const LEASE_START = 'transaction_timestamp()';
  */
 export function claimSet(leaseParam: string): string {
   return `state = 'processing',
-            claim_token = gen_random_uuid(),
-            claimed_at = clock_timestamp(),
+            claim_token = pg_catalog.gen_random_uuid(),
+            claimed_at = pg_catalog.clock_timestamp(),
             lease_expires_at = ${LEASE_START} + ${msInterval(leaseParam)},
-            updated_at = clock_timestamp()`;
+            updated_at = pg_catalog.clock_timestamp()`;
 }
 
 /**
@@ -56,7 +56,7 @@ export function claimSet(leaseParam: string): string {
  */
 export function lockWithinLease(alias = 't'): string {
   const lease = alias === '' ? 'lease_expires_at' : `${alias}.lease_expires_at`;
-  return `set_config('lock_timeout', greatest(1, ceil(1000 * date_part('epoch', ${lease} - clock_timestamp())))::bigint::text, true) IS NOT NULL`;
+  return `set_config('lock_timeout', greatest(1, ceil(1000 * date_part('epoch', ${lease} - pg_catalog.clock_timestamp())))::bigint::text, true) IS NOT NULL`;
 }
 
 /**
@@ -67,7 +67,7 @@ export function lockWithinLease(alias = 't'): string {
  * which a hash join runs to the end (every live lease of the table, other workers' too) before it
  * locks any row, leaving the lock wait bounded by the lease of the last row read.
  */
-export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > clock_timestamp() AND CASE WHEN t.claim_token = s.token THEN ${lockWithinLease('t')} END`;
+export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.lease_expires_at > pg_catalog.clock_timestamp() AND CASE WHEN t.claim_token = s.token THEN ${lockWithinLease('t')} END`;
 
 /**
  * Runs a fenced statement: on a pool in one round trip (`pgSingleTrip`), which commits before the
@@ -133,7 +133,7 @@ export function isConnectionLost(error: unknown): boolean {
  * application, an older QueueBox), which is neither trusted nor restored.
  */
 const KEPT = `COALESCE(current_setting('queuebox.lock_timeout', true), '')`;
-const MARK = `statement_timestamp()::text`;
+const MARK = `pg_catalog.statement_timestamp()::text`;
 
 /**
  * `lockWithinLease` for a statement inside a caller's open transaction: before it sets the bound,
@@ -245,10 +245,10 @@ export async function fencedRetryMany(db: PgQueryable, table: string, items: Ret
     `UPDATE ${table} t
         SET state = 'pending',
             attempt = t.attempt + 1,
-            scheduled_at = clock_timestamp() + ${msInterval('s.delay_ms')},
+            scheduled_at = pg_catalog.clock_timestamp() + ${msInterval('s.delay_ms')},
             last_error = s.error,
             claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-            updated_at = clock_timestamp()
+            updated_at = pg_catalog.clock_timestamp()
        FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
@@ -265,7 +265,7 @@ export async function fencedReleaseMany(db: PgQueryable, table: string, claims: 
     db,
     `UPDATE ${table} t
         SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-            updated_at = clock_timestamp()
+            updated_at = pg_catalog.clock_timestamp()
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
@@ -281,7 +281,7 @@ export async function fencedDeadMany(db: PgQueryable, table: string, items: Dead
   return fencedChangedIds(
     db,
     `UPDATE ${table} t
-        SET state = 'dead', last_error = s.error, lease_expires_at = NULL, updated_at = clock_timestamp()
+        SET state = 'dead', last_error = s.error, lease_expires_at = NULL, updated_at = pg_catalog.clock_timestamp()
        FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
       WHERE t.id = s.id AND ${FENCE}
   RETURNING t.id`,
@@ -360,7 +360,7 @@ export async function reclaimExpired(
     `WITH ${gate.cte},
      expired AS (
        SELECT t.id${wholeClaim === undefined ? '' : `, ${wholeClaim.columns}`} FROM ${table} t
-        WHERE t.state = 'processing' AND t.lease_expires_at <= statement_timestamp() AND (${extraCondition})
+        WHERE t.state = 'processing' AND t.lease_expires_at <= pg_catalog.statement_timestamp() AND (${extraCondition})
           AND EXISTS (SELECT 1 FROM gate)
           FOR UPDATE OF t SKIP LOCKED),${wholeClaim === undefined ? '' : `
      ${wholeClaim.ctes},`}
@@ -372,7 +372,7 @@ export async function reclaimExpired(
                 WHEN ${last} THEN 'gave up after ' || ${ofMax} || ' attempts: the lease of the last one expired during the ${rule.call} (the call did not finish within its lease)'
                 ELSE 'lease expired during ${rule.call} attempt ' || ${ofMax} || ' (the call did not finish within its lease)' END,
               claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-              updated_at = clock_timestamp()
+              updated_at = pg_catalog.clock_timestamp()
          FROM expired
         WHERE t.id = expired.id${wholeClaim === undefined ? '' : ` AND ${wholeClaim.condition}`}
     RETURNING t.state)

@@ -104,7 +104,7 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
        INSERT INTO ${t} (source, idempotency_key, aggregate_id, event_type, payload, headers, correlation_id,
                          consumption, state, last_error, scheduled_at, created_at, updated_at, trace_context)
        VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8, $9, $10,
-               clock_timestamp() + ${msInterval('$11')}, clock_timestamp(), clock_timestamp(), $12::text::jsonb)
+               pg_catalog.clock_timestamp() + ${msInterval('$11')}, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), $12::text::jsonb)
        ON CONFLICT (source, idempotency_key) DO NOTHING
        RETURNING id)
      SELECT id, false AS duplicate FROM ins
@@ -205,7 +205,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
               WHERE i.source = a.source AND i.aggregate_id = a.aggregate_id
                 AND ${open('i')}
               ORDER BY i.sequence LIMIT 1) h
-          WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= clock_timestamp()
+          WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= pg_catalog.clock_timestamp()
             AND NOT EXISTS (
               SELECT 1 FROM ${t} b
                WHERE b.source = a.source AND b.aggregate_id = a.aggregate_id AND b.aggregate_id <> ''
@@ -214,7 +214,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
        retried AS (
          SELECT c.id FROM ${t} c
           WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt > 0
-            AND c.scheduled_at <= clock_timestamp()
+            AND c.scheduled_at <= pg_catalog.clock_timestamp()
             AND (${NO_AGGREGATE} OR (${freeHead}))
           ORDER BY c.scheduled_at, c.sequence
           LIMIT ${limit}
@@ -224,7 +224,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
        oldest AS (
          SELECT c.id FROM (
              SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
-              WHERE w.state = 'pending' AND w.consumption = 'push' AND w.scheduled_at <= clock_timestamp()
+              WHERE w.state = 'pending' AND w.consumption = 'push' AND w.scheduled_at <= pg_catalog.clock_timestamp()
               ORDER BY w.scheduled_at, w.sequence
               LIMIT ${limit * OLDEST_WINDOW}) w
            JOIN ${t} c ON c.ctid = w.ctid
@@ -254,7 +254,7 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
                (SELECT k.ctid, k.scheduled_at, k.sequence FROM ${t} k
                  WHERE k.state = 'pending' AND k.consumption = 'push' AND k.attempt = 0
                    AND (k.aggregate_id IS NULL OR k.aggregate_id = '')
-                   AND k.scheduled_at <= clock_timestamp()
+                   AND k.scheduled_at <= pg_catalog.clock_timestamp()
                    AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
                  ORDER BY k.scheduled_at, k.sequence
                  LIMIT ${limit})) m
@@ -316,7 +316,7 @@ export async function inboxForward(ctx: PgContext, item: InboxForwardItem, defau
       const { rowCount } = await pgQuery(
         client,
         `UPDATE ${ctx.names.inbox} t
-            SET state = 'processed', processed_at = clock_timestamp(), updated_at = clock_timestamp(),
+            SET state = 'processed', processed_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp(),
                 lease_expires_at = NULL, last_error = NULL
            FROM (SELECT $1::uuid AS id, $2::uuid AS token) s
           WHERE t.id = s.id AND ${FENCE}`,
@@ -424,7 +424,7 @@ function forwardManyStatement(names: PgNames): { text: string; resent: string } 
      ),
      marked AS (
        UPDATE ${names.inbox} t
-          SET state = 'processed', processed_at = clock_timestamp(), updated_at = clock_timestamp(),
+          SET state = 'processed', processed_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp(),
               lease_expires_at = NULL, last_error = NULL
          FROM s
         WHERE t.id = s.id AND ${FENCE}
@@ -436,7 +436,7 @@ function forwardManyStatement(names: PgNames): { text: string; resent: string } 
               CASE WHEN s.other_key IS NOT NULL AND ${openRelayedRowWithKey(names.outbox, 's.other_key', 's.other_source')}
                    THEN s.other_key ELSE s.key END,
               s.payload, s.headers, s.max_attempts,
-              COALESCE(s.scheduled_at, clock_timestamp() + ${msInterval('s.delay_ms')}), s.trace_context
+              COALESCE(s.scheduled_at, pg_catalog.clock_timestamp() + ${msInterval('s.delay_ms')}), s.trace_context
          FROM s JOIN marked ON marked.id = s.id
         ORDER BY s.ord
     RETURNING 1
@@ -530,8 +530,8 @@ export async function inboxDeleteFinished(ctx: PgContext, p: DeleteFinishedParam
     ctx.pool,
     `WITH picked AS MATERIALIZED (
        SELECT id FROM ${ctx.names.inbox}
-        WHERE state = $1 AND created_at < clock_timestamp() - ${msInterval('$2')}
-          AND (source <> ALL($4::text[]) OR created_at < clock_timestamp() - ${msInterval('$5')})
+        WHERE state = $1 AND created_at < pg_catalog.clock_timestamp() - ${msInterval('$2')}
+          AND (source <> ALL($4::text[]) OR created_at < pg_catalog.clock_timestamp() - ${msInterval('$5')})
         LIMIT $3
         FOR UPDATE SKIP LOCKED)
      DELETE FROM ${ctx.names.inbox} i USING picked WHERE i.id = picked.id AND i.state = $1`,

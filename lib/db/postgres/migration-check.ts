@@ -7,11 +7,11 @@ import { claimFunctionName, type ClaimStatement } from './claim-functions.ts';
 import { pgExpectedColumns, pgMigrations } from './migrations.ts';
 import { quoteIdent, type PgNames } from './names.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
-import { pgSchemaTrustProblems } from './schema-trust.ts';
+import { PG_SERVER_ENCODING_SQL, pgSchemaTrustProblems, serverEncodingProblem } from './schema-trust.ts';
 
 /**
  * The differences between the database and what `migrate` would leave (none: up to date):
- * the schema missing or open to other roles (`schema-trust.ts`), a numbered migration not
+ * a database whose encoding is not UTF8 (that line alone: `migrate` refuses it), the schema missing or open to other roles (`schema-trust.ts`), a numbered migration not
  * recorded in `queuebox_migrations`, a missing table or column (with its `ALTER TABLE`), a claim
  * function of the configuration missing, another role's, or not QueueBox's definition, and what
  * changed by hand since a recorded migration ran: an index or named constraint missing, a column
@@ -24,6 +24,10 @@ import { pgSchemaTrustProblems } from './schema-trust.ts';
  * docs/upgrading.md).
  */
 export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: readonly ClaimStatement[], batchSize: number): Promise<string[]> {
+  // A database that is not UTF8 is that one line: `migrate` refuses it before anything else.
+  const { rows: encoding } = await pgQuery<{ encoding: string }>(db, PG_SERVER_ENCODING_SQL);
+  const wrongEncoding = serverEncodingProblem(encoding[0]!.encoding);
+  if (wrongEncoding !== undefined) return [wrongEncoding];
   const { rows: found } = await pgQuery<{ schema: boolean; migrations: boolean }>(db, 
     `SELECT to_regnamespace($1) IS NOT NULL AS schema, to_regclass($2) IS NOT NULL AS migrations`,
     [quoteIdent(n.schema), n.migrations],
@@ -250,7 +254,7 @@ export const INDEX_NAME_TAKEN_SQL = `SELECT CASE WHEN t.oid IS NOT NULL
        || own.qualified || ': migration ' || want.version
        || CASE WHEN own.recorded THEN ' found the name taken and skipped the index of ' || own.qualified || ', which goes without it'
                ELSE ' would find the name taken and skip the index of ' || own.qualified || ', which would go without it' END
-       || '; rename or drop that ' || holder.kind || ' (ALTER ' || holder.keyword || ' "' || $1 || '"."' || want.name || '" RENAME TO …), then '
+       || '; rename or drop that ' || holder.kind || ' (ALTER ' || holder.keyword || ' "' || $1 || '"."' || want.name || '" RENAME TO ' || pg_catalog.chr(8230) || '), then '
        || CASE WHEN own.recorded THEN 'create the index (migration ' || want.version || ' is recorded, so migrate does not run it again) and migrate again: ' || want.ddl
                ELSE 'migrate again' END AS problem
   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS want(name, table_name, version, ddl, ord)

@@ -3,7 +3,8 @@
  * a team's own migration tool (Flyway, Liquibase, Knex, node-pg-migrate) or `psql`. No connection.
  *
  * The script does what `migrate` does, in the same order, and leaves the same bookkeeping, so a
- * later `queuebox migrate` or `queuebox migrate --check` agrees with it: the migrate lock, the
+ * later `queuebox migrate` or `queuebox migrate --check` agrees with it: the refusal of a database
+ * whose encoding is not UTF8, the migrate lock, the
  * schema (created only when missing), the refusal of a schema other roles may create in (or of
  * objects they own under QueueBox's names), the refusal of a schema whose `queuebox_migrations`
  * records another table set's migrations (`migration-check.ts`), of a relation of a table's name
@@ -114,10 +115,27 @@ END
 $queuebox_check$;`;
 }
 
+/**
+ * The refusal of a database whose encoding is not UTF8 (`serverEncodingProblem`), first: such a
+ * database would take the schema and then fail on a statement whose text or values it cannot
+ * hold (LATIN1), or store bodies it garbles (SQL_ASCII).
+ */
+function encodingCheckBlock(): string {
+  return `DO $queuebox_encoding$
+BEGIN
+  IF pg_catalog.current_setting('server_encoding') <> 'UTF8' THEN
+    RAISE EXCEPTION 'migrate refused, nothing changed: the database''s encoding is % (server_encoding), and QueueBox needs UTF8: it stores message bodies (JSON) and names of any Unicode text; create the database with ENCODING ''UTF8'' (CREATE DATABASE <name> ENCODING ''UTF8'' TEMPLATE template0) and run the script there',
+      pg_catalog.current_setting('server_encoding');
+  END IF;
+END
+$queuebox_encoding$;`;
+}
+
 /** The script (see the module comment); `statements` are the configuration's claim statements. */
 export function pgMigrationScript(n: PgNames, statements: readonly ClaimStatement[], header: readonly string[] = []): string {
   const parts = [
     ...header.map((line) => `-- ${line}`),
+    encodingCheckBlock(),
     `DO $queuebox_lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('queuebox.migrate')); END $queuebox_lock$;`,
     createSchemaBlock(n),
     trustCheckBlock(n, statements.map(claimFunctionName)),

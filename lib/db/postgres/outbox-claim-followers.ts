@@ -61,7 +61,7 @@ function followerCtes(t: string, limit: number, rowsPerKey: number): string {
      keyless_left AS (
        SELECT k.scheduled_at, k.sequence FROM ${t} k
         WHERE k.state = 'pending' AND (k.key IS NULL OR k.key = '')
-          AND k.attempt = 0 AND k.scheduled_at <= statement_timestamp()
+          AND k.attempt = 0 AND k.scheduled_at <= pg_catalog.statement_timestamp()
           AND (k.scheduled_at, k.sequence) > (COALESCE((SELECT scheduled_at FROM last_first), '-infinity'::timestamptz), COALESCE((SELECT sequence FROM last_first), -1))
           AND EXISTS (SELECT 1 FROM next_rows)
         ORDER BY k.scheduled_at, k.sequence LIMIT 1
@@ -70,7 +70,7 @@ function followerCtes(t: string, limit: number, rowsPerKey: number): string {
      -- left out: the run ends before it
      run_end AS (
        SELECT r.key, min(r.rank) AS rank FROM next_rows r
-        WHERE r.state <> 'pending' OR r.scheduled_at > statement_timestamp()
+        WHERE r.state <> 'pending' OR r.scheduled_at > pg_catalog.statement_timestamp()
            OR (r.scheduled_at, r.sequence) > (SELECT l.scheduled_at, l.sequence FROM keyless_left l)
         GROUP BY r.key
      ),
@@ -97,10 +97,10 @@ function followerCtes(t: string, limit: number, rowsPerKey: number): string {
          LEFT JOIN lock_gap g ON g.key = f.key
         WHERE g.rank IS NULL OR f.rank < g.rank
      ),
-     -- one token per key with followers, as one jsonb object (key → token) the UPDATE reads once:
+     -- one token per key with followers, as one jsonb object (key -> token) the UPDATE reads once:
      -- a lookup by key per claimed row, not a scan of every key's token per row
-     key_tokens AS (SELECT jsonb_object_agg(k.key, gen_random_uuid()) AS tokens FROM (SELECT DISTINCT key FROM kept) k),
-     -- the followers' ids as one jsonb object (id → true): key_first is a lookup per row
+     key_tokens AS (SELECT jsonb_object_agg(k.key, pg_catalog.gen_random_uuid()) AS tokens FROM (SELECT DISTINCT key FROM kept) k),
+     -- the followers' ids as one jsonb object (id -> true): key_first is a lookup per row
      follower_ids AS (SELECT jsonb_object_agg(id::text, true) AS ids FROM kept)
      `;
 }
@@ -126,8 +126,8 @@ export function claimFollowers(t: string, limit: number, rowsPerKey: number): Cl
   return {
     ctes: followerCtes(t, limit, rowsPerKey),
     set: (claimSet) => {
-      const perKey = claimSet.replace('claim_token = gen_random_uuid()', 'claim_token = coalesce(((SELECT k.tokens FROM key_tokens k) ->> o.key::text)::uuid, gen_random_uuid())');
-      if (perKey === claimSet) throw new Error('claimSet no longer sets claim_token = gen_random_uuid(): update claimFollowers');
+      const perKey = claimSet.replace('claim_token = pg_catalog.gen_random_uuid()', 'claim_token = coalesce(((SELECT k.tokens FROM key_tokens k) ->> o.key::text)::uuid, pg_catalog.gen_random_uuid())');
+      if (perKey === claimSet) throw new Error('claimSet no longer sets claim_token = pg_catalog.gen_random_uuid(): update claimFollowers');
       return `${perKey},\n            key_first = NOT coalesce((SELECT f.ids FROM follower_ids f) ? o.id::text, false)`;
     },
     claimed: 'SELECT id FROM candidates UNION ALL SELECT id FROM kept',

@@ -131,12 +131,12 @@ function retriedAndOldest(t: string, limit: number, firstOfKey = false): string 
   const freeHead = FREE_HEAD.replaceAll('%T', t);
   const window = `(
            SELECT w.ctid, w.scheduled_at, w.sequence, w.key FROM ${t} w
-            WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
+            WHERE w.state = 'pending' AND w.scheduled_at <= pg_catalog.statement_timestamp()
             ORDER BY w.scheduled_at, w.sequence
             LIMIT ${limit * OLDEST_WINDOW})`;
   return `retried AS (
        SELECT c.id FROM ${t} c
-        WHERE c.state = 'pending' AND c.attempt > 0 AND c.scheduled_at <= statement_timestamp()
+        WHERE c.state = 'pending' AND c.attempt > 0 AND c.scheduled_at <= pg_catalog.statement_timestamp()
           AND (${KEYLESS} OR (${freeHead}))
         ORDER BY c.scheduled_at, c.sequence
         LIMIT ${limit}
@@ -177,7 +177,7 @@ function windowRows(t: string, limit: number): string {
                  SELECT 1 FROM (SELECT scheduled_at, sequence FROM oldest ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) l
                   CROSS JOIN LATERAL (
                     SELECT w.ctid FROM ${t} w
-                     WHERE w.state = 'pending' AND w.scheduled_at <= statement_timestamp()
+                     WHERE w.state = 'pending' AND w.scheduled_at <= pg_catalog.statement_timestamp()
                        AND (w.scheduled_at, w.sequence) > (l.scheduled_at, l.sequence)
                      ORDER BY w.scheduled_at, w.sequence
                      LIMIT ${limit * (OLDEST_WINDOW - 1)}) w
@@ -246,7 +246,7 @@ export function outboxClaimBound(queued: number, limit: number): number {
 const SWEEP_AT = `COALESCE(timestamptz 'epoch' + $2::bigint * interval '1 microsecond', '-infinity'::timestamptz)`;
 const SWEEP_SEQUENCE = `COALESCE($3::bigint, -1)`;
 /** The sweep's horizon from `$4` (µs since the epoch; NULL: a new sweep, due by now). */
-const SWEEP_HORIZON = `COALESCE(timestamptz 'epoch' + $4::bigint * interval '1 microsecond', statement_timestamp())`;
+const SWEEP_HORIZON = `COALESCE(timestamptz 'epoch' + $4::bigint * interval '1 microsecond', pg_catalog.statement_timestamp())`;
 const micros = (at: string) => `CASE WHEN isfinite(${at}) THEN (extract(epoch FROM ${at}) * 1000000)::bigint END`;
 
 /**
@@ -300,12 +300,12 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
            SELECT o.id, o.ctid, o.state, o.attempt, o.scheduled_at, o.sequence FROM ${t} o
             WHERE o.key = open_keys.key AND o.state IN ('pending', 'processing')
             ORDER BY o.sequence LIMIT 1) h
-        WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= statement_timestamp()
+        WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= pg_catalog.statement_timestamp()
           AND NOT EXISTS (
             SELECT 1 FROM ${t} b WHERE b.key = open_keys.key AND b.key <> '' AND b.state = 'processing')
           AND h.id NOT IN (SELECT id FROM oldest)
      ),
-     -- … of which the keyed first attempts that can move (keyless rows come from their own index).
+     -- ... of which the keyed first attempts that can move (keyless rows come from their own index).
      -- The head test is written as in the window, inside an OR: as a bare NOT EXISTS the planner
      -- turns it into an anti join, which a plan kept from a small table runs as a scan of the
      -- whole key-head index per row (14,751 buffers instead of about 2,000 at 20,000 rows)
@@ -318,7 +318,7 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
      keyless AS (
        SELECT c.id, c.ctid, c.scheduled_at, c.sequence FROM ${t} c
         WHERE c.state = 'pending' AND c.attempt = 0 AND ${KEYLESS}
-          AND c.scheduled_at <= statement_timestamp()
+          AND c.scheduled_at <= pg_catalog.statement_timestamp()
           AND c.id NOT IN (SELECT id FROM oldest) AND ${room}
         ORDER BY c.scheduled_at, c.sequence
         LIMIT ${limit}
@@ -332,13 +332,13 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
        UNION ALL
        SELECT id, ctid, scheduled_at, sequence FROM keyless
      ),
-     -- … locked in claim order, joined back by ctid as the window is, until the batch is full:
+     -- ... locked in claim order, joined back by ctid as the window is, until the batch is full:
      -- a row a concurrent claim holds is skipped, and so is one changed since this statement's
      -- snapshot (its ctid recheck fails): taken by a concurrent claim, or taken and given back
-     -- (released, or retried with its backoff) — left to the next claim. One lock step over the ordered rows,
+     -- (released, or retried with its backoff) - left to the next claim. One lock step over the ordered rows,
      -- not a locking probe per row: a probe inside a lateral subquery ends its recheck state at
      -- every row, and the next row that needs a recheck starts it again, which sets up every
-     -- subplan of this statement — about 0.25 ms a row, so that a claim meeting the 1,000 heads
+     -- subplan of this statement - about 0.25 ms a row, so that a claim meeting the 1,000 heads
      -- another pass had just taken ran for 300 ms, keeping that pass's sent mark waiting on the
      -- rows it locked and skipped (docs/performance.md)
      taken AS (
@@ -600,7 +600,7 @@ const resentMarkSentTexts = new Map<string, string>();
 
 function markSentText(table: string, resent: boolean): string {
   const text = `UPDATE ${table} t
-        SET state = 'sent', updated_at = clock_timestamp(), lease_expires_at = NULL, last_error = NULL
+        SET state = 'sent', updated_at = pg_catalog.clock_timestamp(), lease_expires_at = NULL, last_error = NULL
        FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
       WHERE t.id = s.id AND ${resent ? `((${FENCE}) OR (t.state = 'sent' AND t.claim_token = s.token))` : FENCE}
   RETURNING t.id`;
@@ -676,7 +676,7 @@ function claimWhole(t: string): string {
   return `(t.key IS NULL OR t.key = '' OR NOT EXISTS (
                 SELECT 1 FROM ${t} e
                  WHERE e.key = t.key AND e.state = 'processing' AND e.claim_token = t.claim_token
-                   AND e.lease_expires_at > statement_timestamp()))`;
+                   AND e.lease_expires_at > pg_catalog.statement_timestamp()))`;
 }
 
 /** `last_error` of a row an expired claim was not charged to (`lostLeaseCharged`). */
@@ -711,9 +711,9 @@ export async function outboxDeadList(ctx: PgContext, p: { limit: number }): Prom
   return deadList(ctx.pool, ctx.names.outbox, 'topic', p.limit);
 }
 
-const REPLAY_SET = `SET state = 'pending', attempt = 0, scheduled_at = clock_timestamp(), last_error = NULL,
+const REPLAY_SET = `SET state = 'pending', attempt = 0, scheduled_at = pg_catalog.clock_timestamp(), last_error = NULL,
             claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-            replay_count = replay_count + 1, updated_at = clock_timestamp()`;
+            replay_count = replay_count + 1, updated_at = pg_catalog.clock_timestamp()`;
 
 /**
  * Moves the matching rows back to `pending`; returns how many moved. With `maxRows`, one
@@ -741,7 +741,7 @@ export async function outboxDeleteFinished(ctx: PgContext, p: DeleteFinishedPara
     // per outer row, picking the next unlocked rows each time)
     `WITH picked AS MATERIALIZED (
        SELECT id FROM ${ctx.names.outbox}
-        WHERE state = $1 AND updated_at < clock_timestamp() - ${msInterval('$2')}
+        WHERE state = $1 AND updated_at < pg_catalog.clock_timestamp() - ${msInterval('$2')}
         LIMIT $3
         FOR UPDATE SKIP LOCKED)
      DELETE FROM ${ctx.names.outbox} o USING picked WHERE o.id = picked.id AND o.state = $1`,

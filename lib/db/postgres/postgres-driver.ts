@@ -19,7 +19,7 @@ import { checkClaimFunctions, installClaimFunctions } from './claim-function-ins
 import { missingColumns, pgIndexNameTakenProblems, pgInvalidIndexProblems, pgMigrateCheck, pgTableSetProblem } from './migration-check.ts';
 import { pgForeignTableProblems, pgForeignTableProblemsBeforeMigration } from './foreign-tables.ts';
 import { PG_MIGRATE_LOCK_SQL, PG_SCHEMA_EXISTS_SQL, pgMigrationsTableSql } from './migration-script.ts';
-import { pgSchemaTrustProblems } from './schema-trust.ts';
+import { pgRequireUtf8, pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgSetTransactionTimeout, poolStatementTimeoutMs, pgSimpleQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
@@ -39,6 +39,12 @@ export interface PostgresDriverOptions {
   url: string;
   /** Use this pool instead of creating one (it is not ended by `close`). */
   pool?: PgPool;
+  /**
+   * Run the start-up check (`schemaVerify`) before the first claim, unless `schemaVerify` already
+   * passed: what `createDriver` and a pull worker built on a pool ask for, so that an application's
+   * own claims refuse what QueueBox's functions refuse at start-up. Default: not.
+   */
+  verifyBeforeClaims?: boolean;
 }
 
 /** `outbox.batchSize` when the driver's config has no `outbox` section (the config default). */
@@ -51,12 +57,18 @@ export class PostgresDriver implements Driver {
   readonly #outboxBatchSize: number;
   readonly #outboxRowsPerKey: number;
   readonly #useClaimFunctions: boolean;
+  readonly #verifyBeforeClaims: boolean;
+  /** The start-up check under way (`#afterStartUpCheck`); cleared when it fails, so the next claim runs it again. */
+  #verifying: Promise<void> | undefined;
+  /** Set once `schemaVerify` passed: claims no longer wait for the start-up check. */
+  #verified = false;
 
   constructor(options: PostgresDriverOptions) {
     const pool = options.pool ?? createPgPool(options.config.database, options.url);
     this.#ownsPool = options.pool === undefined;
     const prepared = options.config.database.preparedStatements;
     this.#useClaimFunctions = options.config.database.claimFunctions !== false;
+    this.#verifyBeforeClaims = options.verifyBeforeClaims === true;
     this.ctx = {
       pool,
       names: pgNames(options.config.database.schema ?? 'public', options.config.tables),
@@ -91,6 +103,21 @@ export class PostgresDriver implements Driver {
     return this.ctx.pool;
   }
 
+  /**
+   * `claim()`, after the start-up check when the driver was asked to run it (`verifyBeforeClaims`)
+   * and it has not passed yet: once, shared by the claims that come while it runs. A failure
+   * (`SchemaTrustError`, the encoding, a missing column, or the database not answering) rejects
+   * those claims and is not remembered: the next claim runs the check again.
+   */
+  #afterStartUpCheck<T>(claim: () => Promise<T>): Promise<T> {
+    if (!this.#verifyBeforeClaims || this.#verified) return claim();
+    this.#verifying ??= this.schemaVerify().catch((error: unknown) => {
+      this.#verifying = undefined;
+      throw error;
+    });
+    return this.#verifying.then(claim);
+  }
+
   /** Claim functions found unusable are logged as warnings (once per finding; retried after `CLAIM_FUNCTION_RETRY_MS`). */
   useLogger(logger: DriverLogger): void {
     const state = this.ctx.claimFunctions;
@@ -106,6 +133,7 @@ export class PostgresDriver implements Driver {
 
   /**
    * Applies the numbered migrations not yet recorded, then the claim functions. Refuses
+   * (`QueueBoxError`, nothing changed) a database whose encoding is not UTF8; refuses
    * (`SchemaTrustError`, nothing changed) a schema other roles may create in, and objects of
    * QueueBox's names that another role owns (`schema-trust.ts`); refuses (`QueueBoxError`, nothing
    * changed) a schema whose bookkeeping records another table set's migrations, a relation of a
@@ -141,6 +169,9 @@ export class PostgresDriver implements Driver {
       // lock it waits for is bounded by `database.statementTimeoutMs`: a DDL statement queued for
       // its lock makes every later statement on the table queue behind it, so a migrate behind a
       // long transaction (or another migrate) gives up instead of stalling the pollers for longer.
+      // Before anything is created: a database that is not UTF8 would take the schema and then
+      // fail on a statement whose text or values it cannot hold, or store bodies it garbles.
+      await pgRequireUtf8(client, 'migrate refused, nothing changed');
       await pgSetTransactionTimeout(client, `SET LOCAL lock_timeout = ${Number.isFinite(lockWaitMs) ? lockWaitMs : 0}`);
       // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.
       await pgSimpleQuery(client, PG_MIGRATE_LOCK_SQL);
@@ -198,18 +229,25 @@ export class PostgresDriver implements Driver {
   }
 
   /**
-   * Start-up check (once per container): refuses a schema other roles may create in
-   * (`SchemaTrustError`), and a relation in the way of a table `migrate` has not created yet
+   * Start-up check (once per container): refuses a database whose encoding is not UTF8
+   * (`QueueBoxError`: `serverEncodingProblem`), a schema other roles may create in, or with
+   * row-level security on a QueueBox table (`SchemaTrustError`), and a relation in the way of a table `migrate` has not created yet
    * (`QueueBoxError`: `pgForeignTableProblems`), then throws `SchemaMismatchError` with the DDL of missing columns. A
    * table missing while the schema's bookkeeping records migrations adds the line that says
    * `migrate` would not create it (another table set's migrations: `pgTableSetProblem`).
    */
   async schemaVerify(): Promise<void> {
     const n = this.ctx.names;
+    // First: on a database of another encoding a statement with a character it cannot hold fails
+    // with a raw conversion error, and on SQL_ASCII nothing fails until data goes wrong.
+    await pgRequireUtf8(this.ctx.pool);
     const problems = await pgSchemaTrustProblems(this.ctx.pool, n);
     if (problems.length > 0) throw new SchemaTrustError(n.schema, problems);
     const statements = await missingColumns(this.ctx.pool, n);
-    if (statements.length === 0) return;
+    if (statements.length === 0) {
+      this.#verified = true;
+      return;
+    }
     // Only on the failure path: a relation in the way of a table (`migrate` would refuse it, so
     // "run migrate" would loop).
     const foreign = await pgForeignTableProblemsBeforeMigration(this.ctx.pool, n);
@@ -225,7 +263,7 @@ export class PostgresDriver implements Driver {
   }
 
   async clockNow(): Promise<Date> {
-    const { rows } = await pgQuery<{ now_ms: EpochMs }>(this.ctx.pool, `SELECT ${epochMs('clock_timestamp()')} AS now_ms`);
+    const { rows } = await pgQuery<{ now_ms: EpochMs }>(this.ctx.pool, `SELECT ${epochMs('pg_catalog.clock_timestamp()')} AS now_ms`);
     return epochTime(rows[0]!.now_ms);
   }
 
@@ -235,7 +273,7 @@ export class PostgresDriver implements Driver {
 
   outboxInsert: Driver['outboxInsert'] = (tx, message, defaults) => outbox.outboxInsert(this.ctx.names, asQueryable(tx), message, defaults);
   /** Without `rowsPerKey`: the configuration's `outbox.rowsPerKey` (the claims `migrate` made functions for). */
-  outboxClaimMany: Driver['outboxClaimMany'] = (p) => outbox.outboxClaimMany(this.ctx, { ...p, rowsPerKey: p.rowsPerKey ?? this.#outboxRowsPerKey });
+  outboxClaimMany: Driver['outboxClaimMany'] = (p) => this.#afterStartUpCheck(() => outbox.outboxClaimMany(this.ctx, { ...p, rowsPerKey: p.rowsPerKey ?? this.#outboxRowsPerKey }));
   outboxRenewMany: Driver['outboxRenewMany'] = (p) => outbox.outboxRenewMany(this.ctx, p);
   outboxMarkSentMany: Driver['outboxMarkSentMany'] = (p) => outbox.outboxMarkSentMany(this.ctx, p);
   outboxRetryMany: Driver['outboxRetryMany'] = (p) => outbox.outboxRetryMany(this.ctx, p);
@@ -249,7 +287,7 @@ export class PostgresDriver implements Driver {
   outboxDeleteFinished: Driver['outboxDeleteFinished'] = (p) => outbox.outboxDeleteFinished(this.ctx, p);
 
   inboxInsert: Driver['inboxInsert'] = (m, tx) => inbox.inboxInsert(this.ctx, tx === undefined ? this.ctx.pool : asQueryable(tx), m);
-  inboxClaimPushMany: Driver['inboxClaimPushMany'] = (p) => inbox.inboxClaimPushMany(this.ctx, p);
+  inboxClaimPushMany: Driver['inboxClaimPushMany'] = (p) => this.#afterStartUpCheck(() => inbox.inboxClaimPushMany(this.ctx, p));
   inboxRenewMany: Driver['inboxRenewMany'] = (p) => inbox.inboxRenewMany(this.ctx, p);
   inboxForward: Driver['inboxForward'] = (item, defaults) => inbox.inboxForward(this.ctx, item, defaults);
   inboxForwardMany: Driver['inboxForwardMany'] = (items, defaults) => inbox.inboxForwardMany(this.ctx, items, defaults);
@@ -272,7 +310,7 @@ export class PostgresDriver implements Driver {
   scaleOutStart: Driver['scaleOutStart'] = (p) => scaleOut.scaleOutStart(this.ctx, p);
   scaleOutRelease: Driver['scaleOutRelease'] = (p) => scaleOut.scaleOutRelease(this.ctx, p);
 
-  pullClaimMany: Driver['pullClaimMany'] = (p) => pull.pullClaimMany(this.ctx, p);
+  pullClaimMany: Driver['pullClaimMany'] = (p) => this.#afterStartUpCheck(() => pull.pullClaimMany(this.ctx, p));
   pullRenew: Driver['pullRenew'] = (p) => pull.pullRenew(this.ctx, p);
   pullComplete: Driver['pullComplete'] = (tx, claim) => pull.pullComplete(this.ctx, asQueryable(tx), claim);
   pullRetry: Driver['pullRetry'] = (p) => pull.pullRetry(this.ctx, p);

@@ -24,7 +24,7 @@ import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
 /** The pull fence on `$1` (id) and `$2` (token), with `bound` bounding the lock wait by the lease. */
-const pullFence = (bound: string) => `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > clock_timestamp() AND ${bound}`;
+const pullFence = (bound: string) => `id = $1 AND consumption = 'pull' AND state = 'processing' AND claim_token = $2 AND lease_expires_at > pg_catalog.clock_timestamp() AND ${bound}`;
 const FENCE = pullFence(lockWithinLease(''));
 
 /**
@@ -49,8 +49,8 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
 }
 
 /** Claimable by state: due pending, or processing with an expired lease. */
-const CLAIMABLE = (a: string) => `((${a}.state = 'pending' AND ${a}.scheduled_at <= clock_timestamp())
-            OR (${a}.state = 'processing' AND ${a}.lease_expires_at <= clock_timestamp()))`;
+const CLAIMABLE = (a: string) => `((${a}.state = 'pending' AND ${a}.scheduled_at <= pg_catalog.clock_timestamp())
+            OR (${a}.state = 'processing' AND ${a}.lease_expires_at <= pg_catalog.clock_timestamp()))`;
 
 /**
  * What the claim of an expired row counts (the SET sees the row before the claim): its lost lease
@@ -71,7 +71,7 @@ const pullClaimText = oncePerNames((names) => {
   const free = (c: string, aggregate: string) => `NOT EXISTS (
                 SELECT 1 FROM ${t} b
                  WHERE b.source = $1 AND b.consumption = 'pull' AND b.aggregate_id = ${aggregate}
-                   AND b.state = 'processing' AND b.lease_expires_at > clock_timestamp() AND b.id <> ${c}.id)`;
+                   AND b.state = 'processing' AND b.lease_expires_at > pg_catalog.clock_timestamp() AND b.id <> ${c}.id)`;
   const freeHead = `-- only the head: no open row of the aggregate received earlier
                 NOT EXISTS (
                   SELECT 1 FROM ${t} h
@@ -164,7 +164,7 @@ const pullClaimText = oncePerNames((names) => {
   RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
             i.correlation_id, i.attempt, i.created_at, i.scheduled_at, i.claim_token,
             i.lease_expires_at, i.trace_context)
-     -- UPDATE … RETURNING does not keep the candidates' order; restore the claim order here,
+     -- UPDATE ... RETURNING does not keep the candidates' order; restore the claim order here,
      -- in the database, where timestamps keep their microseconds. Times are read as ms since
      -- the epoch: pg parses timestamps in no other DateStyle than ISO (epoch-time.ts).
      SELECT id, source, idempotency_key, aggregate_id, event_type, payload_text, headers, correlation_id, attempt,
@@ -190,8 +190,8 @@ export async function pullComplete(ctx: PgContext, db: PgQueryable, c: ClaimRef)
   const written = await fencedWriteCount(
     db,
     (bound) => `UPDATE ${ctx.names.inbox}
-        SET state = 'processed', processed_at = clock_timestamp(), lease_expires_at = NULL,
-            last_error = NULL, updated_at = clock_timestamp()
+        SET state = 'processed', processed_at = pg_catalog.clock_timestamp(), lease_expires_at = NULL,
+            last_error = NULL, updated_at = pg_catalog.clock_timestamp()
       WHERE ${pullFence(bound)}
       RETURNING id`,
     [c.id, c.token],
@@ -205,9 +205,9 @@ export async function pullRetry(ctx: PgContext, p: RetryItem): Promise<boolean> 
     ctx.pool,
     `UPDATE ${ctx.names.inbox}
         SET state = 'pending', attempt = attempt + 1,
-            scheduled_at = clock_timestamp() + ${msInterval('$3')},
+            scheduled_at = pg_catalog.clock_timestamp() + ${msInterval('$3')},
             last_error = $4, claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-            updated_at = clock_timestamp()
+            updated_at = pg_catalog.clock_timestamp()
       WHERE ${FENCE}`,
     [p.id, p.token, p.delayMs, p.error],
   );
@@ -219,7 +219,7 @@ export async function pullMarkDead(ctx: PgContext, p: DeadItem): Promise<boolean
   const { rowCount } = await fencedQuery(
     ctx.pool,
     `UPDATE ${ctx.names.inbox}
-        SET state = 'dead', last_error = $3, lease_expires_at = NULL, updated_at = clock_timestamp()
+        SET state = 'dead', last_error = $3, lease_expires_at = NULL, updated_at = pg_catalog.clock_timestamp()
       WHERE ${FENCE}`,
     [p.id, p.token, p.error],
   );
@@ -235,7 +235,7 @@ export async function pullRelease(ctx: PgContext, c: ClaimRef): Promise<boolean>
     ctx.pool,
     `UPDATE ${ctx.names.inbox}
         SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-            updated_at = clock_timestamp()
+            updated_at = pg_catalog.clock_timestamp()
       WHERE ${FENCE}`,
     [c.id, c.token],
   );

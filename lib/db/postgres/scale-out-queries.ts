@@ -20,7 +20,7 @@ export async function outboxCountDue(ctx: PgContext, limit: number): Promise<num
   const { rows } = await pgQuery<{ n: number }>(
     ctx.pool,
     `SELECT count(*)::int AS n FROM (
-       SELECT 1 FROM ${ctx.names.outbox} WHERE state = 'pending' AND scheduled_at <= clock_timestamp() LIMIT $1
+       SELECT 1 FROM ${ctx.names.outbox} WHERE state = 'pending' AND scheduled_at <= pg_catalog.clock_timestamp() LIMIT $1
      ) due`,
     [limit],
   );
@@ -32,7 +32,7 @@ export async function inboxCountDue(ctx: PgContext, limit: number): Promise<numb
   const { rows } = await pgQuery<{ n: number }>(
     ctx.pool,
     `SELECT count(*)::int AS n FROM (
-       SELECT 1 FROM ${ctx.names.inbox} WHERE state = 'pending' AND consumption = 'push' AND scheduled_at <= clock_timestamp() LIMIT $1
+       SELECT 1 FROM ${ctx.names.inbox} WHERE state = 'pending' AND consumption = 'push' AND scheduled_at <= pg_catalog.clock_timestamp() LIMIT $1
      ) due`,
     [limit],
   );
@@ -51,16 +51,16 @@ export async function scaleOutAcquire(ctx: PgContext, p: { worker: ScaleOutWorke
   const { rows } = await pgQuery<{ name: string; token: string }>(
     ctx.pool,
     `WITH held AS (
-       SELECT count(*)::int AS n FROM ${m} h WHERE left(h.name, length($1::text)) = $1::text AND h.last_run_at > clock_timestamp()
+       SELECT count(*)::int AS n FROM ${m} h WHERE left(h.name, length($1::text)) = $1::text AND h.last_run_at > pg_catalog.clock_timestamp()
      ), free AS (
        SELECT $1::text || s.n::text AS name FROM generate_series(1, $2::int) AS s(n)
-        WHERE NOT EXISTS (SELECT 1 FROM ${m} h WHERE h.name = $1::text || s.n::text AND h.last_run_at > clock_timestamp())
+        WHERE NOT EXISTS (SELECT 1 FROM ${m} h WHERE h.name = $1::text || s.n::text AND h.last_run_at > pg_catalog.clock_timestamp())
         ORDER BY s.n
         LIMIT GREATEST(0, $3::int - (SELECT n FROM held))
      )
      INSERT INTO ${m} AS m (name, last_run_at)
-     SELECT name, clock_timestamp() + ${msInterval('$4')} FROM free
-     ON CONFLICT (name) DO UPDATE SET last_run_at = EXCLUDED.last_run_at WHERE m.last_run_at <= clock_timestamp()
+     SELECT name, pg_catalog.clock_timestamp() + ${msInterval('$4')} FROM free
+     ON CONFLICT (name) DO UPDATE SET last_run_at = EXCLUDED.last_run_at WHERE m.last_run_at <= pg_catalog.clock_timestamp()
      RETURNING m.name, ${TOKEN} AS token`,
     [scaleOutSlotPrefix(p.worker, ctx.names.outboxTable), p.slots, p.want, p.leaseMs],
   );
@@ -71,8 +71,8 @@ export async function scaleOutAcquire(ctx: PgContext, p: { worker: ScaleOutWorke
 export async function scaleOutStart(ctx: PgContext, p: { worker: ScaleOutWorker; slot: ScaleOutSlot; leaseMs: number }): Promise<ScaleOutSlot | undefined> {
   const { rows } = await pgQuery<{ token: string }>(
     ctx.pool,
-    `UPDATE ${ctx.names.maintenance} AS m SET last_run_at = clock_timestamp() + ${msInterval('$3')}
-      WHERE m.name = $1 AND m.last_run_at > clock_timestamp() AND (EXTRACT(EPOCH FROM m.last_run_at) * 1000000)::bigint = $2::bigint
+    `UPDATE ${ctx.names.maintenance} AS m SET last_run_at = pg_catalog.clock_timestamp() + ${msInterval('$3')}
+      WHERE m.name = $1 AND m.last_run_at > pg_catalog.clock_timestamp() AND (EXTRACT(EPOCH FROM m.last_run_at) * 1000000)::bigint = $2::bigint
      RETURNING ${TOKEN} AS token`,
     [scaleOutSlotName(p.worker, ctx.names.outboxTable, p.slot.slot), p.slot.token, p.leaseMs],
   );

@@ -12,8 +12,34 @@
  * `pg_has_role` answers "member" for every role, so only the first, third and fourth rules apply:
  * a superuser that ran another role's function would hand that role everything.
  */
+import { QueueBoxError } from '../../errors.ts';
 import type { PgNames } from './names.ts';
 import { pgQuery, type PgQueryable } from './pg-pool.ts';
+
+/**
+ * SQL: the database's encoding. QueueBox stores message bodies (JSON) and names of any Unicode
+ * text, so it needs UTF8: under LATIN1 (or any other single-byte encoding) a character it cannot
+ * store fails the statement that carries it, and under SQL_ASCII text is stored as bytes, unchecked,
+ * so a length counts bytes and a body read back is not the one written.
+ */
+export const PG_SERVER_ENCODING_SQL = `SELECT pg_catalog.current_setting('server_encoding') AS encoding`;
+
+/** Why QueueBox may not use a database of `encoding` (undefined: UTF8, it may). */
+export function serverEncodingProblem(encoding: string): string | undefined {
+  if (encoding === 'UTF8') return undefined;
+  return `the database's encoding is ${encoding} (server_encoding), and QueueBox needs UTF8: it stores message bodies (JSON) and names of any Unicode text, which ${encoding} ${encoding === 'SQL_ASCII' ? 'stores as unchecked bytes (lengths and bodies of non-ASCII text go wrong)' : 'cannot hold'}; create the database with ENCODING 'UTF8' (CREATE DATABASE <name> ENCODING 'UTF8' TEMPLATE template0) and run queuebox migrate there`;
+}
+
+/**
+ * Throws a `QueueBoxError` naming the encoding and the fix when the database is not UTF8
+ * (`serverEncodingProblem`); `prefix` says what refuses (`migrate refused, nothing changed`).
+ * One round trip, sent before any statement whose text or values could fail on the encoding.
+ */
+export async function pgRequireUtf8(db: PgQueryable, prefix = 'QueueBox refuses this database'): Promise<void> {
+  const { rows } = await pgQuery<{ encoding: string }>(db, PG_SERVER_ENCODING_SQL);
+  const problem = serverEncodingProblem(rows[0]!.encoding);
+  if (problem !== undefined) throw new QueueBoxError(`${prefix}: ${problem}`);
+}
 
 /**
  * SQL: `me` (the current role: oid, rolsuper) and `s` (the schema: oid, nspowner, nspname) for a
@@ -44,6 +70,9 @@ export function trustedRole(role: string): string {
  * - PUBLIC, or a role that is not trusted, holds `TRIGGER` on one of QueueBox's tables (`GRANT ALL`
  *   includes it), or a trigger on one runs a function whose owner is not trusted: triggers run with
  *   the rights of the role whose write fires them;
+ * - row-level security is enabled (or forced) on one of QueueBox's tables: its policies filter what
+ *   QueueBox's statements see, so the rows they hide (every row, without a policy, from a role
+ *   that does not own the table) are never claimed, reclaimed or counted, and nothing says so;
  * - a table, sequence, index or view of a name QueueBox uses, or a function of a claim function's
  *   name, belongs to a role that is not trusted.
  * A schema that does not exist has no problems (`migrate` creates it).
@@ -52,7 +81,8 @@ export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
      public_create AS (SELECT has_schema_privilege('public', s.oid, 'CREATE') AS yes FROM s),
      path AS (SELECT n.oid, n.nspname, has_schema_privilege('public', n.oid, 'CREATE') AS public_create
                 FROM pg_namespace n, s WHERE n.nspname = ANY (current_schemas(false)) AND n.oid <> s.oid),
-     tables AS (SELECT c.oid, quote_ident(s.nspname) || '.' || quote_ident(c.relname) AS name, has_table_privilege('public', c.oid, 'TRIGGER') AS public_trigger
+     tables AS (SELECT c.oid, quote_ident(s.nspname) || '.' || quote_ident(c.relname) AS name, has_table_privilege('public', c.oid, 'TRIGGER') AS public_trigger,
+                       c.relrowsecurity AS row_security, c.relforcerowsecurity AS forced_row_security
                   FROM pg_class c, s WHERE c.relnamespace = s.oid AND c.relname = ANY($2::text[]) AND c.relkind IN ('r', 'p'))
      SELECT 'PUBLIC (every role) may CREATE in schema ' || quote_ident(s.nspname) || ': REVOKE CREATE ON SCHEMA ' || quote_ident(s.nspname) || ' FROM PUBLIC' AS problem
        FROM s, public_create WHERE public_create.yes
@@ -85,6 +115,17 @@ export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
          FROM pg_trigger t JOIN tables ON tables.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_namespace fn ON fn.oid = p.pronamespace, s, me
         WHERE NOT ${trustedRole('p.proowner')}
         ORDER BY 1) triggers
+     UNION ALL
+     SELECT * FROM (
+       SELECT 'row-level security is ' || CASE WHEN tables.row_security AND tables.forced_row_security THEN 'enabled and forced'
+                                                WHEN tables.row_security THEN 'enabled' ELSE 'forced' END
+              || ' on table ' || tables.name || ': its policies decide which rows QueueBox may see (none, for a role that does not own the table, when there is no policy), and a row they hide is never claimed, silently: '
+              || CASE WHEN tables.row_security THEN 'ALTER TABLE ' || tables.name || ' DISABLE ROW LEVEL SECURITY' ELSE '' END
+              || CASE WHEN tables.row_security AND tables.forced_row_security THEN '; ' ELSE '' END
+              || CASE WHEN tables.forced_row_security THEN 'ALTER TABLE ' || tables.name || ' NO FORCE ROW LEVEL SECURITY' ELSE '' END
+         FROM tables
+        WHERE tables.row_security OR tables.forced_row_security
+        ORDER BY 1) row_security
      UNION ALL
      SELECT * FROM (
        SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'v' THEN 'view' ELSE 'table' END
