@@ -1,11 +1,15 @@
 /**
  * Whether the database ended a statement or batch as a deadlock victim (PostgreSQL 40P01, SQL
- * Server 1205): it was rolled back whole and wrote nothing, so the same work may be sent again.
+ * Server 1205), or PostgreSQL ended it with a serialization failure (40001): it was rolled back
+ * whole and wrote nothing, so the same work may be sent again. QueueBox's own transactions run at
+ * READ COMMITTED (`pg-pool.ts`), where PostgreSQL raises none; a client of another kind
+ * (`pg-native`), whose statements go without QueueBox's settings, may meet one under a role's or
+ * database's default isolation.
  */
 import { TransientDatabaseError } from '../errors.ts';
 
 export function isDeadlockVictim(error: unknown): boolean {
-  return error instanceof TransientDatabaseError && (error.code === '40P01' || error.code === '1205');
+  return error instanceof TransientDatabaseError && (error.code === '40P01' || error.code === '40001' || error.code === '1205');
 }
 
 /** Attempts in all of work the database ended as a deadlock victim (`retryingDeadlockVictim`). */

@@ -17,8 +17,9 @@ const IN_FLIGHT_ATTEMPTS = 5;
  * a batch rolled back whole by `XACT_ABORT` on SQL Server); the next attempt sees the row in
  * flight and leaves the key alone, so the batch is claimed without it instead of failing.
  *
- * A deadlock victim is run again too (PostgreSQL 40P01, SQL Server 1205): the claim was rolled
- * back whole and changed nothing. On PostgreSQL it is the same meeting from both sides: two outbox
+ * A deadlock victim is run again too (PostgreSQL 40P01, SQL Server 1205), as is a PostgreSQL
+ * serialization failure (40001, `isDeadlockVictim`): the claim was rolled back whole and changed
+ * nothing. On PostgreSQL it is the same meeting from both sides: two outbox
  * claims that each saw a different row of two keys as the head (each snapshot missing a row the
  * other saw commit late) each put one key in flight and wait on the other's uncommitted entry for
  * the other key in the in-flight index; the claim that runs again sees the other's rows in flight.

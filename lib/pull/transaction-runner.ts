@@ -45,7 +45,7 @@ export type TransactionRunner<Tx> = <T>(
  * gets the promise of that termination (settled once the server process is gone).
  */
 export function pgTransactionRunner(pool: pg.Pool): TransactionRunner<pg.PoolClient> {
-  return (work, options) => pgTransaction(pool, work, options);
+  return (work, options) => pgTransaction(pool, work, { ...options, handler: true });
 }
 
 /**

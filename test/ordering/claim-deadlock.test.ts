@@ -28,12 +28,20 @@ function deadlockCountingClient(count: { deadlocks: number }): typeof pg.Client 
   class DeadlockCountingClient extends pg.Client {}
   const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
   DeadlockCountingClient.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-    const result = query.apply(this, args);
-    if (result instanceof Promise) {
-      result.catch((error: unknown) => {
-        if ((error as { code?: string }).code === '40P01') count.deadlocks++;
-      });
+    const counted = (error: unknown) => {
+      if ((error as { code?: string } | null)?.code === '40P01') count.deadlocks++;
+    };
+    // A query object (a statement sent with QueueBox's settings in its round trip): its error comes through its callback.
+    const submitted = args[0] as { submit?: unknown; callback?: (error: Error | null, result: unknown) => void } | undefined;
+    if (typeof submitted?.submit === 'function' && typeof submitted.callback === 'function') {
+      const answer = submitted.callback;
+      submitted.callback = (error, result) => {
+        if (error) counted(error);
+        answer(error, result);
+      };
     }
+    const result = query.apply(this, args);
+    if (result instanceof Promise) result.catch(counted);
     return result;
   } as pg.Client['query'];
   return DeadlockCountingClient;

@@ -156,6 +156,8 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const rows = await claimRetryingInFlight(() =>
     pgTransaction(ctx.pool, async (client) => {
+      // Waits while another claim holds it, as long as the statement may run (the time left in a pass):
+      // `pgTransaction` sets no `lock_timeout` for it, whatever the role's.
       await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
       return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
     }),

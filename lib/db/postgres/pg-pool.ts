@@ -18,9 +18,20 @@
  * statement in time. Fenced writes and renewals are the exception (`pgSingleTrip`): always one
  * round trip, their row lock waits bounded by the lease in the statement itself, so that no
  * transaction of theirs can be split by a freeze between two round trips; under a budget their
- * `statement_timeout` is set for the statement's own implicit transaction in that same round trip
- * (`boundedSingleTrip`), which bounds what the statement itself cannot: the wait for a lock on
+ * `statement_timeout` is set for the statement's own transaction in that same round trip
+ * (`ownStatement`), which bounds what the statement itself cannot: the wait for a lock on
  * the table (a migration's `ALTER TABLE`, `VACUUM FULL`), taken before it executes.
+ *
+ * Every statement and transaction of QueueBox's on the pool runs under QueueBox's settings, not
+ * the role's or the database's defaults (`OWN_TRANSACTION_SETTINGS`: READ COMMITTED, no
+ * `lock_timeout`, no JIT), set for its transaction alone in the round trip that begins it: a
+ * statement on its own is sent as `BEGIN ISOLATION LEVEL READ COMMITTED`, its settings, the
+ * statement and `COMMIT`, in one round trip (`ownStatement`).
+ *
+ * `idle_session_timeout` (PostgreSQL 14+) is not sent as a startup parameter: PostgreSQL 13
+ * refuses a connection that names it, and PgBouncer one with a parameter it does not ignore. A
+ * statement whose idle connection the server closed meanwhile runs again on another connection
+ * (`onConnection`, `pgTransaction`), where nothing of it can have run.
  *
  * The server applies that timeout only while it answers. Inside a pass the client bounds the rest
  * itself, for a server that has gone silent (a network partition, a failover that leaves the
@@ -41,6 +52,37 @@ import { QueueBoxError } from '../../errors.ts';
 export type PgPool = pg.Pool;
 
 /**
+ * What QueueBox's own transactions and statements run under, whatever the role's or database's
+ * defaults (`ALTER ROLE … SET`, `ALTER DATABASE … SET`), set for each transaction alone — in the
+ * round trip that begins it, never on the session:
+ * - READ COMMITTED. The claims, fences and settles are written for it: a statement that meets a
+ *   row another transaction changed since it began reads the row again and re-checks it. Under a
+ *   default of REPEATABLE READ or SERIALIZABLE (`default_transaction_isolation`) it fails with
+ *   40001 (serialization_failure) instead — a single statement in its own implicit transaction
+ *   too — so passes and claims failed wherever they met. SQL Server's transactions pin it too.
+ * - `lock_timeout = 0`: a lock wait of QueueBox's is bounded by `statement_timeout` — the time left
+ *   in a pass, `database.statementTimeoutMs` outside one — and a fenced write's row lock wait by the
+ *   lease (`fenced-writes.ts`, which sets its own). A role's `lock_timeout` cut the relay's and the
+ *   pull claims' wait for the claim lock (`pg_advisory_xact_lock`), which another claim holds for
+ *   the moment its statement runs, and failed the claim.
+ * - `jit = off`: a claim on a grown table passes `jit_above_cost` (lower on some roles) and was
+ *   compiled at every execution, which cost most of its time (`claim-functions.ts`, `PLAN_SHAPE`);
+ *   QueueBox's other statements are short, and not worth a compile either.
+ */
+const OWN_TRANSACTION_SETTINGS = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 0; SET LOCAL jit = off';
+
+/** `OWN_TRANSACTION_SETTINGS` for a statement sent with a prelude (`ownStatement`): the `BEGIN` that opens its transaction, then `set_config` calls. */
+const OWN_BEGIN = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+const OWN_STATEMENT_SETTINGS = "pg_catalog.set_config('lock_timeout', '0', true), pg_catalog.set_config('jit', 'off', true)";
+
+/**
+ * A pull handler's business transaction (`pgTransactionRunner`): READ COMMITTED, as on SQL Server
+ * (a 40001 there failed the handler's attempt, though nothing was wrong with it); its lock waits
+ * and plans are the application's, under the role's settings.
+ */
+const HANDLER_TRANSACTION_SETTINGS = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED';
+
+/**
  * Bind values, or a function that gives them when the statement is sent (after any wait for a
  * connection): a lease is sized from the time left at that moment (`leaseWithinBudget`).
  */
@@ -51,21 +93,53 @@ const valuesNow = (values: PgValues): unknown[] => (typeof values === 'function'
 /**
  * One statement on a pooled connection, checked out first so that lazy values are bound after the
  * wait for it (what `pool.query` does, in that order); a client whose statement failed is discarded,
- * as `pool.query` does.
+ * as `pool.query` does. A statement whose connection had ended before it was sent
+ * (`endedBeforeSent`) runs again, once, on another connection.
  */
 async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await checkOut(pool);
-  const lost = watchCheckedOut(client);
-  try {
-    const result = await run(client);
-    lost.stop();
-    client.release(lost.error ?? undefined);
-    return result;
-  } catch (error) {
-    lost.stop();
-    client.release(error instanceof Error ? error : true);
-    throw error;
+  for (let attempt = 1; ; attempt++) {
+    const client = await checkOut(pool);
+    const lost = watchCheckedOut(client);
+    try {
+      const result = await run(client);
+      lost.stop();
+      client.release(lost.error ?? undefined);
+      return result;
+    } catch (error) {
+      lost.stop();
+      client.release(error instanceof Error ? error : true);
+      if (attempt === 1 && !cutClients.has(client) && endedBeforeSent(error)) continue;
+      throw error;
+    }
   }
+}
+
+/**
+ * Whether a statement failed (`error`, as `pg` gave it) because its pooled connection had ended
+ * before the statement reached a live session, so that nothing of it ran: the server ended the
+ * session for sitting idle (`idle_session_timeout`, SQLSTATE 57P05, sent only while the session
+ * is idle outside a transaction: whatever came after it was never read), or `pg` found the client
+ * closed and sent nothing. In Lambda the container is frozen between invocations, so the pool
+ * learns that an idle connection was closed only when the next invocation sends a statement on it.
+ */
+function endedBeforeSent(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (code === '57P05') return true;
+  return code === undefined && typeof message === 'string' && /^Client (has encountered a connection error|was closed) and is not queryable$/.test(message);
+}
+
+/**
+ * Whether the connection ended under a statement (`error`, as `pg` gave it), its outcome unknown:
+ * the server ended the session (`pg_terminate_backend`, a restart or failover, an idle timeout),
+ * or the socket closed. Harmless for a `BEGIN` (`pgTransaction`): nothing of the work was sent.
+ */
+function connectionEnded(error: unknown): boolean {
+  if (endedBeforeSent(error)) return true;
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (typeof code === 'string') return ['57P01', '57P02', '08000', '08003', '08006', 'ECONNRESET', 'EPIPE'].includes(code);
+  return typeof message === 'string' && /Connection terminated|connection error/i.test(message);
 }
 
 /**
@@ -323,9 +397,7 @@ async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;
-    if (db instanceof pg.Pool && (typeof values === 'function' || statementBudgetMs() !== undefined)) {
-      return await onConnection(db, (client) => answerWithin(client, () => client.query<R>(text, valuesNow(values))));
-    }
+    if (db instanceof pg.Pool) return await onConnection(db, (client) => answerWithin(client, () => ownStatement<R>(client, { text, values: valuesNow(values) })));
     return await answerWithin(db, () => db.query<R>(text, valuesNow(values)));
   } catch (error) {
     throw mapPgError(error);
@@ -336,24 +408,30 @@ async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text
  * `pgQuery` of a text without bind values, sent as a simple query, so it may hold several
  * statements (their results come back as an array): the text is handed to `pg` with no values
  * argument at all — `pg`'s native client takes even an empty values array for a parameterized
- * query, which allows one statement only.
+ * query, which allows one statement only. On the pool, QueueBox's settings (`OWN_TRANSACTION_SETTINGS`)
+ * go ahead of the text in the same query string, whose statements share one implicit
+ * transaction; their results are not returned.
  */
 export async function pgSimpleQuery(db: PgQueryable, text: string): Promise<pg.QueryResult | pg.QueryResult[]> {
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgSimpleQuery(client, text))) as pg.QueryResult | pg.QueryResult[];
-    if (db instanceof pg.Pool && statementBudgetMs() !== undefined) return (await onConnection(db, (client) => answerWithin(client, () => client.query(text)))) as pg.QueryResult | pg.QueryResult[];
-    return (await answerWithin(db, () => (db as pg.Pool).query(text))) as pg.QueryResult | pg.QueryResult[];
+    if (db instanceof pg.Pool) {
+      const results = (await onConnection(db, (client) => answerWithin(client, () => client.query(`${OWN_TRANSACTION_SETTINGS}; ${text}`)))) as unknown as pg.QueryResult[];
+      const own = results.slice(OWN_TRANSACTION_SETTINGS.split(';').length);
+      return own.length === 1 ? own[0]! : own;
+    }
+    return (await answerWithin(db, () => db.query(text))) as pg.QueryResult | pg.QueryResult[];
   } catch (error) {
     throw mapPgError(error);
   }
 }
 
 /**
- * Runs one statement in one round trip, whatever the invocation's time left: on a pool, in an
- * implicit transaction of its own (no `BEGIN; SET LOCAL`, no `COMMIT`), which the server commits
- * before it answers, so nothing of it can stay open when the process is frozen or killed after
- * sending it. Its run time is bounded by the connection's `statement_timeout` only: the callers
+ * Runs one statement in one round trip, whatever the invocation's time left: on a pool, in a
+ * transaction of its own that the same round trip begins and commits (`ownStatement`; no round
+ * trip of its own for `BEGIN` or `COMMIT`), which the server commits before it answers, so nothing
+ * of it can stay open when the process is frozen or killed after sending it. Its run time is bounded by the connection's `statement_timeout` only: the callers
  * (fenced writes and renewals) bound their lock waits in the statement itself
  * (`fenced-writes.ts`, `lockWithinLease`). Not sent when the invocation has no time left.
  */
@@ -364,11 +442,7 @@ export async function pgSingleTrip<R extends pg.QueryResultRow>(db: PgQueryable,
       return await onConnection(db, (client) => {
         // The budget when the statement is sent (after any wait for a connection).
         const budget = statementBudgetMs();
-        return answerWithin(
-          client,
-          () => (budget !== undefined && budget < poolStatementTimeoutMs(db) ? boundedSingleTrip<R>(client, text, valuesNow(values), budget) : client.query<R>(text, valuesNow(values))),
-          budget,
-        );
+        return answerWithin(client, () => ownStatement<R>(client, { text, values: valuesNow(values) }, budget !== undefined && budget < poolStatementTimeoutMs(db) ? budget : undefined), budget);
       });
     }
     // A client inside a QueueBox transaction: its `statement_timeout` follows the budget as usual.
@@ -384,6 +458,7 @@ interface PgWire {
   parse(query: { text: string; name?: string }): void;
   bind(config: object): void;
   execute(config: object): void;
+  sync(): void;
   /** Named statements whose Parse was sent and not yet answered (`pg` keeps it: 8.x). */
   submittedNamedStatements?: Record<string, string>;
   stream?: { cork?: () => void; uncork?: () => void };
@@ -407,7 +482,7 @@ interface PgStatement {
   name?: string;
 }
 
-type PreludeQueryClass = new (prelude: string, statement: PgStatement, callback: (error: Error | null, result: unknown) => void) => object;
+type PreludeQueryClass = new (prelude: readonly string[], commit: boolean, statement: PgStatement, callback: (error: Error | null, result: unknown) => void) => object;
 
 /** The subclass of each `pg` copy's query class (`Client.Query`) that sends a prelude ahead of its statement. */
 const preludeQueryClasses = new WeakMap<PgQueryClass, PreludeQueryClass>();
@@ -416,37 +491,68 @@ function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
   let Prelude = preludeQueryClasses.get(Query);
   if (Prelude === undefined) {
     Prelude = class extends Query {
-      /** Answers still to come from the prelude (its row, its completion): not part of the statement's result. */
-      #preluding = 2;
-      readonly #prelude: string;
-      constructor(prelude: string, statement: PgStatement, callback: (error: Error | null, result: unknown) => void) {
+      /** Prelude statements whose answers (a row or none, then the completion) are still to come: not part of the statement's result. */
+      #preluding: number;
+      /** The statement's completion came: a completion after it is the `COMMIT`'s. */
+      #completed = false;
+      readonly #prelude: readonly string[];
+      readonly #commit: boolean;
+      constructor(prelude: readonly string[], commit: boolean, statement: PgStatement, callback: (error: Error | null, result: unknown) => void) {
         super({ ...statement, queryMode: 'extended' }, undefined, callback);
         this.#prelude = prelude;
+        this.#preluding = prelude.length;
+        this.#commit = commit;
       }
       override prepare(connection: PgWire): void {
         // A named statement new to this connection is parsed before the prelude: `pg` credits every
         // ParseComplete of the round trip to this query's name, so the first one must be the
         // statement's own (a failed Parse then leaves the name unprepared, as it is on the server).
         // Parse plans nothing: the plan is made at the statement's Bind, after the prelude ran.
-        if (this.name !== undefined && !this.hasBeenParsed(connection)) {
+        // Not ahead of a prelude that opens the transaction (`BEGIN ISOLATION LEVEL …`): a Parse
+        // takes the transaction's first snapshot, after which its isolation cannot be set. That
+        // prelude is sent on a pooled connection of QueueBox's own, which any failure discards
+        // (`onConnection`), so a name credited early is never used again.
+        if (!this.#commit && this.name !== undefined && !this.hasBeenParsed(connection)) {
           connection.parse({ text: this.text, name: this.name });
           if (connection.submittedNamedStatements !== undefined) connection.submittedNamedStatements[this.name] = this.text;
         }
-        connection.parse({ text: this.#prelude });
-        connection.bind({});
-        connection.execute({});
-        // The statement (its Parse too when unnamed), then the one Sync that ends the round trip.
-        super.prepare(connection);
+        for (const text of this.#prelude) {
+          connection.parse({ text });
+          connection.bind({});
+          connection.execute({});
+        }
+        // The statement (its Parse too when unnamed), then the one Sync that ends the round trip,
+        // with the `COMMIT` of the transaction the prelude opened written just before it.
+        if (!this.#commit) {
+          super.prepare(connection);
+          return;
+        }
+        const own = Object.getOwnPropertyDescriptor(connection, 'sync');
+        const sync = connection.sync;
+        connection.sync = () => {
+          connection.parse({ text: 'COMMIT' });
+          connection.bind({});
+          connection.execute({});
+          sync.call(connection);
+        };
+        try {
+          super.prepare(connection);
+        } finally {
+          if (own === undefined) delete (connection as Partial<PgWire>).sync;
+          else Object.defineProperty(connection, 'sync', own);
+        }
       }
       override handleDataRow(message: unknown): void {
-        if (this.#preluding === 2) return;
+        if (this.#preluding > 0 || this.#completed) return;
         super.handleDataRow(message);
       }
       override handleCommandComplete(message: unknown, connection: PgWire): void {
         if (this.#preluding > 0) {
-          this.#preluding = 0;
+          this.#preluding -= 1;
           return;
         }
+        if (this.#completed) return;
+        this.#completed = true;
         super.handleCommandComplete(message, connection);
       }
     };
@@ -456,15 +562,16 @@ function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
 }
 
 /**
- * `statement` on `client` in one round trip, after `prelude` — a `SELECT` of one row, written by
- * QueueBox, typically of `set_config(…, true)` calls: in the extended protocol, with a single Sync,
- * so both run in one transaction — the implicit transaction of the round trip, or the
- * transaction `client` is in — and a setting the prelude makes is that transaction's alone (no
- * `SET` left on the session: safe behind a pooler in transaction mode). A client of another
- * kind (`pg-native`, or a `pg` whose query class lacks what this writes through) sends the
- * statement alone.
+ * `statement` on `client` in one round trip, after `prelude` — statements written by QueueBox,
+ * each a `SELECT` of one row (typically of `set_config(…, true)` calls), or with `commit` the
+ * `BEGIN` of the statement's transaction first: in the extended protocol, with a single Sync, so
+ * all run in one transaction — the implicit transaction of the round trip, the transaction
+ * `client` is in, or with `commit` the one the prelude begins and a `COMMIT` after the statement
+ * ends — and a setting the prelude makes is that transaction's alone (no `SET` left on the
+ * session: safe behind a pooler in transaction mode). A client of another kind (`pg-native`, or
+ * a `pg` whose query class lacks what this writes through) sends the statement alone.
  */
-function preludeQuery<R extends pg.QueryResultRow>(client: pg.PoolClient, prelude: string, statement: PgStatement): Promise<pg.QueryResult<R>> {
+function preludeQuery<R extends pg.QueryResultRow>(client: pg.PoolClient, prelude: readonly string[], statement: PgStatement, commit = false): Promise<pg.QueryResult<R>> {
   const Query = (client.constructor as { Query?: unknown }).Query;
   const wire = (client as unknown as { connection?: Partial<PgWire> }).connection;
   const proto = (Query as { prototype?: Partial<InstanceType<PgQueryClass>> } | undefined)?.prototype;
@@ -474,25 +581,33 @@ function preludeQuery<R extends pg.QueryResultRow>(client: pg.PoolClient, prelud
     typeof proto.hasBeenParsed !== 'function' ||
     typeof wire?.parse !== 'function' ||
     typeof wire.bind !== 'function' ||
-    typeof wire.execute !== 'function'
+    typeof wire.execute !== 'function' ||
+    typeof wire.sync !== 'function'
   ) {
     return client.query<R>(statement);
   }
   const Prelude = preludeQueryClass(Query as PgQueryClass);
   return new Promise((resolve, reject) => {
-    const query = new Prelude(prelude, statement, (error, result) => (error ? reject(error) : resolve(result as pg.QueryResult<R>)));
+    const query = new Prelude(prelude, commit, statement, (error, result) => (error ? reject(error) : resolve(result as pg.QueryResult<R>)));
     (client as unknown as { query(submittable: object): unknown }).query(query);
   });
 }
 
 /**
- * One statement on `client` in one round trip, bounded by `budgetMs` (a whole number of ms, at
- * least 1): `SELECT set_config('statement_timeout', …, true)` as the prelude of the statement
- * (`preludeQuery`), so the timeout is the statement's implicit transaction's alone. The timeout
- * counts from each message of the statement, its wait for the table's lock at Parse included.
+ * One statement of QueueBox's on a pooled connection, in one round trip, in a transaction of its
+ * own that the round trip begins and commits (`preludeQuery` with `commit`): `BEGIN` at READ
+ * COMMITTED, QueueBox's settings for it (`OWN_STATEMENT_SETTINGS`), `statement_timeout` when
+ * `budgetMs` is given (a whole number of ms, at least 1), `planSettings` when given, the
+ * statement, `COMMIT`. The server commits before it answers, as it does a statement's implicit
+ * transaction. The timeout counts from each message of the statement, its wait for the table's
+ * lock at Parse included. A statement that failed leaves its transaction aborted, not open: the
+ * connection is discarded (`onConnection`).
  */
-function boundedSingleTrip<R extends pg.QueryResultRow>(client: pg.PoolClient, text: string, values: unknown[], budgetMs: number): Promise<pg.QueryResult<R>> {
-  return preludeQuery<R>(client, `SELECT set_config('statement_timeout', '${Math.max(1, Math.floor(budgetMs))}', true) IS NULL`, { text, values });
+function ownStatement<R extends pg.QueryResultRow>(client: pg.PoolClient, statement: PgStatement, budgetMs?: number, planSettings?: string): Promise<pg.QueryResult<R>> {
+  const settings = budgetMs === undefined ? OWN_STATEMENT_SETTINGS : `${OWN_STATEMENT_SETTINGS}, pg_catalog.set_config('statement_timeout', '${Math.max(1, Math.floor(budgetMs))}', true)`;
+  const prelude = [OWN_BEGIN, `SELECT ${settings}`];
+  if (planSettings !== undefined) prelude.push(planSettings);
+  return preludeQuery<R>(client, prelude, statement, true);
 }
 
 const statementNames = new Map<string, string>();
@@ -536,7 +651,10 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgClaimQuery<R>(client as pg.PoolClient, text, values, prepared, planSettings))) as pg.QueryResult<R>;
     const send = (client: pg.PoolClient) =>
-      answerWithin(client, () => preludeQuery<R>(client, planSettings, { name: statementName(text), text, values: valuesNow(values) }));
+      answerWithin(client, () => {
+        const statement = { name: statementName(text), text, values: valuesNow(values) };
+        return db instanceof pg.Pool ? ownStatement<R>(client, statement, undefined, planSettings) : preludeQuery<R>(client, [planSettings], statement);
+      });
     return await (db instanceof pg.Pool ? onConnection(db, send) : send(db));
   } catch (error) {
     throw mapPgError(error);
@@ -546,6 +664,11 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(
 /**
  * Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so.
  * Inside a pass, each statement `work` sends through `pgQuery` is bounded by the time left then.
+ * The transaction runs under QueueBox's settings (`OWN_TRANSACTION_SETTINGS`; a pull handler's,
+ * `handler`: `HANDLER_TRANSACTION_SETTINGS`), set in the BEGIN's round trip. A BEGIN whose
+ * connection had ended (`connectionEnded`: an idle connection the server closed while the
+ * container was frozen, a failover) is sent again, once, on another connection: nothing of the
+ * work had been sent.
  *
  * `signal` fired while the transaction is open ends it at once (below); `onForcedEnd`, given,
  * is then called, in the signal's abort event, with a promise that settles once the transaction
@@ -553,7 +676,32 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(
  * BEGIN answered, rolled back), so that the caller can wait for that before it returns (a
  * Lambda container is frozen as soon as the invocation's handler returns).
  */
-export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: { signal?: AbortSignal; onForcedEnd?: (ended: Promise<void>) => void } = {}): Promise<T> {
+export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: PgTransactionOptions = {}): Promise<T> {
+  try {
+    return await transactionOnce(pool, work, options, true);
+  } catch (error) {
+    // The connection had ended before the transaction began (an idle session the server closed,
+    // a failover): nothing of the work was sent. Once more, on another connection.
+    if (error instanceof BeginLost) return await transactionOnce(pool, work, options, false);
+    throw error;
+  }
+}
+
+export interface PgTransactionOptions {
+  signal?: AbortSignal;
+  onForcedEnd?: (ended: Promise<void>) => void;
+  /** A pull handler's business transaction: only its isolation is QueueBox's (`HANDLER_TRANSACTION_SETTINGS`). */
+  handler?: boolean;
+}
+
+/** The `BEGIN` of a `pgTransaction` failed with its connection ended (`connectionEnded`): nothing of the work was sent. */
+class BeginLost extends Error {
+  constructor(readonly lostWith: unknown) {
+    super('the connection ended before the transaction began');
+  }
+}
+
+async function transactionOnce<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: PgTransactionOptions, retryBegin: boolean): Promise<T> {
   let client: pg.PoolClient;
   try {
     client = await checkOut(pool);
@@ -570,6 +718,8 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
   // after the transaction ended (a COMMIT already on its way) matches nothing, even when the
   // pooler has handed the process to another client meanwhile.
   const { signal, onForcedEnd } = options;
+  const settings = options.handler === true ? HANDLER_TRANSACTION_SETTINGS : OWN_TRANSACTION_SETTINGS;
+  let begun = false;
   let server: { pid: number; startedAt: string } | undefined;
   let ended = false;
   let terminating: Promise<void> | undefined;
@@ -591,17 +741,18 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
     const ceilingMs = poolStatementTimeoutMs(pool);
     // The start as epoch microseconds (exact, whatever the session's TimeZone and DateStyle).
     const pidQuery = signal === undefined ? '' : '; SELECT pg_backend_pid() AS pid, (extract(epoch FROM now()) * 1000000)::bigint::text AS started_at';
-    let begun: pg.QueryResult | pg.QueryResult[];
+    let answer: pg.QueryResult | pg.QueryResult[];
     if (budget !== undefined && budget < ceilingMs) {
-      // One round trip: BEGIN and the timeout for the transaction's first statement.
-      begun = await answerWithin(client, () => client.query(`BEGIN; ${setLocalTimeout(budget)}${pidQuery}`), budget);
+      // One round trip: BEGIN, the timeout for the transaction's first statement, the settings.
+      answer = await answerWithin(client, () => client.query(`BEGIN; ${setLocalTimeout(budget)}; ${settings}${pidQuery}`), budget);
       boundedClients.set(client, { timeoutMs: budget });
     } else {
-      begun = await answerWithin(client, () => client.query(`BEGIN${pidQuery}`), budget);
+      answer = await answerWithin(client, () => client.query(`BEGIN; ${settings}${pidQuery}`), budget);
       if (budget !== undefined) boundedClients.set(client, { timeoutMs: ceilingMs });
     }
+    begun = true;
     if (signal !== undefined) {
-      const results = Array.isArray(begun) ? begun : [begun];
+      const results = Array.isArray(answer) ? answer : [answer];
       const row = results[results.length - 1]?.rows[0] as { pid?: number; started_at?: string } | undefined;
       if (typeof row?.pid === 'number' && typeof row.started_at === 'string') server = { pid: row.pid, startedAt: row.started_at };
       if (ended) throw new QueueBoxError('transaction ended: the work it was for was given up');
@@ -624,6 +775,7 @@ export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClien
         broken = true;
       }
     }
+    if (retryBegin && !begun && !ended && !cutClients.has(client) && connectionEnded(error)) throw new BeginLost(error);
     throw mapPgError(error);
   } finally {
     signal?.removeEventListener('abort', end);

@@ -42,6 +42,8 @@ const FENCE = pullFence(lockWithinLease(''));
  */
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const rows = await pgTransaction(ctx.pool, async (client) => {
+    // Waits while another claim holds it, as long as the statement may run (the time left in a pass):
+    // `pgTransaction` sets no `lock_timeout` for it, whatever the role's.
     await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source]);
     return (await pgClaimQuery<InboxDbRow>(client, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
   });

@@ -1,0 +1,37 @@
+/**
+ * A login role of its own for a test file, whose settings (`ALTER ROLE … SET`) every new
+ * connection of it starts with: what an operator's role or database defaults do to QueueBox.
+ */
+import { randomBytes } from 'node:crypto';
+import type { TestDatabase } from '../helpers/database.ts';
+
+export interface TestRole {
+  name: string;
+  /** The test database's URL, logging in as the role. */
+  url: string;
+  /** Drops the role (its connections must be closed first). */
+  drop(): Promise<void>;
+}
+
+/** Creates a superuser login role (it reads and writes the test schema as the tests' own role does) with `settings`. */
+export async function createRoleWith(db: TestDatabase, settings: Record<string, string>): Promise<TestRole> {
+  const name = `qb_role_${randomBytes(5).toString('hex')}`;
+  const password = randomBytes(12).toString('hex');
+  await db.pool.query(`CREATE ROLE ${name} LOGIN SUPERUSER PASSWORD '${password}'`);
+  for (const [setting, value] of Object.entries(settings)) await db.pool.query(`ALTER ROLE ${name} SET ${setting} = '${value}'`);
+  const url = new URL(db.url);
+  url.username = name;
+  url.password = password;
+  return {
+    name,
+    url: url.href,
+    async drop() {
+      for (let i = 0; i < 100; i++) {
+        const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1', [name]);
+        if (rows[0]!.n === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await db.pool.query(`DROP ROLE IF EXISTS ${name}`);
+    },
+  };
+}

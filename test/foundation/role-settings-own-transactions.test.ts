@@ -1,0 +1,120 @@
+/**
+ * Every statement and transaction QueueBox sends on its own pool runs at READ COMMITTED, with no
+ * `lock_timeout` (its waits are bounded by `statement_timeout`) and without JIT, whatever the
+ * role's defaults — on each path a statement takes: on its own, under a budget or not, prepared
+ * or not, as a simple query, in a transaction. A pull handler's business transaction is READ
+ * COMMITTED too, its lock waits and plans left to the role.
+ *
+ * Read inside each transaction: the settings in force there (`current_setting`), under a role
+ * whose defaults are SERIALIZABLE, a 100 ms `lock_timeout` and JIT for any plan.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { PINNED_CLAIM_PLAN } from '../../lib/db/postgres/claim-functions.ts';
+import { createPgPool, pgClaimQuery, pgQuery, pgSimpleQuery, pgSingleTrip, pgTransaction } from '../../lib/db/postgres/pg-pool.ts';
+import { withStatementBudget } from '../../lib/db/statement-budget.ts';
+import { pgTransactionRunner } from '../../lib/pull/transaction-runner.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createRoleWith, type TestRole } from './role-settings-fixtures.ts';
+
+const ROLE_DEFAULTS = {
+  default_transaction_isolation: 'serializable',
+  lock_timeout: '100',
+  jit: 'on',
+  jit_above_cost: '10',
+  jit_inline_above_cost: '10',
+  jit_optimize_above_cost: '10',
+};
+
+const SETTINGS = `SELECT current_setting('transaction_isolation') AS isolation, current_setting('lock_timeout') AS lock_timeout, current_setting('jit') AS jit`;
+type Settings = { isolation: string; lock_timeout: string; jit: string };
+const OWN: Settings = { isolation: 'read committed', lock_timeout: '0', jit: 'off' };
+
+describe("QueueBox's own statements and transactions run under its settings, not the role's defaults (PostgreSQL)", () => {
+  let db: TestDatabase;
+  let role: TestRole;
+  let pool: pg.Pool;
+  before(async () => {
+    db = await createTestDatabase();
+    role = await createRoleWith(db, ROLE_DEFAULTS);
+    pool = createPgPool(db.config.database, role.url);
+  });
+  after(async () => {
+    await pool.end();
+    await role.drop();
+    await db.drop();
+  });
+
+  it("a connection of the role runs under the role's defaults (so the checks below can fail)", async () => {
+    const client = new pg.Client({ connectionString: role.url });
+    await client.connect();
+    try {
+      assert.deepEqual((await client.query<Settings>(SETTINGS)).rows[0], { isolation: 'serializable', lock_timeout: '100ms', jit: 'on' });
+    } finally {
+      await client.end();
+    }
+  });
+
+  // No budget; a budget below the pool's statement_timeout (a transaction of its own, or the
+  // timeout sent with the statement); a budget above it.
+  const budgets: Array<[string, number | undefined]> = [
+    ['outside a pass', undefined],
+    ['under a budget below the statement timeout', 5_000],
+    ['under a budget above the statement timeout', 600_000],
+  ];
+  const within = <T>(budgetMs: number | undefined, work: () => Promise<T>): Promise<T> => (budgetMs === undefined ? work() : withStatementBudget(() => budgetMs, work));
+
+  for (const [label, budgetMs] of budgets) {
+    it(`a statement on the pool (pgQuery), ${label}`, async () => {
+      assert.deepEqual((await within(budgetMs, () => pgQuery<Settings>(pool, SETTINGS))).rows, [OWN]);
+    });
+    it(`a statement with lazy values on the pool (pgQuery), ${label}`, async () => {
+      assert.deepEqual((await within(budgetMs, () => pgQuery<Settings & { v: number }>(pool, `${SETTINGS}, $1::int AS v`, () => [7]))).rows, [{ ...OWN, v: 7 }]);
+    });
+    it(`a single-trip statement (pgSingleTrip: fenced writes and renewals), ${label}`, async () => {
+      assert.deepEqual((await within(budgetMs, () => pgSingleTrip<Settings>(pool, SETTINGS, []))).rows, [OWN]);
+    });
+    for (const prepared of [false, true]) {
+      it(`a claim statement (pgClaimQuery, ${prepared ? 'prepared' : 'unprepared'}), ${label}`, async () => {
+        // A text of its own per case: a prepared name new to the connection is parsed in the round trip.
+        const text = `${SETTINGS}, '${label} ${prepared}' AS c`;
+        for (let run = 0; run < 2; run++) {
+          const { rows } = await within(budgetMs, () => pgClaimQuery<Settings & { c: string }>(pool, text, [], prepared, PINNED_CLAIM_PLAN));
+          assert.deepEqual(rows, [{ ...OWN, c: `${label} ${prepared}` }], `run ${run + 1}`);
+        }
+      });
+    }
+    it(`a simple query on the pool (pgSimpleQuery), ${label}`, async () => {
+      const result = await within(budgetMs, () => pgSimpleQuery(pool, SETTINGS));
+      assert.ok(!Array.isArray(result), 'one statement, one result');
+      assert.deepEqual(result.rows, [OWN]);
+      const two = await within(budgetMs, () => pgSimpleQuery(pool, `SELECT 1 AS one; ${SETTINGS}`));
+      assert.ok(Array.isArray(two), 'two statements, two results');
+      assert.deepEqual(
+        two.map((r) => r.rows),
+        [[{ one: 1 }], [OWN]],
+      );
+    });
+    it(`a transaction (pgTransaction: the claims, the relay forward, migrate), ${label}`, async () => {
+      const rows = await within(budgetMs, () => pgTransaction(pool, async (client) => [(await client.query<Settings>(SETTINGS)).rows[0], (await pgQuery<Settings>(client, SETTINGS)).rows[0]]));
+      assert.deepEqual(rows, [OWN, OWN]);
+    });
+  }
+
+  it("a pull handler's transaction: READ COMMITTED, its lock waits and plans under the role's settings", async () => {
+    const run = pgTransactionRunner(pool);
+    const rows = await run(async (tx) => (await tx.query<Settings>(SETTINGS)).rows);
+    assert.deepEqual(rows, [{ isolation: 'read committed', lock_timeout: '100ms', jit: 'on' }]);
+  });
+
+  it('leaves nothing on the session: a plain statement on a pooled connection afterwards runs under the role again', async () => {
+    await pgQuery(pool, SETTINGS);
+    const client = await pool.connect();
+    try {
+      assert.deepEqual((await client.query<Settings>(SETTINGS)).rows, [{ isolation: 'serializable', lock_timeout: '100ms', jit: 'on' }]);
+    } finally {
+      client.release();
+    }
+  });
+});

@@ -1,0 +1,149 @@
+/**
+ * A role or database whose default isolation is SERIALIZABLE or REPEATABLE READ changes nothing
+ * QueueBox does: its statements and transactions run at READ COMMITTED (`pg-pool.ts`), so
+ * concurrent passes, claims, renewals and pull handlers meet without serialization failures
+ * (SQLSTATE 40001). A serialization failure a pull handler meets all the same is not counted as
+ * a failed attempt: the row is released, to run again.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type pg from 'pg';
+import { parseConfig } from '../../lib/config/load-config.ts';
+import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
+import { createPullWorker } from '../../lib/index.ts';
+import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
+import { RecordingDestination } from '../helpers/recording-destination.ts';
+import { insertPullRows, memoryLogger, readPullRows } from '../pull/pull-fixtures.ts';
+import { createRoleWith, type TestRole } from './role-settings-fixtures.ts';
+
+describe('a role whose default isolation is serializable or repeatable read (PostgreSQL)', { timeout: 180_000 }, () => {
+  let db: TestDatabase;
+  let serializable: TestRole;
+  let repeatable: TestRole;
+  const drivers: PostgresDriver[] = [];
+  /** A driver of the test's schema logging in as `role`. */
+  const driverAs = (role: TestRole, overrides: Record<string, unknown> = {}) => {
+    const config = parseConfig({ ...db.config, database: { ...db.config.database, url: role.url, ...overrides } } as never);
+    const d = new PostgresDriver({ config, url: role.url });
+    drivers.push(d);
+    return d;
+  };
+  before(async () => {
+    db = await createTestDatabase({
+      destinations: { main: { type: 'sqs', queueUrl: 'http://localhost:1/000000000000/main' } },
+      outbox: { routes: [{ topicPattern: '**', destination: 'main' }], pollIntervalMs: 10 },
+    });
+    serializable = await createRoleWith(db, { default_transaction_isolation: 'serializable' });
+    repeatable = await createRoleWith(db, { default_transaction_isolation: 'repeatable read' });
+  });
+  after(async () => {
+    await Promise.all(drivers.map((d) => d.close().catch(() => {})));
+    await serializable.drop();
+    await repeatable.drop();
+    await db.drop();
+  });
+
+  it('three concurrent outbox passes drain keyed rows: every row sent once, in order per key, none left', async () => {
+    const keys = 10;
+    await insertOutboxRows(db, Array.from({ length: 600 }, (_, i) => ({ topic: 'orders.paid', key: `k${i % keys}`, payload: { i } })));
+    const destination = new RecordingDestination({ name: 'main' });
+    const passes = [0, 1, 2].map(() => runOutboxPass(passFixture(db, { destinations: [destination], driver: driverAs(serializable, { poolMax: 2 }), mode: 'drain', timeoutMs: 60_000 })));
+    const summaries = await Promise.all(passes);
+    assert.equal(summaries.reduce((n, s) => n + s.sent, 0), 600);
+    assert.equal(destination.deliveries.length, 600, 'each row delivered once');
+    const byKey = new Map<string, number[]>();
+    for (const m of destination.deliveries) byKey.set(m.key!, [...(byKey.get(m.key!) ?? []), (m.payload as { i: number }).i]);
+    for (const [key, order] of byKey) assert.deepEqual(order, [...order].sort((a, b) => a - b), `key ${key} in order`);
+    const [left] = await db.query<{ n: number; attempts: number }>(`SELECT count(*) FILTER (WHERE state <> 'sent')::int AS n, coalesce(sum(attempt), 0)::int AS attempts FROM "${db.schema}".outbox`);
+    assert.deepEqual(left, { n: 0, attempts: 0 }, 'no row left, no attempt spent');
+  });
+
+  it('a renewal that waited on a row another transaction changed and committed lands (repeatable read: 40001 without READ COMMITTED)', async () => {
+    const driver = driverAs(repeatable);
+    await db.query(`DELETE FROM "${db.schema}".inbox`);
+    await insertPullRows(db, 'renew', [{ key: 'r1' }]);
+    const [claim] = await driver.pullClaimMany({ source: 'renew', limit: 1, leaseMs: 60_000 });
+    assert.ok(claim);
+    // Another transaction holds the row's lock while the renewal's statement begins, then commits a change to it.
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`UPDATE "${db.schema}".inbox SET updated_at = clock_timestamp() WHERE id = $1`, [claim.id]);
+      const renewal = driver.pullRenew({ id: claim.id, token: claim.claimToken, leaseMs: 120_000 });
+      // The renewal waits on the row's lock.
+      for (let i = 0; i < 200; i++) {
+        const waiting = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'`, [repeatable.name]);
+        if (waiting[0]!.n > 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      await holder.query('COMMIT');
+      assert.equal(await renewal, true, 'the renewal re-checked the row and renewed it');
+    } finally {
+      holder.release();
+    }
+    const [row] = await readPullRows(db, 'renew');
+    assert.equal(row!.state, 'processing');
+  });
+
+  it('a pull worker whose handlers write one row together completes every message at its first attempt', async () => {
+    await db.query(`CREATE TABLE "${db.schema}".tally (id int PRIMARY KEY, n int NOT NULL)`);
+    await db.query(`INSERT INTO "${db.schema}".tally VALUES (1, 0)`);
+    const count = 24;
+    await insertPullRows(db, 'tally', Array.from({ length: count }, (_, i) => ({ key: `t${i}` })));
+    const worker = createPullWorker({
+      driver: driverAs(serializable, { poolMax: 6 }),
+      source: 'tally',
+      concurrency: 4,
+      batch: 8,
+      retry: { maxAttempts: 1 },
+      logger: memoryLogger(),
+      metrics: false,
+      handler: async (_message, { transaction }) => {
+        await transaction(async (tx: pg.PoolClient) => {
+          const { rows } = await tx.query<{ n: number }>(`SELECT n FROM "${db.schema}".tally WHERE id = 1`);
+          await new Promise((resolve) => setTimeout(resolve, 5));
+          await tx.query(`UPDATE "${db.schema}".tally SET n = n + 1 WHERE id = 1 AND n >= $1`, [rows[0]!.n]);
+        });
+      },
+    });
+    let completed = 0;
+    for (let run = 0; run < 10 && completed < count; run++) completed += (await worker.runOnce()).completed;
+    const rows = await readPullRows(db, 'tally');
+    assert.deepEqual(
+      rows.filter((r) => r.state !== 'processed' || r.attempt !== 0).map((r) => [r.state, r.attempt, r.last_error]),
+      [],
+      'every message processed at its first attempt',
+    );
+    assert.equal(completed, count);
+    assert.deepEqual(await db.query(`SELECT n FROM "${db.schema}".tally`), [{ n: count }]);
+  });
+
+  it("a handler's serialization failure spends no attempt: the row is released and runs again", async () => {
+    await insertPullRows(db, 'conflict', [{ key: 'c1' }]);
+    const runs: number[] = [];
+    const logger = memoryLogger();
+    const worker = createPullWorker({
+      driver: db.driver,
+      source: 'conflict',
+      retry: { maxAttempts: 1 },
+      logger,
+      metrics: false,
+      handler: async (message, { transaction }) => {
+        runs.push(message.attempt);
+        await transaction(async (tx: pg.PoolClient) => {
+          // What a handler's own SERIALIZABLE transaction meets when another commits first.
+          if (runs.length === 1) await tx.query(`DO $$ BEGIN RAISE EXCEPTION 'could not serialize access due to read/write dependencies among transactions' USING ERRCODE = 'serialization_failure'; END $$`);
+        });
+      },
+    });
+    // Released, the row is due at once: the same run claims it again.
+    const summary = await worker.runOnce();
+    assert.deepEqual([summary.claimed, summary.released, summary.completed, summary.retried, summary.dead], [2, 1, 1, 0, 0]);
+    assert.ok(logger.lines.some((l) => /serialization failure/.test(l.message)), JSON.stringify(logger.lines));
+    assert.deepEqual(runs, [0, 0], 'run twice, at the same attempt');
+    const [row] = await readPullRows(db, 'conflict');
+    assert.deepEqual([row!.state, row!.attempt], ['processed', 0]);
+  });
+});
