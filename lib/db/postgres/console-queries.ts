@@ -12,26 +12,29 @@ import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDe
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
 import { oldestDueFromSql } from './table-reads.ts';
-import { DATE_LIMIT_MS, epochMs, epochTime, epochTimeOrNull, type EpochMs } from './epoch-time.ts';
+import { DATE_LIMIT_MS, epochMs, epochTime, epochTimeOrNull, spanSeconds, type EpochMs } from './epoch-time.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** `count(*)` of at most `$1` rows matching `where` (an index range on the partial indexes). */
 const capped = (table: string, where: string) => `(SELECT count(*) FROM (SELECT 1 FROM ${table} WHERE ${where} LIMIT $1) c)::int`;
 
-const AGE = (expr: string) => `EXTRACT(EPOCH FROM ${expr})::float8`;
+/** SQL: the interval `expr` in seconds, an exact numeric (`spanSeconds`: no float8, whose text `extra_float_digits` rounds). */
+const AGE = (expr: string) => spanSeconds(expr);
 
 /**
- * SQL: ms from the time `now` to the timestamptz `at` (NULL when `at` is). `at` may be `infinity`
- * or `-infinity` (plain SQL writes them; subtracting one is an error): read as ±Infinity (`finiteMs`).
+ * SQL: ms from the time `now` to the timestamptz `at` (NULL when `at` is), as text: the exact
+ * numeric, or `Infinity` / `-Infinity` when `at` is `infinity` or `-infinity` (plain SQL writes
+ * them; subtracting one is an error); a numeric holds neither on PostgreSQL 13. Read by `finiteMs`.
  */
 const MS_UNTIL = (at: string, now: string) =>
-  `CASE WHEN isfinite(${at}) THEN ${AGE(`${at} - ${now}`)} * 1000 WHEN ${at} = 'infinity' THEN 'Infinity'::float8 WHEN ${at} = '-infinity' THEN '-Infinity'::float8 END`;
+  `CASE WHEN isfinite(${at}) THEN (${AGE(`${at} - ${now}`)} * 1000)::text WHEN ${at} = 'infinity' THEN 'Infinity' WHEN ${at} = '-infinity' THEN '-Infinity' END`;
 
 /** A `MS_UNTIL` as a number of ms: ±Infinity is the span to the latest or earliest `Date` (`epochTime`). */
-const finiteMs = (ms: number | null) => Math.round(Math.max(-DATE_LIMIT_MS, Math.min(DATE_LIMIT_MS, Number(ms ?? 0))));
+const finiteMs = (ms: string | null) => Math.round(Math.max(-DATE_LIMIT_MS, Math.min(DATE_LIMIT_MS, Number(ms ?? 0))));
 
-type Counts = Record<string, number | null>;
+/** A row of counts (int4: numbers) and an age (`AGE`: a numeric's text). */
+type Counts = Record<string, number | string | null>;
 
 function toCounts(row: Counts, names: readonly string[], prefix = ''): Record<string, number> {
   return Object.fromEntries(names.map((s) => [s, Number(row[`${prefix}${s}`] ?? 0)]));
@@ -101,7 +104,7 @@ interface ClaimDbRow {
   attempt: number;
   claimed_ms: EpochMs | null;
   lease_expires_ms: EpochMs | null;
-  lease_left_ms: number | null;
+  lease_left_ms: string | null;
 }
 
 const toClaim = (r: ClaimDbRow): ConsoleClaim => ({
@@ -134,7 +137,7 @@ interface BlockedDbRow extends ClaimDbRow {
   state: string;
   max_attempts: number | null;
   scheduled_ms: EpochMs;
-  due_in_ms: number;
+  due_in_ms: string;
   last_error: string | null;
   updated_ms: EpochMs;
   waiting: number;

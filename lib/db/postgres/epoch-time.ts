@@ -35,6 +35,18 @@ export function epochMs(at: string): string {
 }
 
 /**
+ * SQL: the interval `span` in seconds, exact: a numeric (text on the wire, read with `Number`),
+ * never a float8, whose text the session's `extra_float_digits` rounds: set to -15 on the role or
+ * the database, it leaves one significant digit, and an age of 300.25 s reads as `3e+02`. Every
+ * age and span QueueBox reads is taken this way, as every time is taken by `epochMs`. `extract` is
+ * a numeric from PostgreSQL 14 on, to the microsecond; on 13 its float8 becomes a numeric of its
+ * 15 significant digits, a conversion no output setting touches.
+ */
+export function spanSeconds(span: string): string {
+  return `extract(epoch FROM ${span})::numeric`;
+}
+
+/**
  * A read time as a `Date` that can be shown (`toISOString`) and compared. `infinity` is the latest
  * time a `Date` holds (+275760-09-13), `-infinity` the earliest (-271821-04-20), and so is a time
  * past either (a `Date` cannot be infinite, nor reach PostgreSQL's latest year, 294276). A

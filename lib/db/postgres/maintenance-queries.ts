@@ -14,7 +14,7 @@ import { readInTurn } from '../gated-read.ts';
 import { passRowName, passRowNames } from '../pass-row-name.ts';
 import { msInterval, type PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
-import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
+import { epochMs, epochTime, spanSeconds, type EpochMs } from './epoch-time.ts';
 
 /**
  * A CTE named `gate` that yields one row when this caller may run now (and records the run).
@@ -101,11 +101,13 @@ export async function passRecordFinished(ctx: PgContext, worker: PassWorker): Pr
 /** The last finished pass of every worker that has one, with its age on the database clock. */
 export async function passListFinished(ctx: PgContext): Promise<PassFinished[]> {
   const byName = passRowNames(ctx.names.outboxTable);
-  const { rows } = await pgQuery<{ name: string; last_run_ms: EpochMs; age: number }>(
+  // The age as an exact numeric (`spanSeconds`), as the time is read (`epochMs`): not a float8,
+  // whose text the session's `extra_float_digits` rounds.
+  const { rows } = await pgQuery<{ name: string; last_run_ms: EpochMs; age: string }>(
     ctx.pool,
-    `SELECT name, ${epochMs('last_run_at')} AS last_run_ms, EXTRACT(EPOCH FROM clock_timestamp() - last_run_at)::float8 AS age
+    `SELECT name, ${epochMs('last_run_at')} AS last_run_ms, ${spanSeconds('clock_timestamp() - last_run_at')} AS age
        FROM ${ctx.names.maintenance} WHERE name = ANY($1::text[])`,
     [[...byName.keys()]],
   );
-  return rows.map((r) => ({ worker: byName.get(r.name)!, finishedAt: epochTime(r.last_run_ms), ageSeconds: Math.max(0, r.age) }));
+  return rows.map((r) => ({ worker: byName.get(r.name)!, finishedAt: epochTime(r.last_run_ms), ageSeconds: Math.max(0, Number(r.age)) }));
 }

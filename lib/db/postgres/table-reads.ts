@@ -11,7 +11,7 @@
  */
 import type { DeadRowSummary, StatsScope, TableStats } from '../driver.ts';
 import { pgQuery, pgSimpleQuery, type PgQueryable } from './pg-pool.ts';
-import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
+import { epochMs, epochTime, spanSeconds, type EpochMs } from './epoch-time.ts';
 
 /**
  * SQL: when a row scheduled at `-infinity` counts as due from, for the backlog age: when it was
@@ -57,21 +57,21 @@ export function oldestDueFromSql(table: string, condition = 'TRUE'): string {
 export async function tableStats(db: PgQueryable, table: string, states: readonly string[], backlogCondition = 'TRUE', scope: StatsScope = {}): Promise<TableStats> {
   if (scope.pendingOnly === true) {
     const result = await pgSimpleQuery(db, pendingStatsSql(table, backlogCondition));
-    const rows = (Array.isArray(result) ? result[result.length - 1]! : result).rows as Array<{ n: string; oldest: number | null }>;
-    return { counts: { pending: Number(rows[0]!.n) }, oldestPendingAgeSeconds: Math.max(0, rows[0]!.oldest ?? 0) };
+    const rows = (Array.isArray(result) ? result[result.length - 1]! : result).rows as Array<{ n: string; oldest: string | null }>;
+    return { counts: { pending: Number(rows[0]!.n) }, oldestPendingAgeSeconds: Math.max(0, Number(rows[0]!.oldest ?? 0)) };
   }
-  const { rows } = await pgQuery<{ state: string; n: string; oldest: number | null }>(
+  // The age as an exact numeric (`spanSeconds`): a float8's text follows `extra_float_digits`.
+  const { rows } = await pgQuery<{ state: string; n: string; oldest: string | null }>(
     db,
     `SELECT state, count(*) AS n,
-            EXTRACT(EPOCH FROM clock_timestamp() - min(${DUE_FROM})
-              FILTER (WHERE state = 'pending' AND scheduled_at <= clock_timestamp()))::float8 AS oldest
+            ${spanSeconds(`clock_timestamp() - min(${DUE_FROM}) FILTER (WHERE state = 'pending' AND scheduled_at <= clock_timestamp())`)} AS oldest
        FROM ${table} GROUP BY state`,
   );
   const counts: Record<string, number> = Object.fromEntries(states.map((s) => [s, 0]));
   let oldest = 0;
   for (const r of rows) {
     counts[r.state] = Number(r.n);
-    if (r.oldest !== null) oldest = Math.max(oldest, r.oldest);
+    if (r.oldest !== null) oldest = Math.max(oldest, Number(r.oldest));
   }
   return { counts, oldestPendingAgeSeconds: oldest };
 }
@@ -95,7 +95,7 @@ export async function tableStats(db: PgQueryable, table: string, states: readonl
 export function pendingStatsSql(table: string, pendingCondition = 'TRUE'): string {
   return `SET LOCAL max_parallel_workers_per_gather = 0;
      SELECT (SELECT count(*) FROM ${table} WHERE state = 'pending' AND (${pendingCondition})) AS n,
-            date_part('epoch', clock_timestamp() - ${oldestDueFromSql(table, pendingCondition)}) AS oldest`;
+            ${spanSeconds(`clock_timestamp() - ${oldestDueFromSql(table, pendingCondition)}`)} AS oldest`;
 }
 
 /** The latest `limit` dead rows, newest first; `label` (topic or source) becomes `topicOrSource`. */
