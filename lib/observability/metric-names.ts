@@ -33,7 +33,7 @@ export const METRICS = {
   },
   inboxRejections: { name: 'queuebox_inbox_rejections_total', unit: 'Count', dimensions: ['reason'], help: 'Messages refused or dead-lettered at receipt, by reason.' },
   inboxOldestPendingAge: { name: 'queuebox_inbox_oldest_pending_age_seconds', unit: 'Seconds', dimensions: [], help: 'Age of the oldest due pending inbox push row (the relay\'s backlog; pull rows wait for your workers, and `queuebox status` ages them too) at the end of a relay pass (read at most every 10 s in all: one of the passes that end within 10 s counts).' },
-  pullMessages: { name: 'queuebox_pull_messages_total', unit: 'Count', dimensions: ['status'], help: 'Pull rows settled by pull workers, by status: completed, retried, dead, released (returned with no attempt spent: claimed and never started, or the handler transaction ended by a serialization failure, 40001).' },
+  pullMessages: { name: 'queuebox_pull_messages_total', unit: 'Count', dimensions: ['status'], help: 'Pull rows settled by pull workers, by status: completed, retried, dead, released (claimed, never started, returned with no attempt spent).' },
   passesFinished: { name: 'queuebox_passes_finished_total', unit: 'Count', dimensions: ['function'], help: 'Passes that finished, by scheduled function (function: outboxPoller, inboxRelay, reclaim): one per invocation that returned. The heartbeat alarms fire when it stops.' },
   scaleOutPasses: {
     name: 'queuebox_scale_out_passes_total',

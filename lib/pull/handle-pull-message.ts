@@ -7,9 +7,7 @@
  * - A handler that never calls `transaction` is completed in a transaction of its own after it
  *   returns.
  * - A handler that throws is retried (`attempt + 1`, backoff) while `attempt + 1 < maxAttempts`,
- *   else dead-lettered: `maxAttempts` counts handler runs. A serialization failure (SQLSTATE
- *   40001) is not the handler's: its transaction was rolled back whole, and the row is released
- *   (back to `pending`, no attempt spent) for the next claim to run it again.
+ *   else dead-lettered: `maxAttempts` counts handler runs.
  * - A handler run whose lease expired counts too (the claim of the expired row spent it): a
  *   message claimed with `attempt >= maxAttempts` is dead-lettered without running the handler.
  * - Once the claim is lost (renewal fenced or failed, completion fenced) or the run gave up on the
@@ -21,7 +19,6 @@ import { redactError } from '../claims/redact.ts';
 import type { LeaseKeeper } from '../claims/lease-keeper.ts';
 import type { CallerTransaction } from '../db/driver.ts';
 import { FencedLockTimeoutError, UsageError } from '../errors.ts';
-import { sqlState } from '../db/caller-transaction.ts';
 import { OwnershipLostError } from './ownership-lost-error.ts';
 import type { PullClient, PullMessage } from './pull-client.ts';
 import type { TransactionRunner } from './transaction-runner.ts';
@@ -77,10 +74,8 @@ export interface HandleContext<Tx> {
  * How one message ended. `abandoned`: the run gave up on its handler (shutdown forced, or its time
  * ran out), row left to its lease. `lost`: the claim was lost (at a renewal, or a fenced write
  * changed no row), also when the run gave up on the handler afterwards or before it learnt it.
- * `released`: the database ended the handler's work with a serialization failure (40001), and the
- * row went back to `pending` with no attempt spent.
  */
-export type HandleResult = 'completed' | 'retried' | 'dead' | 'released' | 'lost' | 'abandoned';
+export type HandleResult = 'completed' | 'retried' | 'dead' | 'lost' | 'abandoned';
 
 export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullMessage): Promise<HandleResult> {
   // One signal for the handler: fires on a lost lease or a forced shutdown.
@@ -155,7 +150,6 @@ export async function handlePullMessage<Tx>(c: HandleContext<Tx>, message: PullM
         return 'completed';
       }
       if (fenced || error instanceof OwnershipLostError || signal.aborted) return ended();
-      if (sqlState(error) === SERIALIZATION_FAILURE) return await serializationFailed(c, message, error, log);
       return await fail(c, message, error, log);
     }
   } finally {
@@ -190,28 +184,6 @@ async function spent<Tx>(c: HandleContext<Tx>, message: PullMessage, log: Record
     return 'dead';
   }
   c.logger.warn('pull claim lost at dead-letter', log);
-  return 'lost';
-}
-
-/** SQLSTATE serialization_failure: the database rolled the transaction back whole, to be run again. */
-const SERIALIZATION_FAILURE = '40001';
-
-/**
- * The handler's transaction (or a statement of its own) failed with a serialization failure: the
- * database rolled it back whole, and running it again is the answer it asks for, not a failed
- * attempt of the handler (a retry would spend one, and the last would dead-letter a message
- * nothing was wrong with). The row is released — back to `pending`, attempt and schedule
- * unchanged — and the next claim runs the handler again.
- */
-async function serializationFailed<Tx>(c: HandleContext<Tx>, message: PullMessage, error: unknown, log: Record<string, unknown>): Promise<HandleResult> {
-  c.keeper.release(message.claim);
-  if (c.forceSignal.aborted) return 'abandoned';
-  const outcome = await c.client.release(message.claim).catch(lostOnLockWait);
-  if (outcome.ok) {
-    c.logger.warn('pull handler ended by a serialization failure (40001); the message is released to run again, no attempt spent', { ...log, error: redactError(error) });
-    return 'released';
-  }
-  c.logger.warn('pull claim lost at release', log);
   return 'lost';
 }
 

@@ -41,11 +41,7 @@ export interface PullRunSummary {
   completed: number;
   retried: number;
   dead: number;
-  /**
-   * Claimed rows returned to `pending` without spending an attempt: no handler started (a stop
-   * came while their claim was under way), or the database ended the handler's transaction with
-   * a serialization failure (40001), to be run again.
-   */
+  /** Claimed rows no handler started (a stop came while their claim was under way), returned to `pending` without spending an attempt. */
   released: number;
   /**
    * Claims lost: a fenced write changed no row, or a renewal changed no row or failed. One lost at
@@ -357,13 +353,13 @@ export class PullRun<Tx> {
       return;
     }
     run.counted = result;
-    const key = ({ completed: 'completed', retried: 'retried', dead: 'dead', released: 'released', lost: 'claimsLost', abandoned: 'abandoned' } as const)[result];
+    const key = ({ completed: 'completed', retried: 'retried', dead: 'dead', lost: 'claimsLost', abandoned: 'abandoned' } as const)[result];
     this.summary[key] += 1;
     if (isSettle(result)) this.#s.metrics?.count('pullMessages', 1, { status: result });
   }
 
   /** A handler given up on whose settle landed after all: the metric counts it, and the summary while the run has not returned it. */
-  #settledAfterAll(run: HandlerRun, result: 'completed' | 'retried' | 'dead' | 'released'): void {
+  #settledAfterAll(run: HandlerRun, result: 'completed' | 'retried' | 'dead'): void {
     run.counted = result;
     this.#s.metrics?.count('pullMessages', 1, { status: result });
     if (!this.#returned) {
@@ -435,8 +431,8 @@ interface HandlerRun {
 }
 
 /** An outcome whose fenced write changed the row (the metric `pullMessages` counts these). */
-function isSettle(result: HandleResult): result is 'completed' | 'retried' | 'dead' | 'released' {
-  return result === 'completed' || result === 'retried' || result === 'dead' || result === 'released';
+function isSettle(result: HandleResult): result is 'completed' | 'retried' | 'dead' {
+  return result === 'completed' || result === 'retried' || result === 'dead';
 }
 
 /**

@@ -2,8 +2,8 @@
  * Every statement and transaction QueueBox sends on its own pool runs at READ COMMITTED, with no
  * `lock_timeout` (its waits are bounded by `statement_timeout`) and without JIT, whatever the
  * role's defaults — on each path a statement takes: on its own, under a budget or not, prepared
- * or not, as a simple query, in a transaction. A pull handler's business transaction is READ
- * COMMITTED too, its lock waits and plans left to the role.
+ * or not, as a simple query, in a transaction. A pull handler's business transaction is the
+ * application's: its isolation, lock waits and plans are the role's.
  *
  * Read inside each transaction: the settings in force there (`current_setting`), under a role
  * whose defaults are SERIALIZABLE, a 100 ms `lock_timeout` and JIT for any plan.
@@ -102,10 +102,40 @@ describe("QueueBox's own statements and transactions run under its settings, not
     });
   }
 
-  it("a pull handler's transaction: READ COMMITTED, its lock waits and plans under the role's settings", async () => {
+  it("a pull handler's transaction is the application's: its isolation, lock waits and plans under the role's settings", async () => {
     const run = pgTransactionRunner(pool);
     const rows = await run(async (tx) => (await tx.query<Settings>(SETTINGS)).rows);
-    assert.deepEqual(rows, [{ isolation: 'read committed', lock_timeout: '100ms', jit: 'on' }]);
+    assert.deepEqual(rows, [{ isolation: 'serializable', lock_timeout: '100ms', jit: 'on' }]);
+    // With a signal (as the worker runs it): the same.
+    const signalled = await run(async (tx) => (await tx.query<Settings>(SETTINGS)).rows, { signal: new AbortController().signal });
+    assert.deepEqual(signalled, [{ isolation: 'serializable', lock_timeout: '100ms', jit: 'on' }]);
+  });
+
+  it('turns JIT off before anything of its own is planned: a statement on its own sends `SET LOCAL jit = off` right after its BEGIN, ahead of any SELECT', async () => {
+    // The role's JIT costs are 10: a SELECT of settings planned before `jit` is off would be compiled.
+    const spied = createPgPool(db.config.database, role.url);
+    const parsed: string[] = [];
+    spied.on('connect', (client) => {
+      const connection = (client as unknown as { connection: { parse(q: { text: string }): void } }).connection;
+      const parse = connection.parse.bind(connection);
+      connection.parse = (q) => {
+        parsed.push(q.text);
+        parse(q);
+      };
+    });
+    try {
+      await pgQuery(spied, 'SELECT 1');
+      await withStatementBudget(() => 5_000, () => pgSingleTrip(spied, 'SELECT 2', []));
+    } finally {
+      await spied.end();
+    }
+    for (const statement of ['SELECT 1', 'SELECT 2']) {
+      const at = parsed.indexOf(statement);
+      assert.ok(at >= 3, `${statement} sent with its prelude: ${JSON.stringify(parsed)}`);
+      assert.match(parsed[at - 3]!, /^BEGIN ISOLATION LEVEL READ COMMITTED$/);
+      assert.equal(parsed[at - 2], 'SET LOCAL jit = off');
+      assert.match(parsed[at - 1]!, /^SELECT pg_catalog\.set_config\('lock_timeout', '0', true\)/);
+    }
   });
 
   it('leaves nothing on the session: a plain statement on a pooled connection afterwards runs under the role again', async () => {
