@@ -133,9 +133,13 @@ export class SchemaTrustError extends QueueBoxError {
     readonly schema: string,
     readonly problems: readonly string[],
   ) {
+    // Row-level security hides rows rather than planting objects: its lines say what to do.
+    const planted = problems.some((p) => !p.startsWith('row-level security '));
     super(
-      `QueueBox refuses to use schema "${schema}": objects in it run with QueueBox's rights, and another role could plant them.\n${problems.map((p) => `- ${p}`).join('\n')}\n` +
-        'Use a schema of its own (database.schema) that only the QueueBox roles may create in; see docs/security.md, "Schema ownership".',
+      planted
+        ? `QueueBox refuses to use schema "${schema}": objects in it run with QueueBox's rights, and another role could plant them.\n${problems.map((p) => `- ${p}`).join('\n')}\n` +
+            'Use a schema of its own (database.schema) that only the QueueBox roles may create in; see docs/security.md, "Schema ownership".'
+        : `QueueBox refuses to use schema "${schema}": row-level security on its tables would hide rows from QueueBox's role, and its passes would claim nothing.\n${problems.map((p) => `- ${p}`).join('\n')}`,
     );
   }
 }

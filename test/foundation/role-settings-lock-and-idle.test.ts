@@ -148,6 +148,19 @@ describe("role settings: lock_timeout and idle_session_timeout (PostgreSQL)", { 
       assert.equal((await driver.pullClaimMany({ source: 'idle', limit: 1, leaseMs: 30_000 })).length, 1);
     });
 
+    it('with every idle connection of the pool closed meanwhile (both of its two), a statement and a transaction run on a new one', async (t) => {
+      if (role === undefined) return t.skip('idle_session_timeout is PostgreSQL 14+');
+      // As many connections as the pool holds (`database.poolMax`: 2), then all idle in it.
+      await Promise.all([1, 2, 3].map(() => pool.query('SELECT pg_sleep(0.05)')));
+      assert.equal(pool.idleCount, 2);
+      await freezePastIdleTimeout();
+      assert.ok(await driver.clockNow());
+      await insertPullRows(db, 'idle3', [{ key: 'j1' }]);
+      await Promise.all([1, 2, 3].map(() => pool.query('SELECT pg_sleep(0.05)')));
+      await freezePastIdleTimeout();
+      assert.equal((await driver.pullClaimMany({ source: 'idle3', limit: 1, leaseMs: 30_000 })).length, 1, 'a transaction too');
+    });
+
     it('a statement on its own (the clock read) on such a connection runs on another', async (t) => {
       if (role === undefined) return t.skip('idle_session_timeout is PostgreSQL 14+');
       await driver.clockNow();

@@ -15,6 +15,7 @@ const TRANSIENT = new Set([
   '08000', '08003', '08006', '08001', '08004', // connection exceptions
   '53300', // too_many_connections
   '25P03', // idle_in_transaction_session_timeout
+  '25P04', // transaction_timeout (PostgreSQL 17+)
   '57P05', // idle_session_timeout (PostgreSQL 14+): an idle pooled connection the server closed
 ]);
 

@@ -71,16 +71,15 @@ export type PgPool = pg.Pool;
  */
 const OWN_TRANSACTION_SETTINGS = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 0; SET LOCAL jit = off';
 
-/** `OWN_TRANSACTION_SETTINGS` for a statement sent with a prelude (`ownStatement`): the `BEGIN` that opens its transaction, then `set_config` calls. */
-const OWN_BEGIN = 'BEGIN ISOLATION LEVEL READ COMMITTED';
-const OWN_STATEMENT_SETTINGS = "pg_catalog.set_config('lock_timeout', '0', true), pg_catalog.set_config('jit', 'off', true)";
-
 /**
- * A pull handler's business transaction (`pgTransactionRunner`): READ COMMITTED, as on SQL Server
- * (a 40001 there failed the handler's attempt, though nothing was wrong with it); its lock waits
- * and plans are the application's, under the role's settings.
+ * `OWN_TRANSACTION_SETTINGS` for a statement sent with a prelude (`ownStatement`): the `BEGIN` that
+ * opens its transaction, `jit` off first (a utility statement, never compiled: the `SELECT` of
+ * `set_config` calls after it would be planned, and compiled, under the role's `jit_above_cost`),
+ * then `set_config` calls.
  */
-const HANDLER_TRANSACTION_SETTINGS = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED';
+const OWN_BEGIN = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+const OWN_JIT_OFF = 'SET LOCAL jit = off';
+const OWN_STATEMENT_SETTINGS = "pg_catalog.set_config('lock_timeout', '0', true)";
 
 /**
  * Bind values, or a function that gives them when the statement is sent (after any wait for a
@@ -94,7 +93,10 @@ const valuesNow = (values: PgValues): unknown[] => (typeof values === 'function'
  * One statement on a pooled connection, checked out first so that lazy values are bound after the
  * wait for it (what `pool.query` does, in that order); a client whose statement failed is discarded,
  * as `pool.query` does. A statement whose connection had ended before it was sent
- * (`endedBeforeSent`) runs again, once, on another connection.
+ * (`endedBeforeSent`) runs again on another connection: as many times as the pool holds
+ * connections, and once more (`deadIdleRetries`), since every idle connection of a container
+ * frozen past the server's `idle_session_timeout` was closed, and the pool learns it of each only
+ * when it hands that one out.
  */
 async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
@@ -108,10 +110,16 @@ async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Pr
     } catch (error) {
       lost.stop();
       client.release(error instanceof Error ? error : true);
-      if (attempt === 1 && !cutClients.has(client) && endedBeforeSent(error)) continue;
+      if (attempt <= deadIdleRetries(pool) && !cutClients.has(client) && endedBeforeSent(error)) continue;
       throw error;
     }
   }
+}
+
+/** How many times a statement or a `BEGIN` whose connection had ended before it was sent runs again: every connection the pool may hold, and a new one. */
+function deadIdleRetries(pool: pg.Pool): number {
+  const max = Number((pool.options as { max?: unknown }).max);
+  return (Number.isInteger(max) && max > 0 ? Math.min(max, 100) : 10) + 1;
 }
 
 /**
@@ -124,8 +132,13 @@ async function onConnection<T>(pool: pg.Pool, run: (client: pg.PoolClient) => Pr
  */
 function endedBeforeSent(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
+  return (error as { code?: unknown }).code === '57P05' || notQueryable(error);
+}
+
+/** `pg`'s refusal to send on a client whose connection had already ended: nothing was sent. */
+function notQueryable(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
   const { code, message } = error as { code?: unknown; message?: unknown };
-  if (code === '57P05') return true;
   return code === undefined && typeof message === 'string' && /^Client (has encountered a connection error|was closed) and is not queryable$/.test(message);
 }
 
@@ -605,7 +618,7 @@ function preludeQuery<R extends pg.QueryResultRow>(client: pg.PoolClient, prelud
  */
 function ownStatement<R extends pg.QueryResultRow>(client: pg.PoolClient, statement: PgStatement, budgetMs?: number, planSettings?: string): Promise<pg.QueryResult<R>> {
   const settings = budgetMs === undefined ? OWN_STATEMENT_SETTINGS : `${OWN_STATEMENT_SETTINGS}, pg_catalog.set_config('statement_timeout', '${Math.max(1, Math.floor(budgetMs))}', true)`;
-  const prelude = [OWN_BEGIN, `SELECT ${settings}`];
+  const prelude = [OWN_BEGIN, OWN_JIT_OFF, `SELECT ${settings}`];
   if (planSettings !== undefined) prelude.push(planSettings);
   return preludeQuery<R>(client, prelude, statement, true);
 }
@@ -664,11 +677,11 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(
 /**
  * Runs `work` in a transaction on one pooled client; rolls back on error or when `work` says so.
  * Inside a pass, each statement `work` sends through `pgQuery` is bounded by the time left then.
- * The transaction runs under QueueBox's settings (`OWN_TRANSACTION_SETTINGS`; a pull handler's,
- * `handler`: `HANDLER_TRANSACTION_SETTINGS`), set in the BEGIN's round trip. A BEGIN whose
- * connection had ended (`connectionEnded`: an idle connection the server closed while the
- * container was frozen, a failover) is sent again, once, on another connection: nothing of the
- * work had been sent.
+ * The transaction runs under QueueBox's settings (`OWN_TRANSACTION_SETTINGS`), set in the BEGIN's
+ * round trip; a pull handler's (`handler`) under the role's and database's, as the application's
+ * own transaction. A BEGIN whose connection had ended (`connectionEnded`: an idle connection the
+ * server closed while the container was frozen, a failover) is sent again on another connection
+ * (`deadIdleRetries` times at most): nothing of the work had been sent.
  *
  * `signal` fired while the transaction is open ends it at once (below); `onForcedEnd`, given,
  * is then called, in the signal's abort event, with a promise that settles once the transaction
@@ -677,20 +690,25 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(
  * Lambda container is frozen as soon as the invocation's handler returns).
  */
 export async function pgTransaction<T>(pool: PgPool, work: (client: pg.PoolClient) => Promise<T>, options: PgTransactionOptions = {}): Promise<T> {
-  try {
-    return await transactionOnce(pool, work, options, true);
-  } catch (error) {
-    // The connection had ended before the transaction began (an idle session the server closed,
-    // a failover): nothing of the work was sent. Once more, on another connection.
-    if (error instanceof BeginLost) return await transactionOnce(pool, work, options, false);
-    throw error;
+  const retries = deadIdleRetries(pool);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await transactionOnce(pool, work, options, attempt <= retries);
+    } catch (error) {
+      // The connection had ended before the transaction began (an idle session the server closed,
+      // a failover): nothing of the work was sent. Again, on another connection.
+      if (!(error instanceof BeginLost)) throw error;
+    }
   }
 }
 
 export interface PgTransactionOptions {
   signal?: AbortSignal;
   onForcedEnd?: (ended: Promise<void>) => void;
-  /** A pull handler's business transaction: only its isolation is QueueBox's (`HANDLER_TRANSACTION_SETTINGS`). */
+  /**
+   * A pull handler's business transaction: the application's, under the role's and database's
+   * settings (its isolation, lock waits and plans), none of QueueBox's own.
+   */
   handler?: boolean;
 }
 
@@ -718,7 +736,7 @@ async function transactionOnce<T>(pool: PgPool, work: (client: pg.PoolClient) =>
   // after the transaction ended (a COMMIT already on its way) matches nothing, even when the
   // pooler has handed the process to another client meanwhile.
   const { signal, onForcedEnd } = options;
-  const settings = options.handler === true ? HANDLER_TRANSACTION_SETTINGS : OWN_TRANSACTION_SETTINGS;
+  const settings = options.handler === true ? '' : `; ${OWN_TRANSACTION_SETTINGS}`;
   let begun = false;
   let server: { pid: number; startedAt: string } | undefined;
   let ended = false;
@@ -744,10 +762,10 @@ async function transactionOnce<T>(pool: PgPool, work: (client: pg.PoolClient) =>
     let answer: pg.QueryResult | pg.QueryResult[];
     if (budget !== undefined && budget < ceilingMs) {
       // One round trip: BEGIN, the timeout for the transaction's first statement, the settings.
-      answer = await answerWithin(client, () => client.query(`BEGIN; ${setLocalTimeout(budget)}; ${settings}${pidQuery}`), budget);
+      answer = await answerWithin(client, () => client.query(`BEGIN; ${setLocalTimeout(budget)}${settings}${pidQuery}`), budget);
       boundedClients.set(client, { timeoutMs: budget });
     } else {
-      answer = await answerWithin(client, () => client.query(`BEGIN; ${settings}${pidQuery}`), budget);
+      answer = await answerWithin(client, () => client.query(`BEGIN${settings}${pidQuery}`), budget);
       if (budget !== undefined) boundedClients.set(client, { timeoutMs: ceilingMs });
     }
     begun = true;
@@ -776,7 +794,9 @@ async function transactionOnce<T>(pool: PgPool, work: (client: pg.PoolClient) =>
       }
     }
     if (retryBegin && !begun && !ended && !cutClients.has(client) && connectionEnded(error)) throw new BeginLost(error);
-    throw mapPgError(error);
+    // The server ended the connection between two statements (an idle-in-transaction or a
+    // transaction timeout, a terminate): its own error says why, not `pg`'s "not queryable".
+    throw mapPgError(lost.error !== undefined && notQueryable(error) ? lost.error : error);
   } finally {
     signal?.removeEventListener('abort', end);
     // The connection goes back (destroyed) only once the terminate has landed or failed.
