@@ -30,6 +30,7 @@ export function mapPgError(error: unknown): unknown {
     return new UniqueViolationError((error as { constraint?: string }).constraint, { cause: error });
   }
   if (code === '08P01' && typeof message === 'string' && message.startsWith('unsupported startup parameter')) return new QueueBoxError(poolerRefusal(message), { cause: error });
+  if (code === '25006') return new QueueBoxError(readOnlyRefusal(String(message)), { cause: error });
   if (typeof code === 'string' && (TRANSIENT.has(code) || NETWORK.has(code))) {
     return new TransientDatabaseError(`database: ${String(message)}`, code, { cause: error });
   }
@@ -37,6 +38,19 @@ export function mapPgError(error: unknown): unknown {
     return new TransientDatabaseError(`database: ${message}`, undefined, { cause: error });
   }
   return error;
+}
+
+/**
+ * A write refused because the transaction is read-only (SQLSTATE 25006, read_only_sql_transaction):
+ * the role's or database's `default_transaction_read_only`, or a connection to a standby. The
+ * server's text names the statement only; this says where to look.
+ */
+function readOnlyRefusal(message: string): string {
+  return (
+    `database: ${message}: QueueBox writes, and this connection's transactions are read-only. ` +
+    "Either the role's or database's default_transaction_read_only is on (SHOW default_transaction_read_only; ALTER ROLE <role> SET default_transaction_read_only = off), " +
+    'or database.url names a standby (a read replica): give it the primary'
+  );
 }
 
 /**
