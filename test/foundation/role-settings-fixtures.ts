@@ -3,7 +3,16 @@
  * connection of it starts with: what an operator's role or database defaults do to QueueBox.
  */
 import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { parseConfig } from '../../lib/config/load-config.ts';
+import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import type { TestDatabase } from '../helpers/database.ts';
+
+/** A driver of the test's schema logging in as `role`: `database` settings over the test's, or on `pool` (the caller's, not ended by the driver). */
+export function driverAsRole(db: TestDatabase, role: TestRole, options: { database?: Record<string, unknown>; pool?: pg.Pool } = {}): PostgresDriver {
+  const config = parseConfig({ ...db.config, database: { ...db.config.database, url: role.url, ...options.database } } as never);
+  return new PostgresDriver({ config, url: role.url, ...(options.pool ? { pool: options.pool } : {}) });
+}
 
 export interface TestRole {
   name: string;

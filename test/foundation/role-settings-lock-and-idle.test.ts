@@ -12,7 +12,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
-import { parseConfig } from '../../lib/config/load-config.ts';
 import { createPgPool } from '../../lib/db/postgres/pg-pool.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { withStatementBudget } from '../../lib/db/statement-budget.ts';
@@ -22,7 +21,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { insertPullRows } from '../pull/pull-fixtures.ts';
-import { createRoleWith, type TestRole } from './role-settings-fixtures.ts';
+import { createRoleWith, driverAsRole, type TestRole } from './role-settings-fixtures.ts';
 
 describe("role settings: lock_timeout and idle_session_timeout (PostgreSQL)", { timeout: 120_000 }, () => {
   let db: TestDatabase;
@@ -30,8 +29,7 @@ describe("role settings: lock_timeout and idle_session_timeout (PostgreSQL)", { 
   const drivers: PostgresDriver[] = [];
   const pools: pg.Pool[] = [];
   const driverOn = (role: TestRole, pool?: pg.Pool) => {
-    const config = parseConfig({ ...db.config, database: { ...db.config.database, url: role.url } } as never);
-    const d = new PostgresDriver({ config, url: role.url, ...(pool ? { pool } : {}) });
+    const d = driverAsRole(db, role, pool ? { pool } : {});
     drivers.push(d);
     return d;
   };

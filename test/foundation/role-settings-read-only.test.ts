@@ -5,12 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { parseConfig } from '../../lib/config/load-config.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { QueueBoxError } from '../../lib/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertOutboxRows } from '../helpers/outbox-pass-fixture.ts';
-import { createRoleWith, type TestRole } from './role-settings-fixtures.ts';
+import { createRoleWith, driverAsRole, type TestRole } from './role-settings-fixtures.ts';
 
 describe('a role whose transactions are read-only by default (PostgreSQL)', () => {
   let db: TestDatabase;
@@ -19,8 +18,7 @@ describe('a role whose transactions are read-only by default (PostgreSQL)', () =
   before(async () => {
     db = await createTestDatabase();
     role = await createRoleWith(db, { default_transaction_read_only: 'on' });
-    const config = parseConfig({ ...db.config, database: { ...db.config.database, url: role.url } } as never);
-    driver = new PostgresDriver({ config, url: role.url });
+    driver = driverAsRole(db, role);
   });
   after(async () => {
     await driver?.close();

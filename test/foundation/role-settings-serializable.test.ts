@@ -9,7 +9,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type pg from 'pg';
-import { parseConfig } from '../../lib/config/load-config.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { createPullWorker } from '../../lib/index.ts';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
@@ -17,7 +16,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertOutboxRows, passFixture } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 import { insertPullRows, memoryLogger, readPullRows } from '../pull/pull-fixtures.ts';
-import { createRoleWith, type TestRole } from './role-settings-fixtures.ts';
+import { createRoleWith, driverAsRole, type TestRole } from './role-settings-fixtures.ts';
 
 describe('a role whose default isolation is serializable or repeatable read (PostgreSQL)', { timeout: 180_000 }, () => {
   let db: TestDatabase;
@@ -26,8 +25,7 @@ describe('a role whose default isolation is serializable or repeatable read (Pos
   const drivers: PostgresDriver[] = [];
   /** A driver of the test's schema logging in as `role`. */
   const driverAs = (role: TestRole, overrides: Record<string, unknown> = {}) => {
-    const config = parseConfig({ ...db.config, database: { ...db.config.database, url: role.url, ...overrides } } as never);
-    const d = new PostgresDriver({ config, url: role.url });
+    const d = driverAsRole(db, role, { database: overrides });
     drivers.push(d);
     return d;
   };
