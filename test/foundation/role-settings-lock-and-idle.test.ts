@@ -102,7 +102,7 @@ describe("role settings: lock_timeout and idle_session_timeout (PostgreSQL)", { 
   });
 
   // idle_session_timeout is PostgreSQL 14's.
-  const before14 = async () => Number((await db.query<{ v: string }>('SHOW server_version_num'))[0]!.v) < 140000;
+  const before14 = async () => Number((await db.query<{ v: string }>("SELECT current_setting('server_version_num') AS v"))[0]!.v) < 140000;
 
   describe('a role whose idle_session_timeout is 300 ms', () => {
     let pool: pg.Pool;

@@ -24,9 +24,9 @@
  *
  * Every statement and transaction of QueueBox's on the pool runs under QueueBox's settings, not
  * the role's or the database's defaults (`OWN_TRANSACTION_SETTINGS`: READ COMMITTED, no
- * `lock_timeout`, no JIT), set for its transaction alone in the round trip that begins it: a
- * statement on its own is sent as `BEGIN ISOLATION LEVEL READ COMMITTED`, its settings, the
- * statement and `COMMIT`, in one round trip (`ownStatement`).
+ * `lock_timeout`, no JIT, no `transaction_timeout`), set for its transaction alone in the round
+ * trip that begins it: a statement on its own is sent as `BEGIN ISOLATION LEVEL READ COMMITTED`,
+ * its settings, the statement and `COMMIT`, in one round trip (`ownStatement`).
  *
  * `idle_session_timeout` (PostgreSQL 14+) is not sent as a startup parameter: PostgreSQL 13
  * refuses a connection that names it, and PgBouncer one with a parameter it does not ignore. A
@@ -52,6 +52,18 @@ import { QueueBoxError } from '../../errors.ts';
 export type PgPool = pg.Pool;
 
 /**
+ * `transaction_timeout` off for the transaction, on a server that has the setting (PostgreSQL
+ * 17+): an expression for a `SELECT` of QueueBox's settings. PostgreSQL 15 and 16 refuse to set a
+ * setting they do not know (`SET LOCAL`, `set_config`: "unrecognized configuration parameter"), so
+ * the server is asked whether it knows it (`current_setting(…, true)` is NULL for a setting it
+ * does not know) in the same statement: no round trip more, nothing known or kept on the client
+ * (behind a pooler the server answering is the one that runs the transaction), and
+ * transaction-local like the other settings, so nothing stays on the session (PgBouncer in
+ * transaction mode). `set_config` is volatile: PostgreSQL evaluates it only when the test holds.
+ */
+const OWN_TRANSACTION_TIMEOUT = "CASE WHEN pg_catalog.current_setting('transaction_timeout', true) IS NOT NULL THEN pg_catalog.set_config('transaction_timeout', '0', true) END";
+
+/**
  * What QueueBox's own transactions and statements run under, whatever the role's or database's
  * defaults (`ALTER ROLE … SET`, `ALTER DATABASE … SET`), set for each transaction alone — in the
  * round trip that begins it, never on the session:
@@ -68,8 +80,12 @@ export type PgPool = pg.Pool;
  * - `jit = off`: a claim on a grown table passes `jit_above_cost` (lower on some roles) and was
  *   compiled at every execution, which cost most of its time (`claim-functions.ts`, `PLAN_SHAPE`);
  *   QueueBox's other statements are short, and not worth a compile either.
+ * - `transaction_timeout = 0` (PostgreSQL 17+, `OWN_TRANSACTION_TIMEOUT`): bounded by
+ *   `statement_timeout` as `lock_timeout` is. A role's `transaction_timeout` ended the whole session
+ *   (25P04) of a claim that waited for the claim lock, or of a relay forward or migrate that ran
+ *   longer than it. Setting it in the transaction stops the timer its start set.
  */
-const OWN_TRANSACTION_SETTINGS = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 0; SET LOCAL jit = off';
+const OWN_TRANSACTION_SETTINGS = `SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 0; SET LOCAL jit = off; SELECT ${OWN_TRANSACTION_TIMEOUT}`;
 
 /**
  * `OWN_TRANSACTION_SETTINGS` for a statement sent with a prelude (`ownStatement`): the `BEGIN` that
@@ -79,7 +95,7 @@ const OWN_TRANSACTION_SETTINGS = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED
  */
 const OWN_BEGIN = 'BEGIN ISOLATION LEVEL READ COMMITTED';
 const OWN_JIT_OFF = 'SET LOCAL jit = off';
-const OWN_STATEMENT_SETTINGS = "pg_catalog.set_config('lock_timeout', '0', true)";
+const OWN_STATEMENT_SETTINGS = `pg_catalog.set_config('lock_timeout', '0', true), ${OWN_TRANSACTION_TIMEOUT}`;
 
 /**
  * Bind values, or a function that gives them when the statement is sent (after any wait for a
@@ -472,7 +488,11 @@ interface PgWire {
   bind(config: object): void;
   execute(config: object): void;
   sync(): void;
-  /** Named statements whose Parse was sent and not yet answered (`pg` keeps it: 8.x). */
+  /**
+   * Named statements whose Parse was sent and not yet answered: `pg` 8.23 and later keep it (and
+   * skip the Parse of a name in it); before 8.23 there is none, and only an answered Parse
+   * (`parsedStatements`) counts as parsed.
+   */
   submittedNamedStatements?: Record<string, string>;
   stream?: { cork?: () => void; uncork?: () => void };
 }
@@ -508,6 +528,8 @@ function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
       #preluding: number;
       /** The statement's completion came: a completion after it is the `COMMIT`'s. */
       #completed = false;
+      /** The statement's Parse was written ahead of the prelude (`prepare`): `super.prepare` must not write it again. */
+      #parsedAhead = false;
       readonly #prelude: readonly string[];
       readonly #commit: boolean;
       constructor(prelude: readonly string[], commit: boolean, statement: PgStatement, callback: (error: Error | null, result: unknown) => void) {
@@ -525,8 +547,15 @@ function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
         // takes the transaction's first snapshot, after which its isolation cannot be set. That
         // prelude is sent on a pooled connection of QueueBox's own, which any failure discards
         // (`onConnection`), so a name credited early is never used again.
+        // `super.prepare` parses a name unless `hasBeenParsed`, which is this class's too (below):
+        // with the Parse written here it says so, on every `pg` — 8.23 and later would see the name
+        // in `submittedNamedStatements`, but an earlier `pg` has none and looks only at answered
+        // Parses, so it sent a second Parse of the name, which the server refused (42P05, "already
+        // exists") at each connection's first run. Nothing is marked parsed in `pg`'s own records
+        // before the server answers: a Parse that fails leaves the name to be parsed again.
         if (!this.#commit && this.name !== undefined && !this.hasBeenParsed(connection)) {
           connection.parse({ text: this.text, name: this.name });
+          this.#parsedAhead = true;
           if (connection.submittedNamedStatements !== undefined) connection.submittedNamedStatements[this.name] = this.text;
         }
         for (const text of this.#prelude) {
@@ -554,6 +583,9 @@ function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
           if (own === undefined) delete (connection as Partial<PgWire>).sync;
           else Object.defineProperty(connection, 'sync', own);
         }
+      }
+      override hasBeenParsed(connection: PgWire): boolean {
+        return this.#parsedAhead || super.hasBeenParsed(connection);
       }
       override handleDataRow(message: unknown): void {
         if (this.#preluding > 0 || this.#completed) return;
