@@ -12,7 +12,7 @@ export { createPullClient, type PullClient, type PullClientOptions, type PullCla
 export { createPullWorker, PULL_SHUTDOWN_TIMEOUT_MS, type PullWorker, type PullWorkerOptions, type PullRunOnceOptions } from './pull/pull-worker.ts';
 export type { PullHandler, PullHandlerContext, PullRetryPolicy, PullLogger } from './pull/handle-pull-message.ts';
 export type { PullRunSummary } from './pull/pull-run.ts';
-export { pgTransactionRunner, type TransactionRunner } from './pull/transaction-runner.ts';
+export { pgTransactionRunner, type PullTransactionOptions, type TransactionRunner } from './pull/transaction-runner.ts';
 export { OwnershipLostError } from './pull/ownership-lost-error.ts';
 export { QueueBoxMetrics, type MetricsOptions, type Dimensions } from './observability/metrics.ts';
 export { METRICS, METRIC_NAMES, type MetricKey, type MetricName } from './observability/metric-names.ts';

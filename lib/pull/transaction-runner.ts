@@ -38,14 +38,43 @@ export type TransactionRunner<Tx> = <T>(
   options?: { signal?: AbortSignal; onForcedEnd?: (ended: PromiseLike<unknown>) => void },
 ) => Promise<T>;
 
+/** PostgreSQL's isolation levels, as `BEGIN ISOLATION LEVEL` names them. */
+const ISOLATION_LEVELS = ['read committed', 'repeatable read', 'serializable'] as const;
+
+/** Options of `pgTransactionRunner`. */
+export interface PullTransactionOptions {
+  /**
+   * The isolation level of each handler's transaction, set by its `BEGIN` (a handler cannot set it
+   * itself: the transaction has run a statement by the time the handler gets it). Default: the
+   * role's and database's (`default_transaction_isolation`).
+   */
+  isolationLevel?: (typeof ISOLATION_LEVELS)[number];
+}
+
 /**
- * A runner on a `pg` pool: one pooled client per transaction, released afterwards. When `signal`
- * fires while the transaction is open, its connection is terminated (`pg_terminate_backend`), so
- * the server rolls it back and frees its locks, whatever the handler is doing; `onForcedEnd`
- * gets the promise of that termination (settled once the server process is gone).
+ * A runner on a `pg` pool: one pooled client per transaction, released afterwards, at
+ * `options.isolationLevel` when given. When `signal` fires while the transaction is open, its
+ * connection is terminated (`pg_terminate_backend`), so the server rolls it back and frees its
+ * locks, whatever the handler is doing; `onForcedEnd` gets the promise of that termination
+ * (settled once the server process is gone).
  */
-export function pgTransactionRunner(pool: pg.Pool): TransactionRunner<pg.PoolClient> {
-  return (work, options) => pgTransaction(pool, work, { ...options, handler: true });
+export function pgTransactionRunner(pool: pg.Pool, options: PullTransactionOptions = {}): TransactionRunner<pg.PoolClient> {
+  const isolationLevel = checkedIsolationLevel(options);
+  return (work, runOptions) => pgTransaction(pool, work, { ...runOptions, handler: true, ...(isolationLevel === undefined ? {} : { isolationLevel }) });
+}
+
+/** `options.isolationLevel`, checked: a name not among PostgreSQL's levels, or an unknown option (a typo), is refused by name. */
+function checkedIsolationLevel(options: PullTransactionOptions): PullTransactionOptions['isolationLevel'] {
+  if (typeof options !== 'object' || options === null) throw new UsageError('pgTransactionRunner: options must be an object, e.g. { isolationLevel: \'serializable\' }');
+  for (const name of Object.keys(options)) {
+    if (name !== 'isolationLevel') throw new UsageError(`pgTransactionRunner: unknown option ${JSON.stringify(name)} (the one option is isolationLevel)`);
+  }
+  const level = options.isolationLevel;
+  if (level === undefined) return undefined;
+  if (!(ISOLATION_LEVELS as readonly unknown[]).includes(level)) {
+    throw new UsageError(`pgTransactionRunner: isolationLevel ${typeof level === 'string' ? `'${level}'` : JSON.stringify(level)} is not one of ${ISOLATION_LEVELS.map((l) => `'${l}'`).join(', ')}`);
+  }
+  return level;
 }
 
 /**

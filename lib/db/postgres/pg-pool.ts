@@ -742,6 +742,25 @@ export interface PgTransactionOptions {
    * settings (its isolation, lock waits and plans), none of QueueBox's own.
    */
   handler?: boolean;
+  /**
+   * A pull handler's transaction only: the isolation level its `BEGIN` sets (the application's
+   * choice, `pgTransactionRunner`); without it, the role's and database's default.
+   */
+  isolationLevel?: 'read committed' | 'repeatable read' | 'serializable';
+}
+
+/** The SQL keywords of an isolation level (only these three: never text from elsewhere). */
+function isolationKeywords(level: NonNullable<PgTransactionOptions['isolationLevel']>): string {
+  switch (level) {
+    case 'read committed':
+      return 'READ COMMITTED';
+    case 'repeatable read':
+      return 'REPEATABLE READ';
+    case 'serializable':
+      return 'SERIALIZABLE';
+    default:
+      throw new QueueBoxError(`unknown isolation level ${JSON.stringify(level)}`);
+  }
 }
 
 /** The `BEGIN` of a `pgTransaction` failed with its connection ended (`connectionEnded`): nothing of the work was sent. */
@@ -769,6 +788,8 @@ async function transactionOnce<T>(pool: PgPool, work: (client: pg.PoolClient) =>
   // pooler has handed the process to another client meanwhile.
   const { signal, onForcedEnd } = options;
   const settings = options.handler === true ? '' : `; ${OWN_TRANSACTION_SETTINGS}`;
+  // In the BEGIN itself: the first thing of the transaction, before any statement takes its snapshot.
+  const isolation = options.handler === true && options.isolationLevel !== undefined ? ` ISOLATION LEVEL ${isolationKeywords(options.isolationLevel)}` : '';
   let begun = false;
   let server: { pid: number; startedAt: string } | undefined;
   let ended = false;
@@ -794,10 +815,10 @@ async function transactionOnce<T>(pool: PgPool, work: (client: pg.PoolClient) =>
     let answer: pg.QueryResult | pg.QueryResult[];
     if (budget !== undefined && budget < ceilingMs) {
       // One round trip: BEGIN, the timeout for the transaction's first statement, the settings.
-      answer = await answerWithin(client, () => client.query(`BEGIN; ${setLocalTimeout(budget)}${settings}${pidQuery}`), budget);
+      answer = await answerWithin(client, () => client.query(`BEGIN${isolation}; ${setLocalTimeout(budget)}${settings}${pidQuery}`), budget);
       boundedClients.set(client, { timeoutMs: budget });
     } else {
-      answer = await answerWithin(client, () => client.query(`BEGIN${settings}${pidQuery}`), budget);
+      answer = await answerWithin(client, () => client.query(`BEGIN${isolation}${settings}${pidQuery}`), budget);
       if (budget !== undefined) boundedClients.set(client, { timeoutMs: ceilingMs });
     }
     begun = true;
