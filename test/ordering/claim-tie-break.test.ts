@@ -5,8 +5,14 @@ import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 const LIMIT = 2;
 const LEASE = 60_000;
-/** Rows of aggregate `a` held behind its head in flight: more than the window, so the claim looks past it. */
-const BLOCKED = LIMIT * OLDEST_WINDOW + 2;
+/**
+ * Rows of aggregate `a` held behind its head in flight: the whole window (of pending rows for the
+ * relay; of open rows, the head in flight among them, for pull), so the claim looks past it. Past
+ * its window a claim reads a bounded sweep of the due rows after the window and a bounded turn of
+ * the open aggregates (`inboxClaimBound`), and takes the rows it found in claim order: here its
+ * sweep starts at the tied rows, so the tie-break decides which it takes.
+ */
+const blocked = (consumption: 'push' | 'pull') => LIMIT * OLDEST_WINDOW - (consumption === 'pull' ? 1 : 0);
 
 interface Spec {
   key: string;
@@ -38,8 +44,12 @@ for (const consumption of ['push', 'pull'] as const) {
       db = await createTestDatabase();
     });
     after(async () => db.drop());
+    // A driver of its own per test: the position a claim reads on from past its window is the
+    // driver's, and one left by the rows of another test would start elsewhere.
+    let driver: TestDatabase['driver'];
     beforeEach(async () => {
       await db.query(`TRUNCATE "${db.schema}".inbox`);
+      driver = db.newDriver();
     });
 
     /** Receives the rows in the given order (increasing `sequence`). */
@@ -65,13 +75,13 @@ for (const consumption of ['push', 'pull'] as const) {
     const claim = async (limit = LIMIT) => {
       const rows =
         consumption === 'push'
-          ? await db.driver.inboxClaimPushMany({ limit, leaseMs: LEASE })
-          : await db.driver.pullClaimMany({ source: 'shop', limit, leaseMs: LEASE });
+          ? await driver.inboxClaimPushMany({ limit, leaseMs: LEASE })
+          : await driver.pullClaimMany({ source: 'shop', limit, leaseMs: LEASE });
       return rows.map((r) => r.idempotencyKey).sort();
     };
-    /** Aggregate `a`: its head (claimed here, in flight) and `BLOCKED` rows behind it, older than every other row. */
+    /** Aggregate `a`: its head (claimed here, in flight) and `blocked` rows behind it, older than every other row. */
     const hotAggregateInFlight = async () => {
-      await receive(Array.from({ length: BLOCKED + 1 }, (_, n) => ({ key: `a-${n}`, aggregateId: 'a', at: n - 1000 })));
+      await receive(Array.from({ length: blocked(consumption) + 1 }, (_, n) => ({ key: `a-${n}`, aggregateId: 'a', at: n - 1000 })));
       assert.deepEqual(await claim(1), ['a-0']);
     };
     /**

@@ -17,7 +17,7 @@ import type { PgNames } from './names.ts';
 import { claimRetryingInFlight, oncePerNamesAndLimit, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { PINNED_CLAIM_PLAN } from './claim-functions.ts';
 import { claimSet, FENCE, fencedDeadMany, fencedQuery, idsChanged, fencedReleaseMany, fencedRenewMany, fencedRetryMany, isConnectionLost, lockWithinLease, reclaimExpired } from './fenced-writes.ts';
-import { outboxInsert } from './outbox-queries.ts';
+import { LOOK_AHEAD, outboxInsert } from './outbox-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 import { deadList, tableStats } from './table-reads.ts';
@@ -139,6 +139,95 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
 }
 
 /**
+ * Where a relay or pull claim reads on past its window of the oldest rows, kept per driver (and per
+ * source for pull; a new container starts again at the start): a sweep position in claim order
+ * (`at`, µs since the epoch of `scheduled_at`, and its tie-breakers: the relay's `sequence`; the
+ * pull's `created_at` in µs and `id`), the sweep's horizon (µs since the epoch, the database
+ * clock: rows due later wait for the next sweep, so a sweep ends however fast rows arrive) and the
+ * aggregate cursor (the last aggregate the turn read: the relay's `source` and `aggregate`, the
+ * pull's `aggregate`). `null` everywhere: the start of a sweep and of a turn. A stale or wrong
+ * position can only cost a turn: it says where the bounded reads start, never which rows may be
+ * claimed.
+ *
+ * The position travels as settings of the claim's transaction (`queuebox.claim_*`, set by the
+ * statement that takes the claim lock), not as bind parameters, so the claim statement keeps its
+ * parameters (`$1` the lease; the pull's source, limit and lease): run without them (EXPLAIN, a
+ * statement sent by hand), it reads from the start.
+ */
+export interface ClaimPosition {
+  at: string | null;
+  tie: string | null;
+  id: string | null;
+  horizon: string | null;
+  source: string | null;
+  aggregate: string | null;
+}
+
+const POSITION_FIELDS = ['at', 'tie', 'id', 'horizon', 'source', 'aggregate'] as const;
+
+/** SQL: the `field` of the carried position (NULL when the transaction set none), as `type`. */
+export function claimPositionSetting(field: (typeof POSITION_FIELDS)[number], type: string): string {
+  return `NULLIF(pg_catalog.current_setting('queuebox.claim_${field}', true), '')::${type}`;
+}
+
+/**
+ * SQL: the `set_config` calls that carry a position into the claim's transaction, from bind
+ * parameters `$first` on (one per field, in `POSITION_FIELDS` order; `claimPositionValues`).
+ */
+export function claimPositionSetConfig(first: number): string {
+  return POSITION_FIELDS.map((field, i) => `pg_catalog.set_config('queuebox.claim_${field}', $${first + i}::text, true)`).join(', ');
+}
+
+/** The bind values of `claimPositionSetConfig` (`''`: none). */
+export function claimPositionValues(position: ClaimPosition | undefined): string[] {
+  return POSITION_FIELDS.map((field) => position?.[field] ?? '');
+}
+
+/** The next position, as the claim statements return it with every row (`next_*` columns). */
+export interface ClaimPositionRow {
+  next_at: string | null;
+  next_tie: string | null;
+  next_id: string | null;
+  next_horizon: string | null;
+  next_source: string | null;
+  next_aggregate: string | null;
+}
+
+/** The position a claim's answer carries (its first row: every row carries the same). */
+export function nextClaimPosition(rows: ClaimPositionRow[]): ClaimPosition | undefined {
+  const r = rows[0];
+  if (r === undefined) return undefined;
+  return { at: r.next_at, tie: r.next_tie, id: r.next_id, horizon: r.next_horizon, source: r.next_source, aggregate: r.next_aggregate };
+}
+
+/** SQL: µs since the epoch of the timestamp `at` (NULL for an infinite one). */
+export const epochMicros = (at: string) => `CASE WHEN isfinite(${at}) THEN (extract(epoch FROM ${at}) * 1000000)::bigint END`;
+/** SQL: the timestamp of µs since the epoch `micros`, or `otherwise` when NULL. */
+export const fromMicros = (micros: string, otherwise: string) => `COALESCE(timestamptz 'epoch' + ${micros} * interval '1 microsecond', ${otherwise})`;
+
+/**
+ * The bound of the relay and pull claims' order (stated in docs/inbox.md and
+ * docs/pull-workers.md): a due first attempt that can move — without aggregate, or the head of an
+ * aggregate with nothing in flight — is claimed within this many claims (of one driver, of its
+ * source for pull; claims filled by due retries aside), `queued` being the number of due open
+ * rows at the moment it can move; rows that arrive after it do not count.
+ *
+ * Why: a claim that does not take the row either takes at least half a batch of rows due before it
+ * (the window, which then reads nothing past itself; or the merged heads and rows without
+ * aggregate, in claim order, which the row would be among had it been found, and of which the
+ * batch then took only earlier ones) or moves the sweep position on by `LOOK_AHEAD` batches of
+ * due rows, or ends a sweep; the row is reached by the sweep that was under way when it could move
+ * or by the next one (twice the sweep, two sweep ends); then the claim that takes it.
+ */
+export function inboxClaimBound(queued: number, limit: number): number {
+  const half = Math.ceil(limit / 2);
+  return Math.ceil(queued / half) + 2 * Math.ceil(queued / (LOOK_AHEAD * limit)) + 3;
+}
+
+/** The relay claims' positions, by driver (its table names). */
+const relayPositions = new WeakMap<PgNames, ClaimPosition>();
+
+/**
  * Claims due push rows in one transaction: first `pg_advisory_xact_lock` on the table (released
  * at COMMIT), then `FOR UPDATE SKIP LOCKED`. An aggregate is scoped by its source: a row of
  * `(source, aggregate_id)` is claimable only when it is that aggregate's head (no
@@ -146,31 +235,55 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
  * holds its aggregate) and no row of the aggregate is `processing` (an expired one holds it until
  * the reclaim step returns it). Rows without aggregate (NULL or `''`) are free. Order: due retries
  * (`attempt > 0`) first, then first attempts by `scheduled_at, sequence` — the oldest rows, and
- * when their aggregates are in flight, the heads of the aggregates that can move (a loose scan of
- * the head index, one probe per open aggregate) and rows without aggregate, merged in that one
- * order, so that neither kind waits for younger rows of the other (the bound of docs/inbox.md,
- * "The wait of a row that can move"). Because the lock is
- * taken in an earlier statement, the claim statement's snapshot includes every claim committed
- * before it; the unique index on the aggregate of `processing` rows backs the rule.
+ * when their aggregates are in flight (the window gave less than half the batch), the heads that
+ * can move among a bounded read past the window and rows without aggregate, merged in that one
+ * order. The bounded read: the next `LOOK_AHEAD` batches of due rows past the sweep position (up
+ * to the sweep's horizon, then from the start again) and the heads of the next `LOOK_AHEAD`
+ * batches' worth of open aggregates past the aggregate cursor (a loose scan of the head index,
+ * one probe each, wrapping to the first aggregate) — carried from claim to claim of the driver
+ * (`ClaimPosition`) — so a claim's work does not grow with the number of open aggregates; the
+ * wait of a row that can move is bounded by `inboxClaimBound` (docs/inbox.md, "The wait of a row
+ * that can move"). Because the lock is taken in an earlier statement, the claim statement's
+ * snapshot includes every claim committed before it; the unique index on the aggregate of
+ * `processing` rows backs the rule.
  */
 export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; leaseMs: number }): Promise<InboxRow[]> {
   const rows = await claimRetryingInFlight(() =>
     pgTransaction(ctx.pool, async (client) => {
       // Waits while another claim holds it, as long as the statement may run (the time left in a pass):
       // `pgTransaction` sets no `lock_timeout` for it, whatever the role's.
-      await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1))`, [`queuebox_inbox_claim_${ctx.names.inbox}`]);
-      return (await pgClaimQuery<InboxDbRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
+      await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1)), ${claimPositionSetConfig(2)}`, [`queuebox_inbox_claim_${ctx.names.inbox}`, ...claimPositionValues(relayPositions.get(ctx.names))]);
+      return (await pgClaimQuery<Partial<InboxDbRow> & ClaimPositionRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
     }),
   );
-  return rows.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
+  const next = nextClaimPosition(rows);
+  if (next !== undefined) relayPositions.set(ctx.names, next);
+  // A claim that took nothing answers one row without an id: the position only.
+  const claimed = rows.filter((r): r is InboxDbRow & ClaimPositionRow => r.id !== null && r.id !== undefined);
+  return claimed.sort((a, b) => (BigInt(a.sequence) < BigInt(b.sequence) ? -1 : 1)).map(toInboxRow);
 }
 
 /** No aggregate: NULL or the empty string. */
 const NO_AGGREGATE = `(c.aggregate_id IS NULL OR c.aggregate_id = '')`;
 
-/** The relay claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease in ms). */
-const relayClaimText = oncePerNamesAndLimit((names, limit) => {
+/**
+ * The relay claim statement of `names` for batches of `limit` rows (bind parameter `$1`: the lease
+ * in ms; the position from the transaction's settings, `ClaimPosition`). Every row it answers
+ * carries the next position (`next_*`); a claim that takes nothing answers one row with a NULL `id`
+ * that carries it.
+ */
+export const relayClaimText = oncePerNamesAndLimit((names, limit) => {
   const t = names.inbox;
+  const window = limit * OLDEST_WINDOW;
+  const look = limit * LOOK_AHEAD;
+  const room = windowLeftRoom(String(limit));
+  const sweepAt = fromMicros(claimPositionSetting('at', 'bigint'), `'-infinity'::timestamptz`);
+  const sweepSequence = `COALESCE(${claimPositionSetting('tie', 'bigint')}, -1)`;
+  const horizon = fromMicros(claimPositionSetting('horizon', 'bigint'), 'pg_catalog.statement_timestamp()');
+  const cursorSource = claimPositionSetting('source', 'text');
+  const cursorAggregate = claimPositionSetting('aggregate', 'text');
+  // what the batch has room for past the window
+  const left = `GREATEST(0, ${limit} - (SELECT count(*) FROM retried) - (SELECT count(*) FROM oldest))`;
   // an open push row of an aggregate (the predicate of the head index, for alias `a`)
   const open = (a: string) => `${a}.state IN ('pending', 'processing') AND ${a}.consumption = 'push' AND ${a}.aggregate_id <> ''`;
   // two probes, not one OR: each is an index range (head; in-flight rows)
@@ -184,35 +297,6 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
                      WHERE b.source = c.source AND b.aggregate_id = c.aggregate_id AND b.aggregate_id <> ''
                        AND b.consumption = 'push' AND b.state = 'processing')`;
   return `WITH RECURSIVE
-       -- every (source, aggregate) with an open push row, one index probe each
-       open_aggregates AS (
-         (SELECT k.source, k.aggregate_id FROM ${t} k
-           WHERE ${open('k')}
-           ORDER BY k.source, k.aggregate_id LIMIT 1)
-         UNION ALL
-         SELECT n.source, n.aggregate_id
-           FROM open_aggregates a
-           CROSS JOIN LATERAL (
-             SELECT k.source, k.aggregate_id FROM ${t} k
-              WHERE ${open('k')}
-                AND (k.source, k.aggregate_id) > (a.source, a.aggregate_id)
-              ORDER BY k.source, k.aggregate_id LIMIT 1) n
-       ),
-       -- the head of each aggregate that can move: due, first attempt, nothing of it in flight
-       heads AS (
-         SELECT h.id, h.ctid, h.scheduled_at, h.sequence
-           FROM open_aggregates a
-           CROSS JOIN LATERAL (
-             SELECT i.id, i.ctid, i.state, i.attempt, i.scheduled_at, i.sequence FROM ${t} i
-              WHERE i.source = a.source AND i.aggregate_id = a.aggregate_id
-                AND ${open('i')}
-              ORDER BY i.sequence LIMIT 1) h
-          WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= pg_catalog.clock_timestamp()
-            AND NOT EXISTS (
-              SELECT 1 FROM ${t} b
-               WHERE b.source = a.source AND b.aggregate_id = a.aggregate_id AND b.aggregate_id <> ''
-                 AND b.consumption = 'push' AND b.state = 'processing')
-       ),
        retried AS (
          SELECT c.id FROM ${t} c
           WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt > 0
@@ -224,11 +308,11 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
        ),
        -- the oldest rows in index order, joined back by ctid (see the outbox claim)
        oldest AS (
-         SELECT c.id FROM (
+         SELECT c.id, w.scheduled_at, w.sequence FROM (
              SELECT w.ctid, w.scheduled_at, w.sequence FROM ${t} w
               WHERE w.state = 'pending' AND w.consumption = 'push' AND w.scheduled_at <= pg_catalog.clock_timestamp()
               ORDER BY w.scheduled_at, w.sequence
-              LIMIT ${limit * OLDEST_WINDOW}) w
+              LIMIT ${window}) w
            JOIN ${t} c ON c.ctid = w.ctid
           WHERE c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0
             AND (${NO_AGGREGATE} OR (${freeHead}))
@@ -236,45 +320,151 @@ const relayClaimText = oncePerNamesAndLimit((names, limit) => {
           LIMIT ${limit}
           FOR UPDATE OF c SKIP LOCKED
        ),
+       -- past the window, only when it left room (see windowLeftRoom). The sweep: the next due rows
+       -- past its position (at a sweep's start, past the window: its rows are skipped in the index,
+       -- not tested again), up to its horizon
+       ahead AS (
+         SELECT w.ctid, w.scheduled_at, w.sequence, w.source, w.aggregate_id FROM ${t} w
+          WHERE w.state = 'pending' AND w.consumption = 'push' AND w.scheduled_at <= ${horizon}
+            AND (w.scheduled_at, w.sequence) > (${sweepAt}, ${sweepSequence})
+            AND ${room}
+          ORDER BY w.scheduled_at, w.sequence
+          LIMIT ${look} OFFSET CASE WHEN ${claimPositionSetting('at', 'bigint')} IS NULL THEN ${window} ELSE 0 END
+       ),
+       -- ... of which the heads that can move (rows without aggregate come from their own index),
+       -- tested only on the first row of each aggregate there: the others have an earlier open row
+       -- of their aggregate in the same snapshot (a backlog behind a row in flight: one probe, not
+       -- one per row)
+       ahead_heads AS (
+         SELECT c.id, c.ctid, a.scheduled_at, a.sequence FROM (
+             SELECT f.ctid, f.scheduled_at, f.sequence, f.aggregate_id,
+                    min(f.sequence) OVER (PARTITION BY f.source, f.aggregate_id) AS first_of_aggregate
+               FROM ahead f) a
+           JOIN ${t} c ON c.ctid = a.ctid
+          WHERE a.aggregate_id <> '' AND a.sequence = a.first_of_aggregate
+            AND c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND c.aggregate_id <> ''
+            AND (${NO_AGGREGATE} OR (${freeHead}))
+            AND c.id NOT IN (SELECT id FROM oldest)
+       ),
+       -- the turn: the next open (source, aggregate) after the cursor (NULL: the first), at most as
+       -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
+       -- reads the aggregate's head too: the head index's first entry past the previous aggregate
+       open_aggregates AS (
+         (SELECT k.source, k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.sequence, 1 AS n FROM ${t} k
+           WHERE ${open('k')} AND (k.source, k.aggregate_id) > (COALESCE(${cursorSource}, ''), COALESCE(${cursorAggregate}, '')) AND ${room}
+           ORDER BY k.source, k.aggregate_id, k.sequence LIMIT 1)
+         UNION ALL
+         SELECT n.source, n.aggregate_id, n.id, n.ctid, n.state, n.attempt, n.scheduled_at, n.sequence, a.n + 1
+           FROM open_aggregates a
+           CROSS JOIN LATERAL (
+             SELECT k.source, k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.sequence FROM ${t} k
+              WHERE ${open('k')}
+                AND (k.source, k.aggregate_id) > (a.source, a.aggregate_id)
+              ORDER BY k.source, k.aggregate_id, k.sequence LIMIT 1) n
+          WHERE a.n < ${look}
+       ),
+       -- the heads of those aggregates that can move: due, first attempt, nothing of it in flight
+       heads AS (
+         SELECT h.id, h.ctid, h.scheduled_at, h.sequence, h.source, h.aggregate_id
+           FROM open_aggregates h
+          WHERE h.state = 'pending' AND h.attempt = 0 AND h.scheduled_at <= pg_catalog.clock_timestamp()
+            AND NOT EXISTS (
+              SELECT 1 FROM ${t} b
+               WHERE b.source = h.source AND b.aggregate_id = h.aggregate_id AND b.aggregate_id <> ''
+                 AND b.consumption = 'push' AND b.state = 'processing')
+            AND h.id NOT IN (SELECT id FROM oldest)
+       ),
+       keyless AS (
+         SELECT k.id, k.ctid, k.scheduled_at, k.sequence FROM ${t} k
+          WHERE k.state = 'pending' AND k.consumption = 'push' AND k.attempt = 0
+            AND (k.aggregate_id IS NULL OR k.aggregate_id = '')
+            AND k.scheduled_at <= pg_catalog.clock_timestamp()
+            AND k.id NOT IN (SELECT id FROM oldest) AND ${room}
+          ORDER BY k.scheduled_at, k.sequence
+          LIMIT ${limit}
+       ),
+       -- the heads and the rows without aggregate, in one claim order (a row without aggregate never
+       -- waits for younger heads, nor a head for younger rows without aggregate: the wait of a row
+       -- that can move is bounded, see inboxClaimBound)
+       merged AS (
+         SELECT id, ctid, scheduled_at, sequence FROM ahead_heads
+         UNION
+         SELECT id, ctid, scheduled_at, sequence FROM heads
+         UNION ALL
+         SELECT id, ctid, scheduled_at, sequence FROM keyless
+       ),
+       -- ... locked in claim order, joined back by ctid as the window is (joined by id, a plan kept
+       -- from a few rows drove the join from a scan of the whole table), until the batch is full
+       taken AS (
+         SELECT m.id, m.scheduled_at, m.sequence
+           FROM merged m
+           JOIN ${t} c ON c.ctid = m.ctid
+          -- the state written so that no partial index's predicate matches it: the ctid is the way in
+          WHERE (c.state || '') = 'pending'
+          ORDER BY m.scheduled_at, m.sequence
+          LIMIT ${left}
+          FOR UPDATE OF c SKIP LOCKED
+       ),
+       -- where the next claim reads on (as the outbox's full claim): unchanged when the window did
+       -- not leave room; the last row taken when the batch filled before the end of the sweep's
+       -- read (never back); the start (a new sweep) when the read reached the horizon; else the end
+       -- of the read. The cursor: unchanged when the window did not leave room; just before the
+       -- first aggregate whose head the turn found and the batch did not take; else past the
+       -- turn's last aggregate, or the first again (NULL) when the turn ran out
+       sweep AS (
+         SELECT CASE
+                  WHEN NOT ${room} THEN 'keep'
+                  WHEN (SELECT count(*) FROM taken) >= ${left}
+                   AND (l.scheduled_at IS NULL OR (l.scheduled_at, l.sequence) <= (${sweepAt}, ${sweepSequence})) THEN 'keep'
+                  WHEN (SELECT count(*) FROM taken) >= ${left}
+                   AND (l.scheduled_at, l.sequence) < (e.scheduled_at, e.sequence) THEN 'taken'
+                  WHEN (SELECT count(*) FROM ahead) < ${look} THEN 'start'
+                  ELSE 'ahead'
+                END AS next,
+                l.scheduled_at AS taken_at, l.sequence AS taken_sequence, e.scheduled_at AS ahead_at, e.sequence AS ahead_sequence,
+                CASE
+                  WHEN NOT ${room} THEN 'keep'
+                  WHEN u.source IS NOT NULL THEN 'before'
+                  WHEN (SELECT count(*) FROM open_aggregates) >= ${look} THEN 'last'
+                  ELSE 'start'
+                END AS turn,
+                b.source AS before_source, b.aggregate_id AS before_aggregate, z.source AS last_source, z.aggregate_id AS last_aggregate
+           FROM (SELECT NULL) one
+           LEFT JOIN LATERAL (SELECT scheduled_at, sequence FROM taken ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) l ON true
+           LEFT JOIN LATERAL (SELECT scheduled_at, sequence FROM ahead ORDER BY scheduled_at DESC, sequence DESC LIMIT 1) e ON true
+           LEFT JOIN LATERAL (SELECT source, aggregate_id FROM heads WHERE id NOT IN (SELECT id FROM taken) ORDER BY source, aggregate_id LIMIT 1) u ON true
+           LEFT JOIN LATERAL (SELECT source, aggregate_id FROM open_aggregates k WHERE (k.source, k.aggregate_id) < (u.source, u.aggregate_id) ORDER BY source DESC, aggregate_id DESC LIMIT 1) b ON true
+           LEFT JOIN LATERAL (SELECT source, aggregate_id FROM open_aggregates ORDER BY n DESC LIMIT 1) z ON true
+       ),
+       next_position AS (
+         SELECT CASE next WHEN 'keep' THEN ${claimPositionSetting('at', 'bigint')} WHEN 'taken' THEN ${epochMicros('taken_at')} WHEN 'ahead' THEN ${epochMicros('ahead_at')} END::text AS next_at,
+                CASE next WHEN 'keep' THEN ${claimPositionSetting('tie', 'bigint')} WHEN 'taken' THEN taken_sequence WHEN 'ahead' THEN ahead_sequence END::text AS next_tie,
+                NULL::text AS next_id,
+                CASE WHEN next = 'start' OR (next = 'keep' AND ${claimPositionSetting('at', 'bigint')} IS NULL) THEN NULL ELSE ${epochMicros(horizon)} END::text AS next_horizon,
+                -- before the first aggregate not taken: the one before it in the turn, else the cursor as it was
+                CASE turn WHEN 'keep' THEN ${cursorSource} WHEN 'before' THEN COALESCE(before_source, ${cursorSource}) WHEN 'last' THEN last_source END AS next_source,
+                CASE turn WHEN 'keep' THEN ${cursorAggregate} WHEN 'before' THEN CASE WHEN before_source IS NULL THEN ${cursorAggregate} ELSE before_aggregate END WHEN 'last' THEN last_aggregate END AS next_aggregate
+           FROM sweep
+       ),
        candidates AS (
          SELECT id FROM retried
          UNION ALL
          SELECT id FROM oldest
          UNION ALL
-         -- past the window: the heads that can move and the rows without aggregate, in one claim
-         -- order (a row without aggregate never waits for younger heads, nor a head for younger
-         -- keyless rows: the wait of a row that can move is bounded, see docs/inbox.md), joined
-         -- back by ctid as the window is: joined by id, a plan kept from a few rows drove the join
-         -- from a scan of the whole table and read the heads again for every row
-         SELECT id FROM (
-           SELECT c.id FROM (
-               (SELECT heads.ctid, heads.scheduled_at, heads.sequence FROM heads
-                 WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-                 ORDER BY heads.scheduled_at, heads.sequence
-                 LIMIT ${limit})
-               UNION ALL
-               (SELECT k.ctid, k.scheduled_at, k.sequence FROM ${t} k
-                 WHERE k.state = 'pending' AND k.consumption = 'push' AND k.attempt = 0
-                   AND (k.aggregate_id IS NULL OR k.aggregate_id = '')
-                   AND k.scheduled_at <= pg_catalog.clock_timestamp()
-                   AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom(String(limit))}
-                 ORDER BY k.scheduled_at, k.sequence
-                 LIMIT ${limit})) m
-             JOIN ${t} c ON c.ctid = m.ctid
-            -- the state written so that no partial index's predicate matches it: the ctid is the way in
-            WHERE (c.state || '') = 'pending'
-            ORDER BY m.scheduled_at, m.sequence
-            LIMIT ${limit}
-            FOR UPDATE OF c SKIP LOCKED) AS beyond_window
+         SELECT id FROM taken
          LIMIT ${limit}
-       )
+       ),
        -- by id from the array of candidates, not a join (see the outbox claim)
-       UPDATE ${t} i
-          SET ${claimSet('$1')}
-        WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
-    RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
-              i.correlation_id, i.attempt, i.sequence, ${epochMs('i.created_at')} AS created_ms, i.claim_token,
-              ${epochMs('i.lease_expires_at')} AS lease_expires_ms, i.trace_context`;
+       claimed AS (
+         UPDATE ${t} i
+            SET ${claimSet('$1')}
+          WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
+      RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.event_type, i.payload::text AS payload_text, i.headers,
+                i.correlation_id, i.attempt, i.sequence, ${epochMs('i.created_at')} AS created_ms, i.claim_token,
+                ${epochMs('i.lease_expires_at')} AS lease_expires_ms, i.trace_context
+       )
+    -- every row claimed with the next position; none claimed: one row without an id, for the position
+    SELECT c.*, p.* FROM next_position p LEFT JOIN claimed c ON true`;
 });
 
 /** Fenced lease renewal; returns the ids renewed. */
