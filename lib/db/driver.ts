@@ -112,6 +112,14 @@ export interface ReclaimResult {
   reclaimed: number;
   /** Rows whose lease expired during their last attempt: now `dead`. */
   dead: number;
+  /**
+   * Set when the reclaim stopped after it had committed part of its work (PostgreSQL: it commits
+   * chunk by chunk): the error that ended the chunk after those — cancelled at the deadline, not
+   * sent for want of time, or any other failure. `reclaimed` and `dead` are the committed chunks'
+   * (the rows they made `dead` went dead, and must be counted); the expired rows left are still
+   * `processing`, for a later reclaim. Absent when the reclaim saw every expired row it could take.
+   */
+  cutBy?: unknown;
 }
 
 /**

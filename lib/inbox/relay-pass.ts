@@ -35,7 +35,8 @@
  * pass's closing steps (the scale-out check's end, the backlog read: `closingBudgetMs`), which may
  * wait on the database. A claim or the reclaim that ends at the deadline — not sent once it has
  * passed, or cancelled there by the database (a lock held across it: PostgreSQL 57014, `mssql`
- * ETIMEOUT) — took nothing (its transaction rolled back): the pass ends as at any deadline, its
+ * ETIMEOUT) — took nothing (its transaction rolled back; a reclaim on PostgreSQL keeps, and
+ * counts, the chunks it committed before: `reclaimExpired`): the pass ends as at any deadline, its
  * summary returned and its counts written, not with an error (`unlessEndedAtDeadline`; the reclaim
  * through `reclaimWithinDeadline`, which also sends it again as a deadlock victim); any other error
  * of a claim or the reclaim fails the pass. A finishing write not sent because the invocation has
@@ -54,7 +55,7 @@ import type { ColumnDialect } from '../db/column-length.ts';
 import { withLazyPayload } from '../db/lazy-payload.ts';
 import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { InvocationEndedError, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
+import { endedAtDeadline, InvocationEndedError, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import { errorClassOf } from '../observability/failure-log.ts';
@@ -304,7 +305,8 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   );
   // Bounded by the pass's deadline, retried as a deadlock victim, and ended quietly at the
   // deadline (`reclaimWithinDeadline`): a reclaim that ended there did not run, and the pass, at
-  // its deadline, returns its summary (no claim starts), not an error.
+  // its deadline, returns its summary (no claim starts), not an error. A reclaim cut short after
+  // some of its chunks committed (`cutBy`) answers with their counts, counted below whatever cut it.
   const reclaim =
     (await reclaimWithinDeadline(() => driver.inboxReclaimExpired({ throttleMs: reclaimThrottleMs(relay.claimTimeoutMs), maxAttempts: relayMaxAttempts }), deadline, (error) =>
       logger.warn('inbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: redactError(error) }),
@@ -317,6 +319,16 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   metrics.count('inboxMessages', reclaim.dead, { status: 'dead' });
   if (reclaim.dead > 0) logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: reclaim.dead });
   if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
+  if (reclaim.cutBy !== undefined) {
+    // At the deadline, as a reclaim cancelled there: no claim starts, and the pass returns its
+    // summary. Any other failure of a later chunk fails the pass, as a failed reclaim does.
+    if (!endedAtDeadline(reclaim.cutBy, deadline.expired())) throw reclaim.cutBy;
+    logger.warn('inbox reclaim cut short at the pass deadline: the chunks it committed are counted; the expired rows left wait for a later reclaim', {
+      reclaimed: reclaim.reclaimed,
+      dead: reclaim.dead,
+      error: redactError(reclaim.cutBy),
+    });
+  }
 
   // Claims in a row that found nothing: the idle wait grows with them.
   let emptyClaims = 0;

@@ -75,17 +75,24 @@ export function replayCutAtDeadline(error: unknown, at: DeadlineCutContext & { d
 
 /**
  * The reclaim function's run cut at the deadline (`cutAtDeadline`): which table's reclaim was
- * cancelled and what it left. A table's reclaim is one statement (PostgreSQL), rolled back; on SQL
- * Server it commits chunks one by one, and those committed before the cut stay reclaimed, not
- * counted. The other table's reclaim, when it finished, counts as it did.
+ * cancelled and what it left. A table's reclaim commits chunks one by one in both dialects, and
+ * those committed before the cut stay reclaimed: on PostgreSQL they are counted (`error.counts`,
+ * the chunk cut rolled back alone), on SQL Server not. The other table's reclaim, when it
+ * finished, counts as it did.
  */
 export function reclaimCutAtDeadline(error: ReclaimIncompleteError, at: DeadlineCutContext): InvocationDeadlineError {
   const failed = error.failed.length > 0 ? error.failed : (['outbox', 'inbox'] as const);
   const tables = failed.length === 2 ? 'the outbox and the inbox' : `the ${failed[0]!}`;
+  const returned = (table: 'outbox' | 'inbox') => {
+    const back = error.counts[table];
+    const dead = error.counts[table === 'outbox' ? 'outboxDead' : 'inboxDead'];
+    const what = back + dead === 0 ? 'returned no row' : `returned ${back} rows to pending and made ${dead} dead in the chunks it committed before the cut, counted`;
+    return failed.length === 2 ? `the ${table}'s reclaim ${what}` : `it ${what}`;
+  };
   const left =
     at.dialect === 'sqlserver'
       ? `the rows of the chunks it committed before the cut are reclaimed but not counted (a table's reclaim commits chunk by chunk), the rest are still processing`
-      : `${failed.length === 2 ? 'neither returned any row' : 'it returned no row'} (a table's reclaim is one statement, rolled back): the expired rows are still processing`;
+      : `${failed.map(returned).join(', and ')} (a table's reclaim commits chunk by chunk; the chunk the cut cancelled rolled back alone): the expired rows left are still processing, for the next reclaim`;
   const other = (['outbox', 'inbox'] as const).find((t) => !failed.includes(t));
   const done = other === undefined ? '' : `; the ${other}'s reclaim finished: ${error.counts[other]} back to pending and ${error.counts[other === 'outbox' ? 'outboxDead' : 'inboxDead']} dead`;
   return new InvocationDeadlineError(

@@ -27,9 +27,12 @@ export interface ReclaimNowOptions {
 }
 
 /**
- * One table's reclaim failed (or both: `failed` names them; `cause` is the first one's error); the
- * other may have committed. `counts` holds what the one that answered did (0 for a failed table),
- * so its rows are counted: the rows it made `dead` went dead whatever happened to the other table.
+ * One table's reclaim failed or was cut short (or both: `failed` names them; `cause` is the first
+ * one's error); the other may have committed. `counts` holds what each table's reclaim committed:
+ * all of it for the one that answered, the chunks committed before the cut for one cut short
+ * (PostgreSQL commits a reclaim chunk by chunk: `ReclaimResult.cutBy`), 0 for one that failed
+ * outright. So their rows are counted: the rows a reclaim made `dead` went dead whatever happened
+ * after them.
  */
 export class ReclaimIncompleteError extends QueueBoxError {
   override readonly name = 'ReclaimIncompleteError';
@@ -38,13 +41,25 @@ export class ReclaimIncompleteError extends QueueBoxError {
     cause: unknown,
     readonly failed: readonly ('outbox' | 'inbox')[] = [],
   ) {
-    super(`reclaim failed: ${redactedError(cause).message}`, { cause });
+    super(`reclaim failed: ${redactedError(cause).message}${committedBefore(counts, failed)}`, { cause });
   }
+}
+
+/** "; the outbox's reclaim committed N back to pending and D dead before it stopped": what a table that failed had done, when it had. */
+function committedBefore(counts: ReclaimCounts, failed: readonly ('outbox' | 'inbox')[]): string {
+  const done = failed
+    .map((table) => ({ table, back: counts[table], dead: counts[table === 'outbox' ? 'outboxDead' : 'inboxDead'] }))
+    .filter((t) => t.back + t.dead > 0)
+    .map((t) => `the ${t.table}'s reclaim committed ${t.back} back to pending and ${t.dead} dead before it stopped`);
+  return done.length === 0 ? '' : `; ${done.join(', and ')} (the rest are still processing: run it again)`;
 }
 
 /**
  * Reclaims both tables (concurrently) and returns how many rows each gave back. When one fails,
- * the other still runs to its end and `ReclaimIncompleteError` carries its counts.
+ * the other still runs to its end and `ReclaimIncompleteError` carries its counts. A table's
+ * reclaim cut short after some of its chunks committed (`ReclaimResult.cutBy`: cancelled at the
+ * deadline, or a later chunk failed) fails it as well, with the counts of those chunks: the rows
+ * they returned are counted, and the run says it did not finish.
  */
 export async function reclaimNow(options: ReclaimNowOptions): Promise<ReclaimCounts> {
   const { driver, config, throttled } = options;
@@ -57,9 +72,14 @@ export async function reclaimNow(options: ReclaimNowOptions): Promise<ReclaimCou
   ]);
   const done = (r: PromiseSettledResult<ReclaimResult>) => (r.status === 'fulfilled' ? r.value : { reclaimed: 0, dead: 0 });
   const counts = { outbox: done(outbox).reclaimed, inbox: done(inbox).reclaimed, outboxDead: done(outbox).dead, inboxDead: done(inbox).dead };
-  const failed = ([['outbox', outbox], ['inbox', inbox]] as const).filter(([, r]) => r.status === 'rejected');
-  const first = failed[0]?.[1];
-  if (first?.status === 'rejected') throw new ReclaimIncompleteError(counts, first.reason, failed.map(([table]) => table));
+  // Why a table's reclaim did not finish: its error, or the error that cut it short.
+  const stopped = (r: PromiseSettledResult<ReclaimResult>): { reason: unknown } | undefined =>
+    r.status === 'rejected' ? { reason: r.reason } : r.value.cutBy !== undefined ? { reason: r.value.cutBy } : undefined;
+  const failed = (['outbox', 'inbox'] as const).flatMap((table) => {
+    const why = stopped(table === 'outbox' ? outbox : inbox);
+    return why === undefined ? [] : [{ table, reason: why.reason }];
+  });
+  if (failed.length > 0) throw new ReclaimIncompleteError(counts, failed[0]!.reason, failed.map((f) => f.table));
   return counts;
 }
 

@@ -48,7 +48,8 @@
  * invocation's end. A lease still runs to the invocation's end (`withStatementBudget`'s lease bound).
  * A claim or the reclaim that ends at the deadline — not sent once it has passed, or cancelled
  * there by the database (a lock held across it: PostgreSQL 57014, `mssql` ETIMEOUT) — took
- * nothing (its transaction rolled back): the pass ends as at any deadline (`stoppedBecause:
+ * nothing (its transaction rolled back; a reclaim on PostgreSQL keeps, and counts, the chunks it
+ * committed before: `reclaimExpired`): the pass ends as at any deadline (`stoppedBecause:
  * 'deadline'`, its summary returned, its counts written), not with an error (`unlessEndedAtDeadline`;
  * the reclaim through `reclaimWithinDeadline`, which also sends it again as a deadlock victim).
  * Any other error of a claim or the reclaim fails the pass. A finishing write not sent because
@@ -65,7 +66,7 @@ import { leaseMsFor, MIN_CLAIM_WINDOW_MS, reclaimThrottleMs, renewalLeaseMsFor }
 import { redactedError, redactError } from '../claims/redact.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
-import { reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
+import { endedAtDeadline, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
@@ -248,7 +249,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
     try {
       // Bounded by the pass's deadline, retried as a deadlock victim, and ended quietly at the
       // deadline (`reclaimWithinDeadline`): a reclaim that ended there did not run, and the pass
-      // ends at its deadline, not with an error.
+      // ends at its deadline, not with an error. A reclaim cut short after some of its chunks
+      // committed (`cutBy`) answers with their counts, counted below whatever cut it.
       const reclaim =
         (await reclaimWithinDeadline(() => driver.outboxReclaimExpired({ throttleMs: reclaimThrottleMs(outbox.claimTimeoutMs) }), deadline, (error) =>
           logger.warn('outbox reclaim cancelled at the pass deadline: it returned no row; expired rows wait for a later reclaim', { error: redactError(error) }),
@@ -262,6 +264,16 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       if (reclaim.dead > 0) logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: reclaim.dead });
       // Emitted now: an invocation killed later in the pass must not take the count with it.
       if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
+      if (reclaim.cutBy !== undefined) {
+        // At the deadline, as a reclaim cancelled there: the pass ends at its deadline. Any other
+        // failure of a later chunk fails the pass, as a failed reclaim does (its counts written).
+        if (!endedAtDeadline(reclaim.cutBy, deadline.expired())) throw reclaim.cutBy;
+        logger.warn('outbox reclaim cut short at the pass deadline: the chunks it committed are counted; the expired rows left wait for a later reclaim', {
+          reclaimed: reclaim.reclaimed,
+          dead: reclaim.dead,
+          error: redactError(reclaim.cutBy),
+        });
+      }
     } catch (error) {
       failure ??= error;
       wakeAfterReclaim();

@@ -102,7 +102,7 @@ describe('replay and reclaim functions cut at the invocation deadline', () => {
     const error = await whileLocked(`LOCK TABLE "${db.schema}".outbox IN EXCLUSIVE MODE`, () => rejection(reclaimHandler({}, context())));
     assert.equal(error.name, 'InvocationDeadlineError', error.message);
     assert.match(error.message, /^reclaim: the database cancelled the reclaim of the outbox at the invocation's deadline, \d+ ms after the run started \(the function's timeout less lambda\.deadlineMarginMs, 1000 ms; at least half the invocation\), not by database\.statementTimeoutMs/);
-    assert.match(error.message, /; it returned no row \(a table's reclaim is one statement, rolled back\): the expired rows are still processing; the inbox's reclaim finished: 1 back to pending and 0 dead\./);
+    assert.match(error.message, /; it returned no row \(a table's reclaim commits chunk by chunk; the chunk the cut cancelled rolled back alone\): the expired rows left are still processing, for the next reclaim; the inbox's reclaim finished: 1 back to pending and 0 dead\./);
     assert.match(error.message, /Raise the function's timeout \(custom\.queuebox\.functions\.reclaim\.timeout\)/);
     assert.ok(causedByStatementTimeout(error), 'the statement timeout is kept as the cause');
     assert.equal(await stateOf('outbox', outboxId), 'processing', 'the outbox row is still processing');
