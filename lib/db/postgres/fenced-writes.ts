@@ -9,9 +9,9 @@ import type { ClaimRef, DeadItem, ReclaimResult, RetryItem } from '../driver.ts'
 import { msInterval, type PgContext } from './context.ts';
 import { reclaimGate } from './maintenance-queries.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
-import pg from 'pg';
+import type pg from 'pg';
 import { FencedLockTimeoutError, TransientDatabaseError } from '../../errors.ts';
-import { pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
+import { isPgPool, pgQuery, pgSingleTrip, type PgQueryable, type PgValues } from './pg-pool.ts';
 import { isDeadlockVictim, jitteredPause, retryingDeadlockVictim } from '../deadlock-victim.ts';
 import { claimArrayParams } from './uuid-array.ts';
 import { sqlState } from '../caller-transaction.ts';
@@ -79,7 +79,7 @@ export const FENCE = `t.state = 'processing' AND t.claim_token = s.token AND t.l
  */
 export async function fencedQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues, resentText = text): Promise<pg.QueryResult<R>> {
   try {
-    return db instanceof pg.Pool ? await singleTripPastDeadlocks<R>(db, text, values, resentText) : await pgQuery<R>(db, text, values);
+    return isPgPool(db) ? await singleTripPastDeadlocks<R>(db, text, values, resentText) : await pgQuery<R>(db, text, values);
   } catch (error) {
     // Through a caller's library the driver's error may come wrapped (Sequelize, Drizzle on
     // postgres.js, Prisma): its SQLSTATE is read inside the wrapper.
@@ -160,7 +160,7 @@ export function lockWithinLeaseKeeping(alias = 't'): string {
  * warns of a query queued behind another, and `pg` 9 refuses it).
  */
 export async function fencedWriteCount(db: PgQueryable, write: (bound: string) => string, values: PgValues): Promise<number> {
-  if (db instanceof pg.Pool) return (await fencedQuery(db, write(lockWithinLease('')), values)).rowCount ?? 0;
+  if (isPgPool(db)) return (await fencedQuery(db, write(lockWithinLease('')), values)).rowCount ?? 0;
   const { rows } = await fencedQuery<{ n: number }>(
     db,
     `WITH written AS (${write(lockWithinLeaseKeeping(''))})

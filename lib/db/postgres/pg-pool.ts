@@ -52,6 +52,33 @@ import { QueueBoxError } from '../../errors.ts';
 export type PgPool = pg.Pool;
 
 /**
+ * Whether `db` is a `pg` pool — of QueueBox's own copy of `pg` or of any other. An application on
+ * another `pg` version has a copy of its own (npm nests QueueBox's), and a pool it hands in (a pull
+ * worker's `pool`, a driver's) is no instance of QueueBox's `pg.Pool`: told by its shape instead,
+ * that of `pg-pool` (which every copy's `Pool` is): it checks clients out (`connect`), counts its
+ * connections (`totalCount`, `idleCount`, `waitingCount`) and keeps its `options`. A client has no
+ * such counts, and a pooled client has `release`. Every path that sends a statement on its own
+ * connection of a pool — QueueBox's settings, its one round trip, the statement budget, the
+ * retry of a connection the server closed — asks this, never the class.
+ */
+export function isPgPool(db: unknown): db is pg.Pool {
+  if (db instanceof pg.Pool) return true;
+  if (typeof db !== 'object' || db === null) return false;
+  const p = db as Record<string, unknown>;
+  return (
+    typeof p.connect === 'function' &&
+    typeof p.query === 'function' &&
+    typeof p.end === 'function' &&
+    typeof p.release !== 'function' &&
+    typeof p.totalCount === 'number' &&
+    typeof p.idleCount === 'number' &&
+    typeof p.waitingCount === 'number' &&
+    typeof p.options === 'object' &&
+    p.options !== null
+  );
+}
+
+/**
  * `transaction_timeout` off for the transaction, on a server that has the setting (PostgreSQL
  * 17+): an expression for a `SELECT` of QueueBox's settings. PostgreSQL 15 and 16 refuse to set a
  * setting they do not know (`SET LOCAL`, `set_config`: "unrecognized configuration parameter"), so
@@ -230,7 +257,7 @@ const cutClients = new WeakSet<object>();
  * statements' answers after a freeze (`answerWaitMs`).
  */
 function answerWithin<T>(client: PgQueryable, send: () => Promise<T>, budgetMs: number | undefined = statementBudgetMs()): Promise<T> {
-  if (budgetMs === undefined || client instanceof pg.Pool) return send();
+  if (budgetMs === undefined || isPgPool(client)) return send();
   const limitMs = Math.max(0, budgetMs) + NO_ANSWER_GRACE_MS;
   if (!(limitMs < MAX_TIMER_MS)) return send();
   return new Promise<T>((resolve, reject) => {
@@ -391,7 +418,7 @@ export function poolStatementTimeoutMs(pool: pg.Pool): number {
 async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQueryable) => Promise<unknown>) => Promise<unknown>) | undefined> {
   const budget = requireStatementBudgetMs();
   if (budget === undefined) return undefined;
-  if (db instanceof pg.Pool) {
+  if (isPgPool(db)) {
     if (budget >= poolStatementTimeoutMs(db)) return undefined;
     return (run) => pgTransaction(db, run);
   }
@@ -410,7 +437,7 @@ async function boundStatement(db: PgQueryable): Promise<((run: (client: PgQuerya
  * the caller's `COMMIT` is written before it, awaited or not.
  */
 export function pgQuery<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues = []): Promise<pg.QueryResult<R>> {
-  if (!(db instanceof pg.Pool) && statementBudgetMs() === undefined) {
+  if (!isPgPool(db) && statementBudgetMs() === undefined) {
     try {
       return db.query<R>(text, valuesNow(values)).catch((error: unknown) => {
         throw mapPgError(error);
@@ -426,7 +453,7 @@ async function pgQueryBounded<R extends pg.QueryResultRow>(db: PgQueryable, text
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgQuery<R>(client, text, values))) as pg.QueryResult<R>;
-    if (db instanceof pg.Pool) return await onConnection(db, (client) => answerWithin(client, () => ownStatement<R>(client, { text, values: valuesNow(values) })));
+    if (isPgPool(db)) return await onConnection(db, (client) => answerWithin(client, () => ownStatement<R>(client, { text, values: valuesNow(values) })));
     return await answerWithin(db, () => db.query<R>(text, valuesNow(values)));
   } catch (error) {
     throw mapPgError(error);
@@ -445,7 +472,7 @@ export async function pgSimpleQuery(db: PgQueryable, text: string): Promise<pg.Q
   try {
     const bounded = await boundStatement(db);
     if (bounded !== undefined) return (await bounded((client) => pgSimpleQuery(client, text))) as pg.QueryResult | pg.QueryResult[];
-    if (db instanceof pg.Pool) {
+    if (isPgPool(db)) {
       const results = (await onConnection(db, (client) => answerWithin(client, () => client.query(`${OWN_TRANSACTION_SETTINGS}; ${text}`)))) as unknown as pg.QueryResult[];
       const own = results.slice(OWN_TRANSACTION_SETTINGS.split(';').length);
       return own.length === 1 ? own[0]! : own;
@@ -467,7 +494,7 @@ export async function pgSimpleQuery(db: PgQueryable, text: string): Promise<pg.Q
 export async function pgSingleTrip<R extends pg.QueryResultRow>(db: PgQueryable, text: string, values: PgValues): Promise<pg.QueryResult<R>> {
   try {
     requireStatementBudgetMs();
-    if (db instanceof pg.Pool) {
+    if (isPgPool(db)) {
       return await onConnection(db, (client) => {
         // The budget when the statement is sent (after any wait for a connection).
         const budget = statementBudgetMs();
@@ -698,9 +725,9 @@ export async function pgClaimQuery<R extends pg.QueryResultRow>(
     const send = (client: pg.PoolClient) =>
       answerWithin(client, () => {
         const statement = { name: statementName(text), text, values: valuesNow(values) };
-        return db instanceof pg.Pool ? ownStatement<R>(client, statement, undefined, planSettings) : preludeQuery<R>(client, [planSettings], statement);
+        return isPgPool(db) ? ownStatement<R>(client, statement, undefined, planSettings) : preludeQuery<R>(client, [planSettings], statement);
       });
-    return await (db instanceof pg.Pool ? onConnection(db, send) : send(db));
+    return await (isPgPool(db) ? onConnection(db, send) : send(db));
   } catch (error) {
     throw mapPgError(error);
   }

@@ -12,6 +12,7 @@
  * pool or client on `pg`'s native client, which sends every bind value as text.
  */
 import pg from 'pg';
+import { isPgPool } from './pg-pool.ts';
 
 /** `pg_type.oid` of `uuid`: `array_recv` refuses an array whose element type is any other. */
 const UUID_OID = 2950;
@@ -76,15 +77,28 @@ const JS_CLIENT: typeof pg.Client | undefined = (() => {
   }
 })();
 
-/** Whether `db` runs its statements on `pg`'s JavaScript client: a pool whose `Client` is it (or extends it), or such a client. */
+/**
+ * Whether `C` is `pg`'s JavaScript client class, of QueueBox's copy of `pg` or of another (an
+ * application's own `pg` version: npm nests QueueBox's), or a class that extends one: its query
+ * class (`Client.Query`) writes the statement's messages itself (`prepare`, `hasBeenParsed`), and
+ * every `pg` 8 copy's JavaScript client binds a `Buffer` in binary format. The native client's
+ * query class (`pg-native`) has neither.
+ */
+function isJsClientClass(C: unknown): boolean {
+  if (typeof C !== 'function') return false;
+  if (C === JS_CLIENT || (JS_CLIENT !== undefined && C.prototype instanceof JS_CLIENT)) return true;
+  const query = (C as { Query?: { prototype?: Record<string, unknown> } }).Query?.prototype;
+  return typeof query?.prepare === 'function' && typeof query.hasBeenParsed === 'function';
+}
+
+/** Whether `db` runs its statements on `pg`'s JavaScript client (of any copy of `pg`): a pool whose `Client` is it (or extends it), or such a client. */
 function sendsBinary(db: unknown): boolean {
   if (JS_CLIENT === undefined) return false;
-  if (db instanceof pg.Pool) {
+  if (isPgPool(db)) {
     // `pg-pool` keeps the client class it creates connections with; a caller's pool may name another (`Client: pg.native.Client`).
-    const client = (db as { Client?: unknown }).Client;
-    return typeof client === 'function' && (client === JS_CLIENT || client.prototype instanceof JS_CLIENT);
+    return isJsClientClass((db as { Client?: unknown }).Client);
   }
-  return db instanceof JS_CLIENT;
+  return typeof db === 'object' && db !== null && isJsClientClass(db.constructor);
 }
 
 /**
