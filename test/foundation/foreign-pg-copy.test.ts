@@ -24,7 +24,7 @@ import { createPullWorker } from '../../lib/index.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertOutboxRows } from '../helpers/outbox-pass-fixture.ts';
 import { insertPullRows, memoryLogger, readPullRows } from '../pull/pull-fixtures.ts';
-import { createRoleWith, driverAsRole, type TestRole } from './role-settings-fixtures.ts';
+import { createRoleWith, driverAsRole, type TestRole, STATEMENT_BUDGETS, withinBudget } from './role-settings-fixtures.ts';
 
 const otherPg = createRequire(import.meta.url)('pg-8-20') as typeof pg;
 
@@ -138,37 +138,30 @@ describe("a pg.Pool of another copy of pg (pg 8.20) runs QueueBox's statements a
     }
   });
 
-  const budgets: Array<[string, number | undefined]> = [
-    ['outside a pass', undefined],
-    ['under a budget below the statement timeout', 5_000],
-    ['under a budget above the statement timeout', 600_000],
-  ];
-  const within = <T>(budgetMs: number | undefined, work: () => Promise<T>): Promise<T> => (budgetMs === undefined ? work() : withStatementBudget(() => budgetMs, work));
-
-  for (const [label, budgetMs] of budgets) {
+  for (const [label, budgetMs] of STATEMENT_BUDGETS) {
     it(`a statement on the pool (pgQuery), ${label}`, async () => {
-      assert.deepEqual((await within(budgetMs, () => pgQuery<Settings>(pool, SETTINGS))).rows, [OWN]);
-      assert.deepEqual((await within(budgetMs, () => pgQuery<Settings & { v: number }>(pool, `${SETTINGS}, $1::int AS v`, () => [7]))).rows, [{ ...OWN, v: 7 }]);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgQuery<Settings>(pool, SETTINGS))).rows, [OWN]);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgQuery<Settings & { v: number }>(pool, `${SETTINGS}, $1::int AS v`, () => [7]))).rows, [{ ...OWN, v: 7 }]);
     });
     it(`a single-trip statement (pgSingleTrip: fenced writes and renewals), ${label}`, async () => {
-      assert.deepEqual((await within(budgetMs, () => pgSingleTrip<Settings>(pool, SETTINGS, []))).rows, [OWN]);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgSingleTrip<Settings>(pool, SETTINGS, []))).rows, [OWN]);
     });
     for (const prepared of [false, true]) {
       it(`a claim statement (pgClaimQuery, ${prepared ? 'prepared' : 'unprepared'}), ${label}`, async () => {
         const text = `${SETTINGS}, '${label} ${prepared}' AS c`;
         for (let run = 0; run < 2; run++) {
-          const { rows } = await within(budgetMs, () => pgClaimQuery<Settings & { c: string }>(pool, text, [], prepared, PINNED_CLAIM_PLAN));
+          const { rows } = await withinBudget(budgetMs, () => pgClaimQuery<Settings & { c: string }>(pool, text, [], prepared, PINNED_CLAIM_PLAN));
           assert.deepEqual(rows, [{ ...OWN, c: `${label} ${prepared}` }], `run ${run + 1}`);
         }
       });
     }
     it(`a simple query on the pool (pgSimpleQuery), ${label}`, async () => {
-      const result = await within(budgetMs, () => pgSimpleQuery(pool, SETTINGS));
+      const result = await withinBudget(budgetMs, () => pgSimpleQuery(pool, SETTINGS));
       assert.ok(!Array.isArray(result), 'one statement, one result');
       assert.deepEqual(result.rows, [OWN]);
     });
     it(`a transaction (pgTransaction), ${label}`, async () => {
-      const rows = await within(budgetMs, () => pgTransaction(pool, async (client) => [(await client.query<Settings>(SETTINGS)).rows[0], (await pgQuery<Settings>(client, SETTINGS)).rows[0]]));
+      const rows = await withinBudget(budgetMs, () => pgTransaction(pool, async (client) => [(await client.query<Settings>(SETTINGS)).rows[0], (await pgQuery<Settings>(client, SETTINGS)).rows[0]]));
       assert.deepEqual(rows, [OWN, OWN]);
     });
   }

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { parseConfig } from '../../lib/config/load-config.ts';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
+import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import type { TestDatabase } from '../helpers/database.ts';
 
 /** A driver of the test's schema logging in as `role`: `database` settings over the test's, or on `pool` (the caller's, not ended by the driver). */
@@ -43,4 +44,16 @@ export async function createRoleWith(db: TestDatabase, settings: Record<string, 
       await db.pool.query(`DROP ROLE IF EXISTS ${name}`);
     },
   };
+}
+
+/** Where a statement of QueueBox's runs, for tests that check every path: outside a pass, and under a pass's budget below and above the pool's statement timeout. */
+export const STATEMENT_BUDGETS: ReadonlyArray<readonly [string, number | undefined]> = [
+  ['outside a pass', undefined],
+  ['under a budget below the statement timeout', 5_000],
+  ['under a budget above the statement timeout', 600_000],
+];
+
+/** Runs `work` under `budgetMs` as a pass's statement budget, or as it is without one. */
+export function withinBudget<T>(budgetMs: number | undefined, work: () => Promise<T>): Promise<T> {
+  return budgetMs === undefined ? work() : withStatementBudget(() => budgetMs, work);
 }

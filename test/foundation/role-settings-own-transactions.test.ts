@@ -16,7 +16,7 @@ import { createPgPool, pgClaimQuery, pgQuery, pgSimpleQuery, pgSingleTrip, pgTra
 import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { pgTransactionRunner } from '../../lib/pull/transaction-runner.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
-import { createRoleWith, type TestRole } from './role-settings-fixtures.ts';
+import { createRoleWith, type TestRole, STATEMENT_BUDGETS, withinBudget } from './role-settings-fixtures.ts';
 
 const ROLE_DEFAULTS = {
   default_transaction_isolation: 'serializable',
@@ -58,38 +58,31 @@ describe("QueueBox's own statements and transactions run under its settings, not
 
   // No budget; a budget below the pool's statement_timeout (a transaction of its own, or the
   // timeout sent with the statement); a budget above it.
-  const budgets: Array<[string, number | undefined]> = [
-    ['outside a pass', undefined],
-    ['under a budget below the statement timeout', 5_000],
-    ['under a budget above the statement timeout', 600_000],
-  ];
-  const within = <T>(budgetMs: number | undefined, work: () => Promise<T>): Promise<T> => (budgetMs === undefined ? work() : withStatementBudget(() => budgetMs, work));
-
-  for (const [label, budgetMs] of budgets) {
+  for (const [label, budgetMs] of STATEMENT_BUDGETS) {
     it(`a statement on the pool (pgQuery), ${label}`, async () => {
-      assert.deepEqual((await within(budgetMs, () => pgQuery<Settings>(pool, SETTINGS))).rows, [OWN]);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgQuery<Settings>(pool, SETTINGS))).rows, [OWN]);
     });
     it(`a statement with lazy values on the pool (pgQuery), ${label}`, async () => {
-      assert.deepEqual((await within(budgetMs, () => pgQuery<Settings & { v: number }>(pool, `${SETTINGS}, $1::int AS v`, () => [7]))).rows, [{ ...OWN, v: 7 }]);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgQuery<Settings & { v: number }>(pool, `${SETTINGS}, $1::int AS v`, () => [7]))).rows, [{ ...OWN, v: 7 }]);
     });
     it(`a single-trip statement (pgSingleTrip: fenced writes and renewals), ${label}`, async () => {
-      assert.deepEqual((await within(budgetMs, () => pgSingleTrip<Settings>(pool, SETTINGS, []))).rows, [OWN]);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgSingleTrip<Settings>(pool, SETTINGS, []))).rows, [OWN]);
     });
     for (const prepared of [false, true]) {
       it(`a claim statement (pgClaimQuery, ${prepared ? 'prepared' : 'unprepared'}), ${label}`, async () => {
         // A text of its own per case: a prepared name new to the connection is parsed in the round trip.
         const text = `${SETTINGS}, '${label} ${prepared}' AS c`;
         for (let run = 0; run < 2; run++) {
-          const { rows } = await within(budgetMs, () => pgClaimQuery<Settings & { c: string }>(pool, text, [], prepared, PINNED_CLAIM_PLAN));
+          const { rows } = await withinBudget(budgetMs, () => pgClaimQuery<Settings & { c: string }>(pool, text, [], prepared, PINNED_CLAIM_PLAN));
           assert.deepEqual(rows, [{ ...OWN, c: `${label} ${prepared}` }], `run ${run + 1}`);
         }
       });
     }
     it(`a simple query on the pool (pgSimpleQuery), ${label}`, async () => {
-      const result = await within(budgetMs, () => pgSimpleQuery(pool, SETTINGS));
+      const result = await withinBudget(budgetMs, () => pgSimpleQuery(pool, SETTINGS));
       assert.ok(!Array.isArray(result), 'one statement, one result');
       assert.deepEqual(result.rows, [OWN]);
-      const two = await within(budgetMs, () => pgSimpleQuery(pool, `SELECT 1 AS one; ${SETTINGS}`));
+      const two = await withinBudget(budgetMs, () => pgSimpleQuery(pool, `SELECT 1 AS one; ${SETTINGS}`));
       assert.ok(Array.isArray(two), 'two statements, two results');
       assert.deepEqual(
         two.map((r) => r.rows),
@@ -97,7 +90,7 @@ describe("QueueBox's own statements and transactions run under its settings, not
       );
     });
     it(`a transaction (pgTransaction: the claims, the relay forward, migrate), ${label}`, async () => {
-      const rows = await within(budgetMs, () => pgTransaction(pool, async (client) => [(await client.query<Settings>(SETTINGS)).rows[0], (await pgQuery<Settings>(client, SETTINGS)).rows[0]]));
+      const rows = await withinBudget(budgetMs, () => pgTransaction(pool, async (client) => [(await client.query<Settings>(SETTINGS)).rows[0], (await pgQuery<Settings>(client, SETTINGS)).rows[0]]));
       assert.deepEqual(rows, [OWN, OWN]);
     });
   }

@@ -14,11 +14,10 @@ import pg from 'pg';
 import { PINNED_CLAIM_PLAN } from '../../lib/db/postgres/claim-functions.ts';
 import { createPgPool, pgClaimQuery, pgQuery, pgSimpleQuery, pgSingleTrip, pgTransaction } from '../../lib/db/postgres/pg-pool.ts';
 import type { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
-import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { pgTransactionRunner } from '../../lib/pull/transaction-runner.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertPullRows } from '../pull/pull-fixtures.ts';
-import { createRoleWith, driverAsRole, type TestRole } from './role-settings-fixtures.ts';
+import { createRoleWith, driverAsRole, type TestRole, STATEMENT_BUDGETS, withinBudget } from './role-settings-fixtures.ts';
 
 const SETTING = `SELECT current_setting('transaction_timeout') AS transaction_timeout`;
 type Setting = { transaction_timeout: string };
@@ -69,46 +68,39 @@ describe('role settings: transaction_timeout (PostgreSQL 17+)', { timeout: 120_0
     }
   });
 
-  const budgets: Array<[string, number | undefined]> = [
-    ['outside a pass', undefined],
-    ['under a budget below the statement timeout', 5_000],
-    ['under a budget above the statement timeout', 600_000],
-  ];
-  const within = <T>(budgetMs: number | undefined, work: () => Promise<T>): Promise<T> => (budgetMs === undefined ? work() : withStatementBudget(() => budgetMs, work));
-
-  for (const [label, budgetMs] of budgets) {
+  for (const [label, budgetMs] of STATEMENT_BUDGETS) {
     it(`a statement on the pool (pgQuery), ${label}: runs without it, and longer`, async (t) => {
       if (before17(t)) return;
-      assert.deepEqual((await within(budgetMs, () => pgQuery<Setting>(pool, SETTING))).rows, [OWN]);
-      assert.equal((await within(budgetMs, () => pgQuery(pool, LONGER))).rowCount, 1);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgQuery<Setting>(pool, SETTING))).rows, [OWN]);
+      assert.equal((await withinBudget(budgetMs, () => pgQuery(pool, LONGER))).rowCount, 1);
     });
     it(`a single-trip statement (pgSingleTrip: fenced writes and renewals), ${label}`, async (t) => {
       if (before17(t)) return;
-      assert.deepEqual((await within(budgetMs, () => pgSingleTrip<Setting>(pool, SETTING, []))).rows, [OWN]);
-      assert.equal((await within(budgetMs, () => pgSingleTrip(pool, LONGER, []))).rowCount, 1);
+      assert.deepEqual((await withinBudget(budgetMs, () => pgSingleTrip<Setting>(pool, SETTING, []))).rows, [OWN]);
+      assert.equal((await withinBudget(budgetMs, () => pgSingleTrip(pool, LONGER, []))).rowCount, 1);
     });
     for (const prepared of [false, true]) {
       it(`a claim statement (pgClaimQuery, ${prepared ? 'prepared' : 'unprepared'}), ${label}`, async (t) => {
         if (before17(t)) return;
         const text = `${SETTING}, '${label} ${prepared}' AS c`;
         for (let run = 0; run < 2; run++) {
-          const { rows } = await within(budgetMs, () => pgClaimQuery<Setting & { c: string }>(pool, text, [], prepared, PINNED_CLAIM_PLAN));
+          const { rows } = await withinBudget(budgetMs, () => pgClaimQuery<Setting & { c: string }>(pool, text, [], prepared, PINNED_CLAIM_PLAN));
           assert.deepEqual(rows, [{ ...OWN, c: `${label} ${prepared}` }], `run ${run + 1}`);
         }
       });
     }
     it(`a simple query on the pool (pgSimpleQuery), ${label}`, async (t) => {
       if (before17(t)) return;
-      const result = await within(budgetMs, () => pgSimpleQuery(pool, SETTING));
+      const result = await withinBudget(budgetMs, () => pgSimpleQuery(pool, SETTING));
       assert.ok(!Array.isArray(result), 'one statement, one result');
       assert.deepEqual(result.rows, [OWN]);
-      const two = await within(budgetMs, () => pgSimpleQuery(pool, `${LONGER}; ${SETTING}`));
+      const two = await withinBudget(budgetMs, () => pgSimpleQuery(pool, `${LONGER}; ${SETTING}`));
       assert.ok(Array.isArray(two), 'two statements, two results');
       assert.deepEqual(two[1]!.rows, [OWN]);
     });
     it(`a transaction (pgTransaction: the claims, the relay forward, migrate), ${label}: runs longer than the role's timeout`, async (t) => {
       if (before17(t)) return;
-      const rows = await within(budgetMs, () =>
+      const rows = await withinBudget(budgetMs, () =>
         pgTransaction(pool, async (client) => {
           await pgQuery(client, LONGER);
           return [(await client.query<Setting>(SETTING)).rows[0], (await pgQuery<Setting>(client, SETTING)).rows[0]];
