@@ -13,14 +13,25 @@ const STREAM = 2 * LIMIT;
 const HOT_ROWS = LIMIT * OLDEST_WINDOW + 4 * ROUNDS * 2;
 
 /**
- * The bound of docs/inbox.md ("The wait of a row that can move") and docs/pull-workers.md
- * (`inboxClaimBound`): a row that can move is claimed within `inboxClaimBound(Q, L)` claims, `Q`
- * being the number of due open rows when it can move (the hot aggregate's backlog included) and
- * `L` the batch size: a claim reads a bounded turn of open aggregates and a bounded sweep of due
- * rows past its window, not the head of every open aggregate.
+ * The relay's bound (docs/inbox.md, "The wait of a row that can move", `inboxClaimBound`): a row
+ * that can move is claimed within `inboxClaimBound(Q, L)` claims, `Q` being the number of due open
+ * rows when it can move (the hot aggregate's backlog included) and `L` the batch size: a claim
+ * reads a bounded turn of open aggregates and a bounded sweep of due rows past its window, not the
+ * head of every open aggregate.
  */
-function bound(queued: number): number {
+function relayBound(queued: number): number {
   return inboxClaimBound(queued, LIMIT);
+}
+
+/**
+ * The pull claim's bound (docs/pull-workers.md): a row that can move waits at most
+ * `1 + ⌊A / (⌈L/2⌉ − h)⌋` claims after it is due, where `A` is the number of rows that could move
+ * ahead of it when it became due, `L` the batch size and `h` the number of aggregates whose
+ * waiting rows are older than it (here one, the hot aggregate): past its window the pull claim
+ * reads every open aggregate's head.
+ */
+function pullBound(ahead: number): number {
+  return 1 + Math.floor(ahead / (Math.ceil(LIMIT / 2) - 1));
 }
 
 /**
@@ -59,6 +70,17 @@ for (const consumption of ['push', 'pull'] as const) {
       consumption === 'push'
         ? db.driver.inboxClaimPushMany({ limit: LIMIT, leaseMs: LEASE })
         : db.driver.pullClaimMany({ source: 'shop', limit: LIMIT, leaseMs: LEASE });
+    /** The rows that could move ahead of `id` now: due open rows before it in claim order, not of the hot aggregate (one row per aggregate here). */
+    const aheadOf = async (id: string): Promise<number> => {
+      const [row] = await db.query<{ n: string }>(
+        `SELECT count(*) AS n FROM ${inbox()} o, ${inbox()} x
+          WHERE x.id = $1 AND o.consumption = $2 AND o.state = 'pending' AND o.scheduled_at <= clock_timestamp()
+            AND o.aggregate_id IS DISTINCT FROM 'hot'
+            AND (o.scheduled_at, o.created_at, o.sequence) < (x.scheduled_at, x.created_at, x.sequence)`,
+        [id, consumption],
+      );
+      return Number(row!.n);
+    };
     /** The due open rows now (rows that arrive later do not count). */
     const queued = async (): Promise<number> => {
       const [row] = await db.query<{ n: string }>(
@@ -90,7 +112,7 @@ for (const consumption of ['push', 'pull'] as const) {
           { key: `cold-${round}`, aggregateId: `cold-${round}` },
         ]);
         for (const [name, id] of [[`keyless-${round}`, keyless!], [`cold-${round}`, cold!]] as const) {
-          tracked.set(id, { name, round, bound: bound(await queued()) });
+          tracked.set(id, { name, round, bound: consumption === 'push' ? relayBound(await queued()) : pullBound(await aheadOf(id)) });
         }
         await receive(Array.from({ length: STREAM }, (_, n) => ({ key: `new-${round}-${n}`, aggregateId: `new-${round}-${n}` })));
         await claimAndForward();

@@ -139,19 +139,19 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
 }
 
 /**
- * Where a relay or pull claim reads on past its window of the oldest rows, kept per driver (and per
- * source for pull; a new container starts again at the start): a sweep position in claim order
- * (`at`, µs since the epoch of `scheduled_at`, and its tie-breakers: the relay's `sequence`; the
- * pull's `created_at` in µs and `id`), the sweep's horizon (µs since the epoch, the database
- * clock: rows due later wait for the next sweep, so a sweep ends however fast rows arrive) and the
- * aggregate cursor (the last aggregate the turn read: the relay's `source` and `aggregate`, the
- * pull's `aggregate`). `null` everywhere: the start of a sweep and of a turn. A stale or wrong
- * position can only cost a turn: it says where the bounded reads start, never which rows may be
- * claimed.
+ * Where a relay claim reads on past its window of the oldest rows, kept per driver (a new
+ * container starts again at the start): a sweep position in claim order (`at`, µs since the epoch
+ * of `scheduled_at`, and its tie-breaker `sequence` in `tie`; `id` unused), the sweep's horizon (µs
+ * since the epoch, the database clock: rows due later wait for the next sweep, so a sweep ends
+ * however fast rows arrive; never read past now) and the aggregate cursor (the last aggregate the
+ * turn read: `source` and `aggregate`). `null` everywhere: the start of a sweep and of a turn. A
+ * stale or wrong position can only cost a turn: it says where the bounded reads start, never which
+ * rows may be claimed. (The pull claim reads every open aggregate's head past its window instead:
+ * docs/pull-workers.md says why.)
  *
  * The position travels as settings of the claim's transaction (`queuebox.claim_*`, set by the
  * statement that takes the claim lock), not as bind parameters, so the claim statement keeps its
- * parameters (`$1` the lease; the pull's source, limit and lease): run without them (EXPLAIN, a
+ * parameters (`$1` the lease): run without them (EXPLAIN, a
  * statement sent by hand), it reads from the start.
  */
 export interface ClaimPosition {
@@ -206,10 +206,9 @@ export const epochMicros = (at: string) => `CASE WHEN isfinite(${at}) THEN (extr
 export const fromMicros = (micros: string, otherwise: string) => `COALESCE(timestamptz 'epoch' + ${micros} * interval '1 microsecond', ${otherwise})`;
 
 /**
- * The bound of the relay and pull claims' order (stated in docs/inbox.md and
- * docs/pull-workers.md): a due first attempt that can move — without aggregate, or the head of an
- * aggregate with nothing in flight — is claimed within this many claims (of one driver, of its
- * source for pull; claims filled by due retries aside), `queued` being the number of due open
+ * The bound of the relay claim's order (stated in docs/inbox.md): a due first attempt that can
+ * move — without aggregate, or the head of an aggregate with nothing in flight — is claimed within
+ * this many claims (of one driver; claims filled by due retries aside), `queued` being the number of due open
  * rows at the moment it can move; rows that arrive after it do not count.
  *
  * Why: a claim that does not take the row either takes at least half a batch of rows due before it
@@ -325,7 +324,9 @@ export const relayClaimText = oncePerNamesAndLimit((names, limit) => {
        -- not tested again), up to its horizon
        ahead AS (
          SELECT w.ctid, w.scheduled_at, w.sequence, w.source, w.aggregate_id FROM ${t} w
-          WHERE w.state = 'pending' AND w.consumption = 'push' AND w.scheduled_at <= ${horizon}
+          WHERE w.state = 'pending' AND w.consumption = 'push'
+            -- never past now, whatever the carried horizon says (a clock stepped back, a failover)
+            AND w.scheduled_at <= LEAST(${horizon}, pg_catalog.statement_timestamp())
             AND (w.scheduled_at, w.sequence) > (${sweepAt}, ${sweepSequence})
             AND ${room}
           ORDER BY w.scheduled_at, w.sequence
