@@ -6,6 +6,7 @@
  * published declarations without installing the SQL Server driver or its types.
  */
 import { UsageError } from '../errors.ts';
+import { writesWholeRoundTrip } from './pg-query-class.ts';
 import { SQLSERVER_TRANCOUNT } from './sqlserver/caller-statements.ts';
 
 /**
@@ -232,6 +233,14 @@ function checkedQueryClass(Query: PgQueryClass): PgQueryClass {
       /** Command completions still to come from the check (`SAVEPOINT`, `RELEASE`), not part of the statement's result. */
       #checkAnswers = 2;
 
+      /**
+       * Always the extended protocol, which the check is written in: `pg` before 8.12 ignores
+       * `queryMode`, and would send a statement without values as a simple query.
+       */
+      requiresPreparation(): boolean {
+        return true;
+      }
+
       override submit(connection: PgWire): Error | null | undefined {
         connection.stream?.cork?.();
         try {
@@ -274,7 +283,7 @@ export function checkedPgQuery(client: unknown): ((text: string, values: unknown
   if (typeof client !== 'object' || client === null || isPgPool(client)) return undefined;
   const Query = (client.constructor as { Query?: unknown } | undefined)?.Query;
   const wire = (client as { connection?: Partial<PgWire> }).connection;
-  if (typeof Query !== 'function' || typeof wire?.parse !== 'function' || typeof wire.bind !== 'function' || typeof wire.execute !== 'function') return undefined;
+  if (typeof Query !== 'function' || typeof wire?.parse !== 'function' || typeof wire.bind !== 'function' || typeof wire.execute !== 'function' || !writesWholeRoundTrip(Query)) return undefined;
   if (typeof (client as { query?: unknown }).query !== 'function') return undefined;
   const Checked = checkedQueryClass(Query as PgQueryClass);
   return (text, values) =>

@@ -51,7 +51,7 @@ import { MAX_TIMER_MS } from '../runtime/timer-limit.ts';
 import type { PullHandler, PullLogger, PullRetryPolicy } from './handle-pull-message.ts';
 import { createPullClient } from './pull-client.ts';
 import { PullRun, type PullRunPolicy, type PullRunSettings, type PullRunSummary } from './pull-run.ts';
-import { defaultTransactionRunner, type TransactionRunner } from './transaction-runner.ts';
+import { defaultTransactionRunner, poolOfRunner, type TransactionRunner } from './transaction-runner.ts';
 
 /** Default time `stop()` waits for running handlers. */
 export const PULL_SHUTDOWN_TIMEOUT_MS = 30_000;
@@ -237,10 +237,13 @@ function checkOptionKinds(options: PullWorkerOptions<unknown>): void {
  * pool when given): each running handler holds a connection for its transaction, and the claims
  * and renewals need one more. With fewer, handlers whose transactions outlast a third of the lease
  * take every connection, the renewals wait behind them until the leases end, and every claim is
- * lost. A runner of your own, or another driver's pool, is not known here: not checked.
+ * lost. `pgTransactionRunner` on the same pool counts as the default runner; a runner of your own,
+ * or one on another pool, is not known here: not checked.
  */
-function checkPoolSize(driver: Driver, transactionsGiven: boolean, concurrency: number): void {
-  if (transactionsGiven || !(driver instanceof PostgresDriver)) return;
+function checkPoolSize(driver: Driver, transactions: unknown, concurrency: number): void {
+  if (!(driver instanceof PostgresDriver)) return;
+  // A runner of `pgTransactionRunner` on the worker's own pool shares it as the default runner does.
+  if (transactions !== undefined && poolOfRunner(transactions) !== driver.pool) return;
   const max = (driver.pool as Partial<pg.Pool>).options?.max;
   if (typeof max !== 'number' || !Number.isFinite(max) || concurrency + 1 <= max) return;
   throw new UsageError(
@@ -292,7 +295,7 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
   if (typeof options.source !== 'string') throw new UsageError(`pull worker source must be a string, got ${described(options.source)}`);
   checkSource(config, options.source);
   const pull = resolvePullValues(options, defaults);
-  checkPoolSize(driver, options.transactions !== undefined, pull.concurrency);
+  checkPoolSize(driver, options.transactions, pull.concurrency);
   const ownMetrics = options.metrics === undefined;
   const metrics = ownMetrics
     ? new QueueBoxMetrics({ namespace: config.observability.namespace, serviceName: config.observability.serviceName })

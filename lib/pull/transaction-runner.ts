@@ -60,7 +60,17 @@ export interface PullTransactionOptions {
  */
 export function pgTransactionRunner(pool: pg.Pool, options: PullTransactionOptions = {}): TransactionRunner<pg.PoolClient> {
   const isolationLevel = checkedIsolationLevel(options);
-  return (work, runOptions) => pgTransaction(pool, work, { ...runOptions, handler: true, ...(isolationLevel === undefined ? {} : { isolationLevel }) });
+  const runner: TransactionRunner<pg.PoolClient> = (work, runOptions) => pgTransaction(pool, work, { ...runOptions, handler: true, ...(isolationLevel === undefined ? {} : { isolationLevel }) });
+  runnerPools.set(runner, pool);
+  return runner;
+}
+
+/** The pool of each runner `pgTransactionRunner` made: a pull worker checks its size when it is the worker's own (`poolOfRunner`). */
+const runnerPools = new WeakMap<object, pg.Pool>();
+
+/** The pool a runner of `pgTransactionRunner` opens its transactions on; undefined for any other runner. */
+export function poolOfRunner(runner: unknown): pg.Pool | undefined {
+  return typeof runner === 'function' ? runnerPools.get(runner) : undefined;
 }
 
 /** `options.isolationLevel`, checked: a name not among PostgreSQL's levels, or an unknown option (a typo), is refused by name. */

@@ -8,6 +8,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { parseConfig } from '../../lib/config/load-config.ts';
+import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { createPullWorker, pgTransactionRunner, UsageError, type PullTransactionOptions } from '../../lib/index.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { insertPullRows, memoryLogger, readPullRows } from './pull-fixtures.ts';
@@ -62,6 +65,23 @@ describe("pull handler transactions at the application's isolation level", () =>
   it("without the option, the role's default (read committed here)", async () => {
     const [row] = await db.query<{ level: string }>(`SELECT current_setting('default_transaction_isolation') AS level`);
     assert.deepEqual(await handlerSees('iso-default'), { isolation: row!.level, setAfterwards: '25001' });
+  });
+
+  it("on the worker's own pool, the runner counts as the default one: a pool too small for concurrency + 1 is refused", async () => {
+    const driver = new PostgresDriver({ config: parseConfig({ database: { ...db.config.database, poolMax: 2 } }), url: db.url });
+    const other = new pg.Pool({ connectionString: db.url, max: 2 });
+    try {
+      const build = (transactions: ReturnType<typeof pgTransactionRunner>) =>
+        createPullWorker({ driver, source: 'iso-pool', concurrency: 2, metrics: false, logger: memoryLogger(), transactions, handler: async () => {} });
+      // Handlers' transactions holding both connections would leave none for the renewals: every claim lost.
+      assert.throws(() => build(pgTransactionRunner(driver.pool, { isolationLevel: 'serializable' })), (error: unknown) => error instanceof UsageError && /at least 3 connections/.test(error.message));
+      assert.throws(() => build(pgTransactionRunner(driver.pool)), (error: unknown) => error instanceof UsageError && /at least 3 connections/.test(error.message));
+      // On a pool of their own the handlers' transactions take nothing from the claims: not checked.
+      assert.doesNotThrow(() => build(pgTransactionRunner(other, { isolationLevel: 'serializable' })));
+    } finally {
+      await other.end();
+      await driver.close();
+    }
   });
 
   it('a level PostgreSQL does not have is refused by name, before anything runs', () => {

@@ -48,6 +48,7 @@ import { MAX_TIMER_MS } from '../../runtime/timer-limit.ts';
 import { ANSWER_GRACE_MS } from '../../runtime/deadline.ts';
 import { mapPgError } from './error-map.ts';
 import { QueueBoxError } from '../../errors.ts';
+import { writesWholeRoundTrip } from '../pg-query-class.ts';
 
 export type PgPool = pg.Pool;
 
@@ -565,7 +566,27 @@ function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
         this.#preluding = prelude.length;
         this.#commit = commit;
       }
+      /**
+       * Always the extended protocol, which the prelude is written in: `pg` before 8.12 ignores
+       * `queryMode`, and sent a statement without values as a simple query (after the prelude's
+       * messages, whose answers then swallowed the statement's rows).
+       */
+      requiresPreparation(): boolean {
+        return true;
+      }
       override prepare(connection: PgWire): void {
+        // One write for the round trip, as `pg` 8.20 and later cork `submit`: before, each message
+        // went out alone, and a connection the server had closed failed at a later message's write
+        // (EPIPE, "Connection terminated unexpectedly") instead of with the server's 57P05, which
+        // `endedBeforeSent` knows as a statement that never ran.
+        connection.stream?.cork?.();
+        try {
+          this.#writeRoundTrip(connection);
+        } finally {
+          connection.stream?.uncork?.();
+        }
+      }
+      #writeRoundTrip(connection: PgWire): void {
         // A named statement new to this connection is parsed before the prelude: `pg` credits every
         // ParseComplete of the round trip to this query's name, so the first one must be the
         // statement's own (a failed Parse then leaves the name unprepared, as it is on the server).
@@ -641,7 +662,8 @@ function preludeQueryClass(Query: PgQueryClass): PreludeQueryClass {
  * `client` is in, or with `commit` the one the prelude begins and a `COMMIT` after the statement
  * ends — and a setting the prelude makes is that transaction's alone (no `SET` left on the
  * session: safe behind a pooler in transaction mode). A client of another kind (`pg-native`, or
- * a `pg` whose query class lacks what this writes through) sends the statement alone.
+ * a `pg` whose query class lacks what this writes through, or writes its Sync later: 8.0) sends
+ * the statement alone.
  */
 function preludeQuery<R extends pg.QueryResultRow>(client: pg.PoolClient, prelude: readonly string[], statement: PgStatement, commit = false): Promise<pg.QueryResult<R>> {
   const Query = (client.constructor as { Query?: unknown }).Query;
@@ -654,7 +676,8 @@ function preludeQuery<R extends pg.QueryResultRow>(client: pg.PoolClient, prelud
     typeof wire?.parse !== 'function' ||
     typeof wire.bind !== 'function' ||
     typeof wire.execute !== 'function' ||
-    typeof wire.sync !== 'function'
+    typeof wire.sync !== 'function' ||
+    !writesWholeRoundTrip(Query)
   ) {
     return client.query<R>(statement);
   }
