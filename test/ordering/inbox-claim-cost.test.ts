@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { relayClaimText } from '../../lib/db/postgres/inbox-queries.ts';
+import { pullClaimText } from '../../lib/db/postgres/pull-queries.ts';
 import { OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
 import { CLAIM_FUNCTION_SETTINGS } from '../../lib/db/postgres/claim-functions.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -43,14 +44,10 @@ async function claimBuffers(db: TestDatabase, text: string, values: unknown[]): 
 /**
  * A claim whose window of the oldest rows is blocked — all rows of one aggregate whose head is
  * under a live lease — must not read every open aggregate's head: at 50,000 open aggregates it
- * reads at most twice the shared buffers of a claim whose window is not blocked. The relay's
- * claim: the pull claim still reads every open aggregate's head past a blocked window (its claim
- * limit is the worker's free slots, often 1, and a turn that size spent itself on aggregates in
- * flight: docs/pull-workers.md).
+ * reads at most twice the shared buffers of a claim whose window is not blocked.
  */
-{
-  const consumption = 'push';
-  describe(`relay claim: a blocked window costs at most twice an unblocked claim at 50,000 open aggregates (PostgreSQL)`, () => {
+for (const consumption of ['push', 'pull'] as const) {
+  describe(`${consumption === 'push' ? 'relay' : 'pull'} claim: a blocked window costs at most twice an unblocked claim at 50,000 open aggregates (PostgreSQL)`, () => {
     let db: TestDatabase;
     before(async () => {
       db = await createTestDatabase();
@@ -58,7 +55,10 @@ async function claimBuffers(db: TestDatabase, text: string, values: unknown[]): 
     after(async () => db.drop());
 
     const inbox = () => `"${db.schema}".inbox`;
-    const statement = () => ({ text: relayClaimText(db.driver.ctx.names, LIMIT), values: [LEASE] });
+    const statement = () =>
+      consumption === 'push'
+        ? { text: relayClaimText(db.driver.ctx.names, LIMIT), values: [LEASE] }
+        : { text: pullClaimText(db.driver.ctx.names), values: ['shop', LIMIT, LEASE] };
 
     /**
      * `aggregates` open aggregates of two rows each; with `blocked`, first an aggregate whose head

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { OLDEST_WINDOW } from '../../lib/db/postgres/claim-text.ts';
 import { inboxClaimBound } from '../../lib/db/postgres/inbox-queries.ts';
+import { pullClaimBound } from '../../lib/db/postgres/pull-queries.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 
 const LIMIT = 10;
@@ -24,14 +25,12 @@ function relayBound(queued: number): number {
 }
 
 /**
- * The pull claim's bound (docs/pull-workers.md): a row that can move waits at most
- * `1 + ⌊A / (⌈L/2⌉ − h)⌋` claims after it is due, where `A` is the number of rows that could move
- * ahead of it when it became due, `L` the batch size and `h` the number of aggregates whose
- * waiting rows are older than it (here one, the hot aggregate): past its window the pull claim
- * reads every open aggregate's head.
+ * The pull claim's bound (docs/pull-workers.md, `pullClaimBound`): the relay's, with reads past
+ * the window of at least `PULL_READ_FLOOR` rows and aggregates; `Q` counted as for the relay, and
+ * no row is in a handler between the claims here (each claim's rows are finished at once).
  */
-function pullBound(ahead: number): number {
-  return 1 + Math.floor(ahead / (Math.ceil(LIMIT / 2) - 1));
+function pullBound(queued: number): number {
+  return pullClaimBound(queued, 0, LIMIT);
 }
 
 /**
@@ -70,17 +69,6 @@ for (const consumption of ['push', 'pull'] as const) {
       consumption === 'push'
         ? db.driver.inboxClaimPushMany({ limit: LIMIT, leaseMs: LEASE })
         : db.driver.pullClaimMany({ source: 'shop', limit: LIMIT, leaseMs: LEASE });
-    /** The rows that could move ahead of `id` now: due open rows before it in claim order, not of the hot aggregate (one row per aggregate here). */
-    const aheadOf = async (id: string): Promise<number> => {
-      const [row] = await db.query<{ n: string }>(
-        `SELECT count(*) AS n FROM ${inbox()} o, ${inbox()} x
-          WHERE x.id = $1 AND o.consumption = $2 AND o.state = 'pending' AND o.scheduled_at <= clock_timestamp()
-            AND o.aggregate_id IS DISTINCT FROM 'hot'
-            AND (o.scheduled_at, o.created_at, o.sequence) < (x.scheduled_at, x.created_at, x.sequence)`,
-        [id, consumption],
-      );
-      return Number(row!.n);
-    };
     /** The due open rows now (rows that arrive later do not count). */
     const queued = async (): Promise<number> => {
       const [row] = await db.query<{ n: string }>(
@@ -112,7 +100,7 @@ for (const consumption of ['push', 'pull'] as const) {
           { key: `cold-${round}`, aggregateId: `cold-${round}` },
         ]);
         for (const [name, id] of [[`keyless-${round}`, keyless!], [`cold-${round}`, cold!]] as const) {
-          tracked.set(id, { name, round, bound: consumption === 'push' ? relayBound(await queued()) : pullBound(await aheadOf(id)) });
+          tracked.set(id, { name, round, bound: consumption === 'push' ? relayBound(await queued()) : pullBound(await queued()) });
         }
         await receive(Array.from({ length: STREAM }, (_, n) => ({ key: `new-${round}-${n}`, aggregateId: `new-${round}-${n}` })));
         await claimAndForward();

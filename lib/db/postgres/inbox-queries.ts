@@ -139,19 +139,19 @@ async function insertOnce(ctx: PgContext, db: PgQueryable, m: InboxMessageInput)
 }
 
 /**
- * Where a relay claim reads on past its window of the oldest rows, kept per driver (a new
- * container starts again at the start): a sweep position in claim order (`at`, µs since the epoch
- * of `scheduled_at`, and its tie-breaker `sequence` in `tie`; `id` unused), the sweep's horizon (µs
- * since the epoch, the database clock: rows due later wait for the next sweep, so a sweep ends
- * however fast rows arrive; never read past now) and the aggregate cursor (the last aggregate the
- * turn read: `source` and `aggregate`). `null` everywhere: the start of a sweep and of a turn. A
- * stale or wrong position can only cost a turn: it says where the bounded reads start, never which
- * rows may be claimed. (The pull claim reads every open aggregate's head past its window instead:
- * docs/pull-workers.md says why.)
+ * Where a relay or pull claim reads on past its window of the oldest rows, kept per driver (and per
+ * source for pull; a new container starts again at the start): a sweep position in claim order
+ * (`at`, µs since the epoch of `scheduled_at`, and its tie-breakers: the relay's `sequence`; the
+ * pull's `created_at` in µs and `id`), the sweep's horizon (µs since the epoch, the database
+ * clock: rows due later wait for the next sweep, so a sweep ends however fast rows arrive; never
+ * read past now) and the aggregate cursor (the last aggregate the turn read: the relay's `source`
+ * and `aggregate`, the pull's `aggregate`). `null` everywhere: the start of a sweep and of a turn.
+ * A stale or wrong position can only cost a turn: it says where the bounded reads start, never
+ * which rows may be claimed.
  *
  * The position travels as settings of the claim's transaction (`queuebox.claim_*`, set by the
  * statement that takes the claim lock), not as bind parameters, so the claim statement keeps its
- * parameters (`$1` the lease): run without them (EXPLAIN, a
+ * parameters (`$1` the lease; the pull's source, limit and lease): run without them (EXPLAIN, a
  * statement sent by hand), it reads from the start.
  */
 export interface ClaimPosition {

@@ -18,7 +18,9 @@ import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { PINNED_CLAIM_PLAN } from './claim-functions.ts';
 import { claimSet, fencedQuery, fencedWriteCount, LEASE_START, lockWithinLease } from './fenced-writes.ts';
-import { toInboxRow, type InboxDbRow } from './inbox-queries.ts';
+import { claimPositionSetConfig, claimPositionSetting, claimPositionValues, epochMicros, fromMicros, nextClaimPosition, toInboxRow, type ClaimPosition, type ClaimPositionRow, type InboxDbRow } from './inbox-queries.ts';
+import { LOOK_AHEAD } from './outbox-queries.ts';
+import type { PgNames } from './names.ts';
 import { epochMs } from './epoch-time.ts';
 import { leaseWithinBudget } from '../statement-budget.ts';
 import { pgClaimQuery, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
@@ -32,23 +34,59 @@ const FENCE = pullFence(lockWithinLease(''));
  * lease expired (no separate reclaim; the lost lease counts as a failed attempt, `LOST_LEASE_SET`), at most one per aggregate (its head), none of an aggregate
  * with a row under a live lease; rows without aggregate (NULL or `''`) freely; due retries
  * (`attempt > 0`) first, then first attempts in `scheduled_at, created_at, id` order — the oldest
- * open rows, and when their aggregates are busy, the heads of the aggregates that can move (a
- * loose scan of the source's head index, one probe per open aggregate) and rows without
- * aggregate, merged in that one order (so neither waits for younger rows of the other: the
- * bound of docs/pull-workers.md). Claims of one source run one at a time (`pg_advisory_xact_lock` on table and source,
+ * open rows, and when their aggregates are busy (the window gave less than half the batch), the
+ * heads that can move among a bounded read past the window and rows without aggregate, merged in
+ * that one order. The bounded read, as the relay's (`inboxClaimPushMany`): the next `LOOK_AHEAD`
+ * batches of open rows of the source past the sweep position (up to its horizon, then from the
+ * start again) and the heads of the next `LOOK_AHEAD` batches' worth of the source's open
+ * aggregates past the aggregate cursor (a loose scan of the source's head index, wrapping to the
+ * first), a batch being at least `PULL_READ_FLOOR` rows, carried from claim to claim of the driver
+ * and source (`ClaimPosition`): a claim's work does not grow with the number of open aggregates,
+ * and the wait of a row that can move is bounded by `pullClaimBound` (docs/pull-workers.md). Claims of one source run one at a time (`pg_advisory_xact_lock` on table and source,
  * taken in an earlier statement), so each claim's snapshot includes every claim committed before
  * it: a row that commits late, behind a later row of its aggregate already claimed, waits. The
  * claim commits before it returns, so it is durable before any handler runs.
  */
 export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: number; leaseMs: number }): Promise<InboxRow[]> {
+  let positions = pullPositions.get(ctx.names);
+  if (positions === undefined) pullPositions.set(ctx.names, (positions = new Map()));
   const rows = await pgTransaction(ctx.pool, async (client) => {
     // Waits while another claim holds it, as long as the statement may run (the time left in a pass):
     // `pgTransaction` sets no `lock_timeout` for it, whatever the role's.
-    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source]);
-    return (await pgClaimQuery<InboxDbRow>(client, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
+    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)), ${claimPositionSetConfig(3)}`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source, ...claimPositionValues(positions.get(p.source))]);
+    return (await pgClaimQuery<Partial<InboxDbRow> & ClaimPositionRow>(client, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
   });
-  return rows.map(toInboxRow);
+  const next = nextClaimPosition(rows);
+  if (next !== undefined) positions.set(p.source, next);
+  // A claim that took nothing answers one row without an id: the position only.
+  return rows.filter((r): r is InboxDbRow & ClaimPositionRow => r.id !== null && r.id !== undefined).map(toInboxRow);
 }
+
+/**
+ * The fewest rows the sweep and aggregates the turn read past a blocked window, whatever the
+ * claim's limit. A pull claim's limit is its worker's free handler slots, often 1: reads sized by
+ * it spent themselves on the aggregates in a handler (with 45 slots busy, a new aggregate's row
+ * waited 27 claims, each followed by a poll interval). With this floor, a source with up to this
+ * many open aggregates has every one read at each claim that starts a turn, as an unbounded read
+ * would; past it a claim's reads stay this size however many aggregates are open. Measured at
+ * 50,000 open aggregates, a claim of 100 with its window blocked: 7,600 buffers (13 ms), 1.8x an
+ * unblocked claim; reading every open aggregate's head, 456,000 (500 ms).
+ */
+export const PULL_READ_FLOOR = 200;
+
+/**
+ * The bound of the pull claim's order (docs/pull-workers.md), the relay's (`inboxClaimBound`) with
+ * reads of at least `PULL_READ_FLOOR`: a due first attempt that can move is claimed within this
+ * many claims of its source (of one driver; claims filled by due retries aside), `queued` being the
+ * number of due open rows of the source at the moment it can move, `inFlight` its rows under a live
+ * lease then (the sweep reads them too: they are open rows), `limit` the claims' row limit.
+ */
+export function pullClaimBound(queued: number, inFlight: number, limit: number): number {
+  return Math.ceil(queued / Math.ceil(limit / 2)) + 2 * Math.ceil((queued + inFlight) / (LOOK_AHEAD * Math.max(limit, PULL_READ_FLOOR))) + 3;
+}
+
+/** The pull claims' positions, by driver (its table names) and source. */
+const pullPositions = new WeakMap<PgNames, Map<string, ClaimPosition>>();
 
 /** Claimable by state: due pending, or processing with an expired lease. */
 const CLAIMABLE = (a: string) => `((${a}.state = 'pending' AND ${a}.scheduled_at <= pg_catalog.clock_timestamp())
@@ -64,9 +102,23 @@ const LOST_LEASE_SET = `attempt = CASE WHEN i.state = 'processing' THEN i.attemp
               THEN 'lease expired during attempt ' || (i.attempt + 1) || ' (the handler did not finish within its lease)'
               ELSE i.last_error END`;
 
-/** The pull claim statement of `names`. */
+/**
+ * The pull claim statement of `names` (bind parameters: `$1` the source, `$2` the limit, `$3` the
+ * lease in ms; the position from the transaction's settings, `ClaimPosition`). Every row it answers
+ * carries the next position (`next_*`); a claim that takes nothing answers one row with a NULL `id`
+ * that carries it.
+ */
 export const pullClaimText = oncePerNames((names) => {
   const t = names.inbox;
+  const look = `GREATEST($2::int, ${PULL_READ_FLOOR}) * ${LOOK_AHEAD}`;
+  const room = windowLeftRoom('$2');
+  const sweepAt = fromMicros(claimPositionSetting('at', 'bigint'), `'-infinity'::timestamptz`);
+  const sweepCreated = fromMicros(claimPositionSetting('tie', 'bigint'), `'-infinity'::timestamptz`);
+  const sweepId = `COALESCE(${claimPositionSetting('id', 'uuid')}, '00000000-0000-0000-0000-000000000000'::uuid)`;
+  const sweep = `(${sweepAt}, ${sweepCreated}, ${sweepId})`;
+  const horizon = fromMicros(claimPositionSetting('horizon', 'bigint'), 'pg_catalog.statement_timestamp()');
+  const cursor = claimPositionSetting('aggregate', 'text');
+  const left = `GREATEST(0, $2 - (SELECT count(*) FROM retried) - (SELECT count(*) FROM oldest))`;
   // an open pull row of source $1 (the predicate of the pull indexes, for alias `a`)
   const open = (a: string) => `${a}.source = $1 AND ${a}.consumption = 'pull' AND ${a}.state IN ('pending', 'processing')`;
   const noAggregate = `(c.aggregate_id IS NULL OR c.aggregate_id = '')`;
@@ -81,29 +133,6 @@ export const pullClaimText = oncePerNames((names) => {
                 -- and no row of the aggregate under a live lease
                 AND ${free('c', 'c.aggregate_id')}`;
   return `WITH RECURSIVE
-     -- every aggregate of the source with an open row, one index probe each
-     open_aggregates AS (
-       (SELECT k.aggregate_id FROM ${t} k
-         WHERE ${open('k')} AND k.aggregate_id > ''
-         ORDER BY k.aggregate_id LIMIT 1)
-       UNION ALL
-       SELECT n.aggregate_id
-         FROM open_aggregates a
-         CROSS JOIN LATERAL (
-           SELECT k.aggregate_id FROM ${t} k
-            WHERE ${open('k')} AND k.aggregate_id > a.aggregate_id
-            ORDER BY k.aggregate_id LIMIT 1) n
-     ),
-     heads AS (
-       SELECT h.id, h.ctid, h.scheduled_at, h.created_at
-         FROM open_aggregates a
-         CROSS JOIN LATERAL (
-           SELECT i.id, i.ctid, i.state, i.attempt, i.scheduled_at, i.created_at, i.lease_expires_at FROM ${t} i
-            WHERE ${open('i')} AND i.aggregate_id = a.aggregate_id
-            ORDER BY i.sequence LIMIT 1) h
-        WHERE h.attempt = 0 AND ${CLAIMABLE('h')}
-          AND ${free('h', 'a.aggregate_id')}
-     ),
      retried AS (
        SELECT c.id FROM ${t} c
         WHERE ${open('c')} AND c.attempt > 0 AND ${CLAIMABLE('c')}
@@ -126,35 +155,125 @@ export const pullClaimText = oncePerNames((names) => {
         LIMIT $2
         FOR UPDATE OF c SKIP LOCKED
      ),
+     -- past the window, only when it left room (see windowLeftRoom). The sweep: the source's next
+     -- open rows past its position (at a sweep's start, past the window: skipped in the index, not
+     -- tested again), up to its horizon
+     ahead AS (
+       SELECT w.ctid, w.scheduled_at, w.created_at, w.id, w.sequence, w.aggregate_id FROM ${t} w
+        WHERE ${open('w')}
+          -- never past now, whatever the carried horizon says (a clock stepped back, a failover)
+          AND w.scheduled_at <= LEAST(${horizon}, pg_catalog.statement_timestamp())
+          AND (w.scheduled_at, w.created_at, w.id) > ${sweep}
+          AND ${room}
+        ORDER BY w.scheduled_at, w.created_at, w.id
+        LIMIT ${look} OFFSET CASE WHEN ${claimPositionSetting('at', 'bigint')} IS NULL THEN $2 * ${OLDEST_WINDOW} ELSE 0 END
+     ),
+     -- ... of which the heads that can move (rows without aggregate come from their own index),
+     -- tested only on the first row of each aggregate there: the others have an earlier open row
+     -- of their aggregate in the same snapshot (a backlog behind a row in flight: one probe, not
+     -- one per row)
+     ahead_heads AS (
+       SELECT c.id, c.ctid, a.scheduled_at, a.created_at FROM (
+           SELECT f.ctid, f.scheduled_at, f.created_at, f.sequence, f.aggregate_id,
+                  min(f.sequence) OVER (PARTITION BY f.aggregate_id) AS first_of_aggregate
+             FROM ahead f) a
+         JOIN ${t} c ON c.ctid = a.ctid
+        WHERE a.aggregate_id > '' AND a.sequence = a.first_of_aggregate
+          AND ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')} AND (${noAggregate} OR (${freeHead}))
+          AND c.id NOT IN (SELECT id FROM oldest)
+     ),
+     -- the turn: the source's next open aggregates after the cursor (NULL: the first), at most as
+     -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
+     -- reads the aggregate's head too: the head index's first entry past the previous aggregate
+     open_aggregates AS (
+       (SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at, 1 AS n FROM ${t} k
+         WHERE ${open('k')} AND k.aggregate_id > COALESCE(${cursor}, '') AND ${room}
+         ORDER BY k.aggregate_id, k.sequence LIMIT 1)
+       UNION ALL
+       SELECT n.aggregate_id, n.id, n.ctid, n.state, n.attempt, n.scheduled_at, n.created_at, n.lease_expires_at, a.n + 1
+         FROM open_aggregates a
+         CROSS JOIN LATERAL (
+           SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at FROM ${t} k
+            WHERE ${open('k')} AND k.aggregate_id > a.aggregate_id
+            ORDER BY k.aggregate_id, k.sequence LIMIT 1) n
+        WHERE a.n < ${look}
+     ),
+     -- the heads of those aggregates that can move: claimable, first attempt, nothing of it under a live lease
+     heads AS (
+       SELECT h.id, h.ctid, h.scheduled_at, h.created_at, h.aggregate_id
+         FROM open_aggregates h
+        WHERE h.attempt = 0 AND ${CLAIMABLE('h')}
+          AND ${free('h', 'h.aggregate_id')}
+          AND h.id NOT IN (SELECT id FROM oldest)
+     ),
+     keyless AS (
+       SELECT k.id, k.ctid, k.scheduled_at, k.created_at FROM ${t} k
+        WHERE ${open('k')} AND k.attempt = 0 AND (k.aggregate_id IS NULL OR k.aggregate_id = '') AND ${CLAIMABLE('k')}
+          AND k.id NOT IN (SELECT id FROM oldest) AND ${room}
+        ORDER BY k.scheduled_at, k.created_at, k.id
+        LIMIT $2
+     ),
+     -- the heads and the rows without aggregate, in one claim order (a row without aggregate never
+     -- waits for younger heads, nor a head for younger rows without aggregate: the wait of a row
+     -- that can move is bounded, see pullClaimBound)
+     merged AS (
+       SELECT id, ctid, scheduled_at, created_at FROM ahead_heads
+       UNION
+       SELECT id, ctid, scheduled_at, created_at FROM heads
+       UNION ALL
+       SELECT id, ctid, scheduled_at, created_at FROM keyless
+     ),
+     -- ... locked in claim order, joined back by ctid as the window is (joined by id, a plan kept
+     -- from a few rows drove the join from a scan of the source's index), until the batch is full
+     taken AS (
+       SELECT m.id, m.scheduled_at, m.created_at
+         FROM merged m
+         JOIN ${t} c ON c.ctid = m.ctid
+        -- still claimable, tested in an OR no index serves (the source and the consumption,
+        -- which never change, are not tested again): the ctid is the way in
+        WHERE ${CLAIMABLE('c')}
+        ORDER BY m.scheduled_at, m.created_at, m.id
+        LIMIT ${left}
+        FOR UPDATE OF c SKIP LOCKED
+     ),
+     -- where the next claim of the source reads on (as the relay claim's)
+     sweep AS (
+       SELECT CASE
+                WHEN NOT ${room} THEN 'keep'
+                WHEN (SELECT count(*) FROM taken) >= ${left}
+                 AND (l.scheduled_at IS NULL OR (l.scheduled_at, l.created_at, l.id) <= ${sweep}) THEN 'keep'
+                WHEN (SELECT count(*) FROM taken) >= ${left}
+                 AND (l.scheduled_at, l.created_at, l.id) < (e.scheduled_at, e.created_at, e.id) THEN 'taken'
+                WHEN (SELECT count(*) FROM ahead) < ${look} THEN 'start'
+                ELSE 'ahead'
+              END AS next,
+              l.scheduled_at AS taken_at, l.created_at AS taken_created, l.id AS taken_id,
+              e.scheduled_at AS ahead_at, e.created_at AS ahead_created, e.id AS ahead_id,
+              CASE
+                WHEN NOT ${room} THEN ${cursor}
+                WHEN u.aggregate_id IS NOT NULL THEN COALESCE((SELECT max(k.aggregate_id) FROM open_aggregates k WHERE k.aggregate_id < u.aggregate_id), ${cursor})
+                WHEN (SELECT count(*) FROM open_aggregates) >= ${look} THEN (SELECT max(aggregate_id) FROM open_aggregates)
+              END AS next_aggregate
+         FROM (SELECT NULL) one
+         LEFT JOIN LATERAL (SELECT scheduled_at, created_at, id FROM taken ORDER BY scheduled_at DESC, created_at DESC, id DESC LIMIT 1) l ON true
+         LEFT JOIN LATERAL (SELECT scheduled_at, created_at, id FROM ahead ORDER BY scheduled_at DESC, created_at DESC, id DESC LIMIT 1) e ON true
+         LEFT JOIN LATERAL (SELECT min(aggregate_id) AS aggregate_id FROM heads WHERE id NOT IN (SELECT id FROM taken)) u ON true
+     ),
+     next_position AS (
+       SELECT CASE next WHEN 'keep' THEN ${claimPositionSetting('at', 'bigint')} WHEN 'taken' THEN ${epochMicros('taken_at')} WHEN 'ahead' THEN ${epochMicros('ahead_at')} END::text AS next_at,
+              CASE next WHEN 'keep' THEN ${claimPositionSetting('tie', 'bigint')} WHEN 'taken' THEN ${epochMicros('taken_created')} WHEN 'ahead' THEN ${epochMicros('ahead_created')} END::text AS next_tie,
+              CASE next WHEN 'keep' THEN ${claimPositionSetting('id', 'uuid')} WHEN 'taken' THEN taken_id WHEN 'ahead' THEN ahead_id END::text AS next_id,
+              CASE WHEN next = 'start' OR (next = 'keep' AND ${claimPositionSetting('at', 'bigint')} IS NULL) THEN NULL ELSE ${epochMicros(horizon)} END::text AS next_horizon,
+              NULL::text AS next_source,
+              next_aggregate::text AS next_aggregate
+         FROM sweep
+     ),
      candidates AS (
        SELECT id FROM retried
        UNION ALL
        SELECT id FROM oldest
        UNION ALL
-       -- past the window: the heads that can move and the rows without aggregate, in one claim
-       -- order (a row without aggregate never waits for younger heads, nor a head for younger
-       -- keyless rows: the wait of a row that can move is bounded, see docs/pull-workers.md), joined
-       -- back by ctid as the window is: joined by id, a plan kept from a few rows drove the join
-       -- from a scan of the source's index and read the heads again for every row
-       SELECT id FROM (
-         SELECT c.id FROM (
-             (SELECT heads.id, heads.ctid, heads.scheduled_at, heads.created_at FROM heads
-               WHERE heads.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
-               ORDER BY heads.scheduled_at, heads.created_at, heads.id
-               LIMIT $2)
-             UNION ALL
-             (SELECT k.id, k.ctid, k.scheduled_at, k.created_at FROM ${t} k
-               WHERE ${open('k')} AND k.attempt = 0 AND (k.aggregate_id IS NULL OR k.aggregate_id = '') AND ${CLAIMABLE('k')}
-                 AND k.id NOT IN (SELECT id FROM oldest) AND ${windowLeftRoom('$2')}
-               ORDER BY k.scheduled_at, k.created_at, k.id
-               LIMIT $2)) m
-           JOIN ${t} c ON c.ctid = m.ctid
-          -- still claimable, tested in an OR no index serves (the source and the consumption,
-          -- which never change, are not tested again): the ctid is the way in
-          WHERE ${CLAIMABLE('c')}
-          ORDER BY m.scheduled_at, m.created_at, m.id
-          LIMIT $2
-          FOR UPDATE OF c SKIP LOCKED) AS beyond_window
+       SELECT id FROM taken
        LIMIT $2
      ),
      -- by id from the array of candidates, not a join (see the outbox claim)
@@ -168,10 +287,12 @@ export const pullClaimText = oncePerNames((names) => {
             i.lease_expires_at, i.trace_context)
      -- UPDATE ... RETURNING does not keep the candidates' order; restore the claim order here,
      -- in the database, where timestamps keep their microseconds. Times are read as ms since
-     -- the epoch: pg parses timestamps in no other DateStyle than ISO (epoch-time.ts).
-     SELECT id, source, idempotency_key, aggregate_id, event_type, payload_text, headers, correlation_id, attempt,
-            ${epochMs('created_at')} AS created_ms, claim_token, ${epochMs('lease_expires_at')} AS lease_expires_ms, trace_context
-       FROM claimed ORDER BY attempt = 0, scheduled_at, created_at, id`;
+     -- the epoch: pg parses timestamps in no other DateStyle than ISO (epoch-time.ts). Every row
+     -- carries the next position; none claimed: one row without an id, for the position.
+     SELECT c.id, c.source, c.idempotency_key, c.aggregate_id, c.event_type, c.payload_text, c.headers, c.correlation_id, c.attempt,
+            ${epochMs('c.created_at')} AS created_ms, c.claim_token, ${epochMs('c.lease_expires_at')} AS lease_expires_ms, c.trace_context, p.*
+       FROM next_position p LEFT JOIN claimed c ON true
+      ORDER BY c.attempt = 0, c.scheduled_at, c.created_at, c.id`;
 });
 
 /** Fenced lease renewal: the lease becomes the statement's start (`LEASE_START`, db clock) + `leaseMs`. */
