@@ -17,6 +17,7 @@
  * configured `database.statementTimeoutMs` / `database.requestTimeoutMs` alone.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { redactError } from '../claims/redact.ts';
 import { QueueBoxError } from '../errors.ts';
 import { jitteredPause, retryingDeadlockVictim } from './deadlock-victim.ts';
 
@@ -126,4 +127,26 @@ export function reclaimWithinDeadline<T>(
     () => deadline.remainingMs(),
     () => unlessEndedAtDeadline(() => retryingDeadlockVictim(reclaim, { pauseMs: jitteredPause }), deadline, onCancelled),
   );
+}
+
+/**
+ * A pass's answer to a reclaim cut short after some of its chunks committed (`cut.cutBy`; nothing
+ * to do without it): at the pass's deadline (`endedAtDeadline`), as a reclaim cancelled there, a
+ * warning with the counts of the chunks that committed (the caller counted them), and the pass
+ * ends at its deadline; any other failure of a later chunk is thrown, failing the pass as a failed
+ * reclaim does (its counts written before).
+ */
+export function answerReclaimCut(
+  table: 'outbox' | 'inbox',
+  cut: { reclaimed: number; dead: number; cutBy?: unknown },
+  deadline: { expired(): boolean },
+  logger: { warn(message: string, fields: Record<string, unknown>): void },
+): void {
+  if (cut.cutBy === undefined) return;
+  if (!endedAtDeadline(cut.cutBy, deadline.expired())) throw cut.cutBy;
+  logger.warn(`${table} reclaim cut short at the pass deadline: the chunks it committed are counted; the expired rows left wait for a later reclaim`, {
+    reclaimed: cut.reclaimed,
+    dead: cut.dead,
+    error: redactError(cut.cutBy),
+  });
 }

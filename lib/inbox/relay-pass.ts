@@ -55,7 +55,7 @@ import type { ColumnDialect } from '../db/column-length.ts';
 import { withLazyPayload } from '../db/lazy-payload.ts';
 import { unstorableJsonText, unstorableText } from '../db/storable-text.ts';
 import type { ClaimRef, Driver, InboxForwardItem, InboxRow, OutboxMessageInput } from '../db/driver.ts';
-import { endedAtDeadline, InvocationEndedError, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
+import { answerReclaimCut, InvocationEndedError, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import { FencedLockTimeoutError, ValidationError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
 import { errorClassOf } from '../observability/failure-log.ts';
@@ -319,16 +319,9 @@ async function relayPass(options: RelayPassOptions): Promise<RelaySummary> {
   metrics.count('inboxMessages', reclaim.dead, { status: 'dead' });
   if (reclaim.dead > 0) logger.error('inbox rows dead: the lease of their last attempt expired during the forward', { count: reclaim.dead });
   if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
-  if (reclaim.cutBy !== undefined) {
-    // At the deadline, as a reclaim cancelled there: no claim starts, and the pass returns its
-    // summary. Any other failure of a later chunk fails the pass, as a failed reclaim does.
-    if (!endedAtDeadline(reclaim.cutBy, deadline.expired())) throw reclaim.cutBy;
-    logger.warn('inbox reclaim cut short at the pass deadline: the chunks it committed are counted; the expired rows left wait for a later reclaim', {
-      reclaimed: reclaim.reclaimed,
-      dead: reclaim.dead,
-      error: redactError(reclaim.cutBy),
-    });
-  }
+  // Cut short at the deadline: no claim starts, and the pass returns its summary; by another
+  // failure: the pass fails.
+  answerReclaimCut('inbox', reclaim, deadline, logger);
 
   // Claims in a row that found nothing: the idle wait grows with them.
   let emptyClaims = 0;

@@ -66,7 +66,7 @@ import { leaseMsFor, MIN_CLAIM_WINDOW_MS, reclaimThrottleMs, renewalLeaseMsFor }
 import { redactedError, redactError } from '../claims/redact.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import type { Destinations } from '../destinations/create-destinations.ts';
-import { endedAtDeadline, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
+import { answerReclaimCut, reclaimWithinDeadline, unlessEndedAtDeadline, withStatementBudget } from '../db/statement-budget.ts';
 import type { OutboxRow } from '../db/driver.ts';
 import { QueueBoxError } from '../errors.ts';
 import { BACKLOG_GAUGE_INTERVAL_MS, backlogGaugeDue, backlogGaugeRead } from '../observability/backlog-gauge-gate.ts';
@@ -264,16 +264,8 @@ async function outboxPass(options: OutboxPassOptions): Promise<OutboxPassSummary
       if (reclaim.dead > 0) logger.error('outbox rows dead: the lease of their last attempt expired during the delivery', { count: reclaim.dead });
       // Emitted now: an invocation killed later in the pass must not take the count with it.
       if (reclaim.reclaimed > 0 || reclaim.dead > 0) metrics.flush();
-      if (reclaim.cutBy !== undefined) {
-        // At the deadline, as a reclaim cancelled there: the pass ends at its deadline. Any other
-        // failure of a later chunk fails the pass, as a failed reclaim does (its counts written).
-        if (!endedAtDeadline(reclaim.cutBy, deadline.expired())) throw reclaim.cutBy;
-        logger.warn('outbox reclaim cut short at the pass deadline: the chunks it committed are counted; the expired rows left wait for a later reclaim', {
-          reclaimed: reclaim.reclaimed,
-          dead: reclaim.dead,
-          error: redactError(reclaim.cutBy),
-        });
-      }
+      // Cut short at the deadline: the pass ends at its deadline; by another failure: it fails.
+      answerReclaimCut('outbox', reclaim, deadline, logger);
     } catch (error) {
       failure ??= error;
       wakeAfterReclaim();

@@ -9,7 +9,7 @@
 import type pg from 'pg';
 import type { Driver } from '../db/driver.ts';
 import { PostgresDriver } from '../db/postgres/postgres-driver.ts';
-import { pgTransaction } from '../db/postgres/pg-pool.ts';
+import { isPgIsolationLevel, PG_ISOLATION_LEVELS, pgTransaction, type PgIsolationLevel } from '../db/postgres/pg-pool.ts';
 import { UsageError } from '../errors.ts';
 import { importOptional } from '../optional-package.ts';
 
@@ -38,9 +38,6 @@ export type TransactionRunner<Tx> = <T>(
   options?: { signal?: AbortSignal; onForcedEnd?: (ended: PromiseLike<unknown>) => void },
 ) => Promise<T>;
 
-/** PostgreSQL's isolation levels, as `BEGIN ISOLATION LEVEL` names them. */
-const ISOLATION_LEVELS = ['read committed', 'repeatable read', 'serializable'] as const;
-
 /** Options of `pgTransactionRunner`. */
 export interface PullTransactionOptions {
   /**
@@ -48,7 +45,7 @@ export interface PullTransactionOptions {
    * itself: the transaction has run a statement by the time the handler gets it). Default: the
    * role's and database's (`default_transaction_isolation`).
    */
-  isolationLevel?: (typeof ISOLATION_LEVELS)[number];
+  isolationLevel?: PgIsolationLevel;
 }
 
 /**
@@ -81,8 +78,8 @@ function checkedIsolationLevel(options: PullTransactionOptions): PullTransaction
   }
   const level = options.isolationLevel;
   if (level === undefined) return undefined;
-  if (!(ISOLATION_LEVELS as readonly unknown[]).includes(level)) {
-    throw new UsageError(`pgTransactionRunner: isolationLevel ${typeof level === 'string' ? `'${level}'` : JSON.stringify(level)} is not one of ${ISOLATION_LEVELS.map((l) => `'${l}'`).join(', ')}`);
+  if (!isPgIsolationLevel(level)) {
+    throw new UsageError(`pgTransactionRunner: isolationLevel ${typeof level === 'string' ? `'${level}'` : JSON.stringify(level)} is not one of ${Object.keys(PG_ISOLATION_LEVELS).map((l) => `'${l}'`).join(', ')}`);
   }
   return level;
 }

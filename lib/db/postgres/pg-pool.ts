@@ -796,21 +796,24 @@ export interface PgTransactionOptions {
    * A pull handler's transaction only: the isolation level its `BEGIN` sets (the application's
    * choice, `pgTransactionRunner`); without it, the role's and database's default.
    */
-  isolationLevel?: 'read committed' | 'repeatable read' | 'serializable';
+  isolationLevel?: PgIsolationLevel;
+}
+
+/** PostgreSQL's isolation levels as `BEGIN ISOLATION LEVEL` names them, and their SQL keywords. */
+export const PG_ISOLATION_LEVELS = Object.freeze({ 'read committed': 'READ COMMITTED', 'repeatable read': 'REPEATABLE READ', serializable: 'SERIALIZABLE' } as const);
+
+/** A name of `PG_ISOLATION_LEVELS`. */
+export type PgIsolationLevel = keyof typeof PG_ISOLATION_LEVELS;
+
+/** Whether `level` is one of `PG_ISOLATION_LEVELS` (its own keys: never a prototype's). */
+export function isPgIsolationLevel(level: unknown): level is PgIsolationLevel {
+  return typeof level === 'string' && Object.hasOwn(PG_ISOLATION_LEVELS, level);
 }
 
 /** The SQL keywords of an isolation level (only these three: never text from elsewhere). */
-function isolationKeywords(level: NonNullable<PgTransactionOptions['isolationLevel']>): string {
-  switch (level) {
-    case 'read committed':
-      return 'READ COMMITTED';
-    case 'repeatable read':
-      return 'REPEATABLE READ';
-    case 'serializable':
-      return 'SERIALIZABLE';
-    default:
-      throw new QueueBoxError(`unknown isolation level ${JSON.stringify(level)}`);
-  }
+function isolationKeywords(level: PgIsolationLevel): string {
+  if (!isPgIsolationLevel(level)) throw new QueueBoxError(`unknown isolation level ${JSON.stringify(level)}`);
+  return PG_ISOLATION_LEVELS[level];
 }
 
 /** The `BEGIN` of a `pgTransaction` failed with its connection ended (`connectionEnded`): nothing of the work was sent. */
