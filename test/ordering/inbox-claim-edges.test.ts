@@ -46,9 +46,63 @@ describe('inbox claims past their window: aggregates in flight, a carried horizo
   it('docs/pull-workers.md states the pull claim\'s read floor and its bound as the code has them', () => {
     const docs = readFileSync(new URL('../../docs/pull-workers.md', import.meta.url), 'utf8').replace(/\s+/g, ' ');
     assert.ok(docs.includes(`Each read is \`max(L, ${PULL_READ_FLOOR})\` rows or aggregates`), 'the floor');
-    assert.ok(docs.includes(`\`⌈Q/⌈L/2⌉⌉ + 2·⌈(Q + P)/max(L, ${PULL_READ_FLOOR})⌉ + 3\` claims`), 'the bound');
+    assert.ok(docs.includes(`\`⌈(Q + P)/⌈L/2⌉⌉ + 2·⌈(Q + P)/max(L, ${PULL_READ_FLOOR})⌉ + 3\` claims`), 'the bound');
     // the bound as stated: Q = 10, P = 450, L = 1
-    assert.equal(pullClaimBound(10, 450, 1), 10 + 2 * Math.ceil(460 / PULL_READ_FLOOR) + 3);
+    assert.equal(pullClaimBound(10, 450, 1), 460 + 2 * Math.ceil(460 / PULL_READ_FLOOR) + 3);
+  });
+
+  it('pull: rows whose lease ended come back in their place, before younger rows, though the turn had moved past them', async () => {
+    await handlersBusy(100);
+    await db.query(
+      `INSERT INTO ${inbox()} (source, idempotency_key, payload, consumption, scheduled_at, created_at)
+       SELECT 'shop', 'free-' || g, '{}', 'pull', now() - interval '30 minutes' + g * interval '1 ms', now() - interval '30 minutes' + g * interval '1 ms'
+         FROM generate_series(1, 30) g ORDER BY g`,
+    );
+    await db.query(`INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption) VALUES ('shop', 'cold', 'cold', '{}', 'pull')`);
+    const driver = db.newDriver();
+    try {
+      const claim = async () => (await driver.pullClaimMany({ source: 'shop', limit: 1, leaseMs: 3_600_000 })).map((r) => r.aggregateId ?? 'none');
+      // three claims take rows without aggregate past the busy window: the turn's cursor moves on
+      for (let i = 0; i < 3; i++) assert.deepEqual(await claim(), ['none']);
+      // the worker that held the 100 rows stopped: their leases end, each is its aggregate's head again
+      await db.query(`UPDATE ${inbox()} SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE idempotency_key LIKE 'busy-%'`);
+      const next: string[] = [];
+      for (let i = 0; i < 35; i++) next.push(...(await claim()));
+      assert.deepEqual(next, Array.from({ length: 35 }, (_, i) => `a${String(i + 1).padStart(5, '0')}`));
+    } finally {
+      await driver.close();
+    }
+  });
+
+  it('pull: a row that can move is claimed within the bound when the rows in a handler lose their leases after it could move', async (t) => {
+    const LIMIT = 10;
+    await handlersBusy(300);
+    await db.query(
+      `INSERT INTO ${inbox()} (source, idempotency_key, payload, consumption, scheduled_at, created_at)
+       SELECT 'shop', 'free-' || g, '{}', 'pull', now() - interval '30 minutes' + g * interval '1 ms', now() - interval '30 minutes' + g * interval '1 ms'
+         FROM generate_series(1, 20) g ORDER BY g`,
+    );
+    const [row] = await db.query<{ id: string }>(`INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption) VALUES ('shop', 'r', 'cold', '{}', 'pull') RETURNING id`);
+    const [counts] = await db.query<{ queued: string; busy: string }>(
+      `SELECT count(*) FILTER (WHERE state = 'pending' AND scheduled_at <= clock_timestamp()) AS queued,
+              count(*) FILTER (WHERE state = 'processing' AND lease_expires_at > clock_timestamp()) AS busy FROM ${inbox()}`,
+    );
+    const bound = pullClaimBound(Number(counts!.queued), Number(counts!.busy), LIMIT);
+    // the worker that held the 300 rows stopped just after the row could move
+    await db.query(`UPDATE ${inbox()} SET lease_expires_at = clock_timestamp() WHERE idempotency_key LIKE 'busy-%'`);
+    const driver = db.newDriver();
+    try {
+      let claims = 0;
+      let taken = false;
+      while (!taken && claims < bound + 50) {
+        taken = (await driver.pullClaimMany({ source: 'shop', limit: LIMIT, leaseMs: 3_600_000 })).some((r) => r.id === row!.id);
+        claims++;
+      }
+      t.diagnostic(`claimed at claim ${claims}, bound ${bound}`);
+      assert.ok(taken && claims <= bound, `claimed at claim ${claims}, bound ${bound}`);
+    } finally {
+      await driver.close();
+    }
   });
 
   for (const limit of [10, 1]) {

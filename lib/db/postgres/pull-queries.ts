@@ -77,12 +77,15 @@ export const PULL_READ_FLOOR = 200;
 /**
  * The bound of the pull claim's order (docs/pull-workers.md), the relay's (`inboxClaimBound`) with
  * reads of at least `PULL_READ_FLOOR`: a due first attempt that can move is claimed within this
- * many claims of its source (of one driver; claims filled by due retries aside), `queued` being the
- * number of due open rows of the source at the moment it can move, `inFlight` its rows under a live
- * lease then (the sweep reads them too: they are open rows), `limit` the claims' row limit.
+ * many claims of its source by one worker (one driver: each carries its own position; claims
+ * filled by due retries aside), `queued` being the number of due open rows of the source at the
+ * moment it can move, `inFlight` its rows under a live lease then, `limit` the claims' row limit.
+ * A row in a handler counts as a queued one: its lease may end before the row is claimed, and it
+ * then comes back older than the row (and the sweep reads it anyway, an open row).
  */
 export function pullClaimBound(queued: number, inFlight: number, limit: number): number {
-  return Math.ceil(queued / Math.ceil(limit / 2)) + 2 * Math.ceil((queued + inFlight) / (LOOK_AHEAD * Math.max(limit, PULL_READ_FLOOR))) + 3;
+  const ahead = queued + inFlight;
+  return Math.ceil(ahead / Math.ceil(limit / 2)) + 2 * Math.ceil(ahead / (LOOK_AHEAD * Math.max(limit, PULL_READ_FLOOR))) + 3;
 }
 
 /** The pull claims' positions, by driver (its table names) and source. */
@@ -184,7 +187,8 @@ export const pullClaimText = oncePerNames((names) => {
      ),
      -- the turn: the source's next open aggregates after the cursor (NULL: the first), at most as
      -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
-     -- reads the aggregate's head too: the head index's first entry past the previous aggregate
+     -- reads the aggregate's head too: the head index's first entry past the previous aggregate;
+     -- when fewer are left after the cursor, on from the first aggregate up to the cursor (below)
      open_aggregates AS (
        (SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at, 1 AS n FROM ${t} k
          WHERE ${open('k')} AND k.aggregate_id > COALESCE(${cursor}, '') AND ${room}
@@ -198,10 +202,31 @@ export const pullClaimText = oncePerNames((names) => {
             ORDER BY k.aggregate_id, k.sequence LIMIT 1) n
         WHERE a.n < ${look}
      ),
+     -- ... wrapped in the claim: a turn never stops short of the aggregates before the cursor, so
+     -- that an aggregate before it is not left unread while the cursor waits on a head after it
+     wrapped AS (
+       (SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at, (SELECT count(*) FROM open_aggregates) + 1 AS n FROM ${t} k
+         WHERE ${open('k')} AND k.aggregate_id > '' AND k.aggregate_id <= ${cursor} AND ${room}
+           AND (SELECT count(*) FROM open_aggregates) < ${look}
+         ORDER BY k.aggregate_id, k.sequence LIMIT 1)
+       UNION ALL
+       SELECT n.aggregate_id, n.id, n.ctid, n.state, n.attempt, n.scheduled_at, n.created_at, n.lease_expires_at, a.n + 1
+         FROM wrapped a
+         CROSS JOIN LATERAL (
+           SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at FROM ${t} k
+            WHERE ${open('k')} AND k.aggregate_id > a.aggregate_id AND k.aggregate_id <= ${cursor}
+            ORDER BY k.aggregate_id, k.sequence LIMIT 1) n
+        WHERE a.n < ${look}
+     ),
+     turn AS (
+       SELECT * FROM open_aggregates
+       UNION ALL
+       SELECT * FROM wrapped
+     ),
      -- the heads of those aggregates that can move: claimable, first attempt, nothing of it under a live lease
      heads AS (
-       SELECT h.id, h.ctid, h.scheduled_at, h.created_at, h.aggregate_id
-         FROM open_aggregates h
+       SELECT h.id, h.ctid, h.scheduled_at, h.created_at, h.aggregate_id, h.n
+         FROM turn h
         WHERE h.attempt = 0 AND ${CLAIMABLE('h')}
           AND ${free('h', 'h.aggregate_id')}
           AND h.id NOT IN (SELECT id FROM oldest)
@@ -251,13 +276,17 @@ export const pullClaimText = oncePerNames((names) => {
               e.scheduled_at AS ahead_at, e.created_at AS ahead_created, e.id AS ahead_id,
               CASE
                 WHEN NOT ${room} THEN ${cursor}
-                WHEN u.aggregate_id IS NOT NULL THEN COALESCE((SELECT max(k.aggregate_id) FROM open_aggregates k WHERE k.aggregate_id < u.aggregate_id), ${cursor})
-                WHEN (SELECT count(*) FROM open_aggregates) >= ${look} THEN (SELECT max(aggregate_id) FROM open_aggregates)
+                -- just before the first aggregate, in the turn's order, whose head the turn found and
+                -- the batch did not take (the cursor as it was when that is the turn's first)
+                WHEN u.n = 1 THEN ${cursor}
+                WHEN u.n IS NOT NULL THEN (SELECT k.aggregate_id FROM turn k WHERE k.n = u.n - 1)
+                -- a full turn: past its last aggregate; else every open aggregate was read: the first next
+                WHEN (SELECT count(*) FROM turn) >= ${look} THEN (SELECT k.aggregate_id FROM turn k ORDER BY k.n DESC LIMIT 1)
               END AS next_aggregate
          FROM (SELECT NULL) one
          LEFT JOIN LATERAL (SELECT scheduled_at, created_at, id FROM taken ORDER BY scheduled_at DESC, created_at DESC, id DESC LIMIT 1) l ON true
          LEFT JOIN LATERAL (SELECT scheduled_at, created_at, id FROM ahead ORDER BY scheduled_at DESC, created_at DESC, id DESC LIMIT 1) e ON true
-         LEFT JOIN LATERAL (SELECT min(aggregate_id) AS aggregate_id FROM heads WHERE id NOT IN (SELECT id FROM taken)) u ON true
+         LEFT JOIN LATERAL (SELECT min(n) AS n FROM heads WHERE id NOT IN (SELECT id FROM taken)) u ON true
      ),
      next_position AS (
        SELECT CASE next WHEN 'keep' THEN ${claimPositionSetting('at', 'bigint')} WHEN 'taken' THEN ${epochMicros('taken_at')} WHEN 'ahead' THEN ${epochMicros('ahead_at')} END::text AS next_at,
