@@ -185,6 +185,25 @@ export const pullClaimText = oncePerNames((names) => {
           AND ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')} AND (${noAggregate} OR (${freeHead}))
           AND c.id NOT IN (SELECT id FROM oldest)
      ),
+     -- the rows due since the sweep's horizon (it reads them in its next round), their first
+     -- look rows, of which the heads that can move: a new aggregate's row does not wait for the
+     -- sweep to come round while the older open aggregates keep the window and the turn busy
+     fresh AS (
+       SELECT c.id, c.ctid, a.scheduled_at, a.created_at FROM (
+           SELECT f.ctid, f.scheduled_at, f.created_at, f.sequence, f.aggregate_id,
+                  min(f.sequence) OVER (PARTITION BY f.aggregate_id) AS first_of_aggregate
+             FROM (
+               SELECT w.ctid, w.scheduled_at, w.created_at, w.id, w.sequence, w.aggregate_id FROM ${t} w
+                WHERE ${open('w')} AND ${claimPositionSetting('horizon', 'bigint')} IS NOT NULL
+                  AND w.scheduled_at > ${horizon} AND w.scheduled_at <= pg_catalog.statement_timestamp()
+                  AND ${room}
+                ORDER BY w.scheduled_at, w.created_at, w.id
+                LIMIT ${look}) f) a
+         JOIN ${t} c ON c.ctid = a.ctid
+        WHERE a.aggregate_id > '' AND a.sequence = a.first_of_aggregate
+          AND ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')} AND (${noAggregate} OR (${freeHead}))
+          AND c.id NOT IN (SELECT id FROM oldest)
+     ),
      -- the turn: the source's next open aggregates after the cursor (NULL: the first), at most as
      -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
      -- reads the aggregate's head too: the head index's first entry past the previous aggregate;
@@ -243,6 +262,8 @@ export const pullClaimText = oncePerNames((names) => {
      -- that can move is bounded, see pullClaimBound)
      merged AS (
        SELECT id, ctid, scheduled_at, created_at FROM ahead_heads
+       UNION
+       SELECT id, ctid, scheduled_at, created_at FROM fresh
        UNION
        SELECT id, ctid, scheduled_at, created_at FROM heads
        UNION ALL
