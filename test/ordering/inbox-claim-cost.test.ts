@@ -17,13 +17,18 @@ const MANY = 50_000;
  * answered. Run twice: the first execution warms the caches; the second is counted. Index-only
  * scans are off, so that every probe reads its heap rows whatever the visibility map says (which
  * other sessions' open transactions decide: see test/ordering/claim-fairness.test.ts). The
- * statement runs at the start of a turn and of a sweep (no carried position): the first claim of
- * a worker.
+ * statement runs at the start of a turn and of a sweep (no carried position: the first claim of a
+ * worker), or with `carried`: a sweep begun an hour ago (every row is due since its horizon) and an
+ * aggregate cursor past the last aggregate (the turn wraps to the first), as a worker's later claim.
  */
-async function claimBuffers(db: TestDatabase, text: string, values: unknown[]): Promise<{ buffers: number; ms: number; claimed: number }> {
+async function claimBuffers(db: TestDatabase, text: string, values: unknown[], carried = false): Promise<{ buffers: number; ms: number; claimed: number }> {
   const client = await db.pool.connect();
   try {
     await client.query('BEGIN');
+    if (carried) {
+      await client.query(`SELECT set_config('queuebox.claim_horizon', ((extract(epoch FROM now() - interval '1 hour') * 1000000)::bigint)::text, true),
+                                 set_config('queuebox.claim_source', 'shop', true), set_config('queuebox.claim_aggregate', 'a99999', true)`);
+    }
     for (const setting of CLAIM_FUNCTION_SETTINGS) await client.query(`SET LOCAL ${setting.replace('=', ' = ')}`);
     await client.query('SET LOCAL enable_indexonlyscan = off');
     let plan: Array<{ Plan: Record<string, number>; 'Execution Time': number }> = [];
@@ -64,7 +69,7 @@ for (const consumption of ['push', 'pull'] as const) {
      * `aggregates` open aggregates of two rows each; with `blocked`, first an aggregate whose head
      * is under a live lease with more rows behind it than the window reads, all older.
      */
-    const oneClaim = async (aggregates: number, blocked: boolean) => {
+    const oneClaim = async (aggregates: number, blocked: boolean, carried = false) => {
       await db.query(`TRUNCATE ${inbox()}`);
       if (blocked) {
         await db.query(
@@ -84,7 +89,7 @@ for (const consumption of ['push', 'pull'] as const) {
       );
       await db.query(`VACUUM ANALYZE ${inbox()}`);
       const { text, values } = statement();
-      return claimBuffers(db, text, values);
+      return claimBuffers(db, text, values, carried);
     };
 
     it(`one claim of ${LIMIT} with its window blocked reads at most twice the buffers of an unblocked claim`, { timeout: 600_000 }, async (t) => {
@@ -95,9 +100,11 @@ for (const consumption of ['push', 'pull'] as const) {
         blocked = await oneClaim(aggregates, true);
         seen.push(`blocked at ${aggregates}: ${blocked.buffers} buffers, ${blocked.ms.toFixed(1)} ms (${blocked.claimed} rows)`);
       }
+      const carried = await oneClaim(MANY, true, true);
+      seen.push(`blocked at ${MANY}, a sweep and a turn carried: ${carried.buffers} buffers, ${carried.ms.toFixed(1)} ms (${carried.claimed} rows)`);
       t.diagnostic(seen.join('; '));
-      assert.ok(unblocked.claimed > 0 && blocked.claimed > 0, 'both claims take rows');
-      assert.ok(blocked.buffers <= unblocked.buffers * 2, seen.join('; '));
+      assert.ok(unblocked.claimed > 0 && blocked.claimed > 0 && carried.claimed > 0, 'the claims take rows');
+      assert.ok(blocked.buffers <= unblocked.buffers * 2 && carried.buffers <= unblocked.buffers * 2, seen.join('; '));
     });
   });
 }

@@ -67,12 +67,14 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
  * claim's limit. A pull claim's limit is its worker's free handler slots, often 1: reads sized by
  * it spent themselves on the aggregates in a handler (with 45 slots busy, a new aggregate's row
  * waited 27 claims, each followed by a poll interval). With this floor, a source with up to this
- * many open aggregates has every one read at each claim that starts a turn, as an unbounded read
- * would; past it a claim's reads stay this size however many aggregates are open. Measured at
- * 50,000 open aggregates, a claim of 100 with its window blocked: 7,600 buffers (13 ms), 1.8x an
- * unblocked claim; reading every open aggregate's head, 456,000 (500 ms).
+ * many open aggregates has every one read at each claim past a blocked window (the turn wraps),
+ * as an unbounded read would; past it a claim's reads stay this size however many aggregates are
+ * open (and rows due since the sweep began are read apart: a new aggregate's row waits for no
+ * turn). Measured at 50,000 open aggregates, a claim of 100 with its window blocked: 6,300 buffers
+ * (16 ms), 1.5x an unblocked claim (1.7x with a sweep and a turn carried; 200 made it 1.95-2.1x);
+ * reading every open aggregate's head, 456,000 (500 ms).
  */
-export const PULL_READ_FLOOR = 200;
+export const PULL_READ_FLOOR = 100;
 
 /**
  * The bound of the pull claim's order (docs/pull-workers.md), the relay's (`inboxClaimBound`) with
