@@ -347,6 +347,26 @@ export const relayClaimText = oncePerNamesAndLimit((names, limit) => {
             AND (${NO_AGGREGATE} OR (${freeHead}))
             AND c.id NOT IN (SELECT id FROM oldest)
        ),
+       -- the rows due since the sweep's horizon (it reads them in its next round), their first
+       -- look rows, of which the heads that can move: a new aggregate's row does not wait for the
+       -- sweep to come round while older aggregates keep the window and the turn busy
+       fresh AS (
+         SELECT c.id, c.ctid, a.scheduled_at, a.sequence FROM (
+             SELECT f.ctid, f.scheduled_at, f.sequence, f.aggregate_id,
+                    min(f.sequence) OVER (PARTITION BY f.source, f.aggregate_id) AS first_of_aggregate
+               FROM (
+                 SELECT w.ctid, w.scheduled_at, w.sequence, w.source, w.aggregate_id FROM ${t} w
+                  WHERE w.state = 'pending' AND w.consumption = 'push' AND ${claimPositionSetting('horizon', 'bigint')} IS NOT NULL
+                    AND w.scheduled_at > ${horizon} AND w.scheduled_at <= pg_catalog.statement_timestamp()
+                    AND ${room}
+                  ORDER BY w.scheduled_at, w.sequence
+                  LIMIT ${look}) f) a
+           JOIN ${t} c ON c.ctid = a.ctid
+          WHERE a.aggregate_id <> '' AND a.sequence = a.first_of_aggregate
+            AND c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND c.aggregate_id <> ''
+            AND (${NO_AGGREGATE} OR (${freeHead}))
+            AND c.id NOT IN (SELECT id FROM oldest)
+       ),
        -- the turn: the next open (source, aggregate) after the cursor (NULL: the first), at most as
        -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
        -- reads the aggregate's head too: the head index's first entry past the previous aggregate
@@ -389,6 +409,8 @@ export const relayClaimText = oncePerNamesAndLimit((names, limit) => {
        -- that can move is bounded, see inboxClaimBound)
        merged AS (
          SELECT id, ctid, scheduled_at, sequence FROM ahead_heads
+         UNION
+         SELECT id, ctid, scheduled_at, sequence FROM fresh
          UNION
          SELECT id, ctid, scheduled_at, sequence FROM heads
          UNION ALL
