@@ -105,48 +105,32 @@ describe('inbox claims past their window: aggregates in flight, a carried horizo
     }
   });
 
-  for (const [aggregate, where] of [['zzz', 'after'], ['0new', 'before']] as const) {
-    it(`relay: with 2,000 aggregates whose heads wait for a retry, a new aggregate's row (sorting ${where} them) is claimed at the first claim after it arrives`, async () => {
-      await db.query(`TRUNCATE ${inbox()}`);
-      // each aggregate: its head failed and waits an hour for its retry, a due row behind it
-      await db.query(
-        `INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption, scheduled_at, created_at, attempt)
-         SELECT 'shop', 'w-' || g || '-' || r, 'a' || lpad(g::text, 5, '0'), '{}', 'push',
-                CASE WHEN r = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 hour' + g * interval '1 ms' END,
-                now() - interval '1 hour' + g * interval '1 ms' + r * interval '1 us', CASE WHEN r = 0 THEN 1 ELSE 0 END
-           FROM generate_series(1, 2000) g, generate_series(0, 1) r ORDER BY g, r`,
-      );
-      const driver = db.newDriver();
-      try {
-        // The relay has claimed before, twice (its turn and sweep somewhere in the middle).
-        for (let i = 0; i < 2; i++) assert.deepEqual(await driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 }), []);
-        const [row] = await db.query<{ id: string }>(`INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption) VALUES ('shop', 'r', $1, '{}', 'push') RETURNING id`, [aggregate]);
-        assert.deepEqual((await driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 })).map((r) => r.id), [row!.id]);
-      } finally {
-        await driver.close();
-      }
-    });
-
-    it(`pull: with 2,000 aggregates whose heads wait for a retry, a new aggregate's row (sorting ${where} them) is claimed at the first claim after it arrives`, async () => {
-      await db.query(`TRUNCATE ${inbox()}`);
-      // each aggregate: its head failed and waits an hour for its retry, a due row behind it
-      await db.query(
-        `INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption, scheduled_at, created_at, attempt)
-         SELECT 'shop', 'w-' || g || '-' || r, 'a' || lpad(g::text, 5, '0'), '{}', 'pull',
-                CASE WHEN r = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 hour' + g * interval '1 ms' END,
-                now() - interval '1 hour' + g * interval '1 ms' + r * interval '1 us', CASE WHEN r = 0 THEN 1 ELSE 0 END
-           FROM generate_series(1, 2000) g, generate_series(0, 1) r ORDER BY g, r`,
-      );
-      const driver = db.newDriver();
-      try {
-        // The worker has claimed before, twice (its turn and sweep somewhere in the middle).
-        for (let i = 0; i < 2; i++) assert.deepEqual(await driver.pullClaimMany({ source: 'shop', limit: 4, leaseMs: 60_000 }), []);
-        const [row] = await db.query<{ id: string }>(`INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption) VALUES ('shop', 'r', $1, '{}', 'pull') RETURNING id`, [aggregate]);
-        assert.deepEqual((await driver.pullClaimMany({ source: 'shop', limit: 4, leaseMs: 60_000 })).map((r) => r.id), [row!.id]);
-      } finally {
-        await driver.close();
-      }
-    });
+  for (const consumption of ['push', 'pull'] as const) {
+    for (const [aggregate, where] of [['zzz', 'after'], ['0new', 'before']] as const) {
+      it(`${consumption === 'push' ? 'relay' : 'pull'}: with 2,000 aggregates whose heads wait for a retry, a new aggregate's row (sorting ${where} them) is claimed at the first claim after it arrives`, async () => {
+        await db.query(`TRUNCATE ${inbox()}`);
+        // each aggregate: its head failed and waits an hour for its retry, a due row behind it
+        await db.query(
+          `INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption, scheduled_at, created_at, attempt)
+           SELECT 'shop', 'w-' || g || '-' || r, 'a' || lpad(g::text, 5, '0'), '{}', $1,
+                  CASE WHEN r = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 hour' + g * interval '1 ms' END,
+                  now() - interval '1 hour' + g * interval '1 ms' + r * interval '1 us', CASE WHEN r = 0 THEN 1 ELSE 0 END
+             FROM generate_series(1, 2000) g, generate_series(0, 1) r ORDER BY g, r`,
+          [consumption],
+        );
+        const driver = db.newDriver();
+        const claim = async () =>
+          (consumption === 'push' ? await driver.inboxClaimPushMany({ limit: 10, leaseMs: 60_000 }) : await driver.pullClaimMany({ source: 'shop', limit: 4, leaseMs: 60_000 })).map((r) => r.id);
+        try {
+          // The relay or worker has claimed before, twice (its turn and sweep somewhere in the middle).
+          for (let i = 0; i < 2; i++) assert.deepEqual(await claim(), []);
+          const [row] = await db.query<{ id: string }>(`INSERT INTO ${inbox()} (source, idempotency_key, aggregate_id, payload, consumption) VALUES ('shop', 'r', $1, '{}', $2) RETURNING id`, [aggregate, consumption]);
+          assert.deepEqual(await claim(), [row!.id]);
+        } finally {
+          await driver.close();
+        }
+      });
+    }
   }
 
   for (const limit of [10, 1]) {

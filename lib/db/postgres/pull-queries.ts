@@ -137,6 +137,24 @@ export const pullClaimText = oncePerNames((names) => {
                    WHERE ${open('h')} AND h.aggregate_id = c.aggregate_id AND h.sequence < c.sequence)
                 -- and no row of the aggregate under a live lease
                 AND ${free('c', 'c.aggregate_id')}`;
+  // the columns the turn reads of an aggregate's head (for alias `a`)
+  const headColumns = (a: string) => `${a}.aggregate_id, ${a}.id, ${a}.ctid, ${a}.state, ${a}.attempt, ${a}.scheduled_at, ${a}.created_at, ${a}.lease_expires_at`;
+  // a part of the turn: a recursive loose scan of the head index from the first open aggregate
+  // matching `start` (its rows numbered from `first`), each next one past the previous (and
+  // matching `upTo`), until the turn has `look` aggregates
+  const turnPart = (name: string, start: string, first: string, upTo: string) => `${name} AS (
+       (SELECT ${headColumns('k')}, ${first} AS n FROM ${t} k
+         WHERE ${open('k')} AND ${start} ${upTo} AND ${room}
+         ORDER BY k.aggregate_id, k.sequence LIMIT 1)
+       UNION ALL
+       SELECT ${headColumns('n')}, a.n + 1
+         FROM ${name} a
+         CROSS JOIN LATERAL (
+           SELECT ${headColumns('k')} FROM ${t} k
+            WHERE ${open('k')} AND k.aggregate_id > a.aggregate_id ${upTo}
+            ORDER BY k.aggregate_id, k.sequence LIMIT 1) n
+        WHERE a.n < ${look}
+     )`;
   return `WITH RECURSIVE
      retried AS (
        SELECT c.id FROM ${t} c
@@ -210,35 +228,10 @@ export const pullClaimText = oncePerNames((names) => {
      -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
      -- reads the aggregate's head too: the head index's first entry past the previous aggregate;
      -- when fewer are left after the cursor, on from the first aggregate up to the cursor (below)
-     open_aggregates AS (
-       (SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at, 1 AS n FROM ${t} k
-         WHERE ${open('k')} AND k.aggregate_id > COALESCE(${cursor}, '') AND ${room}
-         ORDER BY k.aggregate_id, k.sequence LIMIT 1)
-       UNION ALL
-       SELECT n.aggregate_id, n.id, n.ctid, n.state, n.attempt, n.scheduled_at, n.created_at, n.lease_expires_at, a.n + 1
-         FROM open_aggregates a
-         CROSS JOIN LATERAL (
-           SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at FROM ${t} k
-            WHERE ${open('k')} AND k.aggregate_id > a.aggregate_id
-            ORDER BY k.aggregate_id, k.sequence LIMIT 1) n
-        WHERE a.n < ${look}
-     ),
+     ${turnPart('open_aggregates', `k.aggregate_id > COALESCE(${cursor}, '')`, '1', '')},
      -- ... wrapped in the claim: a turn never stops short of the aggregates before the cursor, so
      -- that an aggregate before it is not left unread while the cursor waits on a head after it
-     wrapped AS (
-       (SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at, (SELECT count(*) FROM open_aggregates) + 1 AS n FROM ${t} k
-         WHERE ${open('k')} AND k.aggregate_id > '' AND k.aggregate_id <= ${cursor} AND ${room}
-           AND (SELECT count(*) FROM open_aggregates) < ${look}
-         ORDER BY k.aggregate_id, k.sequence LIMIT 1)
-       UNION ALL
-       SELECT n.aggregate_id, n.id, n.ctid, n.state, n.attempt, n.scheduled_at, n.created_at, n.lease_expires_at, a.n + 1
-         FROM wrapped a
-         CROSS JOIN LATERAL (
-           SELECT k.aggregate_id, k.id, k.ctid, k.state, k.attempt, k.scheduled_at, k.created_at, k.lease_expires_at FROM ${t} k
-            WHERE ${open('k')} AND k.aggregate_id > a.aggregate_id AND k.aggregate_id <= ${cursor}
-            ORDER BY k.aggregate_id, k.sequence LIMIT 1) n
-        WHERE a.n < ${look}
-     ),
+     ${turnPart('wrapped', `k.aggregate_id > '' AND (SELECT count(*) FROM open_aggregates) < ${look}`, '(SELECT count(*) FROM open_aggregates) + 1', `AND k.aggregate_id <= ${cursor}`)},
      turn AS (
        SELECT * FROM open_aggregates
        UNION ALL
