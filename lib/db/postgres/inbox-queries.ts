@@ -295,6 +295,20 @@ export const relayClaimText = oncePerNamesAndLimit((names, limit) => {
                     SELECT 1 FROM ${t} b
                      WHERE b.source = c.source AND b.aggregate_id = c.aggregate_id AND b.aggregate_id <> ''
                        AND b.consumption = 'push' AND b.state = 'processing')`;
+  // of a read of due rows (`rows`: a CTE's name or a subquery), the heads that can move: tested only
+  // on the first row of each aggregate there (the others have an earlier open row of their
+  // aggregate in the same snapshot), joined back by ctid
+  const headsAmong = (rows: string) => `
+         SELECT c.id, c.ctid, a.scheduled_at, a.sequence FROM (
+             SELECT f.ctid, f.scheduled_at, f.sequence, f.aggregate_id,
+                    min(f.sequence) OVER (PARTITION BY f.source, f.aggregate_id) AS first_of_aggregate
+               FROM ${rows} f) a
+           JOIN ${t} c ON c.ctid = a.ctid
+          WHERE a.aggregate_id <> '' AND a.sequence = a.first_of_aggregate
+            AND c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND c.aggregate_id <> ''
+            AND (${NO_AGGREGATE} OR (${freeHead}))
+            AND c.id NOT IN (SELECT id FROM oldest)
+       `;
   return `WITH RECURSIVE
        retried AS (
          SELECT c.id FROM ${t} c
@@ -336,37 +350,17 @@ export const relayClaimText = oncePerNamesAndLimit((names, limit) => {
        -- tested only on the first row of each aggregate there: the others have an earlier open row
        -- of their aggregate in the same snapshot (a backlog behind a row in flight: one probe, not
        -- one per row)
-       ahead_heads AS (
-         SELECT c.id, c.ctid, a.scheduled_at, a.sequence FROM (
-             SELECT f.ctid, f.scheduled_at, f.sequence, f.aggregate_id,
-                    min(f.sequence) OVER (PARTITION BY f.source, f.aggregate_id) AS first_of_aggregate
-               FROM ahead f) a
-           JOIN ${t} c ON c.ctid = a.ctid
-          WHERE a.aggregate_id <> '' AND a.sequence = a.first_of_aggregate
-            AND c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND c.aggregate_id <> ''
-            AND (${NO_AGGREGATE} OR (${freeHead}))
-            AND c.id NOT IN (SELECT id FROM oldest)
-       ),
+       ahead_heads AS (${headsAmong('ahead')}),
        -- the rows due since the sweep's horizon (it reads them in its next round), their first
        -- look rows, of which the heads that can move: a new aggregate's row does not wait for the
        -- sweep to come round while older aggregates keep the window and the turn busy
-       fresh AS (
-         SELECT c.id, c.ctid, a.scheduled_at, a.sequence FROM (
-             SELECT f.ctid, f.scheduled_at, f.sequence, f.aggregate_id,
-                    min(f.sequence) OVER (PARTITION BY f.source, f.aggregate_id) AS first_of_aggregate
-               FROM (
+       fresh AS (${headsAmong(`(
                  SELECT w.ctid, w.scheduled_at, w.sequence, w.source, w.aggregate_id FROM ${t} w
                   WHERE w.state = 'pending' AND w.consumption = 'push' AND ${claimPositionSetting('horizon', 'bigint')} IS NOT NULL
                     AND w.scheduled_at > ${horizon} AND w.scheduled_at <= pg_catalog.statement_timestamp()
                     AND ${room}
                   ORDER BY w.scheduled_at, w.sequence
-                  LIMIT ${look}) f) a
-           JOIN ${t} c ON c.ctid = a.ctid
-          WHERE a.aggregate_id <> '' AND a.sequence = a.first_of_aggregate
-            AND c.state = 'pending' AND c.consumption = 'push' AND c.attempt = 0 AND c.aggregate_id <> ''
-            AND (${NO_AGGREGATE} OR (${freeHead}))
-            AND c.id NOT IN (SELECT id FROM oldest)
-       ),
+                  LIMIT ${look})`)}),
        -- the turn: the next open (source, aggregate) after the cursor (NULL: the first), at most as
        -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
        -- reads the aggregate's head too: the head index's first entry past the previous aggregate

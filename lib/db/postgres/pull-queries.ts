@@ -137,6 +137,19 @@ export const pullClaimText = oncePerNames((names) => {
                    WHERE ${open('h')} AND h.aggregate_id = c.aggregate_id AND h.sequence < c.sequence)
                 -- and no row of the aggregate under a live lease
                 AND ${free('c', 'c.aggregate_id')}`;
+  // of a read of open rows (`rows`: a CTE's name or a subquery), the heads that can move: tested
+  // only on the first row of each aggregate there (the others have an earlier open row of their
+  // aggregate in the same snapshot), joined back by ctid
+  const headsAmong = (rows: string) => `
+       SELECT c.id, c.ctid, a.scheduled_at, a.created_at FROM (
+           SELECT f.ctid, f.scheduled_at, f.created_at, f.sequence, f.aggregate_id,
+                  min(f.sequence) OVER (PARTITION BY f.aggregate_id) AS first_of_aggregate
+             FROM ${rows} f) a
+         JOIN ${t} c ON c.ctid = a.ctid
+        WHERE a.aggregate_id > '' AND a.sequence = a.first_of_aggregate
+          AND ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')} AND (${noAggregate} OR (${freeHead}))
+          AND c.id NOT IN (SELECT id FROM oldest)
+     `;
   // the columns the turn reads of an aggregate's head (for alias `a`)
   const headColumns = (a: string) => `${a}.aggregate_id, ${a}.id, ${a}.ctid, ${a}.state, ${a}.attempt, ${a}.scheduled_at, ${a}.created_at, ${a}.lease_expires_at`;
   // a part of the turn: a recursive loose scan of the head index from the first open aggregate
@@ -195,35 +208,17 @@ export const pullClaimText = oncePerNames((names) => {
      -- tested only on the first row of each aggregate there: the others have an earlier open row
      -- of their aggregate in the same snapshot (a backlog behind a row in flight: one probe, not
      -- one per row)
-     ahead_heads AS (
-       SELECT c.id, c.ctid, a.scheduled_at, a.created_at FROM (
-           SELECT f.ctid, f.scheduled_at, f.created_at, f.sequence, f.aggregate_id,
-                  min(f.sequence) OVER (PARTITION BY f.aggregate_id) AS first_of_aggregate
-             FROM ahead f) a
-         JOIN ${t} c ON c.ctid = a.ctid
-        WHERE a.aggregate_id > '' AND a.sequence = a.first_of_aggregate
-          AND ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')} AND (${noAggregate} OR (${freeHead}))
-          AND c.id NOT IN (SELECT id FROM oldest)
-     ),
+     ahead_heads AS (${headsAmong('ahead')}),
      -- the rows due since the sweep's horizon (it reads them in its next round), their first
      -- look rows, of which the heads that can move: a new aggregate's row does not wait for the
      -- sweep to come round while the older open aggregates keep the window and the turn busy
-     fresh AS (
-       SELECT c.id, c.ctid, a.scheduled_at, a.created_at FROM (
-           SELECT f.ctid, f.scheduled_at, f.created_at, f.sequence, f.aggregate_id,
-                  min(f.sequence) OVER (PARTITION BY f.aggregate_id) AS first_of_aggregate
-             FROM (
+     fresh AS (${headsAmong(`(
                SELECT w.ctid, w.scheduled_at, w.created_at, w.id, w.sequence, w.aggregate_id FROM ${t} w
                 WHERE ${open('w')} AND ${claimPositionSetting('horizon', 'bigint')} IS NOT NULL
                   AND w.scheduled_at > ${horizon} AND w.scheduled_at <= pg_catalog.statement_timestamp()
                   AND ${room}
                 ORDER BY w.scheduled_at, w.created_at, w.id
-                LIMIT ${look}) f) a
-         JOIN ${t} c ON c.ctid = a.ctid
-        WHERE a.aggregate_id > '' AND a.sequence = a.first_of_aggregate
-          AND ${open('c')} AND c.attempt = 0 AND ${CLAIMABLE('c')} AND (${noAggregate} OR (${freeHead}))
-          AND c.id NOT IN (SELECT id FROM oldest)
-     ),
+                LIMIT ${look})`)}),
      -- the turn: the source's next open aggregates after the cursor (NULL: the first), at most as
      -- many as the sweep reads rows, one index probe each (a loose scan of the head index), which
      -- reads the aggregate's head too: the head index's first entry past the previous aggregate;
