@@ -32,7 +32,7 @@ async function claimText(ctx: PgContext, kind: Kind, limit: number): Promise<{ t
   const recorder = {
     query: async (q: string | { text: string; values: unknown[] }, v?: unknown[]) => {
       const [text, values] = typeof q === 'string' ? [q, v ?? []] : [q.text, q.values];
-      if (text.includes('claim_token = gen_random_uuid()')) captured = { text, values };
+      if (/claim_token = (pg_catalog\.)?gen_random_uuid\(\)/.test(text)) captured = { text, values };
       return { rows: [], rowCount: 0 };
     },
     release: () => {},

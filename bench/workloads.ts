@@ -49,11 +49,6 @@ export function workloads(sizes: Sizes): Workload[] {
   ];
 }
 
-/** True when the workload drains only the first part of a larger table. */
-export function isBacklog(w: Workload): boolean {
-  return w.seed > w.drain;
-}
-
 /** Parses `--sizes 20000,1000000,50000` (missing parts keep `base`). */
 export function parseSizes(text: string, base: Sizes): Sizes {
   const [messages, backlog, backlogDrain] = text.split(',').map((part) => (part.trim() === '' ? undefined : Number(part)));

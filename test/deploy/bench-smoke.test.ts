@@ -65,6 +65,33 @@ describe('npm run bench', () => {
     assert.match(stdout, /\| unkeyed \| 50 × 3 loops, in(, prepared)? \| [\d,]+ \| – \| – \| [\d,]+ \| [\d.]+ \| – \|/, 'the summary names the floor setting and QueueBox × floor');
   });
 
+  it('runs the backlogs --rounds times too, each on a table seeded anew, and reports their median', async () => {
+    const { code, stdout, stderr } = await runTsx(
+      ['bench/run.ts', '--cases', 'floor,queuebox', '--workloads', 'backlog', '--sizes', '200,1500,300', '--rounds', '2', '--warmup', '0', '--set', 'floor.batch=50'],
+      { ...process.env, DATABASE_URL: testDatabaseUrl() },
+    );
+    assert.equal(code, 0, stderr);
+    const lines = stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Line & { runs?: number[] });
+    assert.deepEqual(lines.map((l) => `${l.workload}/${l.case}`), ['backlog/floor', 'backlog/queuebox']);
+    for (const l of lines) {
+      assert.equal(l.messages, 300, `${l.case} drained the first 300 of the 1,500-row backlog`);
+      assert.equal(l.runs?.length, 2, `${l.case}: one rate per round: ${JSON.stringify(l.runs)}`);
+      assert.ok(l.runs!.includes(l.messagesPerSecond), `${l.case}: the reported run is one of its runs`);
+    }
+  });
+
+  it('bench:claim-plans explains the claim the driver sends', async () => {
+    const { code, stdout, stderr } = await runTsx(['bench/claim-plans.ts', '--rows', '500', '--keys', '0', '--in-flight', '0', '--limit', '10'], { ...process.env, DATABASE_URL: testDatabaseUrl() });
+    assert.equal(code, 0, stderr);
+    const line = JSON.parse(stdout.split('\n').find((l) => l.startsWith('{'))!) as { kind: string; claimed: number; buffers: number };
+    assert.equal(line.kind, 'outbox');
+    assert.equal(line.claimed, 10, stdout);
+    assert.ok(line.buffers > 0, stdout);
+  });
+
   it('bench:sweep reports the best of the floor settings it tried', async () => {
     const { code, stdout, stderr } = await runTsx(
       ['bench/sweep.ts', '--cases', 'floor', '--workloads', 'unkeyed', '--sizes', '300', '--batches', '50', '--loops', '1,2', '--confirm', '0', '--warmup', '0', '--dry-run'],
