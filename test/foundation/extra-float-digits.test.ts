@@ -4,7 +4,8 @@
  * reads is the exact one whatever the setting, as every time already is (`epochMs`): the backlog
  * age of `queuebox status` and of the passes' gauges (outbox and relay), the console's oldest
  * pending age, its claims' lease left and its blocked heads' due time, and the age of each
- * worker's last finished pass.
+ * worker's last finished pass. So is every time of an outbox claim's rows (`createdAt`,
+ * `leaseExpiresAt`).
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -144,6 +145,32 @@ describe('a database with extra_float_digits = -15', () => {
     assertWithin(head.dueInMs, retry, 'due in of a head waiting for its retry');
     const expired = await between(() => db.driver.outboxBlockedKeys(params), (clock) => stored.get('lost')!.lease - clock);
     assertWithin(expired.value.find((h) => h.key === 'lost')!.leaseLeftMs, expired, 'lease left of a blocked head whose lease ended');
+  });
+
+  it('an outbox claim reads its rows’ created time and lease end exactly: the window claim and the full claim', async () => {
+    // The driver sends the window claim first; once a window claim filled less than half its
+    // batch (the first here), it sends the full claim.
+    for (const [what, key] of [
+      ['window claim', null],
+      ['full claim', 'held'],
+    ] as const) {
+      await db.query(`TRUNCATE ${outbox()}`);
+      if (key !== null) {
+        await db.query(
+          `INSERT INTO ${outbox()} (topic, key, payload, state, claim_token, claimed_at, lease_expires_at, created_at, sequence)
+           VALUES ('digits', 'busy', '{}', 'processing', gen_random_uuid(), clock_timestamp(), clock_timestamp() + interval '1 hour', '${PAST.sql}', 1)`,
+        );
+      }
+      await db.query(`INSERT INTO ${outbox()} (topic, key, payload, created_at, sequence) VALUES ('digits', $1, '{}', '${PAST.sql}', 2)`, [key]);
+      const leaseMs = 86_400_250;
+      const { value, low, high } = await between(() => db.driver.outboxClaimMany({ limit: 10, leaseMs }), (clock) => clock + leaseMs);
+      assert.equal(value.length, 1, `${what}: the free row is claimed`);
+      const [row] = value;
+      assert.equal(row!.createdAt.getTime(), PAST.ms, `${what}: createdAt`);
+      assertWithin(row!.leaseExpiresAt.getTime(), { low, high }, `${what}: leaseExpiresAt`);
+      const [stored] = await db.query<{ ms: string }>(`SELECT floor(extract(epoch FROM lease_expires_at) * 1000)::bigint::text AS ms FROM ${outbox()} WHERE id = $1`, [row!.id]);
+      assert.equal(row!.leaseExpiresAt.getTime(), Number(stored!.ms), `${what}: leaseExpiresAt is the stored lease end, to the ms`);
+    }
   });
 
   it('the age of each worker’s last finished pass is exact', async () => {

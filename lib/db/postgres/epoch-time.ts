@@ -9,9 +9,8 @@
  * application's pool, and behind PgBouncer or RDS Proxy a session `SET` is not ours to keep. A
  * number means the same whatever the session's `DateStyle`, `TimeZone` or `IntervalStyle`, and
  * whatever type parsers the application installed for timestamps; `epochMs`'s whole numeric is
- * also untouched by `extra_float_digits`. (The outbox claim reads a float8 `date_part` instead:
- * its text is in its claim functions, which `migrate` installs; it holds the microsecond under the
- * default `extra_float_digits`.)
+ * also untouched by `extra_float_digits`. (The outbox claim reads whole microseconds, a bigint
+ * computed from a float8 `date_part`, cheaper per claimed row than a numeric: `claimedTime`.)
  */
 
 /** The latest and earliest time a JavaScript `Date` holds, in ms: ±100,000,000 days from 1970. */
@@ -19,7 +18,8 @@ export const DATE_LIMIT_MS = 8.64e15;
 
 /**
  * A time as the answer carries it: `epochMs`'s numeric arrives as text (a float8 on PostgreSQL 13,
- * whose `extract` gives one, as a number), the outbox claim's `date_part` float8 as a number.
+ * whose `extract` gives one, as a number); the outbox claim's microseconds, divided by 1,000, as a
+ * number with a fraction.
  */
 export type EpochMs = number | string;
 
@@ -50,9 +50,9 @@ export function spanSeconds(span: string): string {
  * A read time as a `Date` that can be shown (`toISOString`) and compared. `infinity` is the latest
  * time a `Date` holds (+275760-09-13), `-infinity` the earliest (-271821-04-20), and so is a time
  * past either (a `Date` cannot be infinite, nor reach PostgreSQL's latest year, 294276). A
- * fractional value (the outbox claim's float8 `date_part`, whose last digit can fall just below a
- * whole millisecond from 2038 on: 2147552167.127 s × 1000 is 2147552167126.9998) is first rounded
- * to the microsecond it stands for, then down to the millisecond, as `epochMs` is.
+ * fractional value (the outbox claim's microseconds / 1,000: the nearest double, which may fall
+ * just below the millisecond it is in) is first rounded to the microsecond it stands for, then down
+ * to the millisecond, as `epochMs` is.
  */
 export function epochTime(value: EpochMs): Date {
   const ms = Number(value);

@@ -22,7 +22,7 @@ import { pgOutboxInsertStatement } from './caller-statements.ts';
 import { parseStoredTraceContext } from '../../observability/trace-context.ts';
 import { randomUUID } from 'node:crypto';
 import { claimArrayParams } from './uuid-array.ts';
-import { epochTime } from './epoch-time.ts';
+import { DATE_LIMIT_MS, epochTime } from './epoch-time.ts';
 
 
 interface OutboxDbRow {
@@ -37,12 +37,12 @@ interface OutboxDbRow {
   sequence: string;
   replay_count: number;
   /**
-   * Epoch milliseconds (a float8 parses faster than a timestamptz, twice per claimed row, and
-   * reads the same in every DateStyle), to the microsecond the float holds: `epochTime`.
+   * Epoch microseconds, a bigint's text (`claimedTime`): the same in every DateStyle, and whole,
+   * so no `extra_float_digits` rounds it.
    */
-  created_ms: number;
+  created_us: string;
   claim_token: string;
-  lease_expires_ms: number;
+  lease_expires_us: string;
   trace_context: unknown;
 }
 
@@ -57,9 +57,9 @@ function toOutboxRow(r: OutboxDbRow): OutboxRow {
     maxAttempts: r.max_attempts,
     sequence: r.sequence,
     replayCount: r.replay_count,
-    createdAt: epochTime(r.created_ms),
+    createdAt: epochTime(Number(r.created_us) / 1000),
     claimToken: r.claim_token,
-    leaseExpiresAt: epochTime(r.lease_expires_ms),
+    leaseExpiresAt: epochTime(Number(r.lease_expires_us) / 1000),
     trace: parseStoredTraceContext(r.trace_context),
   });
 }
@@ -159,8 +159,8 @@ function retriedAndOldest(t: string, limit: number, firstOfKey = false): string 
 
 /** The result columns of both claim statements (`OutboxDbRow` and `window_rows`), for their functions. */
 const CLAIM_RESULT = `id uuid, topic varchar, key varchar, payload_text text, headers jsonb, attempt integer,
-    max_attempts integer, sequence bigint, replay_count integer, claim_token uuid, created_ms double precision,
-    lease_expires_ms double precision, trace_context jsonb, window_rows integer`;
+    max_attempts integer, sequence bigint, replay_count integer, claim_token uuid, created_us bigint,
+    lease_expires_us bigint, trace_context jsonb, window_rows integer`;
 
 /**
  * Returned with every claimed row: how many rows the claim's window gave (see `outboxClaimMany`),
@@ -210,8 +210,20 @@ function claimUpdateParts(t: string, limit: number, rowsPerKey: number): { ctes:
       WHERE o.id = ANY (ARRAY(${followers.claimed}))
   RETURNING o.id, o.topic, o.key, o.payload::text AS payload_text, o.headers, o.attempt, o.max_attempts, o.sequence,
             o.replay_count, o.claim_token,
-            date_part('epoch', o.created_at) * 1000 AS created_ms,
-            date_part('epoch', o.lease_expires_at) * 1000 AS lease_expires_ms, o.trace_context${windowRows(t, limit)}` };
+            ${claimedTime('o.created_at')} AS created_us,
+            ${claimedTime('o.lease_expires_at')} AS lease_expires_us, o.trace_context${windowRows(t, limit)}` };
+}
+
+/**
+ * SQL: the timestamptz `at` of a claimed row as whole microseconds since the epoch, a bigint:
+ * computed in float8 (`date_part`, cheaper than `epochMs`'s numeric, twice per claimed row), whose
+ * seconds hold the microsecond exactly up to year 2255, then rounded to the whole microsecond. A
+ * bigint's text is the same under any `extra_float_digits`: a float8 answer was not (at -15, set on
+ * a role or database, it kept one significant digit: a time in 2024 read as 2033). `infinity` and
+ * `-infinity` become the latest and earliest time a `Date` holds (`epochTime`).
+ */
+function claimedTime(at: string): string {
+  return `least(greatest(date_part('epoch', ${at}) * 1000000, ${-DATE_LIMIT_MS * 1000}), ${DATE_LIMIT_MS * 1000})::bigint`;
 }
 
 /**
@@ -406,7 +418,7 @@ function outboxClaimText(names: PgNames, limit: number, rowsPerKey: number): str
   UNION ALL
   -- nothing claimed: one row without an id, for the sweep position
   SELECT NULL::uuid, NULL::varchar, NULL::varchar, NULL::text, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
-         NULL::integer, NULL::uuid, NULL::double precision, NULL::double precision, NULL::jsonb,
+         NULL::integer, NULL::uuid, NULL::bigint, NULL::bigint, NULL::jsonb,
          (SELECT count(*) FROM oldest)::int, s.sweep_at_us, s.sweep_sequence, s.sweep_horizon_us, s.sweep_key, NULL::boolean
     FROM sweep_next s WHERE NOT EXISTS (SELECT 1 FROM claimed)`;
 }
