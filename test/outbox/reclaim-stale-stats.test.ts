@@ -1,14 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
-import { runRelayPass } from '../../lib/inbox/relay-pass.ts';
 import { withStatementBudget } from '../../lib/db/statement-budget.ts';
 import { createPullClient } from '../../lib/pull/pull-client.ts';
-import { createLogger } from '../../lib/observability/logger.ts';
-import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
-import { createDeadline } from '../../lib/runtime/deadline.ts';
-import { createInvocationContext } from '../../lib/runtime/invocation-context.ts';
 import type { TestDatabase } from '../helpers/database.ts';
+import { insertExpiredOutboxClaims, insertExpiredPushRows, relayPassOf, staleStatistics as staleStatisticsOf } from '../helpers/expired-claims.ts';
 import { passFixture, stateCounts, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
 
@@ -25,8 +21,7 @@ describe('expired leases on stale statistics', () => {
   let db: TestDatabase;
   withOutboxDatabase((d) => (db = d));
 
-  /** Autovacuum (and its ANALYZE) off for `table`, so that the statistics stay as they were before the backlog. */
-  const staleStatistics = (table: 'outbox' | 'inbox') => db.query(`ALTER TABLE "${db.schema}".${table} SET (autovacuum_enabled = false)`);
+  const staleStatistics = (table: 'outbox' | 'inbox') => staleStatisticsOf(db, table);
 
   /** The statistics of `table` were never taken: the planner knows nothing of the rows inserted. */
   async function assertNeverAnalyzed(table: 'outbox' | 'inbox'): Promise<void> {
@@ -37,16 +32,7 @@ describe('expired leases on stale statistics', () => {
     assert.equal(stats?.analyzed, false, `no ANALYZE of ${table}`);
   }
 
-  /** A pass of `timeoutMs`: its statements are bounded by its deadline. */
-  const relayPass = (timeoutMs: number) =>
-    runRelayPass({
-      config: db.config,
-      driver: db.driver,
-      logger: createLogger({ serviceName: 'queuebox', logLevel: 'SILENT' }),
-      metrics: new QueueBoxMetrics({ namespace: 'QueueBoxTest', serviceName: 'queuebox-test', write: () => {} }),
-      deadline: createDeadline(createInvocationContext({ timeoutMs }), 0),
-      mode: 'drain',
-    });
+  const relayPass = (timeoutMs: number) => relayPassOf(db, timeoutMs);
 
   for (const [claims, rowsPerClaim] of [
     [3000, 1],
@@ -54,12 +40,7 @@ describe('expired leases on stale statistics', () => {
   ] as const) {
     it(`outbox: one pass of 20 s reclaims ${claims} expired claims of ${rowsPerClaim} keyed row(s) each and sends them`, { timeout: 120_000 }, async () => {
       await staleStatistics('outbox');
-      await db.query(
-        `INSERT INTO "${db.schema}".outbox (topic, key, payload, state, claim_token, lease_expires_at, claimed_at, key_first, sequence)
-         SELECT 'orders', 'k' || g, '{}', 'processing', md5('t' || g)::uuid, now() - interval '1 minute', now() - interval '2 minutes', r = 1, g * $2 + r
-           FROM generate_series(1, $1::int) g CROSS JOIN generate_series(1, $2::int) r`,
-        [claims, rowsPerClaim],
-      );
+      await insertExpiredOutboxClaims(db, claims, rowsPerClaim);
       await assertNeverAnalyzed('outbox');
       const destination = new RecordingDestination();
       const summary = await runOutboxPass(passFixture(db, { destinations: [destination], mode: 'drain', timeoutMs: 20_000 }));
@@ -76,11 +57,7 @@ describe('expired leases on stale statistics', () => {
   it('relay: one pass of 20 s reclaims 3000 expired push rows of as many aggregates and forwards them', { timeout: 120_000 }, async () => {
     await db.query(`DELETE FROM "${db.schema}".inbox`);
     await staleStatistics('inbox');
-    await db.query(
-      `INSERT INTO "${db.schema}".inbox (source, idempotency_key, aggregate_id, event_type, payload, consumption, state, claim_token, lease_expires_at, claimed_at)
-       SELECT 'shop', 'i' || g, 'a' || g, 'created', '{}', 'push', 'processing', gen_random_uuid(), now() - interval '1 minute', now() - interval '2 minutes'
-         FROM generate_series(1, 3000) g`,
-    );
+    await insertExpiredPushRows(db, 3000);
     await assertNeverAnalyzed('inbox');
     const summary = await relayPass(20_000);
     assert.deepEqual([summary.reclaimed, summary.forwarded], [3000, 3000]);
