@@ -48,7 +48,7 @@ function card(ctx: ConsoleContext, kind: TableKind, s: ConsoleStateCounts): Safe
 <table><thead><tr><th>state</th><th class="num">rows</th></tr></thead><tbody>
 ${Object.entries(s.counts).map(([name, n]) => html`<tr data-state="${name}"><td>${state(name)}</td><td class="num">${count(n, cap)}</td></tr>`)}
 </tbody></table>
-<p>Oldest due pending row: <strong data-oldest>${duration(s.oldestPendingAgeSeconds * 1000)}</strong>${kind === 'inbox' ? ' (push rows)' : ''}</p>
+<p>Oldest due pending row: <strong data-oldest>${duration(s.oldestPendingAgeSeconds * 1000)}</strong></p>
 <table><thead><tr><th>finished</th><th class="num">last minute</th><th class="num">per second (last minute)</th><th class="num">last hour</th></tr></thead><tbody>
 ${finished.map(
   (name) => html`<tr data-finished="${name}"><td>${state(name)}</td><td class="num">${count(s.finishedLastMinute[name]!, cap)}</td>

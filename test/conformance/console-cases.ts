@@ -52,6 +52,29 @@ export function defineConsoleCases(define: DefineCase): void {
     assert.deepEqual(stats.finishedLastHour, { processed: 0, dead: 1 });
   });
 
+  define('inboxStatsByState ages the oldest due pending row, push or pull, of any source', async (t) => {
+    const ageOf = async () => (await t.driver.inboxStatsByState({ countCap: 100 })).oldestPendingAgeSeconds;
+    const [push] = await receiveRows(t, [{ idempotencyKey: 'push' }]);
+    await t.setTime('inbox', push!, 'scheduled_at', -30_000);
+    const pushAge = await ageOf();
+    assert.ok(pushAge >= 29 && pushAge < 60, `push only: ${pushAge}`);
+    // Pull rows of two sources: the second source's first row waited longest; its second is not due.
+    const [, waiting, later] = await receiveRows(t, [
+      { idempotencyKey: 'pa', consumption: 'pull', source: 'alpha' },
+      { idempotencyKey: 'pb', consumption: 'pull', source: 'beta' },
+      { idempotencyKey: 'pc', consumption: 'pull', source: 'beta' },
+    ]);
+    await t.setTime('inbox', waiting!, 'scheduled_at', -90_000);
+    await t.setTime('inbox', later!, 'scheduled_at', 600_000);
+    const pullAge = await ageOf();
+    assert.ok(pullAge >= 89 && pullAge < 120, `a pull row waited longest: ${pullAge}`);
+    // In a handler, the row is no longer pending: the age is the push row's again.
+    const [claimed] = await t.driver.pullClaimMany({ source: 'beta', limit: 1, leaseMs: LEASE });
+    assert.equal(claimed?.id, waiting);
+    const afterClaim = await ageOf();
+    assert.ok(afterClaim >= 29 && afterClaim < 60, `the pull row claimed: ${afterClaim}`);
+  });
+
   define('outboxClaimsInFlight lists processing rows by lease expiry with the lease left on the database clock', async (t) => {
     await enqueueRows(t, [{ topic: 'a', key: 'k1', payload: {} }, { topic: 'b', key: 'k2', payload: {} }]);
     const rows = await claimOutbox(t);

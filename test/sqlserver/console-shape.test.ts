@@ -64,6 +64,17 @@ describe('SQL Server console read shapes', () => {
     assert.match(stats, /SYSUTCDATETIME\(\)/);
   });
 
+  it('ages the inbox by the earlier of its push rows and its pull rows, the pull rows source by source through their open index', () => {
+    const text = statements()['inbox stats by state']!.text;
+    assert.match(text, /DECLARE @v_oldest DATETIME2\(7\) = \(SELECT MIN\(scheduled_at\) FROM \[dbo\]\.\[inbox\] WHERE state = N'pending' AND consumption = N'push' AND scheduled_at <= @v_now\);/);
+    assert.match(text, /WHILE @v_pull_source IS NOT NULL/);
+    assert.match(text, /SET @v_pull_due = \(SELECT MIN\(scheduled_at\) FROM \[dbo\]\.\[inbox\] WHERE source = @v_pull_source AND state IN \(N'pending', N'processing'\) AND consumption = N'pull' AND state = N'pending' AND scheduled_at <= @v_now\);/, 'one source, through the open pull index');
+    assert.match(text, /SET @v_pull_source = \(SELECT MIN\(source\) FROM \[dbo\]\.\[inbox\] WHERE state IN \(N'pending', N'processing'\) AND consumption = N'pull' AND source > @v_pull_source\);/, 'then the next source');
+    assert.match(text, /IF @v_pull_oldest < @v_oldest OR @v_oldest IS NULL SET @v_oldest = @v_pull_oldest;/);
+    assert.match(text, /DATEDIFF_BIG\(millisecond, @v_oldest, @v_now\) AS oldest_ms/);
+    assert.doesNotMatch(statements()['outbox stats by state']!.text, /pull/, 'the outbox has no pull rows');
+  });
+
   it('checks that a blocked row is the head of its key, and counts the rows behind it up to the cap', () => {
     const text = statements()['outbox blocked keys']!.text;
     assert.match(text, /NOT EXISTS \(SELECT 1 FROM \[dbo\]\.\[outbox\] e WHERE e\.\[key\] = r\.\[key\] AND e\.state IN \(N'pending', N'processing'\)\s+AND e\.\[sequence\] < r\.\[sequence\]\)/);

@@ -11,7 +11,7 @@ import { deadGroupQuery } from '../dead-groups.ts';
 import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
-import { oldestDueFromSql } from './table-reads.ts';
+import { oldestDueFromSql, oldestPullDueFromSql } from './table-reads.ts';
 import { DATE_LIMIT_MS, epochMs, epochTime, epochTimeOrNull, spanSeconds, type EpochMs } from './epoch-time.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -68,7 +68,9 @@ export async function outboxStatsByState(ctx: PgContext, p: { countCap: number }
 
 /**
  * Inbox: as the outbox. The inbox indexes its finished rows by `created_at`, so the throughput
- * counts rows received within the last two hours that finished within the window.
+ * counts rows received within the last two hours that finished within the window. The oldest due
+ * pending row is the earlier of the push rows' (two probes of the relay's pending index) and the
+ * pull rows' (`oldestPullDueFromSql`: two probes per source with open pull rows).
  */
 export async function inboxStatsByState(ctx: PgContext, p: { countCap: number }): Promise<ConsoleStateCounts> {
   const t = ctx.names.inbox;
@@ -82,7 +84,7 @@ export async function inboxStatsByState(ctx: PgContext, p: { countCap: number })
             ${capped(t, `state = 'processing'`)} AS processing,
             ${capped(t, `state = 'processed'`)} AS processed,
             ${capped(t, `state = 'dead'`)} AS dead,
-            ${AGE(`clock_timestamp() - ${oldestDueFromSql(t, `consumption = 'push'`)}`)} AS oldest,
+            ${AGE(`clock_timestamp() - LEAST(${oldestDueFromSql(t, `consumption = 'push'`)}, ${oldestPullDueFromSql(t)})`)} AS oldest,
             ${since('processed', '1 hour')} AS h_processed, ${since('dead', '1 hour')} AS h_dead,
             ${since('processed', '1 minute')} AS m_processed, ${since('dead', '1 minute')} AS m_dead`,
     [p.countCap],

@@ -47,6 +47,29 @@ export function oldestDueFromSql(table: string, condition = 'TRUE'): string {
 }
 
 /**
+ * SQL: as `oldestDueFromSql`, for the inbox's pull rows, whose open rows are indexed per source
+ * (`…_pull_open_idx`: source, scheduled_at, created_at, id): a loose scan of the sources with open
+ * pull rows (one probe per source, not a read of every row), then per source its first finite
+ * pending `scheduled_at` and its first `-infinity` one (the earliest written, by `created_at`), of
+ * which the earliest counts. The rows in flight of a source sit in the same index: its probe steps
+ * over them, as many as the source has in handlers. NULL when no pull row is pending.
+ */
+export function oldestPullDueFromSql(table: string): string {
+  const open = (alias: string) => `${alias}.state IN ('pending', 'processing') AND ${alias}.consumption = 'pull'`;
+  const pending = `p.source = s.source AND ${open('p')} AND p.state = 'pending'`;
+  return `(WITH RECURSIVE pull_sources AS (
+              (SELECT f.source FROM ${table} f WHERE ${open('f')} ORDER BY f.source LIMIT 1)
+              UNION ALL
+              SELECT (SELECT n.source FROM ${table} n WHERE ${open('n')} AND n.source > s.source ORDER BY n.source LIMIT 1)
+                FROM pull_sources s WHERE s.source IS NOT NULL)
+            SELECT min(LEAST(
+                     (SELECT min(p.scheduled_at) FROM ${table} p WHERE ${pending} AND p.scheduled_at > '-infinity' AND p.scheduled_at < 'infinity'),
+                     (SELECT ${INFINITE_PAST_DUE_FROM.replaceAll('created_at', 'p.created_at')} FROM ${table} p
+                       WHERE ${pending} AND p.scheduled_at = '-infinity' ORDER BY p.created_at, p.id LIMIT 1)))
+              FROM pull_sources s WHERE s.source IS NOT NULL)`;
+}
+
+/**
  * Rows per state (every state in `states` present, 0 when empty) and the age in seconds of the
  * oldest due `pending` row among those counted: every pending row (`queuebox status`: the inbox's
  * push and pull rows alike, as its pending count). With `pendingOnly` (the backlog gauge of a

@@ -21,6 +21,27 @@ const within = (column: string, unit: 'hour' | 'minute') => `${column} > DATEADD
 type Counts = Record<string, number | string | null>;
 const toCounts = (row: Counts, names: readonly string[], prefix = '') => Object.fromEntries(names.map((s) => [s, Number(row[`${prefix}${s}`] ?? 0)]));
 
+/**
+ * T-SQL setting `@v_pull_oldest` to the earliest `scheduled_at` of the due pending pull rows of the
+ * inbox `t` (NULL when none): their open rows are indexed per source (`…_pull_open_idx`), so the
+ * sources with open pull rows are visited one after another, each by one seek for the next source
+ * and one for its earliest pending row (it steps over the source's rows in flight), not by a read
+ * of every open row. A source is visited once per value its collation tells apart; its probe reads
+ * the rows of every spelling that collation takes as equal.
+ */
+function pullOldest(t: string): string {
+  const open = `state IN (N'pending', N'processing') AND consumption = N'pull'`;
+  return `DECLARE @v_pull_oldest DATETIME2(7);
+DECLARE @v_pull_due DATETIME2(7);
+DECLARE @v_pull_source NVARCHAR(255) = (SELECT MIN(source) FROM ${t} WHERE ${open});
+WHILE @v_pull_source IS NOT NULL
+BEGIN
+  SET @v_pull_due = (SELECT MIN(scheduled_at) FROM ${t} WHERE source = @v_pull_source AND ${open} AND state = N'pending' AND scheduled_at <= @v_now);
+  IF @v_pull_due < @v_pull_oldest OR @v_pull_oldest IS NULL SET @v_pull_oldest = @v_pull_due;
+  SET @v_pull_source = (SELECT MIN(source) FROM ${t} WHERE ${open} AND source > @v_pull_source);
+END;`;
+}
+
 /** Capped counts per state, oldest due pending age (ms), finished rows in the last hour and minute. */
 export function buildStatsByState(names: MssqlNames, table: 'outbox' | 'inbox', cap: number): MssqlStatement {
   const t = names[table];
@@ -34,12 +55,19 @@ export function buildStatsByState(names: MssqlNames, table: 'outbox' | 'inbox', 
     : `(SELECT COUNT(*) FROM (SELECT TOP (@p_cap) x FROM (
          SELECT x FROM (SELECT TOP (@p_cap) 1 AS x FROM ${t} WHERE state = N'pending' AND consumption = N'push') a
          UNION ALL SELECT x FROM (SELECT TOP (@p_cap) 1 AS x FROM ${t} WHERE state = N'pending' AND consumption = N'pull') b) u) c)`;
+  // The oldest due pending row: the outbox's, or the earlier of the inbox's push rows' (their
+  // pending index) and its pull rows' (`pullOldest`: a loose scan of the sources).
+  const due = `(SELECT MIN(scheduled_at) FROM ${t} WHERE state = N'pending'${outbox ? '' : ` AND consumption = N'push'`} AND scheduled_at <= @v_now)`;
+  const oldest = outbox ? due : '@v_oldest';
+  const inboxOldest = `
+${pullOldest(t)}
+DECLARE @v_oldest DATETIME2(7) = ${due};
+IF @v_pull_oldest < @v_oldest OR @v_oldest IS NULL SET @v_oldest = @v_pull_oldest;`;
   return {
-    text: `${NOW}
+    text: `${NOW}${outbox ? '' : inboxOldest}
 SELECT ${pending} AS pending, ${capped(t, `state = N'processing'`)} AS processing,
        ${capped(t, `state = N'${finished}'`)} AS ${finished}, ${capped(t, `state = N'dead'`)} AS dead,
-       (SELECT DATEDIFF_BIG(millisecond, MIN(scheduled_at), @v_now) FROM ${t}
-         WHERE state = N'pending'${outbox ? '' : ` AND consumption = N'push'`} AND scheduled_at <= @v_now) AS oldest_ms,
+       DATEDIFF_BIG(millisecond, ${oldest}, @v_now) AS oldest_ms,
        ${recent(finished, 'hour')} AS h_${finished}, ${recent('dead', 'hour')} AS h_dead,
        ${recent(finished, 'minute')} AS m_${finished}, ${recent('dead', 'minute')} AS m_dead;`,
     params: [param('p_cap', mssql().Int, cap)],
