@@ -216,11 +216,14 @@ function claimUpdateParts(t: string, limit: number, rowsPerKey: number): { ctes:
 
 /**
  * SQL: the timestamptz `at` of a claimed row as whole microseconds since the epoch, a bigint:
- * computed in float8 (`date_part`, cheaper than `epochMs`'s numeric, twice per claimed row), whose
- * seconds hold the microsecond exactly up to year 2255, then rounded to the whole microsecond. A
- * bigint's text is the same under any `extra_float_digits`: a float8 answer was not (at -15, set on
- * a role or database, it kept one significant digit: a time in 2024 read as 2033). `infinity` and
- * `-infinity` become the latest and earliest time a `Date` holds (`epochTime`).
+ * computed in float8 (`date_part`, cheaper than `epochMs`'s numeric, twice per claimed row), then
+ * rounded to the whole microsecond. Exact from 1833-11-24 to 2106-02-07 (within 2^32 s of 1970,
+ * where the float8 seconds hold every microsecond); outside that range a time can read 1 µs off, and
+ * so 1 ms at a millisecond's edge, as the float8 milliseconds read before. A claim meets such a
+ * time only in a row written by hand: `created_at` is the insert's `now()`, and a lease ends within
+ * days. A bigint's text is the same under any `extra_float_digits`: a float8 answer was not (at
+ * -15, set on a role or database, it kept one significant digit: a time in 2024 read as 2033).
+ * `infinity` and `-infinity` become the latest and earliest time a `Date` holds (`epochTime`).
  */
 function claimedTime(at: string): string {
   return `least(greatest(date_part('epoch', ${at}) * 1000000, ${-DATE_LIMIT_MS * 1000}), ${DATE_LIMIT_MS * 1000})::bigint`;
