@@ -10,6 +10,7 @@ import { buildBlockedHeads, buildClaimsInFlight, buildDeadGroups, buildDeadSearc
 import type { MssqlRunner, MssqlStatement } from '../../lib/db/sqlserver/mssql-pool.ts';
 import { names, SENTINELS } from './statement-shapes.ts';
 import { loadMssql } from '../../lib/db/sqlserver/mssql-module.ts';
+import { PULL_AGE_SOURCE_LIMIT } from '../../lib/db/driver.ts';
 
 // The SQL Server modules reach `mssql` through mssql(); QueueBox loads it in importOptional, tests here.
 await loadMssql();
@@ -67,7 +68,8 @@ describe('SQL Server console read shapes', () => {
   it('ages the inbox by the earlier of its push rows and its pull rows, the pull rows source by source through their open index', () => {
     const text = statements()['inbox stats by state']!.text;
     assert.match(text, /DECLARE @v_oldest DATETIME2\(7\) = \(SELECT MIN\(scheduled_at\) FROM \[dbo\]\.\[inbox\] WHERE state = N'pending' AND consumption = N'push' AND scheduled_at <= @v_now\);/);
-    assert.match(text, /WHILE @v_pull_source IS NOT NULL/);
+    assert.match(text, new RegExp(`WHILE @v_pull_source IS NOT NULL AND @v_pull_sources < ${PULL_AGE_SOURCE_LIMIT}\\b`), 'at most the first sources, by name');
+    assert.match(text, /SET @v_pull_sources = @v_pull_sources \+ 1;/);
     assert.match(text, /SET @v_pull_due = \(SELECT MIN\(scheduled_at\) FROM \[dbo\]\.\[inbox\] WHERE source = @v_pull_source AND state IN \(N'pending', N'processing'\) AND consumption = N'pull' AND state = N'pending' AND scheduled_at <= @v_now\);/, 'one source, through the open pull index');
     assert.match(text, /SET @v_pull_source = \(SELECT MIN\(source\) FROM \[dbo\]\.\[inbox\] WHERE state IN \(N'pending', N'processing'\) AND consumption = N'pull' AND source > @v_pull_source\);/, 'then the next source');
     assert.match(text, /IF @v_pull_oldest < @v_oldest OR @v_oldest IS NULL SET @v_oldest = @v_pull_oldest;/);

@@ -9,9 +9,12 @@
  * from an infinite `scheduled_at`: a row at `infinity` is never due and has no age; a row at
  * `-infinity` is due since forever and is aged from when it was written (`INFINITE_PAST_DUE_FROM`).
  */
-import type { DeadRowSummary, StatsScope, TableStats } from '../driver.ts';
+import { PULL_AGE_SOURCE_LIMIT, type DeadRowSummary, type StatsScope, type TableStats } from '../driver.ts';
 import { pgQuery, pgSimpleQuery, type PgQueryable } from './pg-pool.ts';
 import { epochMs, epochTime, spanSeconds, type EpochMs } from './epoch-time.ts';
+
+/** The earliest time a timestamptz holds: how long a row waited when no time of it is finite. */
+const EARLIEST_TIME = `'4714-11-24 00:00:00+00 BC'::timestamptz`;
 
 /**
  * SQL: when a row scheduled at `-infinity` counts as due from, for the backlog age: when it was
@@ -21,7 +24,7 @@ import { epochMs, epochTime, spanSeconds, type EpochMs } from './epoch-time.ts';
  * earliest time a timestamptz holds: how long the row waited is unknown, so it is aged as the
  * longest wait there can be, a finite one.
  */
-const INFINITE_PAST_DUE_FROM = `CASE WHEN isfinite(created_at) THEN created_at ELSE '4714-11-24 00:00:00+00 BC'::timestamptz END`;
+const INFINITE_PAST_DUE_FROM = `CASE WHEN isfinite(created_at) THEN created_at ELSE ${EARLIEST_TIME} END`;
 
 /**
  * SQL: when a pending row counts as due from, for its age (`scheduled_at`, or
@@ -49,23 +52,27 @@ export function oldestDueFromSql(table: string, condition = 'TRUE'): string {
 /**
  * SQL: as `oldestDueFromSql`, for the inbox's pull rows, whose open rows are indexed per source
  * (`…_pull_open_idx`: source, scheduled_at, created_at, id): a loose scan of the sources with open
- * pull rows (one probe per source, not a read of every row), then per source its first finite
- * pending `scheduled_at` and its first `-infinity` one (the earliest written, by `created_at`), of
- * which the earliest counts. The rows in flight of a source sit in the same index: its probe steps
- * over them, as many as the source has in handlers. NULL when no pull row is pending.
+ * pull rows (one probe per source, not a read of every row; at most `PULL_AGE_SOURCE_LIMIT`), then
+ * per source its first finite pending `scheduled_at` and, at `-infinity`, its earliest written row
+ * (by `created_at`; one written at an infinite `created_at` counts as `INFINITE_PAST_DUE_FROM`
+ * makes it: written at the earliest time), of which the earliest counts. The rows in flight of a
+ * source sit in the same index: its probe steps over them, as many as the source has in handlers
+ * (the pull claim steps over them too). NULL when no pull row is pending.
  */
 export function oldestPullDueFromSql(table: string): string {
   const open = (alias: string) => `${alias}.state IN ('pending', 'processing') AND ${alias}.consumption = 'pull'`;
   const pending = `p.source = s.source AND ${open('p')} AND p.state = 'pending'`;
   return `(WITH RECURSIVE pull_sources AS (
-              (SELECT f.source FROM ${table} f WHERE ${open('f')} ORDER BY f.source LIMIT 1)
+              (SELECT f.source, 1 AS n FROM ${table} f WHERE ${open('f')} ORDER BY f.source LIMIT 1)
               UNION ALL
-              SELECT (SELECT n.source FROM ${table} n WHERE ${open('n')} AND n.source > s.source ORDER BY n.source LIMIT 1)
-                FROM pull_sources s WHERE s.source IS NOT NULL)
+              SELECT (SELECT n.source FROM ${table} n WHERE ${open('n')} AND n.source > s.source ORDER BY n.source LIMIT 1), s.n + 1
+                FROM pull_sources s WHERE s.source IS NOT NULL AND s.n < ${PULL_AGE_SOURCE_LIMIT})
             SELECT min(LEAST(
                      (SELECT min(p.scheduled_at) FROM ${table} p WHERE ${pending} AND p.scheduled_at > '-infinity' AND p.scheduled_at < 'infinity'),
                      (SELECT ${INFINITE_PAST_DUE_FROM.replaceAll('created_at', 'p.created_at')} FROM ${table} p
-                       WHERE ${pending} AND p.scheduled_at = '-infinity' ORDER BY p.created_at, p.id LIMIT 1)))
+                       WHERE ${pending} AND p.scheduled_at = '-infinity' ORDER BY p.created_at, p.id LIMIT 1),
+                     (SELECT ${EARLIEST_TIME} FROM ${table} p
+                       WHERE ${pending} AND p.scheduled_at = '-infinity' AND p.created_at = 'infinity' LIMIT 1)))
               FROM pull_sources s WHERE s.source IS NOT NULL)`;
 }
 

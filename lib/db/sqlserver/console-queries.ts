@@ -8,7 +8,7 @@
  */
 import { mssql } from './mssql-module.ts';
 import { deadGroupQuery } from '../dead-groups.ts';
-import type { ConsoleBlockedHead, ConsoleClaim, ConsoleDeadGroupQuery, ConsoleDeadGroups, ConsoleDeadPage, ConsoleDeadQuery, ConsoleRow, ConsoleStateCounts } from '../driver.ts';
+import { PULL_AGE_SOURCE_LIMIT, type ConsoleBlockedHead, type ConsoleClaim, type ConsoleDeadGroupQuery, type ConsoleDeadGroups, type ConsoleDeadPage, type ConsoleDeadQuery, type ConsoleRow, type ConsoleStateCounts } from '../driver.ts';
 import { lowerUuid, param, runStatement, type MssqlRunner, type MssqlStatement } from './mssql-pool.ts';
 import { KEY_COLLATION } from './migration-ddl.ts';
 import type { MssqlNames } from './names.ts';
@@ -26,18 +26,21 @@ const toCounts = (row: Counts, names: readonly string[], prefix = '') => Object.
  * inbox `t` (NULL when none): their open rows are indexed per source (`…_pull_open_idx`), so the
  * sources with open pull rows are visited one after another, each by one seek for the next source
  * and one for its earliest pending row (it steps over the source's rows in flight), not by a read
- * of every open row. A source is visited once per value its collation tells apart; its probe reads
- * the rows of every spelling that collation takes as equal.
+ * of every open row; at most `PULL_AGE_SOURCE_LIMIT`, the first by name. A source is visited once
+ * per value its collation tells apart; its probe reads the rows of every spelling that collation
+ * takes as equal.
  */
 function pullOldest(t: string): string {
   const open = `state IN (N'pending', N'processing') AND consumption = N'pull'`;
   return `DECLARE @v_pull_oldest DATETIME2(7);
 DECLARE @v_pull_due DATETIME2(7);
+DECLARE @v_pull_sources INT = 0;
 DECLARE @v_pull_source NVARCHAR(255) = (SELECT MIN(source) FROM ${t} WHERE ${open});
-WHILE @v_pull_source IS NOT NULL
+WHILE @v_pull_source IS NOT NULL AND @v_pull_sources < ${PULL_AGE_SOURCE_LIMIT}
 BEGIN
   SET @v_pull_due = (SELECT MIN(scheduled_at) FROM ${t} WHERE source = @v_pull_source AND ${open} AND state = N'pending' AND scheduled_at <= @v_now);
   IF @v_pull_due < @v_pull_oldest OR @v_pull_oldest IS NULL SET @v_pull_oldest = @v_pull_due;
+  SET @v_pull_sources = @v_pull_sources + 1;
   SET @v_pull_source = (SELECT MIN(source) FROM ${t} WHERE ${open} AND source > @v_pull_source);
 END;`;
 }
