@@ -106,7 +106,8 @@ async function main(): Promise<void> {
     };
     if (values.function) for (let i = 0; i < 7; i++) await explain();
     const plan = await explain();
-    const claimed = Number(/rows=(\d+) loops/.exec(plan[0]!)?.[1] ?? 0);
+    // PostgreSQL 18 writes the rows with two decimals (`rows=10.00`), earlier versions as a whole number.
+    const claimed = Math.round(Number(/rows=([\d.]+) loops/.exec(plan[0]!)?.[1] ?? 0));
     const buffers = /shared hit=(\d+)(?: read=(\d+))?/.exec(plan.find((l) => l.includes('Buffers:')) ?? '');
     const total = buffers ? Number(buffers[1]) + Number(buffers[2] ?? 0) : 0;
     process.stdout.write(

@@ -113,7 +113,7 @@ async function explain(client: pg.Client, sql: string): Promise<{ ms: number; bu
     const ms = Number(/Execution Time: ([\d.]+)/.exec(plan)?.[1] ?? NaN);
     const top = /Buffers: shared hit=(\d+)(?: read=(\d+))?/.exec(plan);
     const buffers = top ? Number(top[1]) + Number(top[2] ?? 0) : NaN;
-    const returned = Number(/Update on .*?\(actual time=[\d.]+\.\.[\d.]+ rows=(\d+)/.exec(plan)?.[1] ?? NaN);
+    const returned = Math.round(Number(/Update on .*?\(actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+)/.exec(plan)?.[1] ?? NaN));
     return { ms, buffers, rows: returned, plan };
   } finally {
     await client.query('ROLLBACK');
