@@ -511,7 +511,6 @@ export interface Driver extends ConsoleReads {
 
 // ---- operator console (read-only, each statement bounded: see docs/console.md) ----
 
-/** Per-state counts (each capped at `countCap`), the backlog's age and recent throughput of one table. */
 /**
  * The most inbox sources with open pull rows the console's oldest pending age looks at (the first
  * by name): each costs a few index probes (about 25 µs on PostgreSQL), so the read stays within
@@ -520,6 +519,7 @@ export interface Driver extends ConsoleReads {
  */
 export const PULL_AGE_SOURCE_LIMIT = 1000;
 
+/** Per-state counts (each capped at `countCap`), the backlog's age and recent throughput of one table. */
 export interface ConsoleStateCounts {
   /** Rows per state; a value equal to `countCap` means "at least that many". */
   counts: Record<string, number>;

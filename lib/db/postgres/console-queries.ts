@@ -70,7 +70,7 @@ export async function outboxStatsByState(ctx: PgContext, p: { countCap: number }
  * Inbox: as the outbox. The inbox indexes its finished rows by `created_at`, so the throughput
  * counts rows received within the last two hours that finished within the window. The oldest due
  * pending row is the earlier of the push rows' (two probes of the relay's pending index) and the
- * pull rows' (`oldestPullDueFromSql`: two probes per source with open pull rows).
+ * pull rows' (`oldestPullDueFromSql`: a few probes per source with open pull rows).
  */
 export async function inboxStatsByState(ctx: PgContext, p: { countCap: number }): Promise<ConsoleStateCounts> {
   const t = ctx.names.inbox;

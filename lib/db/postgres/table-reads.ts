@@ -24,7 +24,8 @@ const EARLIEST_TIME = `'4714-11-24 00:00:00+00 BC'::timestamptz`;
  * earliest time a timestamptz holds: how long the row waited is unknown, so it is aged as the
  * longest wait there can be, a finite one.
  */
-const INFINITE_PAST_DUE_FROM = `CASE WHEN isfinite(created_at) THEN created_at ELSE ${EARLIEST_TIME} END`;
+const infinitePastDueFrom = (createdAt: string) => `CASE WHEN isfinite(${createdAt}) THEN ${createdAt} ELSE ${EARLIEST_TIME} END`;
+const INFINITE_PAST_DUE_FROM = infinitePastDueFrom('created_at');
 
 /**
  * SQL: when a pending row counts as due from, for its age (`scheduled_at`, or
@@ -69,7 +70,7 @@ export function oldestPullDueFromSql(table: string): string {
                 FROM pull_sources s WHERE s.source IS NOT NULL AND s.n < ${PULL_AGE_SOURCE_LIMIT})
             SELECT min(LEAST(
                      (SELECT min(p.scheduled_at) FROM ${table} p WHERE ${pending} AND p.scheduled_at > '-infinity' AND p.scheduled_at < 'infinity'),
-                     (SELECT ${INFINITE_PAST_DUE_FROM.replaceAll('created_at', 'p.created_at')} FROM ${table} p
+                     (SELECT ${infinitePastDueFrom('p.created_at')} FROM ${table} p
                        WHERE ${pending} AND p.scheduled_at = '-infinity' ORDER BY p.created_at, p.id LIMIT 1),
                      (SELECT ${EARLIEST_TIME} FROM ${table} p
                        WHERE ${pending} AND p.scheduled_at = '-infinity' AND p.created_at = 'infinity' LIMIT 1)))
