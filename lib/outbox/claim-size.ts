@@ -174,7 +174,7 @@ export function claimTimed(memory: ClaimMemory, ms: number): void {
  * sent while a batch is in flight overlaps it. That pays while the batch waits on its destination
  * (or on a lock), and costs when the destination answered at once: the batch is then in its sent
  * mark, a statement on the same database as the claim, and on a database that is the bottleneck
- * the two only slow each other down (docs/performance.md: one batch at a time against two, with a
+ * the two only slow each other down (docs/performance-history.md, "A claim waits for a batch that is only settling", with a
  * destination that answers at once). A batch still out after a claim's time is waiting on
  * something other than the database's claim, and the claim overlaps that wait.
  */

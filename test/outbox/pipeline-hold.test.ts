@@ -3,7 +3,7 @@
  * for as long as a claim takes (`pipelineHoldMs`): the overlap then hides a destination's (or a
  * lock's) wait. With a destination that answers at once, the batch is in its sent mark by then, and
  * a claim sent alongside it only competes with it for the database — so the pass waits for the
- * batch instead. Measured in docs/performance.md (one batch at a time against two).
+ * batch instead. Measured in docs/performance-history.md ("A claim waits for a batch that is only settling").
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';

@@ -4,7 +4,7 @@
  * array with `array_recv` (16 bytes per element) instead of parsing an array literal, and the
  * statement carries 20 bytes per uuid instead of 39 characters: the sent mark of a 1,000-row batch
  * writes 40 KB instead of 78 KB, and `pg` escapes and quotes no element. Measured in
- * docs/performance.md ("Binary uuid arrays").
+ * docs/performance-history.md ("Since this run: the sent mark's arrays in binary").
  *
  * Only ids in the 36-character form (`8-4-4-4-12` hexadecimal digits, either case: what every id
  * and token read from the database is) are encoded; for anything else the ids go as they are, in
