@@ -88,7 +88,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'inbox.sources.<name>.eventTypePath': 'JSONPath of the event type.',
   'inbox.sources.<name>.aggregateIdPath': 'JSONPath of the aggregate id (ordering unit of the relay and of pull workers: an aggregate\'s rows move one at a time, in receive order). Without it rows have no aggregate: they are forwarded without an outbox key and delivered in parallel; an `sqs` source on a FIFO queue (`queueName` ending in `.fifo`) needs it to keep its message groups\' order, since the record\'s `MessageGroupId` is not read.',
   'inbox.sources.<name>.correlationIdPath': 'JSONPath of the correlation id.',
-  'inbox.sources.<name>.delayPath': 'JSONPath of a delay in milliseconds before the row becomes due.',
+  'inbox.sources.<name>.delayPath': 'JSONPath of a delay in milliseconds before the row becomes due: a JSON number, or a string holding one as JSON writes it (`"1500"`), from 0 to 30 days; anything else (`"0x10"`, `" "`, a negative number) is refused as `invalid_field`.',
   'inbox.sources.<name>.topicTemplate': 'Overrides `inbox.topicTemplate` for this source.',
   'pull.batchSize': 'The most rows per pull claim: a worker claims at most its free handler slots (`min(batchSize, concurrency − running)`), so every row it claims starts its handler at once.',
   'pull.leaseMs': 'Pull lease; renewed every third.',

@@ -14,6 +14,9 @@ import { jsonPathText } from './json-path-value.ts';
  */
 export const MAX_KEY_LENGTH = 255;
 export const MAX_CORRELATION_LENGTH = 128;
+/** A number as JSON writes it (RFC 8259): what a delay's text must be. */
+const JSON_NUMBER_TEXT = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
+
 /** Longest initial delay a message may ask for: 30 days, in milliseconds. */
 export const MAX_DELAY_MS = 30 * 24 * 60 * 60 * 1000;
 
@@ -69,7 +72,9 @@ export function extractMessageFields(sourceName: string, source: SourceConfig, b
   if (source.delayPath !== undefined) {
     const text = jsonPathText(body, source.delayPath, at('delayPath'));
     if (text !== undefined) {
-      delayMs = Number(text);
+      // A JSON number, or a string that holds one as JSON writes it: `Number` alone would also
+      // read "0x10" as 16, "1_0" never, and " " as 0.
+      delayMs = JSON_NUMBER_TEXT.test(text) ? Number(text) : Number.NaN;
       if (!Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_DELAY_MS) {
         throw new InboxRejectionError('invalid_field', `delay at ${source.delayPath} must be a number of milliseconds from 0 to ${MAX_DELAY_MS} (got ${JSON.stringify(text)})`);
       }

@@ -154,6 +154,16 @@ describe('body number tokens', () => {
     }
   });
 
+  it('numbers JavaScript would change are kept as sent, wherever they stand; the rest of the tree is as JSON.parse makes it', () => {
+    const { value } = parseJsonBody('{"a": 1.0, "b": [1, -0, {"c": 1e3, "__proto__": 20.50}], "d": "1.0", "e": 12345678901234567890, "a": 2.0, "f": 1.5}');
+    const texts = (v: unknown): unknown => (v instanceof JsonNumberText ? `#${v.text}` : Array.isArray(v) ? v.map(texts) : typeof v === 'object' && v !== null ? Object.fromEntries(Object.entries(v).map(([k, e]) => [k, texts(e)])) : v);
+    assert.deepEqual(texts(value), { a: '#2.0', b: [1, '#-0', { c: '#1e3', ['__proto__']: '#20.50' }], d: '1.0', e: '#12345678901234567890', f: 1.5 });
+    // The sender's "__proto__" is an own key, as JSON.parse makes it, not the object's prototype.
+    const inner = (value.b as unknown[])[2] as object;
+    assert.equal(Object.getPrototypeOf(inner), Object.prototype);
+    assert.ok(Object.hasOwn(inner, '__proto__'));
+  });
+
   it('invalid number tokens are refused before JSON.parse, wherever they stand', () => {
     for (const body of ['{"a":01}', '{"a":1.}', '{"a":-}', '{"a":1e}', '{"a":1.5e+}', '{"a":--1}', '{"a":[1,2,0x1]}', '{"1":{2:3}}', '{"a":1 2}', '{"a":"x" 12345678901234567890}']) {
       assert.throws(() => parseJsonBody(body), (e: unknown) => e instanceof InboxRejectionError && e.reason === 'invalid_json', body);

@@ -82,6 +82,15 @@ describe('HTTP inbox receiver', () => {
     assert.ok(row!.due_in > 55 && row!.due_in <= 60, `due in ~60 s, got ${row!.due_in}`);
   });
 
+  for (const [what, delay] of [['a string of digits', '"60000"'], ['a number with an exponent', '6e4'], ['a string holding a JSON number', '"6.0e4"']] as const) {
+    it(`take a delay written as ${what} (${delay})`, async () => {
+      const answer = await receive(event('/inbox/crm', `{"delay":${delay}}`, { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': `delay-${delay}` }), metrics);
+      assert.equal(answer.statusCode, 202);
+      const [row] = await db.query<{ due_in: number }>(`SELECT EXTRACT(EPOCH FROM scheduled_at - clock_timestamp())::float8 AS due_in FROM "${db.schema}".inbox`);
+      assert.ok(row!.due_in > 55 && row!.due_in <= 60, `due in ~60 s, got ${row!.due_in}`);
+    });
+  }
+
   it('accept a base64 body and an api key, storing a pull row', async () => {
     const body = JSON.stringify({ hello: 'world' });
     const answer = await receive(event('/inbox/shop', Buffer.from(body).toString('base64'), { 'x-api-key': 'key-abc-000000000', 'x-idempotency-key': 'shop-1' }, 'POST', true), metrics);
@@ -109,6 +118,9 @@ describe('HTTP inbox receiver', () => {
     ['an idempotency key over 255 characters', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k'.repeat(256) }), 400, 'invalid_field', /idempotency key must be at most 255/],
     ['a correlation id over 128 characters', () => event('/inbox/crm', '{}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k', 'x-correlation-id': 'c'.repeat(129) }), 400, 'invalid_field', /correlation id must be at most 128/],
     ['a negative delay', () => event('/inbox/crm', '{"delay":-1}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k' }), 400, 'invalid_field', /delay at \$\.delay/],
+    ['a delay in hexadecimal', () => event('/inbox/crm', '{"delay":"0x10"}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k' }), 400, 'invalid_field', /delay at \$\.delay .*got "0x10"/],
+    ['a blank delay', () => event('/inbox/crm', '{"delay":" "}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k' }), 400, 'invalid_field', /delay at \$\.delay .*got " "/],
+    ['a delay with a sign or blanks around it', () => event('/inbox/crm', '{"delay":"+5 "}', { authorization: 'Bearer token-123-0000000', 'x-idempotency-key': 'k' }), 400, 'invalid_field', /delay at \$\.delay/],
   ];
   for (const [what, make, status, reason, message] of rejections) {
     it(`refuse ${what} with ${status} and a clear JSON error, storing nothing`, async () => {
