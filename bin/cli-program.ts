@@ -10,7 +10,7 @@
  * `queuebox: ` line, then where the help is. An option that takes one value refuses a second one;
  * the list options (`replay --id`, `--topic`, `--source`, `--state`) are repeatable.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../lib/config/load-config.ts';
 import type { QueueBoxConfig } from '../lib/config/schema.ts';
@@ -104,6 +104,13 @@ export function createProgram(io: CliIo): Command {
     const path = program.opts<{ config?: string }>().config;
     if (path === undefined && io.env.QUEUEBOX_CONFIG === '') {
       throw new UsageError('QUEUEBOX_CONFIG is set but empty: set it to the path of the configuration file, or unset it to run without one');
+    }
+    // A configuration file beside the command is not read unless named (the Serverless plugin
+    // reads ./queuebox.yml by default; the CLI does not): said, so that `queuebox migrate` run
+    // there does not go unnoticed onto the defaults (another database.schema, another table).
+    if (path === undefined && io.env.QUEUEBOX_CONFIG === undefined) {
+      const beside = ['queuebox.yml', 'queuebox.yaml'].find((name) => existsSync(name));
+      if (beside !== undefined) io.stderr(`queuebox: ./${beside} is not read: this command reads --config or QUEUEBOX_CONFIG only, so the defaults and QUEUEBOX_* variables apply. Add --config ${beside} to use it.\n`);
     }
     return path;
   };

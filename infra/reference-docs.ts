@@ -96,7 +96,7 @@ export function renderConfigurationDoc(): string {
     '  kept and a `-` matched by `_` (`QUEUEBOX_INBOX__SOURCES__PARTNER_ORDERS__CONSUMPTION=pull` sets `inbox.sources.partner_orders.consumption`);',
     '  a name the file does not have is refused, naming the names it has: a variable never adds a source or a destination.',
     '- The value is one value, never a YAML document, typed by the key it sets: a string key takes the text as it is (`orders #2`, `2024`),',
-    '  a number key a decimal number (`50`, `0.5`), a boolean key `true` or `false`; anything else is refused naming the key. A mapping',
+    '  a number key a decimal number (`50`, `0.5`, `+5`, `5e1`; blanks around it are dropped; `0x10` is refused), a boolean key `true` or `false` in any case; anything else is refused naming the key. A mapping',
     '  or a list (`outbox.routes`, a whole source) cannot be set from the environment.',
     '- An error at a key an override set names the variable: `outbox.batchSiz (from QUEUEBOX_OUTBOX__BATCH_SIZ): unknown key`.',
     '',

@@ -14,7 +14,7 @@ export function deployRefusal(options: PluginOptions, config: QueueBoxConfig, st
   const urlEnvRefusal = storedUrlWithOtherEnv(options, config);
   if (urlEnvRefusal !== undefined) return urlEnvRefusal;
   if (!hasDatabaseLocation(options, config) && !options.allowMissingDatabase) {
-    return `stage ${stage} has no database location: set custom.queuebox.databaseSecretArn (a Secrets Manager secret) or custom.queuebox.databaseUrlParameter (an SSM SecureString), or custom.queuebox.allowMissingDatabase: true to package without one (offline checks only: the functions would find no database)`;
+    return `stage ${stage} has no database location: set custom.queuebox.databaseSecretArn (a Secrets Manager secret) or custom.queuebox.databaseUrlParameter (an SSM SecureString), or database.urlEnv in ${options.config} naming a variable of provider.environment, or custom.queuebox.allowMissingDatabase: true to package without one (offline checks only: the functions would find no database)`;
   }
   const tooShort = timeoutRefusals(options, config);
   return tooShort.length > 0 ? tooShort.join('\n') : undefined;
@@ -156,4 +156,94 @@ function fromArnText(text: string): { name: string; region?: string } | undefine
   if (parts.length !== 6 || parts[2] !== 'sqs' || parts[5] === '' || parts[5]!.includes(unknown)) return undefined;
   const region = parts[3]!;
   return { name: parts[5]!, ...(region !== '' && !region.includes(unknown) ? { region } : {}) };
+}
+
+/** The Serverless Framework's logical-id part of a name: its letters and digits, the first upper-cased (`normalizeNameToAlphaNumericOnly`). */
+function alphanumericId(name: string): string {
+  const kept = name.replace(/[^0-9A-Za-z]/g, '');
+  return kept.charAt(0).toUpperCase() + kept.slice(1);
+}
+
+/** The Serverless Framework's logical id of an HTTP API route (`getHttpApiRouteLogicalId`): each path part lower-cased, `-` as `Dash`, `{x}` as `xVar`, letters and digits only. */
+export function httpApiRouteLogicalId(routeKey: string): string {
+  if (routeKey === '*') return 'HttpApiRouteDefault';
+  const part = (raw: string) => {
+    const kept = raw.toLowerCase().replace(/-/g, 'Dash').replace(/\{(.*)\}/g, '$1Var').replace(/[^0-9A-Za-z]/g, '');
+    return kept.charAt(0).toUpperCase() + kept.slice(1);
+  };
+  return `HttpApiRoute${routeKey.split('/').map(part).join('')}`;
+}
+
+/**
+ * Inbox triggers the Serverless Framework would give one logical id: it names an SQS event
+ * source mapping after the queue name's letters and digits (`q-1` and `q_1`, `orders` and `Orders`
+ * are one mapping), and an HTTP API route after its path lower-cased, letters and digits only
+ * (`/hooka` and `/hook_a`, `/Hook` and `/hook` are one route). The later one replaces the earlier
+ * in the template without a word: its queue is never read, or its route never created, while
+ * packaging succeeds. `serviceRouteKeys`: the routes of the service's own functions, which share
+ * the HTTP API (a clash with one of them drops a route the same way).
+ */
+export function triggerNameClashes(config: QueueBoxConfig, serviceRouteKeys: readonly string[] = []): string[] {
+  const problems: string[] = [];
+  const sources = Object.entries(config.inbox.sources).sort(([a], [b]) => a.localeCompare(b));
+  const byId = new Map<string, Array<{ what: string; name: string }>>();
+  const add = (id: string, what: string, name: string) => {
+    const group = byId.get(id) ?? [];
+    if (!group.some((g) => g.name === name)) group.push({ what, name });
+    byId.set(id, group);
+  };
+  for (const [source, s] of sources) {
+    if (s.type === 'sqs') add(`sqs:${alphanumericId(s.queueName ?? source)}`, `inbox source ${source} (queue ${s.queueName ?? source})`, s.queueName ?? source);
+    else add(httpApiRouteLogicalId(`POST ${config.inbox.basePath}${s.path}`), `inbox source ${source} (route POST ${config.inbox.basePath}${s.path})`, `POST ${config.inbox.basePath}${s.path}`);
+  }
+  for (const key of serviceRouteKeys) {
+    const id = httpApiRouteLogicalId(key);
+    // Only a route QueueBox also names: the service's own routes among themselves are osls's business.
+    if (byId.has(id)) add(id, `the service's route ${key}`, key);
+  }
+  for (const [id, group] of byId) {
+    if (group.length < 2) continue;
+    const names = group.map((g) => g.what).join(' and ');
+    problems.push(
+      id.startsWith('sqs:')
+        ? `${names} would get one SQS trigger: the Serverless Framework names a queue's event source mapping after the letters and digits of its name (${id.slice(4)}), so the later one replaces the earlier and that queue is never read. Use queues whose names differ in more than case, '-' and '_'`
+        : `${names} would be one route (${id}): the Serverless Framework names an HTTP API route after its path lower-cased, letters and digits only, so the later one replaces the earlier and that route is never created. Use paths that differ in more than case and punctuation`,
+    );
+  }
+  return problems;
+}
+
+/**
+ * Problems of the environment every QueueBox function gets from `provider.environment`, found at
+ * packaging instead of at every cold start: a `QUEUEBOX_…` override that the configuration
+ * refuses (a misspelled key, a value of the wrong type; `ConfigError` names the variable), and a
+ * `database.urlEnv` that is the only database location while no function gets that variable.
+ * Values that are not strings (an intrinsic function resolved at deploy time) are not checked.
+ */
+export function providerEnvironmentProblems(
+  options: PluginOptions,
+  config: QueueBoxConfig,
+  environment: Readonly<Record<string, unknown>> | undefined,
+  validate: (env: Record<string, string>) => void,
+): string[] {
+  const problems: string[] = [];
+  const overrides = Object.fromEntries(
+    Object.entries(environment ?? {}).filter((entry): entry is [string, string] => entry[0].startsWith('QUEUEBOX_') && entry[0] !== FETCHED_URL_ENV && typeof entry[1] === 'string'),
+  );
+  if (Object.keys(overrides).length > 0) {
+    try {
+      validate(overrides);
+    } catch (error) {
+      problems.push(`provider.environment, which every QueueBox function gets, would stop each one at cold start: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+  const urlEnv = config.database.urlEnv;
+  const stored = options.databaseSecretArn !== '' || options.databaseUrlParameter !== '';
+  if (urlEnv !== undefined && !stored && !options.allowMissingDatabase && (environment?.[urlEnv] === undefined || environment[urlEnv] === '')) {
+    problems.push(
+      `${options.config} sets database.urlEnv: ${urlEnv}, the only database location of this stage, but provider.environment does not set ${urlEnv}: every function would find no database at cold start. ` +
+        `Set provider.environment.${urlEnv}, or custom.queuebox.databaseSecretArn or custom.queuebox.databaseUrlParameter (then remove database.urlEnv)`,
+    );
+  }
+  return problems;
 }

@@ -17,7 +17,7 @@ import { loadConfig } from '../config/load-config.ts';
 import type { QueueBoxConfig } from '../config/schema.ts';
 import { ConfigError } from '../errors.ts';
 import { bundleFunctions, loadEsbuild } from './bundle.ts';
-import { deployRefusal, deployWarnings, hasDatabaseLocation, sharedQueueWarnings, type ServiceSqsTrigger } from './deploy-checks.ts';
+import { deployRefusal, deployWarnings, hasDatabaseLocation, providerEnvironmentProblems, sharedQueueWarnings, triggerNameClashes, type ServiceSqsTrigger } from './deploy-checks.ts';
 import { deployedFunctionName, deployedNamesProblem, functionKey, functionLogicalId, FUNCTIONS, type Deployment, type FunctionDef } from './functions.ts';
 import { parsePluginOptions, pluginOptionsJsonSchema, type FunctionOptions, type PluginOptions } from './options.ts';
 import { heartbeatWarnings } from './monitoring.ts';
@@ -219,6 +219,19 @@ export default class QueueBoxServerlessPlugin {
     };
   }
 
+  /** The HTTP API routes of the service's own functions (`POST /orders`), as their events name them. */
+  private serviceRouteKeys(): string[] {
+    const ours = new Set(FUNCTIONS.map((f) => functionKey(f.name)));
+    return Object.entries(this.serverless.service.functions)
+      .filter(([key]) => !ours.has(key))
+      .flatMap(([, fn]) => (fn.events ?? []).flatMap((e) => {
+        const api = e.httpApi as string | { method?: unknown; path?: unknown } | undefined;
+        if (typeof api === 'string') return [api === '*' ? '*' : api.replace(/\s+/, ' ')];
+        if (api !== undefined && typeof api === 'object' && typeof api.path === 'string') return [`${typeof api.method === 'string' ? api.method.toUpperCase() : '*'} ${api.path}`];
+        return [];
+      }));
+  }
+
   private providerTraces(): boolean {
     const tracing = this.serverless.service.provider.tracing as { lambda?: unknown } | undefined;
     return Boolean(tracing?.lambda);
@@ -237,6 +250,12 @@ export default class QueueBoxServerlessPlugin {
     if (packaging) {
       const refusal = deployRefusal(this.options, this.config, this.deployment.stage);
       if (refusal !== undefined) throw new Error(refusal);
+      const configPath = resolve(this.serverless.serviceDir, this.options.config);
+      const problems = [
+        ...triggerNameClashes(this.config, this.serviceRouteKeys()),
+        ...providerEnvironmentProblems(this.options, this.config, this.serverless.service.provider.environment as Record<string, unknown> | undefined, (env) => loadConfig({ path: configPath, env })),
+      ];
+      if (problems.length > 0) throw new Error(problems.join('\n'));
       if (!hasDatabaseLocation(this.options, this.config)) {
         this.log.warning(`QueueBox: stage ${this.deployment.stage} has no database location (allowMissingDatabase): these functions cannot reach a database`);
       }

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { runCli } from '../../bin/cli-program.ts';
 import { parseReplayRequest } from '../../lib/operations/replay.ts';
@@ -21,6 +23,27 @@ describe('queuebox CLI', () => {
     const code = await runCli(argv, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), env });
     return { code, stdout, stderr };
   }
+
+  it('says when a queuebox.yml beside it is not read (no --config, no QUEUEBOX_CONFIG), and runs on as before', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qb-cli-beside-'));
+    const home = process.cwd();
+    try {
+      writeFileSync(join(dir, 'queuebox.yml'), `database:\n  schema: ${db.schema}\n`);
+      process.chdir(dir);
+      const unnamed = await cli('status');
+      assert.equal(unnamed.code, 0);
+      assert.equal(unnamed.stderr, 'queuebox: ./queuebox.yml is not read: this command reads --config or QUEUEBOX_CONFIG only, so the defaults and QUEUEBOX_* variables apply. Add --config queuebox.yml to use it.\n');
+      const named = await cli('--config', 'queuebox.yml', 'status');
+      assert.deepEqual([named.code, named.stderr], [0, '']);
+      let stderr = '';
+      await runCli(['status'], { stdout: () => {}, stderr: (t) => (stderr += t), env: { ...env, QUEUEBOX_CONFIG: 'queuebox.yml' } });
+      assert.equal(stderr, '', 'QUEUEBOX_CONFIG names it');
+    } finally {
+      process.chdir(home);
+      rmSync(dir, { recursive: true, force: true });
+    }
+    assert.equal((await cli('status')).stderr, '', 'no file beside it: nothing said');
+  });
 
   it('migrate is idempotent and says the schema is up to date', async () => {
     const result = await cli('migrate');

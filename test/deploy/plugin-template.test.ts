@@ -7,12 +7,12 @@
  * function, and the refusal of `database.urlEnv` beside a database secret or parameter.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
-import { parseConfig } from '../../lib/config/load-config.ts';
-import { deployRefusal, sharedQueueWarnings } from '../../lib/serverless/deploy-checks.ts';
+import { after, before, describe, it } from 'node:test';
+import { loadConfig, parseConfig } from '../../lib/config/load-config.ts';
+import { deployRefusal, httpApiRouteLogicalId, providerEnvironmentProblems, sharedQueueWarnings, triggerNameClashes } from '../../lib/serverless/deploy-checks.ts';
 import { FUNCTIONS, functionLogicalId } from '../../lib/serverless/functions.ts';
 import QueueBoxServerlessPlugin from '../../lib/serverless/index.ts';
 import { parsePluginOptions } from '../../lib/serverless/options.ts';
@@ -41,10 +41,10 @@ function compiledTemplate(options: { vpc: boolean; stage: boolean }): Template {
 }
 
 /** A plugin on a stand-in for osls's `serverless` object: `initialize` run, then `after:package:compileEvents` on `template`. */
-async function pluginFor(custom: Record<string, unknown>, template: Template, functions: Record<string, Record<string, unknown>> = { hello: { handler: 'handler.hello' } }) {
+async function pluginFor(custom: Record<string, unknown>, template: Template, functions: Record<string, Record<string, unknown>> = { hello: { handler: 'handler.hello' } }, provider: Record<string, unknown> = {}) {
   const serverless = {
     serviceDir: service,
-    service: { service: 'shop', provider: { compiledCloudFormationTemplate: template } as Record<string, unknown>, functions, custom: { queuebox: { databaseUrlParameter: '/shop/dev/database-url', ...custom } }, package: {} },
+    service: { service: 'shop', provider: { ...provider, compiledCloudFormationTemplate: template } as Record<string, unknown>, functions, custom: { queuebox: { databaseUrlParameter: '/shop/dev/database-url', ...custom } }, package: {} },
     getProvider: () => ({ getStage: () => 'dev', getRegion: () => 'eu-west-1' }),
     classes: { Error },
   };
@@ -199,3 +199,50 @@ describe('the plugin on the compiled template', { timeout: 30_000 }, () => {
     await assert.rejects(packaging(), /^Error: QueueBox: urlenv\.yml sets database\.urlEnv: APP_DB_URL while custom\.queuebox\.databaseUrlParameter is set/);
   });
 });
+
+describe('packaging refuses what would fail only after deploy', { timeout: 30_000 }, () => {
+  // The service directory again: the suites above remove it when they end.
+  before(() => {
+    mkdirSync(service, { recursive: true });
+    writeFileSync(join(service, 'queuebox.yml'), QUEUEBOX_YML);
+  });
+  after(() => rmSync(service, { recursive: true, force: true }));
+  const sqs = (queueName: string) => ({ type: 'sqs' as const, queueName });
+  const http = (path: string) => ({ type: 'http' as const, path, auth: { type: 'none' as const } });
+
+  it('inbox sources whose queues or routes the Serverless Framework would give one logical id, naming both', () => {
+    const clashes = (sources: Record<string, unknown>, serviceRoutes: string[] = []) => triggerNameClashes(parseConfig({ inbox: { sources } }), serviceRoutes);
+    const [dashUnderscore] = clashes({ a: sqs('q-1'), b: sqs('q_1') });
+    assert.match(dashUnderscore!, /^inbox source a \(queue q-1\) and inbox source b \(queue q_1\) would get one SQS trigger: .*\(Q1\).*never read/);
+    assert.match(clashes({ lower: sqs('orders'), upper: sqs('Orders') })[0]!, /inbox source lower \(queue orders\) and inbox source upper \(queue Orders\) would get one SQS trigger/);
+    assert.match(clashes({ a: http('/hooka'), b: http('/hook_a') })[0]!, /^inbox source a \(route POST \/inbox\/hooka\) and inbox source b \(route POST \/inbox\/hook_a\) would be one route \(HttpApiRoutePostInboxHooka\)/);
+    assert.match(clashes({ a: http('/Hook'), b: http('/hook') })[0]!, /would be one route \(HttpApiRoutePostInboxHook\)/);
+    assert.match(clashes({ a: http('/hooka') }, ['POST /inbox/hook.a'])[0]!, /^inbox source a \(route POST \/inbox\/hooka\) and the service's route POST \/inbox\/hook\.a would be one route/);
+    // Names that stay apart: '-' is 'Dash' in a route; different letters or digits; the same route as the service's is osls's own duplicate check.
+    assert.deepEqual(clashes({ a: http('/hook-a'), b: http('/hooka'), c: sqs('q-1'), d: sqs('q-2') }, ['POST /inbox/hooka', 'GET /inbox/hook_a']), []);
+    assert.equal(httpApiRouteLogicalId('POST /inbox/{id}/x-y'), 'HttpApiRoutePostInboxIdVarXDashy');
+  });
+
+  it('a QUEUEBOX_ override in provider.environment that the configuration refuses, and a database.urlEnv no function gets', () => {
+    const options = parsePluginOptions({});
+    const config = parseConfig({ database: { urlEnv: 'APP_DB_URL' } });
+    const validate = (env: Record<string, string>) => void loadConfig({ input: {}, env });
+    const [typo] = providerEnvironmentProblems(options, config, { APP_DB_URL: 'postgres://db/app', QUEUEBOX_OUTBOX__BATCH_SIZ: '50' }, validate);
+    assert.match(typo!, /^provider\.environment, which every QueueBox function gets, would stop each one at cold start: .*outbox\.batchSiz \(from QUEUEBOX_OUTBOX__BATCH_SIZ\): unknown key/s);
+    assert.match(providerEnvironmentProblems(options, config, { APP_DB_URL: 'x', QUEUEBOX_OUTBOX__BATCH_SIZE: 'fifty' }, validate)[0]!, /QUEUEBOX_OUTBOX__BATCH_SIZE/);
+    assert.deepEqual(providerEnvironmentProblems(options, config, { APP_DB_URL: 'x', QUEUEBOX_OUTBOX__BATCH_SIZE: '50', QUEUEBOX_DATABASE_URL: 'not checked: the functions fill it', OTHER: 'y' }, validate), []);
+    const [noUrl] = providerEnvironmentProblems(options, config, {}, validate);
+    assert.match(noUrl!, /^queuebox\.yml sets database\.urlEnv: APP_DB_URL, the only database location of this stage, but provider\.environment does not set APP_DB_URL/);
+    assert.deepEqual(providerEnvironmentProblems(parsePluginOptions({ allowMissingDatabase: true }), config, {}, validate), [], 'the opt-out');
+    assert.deepEqual(providerEnvironmentProblems(options, config, { APP_DB_URL: { 'Fn::GetAtt': ['Db', 'Url'] } }, validate), [], 'set at deploy time');
+  });
+
+  it('through the plugin: packaging stops, naming the clash and the variable', async () => {
+    const clashing = join(service, 'clash.yml');
+    writeFileSync(clashing, `inbox:\n  sources:\n    a: { type: sqs, queueName: q-1 }\n    b: { type: sqs, queueName: q_1 }\n`);
+    await assert.rejects((await pluginFor({ config: 'clash.yml' }, compiledTemplate({ vpc: false, stage: true }))).packaging(), /^Error: QueueBox: inbox source a \(queue q-1\) and inbox source b \(queue q_1\) would get one SQS trigger/);
+    const typo = await pluginFor({}, compiledTemplate({ vpc: false, stage: true }), undefined, { environment: { QUEUEBOX_OUTBOX__BATCH_SIZ: '50' } });
+    await assert.rejects(typo.packaging(), /^Error: QueueBox: provider\.environment, .*QUEUEBOX_OUTBOX__BATCH_SIZ/s);
+  });
+});
+
