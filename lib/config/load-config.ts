@@ -100,12 +100,12 @@ export function parseConfig(input: unknown): QueueBoxConfig {
 function validate(input: unknown, origins: Origins): QueueBoxConfig {
   const result = configSchema.safeParse(input);
   if (!result.success) {
-    throw new ConfigError(result.error.issues.flatMap(toIssues).map((issue) => origins.annotate(issue)));
+    throw new ConfigError(result.error.issues.flatMap((issue) => toIssues(issue, input)).map((issue) => origins.annotate(issue)));
   }
   return result.data;
 }
 
-function toIssues(issue: z.core.$ZodIssue): ConfigIssue[] {
+function toIssues(issue: z.core.$ZodIssue, input: unknown): ConfigIssue[] {
   const path = issue.path.map(String);
   if (issue.code === 'unrecognized_keys') {
     return issue.keys.map((key) => ({ key: [...path, key].join('.'), message: 'unknown key' }));
@@ -116,6 +116,13 @@ function toIssues(issue: z.core.$ZodIssue): ConfigIssue[] {
     const name = path.at(-1) ?? '';
     const rules = issue.issues.map((i) => i.message).join('; ');
     return [{ key: path.join('.'), message: `the name ${JSON.stringify(name)} is not valid: ${rules}` }];
+  }
+  // YAML 1.1's booleans (`yes`, `on`, `off`) are strings in YAML 1.2, which the file is read as.
+  if (issue.code === 'invalid_type' && issue.expected === 'boolean') {
+    const given = issue.path.reduce<unknown>((node, key) => (isPlainObject(node) ? node[String(key)] : undefined), input);
+    if (typeof given === 'string' && /^(y|yes|n|no|on|off)$/i.test(given)) {
+      return [{ key: path.join('.'), message: `${issue.message} (${JSON.stringify(given)}: write true or false; YAML 1.2, which the file is read as, has no other booleans)` }];
+    }
   }
   return [{ key: path.length === 0 ? '(root)' : path.join('.'), message: issue.message }];
 }

@@ -112,4 +112,13 @@ destinations:
     const error = configError(() => loadConfig({ path, env: {} }));
     assert.match(error.message, /not valid YAML/);
   });
+
+  it('says to write true or false for a YAML 1.1 boolean (yes, on, off), which YAML 1.2 reads as text', () => {
+    for (const word of ['yes', 'On', 'off', 'n']) {
+      const error = configError(() => loadConfig({ path: yamlFile(`retention:\n  enabled: ${word}\n`), env: {} }));
+      assert.match(error.message, new RegExp(`retention\\.enabled: .*expected boolean.*\\("${word}": write true or false`), word);
+    }
+    const other = configError(() => loadConfig({ path: yamlFile('retention:\n  enabled: maybe\n'), env: {} }));
+    assert.doesNotMatch(other.message, /write true or false/, 'only the words YAML 1.1 read as booleans');
+  });
 });
