@@ -7,6 +7,7 @@
  * On an HTTP API the service does not create (`provider.httpApi.id`) there is no stage to set:
  * that is said (a warning), or refused when `custom.queuebox.httpApi` asked for throttling.
  */
+import { FUNCTIONS, functionLogicalId } from './functions.ts';
 import type { PluginOptions } from './options.ts';
 import type { StackFragment } from './stack.ts';
 
@@ -119,7 +120,33 @@ export function extendTemplate(template: Template, inputs: TemplateInputs): stri
     }
   }
   removeTriggerQueuesFromSharedRole(template, fragment, inputs.serviceSqsArns);
+  // osls makes each function depend on its role and each route on its integration, which their
+  // properties reference already (cfn-lint W3005 on every QueueBox function and route).
+  for (const id of [...FUNCTIONS.map((f) => functionLogicalId(f.name)), ...routeIds]) {
+    const resource = template.Resources[id];
+    if (resource !== undefined) dropRedundantDependsOn(resource);
+  }
   return warnings;
+}
+
+/** Removes from a resource's `DependsOn` the resources its properties name by `Ref` or `Fn::GetAtt` (CloudFormation orders those already). */
+function dropRedundantDependsOn(resource: { DependsOn?: string | string[]; Properties?: Record<string, unknown> }): void {
+  if (resource.DependsOn === undefined) return;
+  const named = new Set<string>();
+  const walk = (node: unknown): void => {
+    if (Array.isArray(node)) node.forEach(walk);
+    else if (node !== null && typeof node === 'object') {
+      for (const [key, value] of Object.entries(node)) {
+        if (key === 'Ref' && typeof value === 'string') named.add(value);
+        else if (key === 'Fn::GetAtt') named.add(Array.isArray(value) ? String(value[0]) : String(value).split('.')[0]!);
+        else walk(value);
+      }
+    }
+  };
+  walk(resource.Properties);
+  const kept = [resource.DependsOn].flat().filter((id) => !named.has(id));
+  if (kept.length === 0) delete resource.DependsOn;
+  else resource.DependsOn = kept;
 }
 
 /**

@@ -162,11 +162,14 @@ describe('npm run package (offline, queuebox.example.yml)', { timeout: 300_000 }
     assert.deepEqual([poller.Period, poller.EvaluationPeriods], [60, 5], 'rate(1 minute), 60 s timeout: 5 minutes without a finished pass');
   });
 
-  it('passes cfn-lint with zero errors', async () => {
+  it('passes cfn-lint with zero errors, and no warning about a resource of QueueBox\'s', async () => {
     const lint = await run('cfn-lint', ['.serverless/cloudformation-template-update-stack.json'], { cwd: service, timeoutMs: 120_000 });
     assert.ok(!/ENOENT/.test(lint.stderr), 'cfn-lint is not installed: pip install cfn-lint');
     // Exit status bits: 1 fatal, 2 errors, 4 warnings, 8 informational.
     assert.equal(lint.code & 3, 0, `cfn-lint errors:\n${lint.stdout}${lint.stderr}`);
+    // One finding per paragraph: its rule and message, then the file and line.
+    const ours = lint.stdout.split(/\n\s*\n/).filter((finding) => /^W\d/.test(finding.trim()) && /Queue[Bb]ox|HttpApiRoutePostInbox/.test(finding));
+    assert.deepEqual(ours, [], 'cfn-lint warns about QueueBox\'s resources');
   });
 
   it('has a dashboard whose body is JSON naming only metrics the code emits, with the emitted dimensions', () => {

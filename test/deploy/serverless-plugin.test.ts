@@ -162,10 +162,13 @@ describe('plugins: [queuebox/serverless] in a scratch service', { timeout: 600_0
     assert.match(packaged.stderr + packaged.stdout, /outbox\.scaleOut\.maxConcurrentPasses is 4 but outboxPoller has a reserved concurrency of 2/);
   });
 
-  it('passes cfn-lint with zero errors', async () => {
+  it('passes cfn-lint with zero errors, and no warning about a resource of QueueBox\'s', async () => {
     const lint = await run('cfn-lint', [join(service, '.serverless/cloudformation-template-update-stack.json')], { cwd: service, timeoutMs: 120_000 });
     // Exit status bits: 1 fatal, 2 errors, 4 warnings, 8 informational.
     assert.equal(lint.code & 3, 0, `cfn-lint errors:\n${lint.stdout}${lint.stderr}`);
+    // One finding per paragraph: its rule and message, then the file and line.
+    const ours = lint.stdout.split(/\n\s*\n/).filter((finding) => /^W\d/.test(finding.trim()) && /Queue[Bb]ox|HttpApiRoutePostInbox/.test(finding));
+    assert.deepEqual(ours, [], 'cfn-lint warns about QueueBox\'s resources');
   });
 
   it('`osls invoke local -f queueboxOutboxPoller` runs a pass against the database after `-f queueboxMigrate`', async () => {
