@@ -164,6 +164,11 @@ describe('body number tokens', () => {
     assert.ok(Object.hasOwn(inner, '__proto__'));
   });
 
+  it('a body with such numbers and a syntax error is refused with the position in the body as sent', () => {
+    assert.throws(() => parseJsonBody('{"a":1.0,}'), (error: unknown) => error instanceof InboxRejectionError && /^body is not valid JSON: .*position 9 \(line 1 column 10\)$/.test(error.message));
+    assert.throws(() => parseJsonBody('{"a":[1.0,,2]}'), (error: unknown) => error instanceof InboxRejectionError && error.message.includes('"{"a":[1.0,,2]}" is not valid JSON'));
+  });
+
   it('invalid number tokens are refused before JSON.parse, wherever they stand', () => {
     for (const body of ['{"a":01}', '{"a":1.}', '{"a":-}', '{"a":1e}', '{"a":1.5e+}', '{"a":--1}', '{"a":[1,2,0x1]}', '{"1":{2:3}}', '{"a":1 2}', '{"a":"x" 12345678901234567890}']) {
       assert.throws(() => parseJsonBody(body), (e: unknown) => e instanceof InboxRejectionError && e.reason === 'invalid_json', body);

@@ -299,7 +299,7 @@ export async function runClaimStatement<T>(
       // function) at once, and a verification — two catalog reads on a connection of its own, both
       // planned cold — cost such a pass more than every call of the function saved (measured on 2
       // cores: the first claims of two new passes answered after 125–150 ms instead of 90–100, and
-      // a 20,000-row drain took a seventh longer; docs/performance.md). A container that claims at
+      // a 20,000-row drain took a seventh longer; docs/performance-history.md, "Three changes, measured"). A container that claims at
       // `outbox.batchSize` again verifies at its second claim and calls the function from its third.
       state.sent.add(statement);
       return run(statement.text);
