@@ -71,9 +71,14 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
       throw error;
     });
   return {
-    async claim(source, { batch, leaseMs }) {
-      if (!Number.isInteger(batch) || batch < 1) throw new UsageError(`pull batch must be a positive integer, got ${batch}`);
-      if (!Number.isFinite(leaseMs) || leaseMs < MIN_LEASE_MS) throw new UsageError(`pull leaseMs must be at least ${MIN_LEASE_MS}, got ${leaseMs}`);
+    async claim(source, options) {
+      if (typeof source !== 'string' || source.trim() === '') throw new UsageError(`pull claim source must be the name of an inbox source, got ${describe(source)}`);
+      if (typeof options !== 'object' || options === null) throw new UsageError(`pull claim needs its options { batch, leaseMs }, got ${describe(options)}`);
+      const { batch, leaseMs } = options;
+      if (typeof batch !== 'number' || !Number.isInteger(batch) || batch < 1 || batch > MAX_PULL_BATCH) {
+        throw new UsageError(`pull batch must be a whole number from 1 to ${MAX_PULL_BATCH} (as pull.batchSize), got ${describe(batch)}`);
+      }
+      if (typeof leaseMs !== 'number' || !Number.isFinite(leaseMs) || leaseMs < MIN_LEASE_MS) throw new UsageError(`pull leaseMs must be a number of ms, at least ${MIN_LEASE_MS}, got ${describe(leaseMs)}`);
       checkLeaseLimit(leaseMs);
       const rows = await driver.pullClaimMany({ source, limit: batch, leaseMs: Math.floor(leaseMs) });
       // Added to the row, not spread into a copy: a spread would parse every payload now (`payload`
@@ -83,6 +88,7 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
     // A lease under the least one a claim gets (0, negative, a fraction of a ms) answered `ok`
     // while it had already ended, and NaN reached the database as an error of its own.
     renew: async (claim, leaseMs) => {
+      checkClaim('renew', claim);
       if (typeof leaseMs !== 'number' || !Number.isInteger(leaseMs) || leaseMs < MIN_LEASE_MS) {
         throw new UsageError(`pull renew leaseMs must be a whole number of ms, at least ${MIN_LEASE_MS}, got ${String(leaseMs)}`);
       }
@@ -94,20 +100,60 @@ export function createPullClient(driver: Driver, options: PullClientOptions = {}
     // report its transaction, the check goes in the same round trip as the UPDATE (`db`), so a
     // completion not awaited before the caller's ROLLBACK ends with that transaction.
     complete: async (tx, claim) => {
+      checkClaim('complete', claim);
       const write = (db: unknown) => driver.pullComplete(db as CallerTransaction, { id: claim.id, token: claim.token });
       return fenced(writeInsidePgTransaction(tx, 'complete', write, () => `the completion of inbox row ${claim.id}`));
     },
     // Checked here, as the worker's own delays are at creation: NaN, Infinity or a delay past
     // `MAX_TIMER_MS` reached the database as an interval or integer out of range.
     retry: async (claim, delayMs, error) => {
+      checkClaim('retry', claim);
       if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_TIMER_MS) {
         throw new UsageError(`pull retry delayMs must be a number of ms, 0 to ${MAX_TIMER_MS} (about 24.8 days, the longest delay the other settings take), got ${String(delayMs)}`);
       }
       return fenced(driver.pullRetry({ id: claim.id, token: claim.token, delayMs, error: redactError(error) }));
     },
-    dead: async (claim, error) => fenced(driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) })),
-    release: async (claim) => fenced(driver.pullRelease({ id: claim.id, token: claim.token })),
+    dead: async (claim, error) => {
+      checkClaim('dead', claim);
+      return fenced(driver.pullMarkDead({ id: claim.id, token: claim.token, error: redactError(error) }));
+    },
+    release: async (claim) => {
+      checkClaim('release', claim);
+      return fenced(driver.pullRelease({ id: claim.id, token: claim.token }));
+    },
   };
+}
+
+/** The most rows one pull claim takes: `pull.batchSize`'s limit. */
+const MAX_PULL_BATCH = 1000;
+
+/** A UUID as the database writes one (any case): what a claim's id and token are. */
+const UUID_TEXT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * A claim is the `{ id, token }` a claim returned (`PullMessage.claim`). Anything else is a
+ * programming error, refused naming the call before anything is sent; it used to reach the
+ * database and come back as its `invalid input syntax for type uuid`.
+ */
+function checkClaim(call: string, claim: unknown): asserts claim is ClaimRef {
+  const c = claim as Partial<ClaimRef> | null | undefined;
+  if (typeof c !== 'object' || c === null || typeof c.id !== 'string' || typeof c.token !== 'string' || !UUID_TEXT.test(c.id) || !UUID_TEXT.test(c.token)) {
+    throw new UsageError(`pull ${call}: claim must be the { id, token } of a claimed message (message.claim), both UUIDs, got ${describe(claim)}`);
+  }
+}
+
+/** A value for a message: short, and its type when it is not what was asked for. */
+function describe(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
+  if (typeof value === 'object' && value !== null) {
+    try {
+      const text = JSON.stringify(value);
+      return text.length > 120 ? `${text.slice(0, 120)}…` : text;
+    } catch {
+      return Object.prototype.toString.call(value);
+    }
+  }
+  return String(value);
 }
 
 /** A fenced write waits for a row lock at most until the lease ends, and PostgreSQL's `lock_timeout` is an int32 of ms. */

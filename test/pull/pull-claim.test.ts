@@ -144,6 +144,32 @@ describe('pull claim and fenced writes (PostgreSQL)', () => {
     assert.equal(again!.id, m!.id);
   });
 
+  it('refuses malformed arguments with a UsageError naming them, before anything is sent; the claim stays its own', async () => {
+    await insertPullRows(db, 'args', [{ key: 'a1', aggregateId: 'A' }]);
+    const client = createPullClient(db.driver);
+    const refused = (pattern: RegExp) => (error: unknown) => error instanceof UsageError && pattern.test(error.message);
+    const call = client as unknown as { claim(source: unknown, options?: unknown): Promise<unknown> };
+    for (const source of [undefined, 42, '', '  ']) await assert.rejects(call.claim(source, { batch: 1, leaseMs: 30000 }), refused(/^pull claim source must be the name of an inbox source/), String(source));
+    await assert.rejects(call.claim('args'), refused(/^pull claim needs its options \{ batch, leaseMs \}, got undefined/));
+    await assert.rejects(call.claim('args', { batch: 2 ** 31, leaseMs: 30000 }), refused(/^pull batch must be a whole number from 1 to 1000 .*got 2147483648/));
+    await assert.rejects(call.claim('args', { batch: '5', leaseMs: 30000 }), refused(/^pull batch .*got "5"/));
+    await assert.rejects(call.claim('args', { batch: 1, leaseMs: '5000' }), refused(/^pull leaseMs must be a number of ms, at least 1000, got "5000"/));
+    const [m] = await client.claim('args', { batch: 1, leaseMs: 30000 });
+    for (const claim of [{ id: m!.id, token: 'not-a-uuid' }, { id: 'x', token: m!.claim.token }, null, 'id']) {
+      for (const [name, write] of [
+        ['renew', () => client.renew(claim as never, 30000)],
+        ['retry', () => client.retry(claim as never, 0, new Error('e'))],
+        ['dead', () => client.dead(claim as never, new Error('e'))],
+        ['release', () => client.release(claim as never)],
+      ] as const) {
+        await assert.rejects(write(), refused(new RegExp(`^pull ${name}: claim must be the \\{ id, token \\} of a claimed message`)), `${name} ${JSON.stringify(claim)}`);
+      }
+    }
+    // Upper-case hex (SQL Server writes its uniqueidentifiers so) is a UUID too.
+    assert.deepEqual(await client.renew({ id: m!.id.toUpperCase(), token: m!.claim.token.toUpperCase() }, 30000), { ok: true });
+    assert.deepEqual(await client.release(m!.claim), { ok: true });
+  });
+
   it('stores retry and dead errors redacted', async () => {
     await insertPullRows(db, 'redact', [{ key: 'd1' }]);
     const client = createPullClient(db.driver);

@@ -160,7 +160,10 @@ describe('pull complete on a handle that cannot report its transaction', () => {
     const wrapper = { query: (text: string, values?: unknown[]) => query(text, values) } as unknown as pgTypes.ClientBase;
     try {
       await client.query('BEGIN');
-      await assert.rejects(pull.complete(wrapper, { id: message.id, token: `x' OR true --` }), (error: unknown) => !(error instanceof UsageError) && /uuid/i.test(String(error)));
+      const sent: string[] = [];
+      const watched = { query: (text: string, values?: unknown[]) => (sent.push(text), wrapper.query(text, values as never)) } as unknown as pgTypes.ClientBase;
+      await assert.rejects(pull.complete(watched, { id: message.id, token: `x' OR true --` }), (error: unknown) => error instanceof UsageError && /pull complete: claim must be the \{ id, token \} of a claimed message/.test(String(error)));
+      assert.deepEqual(sent, [], 'refused before anything is sent');
       await client.query('ROLLBACK');
     } finally {
       client.release();

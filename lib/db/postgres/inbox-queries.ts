@@ -178,6 +178,23 @@ export function claimPositionSetConfig(first: number): string {
   return POSITION_FIELDS.map((field, i) => `pg_catalog.set_config('queuebox.claim_${field}', $${first + i}::text, true)`).join(', ');
 }
 
+/**
+ * The longest a claim transaction holding a claim lock (the relay's on its table, a pull claim's
+ * on its source) may sit idle between its statements: `idle_in_transaction_session_timeout`, set
+ * with the lock for that transaction only. A client frozen there (a GC pause, a stopped process, a
+ * network partition, a Lambda container frozen or killed mid-claim) would otherwise hold the lock,
+ * and stall every other claim of the table or source, until its session ended: with an
+ * application's own pool, which sets no such timeout, indefinitely. The server ends the session
+ * after this long instead, the lock with it; the claim's transaction rolls back, so it took nothing.
+ * A healthy claim sends its next statement at once. A shorter timeout of the role or database is kept.
+ */
+export const CLAIM_LOCK_IDLE_MS = 5_000;
+
+/** SQL: `CLAIM_LOCK_IDLE_MS` (or the session's shorter one) for the claim's transaction, beside its lock. */
+export const CLAIM_LOCK_IDLE_SETTING = `pg_catalog.set_config('idle_in_transaction_session_timeout',
+  (SELECT CASE WHEN s.setting::bigint BETWEEN 1 AND ${CLAIM_LOCK_IDLE_MS - 1} THEN s.setting ELSE '${CLAIM_LOCK_IDLE_MS}' END
+     FROM pg_catalog.pg_settings s WHERE s.name = 'idle_in_transaction_session_timeout'), true)`;
+
 /** The bind values of `claimPositionSetConfig` (`''`: none). */
 export function claimPositionValues(position: ClaimPosition | undefined): string[] {
   return POSITION_FIELDS.map((field) => position?.[field] ?? '');
@@ -251,7 +268,7 @@ export async function inboxClaimPushMany(ctx: PgContext, p: { limit: number; lea
     pgTransaction(ctx.pool, async (client) => {
       // Waits while another claim holds it, as long as the statement may run (the time left in a pass):
       // `pgTransaction` sets no `lock_timeout` for it, whatever the role's.
-      await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1)), ${claimPositionSetConfig(2)}`, [`queuebox_inbox_claim_${ctx.names.inbox}`, ...claimPositionValues(relayPositions.get(ctx.names))]);
+      await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1)), ${CLAIM_LOCK_IDLE_SETTING}, ${claimPositionSetConfig(2)}`, [`queuebox_inbox_claim_${ctx.names.inbox}`, ...claimPositionValues(relayPositions.get(ctx.names))]);
       return (await pgClaimQuery<Partial<InboxDbRow> & ClaimPositionRow>(client, relayClaimText(ctx.names, p.limit), () => [leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
     }),
   );

@@ -18,7 +18,7 @@ import { msInterval, type PgContext } from './context.ts';
 import { oncePerNames, OLDEST_WINDOW, windowLeftRoom } from './claim-text.ts';
 import { PINNED_CLAIM_PLAN } from './claim-functions.ts';
 import { claimSet, fencedQuery, fencedWriteCount, LEASE_START, lockWithinLease } from './fenced-writes.ts';
-import { claimPositionSetConfig, claimPositionSetting, claimPositionValues, epochMicros, fromMicros, nextClaimPosition, toInboxRow, type ClaimPosition, type ClaimPositionRow, type InboxDbRow } from './inbox-queries.ts';
+import { CLAIM_LOCK_IDLE_SETTING, claimPositionSetConfig, claimPositionSetting, claimPositionValues, epochMicros, fromMicros, nextClaimPosition, toInboxRow, type ClaimPosition, type ClaimPositionRow, type InboxDbRow } from './inbox-queries.ts';
 import { LOOK_AHEAD } from './outbox-queries.ts';
 import type { PgNames } from './names.ts';
 import { epochMs } from './epoch-time.ts';
@@ -53,7 +53,7 @@ export async function pullClaimMany(ctx: PgContext, p: { source: string; limit: 
   const rows = await pgTransaction(ctx.pool, async (client) => {
     // Waits while another claim holds it, as long as the statement may run (the time left in a pass):
     // `pgTransaction` sets no `lock_timeout` for it, whatever the role's.
-    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)), ${claimPositionSetConfig(3)}`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source, ...claimPositionValues(positions.get(p.source))]);
+    await pgQuery(client, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)), ${CLAIM_LOCK_IDLE_SETTING}, ${claimPositionSetConfig(3)}`, [`queuebox_pull_claim_${ctx.names.inbox}`, p.source, ...claimPositionValues(positions.get(p.source))]);
     return (await pgClaimQuery<Partial<InboxDbRow> & ClaimPositionRow>(client, pullClaimText(ctx.names), () => [p.source, p.limit, leaseWithinBudget(p.leaseMs)], ctx.prepared, PINNED_CLAIM_PLAN)).rows;
   });
   const next = nextClaimPosition(rows);
