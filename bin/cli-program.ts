@@ -239,8 +239,13 @@ A requeued inbox row is again the head of its aggregate: the aggregate's rows st
 for it; rows of the aggregate already processed stay processed (they are not redone).
 See docs/operations.md.`,
     )
-    .action((opts: { table: 'outbox' | 'inbox'; id?: string[]; topic?: string[]; destination?: string; source?: string[]; consumption?: string; createdFrom?: string; createdTo?: string; lastError?: string; state?: string[]; dryRun?: boolean; sample: number; yes?: boolean; json?: boolean }) =>
+    .action((opts: { table: 'outbox' | 'inbox'; id?: string[]; topic?: string[]; destination?: string; source?: string[]; consumption?: string; createdFrom?: string; createdTo?: string; lastError?: string; state?: string[]; dryRun?: boolean; sample: number; yes?: boolean; json?: boolean }, command: Command) =>
 {
+      // `--sample` only shapes a dry run's output: given without `--dry-run` it would be ignored
+      // and the rows would move, which is not what asking to see rows means.
+      if (!opts.dryRun && command.getOptionValueSource('sample') === 'cli') {
+        throw new UsageError('replay: --sample is the number of rows a --dry-run shows; add --dry-run to see them (nothing moves), or leave --sample out to replay');
+      }
       const request = parseReplayRequest({
         ...(opts.table === 'inbox' ? { table: 'inbox' } : {}),
         ...(opts.id ? { ids: opts.id } : {}),

@@ -15,6 +15,7 @@ import { parseReplayRequest, previewReplay, replayTarget, type AnyReplayPreviewR
 import { DEAD_GROUPS, GROUP_DIGEST, GROUP_PARAM } from './dead-group.ts';
 import { html, type SafeHtml } from './html.ts';
 import { ReplayConfirmations } from './replay-confirmations.ts';
+import { RequestGuard } from './request-guard.ts';
 import { page, rowLink, shown, state, time, tokenField, type ConsoleContext, type TableKind } from './layout.ts';
 
 /** Rows one preview lists and one confirm replays. */
@@ -35,6 +36,13 @@ const split = (values: string[], separator: RegExp) => values.flatMap((v) => v.s
  * pieces may be topics of their own.
  */
 export function replayInput(form: URLSearchParams): Record<string, unknown> {
+  // A parameter the form does not have, or one of its single fields given twice, is refused: left
+  // out, a misspelled filter (`lastErrorPrfix`) would widen the replay, and of two values one would
+  // be dropped without a word. The CLI refuses the same, as a flag it does not know or given twice.
+  for (const key of new Set(form.keys())) {
+    if (!FORM_FIELDS.has(key)) throw new UsageError(`replay: unknown parameter ${JSON.stringify(key)}; the filters are ${[...FILTER_FIELDS].join(', ')}`);
+    if (!REPEATABLE_FIELDS.has(key) && form.getAll(key).length > 1) throw new UsageError(`replay: ${key} is given more than once; give it once`);
+  }
   const input: Record<string, unknown> = {};
   for (const key of ['ids', 'states'] as const) {
     const list = split(form.getAll(key), /[\s,]+/);
@@ -55,6 +63,13 @@ export function replayInput(form: URLSearchParams): Record<string, unknown> {
   if (table && table !== 'outbox') input.table = table;
   return input;
 }
+
+/** The replay form's filters, as the preview's address and the confirm's form carry them. */
+const FILTER_FIELDS: ReadonlySet<string> = new Set(['ids', 'states', 'topics', 'topic', 'sources', 'source', 'destination', 'consumption', 'createdFrom', 'createdTo', 'lastErrorPrefix', 'table']);
+/** Everything a preview's address or a confirm's form may hold: the filters, the dead group, the confirm id and the form token. */
+const FORM_FIELDS: ReadonlySet<string> = new Set([...FILTER_FIELDS, GROUP_PARAM, ReplayConfirmations.FIELD, RequestGuard.FIELD]);
+/** Fields that may come more than once (each adds to a list). */
+const REPEATABLE_FIELDS: ReadonlySet<string> = new Set(['ids', 'states', 'topics', 'topic', 'sources', 'source']);
 
 /** The table a form names (`outbox` unless it says `inbox`). */
 function formTable(form: URLSearchParams): TableKind {
@@ -175,8 +190,8 @@ ${sample.map((r) => {
  * its preview a 400. Nothing moves in either case.
  */
 export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchParams): Promise<{ status: number; body: SafeHtml }> {
-  const input = replayInput(form);
   try {
+    const input = replayInput(form);
     const previewId = form.get(ReplayConfirmations.FIELD) ?? '';
     if (previewId === '') throw new UsageError('replay: a confirm names its preview; preview first');
     const previewed = ctx.confirmations.take(previewId);

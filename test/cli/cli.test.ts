@@ -108,6 +108,10 @@ describe('queuebox CLI', () => {
     const json = JSON.parse((await cli('replay', '--topic', 'bulk', '--dry-run', '--json', '--state', 'sent')).stdout);
     assert.deepEqual([json.dryRun, json.count, json.sample.length], [true, 30, 10]);
     assert.equal(await counts(), 'dead=120 sent=30', 'dry runs move nothing');
+    const sampleAlone = await cli('replay', '--topic', 'bulk', '--sample', '3', '--yes');
+    assert.equal(sampleAlone.code, 1);
+    assert.match(sampleAlone.stderr, /replay: --sample is the number of rows a --dry-run shows; add --dry-run/);
+    assert.equal(await counts(), 'dead=120 sent=30', '--sample without --dry-run moves nothing');
     const refused = await cli('replay', '--topic', 'bulk');
     assert.equal(refused.code, 1);
     assert.match(refused.stderr, /would move 120 rows .*--yes/);

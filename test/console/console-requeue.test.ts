@@ -166,4 +166,39 @@ describe('console: requeue of dead inbox rows, dead-row groups, rates and headin
     assert.match(row, new RegExp(`<a href="/row/outbox/${head}" data-head-row>failing head row →</a>`));
     assert.match(row, /<a href="\/dead\?table=outbox&amp;label=order\.paid" data-dead-of-label>dead rows of this topic →<\/a>/);
   });
+
+  it('a confirm moves dead rows whose updated_at is infinity or -infinity (plain SQL can write them), as previewed', async () => {
+    const ids = (
+      await db.query<{ id: string }>(
+        `INSERT INTO ${outbox()} (topic, payload, state, attempt, last_error, updated_at)
+         VALUES ('order.inf', '{}', 'dead', 3, 'boom', 'infinity'), ('order.inf', '{}', 'dead', 3, 'boom', '-infinity') RETURNING id`,
+      )
+    ).map((r) => r.id);
+    const previewed = await preview('topic=order.inf');
+    assert.match(previewed.body, /data-count="2"|2 rows?/);
+    const done = await confirm(previewed.fields);
+    assert.equal(done.status, 200, done.body);
+    assert.match(done.body, /data-moved="2"/);
+    const states = await db.query<{ state: string }>(`SELECT state FROM ${outbox()} WHERE id = ANY($1::uuid[])`, [ids]);
+    assert.deepEqual(states.map((r) => r.state), ['pending', 'pending']);
+  });
+
+  it('refuses a preview or a confirm with a parameter the form has not, or a single filter given twice, naming it; nothing moves', async () => {
+    await db.query(`INSERT INTO ${outbox()} (topic, payload, state, attempt, last_error) VALUES ('order.typo', '{}', 'dead', 3, 'HTTP 503'), ('order.typo', '{}', 'dead', 3, 'HTTP 400')`);
+    const typo = await get('/replay/preview?topic=order.typo&lastErrorPrfix=HTTP%20503');
+    assert.equal(typo.status, 400);
+    assert.match(typo.body, /replay: unknown parameter &quot;lastErrorPrfix&quot;|replay: unknown parameter "lastErrorPrfix"/);
+    const twice = await get('/replay/preview?topic=order.typo&createdFrom=2999-01-01T00:00:00Z&createdFrom=2000-01-01T00:00:00Z');
+    assert.equal(twice.status, 400);
+    assert.match(twice.body, /replay: createdFrom is given more than once/);
+    const narrowed = await preview('topic=order.typo&lastErrorPrefix=HTTP%20503');
+    const widened = new URLSearchParams(narrowed.fields);
+    widened.append('lastErrorPrfix', 'x');
+    const refused = await confirm(widened);
+    assert.equal(refused.status, 400);
+    assert.match(refused.body, /unknown parameter/);
+    const dead = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${outbox()} WHERE topic = 'order.typo' AND state = 'dead'`);
+    assert.equal(dead[0]!.n, 2, 'nothing moved');
+    assert.equal((await confirm(narrowed.fields)).status, 200, 'the preview is still there to confirm');
+  });
 });

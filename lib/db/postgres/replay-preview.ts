@@ -10,7 +10,7 @@ import { replayMaxRows } from '../replay-bound.ts';
 import { topicPatternSource } from '../../config/topic-pattern.ts';
 import type { PgContext } from './context.ts';
 import { pgQuery } from './pg-pool.ts';
-import { epochMs, epochTime, type EpochMs } from './epoch-time.ts';
+import { DATE_LIMIT_MS, epochMs, epochTime, type EpochMs } from './epoch-time.ts';
 
 /**
  * The WHERE condition of a replay over `sent`/`dead` rows; pushes its values through `bind`.
@@ -40,12 +40,17 @@ export function lastErrorStartsWith(prefix: string, bind: (value: unknown) => st
 
 /**
  * The `asRead` condition: each listed row only while its `updated_at` is the one read (a preview
- * reads it to the millisecond, rounded down: `epochMs`; date_trunc compares the same way).
+ * reads it to the millisecond, rounded down: `epochMs`; date_trunc compares the same way). A time
+ * read as JavaScript's last date either way (`epochTime`: ±8.64e15 ms) was an `updated_at` of
+ * ±infinity, which plain SQL may write: it is compared as that (the time itself is beyond
+ * PostgreSQL's range below, and is no infinity above).
  */
 export function asReadCondition(asRead: NonNullable<ReplayFilter['asRead']>, bind: (value: unknown) => string): string {
   if (asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
   return `(id, date_trunc('milliseconds', updated_at)) IN (
-         SELECT r.id, 'epoch'::timestamptz + r.ms * interval '1 millisecond'
+         SELECT r.id, CASE WHEN r.ms >= ${DATE_LIMIT_MS} THEN 'infinity'::timestamptz
+                           WHEN r.ms <= -${DATE_LIMIT_MS} THEN '-infinity'::timestamptz
+                           ELSE 'epoch'::timestamptz + r.ms * interval '1 millisecond' END
            FROM unnest(${bind(asRead.map((r) => r.id))}::uuid[], ${bind(asRead.map((r) => Math.trunc(r.updatedAtMs)))}::bigint[]) AS r(id, ms))`;
 }
 
