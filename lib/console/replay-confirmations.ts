@@ -27,7 +27,7 @@ export const CONFIRMATION_LIMITS = { max: 1000, ttlMs: 30 * 60_000 } as const;
 export class ReplayConfirmations {
   /** Hidden field name of the confirmation id. */
   static readonly FIELD = 'confirm';
-  readonly #open = new Map<string, PreviewedReplay & { expiresAt: number }>();
+  readonly #open = new Map<string, PreviewedReplay & { expiresAt: number; owner: string }>();
   readonly #now: () => number;
 
   /** `now` is injectable for tests. */
@@ -35,18 +35,22 @@ export class ReplayConfirmations {
     this.#now = now;
   }
 
-  /** Remembers a preview; returns its confirmation id. */
-  issue(preview: PreviewedReplay): string {
+  /**
+   * Remembers a preview; returns its confirmation id. `owner` names the browser session that
+   * previewed (its form token): only a confirm from that session takes it, so an id seen by
+   * another session (a shared screen, a copied page) moves nothing from there.
+   */
+  issue(preview: PreviewedReplay, owner = ''): string {
     const id = randomBytes(16).toString('hex');
-    this.#open.set(id, { table: preview.table, ids: [...preview.ids], states: [...preview.states], updatedAt: { ...preview.updatedAt }, expiresAt: this.#now() + CONFIRMATION_LIMITS.ttlMs });
+    this.#open.set(id, { table: preview.table, ids: [...preview.ids], states: [...preview.states], updatedAt: { ...preview.updatedAt }, expiresAt: this.#now() + CONFIRMATION_LIMITS.ttlMs, owner });
     while (this.#open.size > CONFIRMATION_LIMITS.max) this.#open.delete(this.#open.keys().next().value!);
     return id;
   }
 
-  /** Takes (and forgets) a preview; undefined when unknown, already confirmed or expired. */
-  take(id: string): PreviewedReplay | undefined {
+  /** Takes (and forgets) a preview; undefined when unknown, already confirmed, expired or another session's (which keeps it). */
+  take(id: string, owner = ''): PreviewedReplay | undefined {
     const entry = this.#open.get(id);
-    if (!entry) return undefined;
+    if (!entry || entry.owner !== owner) return undefined;
     this.#open.delete(id);
     if (entry.expiresAt < this.#now()) return undefined;
     return { table: entry.table, ids: entry.ids, states: entry.states, updatedAt: entry.updatedAt };

@@ -134,7 +134,7 @@ export async function replayPreviewPage(ctx: ConsoleContext, search: URLSearchPa
     : html`<strong>${preview.complete ? '' : 'at least '}${count}</strong> dead ${table} row${count === 1 ? '' : 's'} of the group you opened (the same ${table === 'outbox' ? 'topic' : 'source and consumption'} and the same first ${DEAD_GROUPS.errorChars} characters of the last error, or no error) match`;
   const confirm = ctx.allowActions
     ? html`<form method="post" action="/replay">${tokenField(ctx)}
-<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ table, ids: sample.map((r) => r.id), states, updatedAt: Object.fromEntries(sample.map((r) => [r.id, r.updatedAt.getTime()])) }) : ''}">
+<input type="hidden" name="${ReplayConfirmations.FIELD}" value="${sample.length > 0 ? ctx.confirmations.issue({ table, ids: sample.map((r) => r.id), states, updatedAt: Object.fromEntries(sample.map((r) => [r.id, r.updatedAt.getTime()])) }, ctx.formToken) : ''}">
 <input type="hidden" name="table" value="${table}">
 ${sample.map((r) => html`<input type="hidden" name="ids" value="${r.id}">`)}${states.map((s) => html`<input type="hidden" name="states" value="${s}">`)}
 <button type="submit" class="danger" data-action="confirm">${verb} these ${sample.length} ${table === 'inbox' ? 'inbox ' : ''}rows</button></form>`
@@ -194,7 +194,7 @@ export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchPara
     const input = replayInput(form);
     const previewId = form.get(ReplayConfirmations.FIELD) ?? '';
     if (previewId === '') throw new UsageError('replay: a confirm names its preview; preview first');
-    const previewed = ctx.confirmations.take(previewId);
+    const previewed = ctx.confirmations.take(previewId, ctx.formToken);
     if (!previewed) {
       return { status: 409, body: replayFormPage(ctx, new URLSearchParams(), 'replay: this preview was already confirmed or has expired; nothing moved. Preview again.') };
     }

@@ -201,4 +201,21 @@ describe('console: requeue of dead inbox rows, dead-row groups, rates and headin
     assert.equal(dead[0]!.n, 2, 'nothing moved');
     assert.equal((await confirm(narrowed.fields)).status, 200, 'the preview is still there to confirm');
   });
+
+  it('a confirm id works only from the session that previewed it; a post from another session moves nothing and leaves it to its owner', async () => {
+    await db.query(`INSERT INTO ${outbox()} (topic, payload, state, attempt, last_error) VALUES ('order.owned', '{}', 'dead', 3, 'boom')`);
+    const mine = await preview('topic=order.owned');
+    // Another browser: its own session cookie and form token, and the first session's confirm id.
+    const other = await call(server.url, { path: '/replay/preview?topic=order.owned' });
+    const otherToken = /name="token" value="([^"]+)"/.exec(other.body)?.[1] ?? '';
+    assert.notEqual(otherToken, '');
+    const stolen = new URLSearchParams(mine.fields);
+    stolen.set('token', otherToken);
+    const refused = await call(server.url, { method: 'POST', path: '/replay', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: server.url, cookie: other.cookie }, body: stolen.toString() });
+    assert.equal(refused.status, 409);
+    assert.equal((await db.query<{ state: string }>(`SELECT state FROM ${outbox()} WHERE topic = 'order.owned'`))[0]!.state, 'dead');
+    const done = await confirm(mine.fields);
+    assert.equal(done.status, 200, 'the owner still confirms it');
+    assert.match(done.body, /data-moved="1"/);
+  });
 });
