@@ -274,20 +274,21 @@ export async function fencedReleaseMany(db: PgQueryable, table: string, claims: 
   );
 }
 
-/** To `dead` with its reason. */
+/**
+ * To `dead` with its reason. The dead mark keeps `claim_token` (a replay clears it, a later claim
+ * sets another): sent again after its connection was lost (`fencedQuery`), the mark also matches
+ * a row already `dead` under its token — the first run committed, or commits while this one waits
+ * for its lock — so a mark that landed counts as done, not as a lost claim.
+ */
 export async function fencedDeadMany(db: PgQueryable, table: string, items: DeadItem[]): Promise<string[]> {
   if (items.length === 0) return [];
   const ids = items.map((i) => i.id);
-  return fencedChangedIds(
-    db,
-    `UPDATE ${table} t
+  const mark = (resent: boolean) => `UPDATE ${table} t
         SET state = 'dead', last_error = s.error, lease_expires_at = NULL, updated_at = pg_catalog.clock_timestamp()
        FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s(id, token, error)
-      WHERE t.id = s.id AND ${FENCE}
-  RETURNING t.id`,
-    [...claimArrayParams(db, ids, items.map((i) => i.token)), items.map((i) => i.error)],
-    ids,
-  );
+      WHERE t.id = s.id AND ${resent ? `((${FENCE}) OR (t.state = 'dead' AND t.claim_token = s.token))` : FENCE}
+  RETURNING t.id`;
+  return fencedChangedIds(db, mark(false), [...claimArrayParams(db, ids, items.map((i) => i.token)), items.map((i) => i.error)], ids, mark(true));
 }
 
 /**

@@ -377,15 +377,16 @@ export async function pullRetry(ctx: PgContext, p: RetryItem): Promise<boolean> 
   return rowCount === 1;
 }
 
-/** Fenced `dead` with `error` (attempt unchanged). */
+/**
+ * Fenced `dead` with `error` (attempt unchanged). It keeps `claim_token`: sent again after its
+ * connection was lost, it also matches the row already `dead` under this token (its first run
+ * committed), so a dead-letter that landed is reported as one, not as `ownership-lost`.
+ */
 export async function pullMarkDead(ctx: PgContext, p: DeadItem): Promise<boolean> {
-  const { rowCount } = await fencedQuery(
-    ctx.pool,
-    `UPDATE ${ctx.names.inbox}
+  const mark = (resent: boolean) => `UPDATE ${ctx.names.inbox}
         SET state = 'dead', last_error = $3, lease_expires_at = NULL, updated_at = pg_catalog.clock_timestamp()
-      WHERE ${FENCE}`,
-    [p.id, p.token, p.error],
-  );
+      WHERE ${resent ? `((${FENCE}) OR (id = $1 AND consumption = 'pull' AND state = 'dead' AND claim_token = $2))` : FENCE}`;
+  const { rowCount } = await fencedQuery(ctx.pool, mark(false), [p.id, p.token, p.error], mark(true));
   return rowCount === 1;
 }
 
