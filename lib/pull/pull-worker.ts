@@ -151,10 +151,11 @@ const PULL_WORKER_OPTIONS = {
 function resolvePullValues(options: Pick<PullWorkerOptions<unknown>, 'batch' | 'leaseMs' | 'concurrency' | 'pollMs' | 'retry'>, defaults: QueueBoxConfig['pull']): PullValues {
   const retry = withoutUndefined(options.retry);
   const values = {
-    batchSize: options.batch ?? defaults.batchSize,
-    leaseMs: options.leaseMs ?? defaults.leaseMs,
-    concurrency: options.concurrency ?? defaults.concurrency,
-    pollMs: options.pollMs ?? defaults.pollMs,
+    // Absent is the config's value; `null` is a value, refused as any other of the wrong kind.
+    batchSize: options.batch === undefined ? defaults.batchSize : options.batch,
+    leaseMs: options.leaseMs === undefined ? defaults.leaseMs : options.leaseMs,
+    concurrency: options.concurrency === undefined ? defaults.concurrency : options.concurrency,
+    pollMs: options.pollMs === undefined ? defaults.pollMs : options.pollMs,
     retry: { ...defaults.retry, ...retry },
   };
   const nameOf = (path: readonly PropertyKey[]): string => {
@@ -285,6 +286,9 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
   if (typeof (driver as { then?: unknown } | undefined)?.then === 'function') {
     throw new UsageError('the pull worker\'s `driver` is a Promise: createDriver is async, so await it (`const driver = await createDriver(config)`)');
   }
+  if (driver !== undefined && options.pool !== undefined) {
+    throw new UsageError('a pull worker takes `driver` or `pool`, not both: the pool would go unused (a driver brings its own)');
+  }
   if (driver === undefined) {
     if (options.pool === undefined) throw new UsageError('a pull worker needs `driver` or `pool`');
     // The start-up check of QueueBox's functions (`schemaVerify`: encoding, schema trust, row-level
@@ -292,7 +296,7 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
     driver = new PostgresDriver({ config, url: '', pool: options.pool, verifyBeforeClaims: true });
   }
   if (!options.source) throw new UsageError('a pull worker needs `source`');
-  if (typeof options.source !== 'string') throw new UsageError(`pull worker source must be a string, got ${described(options.source)}`);
+  if (typeof options.source !== 'string' || options.source.trim() === '') throw new UsageError(`pull worker source must be the name of an inbox source, got ${described(options.source)}`);
   checkSource(config, options.source);
   const pull = resolvePullValues(options, defaults);
   checkPoolSize(driver, options.transactions, pull.concurrency);
@@ -308,7 +312,7 @@ function resolveSettings<Tx>(options: PullWorkerOptions<Tx>): PullRunSettings<Tx
     transactions: options.transactions ?? (defaultTransactionRunner(driver) as unknown as TransactionRunner<Tx>),
     ...pull,
     deadlineMarginMs: config.lambda.deadlineMarginMs,
-    shutdownTimeoutMs: timerMs('shutdownTimeoutMs', options.shutdownTimeoutMs ?? PULL_SHUTDOWN_TIMEOUT_MS),
+    shutdownTimeoutMs: timerMs('shutdownTimeoutMs', options.shutdownTimeoutMs === undefined ? PULL_SHUTDOWN_TIMEOUT_MS : options.shutdownTimeoutMs),
     handlerTimeoutMs: options.handlerTimeoutMs === undefined ? undefined : timerMs('handlerTimeoutMs', options.handlerTimeoutMs, 1),
     metrics,
     ownMetrics,
@@ -453,6 +457,13 @@ export function createPullWorker<Tx = pg.PoolClient>(options: PullWorkerOptions<
     },
     // Async, so a misuse (already running, a bad context) is a rejected promise, as the type says.
     async runOnce(options = {}) {
+      if (typeof options !== 'object' || options === null) throw new UsageError(`runOnce takes { context } or { deadline }, got ${described(options)}`);
+      if (options.context !== undefined && options.deadline !== undefined) {
+        throw new UsageError('runOnce takes { context } or { deadline }, not both: the deadline would win and the context be ignored');
+      }
+      if (options.context !== undefined && typeof (options.context as Partial<RemainingTime> | null)?.getRemainingTimeInMillis !== 'function') {
+        throw new UsageError(`runOnce context must be the Lambda context (its getRemainingTimeInMillis() bounds the run), got ${described(options.context)}`);
+      }
       const deadline = options.deadline ?? (options.context ? createDeadline(options.context, settings.deadlineMarginMs) : undefined);
       // Inside an invocation every statement of the run — renewals, the business transactions'
       // completions — is bounded by the time left in it; a claim by the deadline (its lease still

@@ -51,6 +51,21 @@ describe('pull worker: option rules', () => {
     create({ concurrency: 64, batch: 1000, leaseMs: 1000, pollMs: 0, retry: { maxAttempts: 1, jitter: 1 }, transactions: async (work) => work(undefined as never) });
   });
 
+  it('refuses null for an option (absent takes the config value; null is a value of the wrong kind), a blank source, and driver with pool', async () => {
+    for (const name of ['batch', 'leaseMs', 'concurrency', 'pollMs', 'shutdownTimeoutMs'] as const) refused({ [name]: null } as never, name);
+    refused({ source: '  ' }, 'source must be the name of an inbox source');
+    assert.throws(() => create({ pool: db.pool as never }), (error: unknown) => error instanceof UsageError && /takes `driver` or `pool`, not both/.test(error.message));
+  });
+
+  it('runOnce refuses a context that is not a Lambda context, and context with deadline, as a rejected promise', async () => {
+    const worker = create({});
+    await assert.rejects(worker.runOnce({ context: {} as never }), (error: unknown) => error instanceof UsageError && /^runOnce context must be the Lambda context/.test(error.message));
+    const context = { getRemainingTimeInMillis: () => 10_000 };
+    const { createDeadline } = await import('../../lib/runtime/deadline.ts');
+    await assert.rejects(worker.runOnce({ context, deadline: createDeadline(context, 1000) }), (error: unknown) => error instanceof UsageError && /not both/.test(error.message));
+    await assert.rejects(worker.runOnce(null as never), (error: unknown) => error instanceof UsageError && /^runOnce takes \{ context \} or \{ deadline \}/.test(error.message));
+  });
+
   it('refuses durations above MAX_TIMER_MS, naming the option', async () => {
     refused({ leaseMs: MAX_TIMER_MS + 1 }, 'leaseMs');
     refused({ leaseMs: 7_000_000_000 }, 'leaseMs');
