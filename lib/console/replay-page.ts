@@ -196,7 +196,7 @@ export async function replayConfirmPage(ctx: ConsoleContext, form: URLSearchPara
     if (previewId === '') throw new UsageError('replay: a confirm names its preview; preview first');
     const previewed = ctx.confirmations.take(previewId, ctx.formToken);
     if (!previewed) {
-      return { status: 409, body: replayFormPage(ctx, new URLSearchParams(), 'replay: this preview was already confirmed or has expired; nothing moved. Preview again.') };
+      return { status: 409, body: replayFormPage(ctx, new URLSearchParams(), 'replay: this preview was already confirmed, has expired, or was made in another browser session (only the session that previewed can confirm); nothing moved. Preview again.') };
     }
     const posted = (input.ids as string[] | undefined)?.map((id) => id.toLowerCase());
     if (posted && !sameSet(posted, previewed.ids)) throw new UsageError('replay: the confirm names rows its preview did not list; nothing moved. Preview again.');

@@ -302,7 +302,7 @@ describe('console: a replay confirm acts on its own preview, once', () => {
     await db.query(`UPDATE "${db.schema}".outbox SET state = 'dead' WHERE id = ANY($1::uuid[])`, [ids]);
     const second = await confirm(fields);
     assert.equal(second.status, 409);
-    assert.match(second.body, /already confirmed or has expired; nothing moved/);
+    assert.match(second.body, /already confirmed, has expired, or was made in another browser session .*; nothing moved/);
     assert.deepEqual(await states(ids), ['dead', 'dead']);
   });
 

@@ -186,7 +186,8 @@ export function claimPositionSetConfig(first: number): string {
  * and stall every other claim of the table or source, until its session ended: with an
  * application's own pool, which sets no such timeout, indefinitely. The server ends the session
  * after this long instead, the lock with it; the claim's transaction rolls back, so it took nothing.
- * A healthy claim sends its next statement at once. A shorter timeout of the role or database is kept.
+ * A healthy claim sends its next statement at once. A shorter timeout of the session is kept (the
+ * role's or database's, or `database.idleInTransactionTimeoutMs` on QueueBox's own pool).
  */
 export const CLAIM_LOCK_IDLE_MS = 5_000;
 

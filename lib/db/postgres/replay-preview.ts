@@ -41,14 +41,16 @@ export function lastErrorStartsWith(prefix: string, bind: (value: unknown) => st
 /**
  * The `asRead` condition: each listed row only while its `updated_at` is the one read (a preview
  * reads it to the millisecond, rounded down: `epochMs`; date_trunc compares the same way). A time
- * read as JavaScript's last date either way (`epochTime`: ±8.64e15 ms) was an `updated_at` of
- * ±infinity, which plain SQL may write: it is compared as that (the time itself is beyond
- * PostgreSQL's range below, and is no infinity above).
+ * read as JavaScript's first or last date (`epochTime` clamps to ±8.64e15 ms) was an `updated_at`
+ * at or beyond it, which plain SQL may write: `-infinity` (every finite time PostgreSQL holds is
+ * later than JavaScript's first date), or `infinity` or a finite time after year 275760 (PostgreSQL
+ * holds years up to 294276), which are clamped on both sides alike.
  */
 export function asReadCondition(asRead: NonNullable<ReplayFilter['asRead']>, bind: (value: unknown) => string): string {
   if (asRead.length === 0) throw new UsageError('replay: asRead lists no rows; nothing to move');
-  return `(id, date_trunc('milliseconds', updated_at)) IN (
-         SELECT r.id, CASE WHEN r.ms >= ${DATE_LIMIT_MS} THEN 'infinity'::timestamptz
+  const last = `('epoch'::timestamptz + ${DATE_LIMIT_MS} * interval '1 millisecond')`;
+  return `(id, LEAST(date_trunc('milliseconds', updated_at), ${last})) IN (
+         SELECT r.id, CASE WHEN r.ms >= ${DATE_LIMIT_MS} THEN ${last}
                            WHEN r.ms <= -${DATE_LIMIT_MS} THEN '-infinity'::timestamptz
                            ELSE 'epoch'::timestamptz + r.ms * interval '1 millisecond' END
            FROM unnest(${bind(asRead.map((r) => r.id))}::uuid[], ${bind(asRead.map((r) => Math.trunc(r.updatedAtMs)))}::bigint[]) AS r(id, ms))`;
