@@ -153,8 +153,13 @@ const awsCallSettings = {
 
 export const sqsDestinationSchema = z.strictObject({
   type: z.literal('sqs'),
-  /** Full queue URL; a URL ending in `.fifo` is a FIFO queue. */
-  queueUrl: z.string().url(),
+  /** Full queue URL, ending in the queue's name; a name ending in `.fifo` is a FIFO queue. */
+  queueUrl: z
+    .string()
+    .url()
+    // SQS knows no queue by a URL that ends in a slash (QueueDoesNotExist on every call): an
+    // operator's typo refused here, not found as dead rows.
+    .refine((url) => !url.endsWith('/'), 'must end in the queue name, not a slash (https://sqs.<region>.amazonaws.com/<account>/<queue name>)'),
   ...awsCallSettings,
 });
 

@@ -67,7 +67,22 @@ export interface Destination {
   readonly target?: DestinationTarget;
   /**
    * Publishes up to `maxBatchSize` messages in one call; returns exactly one outcome per input
-   * message (same ids). `signal` aborts the call (lost claim, deadline).
+   * message (same ids). `signal` aborts the call (lost claim, deadline). A destination that splits
+   * the batch into several service calls (a size limit) tells `progress` of each as it goes.
    */
-  publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]>;
+  publishBatch(messages: OutboundMessage[], signal?: AbortSignal, progress?: CallProgress): Promise<EntryOutcome[]>;
+}
+
+/**
+ * What a destination that splits a batch into several service calls tells as it goes: the
+ * messages each call is about to offer, and each call's outcomes as soon as it answers. A pass
+ * that stops waiting with a later call still open settles the messages whose calls answered and
+ * releases the ones never offered, instead of leaving the whole batch to its lease. Indexes are
+ * positions in the batch given to `publishBatch`. A destination that sends one call need not call it.
+ */
+export interface CallProgress {
+  /** The messages at `indexes` are about to be offered to the service (sent in one call next). */
+  offering(indexes: readonly number[]): void;
+  /** Final outcomes, known before the batch ends: `outcomes[i]` is the message at `indexes[i]`. */
+  answered(indexes: readonly number[], outcomes: readonly EntryOutcome[]): void;
 }

@@ -25,7 +25,7 @@
 import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import { classifyCallError, timedCall } from './classify-call-error.ts';
 import { DEFAULT_CALL_TIMEOUT_MS } from '../config/schema.ts';
-import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
+import type { CallProgress, Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelopeJson } from './event-envelope.ts';
 import { eventBridgeDetailLimitError } from './eventbridge-json-limits.ts';
@@ -93,12 +93,13 @@ export class EventBridgeDestination implements Destination {
     this.#client = options.client;
   }
 
-  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
+  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal, progress?: CallProgress): Promise<EntryOutcome[]> {
     return publishInCalls(
       messages,
       { maxEntries: EVENTBRIDGE_MAX_BATCH_ENTRIES, maxBytes: EVENTBRIDGE_MAX_BYTES - 1 },
       (message, index) => this.#prepare(message, index),
       (call) => this.#send(call, messages, signal),
+      { signal, progress },
     );
   }
 

@@ -1,7 +1,7 @@
 /**
  * Splitting of a destination batch into calls that respect a service's request limits.
  */
-import type { EntryOutcome, OutboundMessage } from './destination.ts';
+import type { CallProgress, EntryOutcome, OutboundMessage } from './destination.ts';
 
 /**
  * Splits `entries`, keeping their order, into groups of at most `maxEntries` whose `bytes` add up
@@ -28,25 +28,43 @@ export function packBatches<T extends { bytes: number }>(entries: readonly T[], 
  * The shared shape of a destination's `publishBatch`: prepare every message (a message that can
  * never be accepted is permanent and dead at once, with the class `prepare` gives), pack the rest into calls within the limits,
  * send the calls one after another, and return one outcome per message, in input order.
+ *
+ * When the batch takes several calls, `progress` is told of each call before it is sent and of its
+ * outcomes when it answers (and of the refused messages first), so the pass can settle what
+ * answered when it stops waiting with a later call open. A call whose `signal` is already aborted is
+ * not offered (`send` answers it without sending).
  */
 export async function publishInCalls<T extends { bytes: number; index: number }>(
   messages: readonly OutboundMessage[],
   limits: { maxEntries: number; maxBytes: number },
   prepare: (message: OutboundMessage, index: number) => T | { error: string; errorClass: string },
   send: (call: T[]) => Promise<EntryOutcome[]>,
+  options: { signal?: AbortSignal | undefined; progress?: CallProgress | undefined } = {},
 ): Promise<EntryOutcome[]> {
   const outcomes: EntryOutcome[] = new Array(messages.length);
   const prepared: T[] = [];
+  const refused: number[] = [];
   messages.forEach((message, index) => {
     const result = prepare(message, index);
-    if ('error' in result) outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true, errorClass: result.errorClass };
-    else prepared.push(result);
+    if ('error' in result) {
+      outcomes[index] = { id: message.id, status: 'permanent', error: result.error, deadNow: true, errorClass: result.errorClass };
+      refused.push(index);
+    } else prepared.push(result);
   });
+  const calls = packBatches(prepared, limits.maxEntries, limits.maxBytes);
+  // One call answers the whole batch at once: nothing to tell before the batch ends.
+  const progress = calls.length > 1 ? options.progress : undefined;
+  if (progress !== undefined && refused.length > 0) progress.answered(refused, refused.map((i) => outcomes[i]!));
   // One call after another: a `publishBatch` is one of the pass's `outbox.concurrency` call
   // slots, so the calls a batch of large messages is split into share it instead of each taking
   // one (ten messages of 600 KB were ten SQS calls of up to 1 MiB at once with a concurrency of 1).
-  for (const call of packBatches(prepared, limits.maxEntries, limits.maxBytes)) {
-    for (const [i, outcome] of (await send(call)).entries()) outcomes[call[i]!.index] = outcome;
+  for (const call of calls) {
+    const offered = progress !== undefined && options.signal?.aborted !== true;
+    const indexes = offered ? call.map((entry) => entry.index) : undefined;
+    if (indexes !== undefined) progress!.offering(indexes);
+    const answers = await send(call);
+    for (const [i, outcome] of answers.entries()) outcomes[call[i]!.index] = outcome;
+    if (indexes !== undefined) progress!.answered(indexes, answers);
   }
   return outcomes;
 }

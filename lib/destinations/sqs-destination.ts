@@ -23,7 +23,7 @@ import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, type SQSCli
 import { classifyCallError, timedCall } from './classify-call-error.ts';
 import { DEFAULT_CALL_TIMEOUT_MS } from '../config/schema.ts';
 import { messageKeyOf } from './delivery-metadata.ts';
-import type { Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
+import type { CallProgress, Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { isValidSqsText, sqsMessageAttributes } from './sqs-message-attributes.ts';
 import { awsTraceHeaderOf } from '../observability/trace-context.ts';
@@ -91,12 +91,13 @@ export class SqsDestination implements Destination {
     this.#client = options.client;
   }
 
-  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
+  async publishBatch(messages: OutboundMessage[], signal?: AbortSignal, progress?: CallProgress): Promise<EntryOutcome[]> {
     return publishInCalls(
       messages,
       { maxEntries: SQS_MAX_BATCH_ENTRIES, maxBytes: SQS_MAX_BYTES },
       (message, index) => this.#prepare(message, index),
       (call) => this.#send(call, messages, signal),
+      { signal, progress },
     );
   }
 

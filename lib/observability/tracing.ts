@@ -11,7 +11,7 @@
  */
 import type { Tracer } from '@aws-lambda-powertools/tracer';
 import type { QueueBoxConfig } from '../config/schema.ts';
-import type { Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
+import type { CallProgress, Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
 
 export type { Tracer };
 
@@ -58,15 +58,15 @@ export function tracedDestination(destination: Destination, tracer: Tracer): Des
     type: destination.type,
     maxBatchSize: destination.maxBatchSize,
     ...(destination.target !== undefined ? { target: destination.target } : {}),
-    async publishBatch(messages: OutboundMessage[], signal?: AbortSignal): Promise<EntryOutcome[]> {
+    async publishBatch(messages: OutboundMessage[], signal?: AbortSignal, progress?: CallProgress): Promise<EntryOutcome[]> {
       const parent: Segment | undefined = tracer.isTracingEnabled() ? tracer.getSegment() : undefined;
-      if (parent === undefined) return destination.publishBatch(messages, signal);
+      if (parent === undefined) return destination.publishBatch(messages, signal, progress);
       const segment = parent.addNewSubsegment(`### ${destination.type} ${destination.name}`);
       segment.addAnnotation('destination', destination.name);
       segment.addAnnotation('destination_type', destination.type);
       segment.addAnnotation('entries', messages.length);
       try {
-        const outcomes = await destination.publishBatch(messages, signal);
+        const outcomes = await destination.publishBatch(messages, signal, progress);
         const counts: Record<string, number> = {};
         for (const outcome of outcomes) counts[outcome.status] = (counts[outcome.status] ?? 0) + 1;
         segment.addMetadata('outcomes', counts);

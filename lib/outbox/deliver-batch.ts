@@ -5,8 +5,10 @@
  *
  * A call whose rows have all lost their claim (renewal changed no row) is aborted. A call that
  * still holds some rows runs to its end; only the rows still owned are settled. When the pass
- * stops waiting with a call still open, the rows whose calls answered are settled all the same;
- * the open call's rows stay `processing` for their lease to end. A row whose
+ * stops waiting with a call still open, the rows whose calls answered are settled all the same
+ * (also those of the service calls that answered when the destination split a call by size), the
+ * rows never offered are released, and the open call's rows stay `processing` for their lease to
+ * end. A row whose
  * topic matches no route is dead at once, in the same dead statement as the rest of the batch.
  *
  * A settle whose writes were not sent because the invocation had no time left (a pass frozen or
@@ -21,7 +23,7 @@
  */
 import { claimKey } from '../claims/claim-key.ts';
 import type { ClaimRef, OutboxRow } from '../db/driver.ts';
-import type { Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
+import type { CallProgress, Destination, EntryOutcome, OutboundMessage } from '../destinations/destination.ts';
 import type { AbortableCall, OpenCalls } from './open-calls.ts';
 import type { PassContext } from './pass-context.ts';
 import { NO_ROUTE } from './failure-report.ts';
@@ -33,8 +35,10 @@ class CallClaims implements AbortableCall {
   #live: number;
   #controller: AbortController | undefined;
   slot = -1;
-  /** True once the call was opened (its rows offered to the destination). */
+  /** True once the call was opened (its rows handed to the destination). */
   opened = false;
+  /** What the destination told of the call as it went, when it split it into several service calls. */
+  progress: ChunkProgress | undefined;
 
   constructor(rows: number) {
     this.#live = rows;
@@ -48,6 +52,15 @@ class CallClaims implements AbortableCall {
 
   abort(reason: unknown): void {
     this.#controller?.abort(reason);
+  }
+
+  /**
+   * Whether `row` may have reached the destination: its call was opened and, when the destination
+   * split the call into several service calls, the one holding `row` was sent (or `row` was
+   * answered without one).
+   */
+  offered(row: OutboxRow): boolean {
+    return this.opened && this.progress?.untouched?.has(row.id) !== true;
   }
 
   /** The call's signal: aborts when the pass stops (`calls.abortAll`) or when every row of the call is lost. */
@@ -162,10 +175,11 @@ async function deliverAtOnce(ctx: PassContext, rows: OutboxRow[], notSent: NotSe
   let settling: Promise<void> | undefined;
   const settle = (): Promise<void> => {
     if (settling === undefined) {
-      // Rows whose call never opened (the pass stopped first) were not offered to any destination:
-      // released, no attempt spent; left to their lease, the reclaim would charge them one.
+      // Rows never offered to a destination (their call never opened because the pass stopped
+      // first, or a later service call of a split one never went out) are released, no attempt
+      // spent; left to their lease, the reclaim would charge them one.
       const unstarted = ctx.closed()
-        ? chunks.filter((c) => !c.claims.opened).flatMap((c) => c.rows.map(claimOf)).filter((c) => !ctx.lost.has(claimKey(c)))
+        ? chunks.flatMap((c) => c.rows.filter((row) => !c.claims.offered(row)).map(claimOf)).filter((c) => !ctx.lost.has(claimKey(c)))
         : [];
       const sent = settleInTime(ctx, plan.without(ctx.lost), unstarted, false, notSent);
       ctx.settling.add(sent);
@@ -223,7 +237,7 @@ async function deliverPipelined(ctx: PassContext, lanes: OutboxRow[][], rows: Ou
       let unstarted = released;
       if (ctx.closed()) {
         const done = new Set<string>([...plan.sent, ...plan.retry, ...plan.dead].map((c) => c.id));
-        for (const chunk of chunks) if (chunk.claims.opened) for (const row of chunk.rows) done.add(row.id);
+        for (const chunk of chunks) for (const row of chunk.rows) if (chunk.claims.offered(row)) done.add(row.id);
         unstarted = rows.filter((row) => !done.has(row.id)).map(claimOf);
       }
       const sending = settleInTime(ctx, plan.without(ctx.lost), unstarted.filter((c) => !ctx.lost.has(claimKey(c))), true, notSent);
@@ -333,10 +347,12 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
   const owned = ctx.lost.size === 0 ? chunk : chunk.filter((row) => !ctx.lost.has(claimKey(claimOf(row))));
   if (owned.length === 0 || ctx.calls.stopped) return;
   const call = claims.open(ctx.calls);
+  const progress = new ChunkProgress(ctx, destination, owned, plan, sent);
+  claims.progress = progress;
   const started = performance.now();
   let outcomes: EntryOutcome[];
   try {
-    outcomes = await destination.publishBatch(owned.map(toOutbound), call.signal);
+    outcomes = await destination.publishBatch(owned.map(toOutbound), call.signal, progress);
   } catch (error) {
     const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     const errorClass = error instanceof Error ? error.name : 'Error';
@@ -344,22 +360,86 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
   } finally {
     call.dispose();
   }
-  if (ctx.closed()) return; // abandoned by a pass that stopped waiting: nothing is counted or settled
+  if (ctx.closed()) return; // abandoned by a pass that stopped waiting: what answered before is in the plan
   ctx.tally.publishCalls++;
   ctx.publishTimed(destination.type, performance.now() - started);
   // Destinations answer in entry order; look ids up only when they do not.
   const inOrder = outcomes.length === owned.length && outcomes.every((o, i) => o.id === owned[i]!.id);
   const byId = inOrder ? undefined : new Map(outcomes.map((o) => [o.id, o]));
-  const perOutcome = new Map<EntryOutcome['status'], number>();
+  const recorded = progress.recorded;
+  const rows: OutboxRow[] = [];
+  const answers: EntryOutcome[] = [];
   for (let i = 0; i < owned.length; i++) {
     const row = owned[i]!;
-    const outcome = (inOrder ? outcomes[i] : byId!.get(row.id)) ?? { id: row.id, status: 'retryable' as const, error: 'returned no outcome for this entry', errorClass: 'NoOutcome' };
+    if (recorded?.has(row.id) === true) continue;
+    rows.push(row);
+    answers.push((inOrder ? outcomes[i] : byId!.get(row.id)) ?? { id: row.id, status: 'retryable' as const, error: 'returned no outcome for this entry', errorClass: 'NoOutcome' });
+  }
+  recordOutcomes(ctx, destination, plan, rows, answers, sent);
+}
+
+/** Puts `outcomes[i]` of `rows[i]` into the plan, one metric update per outcome kind. */
+function recordOutcomes(ctx: PassContext, destination: Destination, plan: SettlePlan, rows: readonly OutboxRow[], outcomes: readonly EntryOutcome[], sent: Set<string> | undefined): void {
+  const perOutcome = new Map<EntryOutcome['status'], number>();
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i]!;
+    const outcome = outcomes[i]!;
     perOutcome.set(outcome.status, (perOutcome.get(outcome.status) ?? 0) + 1);
     plan.add(row, outcome, destination);
     if (outcome.status === 'sent') sent?.add(row.id);
   }
   // One metric update per outcome kind and call, not per row.
   for (const [outcome, n] of perOutcome) ctx.metrics.count('outboxDestinationMessages', n, { destination: destination.name, outcome });
+}
+
+/**
+ * What a destination told of a call it split into several service calls (`CallProgress`), as it
+ * went: each service call's outcomes go into the plan when it answers, so a pass that stops
+ * waiting with a later service call open settles them, and releases the rows never offered.
+ * A destination that sends one call tells nothing, and this stays empty.
+ */
+class ChunkProgress implements CallProgress {
+  /** Rows neither offered nor answered yet; undefined until the destination first tells. */
+  untouched: Set<string> | undefined;
+  /** Rows whose outcome is in the plan already. */
+  recorded: Set<string> | undefined;
+
+  constructor(
+    private readonly ctx: PassContext,
+    private readonly destination: Destination,
+    private readonly owned: readonly OutboxRow[],
+    private readonly plan: SettlePlan,
+    private readonly sent: Set<string> | undefined,
+  ) {}
+
+  offering(indexes: readonly number[]): void {
+    const untouched = this.#untouched();
+    for (const i of indexes) untouched.delete(this.owned[i]!.id);
+  }
+
+  answered(indexes: readonly number[], outcomes: readonly EntryOutcome[]): void {
+    const untouched = this.#untouched();
+    for (const i of indexes) untouched.delete(this.owned[i]!.id);
+    // A service call that answers after the pass stopped waiting adds nothing: the pass has taken
+    // the plan (its rows stay processing for their lease, as an open call's do).
+    if (this.ctx.closed()) return;
+    const recorded = (this.recorded ??= new Set());
+    const rows: OutboxRow[] = [];
+    const answers: EntryOutcome[] = [];
+    indexes.forEach((index, i) => {
+      const row = this.owned[index];
+      const outcome = outcomes[i];
+      if (row === undefined || outcome === undefined || recorded.has(row.id)) return;
+      recorded.add(row.id);
+      rows.push(row);
+      answers.push(outcome);
+    });
+    recordOutcomes(this.ctx, this.destination, this.plan, rows, answers, this.sent);
+  }
+
+  #untouched(): Set<string> {
+    return (this.untouched ??= new Set(this.owned.map((row) => row.id)));
+  }
 }
 
 /**

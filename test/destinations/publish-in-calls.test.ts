@@ -46,4 +46,57 @@ describe('publishInCalls', () => {
     );
     assert.equal(sent, 1);
   });
+
+  it('tells progress of a split batch as it goes: refused messages first, then each call before it is sent and when it answers', async () => {
+    const messages = Array.from({ length: 4 }, (_, i) => outboundMessage({ id: `m${i}` }));
+    const events: string[] = [];
+    const progress = {
+      offering: (indexes: readonly number[]) => events.push(`offering ${indexes.join(',')}`),
+      answered: (indexes: readonly number[], outcomes: readonly EntryOutcome[]) => events.push(`answered ${indexes.join(',')}: ${outcomes.map((o) => `${o.id} ${o.status}`).join(', ')}`),
+    };
+    await publishInCalls(
+      messages,
+      { maxEntries: 10, maxBytes: 1000 },
+      (message, index) => (index === 1 ? { error: 'too large', errorClass: 'MessageTooLarge' } : { index, bytes: 600 }),
+      async (call) => {
+        events.push(`send ${call.map((c) => c.index).join(',')}`);
+        return call.map((c): EntryOutcome => (c.index === 2 ? { id: `m${c.index}`, status: 'retryable', error: 'throttled' } : { id: `m${c.index}`, status: 'sent' }));
+      },
+      { progress },
+    );
+    assert.deepEqual(events, [
+      'answered 1: m1 permanent',
+      'offering 0',
+      'send 0',
+      'answered 0: m0 sent',
+      'offering 2',
+      'send 2',
+      'answered 2: m2 retryable',
+      'offering 3',
+      'send 3',
+      'answered 3: m3 sent',
+    ]);
+  });
+
+  it('tells progress nothing when the batch goes in one call, and offers no call once the signal is aborted', async () => {
+    const messages = Array.from({ length: 3 }, (_, i) => outboundMessage({ id: `m${i}` }));
+    const told: string[] = [];
+    const progress = { offering: () => told.push('offering'), answered: () => told.push('answered') };
+    const answer = async (call: Array<{ index: number }>) => call.map((c): EntryOutcome => ({ id: `m${c.index}`, status: 'sent' }));
+    await publishInCalls(messages, { maxEntries: 10, maxBytes: 1000 }, (message, index) => ({ index, bytes: 1 }), answer, { progress });
+    assert.deepEqual(told, [], 'one call: its answer is the batch answer');
+
+    const stop = new AbortController();
+    await publishInCalls(
+      messages,
+      { maxEntries: 1, maxBytes: 1000 },
+      (message, index) => ({ index, bytes: 1 }),
+      async (call) => {
+        stop.abort();
+        return answer(call);
+      },
+      { signal: stop.signal, progress },
+    );
+    assert.deepEqual(told, ['offering', 'answered'], 'the calls after the abort are not offered');
+  });
 });
