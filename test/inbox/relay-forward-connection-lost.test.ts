@@ -20,38 +20,12 @@ import { forwardItemOf, relayMessage, runRelayPass, type RelaySummary } from '..
 import { createLogger } from '../../lib/observability/logger.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { createDeadline } from '../../lib/runtime/deadline.ts';
+import { poolLosingFirstAnswer, runAndLoseAnswer, textOf, wrapQuery } from '../helpers/lost-answer.ts';
 import { startStallProxy } from '../helpers/stall-proxy.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { fakeLambdaContext } from '../helpers/lambda-context.ts';
 
-type Query = (...args: unknown[]) => Promise<unknown>;
-
-const textOf = (args: unknown[]): string | undefined => (typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text);
-const reset = () => Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
 const isBatchedForward = (text: string | undefined) => text !== undefined && text.includes('marked AS (') && text.includes("SET state = 'processed'");
-
-/**
- * Runs `query(...args)` on the server and loses its answer as a reset socket does: for a query
- * object (a statement sent with its timeout in one round trip, under a budget) through its
- * callback, else through the promise.
- */
-function runAndLoseAnswer(query: Query, args: unknown[]): Promise<unknown> {
-  const submitted = args[0] as { submit?: unknown; callback?: (error: Error | null, result: unknown) => void };
-  if (typeof submitted.submit === 'function') {
-    const answer = submitted.callback!;
-    submitted.callback = (error) => answer(error ?? reset(), undefined);
-    return query(...args);
-  }
-  return query(...args).then(() => {
-    throw reset();
-  });
-}
-
-/** Replaces `client.query` with `wrap(original)`. */
-function wrapQuery(client: pg.PoolClient, wrap: (query: Query) => Query): void {
-  const query = client.query.bind(client) as Query;
-  (client as unknown as { query: Query }).query = wrap(query);
-}
 
 describe('inbox relay: a forward whose answer was lost after it committed', () => {
   let db: TestDatabase;
@@ -97,23 +71,13 @@ describe('inbox relay: a forward whose answer was lost after it committed', () =
 
   it('batched: the forward sent again counts the rows its first run forwarded as forwarded, not as lost claims', async () => {
     const ids = await store(['A', 'B', 'C']);
-    const pool = createPgPool(db.config.database, db.url);
-    let cut = 0;
     // The first batched forward runs and commits; its connection then fails as a reset socket does.
-    pool.on('connect', (client: pg.PoolClient) =>
-      wrapQuery(client, (query) => (...args) => {
-        if (cut === 0 && isBatchedForward(textOf(args))) {
-          cut++;
-          return runAndLoseAnswer(query, args);
-        }
-        return query(...args);
-      }),
-    );
+    const { pool, cuts } = poolLosingFirstAnswer(db.config.database, db.url, isBatchedForward);
     const driver = new PostgresDriver({ config: db.config, url: db.url, pool });
     try {
       const metrics = newMetrics();
       const summary = await pass(driver, metrics);
-      assert.equal(cut, 1, 'the first forward committed and its answer was lost');
+      assert.equal(cuts(), 1, 'the first forward committed and its answer was lost');
       assert.deepEqual([summary.claimed, summary.forwarded, summary.retried, summary.claimsLost], [3, 3, 0, 0]);
       assert.equal(metrics.value('claimsLost', { component: 'inbox' }), 0);
       assert.deepEqual(await outcome(ids), [
@@ -178,21 +142,11 @@ describe('inbox relay: a forward whose answer was lost after it committed', () =
     assert.equal(await db.driver.inboxForward(forwardItem(again!), { maxAttempts: 5 }), true);
     // `oneByOne`: forwarded under this claim's token by another forward (its own outbox row).
     assert.equal(await db.driver.inboxForward(forwardItem(byId.get(oneByOne!)!), { maxAttempts: 5 }), true);
-    const pool = createPgPool(db.config.database, db.url);
-    let cut = 0;
-    pool.on('connect', (client: pg.PoolClient) =>
-      wrapQuery(client, (query) => (...args) => {
-        if (cut === 0 && isBatchedForward(textOf(args))) {
-          cut++;
-          return runAndLoseAnswer(query, args);
-        }
-        return query(...args);
-      }),
-    );
+    const { pool, cuts } = poolLosingFirstAnswer(db.config.database, db.url, isBatchedForward);
     const driver = new PostgresDriver({ config: db.config, url: db.url, pool });
     try {
       const forwarded = await driver.inboxForwardMany!([other!, oneByOne!, own!].map((id) => forwardItem(byId.get(id)!)), { maxAttempts: 5 });
-      assert.equal(cut, 1);
+      assert.equal(cuts(), 1);
       assert.deepEqual(forwarded, [own], 'only the row this forward wrote counts as forwarded');
       assert.deepEqual(await outcome([other!, oneByOne!, own!]), [
         ['processed', 1],

@@ -17,6 +17,7 @@ import { runOutboxPass } from '../../lib/outbox/outbox-pass.ts';
 import type { TestDatabase } from '../helpers/database.ts';
 import { insertOutboxRows, inspectRows, passFixture, withOutboxDatabase } from '../helpers/outbox-pass-fixture.ts';
 import { RecordingDestination } from '../helpers/recording-destination.ts';
+import { poolLosingFirstAnswer } from '../helpers/lost-answer.ts';
 import { startStallProxy } from '../helpers/stall-proxy.ts';
 
 const isSentMark = (text: unknown) => typeof text === 'string' && text.includes("SET state = 'sent'");
@@ -85,36 +86,13 @@ describe('outbox: a settle whose connection is lost is sent again', () => {
       { topic: 'orders', key: 'K', payload: { n: 1 } },
       { topic: 'orders', payload: { n: 2 } },
     ]);
-    const pool = createPgPool(db.config.database, db.url);
-    let cut = 0;
     // The first sent mark runs and commits; its connection then fails as a reset socket does.
-    pool.on('connect', (client: pg.PoolClient) => {
-      const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-      (client as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
-        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text;
-        if (cut === 0 && isSentMark(text)) {
-          cut++;
-          const reset = () => Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
-          // A query object (the statement sent with its timeout in one round trip, under a budget):
-          // its answer is lost the same way, through its callback.
-          const submitted = args[0] as { submit?: unknown; callback?: (error: Error | null, result: unknown) => void };
-          if (typeof submitted.submit === 'function') {
-            const answer = submitted.callback!;
-            submitted.callback = (error) => answer(error ?? reset(), undefined);
-            return query(...args);
-          }
-          return query(...args).then(() => {
-            throw reset();
-          });
-        }
-        return query(...args);
-      };
-    });
+    const { pool, cuts } = poolLosingFirstAnswer(db.config.database, db.url, isSentMark);
     const driver = new PostgresDriver({ config: db.config, url: db.url, pool });
     try {
       const destination = new RecordingDestination();
       const summary = await runOutboxPass(passFixture(db, { destinations: [destination], driver, timeoutMs: 20_000 }));
-      assert.equal(cut, 1, 'the first sent mark committed and its answer was lost');
+      assert.equal(cuts(), 1, 'the first sent mark committed and its answer was lost');
       assert.equal(summary.sent, 2);
       assert.equal(summary.claimsLost, 0, 'rows sent under their own tokens are not lost claims');
       assert.equal(destination.deliveries.length, 2);

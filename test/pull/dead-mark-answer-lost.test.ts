@@ -7,39 +7,18 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import pg from 'pg';
-import { createPgPool } from '../../lib/db/postgres/pg-pool.ts';
+import type pg from 'pg';
 import { PostgresDriver } from '../../lib/db/postgres/postgres-driver.ts';
 import { QueueBoxMetrics } from '../../lib/observability/metrics.ts';
 import { createPullClient } from '../../lib/pull/pull-client.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { poolLosingFirstAnswer } from '../helpers/lost-answer.ts';
 import { insertPullRows, readPullRows } from './pull-fixtures.ts';
 
 /** A driver whose first dead mark runs and commits, then fails as a reset socket does. */
 function driverLosingFirstDeadAnswer(db: TestDatabase): { driver: PostgresDriver; pool: pg.Pool; cuts: () => number } {
-  const pool = createPgPool(db.config.database, db.url);
-  let cut = 0;
-  pool.on('connect', (client: pg.PoolClient) => {
-    const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-    (client as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
-      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text;
-      if (cut === 0 && typeof text === 'string' && text.includes("SET state = 'dead'")) {
-        cut++;
-        const reset = () => Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
-        const submitted = args[0] as { submit?: unknown; callback?: (error: Error | null, result: unknown) => void };
-        if (typeof submitted.submit === 'function') {
-          const answer = submitted.callback!;
-          submitted.callback = (error) => answer(error ?? reset(), undefined);
-          return query(...args);
-        }
-        return query(...args).then(() => {
-          throw reset();
-        });
-      }
-      return query(...args);
-    };
-  });
-  return { driver: new PostgresDriver({ config: db.config, url: db.url, pool }), pool, cuts: () => cut };
+  const { pool, cuts } = poolLosingFirstAnswer(db.config.database, db.url, (text) => text?.includes("SET state = 'dead'") === true);
+  return { driver: new PostgresDriver({ config: db.config, url: db.url, pool }), pool, cuts };
 }
 
 describe('a dead mark whose answer was lost after it committed', () => {
