@@ -23,7 +23,7 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   'tables.inbox': 'Inbox table name.',
   'tables.maintenance': 'Table of shared throttles (reclaim gates) kept across invocations, and of each scheduled function\'s last finished pass (`queuebox status`).',
   [`destinations.<name>${d}.type`]: 'An Amazon SQS queue (standard or FIFO).',
-  [`destinations.<name>${d}.queueUrl`]: 'Full queue URL, ending in the queue\'s name (not in a slash); a name ending in `.fifo` is a FIFO queue. The deploy grants `sqs:SendMessage` on it.',
+  [`destinations.<name>${d}.queueUrl`]: 'Full queue URL, ending in the queue\'s name (no trailing slash, query or fragment); a name ending in `.fifo` is a FIFO queue. The deploy grants `sqs:SendMessage` on it.',
   [`destinations.<name>${d}.region`]: 'AWS region; default the Lambda\'s `AWS_REGION`.',
   [`destinations.<name>${d}.endpoint`]: 'Endpoint override (emulators, VPC endpoints).',
   [`destinations.<name>${d}.callTimeoutMs`]: 'The longest one `SendMessageBatch` call (up to 10 entries, the SDK\'s own retries included) may take, a whole number of ms from 100 to 900000: the call is then aborted and its rows are retryable, with the `last_error` `… timed out after N ms without an answer (destinations.<name>.callTimeoutMs)`. The SDK clients have no request timeout of their own, and a claimed batch is settled once all its calls answered: without this a peer that accepts the connection and never answers would hold the whole batch and its keys until the deadline ([Destinations](destinations.md#call-timeout)).',

@@ -10,12 +10,12 @@
 import { z } from 'zod';
 import { authSchema, envName } from './auth-schema.ts';
 import { crossCheckConfig } from './cross-check-config.ts';
+import { IDENTIFIER_PATTERN } from './identifier.ts';
 import { MAX_TIMER_MS } from '../runtime/timer-limit.ts';
 
 export { authSchema, MAX_TOLERANCE_SECONDS } from './auth-schema.ts';
 
-/** A SQL identifier QueueBox will quote and interpolate: lower-case letters, digits, underscores. */
-export const IDENTIFIER_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
+export { IDENTIFIER_PATTERN };
 
 const identifier = z
   .string()
@@ -151,15 +151,30 @@ const awsCallSettings = {
     .default(DEFAULT_CALL_TIMEOUT_MS),
 };
 
+/** Whether a URL (already known to parse) names a queue: a path ending in a name, nothing after it. */
+function endsInQueueName(url: string): boolean {
+  if (url.endsWith('/') || url.includes('?') || url.includes('#')) return false;
+  let path: string;
+  try {
+    path = new URL(url).pathname;
+  } catch {
+    return true; // `url()` says what is wrong
+  }
+  return path.split('/').length >= 3;
+}
+
 export const sqsDestinationSchema = z.strictObject({
   type: z.literal('sqs'),
   /** Full queue URL, ending in the queue's name; a name ending in `.fifo` is a FIFO queue. */
   queueUrl: z
     .string()
     .url()
-    // SQS knows no queue by a URL that ends in a slash (QueueDoesNotExist on every call): an
-    // operator's typo refused here, not found as dead rows.
-    .refine((url) => !url.endsWith('/'), 'must end in the queue name, not a slash (https://sqs.<region>.amazonaws.com/<account>/<queue name>)'),
+    // SQS knows no queue by a URL with a trailing slash, a query or a fragment, or without a path
+    // (QueueDoesNotExist on every call): an operator's typo refused here, not found as dead rows.
+    .refine(
+      endsInQueueName,
+      'must end in the queue name, with no trailing slash, query or fragment (https://sqs.<region>.amazonaws.com/<account>/<queue name>)',
+    ),
   ...awsCallSettings,
 });
 

@@ -81,8 +81,11 @@ export interface Destination {
  * positions in the batch given to `publishBatch`. A destination that sends one call need not call it.
  */
 export interface CallProgress {
-  /** The messages at `indexes` are about to be offered to the service (sent in one call next). */
-  offering(indexes: readonly number[]): void;
+  /**
+   * The messages at `indexes` are to be sent in one call next; answers the ones to offer (the
+   * others lost their claim meanwhile: they are not sent, and their outcome no longer matters).
+   */
+  offering(indexes: readonly number[]): readonly number[];
   /** Final outcomes, known before the batch ends: `outcomes[i]` is the message at `indexes[i]`. */
   answered(indexes: readonly number[], outcomes: readonly EntryOutcome[]): void;
 }

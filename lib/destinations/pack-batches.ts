@@ -29,10 +29,11 @@ export function packBatches<T extends { bytes: number }>(entries: readonly T[], 
  * never be accepted is permanent and dead at once, with the class `prepare` gives), pack the rest into calls within the limits,
  * send the calls one after another, and return one outcome per message, in input order.
  *
- * When the batch takes several calls, `progress` is told of each call before it is sent and of its
- * outcomes when it answers (and of the refused messages first), so the pass can settle what
- * answered when it stops waiting with a later call open. A call whose `signal` is already aborted is
- * not offered (`send` answers it without sending).
+ * When the batch takes several calls, `progress` is told of each call before it is sent (and
+ * leaves out the messages whose claim was lost meanwhile) and of its outcomes when it answers (and
+ * of the refused messages first), so the pass can settle what answered when it stops waiting with
+ * a later call open. A call whose `signal` is already aborted is not offered (`send` answers it
+ * without sending).
  */
 export async function publishInCalls<T extends { bytes: number; index: number }>(
   messages: readonly OutboundMessage[],
@@ -58,10 +59,19 @@ export async function publishInCalls<T extends { bytes: number; index: number }>
   // One call after another: a `publishBatch` is one of the pass's `outbox.concurrency` call
   // slots, so the calls a batch of large messages is split into share it instead of each taking
   // one (ten messages of 600 KB were ten SQS calls of up to 1 MiB at once with a concurrency of 1).
-  for (const call of calls) {
-    const offered = progress !== undefined && options.signal?.aborted !== true;
-    const indexes = offered ? call.map((entry) => entry.index) : undefined;
-    if (indexes !== undefined) progress!.offering(indexes);
+  for (let call of calls) {
+    let indexes: readonly number[] | undefined;
+    if (progress !== undefined && options.signal?.aborted !== true) {
+      indexes = progress.offering(call.map((entry) => entry.index));
+      if (indexes.length < call.length) {
+        const offered = new Set(indexes);
+        for (const entry of call) {
+          if (!offered.has(entry.index)) outcomes[entry.index] = { id: messages[entry.index]!.id, status: 'retryable', error: 'not sent: its claim was lost before its call', errorClass: 'ClaimLost' };
+        }
+        call = call.filter((entry) => offered.has(entry.index));
+        if (call.length === 0) continue;
+      }
+    }
     const answers = await send(call);
     for (const [i, outcome] of answers.entries()) outcomes[call[i]!.index] = outcome;
     if (indexes !== undefined) progress!.answered(indexes, answers);

@@ -347,6 +347,7 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
   const owned = ctx.lost.size === 0 ? chunk : chunk.filter((row) => !ctx.lost.has(claimKey(claimOf(row))));
   if (owned.length === 0 || ctx.calls.stopped) return;
   const call = claims.open(ctx.calls);
+  ctx.tally.publishCalls++;
   const progress = new ChunkProgress(ctx, destination, owned, plan, sent);
   claims.progress = progress;
   const started = performance.now();
@@ -361,7 +362,6 @@ async function publishChunk(ctx: PassContext, destination: Destination, chunk: O
     call.dispose();
   }
   if (ctx.closed()) return; // abandoned by a pass that stopped waiting: what answered before is in the plan
-  ctx.tally.publishCalls++;
   ctx.publishTimed(destination.type, performance.now() - started);
   // Destinations answer in entry order; look ids up only when they do not.
   const inOrder = outcomes.length === owned.length && outcomes.every((o, i) => o.id === owned[i]!.id);
@@ -401,8 +401,9 @@ function recordOutcomes(ctx: PassContext, destination: Destination, plan: Settle
 class ChunkProgress implements CallProgress {
   /** Rows neither offered nor answered yet; undefined until the destination first tells. */
   untouched: Set<string> | undefined;
-  /** Rows whose outcome is in the plan already. */
+  /** Rows whose outcome is in the plan already (or that were not offered, their claim lost). */
   recorded: Set<string> | undefined;
+  #offers = 0;
 
   constructor(
     private readonly ctx: PassContext,
@@ -412,9 +413,25 @@ class ChunkProgress implements CallProgress {
     private readonly sent: Set<string> | undefined,
   ) {}
 
-  offering(indexes: readonly number[]): void {
+  /**
+   * A later service call is one more call of the pass (the first was counted when the call opened);
+   * it leaves out the rows whose claim was lost since the batch began: another claim may have
+   * published them, and later rows of their key, already.
+   */
+  offering(indexes: readonly number[]): readonly number[] {
     const untouched = this.#untouched();
-    for (const i of indexes) untouched.delete(this.owned[i]!.id);
+    let offered: number[] | undefined;
+    for (const [at, i] of indexes.entries()) {
+      const row = this.owned[i]!;
+      untouched.delete(row.id);
+      if (this.ctx.lost.size > 0 && this.ctx.lost.has(claimKey(claimOf(row)))) {
+        offered ??= indexes.slice(0, at);
+        (this.recorded ??= new Set()).add(row.id);
+      } else offered?.push(i);
+    }
+    const sending = offered ?? indexes;
+    if (sending.length > 0 && this.#offers++ > 0) this.ctx.tally.publishCalls++;
+    return sending;
   }
 
   answered(indexes: readonly number[], outcomes: readonly EntryOutcome[]): void {

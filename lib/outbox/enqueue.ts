@@ -4,7 +4,7 @@
  * The row is written through the caller's own transaction handle, so it commits or rolls back
  * with the business change. Nothing here opens a connection.
  */
-import { IDENTIFIER_PATTERN } from '../config/schema.ts';
+import { IDENTIFIER_PATTERN } from '../config/identifier.ts';
 import { isCallerExecutor, refusePool, writeInsidePgTransaction, type CallerExecutor, type PgTransactionClient } from '../db/caller-transaction.ts';
 import type { CallerTransaction, EnqueueMessage, OutboxMessageInput } from '../db/driver.ts';
 import { importOptional } from '../optional-package.ts';

@@ -37,7 +37,7 @@ export interface PassTally {
   reclaimed: number;
   /** Claim statements that returned at least one row. */
   batches: number;
-  /** Destination calls made. */
+  /** Destination calls made (a batch split by a size limit is several). */
   publishCalls: number;
   /** Claimed rows the pass stopped before offering to a destination: back to `pending`, no attempt spent. */
   released: number;

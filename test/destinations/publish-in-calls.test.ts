@@ -51,7 +51,10 @@ describe('publishInCalls', () => {
     const messages = Array.from({ length: 4 }, (_, i) => outboundMessage({ id: `m${i}` }));
     const events: string[] = [];
     const progress = {
-      offering: (indexes: readonly number[]) => events.push(`offering ${indexes.join(',')}`),
+      offering: (indexes: readonly number[]) => {
+        events.push(`offering ${indexes.join(',')}`);
+        return indexes;
+      },
       answered: (indexes: readonly number[], outcomes: readonly EntryOutcome[]) => events.push(`answered ${indexes.join(',')}: ${outcomes.map((o) => `${o.id} ${o.status}`).join(', ')}`),
     };
     await publishInCalls(
@@ -81,7 +84,13 @@ describe('publishInCalls', () => {
   it('tells progress nothing when the batch goes in one call, and offers no call once the signal is aborted', async () => {
     const messages = Array.from({ length: 3 }, (_, i) => outboundMessage({ id: `m${i}` }));
     const told: string[] = [];
-    const progress = { offering: () => told.push('offering'), answered: () => told.push('answered') };
+    const progress = {
+      offering: (indexes: readonly number[]) => {
+        told.push('offering');
+        return indexes;
+      },
+      answered: () => told.push('answered'),
+    };
     const answer = async (call: Array<{ index: number }>) => call.map((c): EntryOutcome => ({ id: `m${c.index}`, status: 'sent' }));
     await publishInCalls(messages, { maxEntries: 10, maxBytes: 1000 }, (message, index) => ({ index, bytes: 1 }), answer, { progress });
     assert.deepEqual(told, [], 'one call: its answer is the batch answer');
@@ -98,5 +107,31 @@ describe('publishInCalls', () => {
       { signal: stop.signal, progress },
     );
     assert.deepEqual(told, ['offering', 'answered'], 'the calls after the abort are not offered');
+  });
+
+  it('leaves out of a later call the messages progress withdraws (their claim was lost), and skips a call left empty', async () => {
+    const messages = Array.from({ length: 5 }, (_, i) => outboundMessage({ id: `m${i}` }));
+    const sends: number[][] = [];
+    const outcomes = await publishInCalls(
+      messages,
+      { maxEntries: 2, maxBytes: 1000 },
+      (message, index) => ({ index, bytes: 1 }),
+      async (call) => {
+        sends.push(call.map((c) => c.index));
+        return call.map((c): EntryOutcome => ({ id: `m${c.index}`, status: 'sent' }));
+      },
+      { progress: { offering: (indexes) => indexes.filter((i) => i !== 1 && i !== 2 && i !== 3), answered: () => {} } },
+    );
+    assert.deepEqual(sends, [[0], [4]], 'call two (2, 3) held only withdrawn messages: not sent');
+    assert.deepEqual(
+      outcomes.map((o) => [o.id, o.status, o.status === 'sent' ? undefined : o.errorClass]),
+      [
+        ['m0', 'sent', undefined],
+        ['m1', 'retryable', 'ClaimLost'],
+        ['m2', 'retryable', 'ClaimLost'],
+        ['m3', 'retryable', 'ClaimLost'],
+        ['m4', 'sent', undefined],
+      ],
+    );
   });
 });

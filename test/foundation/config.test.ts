@@ -89,7 +89,17 @@ destinations:
     ['a claim ceiling below the batch size', 'outbox:\n  batchSize: 200\n  maxBatchSize: 150\n', {}, 'outbox.maxBatchSize', /below outbox.batchSize \(200\)/],
     ['a claim ceiling past 1,000', '', { QUEUEBOX_OUTBOX__MAX_BATCH_SIZE: '5000' }, 'outbox.maxBatchSize', /1000/],
     ['an EventBridge source in the aws. namespace', 'destinations:\n  bus:\n    type: eventbridge\n    eventBusName: orders\n    source: aws.orders\n', {}, 'destinations.bus.source', /must not start with "aws\."/],
-    ['an SQS queue URL that ends in a slash', 'destinations:\n  orders:\n    type: sqs\n    queueUrl: https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo/\n', {}, 'destinations.orders.queueUrl', /must end in the queue name, not a slash/],
+    ...['orders.fifo/', 'orders?', 'orders#top', 'orders?Action=x'].map(
+      (end): [string, string, Record<string, string>, string, RegExp] => [
+        `an SQS queue URL ending in ${end}`,
+        `destinations:\n  orders:\n    type: sqs\n    queueUrl: https://sqs.eu-west-1.amazonaws.com/123456789012/${end}\n`,
+        {},
+        'destinations.orders.queueUrl',
+        /must end in the queue name, with no trailing slash, query or fragment/,
+      ],
+    ),
+    ['an SQS queue URL without a queue', 'destinations:\n  orders:\n    type: sqs\n    queueUrl: https://sqs.eu-west-1.amazonaws.com\n', {}, 'destinations.orders.queueUrl', /must end in the queue name/],
+    ['an SQS queue URL without an account', 'destinations:\n  orders:\n    type: sqs\n    queueUrl: https://sqs.eu-west-1.amazonaws.com/orders\n', {}, 'destinations.orders.queueUrl', /must end in the queue name/],
     ['an unknown auth type', 'inbox:\n  sources:\n    stripe:\n      type: http\n      path: /stripe\n      auth:\n        type: magic\n', {}, 'inbox.sources.stripe.auth.type', /./],
   ];
   for (const [what, yaml, env, key, message] of bad) {

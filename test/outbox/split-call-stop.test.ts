@@ -24,25 +24,38 @@ const credentials = { accessKeyId: 'test', secretAccessKey: 'test' };
 /** Two of these do not fit in one 1 MiB SendMessageBatch: one call per row. */
 const large = 'x'.repeat(600_000);
 
-/** An HTTP proxy to `target` that holds request number `held` (1-based) until its client gives up. */
-async function startHoldingProxy(target: string, held: number): Promise<{ url: string; requests: () => number; close: () => Promise<void> }> {
+/**
+ * An HTTP proxy to `target` that holds request number `held` (1-based): until `until` resolves,
+ * then passes it on; without `until`, until its client gives up.
+ */
+async function startHoldingProxy(target: string, held: number, until?: Promise<void>): Promise<{ url: string; requests: () => number; close: () => Promise<void> }> {
   let requests = 0;
   const upstream = new URL(target);
   const server = http.createServer((request, response) => {
     requests++;
-    if (requests === held) {
+    if (requests === held && until === undefined) {
       request.resume();
       return; // never answered: the SDK's abort closes it
     }
-    const forward = http.request(
-      { host: upstream.hostname, port: upstream.port, method: request.method, path: request.url, headers: request.headers },
-      (answer) => {
-        response.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(response);
-      },
-    );
-    forward.on('error', () => response.destroy());
-    request.pipe(forward);
+    const forward = () => {
+      const call = http.request(
+        { host: upstream.hostname, port: upstream.port, method: request.method, path: request.url, headers: request.headers },
+        (answer) => {
+          response.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(response);
+        },
+      );
+      call.on('error', () => response.destroy());
+      return call;
+    };
+    if (requests === held) {
+      // Read the body now, send it once released.
+      const body: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => body.push(chunk));
+      request.on('end', () => void until!.then(() => forward().end(Buffer.concat(body))));
+      return;
+    }
+    request.pipe(forward());
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
@@ -129,6 +142,46 @@ describe('a pass that stops with a later call of a size-split batch open', () =>
       ],
       'only the row whose call was open is charged an attempt',
     );
+  });
+
+  it('leaves out of a later call a row whose claim was lost while an earlier call was open (another claim may have published it)', async () => {
+    await reader.send(new PurgeQueueCommand({ QueueUrl: queueUrl }));
+    const ids = await insertOutboxRows(db, [
+      { topic: 'orders.paid', payload: { n: 1, large } },
+      { topic: 'orders.paid', payload: { n: 2, large } },
+      { topic: 'orders.paid', payload: { n: 3, large } },
+    ]);
+    let release!: () => void;
+    const proxy = await startHoldingProxy(`http://127.0.0.1:${sqs.port}`, 1, new Promise((resolve) => (release = resolve)));
+    const client = new SQSClient({ endpoint: proxy.url, region: 'us-east-1', credentials, maxAttempts: 1 });
+    try {
+      const destination = new SqsDestination({ name: 'main', queueUrl, client, callTimeoutMs: 60_000 });
+      // Renewals every 400 ms (a third of the lease).
+      const pass = runOutboxPass(passFixture(db, { destinations: [destination], outbox: { batchSize: 3, concurrency: 1, claimTimeoutMs: 1200 }, timeoutMs: 30_000 }));
+      await waitUntil('the first call is open', () => proxy.requests() === 1);
+      // Another claim takes the third row (its lease ended in a freeze, say).
+      await db.query(`UPDATE "${db.schema}".outbox SET claim_token = gen_random_uuid() WHERE id = $1`, [ids[2]]);
+      const [taken] = await db.query<{ claim_token: string }>(`SELECT claim_token FROM "${db.schema}".outbox WHERE id = $1`, [ids[2]]);
+      await new Promise((resolve) => setTimeout(resolve, 1000)); // a renewal finds it lost
+      release();
+      const summary = await pass;
+      assert.equal(proxy.requests(), 2, 'the first call, then the second; no third');
+      assert.deepEqual([summary.sent, summary.claimsLost, summary.publishCalls], [2, 1, 2]);
+      assert.deepEqual((await delivered()).sort(), [ids[0], ids[1]].sort(), 'the lost row was not sent by this pass');
+      const rows = await inspectRows(db, ids);
+      assert.deepEqual(
+        rows.map((r) => [r.state, r.claim_token === taken!.claim_token]),
+        [
+          ['sent', false],
+          ['sent', false],
+          ['processing', true],
+        ],
+        'the lost row is untouched, under the other claim',
+      );
+    } finally {
+      client.destroy();
+      await proxy.close();
+    }
   });
 
   it('does the same for a batch holding several rows of a key (outbox.rowsPerKey)', async () => {

@@ -4,7 +4,7 @@
  * Identifiers were validated by the config schema (`IDENTIFIER_PATTERN`); this is the one place
  * that quotes them for interpolation into SQL text. Values are always bound, never interpolated.
  */
-import { IDENTIFIER_PATTERN } from '../../config/schema.ts';
+import { IDENTIFIER_PATTERN } from '../../config/identifier.ts';
 import { QueueBoxError } from '../../errors.ts';
 
 /** Quotes a validated identifier; refuses anything the config schema would refuse. */
