@@ -118,6 +118,7 @@ export function createHttpReceiver(options: HttpReceiverOptions): HttpReceiver {
     } catch (error) {
       // The database refused the body's JSON although the checks above passed it: an invalid body.
       if (error instanceof PayloadRejectedError) throw new InboxRejectionError('invalid_json', `body is not valid JSON: ${error.message}`);
+      metrics.count('inboxStoreFailures', 1, {});
       logger.error('inbox store failed', { source: source.name, error: redactedError(error) });
       // A store cancelled at the invocation's deadline, or not sent for lack of time, stored nothing.
       if (error instanceof TransientDatabaseError || error instanceof InvocationEndedError) return unavailable();

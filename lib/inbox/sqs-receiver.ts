@@ -81,6 +81,7 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
       const source = byQueue.get(queueNameOf(record.eventSourceARN));
       if (source === undefined) {
         metrics.count('inboxRejections', 1, { reason: 'unknown_source' });
+        metrics.count('inboxStoreFailures', 1, {});
         logger.error('no sqs inbox source for this queue; the record stays in the queue', { queue: queueNameOf(record.eventSourceARN), messageId: record.messageId });
         failures.push({ itemIdentifier: record.messageId });
         failedFifo ||= fifo;
@@ -102,8 +103,9 @@ export function createSqsReceiver(options: SqsReceiverOptions): SqsReceiver {
           metrics.count('inboxRejections', 1, { reason: rejection });
           logger.warn('sqs message stored dead at receipt', { source: source.name, id: result.id, messageId: record.messageId, idempotencyKey: message.headers?.[KEY_ATTRIBUTE], reason: message.deadReason });
         }
-        metrics.count('inboxMessages', 1, { status: result.duplicate ? 'duplicate' : 'new' });
+        metrics.count('inboxMessages', 1, { status: result.duplicate ? 'duplicate' : rejection !== undefined ? 'dead' : 'new' });
       } catch (error) {
+        metrics.count('inboxStoreFailures', 1, {});
         logger.error('inbox store failed; SQS will redeliver the record', { source: source.name, messageId: record.messageId, error: redactedError(error) });
         failures.push({ itemIdentifier: record.messageId });
         failedFifo ||= fifo;

@@ -24,7 +24,18 @@ export const METRICS = {
     dimensions: ['destination', 'status'],
     help: 'Outbox rows settled retried or dead, by destination name (`(no route)` when no route matches the topic) and status: retried, dead.',
   },
-  inboxMessages: { name: 'queuebox_inbox_messages_total', unit: 'Count', dimensions: ['status'], help: 'Inbox messages by status: new, duplicate (at receipt); forwarded, retried, dead (by the relay).' },
+  inboxMessages: {
+    name: 'queuebox_inbox_messages_total',
+    unit: 'Count',
+    dimensions: ['status'],
+    help: 'Inbox messages by status: new, duplicate, dead (at receipt: an SQS record stored dead, its reason in `queuebox_inbox_rejections_total`); forwarded, retried, dead (by the relay).',
+  },
+  inboxStoreFailures: {
+    name: 'queuebox_inbox_store_failures_total',
+    unit: 'Count',
+    dimensions: [],
+    help: 'Messages the inbox receivers could not store: the database refused the write or did not answer (an HTTP answer of 500 or 503; an SQS record left in its queue for redelivery), or an SQS record came from a queue no inbox source reads. Each is logged (`inbox store failed`, `no sqs inbox source for this queue`).',
+  },
   inboxFailedMessages: {
     name: 'queuebox_inbox_failed_messages_total',
     unit: 'Count',

@@ -224,7 +224,7 @@ export function providerEnvironmentProblems(
   options: PluginOptions,
   config: QueueBoxConfig,
   environment: Readonly<Record<string, unknown>> | undefined,
-  validate: (env: Record<string, string>) => void,
+  validate: (env: Record<string, string>) => QueueBoxConfig,
 ): string[] {
   const problems: string[] = [];
   const overrides = Object.fromEntries(
@@ -233,6 +233,16 @@ export function providerEnvironmentProblems(
   if (Object.keys(overrides).length > 0) {
     try {
       validate(overrides);
+      // Each override alone: the keys the template is built from that it would change for the functions.
+      for (const [name, value] of Object.entries(overrides)) {
+        const changed = templateKeysChanged(config, validate({ [name]: value }));
+        if (changed.length > 0) {
+          problems.push(
+            `provider.environment sets ${name}, which changes ${changed.join(', ')} for the functions, but the dashboard, alarms, IAM grants and triggers are built from ${options.config}, which the plugin reads without it: ` +
+              `the alarms would watch metrics the functions no longer write (or the functions reach what they were not granted). Set ${changed.join(', ')} in ${options.config} instead`,
+          );
+        }
+      }
     } catch (error) {
       problems.push(`provider.environment, which every QueueBox function gets, would stop each one at cold start: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -246,4 +256,26 @@ export function providerEnvironmentProblems(
     );
   }
   return problems;
+}
+
+/**
+ * The configuration keys the packaged template is built from (metric names and dimensions of the
+ * dashboard and alarms, IAM grants, triggers and routes, the bundle) that differ between `packaged`
+ * and `running`.
+ */
+function templateKeysChanged(packaged: QueueBoxConfig, running: QueueBoxConfig): string[] {
+  const read: Record<string, (c: QueueBoxConfig) => unknown> = {
+    'observability.serviceName': (c) => c.observability.serviceName,
+    'observability.namespace': (c) => c.observability.namespace,
+    'observability.tracing': (c) => c.observability.tracing,
+    'tables.outbox': (c) => c.tables.outbox,
+    'tables.inbox': (c) => c.tables.inbox,
+    destinations: (c) => c.destinations,
+    'inbox.sources': (c) => c.inbox.sources,
+    'inbox.basePath': (c) => c.inbox.basePath,
+    'database.type': (c) => c.database.type,
+  };
+  return Object.entries(read)
+    .filter(([, of]) => JSON.stringify(of(packaged)) !== JSON.stringify(of(running)))
+    .map(([key]) => key);
 }

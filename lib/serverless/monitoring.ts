@@ -255,7 +255,10 @@ export function dashboardPanels(config: MonitoringConfig): Panel[] {
     },
     {
       title: 'Inbox flow',
-      metrics: ['new', 'duplicate', 'forwarded', 'retried', 'dead'].map((status) => ({ key: 'inboxMessages', dimensions: { status }, stat: 'Sum', label: status })),
+      metrics: [
+        ...['new', 'duplicate', 'forwarded', 'retried', 'dead'].map((status) => ({ key: 'inboxMessages' as const, dimensions: { status }, stat: 'Sum' as const, label: status })),
+        { key: 'inboxStoreFailures', dimensions: {}, stat: 'Sum', label: 'store failed' },
+      ],
     },
     {
       title: 'Inbox relay retried and dead rows by source',
@@ -327,8 +330,18 @@ export function alarmDefinitions(schedules: HeartbeatSchedules = defaultHeartbea
     },
     {
       id: 'InboxDeadMessages',
-      description: 'QueueBox inbox relay: a message went dead (its topic could not be rendered, or forwarding failed inbox.relay.maxAttempts times). `queuebox status` lists dead rows with their errors.',
+      description: 'QueueBox inbox: a message went dead (an SQS record stored dead at receipt, its topic could not be rendered, or forwarding failed inbox.relay.maxAttempts times). `queuebox status` lists dead rows with their errors.',
       query: { key: 'inboxMessages', dimensions: { status: 'dead' }, stat: 'Sum' },
+      periodSeconds: 60,
+      evaluationPeriods: 1,
+      threshold: 0,
+      comparison: 'GreaterThanThreshold',
+      treatMissingData: 'notBreaching',
+    },
+    {
+      id: 'InboxStoreFailures',
+      description: 'QueueBox inbox: a message could not be stored (the database refused the write or did not answer: webhooks answered 500 or 503, SQS records left for redelivery), or an SQS record came from a queue no inbox source reads. The log lines "inbox store failed" and "no sqs inbox source for this queue" say why. See docs/operations.md.',
+      query: { key: 'inboxStoreFailures', dimensions: {}, stat: 'Sum' },
       periodSeconds: 60,
       evaluationPeriods: 1,
       threshold: 0,

@@ -226,7 +226,7 @@ describe('packaging refuses what would fail only after deploy', { timeout: 30_00
   it('a QUEUEBOX_ override in provider.environment that the configuration refuses, and a database.urlEnv no function gets', () => {
     const options = parsePluginOptions({});
     const config = parseConfig({ database: { urlEnv: 'APP_DB_URL' } });
-    const validate = (env: Record<string, string>) => void loadConfig({ input: {}, env });
+    const validate = (env: Record<string, string>) => loadConfig({ input: {}, env });
     const [typo] = providerEnvironmentProblems(options, config, { APP_DB_URL: 'postgres://db/app', QUEUEBOX_OUTBOX__BATCH_SIZ: '50' }, validate);
     assert.match(typo!, /^provider\.environment, which every QueueBox function gets, would stop each one at cold start: .*outbox\.batchSiz \(from QUEUEBOX_OUTBOX__BATCH_SIZ\): unknown key/s);
     assert.match(providerEnvironmentProblems(options, config, { APP_DB_URL: 'x', QUEUEBOX_OUTBOX__BATCH_SIZE: 'fifty' }, validate)[0]!, /QUEUEBOX_OUTBOX__BATCH_SIZE/);
@@ -235,6 +235,30 @@ describe('packaging refuses what would fail only after deploy', { timeout: 30_00
     assert.match(noUrl!, /^queuebox\.yml sets database\.urlEnv: APP_DB_URL, the only database location of this stage, but provider\.environment does not set APP_DB_URL/);
     assert.deepEqual(providerEnvironmentProblems(parsePluginOptions({ allowMissingDatabase: true }), config, {}, validate), [], 'the opt-out');
     assert.deepEqual(providerEnvironmentProblems(options, config, { APP_DB_URL: { 'Fn::GetAtt': ['Db', 'Url'] } }, validate), [], 'set at deploy time');
+  });
+
+  it('an override in provider.environment of a key the dashboard, alarms, grants or triggers are built from', () => {
+    const options = parsePluginOptions({});
+    const config = parseConfig({ destinations: { orders: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders' } } });
+    const validate = (env: Record<string, string>) => loadConfig({ input: { destinations: { orders: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders' } } }, env });
+    const problems = providerEnvironmentProblems(
+      options,
+      config,
+      {
+        QUEUEBOX_OBSERVABILITY__SERVICE_NAME: 'orders-prod',
+        QUEUEBOX_OBSERVABILITY__NAMESPACE: 'Shop',
+        QUEUEBOX_TABLES__OUTBOX: 'shop_outbox',
+        QUEUEBOX_DESTINATIONS__ORDERS__QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/other',
+        QUEUEBOX_OUTBOX__BATCH_SIZE: '50',
+      },
+      validate,
+    );
+    assert.equal(problems.length, 4, problems.join('\n'));
+    assert.match(problems[0]!, /^provider\.environment sets QUEUEBOX_OBSERVABILITY__SERVICE_NAME, which changes observability\.serviceName for the functions, but the dashboard, alarms.* Set observability\.serviceName in queuebox\.yml instead$/);
+    assert.match(problems[1]!, /QUEUEBOX_OBSERVABILITY__NAMESPACE, which changes observability\.namespace/);
+    assert.match(problems[2]!, /QUEUEBOX_TABLES__OUTBOX, which changes tables\.outbox/);
+    assert.match(problems[3]!, /QUEUEBOX_DESTINATIONS__ORDERS__QUEUE_URL, which changes destinations/);
+    assert.deepEqual(providerEnvironmentProblems(options, config, { QUEUEBOX_OBSERVABILITY__SERVICE_NAME: 'queuebox' }, validate), [], 'the same value changes nothing');
   });
 
   it('through the plugin: packaging stops, naming the clash and the variable', async () => {

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
 import { handler } from '../../functions/inbox-http.ts';
+import type { Driver } from '../../lib/db/driver.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { createHttpReceiver, type HttpReceiver } from '../../lib/inbox/http-receiver.ts';
 import { hmacSignature } from '../../lib/inbox/source-auth.ts';
@@ -163,5 +164,24 @@ describe('HTTP inbox receiver', () => {
     assert.equal(value('queuebox_inbox_messages_total', 'status', 'new'), 1);
     assert.equal(value('queuebox_inbox_messages_total', 'status', 'duplicate'), 1);
     assert.equal(value('queuebox_inbox_rejections_total', 'reason', 'unauthorized'), 1);
+  });
+
+  it('count a message the database would not store in queuebox_inbox_store_failures_total (answered 500; the handler itself does not fail)', async () => {
+    const lines: string[] = [];
+    const saved = { ...process.env };
+    Object.assign(process.env, env);
+    const failing: Driver = Object.create(db.driver, { inboxInsert: { value: async () => Promise.reject(new Error('permission denied for table inbox')) } });
+    try {
+      setContainer({ config: db.config, driver: failing, logger, env: process.env, writeMetrics: (line) => lines.push(line) });
+      const body = JSON.stringify({ id: 'evt_refused', type: 't' });
+      const timestamp = String(Math.floor(Date.now() / 1000));
+      const headers = { 'x-timestamp': timestamp, 'x-signature': hmacSignature('sha256', env.HOOK_SECRET, timestamp, Buffer.from(body)) };
+      assert.equal((await handler(event('/inbox/stripe', body, headers), fakeLambdaContext({ timeoutMs: 3000 }))).statusCode, 500);
+    } finally {
+      setContainer(undefined);
+      for (const name of Object.keys(env)) if (!(name in saved)) delete process.env[name];
+    }
+    const emf = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.equal(emf.reduce((sum, e) => sum + Number(e.queuebox_inbox_store_failures_total ?? 0), 0), 1);
   });
 });

@@ -78,6 +78,9 @@ describe('SQS inbox receiver', () => {
     assert.match(String(stored[0]!.last_error), /body is not valid JSON/);
     assert.match(String(stored[1]!.last_error), /body must be a JSON object/);
     assert.equal(metrics.value('inboxRejections', { reason: 'invalid_json' }), 2);
+    // Counted dead (the inbox dead-messages alarm watches it), not new.
+    assert.equal(metrics.value('inboxMessages', { status: 'dead' }), 2);
+    assert.equal(metrics.value('inboxMessages', { status: 'new' }), 0);
   });
 
   it('report only the record whose store failed in batchItemFailures', async () => {
@@ -88,6 +91,8 @@ describe('SQS inbox receiver', () => {
     const answer = await receive({ Records: ['m-1', 'm-2', 'm-3'].map((id) => record(id, '{}', 'billing-events')) }, metrics);
     assert.deepEqual(answer, { batchItemFailures: [{ itemIdentifier: 'm-2' }] });
     assert.deepEqual((await rows()).map((r) => r.idempotency_key), ['m-1', 'm-3']);
+    // The handler returns normally (no Lambda error): the store failure is counted for its alarm.
+    assert.equal(metrics.value('inboxStoreFailures', {}), 1);
   });
 
   it('report the failed record and every later one of a FIFO batch, keeping group order', async () => {
@@ -113,6 +118,7 @@ describe('SQS inbox receiver', () => {
     const receive = createSqsReceiver({ config: db.config, driver: db.driver, logger });
     assert.deepEqual(await receive({ Records: [record('q-1', '{}', 'other-queue')] }, metrics), { batchItemFailures: [{ itemIdentifier: 'q-1' }] });
     assert.equal(metrics.value('inboxRejections', { reason: 'unknown_source' }), 1);
+    assert.equal(metrics.value('inboxStoreFailures', {}), 3, 'two records the database did not take, one from a queue no source reads');
     assert.deepEqual(await rows(), []);
   });
 });
