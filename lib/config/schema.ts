@@ -486,6 +486,18 @@ export const configSchema = z
         message: `is ${config.outbox.maxBatchSize}, below outbox.batchSize (${config.outbox.batchSize}): claims start at batchSize and grow up to maxBatchSize; set it to ${config.outbox.batchSize} or more`,
       });
     }
+    for (const [path, polls] of [
+      [['outbox'], config.outbox],
+      [['inbox', 'relay'], config.inbox.relay],
+    ] as const) {
+      if (polls.maxPollIntervalMs < polls.pollIntervalMs) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [...path, 'maxPollIntervalMs'],
+          message: `is ${polls.maxPollIntervalMs}, below ${path.join('.')}.pollIntervalMs (${polls.pollIntervalMs}): the pause after an empty claim starts at pollIntervalMs and doubles up to maxPollIntervalMs; set it to ${polls.pollIntervalMs} or more`,
+        });
+      }
+    }
     const tables = [config.tables.outbox, config.tables.inbox, config.tables.maintenance];
     if (new Set(tables).size !== tables.length) {
       ctx.addIssue({ code: 'custom', path: ['tables'], message: 'outbox, inbox and maintenance must be different tables' });
