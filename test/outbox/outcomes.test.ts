@@ -47,7 +47,7 @@ describe('outbox pass: per-entry outcomes', () => {
       const row = byName(i);
       assert.equal(row.state, 'pending', `row ${i} waits for a retry`);
       assert.equal(row.attempt, 1);
-      assert.equal(row.claim_token, null);
+      assert.notEqual(row.claim_token, null, 'the retry keeps its token on the pending row: sent again after a lost answer, it recognises the row');
       assert.ok(row.last_error?.includes(text), `last_error names the failure: ${row.last_error}`);
       assert.ok(row.retryDelayMs >= 999 && row.retryDelayMs <= 1251, `due after 1000 ms + up to 25 % jitter, got ${row.retryDelayMs}`);
     }

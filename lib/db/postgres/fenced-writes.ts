@@ -236,42 +236,45 @@ export async function fencedRenewMany(db: PgQueryable, table: string, claims: Cl
   );
 }
 
-/** Back to `pending` with `attempt + 1`, due `delayMs` after the database clock, claim cleared. */
+/**
+ * Sent again after its connection was lost (`fencedQuery`), a write that sends a claimed row back to
+ * `pending` (a retry, a release) also matches a row already `pending` under its token — the first
+ * run committed, or commits while this one waits for its lock — so a write that landed counts as
+ * done, not as a lost claim. Such a row is left as the first run wrote it: `keep(column, value)`
+ * is `value` for a row still `processing`, the column as it is for one the first run wrote.
+ * The token stays on the pending row for that (a claim sets a new one, a replay clears it).
+ */
+function backToPending(table: string, sets: (keep: (column: string, value: string) => string) => string, from: string): (resent: boolean) => string {
+  return (resent) => {
+    const keep = resent ? (column: string, value: string) => `${column} = CASE WHEN t.state = 'processing' THEN ${value} ELSE t.${column} END` : (column: string, value: string) => `${column} = ${value}`;
+    return `UPDATE ${table} t
+        SET state = 'pending', ${sets(keep)},
+            lease_expires_at = NULL, claimed_at = NULL,
+            updated_at = ${resent ? "CASE WHEN t.state = 'processing' THEN pg_catalog.clock_timestamp() ELSE t.updated_at END" : 'pg_catalog.clock_timestamp()'}
+       FROM ${from}
+      WHERE t.id = s.id AND ${resent ? `((${FENCE}) OR (t.state = 'pending' AND t.claim_token = s.token AND t.lease_expires_at IS NULL))` : FENCE}
+  RETURNING t.id`;
+  };
+}
+
+/** Back to `pending` with `attempt + 1`, due `delayMs` after the database clock, lease cleared (see `backToPending`). */
 export async function fencedRetryMany(db: PgQueryable, table: string, items: RetryItem[]): Promise<string[]> {
   if (items.length === 0) return [];
   const ids = items.map((i) => i.id);
-  return fencedChangedIds(
-    db,
-    `UPDATE ${table} t
-        SET state = 'pending',
-            attempt = t.attempt + 1,
-            scheduled_at = pg_catalog.clock_timestamp() + ${msInterval('s.delay_ms')},
-            last_error = s.error,
-            claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-            updated_at = pg_catalog.clock_timestamp()
-       FROM unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)
-      WHERE t.id = s.id AND ${FENCE}
-  RETURNING t.id`,
-    [...claimArrayParams(db, ids, items.map((i) => i.token)), items.map((i) => i.delayMs), items.map((i) => i.error)],
-    ids,
+  const retry = backToPending(
+    table,
+    (keep) => `${keep('attempt', 't.attempt + 1')}, ${keep('scheduled_at', `pg_catalog.clock_timestamp() + ${msInterval('s.delay_ms')}`)}, ${keep('last_error', 's.error')}`,
+    'unnest($1::uuid[], $2::uuid[], $3::double precision[], $4::text[]) AS s(id, token, delay_ms, error)',
   );
+  return fencedChangedIds(db, retry(false), [...claimArrayParams(db, ids, items.map((i) => i.token)), items.map((i) => i.delayMs), items.map((i) => i.error)], ids, retry(true));
 }
 
-/** Back to `pending`, attempt unchanged, claim cleared: a claimed row no attempt was made for. */
+/** Back to `pending`, attempt unchanged, lease cleared: a claimed row no attempt was made for (see `backToPending`). */
 export async function fencedReleaseMany(db: PgQueryable, table: string, claims: ClaimRef[]): Promise<string[]> {
   if (claims.length === 0) return [];
   const ids = claims.map((c) => c.id);
-  return fencedChangedIds(
-    db,
-    `UPDATE ${table} t
-        SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL,
-            updated_at = pg_catalog.clock_timestamp()
-       FROM unnest($1::uuid[], $2::uuid[]) AS s(id, token)
-      WHERE t.id = s.id AND ${FENCE}
-  RETURNING t.id`,
-    claimArrayParams(db, ids, claims.map((c) => c.token)),
-    ids,
-  );
+  const release = backToPending(table, (keep) => keep('attempt', 't.attempt'), 'unnest($1::uuid[], $2::uuid[]) AS s(id, token)');
+  return fencedChangedIds(db, release(false), claimArrayParams(db, ids, claims.map((c) => c.token)), ids, release(true));
 }
 
 /**
