@@ -163,6 +163,12 @@ function endsInQueueName(url: string): boolean {
   return path.split('/').length >= 3;
 }
 
+/** `destinations.<name>.maxRequestBytes` of an EventBridge destination: the default (256 KB, the `PutEvents` reference) and its range. */
+export const DEFAULT_EVENTBRIDGE_REQUEST_BYTES = 262_144;
+export const MIN_EVENTBRIDGE_REQUEST_BYTES = 16_384;
+export const MAX_EVENTBRIDGE_REQUEST_BYTES = 1_048_576;
+const EVENTBRIDGE_REQUEST_RULE = `must be a whole number of bytes from ${MIN_EVENTBRIDGE_REQUEST_BYTES} to ${MAX_EVENTBRIDGE_REQUEST_BYTES} (1 MiB)`;
+
 export const sqsDestinationSchema = z.strictObject({
   type: z.literal('sqs'),
   /** Full queue URL, ending in the queue's name; a name ending in `.fifo` is a FIFO queue. */
@@ -188,6 +194,17 @@ export const eventBridgeDestinationSchema = z.strictObject({
     .min(1)
     .max(256)
     .refine((source) => !source.startsWith('aws.'), 'must not start with "aws.": EventBridge reserves that prefix for AWS services and refuses it in PutEvents'),
+  /**
+   * The entries of one `PutEvents` call add up to less than this, in bytes as EventBridge counts
+   * them; an entry this large or larger is dead at once. The `PutEvents` reference says 256 KB;
+   * AWS announced event payloads up to 1 MB in January 2026: raise it once your bus accepts them.
+   */
+  maxRequestBytes: z
+    .number()
+    .int(EVENTBRIDGE_REQUEST_RULE)
+    .min(MIN_EVENTBRIDGE_REQUEST_BYTES, EVENTBRIDGE_REQUEST_RULE)
+    .max(MAX_EVENTBRIDGE_REQUEST_BYTES, EVENTBRIDGE_REQUEST_RULE)
+    .default(DEFAULT_EVENTBRIDGE_REQUEST_BYTES),
   ...awsCallSettings,
 });
 

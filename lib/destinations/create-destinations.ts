@@ -73,7 +73,7 @@ export function createDestinations(config: Pick<QueueBoxConfig, 'destinations'>,
     } else {
       const settings = clientSettings(destination);
       const client = options.eventBridgeClient?.(destination) ?? shared('eventbridge', settings, () => new EventBridgeClient(settings));
-      destinations.set(name, new EventBridgeDestination({ name, eventBusName: destination.eventBusName, source: destination.source, callTimeoutMs: destination.callTimeoutMs, client }));
+      destinations.set(name, new EventBridgeDestination({ name, eventBusName: destination.eventBusName, source: destination.source, callTimeoutMs: destination.callTimeoutMs, maxRequestBytes: destination.maxRequestBytes, client }));
     }
   }
   return destinations;

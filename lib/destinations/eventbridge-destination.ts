@@ -2,15 +2,16 @@
  * Delivery to one EventBridge bus with `PutEvents`.
  *
  * Invariants:
- * - a call carries at most 10 entries whose sizes add up to less than 256 KB (at most 262,143
- *   bytes: AWS's user guide says the total entry size "must be less than 256KB"; entry size as AWS
- *   documents it: Source + DetailType + Detail in UTF-8); larger batches are split into several
- *   calls, sent one after another;
+ * - a call carries at most 10 entries whose sizes add up to less than `maxRequestBytes` (default
+ *   256 KB, at most 262,143 bytes: AWS's user guide says the total entry size "must be less than
+ *   256KB"; entry size as AWS documents it: Source + DetailType + Detail in UTF-8); larger batches
+ *   are split into several calls, sent one after another;
  * - `Source` and `EventBusName` come from config, `DetailType` is the topic, `Detail` is the
  *   envelope of `event-envelope.ts` (the row id is `detail.metadata.messageId`);
  * - the row's trace context travels as the entry's `TraceHeader` (X-Ray) and as
  *   `detail.metadata.traceparent` / `tracestate` (W3C);
- * - an entry that can never be accepted (256 KB or more, a topic over 128 characters — Unicode
+ * - an entry that can never be accepted (`maxRequestBytes` or more, an empty topic — `DetailType`
+ *   is required — or a topic over 128 characters — Unicode
  *   code points, as AWS's API model measures string lengths — or a `Detail` with an integer
  *   outside the signed 64-bit range or nested deeper than 1,000 levels, `eventbridge-json-limits.ts`)
  *   is `permanent` + `deadNow` and is not sent; the rest of the batch still is;
@@ -24,7 +25,7 @@
  */
 import { PutEventsCommand, type EventBridgeClient, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import { classifyCallError, timedCall } from './classify-call-error.ts';
-import { DEFAULT_CALL_TIMEOUT_MS } from '../config/schema.ts';
+import { DEFAULT_CALL_TIMEOUT_MS, DEFAULT_EVENTBRIDGE_REQUEST_BYTES } from '../config/schema.ts';
 import type { CallProgress, Destination, DestinationTarget, EntryOutcome, OutboundMessage } from './destination.ts';
 import { publishInCalls } from './pack-batches.ts';
 import { eventEnvelopeJson } from './event-envelope.ts';
@@ -32,10 +33,11 @@ import { eventBridgeDetailLimitError } from './eventbridge-json-limits.ts';
 import { awsTraceHeaderOf } from '../observability/trace-context.ts';
 
 /**
- * EventBridge limit of one `PutEvents` request (and so of one entry), in bytes (256 KB): the
- * entries' total size must be less than this, so 262,143 bytes at most.
+ * EventBridge limit of one `PutEvents` request (and so of one entry), in bytes, by default (256 KB,
+ * `destinations.<name>.maxRequestBytes`): the entries' total size must be less than this, so
+ * 262,143 bytes at most.
  */
-export const EVENTBRIDGE_MAX_BYTES = 262_144;
+export const EVENTBRIDGE_MAX_BYTES = DEFAULT_EVENTBRIDGE_REQUEST_BYTES;
 /** EventBridge limit of entries per `PutEvents`. */
 export const EVENTBRIDGE_MAX_BATCH_ENTRIES = 10;
 /** Longest `DetailType`, in characters (Unicode code points: an emoji is one). */
@@ -55,6 +57,8 @@ export interface EventBridgeDestinationOptions {
   source: string;
   /** The longest one call may take before it is aborted, its entries retryable (`destinations.<name>.callTimeoutMs`, default 10 s). */
   callTimeoutMs?: number;
+  /** A call's entries add up to less than this many bytes (`destinations.<name>.maxRequestBytes`, default 256 KB). */
+  maxRequestBytes?: number;
   /** Client built once per container and reused for every call. */
   client: EventBridgeClient;
 }
@@ -82,6 +86,8 @@ export class EventBridgeDestination implements Destination {
   readonly target: DestinationTarget;
   /** See `callTimeoutMs` of the options. */
   readonly callTimeoutMs: number;
+  /** See `maxRequestBytes` of the options. */
+  readonly maxRequestBytes: number;
   readonly #client: EventBridgeClient;
 
   constructor(options: EventBridgeDestinationOptions) {
@@ -90,13 +96,14 @@ export class EventBridgeDestination implements Destination {
     this.source = options.source;
     this.target = { label: `EventBridge bus ${options.eventBusName}`, fields: { eventBusName: options.eventBusName } };
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.maxRequestBytes = options.maxRequestBytes ?? EVENTBRIDGE_MAX_BYTES;
     this.#client = options.client;
   }
 
   async publishBatch(messages: OutboundMessage[], signal?: AbortSignal, progress?: CallProgress): Promise<EntryOutcome[]> {
     return publishInCalls(
       messages,
-      { maxEntries: EVENTBRIDGE_MAX_BATCH_ENTRIES, maxBytes: EVENTBRIDGE_MAX_BYTES - 1 },
+      { maxEntries: EVENTBRIDGE_MAX_BATCH_ENTRIES, maxBytes: this.maxRequestBytes - 1 },
       (message, index) => this.#prepare(message, index),
       (call) => this.#send(call, messages, signal),
       { signal, progress },
@@ -105,14 +112,19 @@ export class EventBridgeDestination implements Destination {
 
   #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string; errorClass: string } {
     // A code point is at most two UTF-16 units: count them only when the units could exceed the limit.
+    // Plain SQL can write an empty topic (enqueue refuses one); PutEvents requires a DetailType.
+    if (message.topic.length === 0) return { error: 'topic is empty; EventBridge requires a DetailType', errorClass: 'DetailTypeEmpty' };
     const characters = message.topic.length > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH ? [...message.topic].length : message.topic.length;
     if (characters > EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH) {
       return { error: `topic is ${characters} characters; EventBridge allows a DetailType of at most ${EVENTBRIDGE_MAX_DETAIL_TYPE_LENGTH}`, errorClass: 'DetailTypeTooLong' };
     }
     const detail = eventEnvelopeJson(message);
     const bytes = Buffer.byteLength(this.source) + Buffer.byteLength(message.topic) + Buffer.byteLength(detail);
-    if (bytes >= EVENTBRIDGE_MAX_BYTES) {
-      return { error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows less than ${EVENTBRIDGE_MAX_BYTES}`, errorClass: 'EntryTooLarge' };
+    if (bytes >= this.maxRequestBytes) {
+      return {
+        error: `event entry is ${bytes} bytes (source, detail type and detail); EventBridge allows less than ${this.maxRequestBytes} (destinations.${this.name}.maxRequestBytes)`,
+        errorClass: 'EntryTooLarge',
+      };
     }
     const limit = eventBridgeDetailLimitError(detail);
     if (limit !== undefined) return limit;

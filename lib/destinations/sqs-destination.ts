@@ -68,6 +68,20 @@ export function sqsQueueName(queueUrl: string): string {
   return name === undefined || name === '' ? queueUrl : name;
 }
 
+/** The two noncharacters SQS refuses in a body (it takes #xE000 to #xFFFD), which JSON may hold raw in a string. */
+const NONCHARACTERS = /[\uFFFE\uFFFF]/g;
+
+/**
+ * The message body of a payload's JSON text: the text as stored, with U+FFFE and U+FFFF, which
+ * SQS refuses, written as JSON escapes (`\uffff`): the same JSON value, which SQS takes. In JSON
+ * text they can only stand inside a string, where an escape means the same character. Other
+ * characters SQS refuses cannot be in stored JSON text (control characters are escaped in a JSON
+ * string, and PostgreSQL stores no lone surrogate).
+ */
+export function sqsBody(payloadText: string): string {
+  return payloadText.includes('\uFFFE') || payloadText.includes('\uFFFF') ? payloadText.replace(NONCHARACTERS, (c) => `\\u${c.charCodeAt(0).toString(16)}`) : payloadText;
+}
+
 /** An SQS queue as a `Destination`. */
 export class SqsDestination implements Destination {
   readonly type = 'sqs' as const;
@@ -104,7 +118,7 @@ export class SqsDestination implements Destination {
   #prepare(message: OutboundMessage, index: number): PreparedEntry | { error: string; errorClass: string } {
     let attributes = sqsMessageAttributes(message);
     if (!attributes.ok) return { error: attributes.error, errorClass: 'InvalidMessageAttributes' };
-    const body = message.payloadText;
+    const body = sqsBody(message.payloadText);
     if (!isValidSqsText(body)) return { error: 'payload contains characters that SQS does not accept in a message body', errorClass: 'InvalidMessageContents' };
     let bytes = Buffer.byteLength(body) + attributes.bytes;
     // The trace attributes give way when only they push the message past the limit.

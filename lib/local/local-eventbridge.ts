@@ -70,6 +70,8 @@ export interface LocalEventBridgeOptions {
   buses?: string[];
   /** Port on 127.0.0.1; default: any free port. */
   port?: number;
+  /** The entries of a request add up to less than this many bytes (default 262,144: the `PutEvents` reference; a bus that takes 1 MB events: 1048576). */
+  maxRequestBytes?: number;
 }
 
 /** A running local EventBridge endpoint. */
@@ -92,6 +94,7 @@ export interface LocalEventBridge {
 /** Starts the endpoint. */
 export async function startLocalEventBridge(options: LocalEventBridgeOptions = {}): Promise<LocalEventBridge> {
   const buses = new Set(['default', ...(options.buses ?? [])]);
+  const maxRequestBytes = options.maxRequestBytes ?? MAX_REQUEST_BYTES;
   const accepted: AcceptedEvent[] = [];
   let entryRule: EntryFailureRule | undefined;
   const requestFaults: Array<'throttle' | 'internal'> = [];
@@ -125,7 +128,7 @@ export async function startLocalEventBridge(options: LocalEventBridgeOptions = {
       return sendError(res, 400, 'ValidationException', `1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length between 1 and ${MAX_ENTRIES}`);
     }
     const size = entries.reduce((sum, e) => sum + Buffer.byteLength(e.Source ?? '') + Buffer.byteLength(e.DetailType ?? '') + Buffer.byteLength(e.Detail ?? ''), 0);
-    if (size >= MAX_REQUEST_BYTES) return sendError(res, 400, 'ValidationException', `Total size of the entries in the request is over the limit (${size} bytes; it must be less than ${MAX_REQUEST_BYTES})`);
+    if (size >= maxRequestBytes) return sendError(res, 400, 'ValidationException', `Total size of the entries in the request is over the limit (${size} bytes; it must be less than ${maxRequestBytes})`);
     const results = entries.map((entry, index) => resultOf(entry, index));
     res.writeHead(200, { 'content-type': 'application/x-amz-json-1.1', 'x-amzn-requestid': randomUUID() });
     res.end(JSON.stringify({ FailedEntryCount: results.filter((r) => 'ErrorCode' in r).length, Entries: results }));

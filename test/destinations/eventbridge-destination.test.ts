@@ -17,7 +17,7 @@ interface Delivered {
 }
 
 /** A destination built from config whose client records every call and accepts every entry. */
-function acceptingDestination(): { destination: EventBridgeDestination; delivered: Delivered; mock: ReturnType<typeof mockClient> } {
+function acceptingDestination(maxRequestBytes = 262_144): { destination: EventBridgeDestination; delivered: Delivered; mock: ReturnType<typeof mockClient> } {
   const client = new EventBridgeClient({ region: 'eu-west-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' } });
   const mock = mockClient(client);
   const delivered: Delivered = { entries: [] };
@@ -26,7 +26,7 @@ function acceptingDestination(): { destination: EventBridgeDestination; delivere
     return { FailedEntryCount: 0, Entries: input.Entries.map((_, i) => ({ EventId: `e-${delivered.entries.length}-${i}` })) };
   });
   const destinations = createDestinations(
-    { destinations: { bus: { type: 'eventbridge', eventBusName: 'orders-bus', source: 'com.example.orders', callTimeoutMs: 10_000 } } },
+    { destinations: { bus: { type: 'eventbridge', eventBusName: 'orders-bus', source: 'com.example.orders', callTimeoutMs: 10_000, maxRequestBytes } } },
     { eventBridgeClient: () => client },
   );
   return { destination: destinations.get('bus') as EventBridgeDestination, delivered, mock };
@@ -93,7 +93,7 @@ describe('EventBridge destination', () => {
     const ok = outboundMessage();
     const outcomes = await destination.publishBatch([huge, longTopic, ok]);
     assert.deepEqual(outcomes.map(statusAndDeadNow), [['permanent', true], ['permanent', true], ['sent', undefined]]);
-    assert.match((outcomes[0] as { error: string }).error, /^event entry is 262\d{3} bytes \(source, detail type and detail\); EventBridge allows less than 262144$/);
+    assert.match((outcomes[0] as { error: string }).error, /^event entry is 262\d{3} bytes \(source, detail type and detail\); EventBridge allows less than 262144 \(destinations\.bus\.maxRequestBytes\)$/);
     assert.match((outcomes[1] as { error: string }).error, /topic is 129 characters; EventBridge allows a DetailType of at most 128/);
     assert.deepEqual(delivered.entries.flat().map((e) => JSON.parse(e.Detail!).metadata.messageId), [ok.id]);
   });
@@ -115,7 +115,7 @@ describe('EventBridge destination', () => {
     const exactly = rowOfEntrySize(262_144);
     const outcomes = await destination.publishBatch([below, exactly]);
     assert.deepEqual(outcomes.map(statusAndDeadNow), [['sent', undefined], ['permanent', true]]);
-    assert.equal((outcomes[1] as { error: string }).error, 'event entry is 262144 bytes (source, detail type and detail); EventBridge allows less than 262144');
+    assert.equal((outcomes[1] as { error: string }).error, 'event entry is 262144 bytes (source, detail type and detail); EventBridge allows less than 262144 (destinations.bus.maxRequestBytes)');
     assert.deepEqual(delivered.entries.map((call) => call.map(entrySize)), [[262_143]]);
   });
 
@@ -124,6 +124,22 @@ describe('EventBridge destination', () => {
     const outcomes = await destination.publishBatch([rowOfEntrySize(131_072), rowOfEntrySize(131_072)]);
     assert.deepEqual(outcomes.map((o) => o.status), ['sent', 'sent']);
     assert.deepEqual(delivered.entries.map((call) => call.map(entrySize)), [[131_072], [131_072]]);
+  });
+
+  it('takes entries up to maxRequestBytes when it is raised (EventBridge took payloads up to 1 MB in 2026), and packs calls by it', async () => {
+    const { destination, delivered } = acceptingDestination(1_048_576);
+    const outcomes = await destination.publishBatch([rowOfEntrySize(300_000), rowOfEntrySize(200_000), rowOfEntrySize(200_000), rowOfEntrySize(1_048_576)]);
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [['sent', undefined], ['sent', undefined], ['sent', undefined], ['permanent', true]]);
+    assert.match((outcomes[3] as { error: string }).error, /allows less than 1048576 \(destinations\.bus\.maxRequestBytes\)$/);
+    assert.deepEqual(delivered.entries.map((call) => call.map(entrySize)), [[300_000, 200_000, 200_000]], 'one call below 1 MiB');
+  });
+
+  it('dead-letters at once a row with an empty topic (plain SQL can write one): PutEvents requires a DetailType', async () => {
+    const { destination, delivered } = acceptingDestination();
+    const outcomes = await destination.publishBatch([outboundMessage({ topic: '' }), outboundMessage({ topic: 'order.paid' })]);
+    assert.deepEqual(outcomes.map(statusAndDeadNow), [['permanent', true], ['sent', undefined]]);
+    assert.deepEqual([(outcomes[0] as { errorClass?: string }).errorClass, (outcomes[0] as { error: string }).error], ['DetailTypeEmpty', 'topic is empty; EventBridge requires a DetailType']);
+    assert.deepEqual(delivered.entries.map((call) => call.map((e) => e.DetailType)), [['order.paid']]);
   });
 
   it('counts a topic\'s characters as Unicode code points: 128 emoji are a valid detail type, 129 are not', async () => {

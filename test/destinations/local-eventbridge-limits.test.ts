@@ -25,6 +25,21 @@ describe('local EventBridge endpoint: PutEvents limits', () => {
 
   const entry = (Detail: string): PutEventsRequestEntry => ({ Source: 'shop', DetailType: 't', Detail });
 
+  it('refuses a request of 256 KB or more whole, unless started with a higher maxRequestBytes (a bus that takes 1 MB events)', async () => {
+    const large = entry(JSON.stringify({ blob: 'x'.repeat(300_000) }));
+    await assert.rejects(client.send(new PutEventsCommand({ Entries: [large] })), (error: Error) => error.name === 'ValidationException' && /must be less than 262144/.test(error.message));
+    const roomy = await startLocalEventBridge({ maxRequestBytes: 1_048_576 });
+    const roomyClient = new EventBridgeClient({ endpoint: roomy.endpoint, region: 'us-east-1', credentials, maxAttempts: 1 });
+    try {
+      const output = await roomyClient.send(new PutEventsCommand({ Entries: [large] }));
+      assert.equal(output.FailedEntryCount, 0);
+      assert.equal(roomy.events().length, 1);
+    } finally {
+      roomyClient.destroy();
+      await roomy.stop();
+    }
+  });
+
   it('accepts integers within 64 bits with every digit and refuses one outside, per entry', async () => {
     const within = '{"a": 9007199254740993, "b": -9223372036854775808, "c": 9223372036854775807, "d": 12345678901234567890.5, "s": "12345678901234567890123"}';
     const output = await client.send(

@@ -57,6 +57,17 @@ describe('SQS destination (fauxqs)', () => {
   const attributesOf = (message: Message) => Object.fromEntries(Object.entries(message.MessageAttributes ?? {}).map(([name, value]) => [name, value.StringValue]));
   const sentAll = (outcomes: EntryOutcome[]) => assert.deepEqual(outcomes.map((o) => o.status), outcomes.map(() => 'sent'));
 
+  it('delivers a payload holding U+FFFE or U+FFFF (which SQS refuses raw) with them escaped: the same JSON value', async () => {
+    const { queueUrl, destination } = newQueue();
+    // JSON.stringify leaves both raw, as PostgreSQL's jsonb output does.
+    const payload = { note: 'a\uFFFFb\uFFFEc', n: 1 };
+    assert.ok(JSON.stringify(payload).includes('\uFFFF'));
+    sentAll(await destination.publishBatch([outboundMessage({ payload })]));
+    const [message] = await drain(queueUrl);
+    assert.equal(message?.Body, '{"note":"a\\uffffb\\ufffec","n":1}');
+    assert.deepEqual(JSON.parse(message!.Body!), payload);
+  });
+
   it('delivers the JSON payload with the delivery headers as message attributes', async () => {
     const { queueUrl, destination } = newQueue();
     const keyed = outboundMessage({ key: 'order-7', attempt: 2, payload: { orderId: 'o-7', total: 12.5 }, headers: { 'x-correlation-id': 'corr-1', 'x-source': 'stripe' } });

@@ -102,6 +102,7 @@ destinations:
     ['an SQS queue URL without an account', 'destinations:\n  orders:\n    type: sqs\n    queueUrl: https://sqs.eu-west-1.amazonaws.com/orders\n', {}, 'destinations.orders.queueUrl', /must end in the queue name/],
     ['a poll ceiling below the poll interval', 'outbox:\n  pollIntervalMs: 5000\n', {}, 'outbox.maxPollIntervalMs', /is 1000, below outbox\.pollIntervalMs \(5000\).*set it to 5000 or more/],
     ['a relay poll ceiling below its poll interval', 'inbox:\n  relay:\n    pollIntervalMs: 300\n    maxPollIntervalMs: 200\n', {}, 'inbox.relay.maxPollIntervalMs', /below inbox\.relay\.pollIntervalMs \(300\)/],
+    ['an EventBridge request limit past 1 MiB', 'destinations:\n  bus:\n    type: eventbridge\n    eventBusName: b\n    source: shop\n    maxRequestBytes: 2000000\n', {}, 'destinations.bus.maxRequestBytes', /from 16384 to 1048576/],
     ['an unknown auth type', 'inbox:\n  sources:\n    stripe:\n      type: http\n      path: /stripe\n      auth:\n        type: magic\n', {}, 'inbox.sources.stripe.auth.type', /./],
   ];
   for (const [what, yaml, env, key, message] of bad) {
