@@ -51,7 +51,7 @@ describe('pull claim and fenced writes (PostgreSQL)', () => {
     assert.equal(rows[0]!.state, 'pending');
     assert.equal(rows[0]!.attempt, 1);
     assert.equal(rows[0]!.last_error, 'Error: boom');
-    assert.equal(rows[0]!.claim_token, null);
+    assert.equal(rows[0]!.claim_token, first!.claim.token, 'the retry keeps its token: sent again after a lost answer, it recognises the row');
     assert.ok(rows[0]!.due_in_ms > 55_000 && rows[0]!.due_in_ms <= 60_000, `due in ~60 s, got ${rows[0]!.due_in_ms}`);
     assert.equal(rows[1]!.state, 'pending');
   });
@@ -139,7 +139,7 @@ describe('pull claim and fenced writes (PostgreSQL)', () => {
     const [m] = await client.claim('release', { batch: 1, leaseMs: 30000 });
     assert.deepEqual(await client.release(m!.claim), { ok: true });
     const [row] = await readPullRows(db, 'release');
-    assert.deepEqual([row!.state, row!.attempt, row!.claim_token], ['pending', 0, null]);
+    assert.deepEqual([row!.state, row!.attempt, row!.claim_token], ['pending', 0, m!.claim.token]);
     const [again] = await client.claim('release', { batch: 1, leaseMs: 30000 });
     assert.equal(again!.id, m!.id);
   });

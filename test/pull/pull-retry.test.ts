@@ -28,7 +28,7 @@ describe('pull handler outcomes: completion, retry and dead-lettering', () => {
     assert.deepEqual([summary.claimed, summary.retried, summary.completed], [1, 1, 0]);
     assert.deepEqual(await payments(), []);
     const [row] = await readPullRows(db, 'atomic');
-    assert.deepEqual([row!.state, row!.attempt, row!.claim_token, row!.last_error], ['pending', 1, null, 'Error: card declined']);
+    assert.deepEqual([row!.state, row!.attempt, row!.last_error], ['pending', 1, 'Error: card declined']);
     // 1000 ms × 2^0 plus up to 20 % jitter, measured a few ms after the retry was written.
     assert.ok(row!.due_in_ms > 800 && row!.due_in_ms <= 1200, `due in 1000–1200 ms, got ${row!.due_in_ms}`);
   });

@@ -362,18 +362,30 @@ export async function pullComplete(ctx: PgContext, db: PgQueryable, c: ClaimRef)
   return written === 1;
 }
 
-/** Fenced retry: `pending`, `attempt + 1`, due at db clock + `delayMs`, claim cleared. */
+/**
+ * Sent again after its connection was lost (`fencedQuery`), a write that sends a claimed pull row
+ * back to `pending` (a retry, a release) also matches the row already `pending` under its token —
+ * its first run committed — and leaves it as that run wrote it (`keep`), so a write that landed is
+ * reported as done, not as `ownership-lost`. The token stays on the pending row for that (a claim
+ * sets a new one, a replay clears it).
+ */
+function pullBackToPending(table: string, sets: (keep: (column: string, value: string) => string) => string): (resent: boolean) => string {
+  return (resent) => {
+    const keep = resent ? (column: string, value: string) => `${column} = CASE WHEN state = 'processing' THEN ${value} ELSE ${column} END` : (column: string, value: string) => `${column} = ${value}`;
+    return `UPDATE ${table}
+        SET state = 'pending', ${sets(keep)}, claimed_at = NULL, lease_expires_at = NULL,
+            updated_at = ${resent ? "CASE WHEN state = 'processing' THEN pg_catalog.clock_timestamp() ELSE updated_at END" : 'pg_catalog.clock_timestamp()'}
+      WHERE ${resent ? `((${FENCE}) OR (id = $1 AND consumption = 'pull' AND state = 'pending' AND claim_token = $2 AND lease_expires_at IS NULL))` : FENCE}`;
+  };
+}
+
+/** Fenced retry: `pending`, `attempt + 1`, due at db clock + `delayMs`, lease cleared (see `pullBackToPending`). */
 export async function pullRetry(ctx: PgContext, p: RetryItem): Promise<boolean> {
-  const { rowCount } = await fencedQuery(
-    ctx.pool,
-    `UPDATE ${ctx.names.inbox}
-        SET state = 'pending', attempt = attempt + 1,
-            scheduled_at = pg_catalog.clock_timestamp() + ${msInterval('$3')},
-            last_error = $4, claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-            updated_at = pg_catalog.clock_timestamp()
-      WHERE ${FENCE}`,
-    [p.id, p.token, p.delayMs, p.error],
+  const retry = pullBackToPending(
+    ctx.names.inbox,
+    (keep) => `${keep('attempt', 'attempt + 1')}, ${keep('scheduled_at', `pg_catalog.clock_timestamp() + ${msInterval('$3')}`)}, ${keep('last_error', '$4')}`,
   );
+  const { rowCount } = await fencedQuery(ctx.pool, retry(false), [p.id, p.token, p.delayMs, p.error], retry(true));
   return rowCount === 1;
 }
 
@@ -392,16 +404,10 @@ export async function pullMarkDead(ctx: PgContext, p: DeadItem): Promise<boolean
 
 /**
  * Fenced release of a claimed row that no handler started: back to `pending`, attempt and
- * schedule unchanged, claim cleared, so the next claim can take it at once.
+ * schedule unchanged, lease cleared, so the next claim can take it at once (see `pullBackToPending`).
  */
 export async function pullRelease(ctx: PgContext, c: ClaimRef): Promise<boolean> {
-  const { rowCount } = await fencedQuery(
-    ctx.pool,
-    `UPDATE ${ctx.names.inbox}
-        SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-            updated_at = pg_catalog.clock_timestamp()
-      WHERE ${FENCE}`,
-    [c.id, c.token],
-  );
+  const release = pullBackToPending(ctx.names.inbox, (keep) => keep('attempt', 'attempt'));
+  const { rowCount } = await fencedQuery(ctx.pool, release(false), [c.id, c.token], release(true));
   return rowCount === 1;
 }

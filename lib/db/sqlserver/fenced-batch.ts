@@ -22,11 +22,13 @@ const FENCED = {
   sent: { set: "state = N'sent', updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL", columns: '' },
   processed: { set: "state = N'processed', processed_at = SYSUTCDATETIME(), updated_at = SYSUTCDATETIME(), lease_expires_at = NULL, last_error = NULL", columns: '' },
   retry: {
+    // The token stays on the pending row, as on PostgreSQL (where a retry sent again after a lost
+    // answer recognises the row by it): a claim sets a new one, a replay clears it.
     set: `state = N'pending', attempt = r.attempt + 1, scheduled_at = ${dbNowPlusMs('s.delay_ms')}, last_error = s.error,
-         claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()`,
+         lease_expires_at = NULL, claimed_at = NULL, updated_at = SYSUTCDATETIME()`,
     columns: ", delay_ms BIGINT '$.delayMs', error NVARCHAR(MAX) '$.error'",
   },
-  release: { set: "state = N'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL, updated_at = SYSUTCDATETIME()", columns: '' },
+  release: { set: "state = N'pending', claimed_at = NULL, lease_expires_at = NULL, updated_at = SYSUTCDATETIME()", columns: '' },
   dead: { set: "state = N'dead', last_error = s.error, lease_expires_at = NULL, updated_at = SYSUTCDATETIME()", columns: ", error NVARCHAR(MAX) '$.error'" },
 } as const;
 
