@@ -216,35 +216,56 @@ export function triggerNameClashes(config: QueueBoxConfig, serviceRouteKeys: rea
 /**
  * Problems of the environment every QueueBox function gets from `provider.environment`, found at
  * packaging instead of at every cold start: a `QUEUEBOX_…` override that the configuration
- * refuses (a misspelled key, a value of the wrong type; `ConfigError` names the variable), and a
- * `database.urlEnv` that is the only database location while no function gets that variable.
- * Values that are not strings (an intrinsic function resolved at deploy time) are not checked.
+ * refuses (a misspelled key, a value of the wrong type; `ConfigError` names the variable; the
+ * overrides are read together, as a function reads them), overrides that change what the packaged
+ * stack is built from (`templateOf`: the dashboard, alarms, IAM grants, triggers and routes; and
+ * the bundles), and a `database.urlEnv` that is the only database location while no function gets
+ * that variable. Values that are not strings (an intrinsic function resolved at deploy time) are
+ * not checked.
  */
 export function providerEnvironmentProblems(
   options: PluginOptions,
   config: QueueBoxConfig,
   environment: Readonly<Record<string, unknown>> | undefined,
   validate: (env: Record<string, string>) => QueueBoxConfig,
+  templateOf: (config: QueueBoxConfig) => unknown,
 ): string[] {
   const problems: string[] = [];
   const overrides = Object.fromEntries(
     Object.entries(environment ?? {}).filter((entry): entry is [string, string] => entry[0].startsWith('QUEUEBOX_') && entry[0] !== FETCHED_URL_ENV && typeof entry[1] === 'string'),
   );
   if (Object.keys(overrides).length > 0) {
+    let running: QueueBoxConfig | undefined;
     try {
-      validate(overrides);
-      // Each override alone: the keys the template is built from that it would change for the functions.
-      for (const [name, value] of Object.entries(overrides)) {
-        const changed = templateKeysChanged(config, validate({ [name]: value }));
-        if (changed.length > 0) {
-          problems.push(
-            `provider.environment sets ${name}, which changes ${changed.join(', ')} for the functions, but the dashboard, alarms, IAM grants and triggers are built from ${options.config}, which the plugin reads without it: ` +
-              `the alarms would watch metrics the functions no longer write (or the functions reach what they were not granted). Set ${changed.join(', ')} in ${options.config} instead`,
-          );
-        }
-      }
+      running = validate(overrides);
     } catch (error) {
       problems.push(`provider.environment, which every QueueBox function gets, would stop each one at cold start: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    if (running !== undefined) {
+      const packaged = JSON.stringify(packagedFrom(config, templateOf));
+      if (JSON.stringify(packagedFrom(running, templateOf)) !== packaged) {
+        // The variables that change the stack on their own, or without which it is the packaged one
+        // (a variable valid only beside another); all of them when none is found so.
+        const names = Object.keys(overrides);
+        const stackOf = (env: Record<string, string>): string | undefined => {
+          try {
+            return JSON.stringify(packagedFrom(validate(env), templateOf));
+          } catch {
+            return undefined;
+          }
+        };
+        const changes = names.filter((name) => {
+          const alone = stackOf({ [name]: overrides[name]! });
+          if (alone !== undefined) return alone !== packaged;
+          return stackOf(Object.fromEntries(Object.entries(overrides).filter(([other]) => other !== name))) === packaged;
+        });
+        const culprits = changes.length > 0 ? changes : names;
+        const one = culprits.length === 1;
+        problems.push(
+          `provider.environment sets ${culprits.join(', ')}, which the functions read, but the dashboard, alarms, IAM grants, triggers and routes are built from ${options.config}, which the plugin reads without ${one ? 'it' : 'them'}: ` +
+            `the packaged stack would not match the functions (alarms on metrics they no longer write, a queue or bus they are not granted, a trigger for another queue). Set ${one ? 'its key' : 'their keys'} in ${options.config} instead`,
+        );
+      }
     }
   }
   const urlEnv = config.database.urlEnv;
@@ -259,23 +280,9 @@ export function providerEnvironmentProblems(
 }
 
 /**
- * The configuration keys the packaged template is built from (metric names and dimensions of the
- * dashboard and alarms, IAM grants, triggers and routes, the bundle) that differ between `packaged`
- * and `running`.
+ * What the packaged stack is built from one configuration: the template (`templateOf`) and what
+ * the bundles depend on (the database driver packaged, the tracer left out or in).
  */
-function templateKeysChanged(packaged: QueueBoxConfig, running: QueueBoxConfig): string[] {
-  const read: Record<string, (c: QueueBoxConfig) => unknown> = {
-    'observability.serviceName': (c) => c.observability.serviceName,
-    'observability.namespace': (c) => c.observability.namespace,
-    'observability.tracing': (c) => c.observability.tracing,
-    'tables.outbox': (c) => c.tables.outbox,
-    'tables.inbox': (c) => c.tables.inbox,
-    destinations: (c) => c.destinations,
-    'inbox.sources': (c) => c.inbox.sources,
-    'inbox.basePath': (c) => c.inbox.basePath,
-    'database.type': (c) => c.database.type,
-  };
-  return Object.entries(read)
-    .filter(([, of]) => JSON.stringify(of(packaged)) !== JSON.stringify(of(running)))
-    .map(([key]) => key);
+function packagedFrom(config: QueueBoxConfig, templateOf: (config: QueueBoxConfig) => unknown): unknown {
+  return { template: templateOf(config), databaseType: config.database.type, tracing: config.observability.tracing };
 }

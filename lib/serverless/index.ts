@@ -154,6 +154,13 @@ export default class QueueBoxServerlessPlugin {
     if (fn !== undefined) await this.build(packaging, [fn.name]);
   }
 
+  /** The stack fragment of `config` for this service's deployment, schedules and reserved concurrency. */
+  private stackFragmentOf(config: QueueBoxConfig): StackFragment {
+    const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
+    const reserved = Object.fromEntries(Object.entries(this.options.functions).map(([name, settings]) => [name, settings.reservedConcurrency]));
+    return buildStackFragment(config, this.deployment, { outboxPoller, inboxRelay, reclaim }, reserved);
+  }
+
   private addFunctions(): void {
     const service = this.serverless.service;
     this.options = parsePluginOptions(service.custom?.queuebox);
@@ -163,9 +170,7 @@ export default class QueueBoxServerlessPlugin {
     this.deployment = { service: service.service, stage: this.serverless.getProvider('aws').getStage() };
     const namesProblem = deployedNamesProblem(this.deployment);
     if (namesProblem !== undefined) throw new Error(namesProblem);
-    const { outboxPoller, inboxRelay, reclaim } = this.options.functions;
-    const reserved = Object.fromEntries(Object.entries(this.options.functions).map(([name, settings]) => [name, settings.reservedConcurrency]));
-    this.fragment = buildStackFragment(this.config, this.deployment, { outboxPoller, inboxRelay, reclaim }, reserved);
+    this.fragment = this.stackFragmentOf(this.config);
     service.functions ??= {};
     // The bundles belong to QueueBox's packages only, never to the service's own artifact.
     service.package ??= {};
@@ -253,7 +258,13 @@ export default class QueueBoxServerlessPlugin {
       const configPath = resolve(this.serverless.serviceDir, this.options.config);
       const problems = [
         ...triggerNameClashes(this.config, this.serviceRouteKeys()),
-        ...providerEnvironmentProblems(this.options, this.config, this.serverless.service.provider.environment as Record<string, unknown> | undefined, (env) => loadConfig({ path: configPath, env })),
+        ...providerEnvironmentProblems(
+          this.options,
+          this.config,
+          this.serverless.service.provider.environment as Record<string, unknown> | undefined,
+          (env) => loadConfig({ path: configPath, env }),
+          (config) => this.stackFragmentOf(config),
+        ),
       ];
       if (problems.length > 0) throw new Error(problems.join('\n'));
       if (!hasDatabaseLocation(this.options, this.config)) {

@@ -227,38 +227,53 @@ describe('packaging refuses what would fail only after deploy', { timeout: 30_00
     const options = parsePluginOptions({});
     const config = parseConfig({ database: { urlEnv: 'APP_DB_URL' } });
     const validate = (env: Record<string, string>) => loadConfig({ input: {}, env });
-    const [typo] = providerEnvironmentProblems(options, config, { APP_DB_URL: 'postgres://db/app', QUEUEBOX_OUTBOX__BATCH_SIZ: '50' }, validate);
+    const templateOf = (c: Parameters<typeof buildStackFragment>[0]) => buildStackFragment(c, { service: 'shop', stage: 'dev' });
+    const [typo] = providerEnvironmentProblems(options, config, { APP_DB_URL: 'postgres://db/app', QUEUEBOX_OUTBOX__BATCH_SIZ: '50' }, validate, templateOf);
     assert.match(typo!, /^provider\.environment, which every QueueBox function gets, would stop each one at cold start: .*outbox\.batchSiz \(from QUEUEBOX_OUTBOX__BATCH_SIZ\): unknown key/s);
-    assert.match(providerEnvironmentProblems(options, config, { APP_DB_URL: 'x', QUEUEBOX_OUTBOX__BATCH_SIZE: 'fifty' }, validate)[0]!, /QUEUEBOX_OUTBOX__BATCH_SIZE/);
-    assert.deepEqual(providerEnvironmentProblems(options, config, { APP_DB_URL: 'x', QUEUEBOX_OUTBOX__BATCH_SIZE: '50', QUEUEBOX_DATABASE_URL: 'not checked: the functions fill it', OTHER: 'y' }, validate), []);
-    const [noUrl] = providerEnvironmentProblems(options, config, {}, validate);
+    assert.match(providerEnvironmentProblems(options, config, { APP_DB_URL: 'x', QUEUEBOX_OUTBOX__BATCH_SIZE: 'fifty' }, validate, templateOf)[0]!, /QUEUEBOX_OUTBOX__BATCH_SIZE/);
+    assert.deepEqual(providerEnvironmentProblems(options, config, { APP_DB_URL: 'x', QUEUEBOX_OUTBOX__BATCH_SIZE: '50', QUEUEBOX_DATABASE_URL: 'not checked: the functions fill it', OTHER: 'y' }, validate, templateOf), []);
+    const [noUrl] = providerEnvironmentProblems(options, config, {}, validate, templateOf);
     assert.match(noUrl!, /^queuebox\.yml sets database\.urlEnv: APP_DB_URL, the only database location of this stage, but provider\.environment does not set APP_DB_URL/);
-    assert.deepEqual(providerEnvironmentProblems(parsePluginOptions({ allowMissingDatabase: true }), config, {}, validate), [], 'the opt-out');
-    assert.deepEqual(providerEnvironmentProblems(options, config, { APP_DB_URL: { 'Fn::GetAtt': ['Db', 'Url'] } }, validate), [], 'set at deploy time');
+    assert.deepEqual(providerEnvironmentProblems(parsePluginOptions({ allowMissingDatabase: true }), config, {}, validate, templateOf), [], 'the opt-out');
+    assert.deepEqual(providerEnvironmentProblems(options, config, { APP_DB_URL: { 'Fn::GetAtt': ['Db', 'Url'] } }, validate, templateOf), [], 'set at deploy time');
   });
 
-  it('an override in provider.environment of a key the dashboard, alarms, grants or triggers are built from', () => {
+  it('overrides in provider.environment that change the packaged stack, read together as the functions read them', () => {
     const options = parsePluginOptions({});
-    const config = parseConfig({ destinations: { orders: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders' } } });
-    const validate = (env: Record<string, string>) => loadConfig({ input: { destinations: { orders: { type: 'sqs', queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders' } } }, env });
-    const problems = providerEnvironmentProblems(
-      options,
-      config,
-      {
-        QUEUEBOX_OBSERVABILITY__SERVICE_NAME: 'orders-prod',
-        QUEUEBOX_OBSERVABILITY__NAMESPACE: 'Shop',
-        QUEUEBOX_TABLES__OUTBOX: 'shop_outbox',
-        QUEUEBOX_DESTINATIONS__ORDERS__QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/other',
-        QUEUEBOX_OUTBOX__BATCH_SIZE: '50',
-      },
-      validate,
+    const input = {
+      destinations: { orders: { type: 'sqs' as const, queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders' } },
+      inbox: { sources: { partner_orders: { type: 'sqs' as const } } },
+    };
+    const config = parseConfig(input);
+    const validate = (env: Record<string, string>) => loadConfig({ input, env });
+    const templateOf = (c: Parameters<typeof buildStackFragment>[0]) => buildStackFragment(c, { service: 'shop', stage: 'dev' });
+    const problems = (env: Record<string, string>) => providerEnvironmentProblems(options, config, env, validate, templateOf);
+    const [changed, ...more] = problems({
+      QUEUEBOX_OBSERVABILITY__SERVICE_NAME: 'orders-prod',
+      QUEUEBOX_OBSERVABILITY__NAMESPACE: 'Shop',
+      QUEUEBOX_TABLES__OUTBOX: 'shop_outbox',
+      QUEUEBOX_DESTINATIONS__ORDERS__QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/other',
+      QUEUEBOX_OUTBOX__BATCH_SIZE: '50',
+    });
+    assert.deepEqual(more, []);
+    assert.match(
+      changed!,
+      /^provider\.environment sets QUEUEBOX_OBSERVABILITY__SERVICE_NAME, QUEUEBOX_OBSERVABILITY__NAMESPACE, QUEUEBOX_TABLES__OUTBOX, QUEUEBOX_DESTINATIONS__ORDERS__QUEUE_URL, which the functions read, but the dashboard, alarms, IAM grants, triggers and routes are built from queuebox\.yml.* Set their keys in queuebox\.yml instead$/,
+      'each one that changes the stack is named; the batch size does not change it',
     );
-    assert.equal(problems.length, 4, problems.join('\n'));
-    assert.match(problems[0]!, /^provider\.environment sets QUEUEBOX_OBSERVABILITY__SERVICE_NAME, which changes observability\.serviceName for the functions, but the dashboard, alarms.* Set observability\.serviceName in queuebox\.yml instead$/);
-    assert.match(problems[1]!, /QUEUEBOX_OBSERVABILITY__NAMESPACE, which changes observability\.namespace/);
-    assert.match(problems[2]!, /QUEUEBOX_TABLES__OUTBOX, which changes tables\.outbox/);
-    assert.match(problems[3]!, /QUEUEBOX_DESTINATIONS__ORDERS__QUEUE_URL, which changes destinations/);
-    assert.deepEqual(providerEnvironmentProblems(options, config, { QUEUEBOX_OBSERVABILITY__SERVICE_NAME: 'queuebox' }, validate), [], 'the same value changes nothing');
+    // Scale-out grants the poller the right to invoke itself: built from the file.
+    assert.match(problems({ QUEUEBOX_OUTBOX__SCALE_OUT__MAX_CONCURRENT_PASSES: '4' })[0]!, /^provider\.environment sets QUEUEBOX_OUTBOX__SCALE_OUT__MAX_CONCURRENT_PASSES, which .* Set its key in queuebox\.yml instead$/);
+    // Settings that leave the stack as packaged: one stage's own values, as docs/operations.md shows.
+    const unchanged: Array<Record<string, string>> = [
+      { QUEUEBOX_OBSERVABILITY__SERVICE_NAME: 'queuebox' },
+      { QUEUEBOX_DESTINATIONS__ORDERS__CALL_TIMEOUT_MS: '20000' },
+      { QUEUEBOX_DESTINATIONS__ORDERS__ENDPOINT: 'https://sqs.eu-west-1.amazonaws.com' },
+      { QUEUEBOX_INBOX__SOURCES__PARTNER_ORDERS__CONSUMPTION: 'pull' },
+      // Valid together only, as the functions read them.
+      { QUEUEBOX_OUTBOX__POLL_INTERVAL_MS: '2000', QUEUEBOX_OUTBOX__MAX_POLL_INTERVAL_MS: '5000' },
+      { QUEUEBOX_OUTBOX__BATCH_SIZE: '20', QUEUEBOX_OUTBOX__MAX_BATCH_SIZE: '50' },
+    ];
+    for (const env of unchanged) assert.deepEqual(problems(env), [], JSON.stringify(env));
   });
 
   it('through the plugin: packaging stops, naming the clash and the variable', async () => {

@@ -64,20 +64,33 @@ describe('a retry or release whose answer was lost after it committed', () => {
     const [id] = await insertOutboxRows(db, [{ topic: 'orders', payload: { n: 1 } }]);
     const released = poolLosingFirstAnswer(db.config.database, db.url, isRelease);
     const driver = new PostgresDriver({ config: db.config, url: db.url, pool: released.pool });
+    let claim: Awaited<ReturnType<PostgresDriver['outboxClaimMany']>>[number] | undefined;
     try {
-      const [claim] = await driver.outboxClaimMany({ limit: 1, leaseMs: 30_000 });
+      [claim] = await driver.outboxClaimMany({ limit: 1, leaseMs: 30_000 });
       assert.deepEqual(await driver.outboxReleaseMany({ claims: [{ id: claim!.id, token: claim!.claimToken }] }), [id]);
       assert.equal(released.cuts(), 1);
       const [row] = await inspectRows(db, [id!]);
       assert.deepEqual([row!.state, row!.attempt], ['pending', 0]);
-      // Claimed again by another claim: the old token no longer matches, even while pending.
+      // Claimed again by another claim and released by it: the row is pending under the new token.
       const [again] = await driver.outboxClaimMany({ limit: 1, leaseMs: 30_000 });
       assert.equal(again!.id, id);
       await driver.outboxReleaseMany({ claims: [{ id: again!.id, token: again!.claimToken }] });
-      assert.deepEqual(await db.driver.outboxRetryMany({ items: [{ id: id!, token: claim!.claimToken, delayMs: 0, error: 'late' }] }), [], 'the first claim is over');
     } finally {
       await driver.close();
       await released.pool.end();
+    }
+    // The first claim's retry, its answer lost too, is sent again (the text that also matches a
+    // pending row): the row is pending under another token, so neither run changes it.
+    const stale = poolLosingFirstAnswer(db.config.database, db.url, isRetry);
+    const staleDriver = new PostgresDriver({ config: db.config, url: db.url, pool: stale.pool });
+    try {
+      assert.deepEqual(await staleDriver.outboxRetryMany({ items: [{ id: id!, token: claim!.claimToken, delayMs: 0, error: 'late' }] }), [], 'the first claim is over');
+      assert.equal(stale.cuts(), 1, 'the retry was sent again');
+      const [row] = await inspectRows(db, [id!]);
+      assert.deepEqual([row!.state, row!.attempt, row!.last_error], ['pending', 0, null]);
+    } finally {
+      await staleDriver.close();
+      await stale.pool.end();
     }
 
     const { id: inboxId } = await db.driver.inboxInsert({ source: 'shop', idempotencyKey: 'k1', aggregateId: 'A', eventType: 'created', payload: {}, consumption: 'push' });

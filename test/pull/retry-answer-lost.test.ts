@@ -30,22 +30,38 @@ describe('a pull retry or release whose answer was lost after it committed', () 
       const { pool, cuts } = poolLosingFirstAnswer(db.config.database, db.url, backToPending);
       const driver = new PostgresDriver({ config: db.config, url: db.url, pool });
       const metrics = new QueueBoxMetrics({ namespace: 't', serviceName: 't', write: () => {} });
+      let message: Awaited<ReturnType<ReturnType<typeof createPullClient>['claim']>>[number] | undefined;
       try {
         const client = createPullClient(driver, { metrics });
-        const [message] = await client.claim(source, { batch: 1, leaseMs: 30_000 });
+        [message] = await client.claim(source, { batch: 1, leaseMs: 30_000 });
         const answer = write === 'retry' ? await client.retry(message!.claim, 0, new Error('busy')) : await client.release(message!.claim);
         assert.deepEqual(answer, { ok: true });
         assert.equal(cuts(), 1, 'the first write committed and its answer was lost');
         assert.equal(metrics.value('claimsLost', { component: 'pull' }), 0);
         const [row] = await readPullRows(db, source);
         assert.deepEqual([row!.state, row!.attempt], ['pending', write === 'retry' ? 1 : 0], 'charged once at most');
-        // A new claim takes the row under a new token; the old claim's writes no longer match it.
+        // A new claim takes the row and releases it: pending under another token.
         const [again] = await client.claim(source, { batch: 1, leaseMs: 30_000 });
         assert.equal(again?.id, message!.id);
-        assert.equal((await client.release(message!.claim)).ok, false, 'the first claim is over');
+        assert.deepEqual(await client.release(again!.claim), { ok: true });
       } finally {
         await driver.close();
         await pool.end();
+      }
+      // The first claim's write, its answer lost, is sent again (the text that also matches a
+      // pending row): the row is pending under another token, so neither run changes it.
+      const stale = poolLosingFirstAnswer(db.config.database, db.url, backToPending);
+      const staleDriver = new PostgresDriver({ config: db.config, url: db.url, pool: stale.pool });
+      try {
+        const client = createPullClient(staleDriver);
+        const late = write === 'retry' ? await client.retry(message!.claim, 0, new Error('late')) : await client.release(message!.claim);
+        assert.equal(late.ok, false, 'the first claim is over');
+        assert.equal(stale.cuts(), 1, 'the write was sent again');
+        const [row] = await readPullRows(db, source);
+        assert.deepEqual([row!.state, row!.attempt], ['pending', write === 'retry' ? 1 : 0]);
+      } finally {
+        await staleDriver.close();
+        await stale.pool.end();
       }
     });
   }
