@@ -23,7 +23,7 @@ import { FOREIGN_TABLE_SQL, foreignTableValues } from './foreign-tables.ts';
 import { INDEX_NAME_TAKEN_SQL, INVALID_INDEX_SQL, indexNameTakenValues, invalidIndexValues, tableSetSql, tableSetValues } from './migration-check.ts';
 import { pgMigrations } from './migrations.ts';
 import { quoteIdent, type PgNames } from './names.ts';
-import { SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
+import { PATH_BEFORE_CATALOG_SQL, SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
 
 /** The statement that serializes `migrate` runs (transaction-scoped: released at COMMIT). */
 export const PG_MIGRATE_LOCK_SQL = `SELECT pg_advisory_xact_lock(hashtext('queuebox.migrate'))`;
@@ -103,7 +103,17 @@ $queuebox_refusals$;`;
 function trustCheckBlock(n: PgNames, functionNames: readonly string[]): string {
   // The query binds $1..$4 in `migrate`; here they are literals (validated identifiers, quoted).
   const query = withLiterals(SCHEMA_TRUST_SQL, schemaTrustValues(n, functionNames));
-  return `DO $queuebox_check$
+  return `DO $queuebox_path$
+DECLARE before pg_catalog.text;
+BEGIN
+  -- First and alone: a schema before pg_catalog could stand in for the functions the check calls.
+  SELECT pg_catalog.string_agg(schema, ', ') INTO before FROM (${PATH_BEFORE_CATALOG_SQL}) path;
+  IF before IS NOT NULL THEN
+    RAISE EXCEPTION 'QueueBox refuses to use schema %: the search_path puts % before pg_catalog, so a function or operator there would stand in for PostgreSQL''s own; put pg_catalog first (or leave it out of the search_path)', ${literal(n.schema)}, before;
+  END IF;
+END
+$queuebox_path$;
+DO $queuebox_check$
 DECLARE problems text;
 BEGIN
   SELECT string_agg(problem, E'\\n') INTO problems FROM (${query}) checked;

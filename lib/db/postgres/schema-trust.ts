@@ -142,14 +142,35 @@ export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
         WHERE p.pronamespace = s.oid AND p.proname = ANY($4::text[]) AND NOT ${trustedRole('p.proowner')}
         ORDER BY 1) foreign_objects`;
 
+/**
+ * SQL: the schemas the session's `search_path` puts before `pg_catalog` (`schema`, in order;
+ * temporary schemas aside). A function or operator in one of them stands in for PostgreSQL's own in
+ * every unqualified call, `SCHEMA_TRUST_SQL`'s included: so this runs first, and alone, and names
+ * every function it calls and casts to with `pg_catalog.` (it calls no operator).
+ */
+export const PATH_BEFORE_CATALOG_SQL = `SELECT x.n::pg_catalog.text AS schema
+  FROM pg_catalog.unnest((pg_catalog.current_schemas(true))[1:pg_catalog.int4mi(pg_catalog.array_position(pg_catalog.current_schemas(true), 'pg_catalog'::pg_catalog.name), 1)]) WITH ORDINALITY AS x(n, i)
+ WHERE NOT pg_catalog.starts_with(x.n::pg_catalog.text, 'pg_temp_')
+ ORDER BY x.i`;
+
+/** The refusal of schemas `PATH_BEFORE_CATALOG_SQL` found. */
+export function pathBeforeCatalogProblem(schemas: readonly string[]): string {
+  return `the search_path puts ${schemas.map((s) => `schema ${JSON.stringify(s)}`).join(', ')} before pg_catalog: a function or operator there would stand in for PostgreSQL's own in QueueBox's statements, with their rights; put pg_catalog first in the search_path of QueueBox's role or connection, or leave it out (PostgreSQL then searches it first)`;
+}
+
 /** The values of `SCHEMA_TRUST_SQL`'s parameters for these names and claim function names. */
 export function schemaTrustValues(names: PgNames, functionNames: readonly string[]): [string, string[], string[], string[]] {
   const tables = [names.outboxTable, names.inboxTable, names.maintenanceTable];
   return [names.schema, [...tables, 'queuebox_migrations'], tables, [...functionNames]];
 }
 
-/** Runs `SCHEMA_TRUST_SQL` (one round trip): the problems, none when QueueBox may use the schema. */
+/**
+ * Runs `PATH_BEFORE_CATALOG_SQL`, then (when the search_path puts nothing before `pg_catalog`)
+ * `SCHEMA_TRUST_SQL`: the problems, none when QueueBox may use the schema.
+ */
 export async function pgSchemaTrustProblems(db: PgQueryable, names: PgNames, functionNames: readonly string[] = []): Promise<string[]> {
+  const before = (await pgQuery<{ schema: string }>(db, PATH_BEFORE_CATALOG_SQL, [])).rows.map((r) => r.schema);
+  if (before.length > 0) return [pathBeforeCatalogProblem(before)];
   const { rows } = await pgQuery<{ problem: string }>(db, SCHEMA_TRUST_SQL, schemaTrustValues(names, functionNames));
   return rows.map((r) => r.problem);
 }
