@@ -71,7 +71,7 @@ describe('migrate and the statement timeout', { timeout: 60_000 }, () => {
       const started = performance.now();
       await assert.rejects(driver.migrate(), (error: unknown) => {
         assert.ok(error instanceof TransientDatabaseError, String(error));
-        assert.match(error.message, /^migrate: a lock it needs was not granted within 1000 ms \(database\.statementTimeoutMs\): another migrate, or a transaction on the QueueBox tables, holds it; nothing was changed/);
+        assert.match(error.message, /^migrate: a lock it needs was not granted within 1000 ms \(database\.statementTimeoutMs\): another migrate \(one stopped with Ctrl-C may still run on the server: see pg_stat_activity\), or a transaction on the QueueBox tables, holds it; nothing was changed/);
         return true;
       });
       const waited = performance.now() - started;

@@ -149,7 +149,7 @@ export class PostgresDriver implements Driver {
     } catch (error) {
       if (error instanceof TransientDatabaseError && error.code === '55P03') {
         throw new TransientDatabaseError(
-          `migrate: a lock it needs was not granted within ${lockWaitMs} ms (database.statementTimeoutMs): another migrate, or a transaction on the QueueBox tables, holds it; nothing was changed, run migrate again once it has ended (${error.message})`,
+          `migrate: a lock it needs was not granted within ${lockWaitMs} ms (database.statementTimeoutMs): another migrate (one stopped with Ctrl-C may still run on the server: see pg_stat_activity), or a transaction on the QueueBox tables, holds it; nothing was changed, run migrate again once it has ended (${error.message})`,
           error.code,
           { cause: error },
         );
