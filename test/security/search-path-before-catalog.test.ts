@@ -34,23 +34,27 @@ describe('a search_path that puts another role\'s schema before pg_catalog (Post
   const admin = new pg.Pool({ connectionString: testDatabaseUrl(), max: 2 });
   const url = urlWithPath(`${EVIL},pg_catalog`);
   const config = parseConfig({ database: { url, schema: SCHEMA } });
-  const ran = async () => (await admin.query(`SELECT what FROM "${EVIL}".ran`)).rows.map((r) => r.what as string);
+  // A sequence counts the calls: a refusal rolls back an INSERT the planted function made, not nextval.
+  const ran = async () => Number((await admin.query(`SELECT last_value, is_called FROM "${EVIL}".calls`)).rows.map((r) => (r.is_called ? r.last_value : 0))[0]);
 
   before(async () => {
     await admin.query(`CREATE ROLE "${ATTACKER}"`);
     await admin.query(`CREATE SCHEMA "${EVIL}" AUTHORIZATION "${ATTACKER}"`);
     await admin.query(`GRANT USAGE ON SCHEMA "${EVIL}" TO PUBLIC`);
-    await admin.query(`CREATE TABLE "${EVIL}".ran (what text)`);
-    await admin.query(`GRANT INSERT ON "${EVIL}".ran TO PUBLIC`);
-    await admin.query(`ALTER TABLE "${EVIL}".ran OWNER TO "${ATTACKER}"`);
+    await admin.query(`CREATE SEQUENCE "${EVIL}".calls`);
+    await admin.query(`GRANT USAGE ON SEQUENCE "${EVIL}".calls TO PUBLIC`);
+    await admin.query(`ALTER SEQUENCE "${EVIL}".calls OWNER TO "${ATTACKER}"`);
     await admin.query(`SET ROLE "${ATTACKER}"`);
     try {
       for (const args of ['text, oid, text', 'oid, oid, text']) {
         await admin.query(
-          `CREATE FUNCTION "${EVIL}".has_schema_privilege(${args}) RETURNS boolean LANGUAGE sql AS $f$ INSERT INTO "${EVIL}".ran VALUES ('has_schema_privilege'); SELECT false $f$`,
+          `CREATE FUNCTION "${EVIL}".has_schema_privilege(${args}) RETURNS boolean LANGUAGE sql AS $f$ SELECT pg_catalog.nextval('"${EVIL}".calls') IS NULL $f$`,
         );
       }
-      await admin.query(`CREATE FUNCTION "${EVIL}".gen_random_uuid() RETURNS uuid LANGUAGE sql AS $f$ INSERT INTO "${EVIL}".ran VALUES ('gen_random_uuid'); SELECT pg_catalog.gen_random_uuid() $f$`);
+      await admin.query(`CREATE FUNCTION "${EVIL}".gen_random_uuid() RETURNS uuid LANGUAGE sql AS $f$ SELECT pg_catalog.nextval('"${EVIL}".calls'); SELECT pg_catalog.gen_random_uuid() $f$`);
+      // Exact argument types win over pg_catalog's wherever the schema stands on the path.
+      await admin.query(`CREATE FUNCTION "${EVIL}".quote_ident(name) RETURNS text LANGUAGE sql AS $f$ SELECT pg_catalog.nextval('"${EVIL}".calls'); SELECT pg_catalog.quote_ident($1::text) $f$`);
+      await admin.query(`CREATE FUNCTION "${EVIL}".hashtext(text) RETURNS integer LANGUAGE sql AS $f$ SELECT pg_catalog.nextval('"${EVIL}".calls'); SELECT pg_catalog.hashtext($1) $f$`);
     } finally {
       await admin.query('RESET ROLE');
     }
@@ -69,7 +73,7 @@ describe('a search_path that puts another role\'s schema before pg_catalog (Post
     } finally {
       await driver.close();
     }
-    assert.deepEqual(await ran(), [], 'no planted function ran');
+    assert.equal(await ran(), 0, 'no planted function ran');
     assert.equal((await admin.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [SCHEMA])).rowCount, 0, 'nothing was created');
   });
 
@@ -86,7 +90,7 @@ describe('a search_path that puts another role\'s schema before pg_catalog (Post
       await client.end();
       await driver.close();
     }
-    assert.deepEqual(await ran(), [], 'no planted function ran');
+    assert.equal(await ran(), 0, 'no planted function ran');
   });
 
   it('start-up on a migrated schema refuses the same connection', async () => {
@@ -102,6 +106,18 @@ describe('a search_path that puts another role\'s schema before pg_catalog (Post
     } finally {
       await driver.close();
     }
-    assert.deepEqual(await ran(), [], 'no planted function ran');
+    assert.equal(await ran(), 0, 'no planted function ran');
+  });
+
+  it('with the schema after pg_catalog, the trust check refuses it (the attacker may CREATE there): migrate and start-up, none of its functions run', async () => {
+    const after = urlWithPath(`pg_catalog,${EVIL}`);
+    const driver = new PostgresDriver({ config: parseConfig({ database: { url: after, schema: SCHEMA } }), url: after });
+    try {
+      await assert.rejects(driver.migrate(), (error: Error) => error instanceof SchemaTrustError && error.message.includes(`may CREATE in schema ${EVIL}, which is on QueueBox's search_path`));
+      await assert.rejects(driver.schemaVerify(), (error: Error) => error instanceof SchemaTrustError);
+    } finally {
+      await driver.close();
+    }
+    assert.equal(await ran(), 0, 'quote_ident(name), an exact match, never ran in the check');
   });
 });

@@ -29,7 +29,7 @@ export async function pgMigrateCheck(db: PgQueryable, n: PgNames, statements: re
   const wrongEncoding = serverEncodingProblem(encoding[0]!.encoding);
   if (wrongEncoding !== undefined) return [wrongEncoding];
   const { rows: found } = await pgQuery<{ schema: boolean; migrations: boolean }>(db, 
-    `SELECT to_regnamespace($1) IS NOT NULL AS schema, to_regclass($2) IS NOT NULL AS migrations`,
+    `SELECT pg_catalog.to_regnamespace($1) IS NOT NULL AS schema, pg_catalog.to_regclass($2) IS NOT NULL AS migrations`,
     [quoteIdent(n.schema), n.migrations],
   );
   if (!found[0]!.schema) return [`schema ${quoteIdent(n.schema)} does not exist: run \`queuebox migrate\` (or apply \`queuebox migrate --sql\`)`];

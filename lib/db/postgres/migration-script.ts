@@ -23,13 +23,13 @@ import { FOREIGN_TABLE_SQL, foreignTableValues } from './foreign-tables.ts';
 import { INDEX_NAME_TAKEN_SQL, INVALID_INDEX_SQL, indexNameTakenValues, invalidIndexValues, tableSetSql, tableSetValues } from './migration-check.ts';
 import { pgMigrations } from './migrations.ts';
 import { quoteIdent, type PgNames } from './names.ts';
-import { PATH_BEFORE_CATALOG_SQL, SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
+import { PATH_BEFORE_CATALOG_SQL, PIN_CATALOG_PATH_SQL, SCHEMA_TRUST_SQL, schemaTrustValues } from './schema-trust.ts';
 
 /** The statement that serializes `migrate` runs (transaction-scoped: released at COMMIT). */
-export const PG_MIGRATE_LOCK_SQL = `SELECT pg_advisory_xact_lock(hashtext('queuebox.migrate'))`;
+export const PG_MIGRATE_LOCK_SQL = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('queuebox.migrate'))`;
 
 /** Whether schema `$1` exists (`migrate` creates it only when not: see `createSchemaBlock`). */
-export const PG_SCHEMA_EXISTS_SQL = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS found`;
+export const PG_SCHEMA_EXISTS_SQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) $1::pg_catalog.name) AS found`;
 
 /**
  * The schema, created only when it is missing: `CREATE SCHEMA IF NOT EXISTS` alone checks CREATE
@@ -99,10 +99,12 @@ END
 $queuebox_refusals$;`;
 }
 
-/** The schema trust check (`schema-trust.ts`) as a block that raises when it finds a problem. */
-function trustCheckBlock(n: PgNames, functionNames: readonly string[]): string {
-  // The query binds $1..$4 in `migrate`; here they are literals (validated identifiers, quoted).
-  const query = withLiterals(SCHEMA_TRUST_SQL, schemaTrustValues(n, functionNames));
+/**
+ * The refusal of a `search_path` that puts another schema before `pg_catalog`, before anything
+ * else runs: each later block calls functions and operators that such a schema could stand in for.
+ * Every call in it is `pg_catalog.`-qualified.
+ */
+function pathCheckBlock(n: PgNames): string {
   return `DO $queuebox_path$
 DECLARE before pg_catalog.text;
 BEGIN
@@ -112,11 +114,24 @@ BEGIN
     RAISE EXCEPTION 'QueueBox refuses to use schema %: the search_path puts % before pg_catalog, so a function or operator there would stand in for PostgreSQL''s own; put pg_catalog first (or leave it out of the search_path)', ${literal(n.schema)}, before;
   END IF;
 END
-$queuebox_path$;
-DO $queuebox_check$
-DECLARE problems text;
+$queuebox_path$;`;
+}
+
+/** The schema trust check (`schema-trust.ts`) as a block that raises when it finds a problem. */
+function trustCheckBlock(n: PgNames, functionNames: readonly string[]): string {
+  // The query binds $1..$4 in `migrate`; here they are literals (validated identifiers, quoted).
+  // The session's search_path is read first, into `session_path` ($5), then pinned to
+  // pg_catalog for the check (`schema-trust.ts`, withCatalogPath), and put back after it.
+  const query = withLiterals(SCHEMA_TRUST_SQL, schemaTrustValues(n, functionNames)).replace('$5::name[]', 'session_path');
+  return `DO $queuebox_check$
+DECLARE
+  problems pg_catalog.text;
+  session_path pg_catalog.name[] := pg_catalog.current_schemas(false);
+  old_path pg_catalog.text := pg_catalog.current_setting('search_path');
 BEGIN
+  PERFORM ${PIN_CATALOG_PATH_SQL.slice('SELECT '.length)};
   SELECT string_agg(problem, E'\\n') INTO problems FROM (${query}) checked;
+  PERFORM pg_catalog.set_config('search_path', old_path, true);
   IF problems IS NOT NULL THEN
     RAISE EXCEPTION 'QueueBox refuses to use schema %: another role could plant objects that run with QueueBox''s rights (see docs/security.md, "Schema ownership")', ${literal(n.schema)}
       USING DETAIL = problems;
@@ -133,7 +148,7 @@ $queuebox_check$;`;
 function encodingCheckBlock(): string {
   return `DO $queuebox_encoding$
 BEGIN
-  IF pg_catalog.current_setting('server_encoding') <> 'UTF8' THEN
+  IF pg_catalog.current_setting('server_encoding') OPERATOR(pg_catalog.<>) 'UTF8' THEN
     RAISE EXCEPTION 'migrate refused, nothing changed: the database''s encoding is % (server_encoding), and QueueBox needs UTF8: it stores message bodies (JSON) and names of any Unicode text; create the database with ENCODING ''UTF8'' (CREATE DATABASE <name> ENCODING ''UTF8'' TEMPLATE template0) and run the script there',
       pg_catalog.current_setting('server_encoding');
   END IF;
@@ -145,8 +160,9 @@ $queuebox_encoding$;`;
 export function pgMigrationScript(n: PgNames, statements: readonly ClaimStatement[], header: readonly string[] = []): string {
   const parts = [
     ...header.map((line) => `-- ${line}`),
+    pathCheckBlock(n),
     encodingCheckBlock(),
-    `DO $queuebox_lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('queuebox.migrate')); END $queuebox_lock$;`,
+    `DO $queuebox_lock$ BEGIN PERFORM ${PG_MIGRATE_LOCK_SQL.slice('SELECT '.length)}; END $queuebox_lock$;`,
     createSchemaBlock(n),
     trustCheckBlock(n, statements.map(claimFunctionName)),
     `${pgMigrationsTableSql(n)};`,

@@ -19,7 +19,7 @@ import { checkClaimFunctions, installClaimFunctions } from './claim-function-ins
 import { missingColumns, pgIndexNameTakenProblems, pgInvalidIndexProblems, pgMigrateCheck, pgTableSetProblem } from './migration-check.ts';
 import { pgForeignTableProblems, pgForeignTableProblemsBeforeMigration } from './foreign-tables.ts';
 import { PG_MIGRATE_LOCK_SQL, PG_SCHEMA_EXISTS_SQL, pgMigrationsTableSql } from './migration-script.ts';
-import { pgRequireUtf8, pgSchemaTrustProblems } from './schema-trust.ts';
+import { pathBeforeCatalogProblem, pgPathBeforeCatalog, pgRequireUtf8, pgSchemaTrustProblems } from './schema-trust.ts';
 import * as outbox from './outbox-queries.ts';
 import { createPgPool, pgQuery, pgSetTransactionTimeout, poolStatementTimeoutMs, pgSimpleQuery, pgTransaction, type PgPool, type PgQueryable } from './pg-pool.ts';
 import * as pull from './pull-queries.ts';
@@ -171,6 +171,10 @@ export class PostgresDriver implements Driver {
       // long transaction (or another migrate) gives up instead of stalling the pollers for longer.
       // Before anything is created: a database that is not UTF8 would take the schema and then
       // fail on a statement whose text or values it cannot hold, or store bodies it garbles.
+      // First of all: with a schema before pg_catalog on the search_path, even the checks below
+      // could call another role's functions.
+      const before = await pgPathBeforeCatalog(client);
+      if (before.length > 0) throw new SchemaTrustError(n.schema, [pathBeforeCatalogProblem(before)]);
       await pgRequireUtf8(client, 'migrate refused, nothing changed');
       await pgSetTransactionTimeout(client, `SET LOCAL lock_timeout = ${Number.isFinite(lockWaitMs) ? lockWaitMs : 0}`);
       // Transaction-scoped: released at COMMIT, safe behind a transaction pooler.

@@ -14,7 +14,7 @@
  */
 import { QueueBoxError } from '../../errors.ts';
 import type { PgNames } from './names.ts';
-import { pgQuery, type PgQueryable } from './pg-pool.ts';
+import { isPgPool, pgQuery, pgTransaction, type PgQueryable } from './pg-pool.ts';
 
 /**
  * SQL: the database's encoding. QueueBox stores message bodies (JSON) and names of any Unicode
@@ -64,7 +64,7 @@ export function trustedRole(role: string): string {
  *   `public` schema grants it to PUBLIC);
  * - PUBLIC, or a role that is neither trusted nor the database's owner (who owns `public` from
  *   PostgreSQL 15 on), holds `CREATE` on another schema of the session's `search_path`
- *   (`current_schemas`) — its owner included: an operator or function
+ *   (`$5`: `current_schemas(false)`, read before the check runs) — its owner included: an operator or function
  *   planted there that matches QueueBox's argument types better than `pg_catalog`'s (such as
  *   `=` on `varchar`) runs in QueueBox's statements;
  * - PUBLIC, or a role that is not trusted, holds `TRIGGER` on one of QueueBox's tables (`GRANT ALL`
@@ -80,7 +80,7 @@ export function trustedRole(role: string): string {
 export const SCHEMA_TRUST_SQL = `WITH ${TRUST_SCOPE},
      public_create AS (SELECT has_schema_privilege('public', s.oid, 'CREATE') AS yes FROM s),
      path AS (SELECT n.oid, n.nspname, has_schema_privilege('public', n.oid, 'CREATE') AS public_create
-                FROM pg_namespace n, s WHERE n.nspname = ANY (current_schemas(false)) AND n.oid <> s.oid),
+                FROM pg_namespace n, s WHERE n.nspname = ANY ($5::name[]) AND n.oid <> s.oid),
      tables AS (SELECT c.oid, quote_ident(s.nspname) || '.' || quote_ident(c.relname) AS name, has_table_privilege('public', c.oid, 'TRIGGER') AS public_trigger,
                        c.relrowsecurity AS row_security, c.relforcerowsecurity AS forced_row_security
                   FROM pg_class c, s WHERE c.relnamespace = s.oid AND c.relname = ANY($2::text[]) AND c.relkind IN ('r', 'p'))
@@ -153,15 +153,50 @@ export const PATH_BEFORE_CATALOG_SQL = `SELECT x.n::pg_catalog.text AS schema
  WHERE NOT pg_catalog.starts_with(x.n::pg_catalog.text, 'pg_temp_')
  ORDER BY x.i`;
 
+/** Runs `PATH_BEFORE_CATALOG_SQL`: the schemas before `pg_catalog`, none when it is first. */
+export async function pgPathBeforeCatalog(db: PgQueryable): Promise<string[]> {
+  return (await pgQuery<{ schema: string }>(db, PATH_BEFORE_CATALOG_SQL, [])).rows.map((r) => r.schema);
+}
+
 /** The refusal of schemas `PATH_BEFORE_CATALOG_SQL` found. */
 export function pathBeforeCatalogProblem(schemas: readonly string[]): string {
   return `the search_path puts ${schemas.map((s) => `schema ${JSON.stringify(s)}`).join(', ')} before pg_catalog: a function or operator there would stand in for PostgreSQL's own in QueueBox's statements, with their rights; put pg_catalog first in the search_path of QueueBox's role or connection, or leave it out (PostgreSQL then searches it first)`;
 }
 
-/** The values of `SCHEMA_TRUST_SQL`'s parameters for these names and claim function names. */
+/** The values of `SCHEMA_TRUST_SQL`'s parameters `$1`–`$4` for these names and claim function names (`$5`, the search_path, is read when it runs). */
 export function schemaTrustValues(names: PgNames, functionNames: readonly string[]): [string, string[], string[], string[]] {
   const tables = [names.outboxTable, names.inboxTable, names.maintenanceTable];
   return [names.schema, [...tables, 'queuebox_migrations'], tables, [...functionNames]];
+}
+
+/** The schemas of the session's `search_path` (`current_schemas(false)`), as JSON (one qualified call). */
+export const SESSION_PATH_SQL = `SELECT pg_catalog.to_json(pg_catalog.current_schemas(false)) AS path`;
+
+/** Pins the `search_path` to `pg_catalog, pg_temp` for the rest of the transaction. */
+export const PIN_CATALOG_PATH_SQL = `SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)`;
+
+/**
+ * Runs `work` with the `search_path` pinned to `pg_catalog, pg_temp`, so that nothing planted in a
+ * schema of the session's path — a function whose argument types match better than
+ * `pg_catalog`'s, such as a `quote_ident(name)` in `public` — runs in the check: on a pool in a
+ * transaction of its own (transaction-scoped, so safe behind a transaction pooler); on a client
+ * (inside `migrate`'s transaction) until `work` ends, the session's path then put back.
+ */
+async function withCatalogPath<T>(db: PgQueryable, work: (db: PgQueryable) => Promise<T>): Promise<T> {
+  if (isPgPool(db)) {
+    return pgTransaction(db, async (client) => {
+      await pgQuery(client, PIN_CATALOG_PATH_SQL, []);
+      return work(client);
+    });
+  }
+  const { rows } = await pgQuery<{ path: string }>(db, `SELECT pg_catalog.current_setting('search_path') AS path`, []);
+  await pgQuery(db, PIN_CATALOG_PATH_SQL, []);
+  try {
+    return await work(db);
+  } finally {
+    // A failed statement aborted the transaction, which puts the path back itself.
+    await pgQuery(db, `SELECT pg_catalog.set_config('search_path', $1, true)`, [rows[0]!.path]).catch(() => undefined);
+  }
 }
 
 /**
@@ -169,8 +204,9 @@ export function schemaTrustValues(names: PgNames, functionNames: readonly string
  * `SCHEMA_TRUST_SQL`: the problems, none when QueueBox may use the schema.
  */
 export async function pgSchemaTrustProblems(db: PgQueryable, names: PgNames, functionNames: readonly string[] = []): Promise<string[]> {
-  const before = (await pgQuery<{ schema: string }>(db, PATH_BEFORE_CATALOG_SQL, [])).rows.map((r) => r.schema);
+  const before = await pgPathBeforeCatalog(db);
   if (before.length > 0) return [pathBeforeCatalogProblem(before)];
-  const { rows } = await pgQuery<{ problem: string }>(db, SCHEMA_TRUST_SQL, schemaTrustValues(names, functionNames));
+  const { rows: session } = await pgQuery<{ path: string[] }>(db, SESSION_PATH_SQL, []);
+  const { rows } = await withCatalogPath(db, (pinned) => pgQuery<{ problem: string }>(pinned, SCHEMA_TRUST_SQL, [...schemaTrustValues(names, functionNames), session[0]!.path]));
   return rows.map((r) => r.problem);
 }
