@@ -241,9 +241,18 @@ export function providerEnvironmentProblems(
     } catch (error) {
       problems.push(`provider.environment, which every QueueBox function gets, would stop each one at cold start: ${error instanceof Error ? error.message : String(error)}`);
     }
+    let built: string | undefined;
     if (running !== undefined) {
+      try {
+        built = JSON.stringify(packagedFrom(running, templateOf));
+      } catch (error) {
+        // A value the configuration takes but no stack can be built from (a queue URL whose name AWS refuses).
+        problems.push(`provider.environment, which every QueueBox function gets, sets a value the stack cannot be built from: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    }
+    if (running !== undefined && built !== undefined) {
       const packaged = JSON.stringify(packagedFrom(config, templateOf));
-      if (JSON.stringify(packagedFrom(running, templateOf)) !== packaged) {
+      if (built !== packaged) {
         // The variables that change the stack on their own, or without which it is the packaged one
         // (a variable valid only beside another); all of them when none is found so.
         const names = Object.keys(overrides);

@@ -274,6 +274,11 @@ describe('packaging refuses what would fail only after deploy', { timeout: 30_00
       { QUEUEBOX_OUTBOX__BATCH_SIZE: '20', QUEUEBOX_OUTBOX__MAX_BATCH_SIZE: '50' },
     ];
     for (const env of unchanged) assert.deepEqual(problems(env), [], JSON.stringify(env));
+    // A value the configuration takes but the stack cannot be built from is named as the environment's.
+    assert.match(
+      problems({ QUEUEBOX_DESTINATIONS__ORDERS__QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders*' })[0]!,
+      /^provider\.environment, which every QueueBox function gets, sets a value the stack cannot be built from: /,
+    );
   });
 
   it('through the plugin: packaging stops, naming the clash and the variable', async () => {
