@@ -5,8 +5,8 @@
  * the row goes to an SQS queue, and SQS refuses characters outside #x9 | #xA | #xD | #x20–#xD7FF |
  * #xE000–#xFFFD | #x10000–#x10FFFF there. A push message with such a character in one of them is
  * refused at receipt (HTTP 400 `invalid_field`; SQS: stored dead with the reason) instead of being
- * answered 202 and then going dead at the destination. The payload is not checked at receipt: a
- * destination may still refuse it (SQS: U+FFFE, U+FFFF), and the outbox row goes dead with its reason.
+ * answered 202 and then going dead at the destination. The payload is not checked at receipt: its
+ * U+FFFE and U+FFFF, which SQS refuses raw in a body, are sent as JSON escapes (the same value).
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
@@ -171,12 +171,13 @@ describe('receipt refuses what SQS would refuse in a message attribute; what it 
     assert.equal(attributes['X-Correlation-Id']?.StringValue, `c${edge}`);
   });
 
-  it('a payload SQS refuses (U+FFFF) is accepted; its outbox row goes dead with the destination\'s reason', async () => {
+  it('a payload holding U+FFFF, which SQS refuses raw, is accepted and delivered with it escaped: the same JSON value', async () => {
     assert.equal((await post('/inbox/hooks', { ...good, note: '\uFFFF' })).status, 202);
     const summary = await deliver();
-    assert.deepEqual([summary.sent, summary.dead], [0, 1]);
-    const [row] = await db.query<{ state: string; last_error: string }>(`SELECT state, last_error FROM "${db.schema}".outbox`);
-    assert.equal(row!.state, 'dead');
-    assert.match(row!.last_error, /payload contains characters that SQS does not accept in a message body/);
+    assert.deepEqual([summary.sent, summary.dead], [1, 0]);
+    const { Messages = [] } = await client.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10 }));
+    assert.equal(Messages.length, 1);
+    assert.ok(Messages[0]!.Body!.includes('"\\uffff"') && !Messages[0]!.Body!.includes('\uFFFF'), Messages[0]!.Body);
+    assert.equal((JSON.parse(Messages[0]!.Body!) as { note: string }).note, '\uFFFF');
   });
 });
